@@ -1,0 +1,152 @@
+"""The catalog's types: what a model is, and how its definition is checked.
+
+A definition arrives as YAML, JSON or CLI flags; :func:`parse_model` turns it
+into a :class:`ModelDefinition` or raises :class:`~llmgw.errors.ValidationFailed`
+naming every field that is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from llmgw.errors import ValidationFailed
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+ENGINES = ("llama.cpp",)
+"""Engines a profile may name."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(Strict):
+    """Where a model's weights come from: a file kept in the mirror by sha256."""
+
+    format: Literal["gguf"] = "gguf"
+    """The weights' format."""
+    sha256: str
+    """The weights file's sha256, as the mirror keeps it (``llmgw mirror import`` prints it)."""
+    filename: str = "model.gguf"
+    """The name the engine sees the file under."""
+    size: int = Field(default=0, ge=0)
+    """Bytes; 0 when unknown. Used to estimate the memory a replica needs."""
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        value = value.removeprefix("sha256:").lower()
+        if not SHA256_PATTERN.match(value):
+            raise ValueError("must be 64 hexadecimal digits (the file's sha256)")
+        return value
+
+    @field_validator("filename")
+    @classmethod
+    def _filename(cls, value: str) -> str:
+        if "/" in value or value.startswith(".") or not value:
+            raise ValueError("must be a plain file name, without '/' or a leading '.'")
+        return value
+
+
+class Profile(Strict):
+    """How to run the model: which engine, on what, with which arguments."""
+
+    engine: str = "llama.cpp"
+    """The inference engine."""
+    memory_mb: int | None = Field(default=None, gt=0)
+    """Memory a replica needs; when unset, 1.25 x the weights + 256 MiB."""
+    ctx_size: int = Field(default=4096, gt=0, le=1_048_576)
+    """Context length the engine is started with."""
+    parallel: int = Field(default=4, ge=1, le=256)
+    """Requests one replica serves at once."""
+    args: tuple[str, ...] = ()
+    """Extra engine arguments."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the engine."""
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, value: str) -> str:
+        if value not in ENGINES:
+            raise ValueError(f"unknown engine {value!r}; known: {', '.join(ENGINES)}")
+        return value
+
+
+class Replicas(Strict):
+    min: int = Field(default=1, ge=0, le=1024)
+    """Replicas kept running at all times (0 with on_demand: start when asked)."""
+    max: int = Field(default=1, ge=1, le=1024)
+    """Replicas at most."""
+
+    @model_validator(mode="after")
+    def _order(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class ModelDefinition(Strict):
+    """A catalog entry."""
+
+    name: str
+    """The name clients ask for in ``model``."""
+    source: Source
+    profile: Profile = Field(default_factory=Profile)
+    replicas: Replicas = Field(default_factory=Replicas)
+    on_demand: bool = False
+    """Start a replica when a request arrives and none runs; stop it after ``idle_timeout_s``."""
+    idle_timeout_s: int = Field(default=600, ge=10)
+    """Seconds without a request after which an on-demand model's replicas stop."""
+    owner: str = ""
+    """Who owns the model (empty: the cluster)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError(
+                "must start with a letter or digit and hold only letters, digits and . _ : / - (128 at most)"
+            )
+        return value
+
+    def memory_needed_mb(self) -> int:
+        """Memory one replica needs, declared or estimated from the weights' size."""
+        if self.profile.memory_mb is not None:
+            return self.profile.memory_mb
+        return int(self.source.size * 1.25 / 2**20) + 256
+
+    def wanted_replicas(self, demanded: bool) -> int:
+        """Replicas the reconciler keeps: ``min``, or one while an on-demand model is in use."""
+        if self.on_demand and demanded:
+            return max(self.replicas.min, 1)
+        return self.replicas.min
+
+
+def problems_of(error: ValidationError) -> list[tuple[str, str]]:
+    """Turn pydantic's errors into ``(field.path, why)`` pairs a person can read."""
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"])
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            why = "unknown field; remove it or check its spelling"
+        elif kind == "missing":
+            why = "required"
+        else:
+            why = str(item["msg"]).removeprefix("Value error, ")
+        problems.append((field, why))
+    return problems
+
+
+def parse_model(data: Any) -> ModelDefinition:
+    """A :class:`ModelDefinition` from plain data, or :class:`ValidationFailed` naming each bad field."""
+    if not isinstance(data, dict):
+        raise ValidationFailed([("", "a model definition must be a mapping of fields")])
+    try:
+        return ModelDefinition.model_validate(data)
+    except ValidationError as error:
+        raise ValidationFailed(problems_of(error), "fix the fields named and try again") from None

@@ -1,0 +1,102 @@
+"""Every error llmgw raises on purpose, in one hierarchy.
+
+::
+
+    LlmgwError                      what was wrong + what to do (``hint``)
+    ├── ConfigError                 a config file or flag that cannot be used
+    ├── ValidationFailed            user input with field-level problems (400)
+    ├── NotFound                    a named thing that does not exist (404)
+    ├── Conflict                    a thing that already exists (409)
+    ├── Unauthorized                a missing or wrong credential (401)
+    ├── StoreError                  the database failed or timed out
+    │   └── StoreUnavailable        the database cannot be reached (503)
+    ├── EngineError                 an inference engine failed
+    │   ├── BuildError              no engine build could be installed
+    │   └── EngineUnhealthy         an engine did not become healthy
+    ├── ChecksumMismatch            downloaded bytes differ from their sha256
+    ├── DownloadError               a download failed
+    ├── NoCapacity                  no node can take a replica
+    └── ChannelClosed               the agent stream ended
+
+Errors of grpc, aiohttp and the database drivers are translated into these
+at the boundary where they are caught; a user never sees a raw driver error.
+"""
+
+from __future__ import annotations
+
+
+class LlmgwError(Exception):
+    """Base of llmgw's errors: ``str()`` says what was wrong, ``hint`` what to do."""
+
+    status = 500
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class ConfigError(LlmgwError):
+    status = 400
+
+
+class ValidationFailed(LlmgwError):
+    """Input with one or more problems, each naming its field."""
+
+    status = 400
+
+    def __init__(self, problems: list[tuple[str, str]], hint: str = "") -> None:
+        self.problems = problems
+        text = "; ".join(f"{field}: {why}" if field else why for field, why in problems)
+        super().__init__(f"invalid input: {text}", hint)
+
+
+class NotFound(LlmgwError):
+    status = 404
+
+
+class Conflict(LlmgwError):
+    status = 409
+
+
+class Unauthorized(LlmgwError):
+    status = 401
+
+
+class StoreError(LlmgwError):
+    status = 500
+
+
+class StoreUnavailable(StoreError):
+    status = 503
+
+
+class EngineError(LlmgwError):
+    pass
+
+
+class BuildError(EngineError):
+    pass
+
+
+class EngineUnhealthy(EngineError):
+    pass
+
+
+class ChecksumMismatch(LlmgwError):
+    pass
+
+
+class DownloadError(LlmgwError):
+    pass
+
+
+class NoCapacity(LlmgwError):
+    status = 503
+
+
+class ChannelClosed(LlmgwError):
+    pass
