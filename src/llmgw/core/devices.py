@@ -42,17 +42,43 @@ class NodeInventory:
         return tuple(d for d in self.devices if d.kind == "nvidia")
 
 
-_MEMORY_SIZES = (8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 141, 180, 192)
+_MEMORY_SIZES = (4, 6, 8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 141, 180, 192)
+_VENDOR_WORDS = re.compile(r"^(NVIDIA|Tesla|GeForce|Quadro)\s+", flags=re.I)
+_FAMILY_WORDS = ("rtx", "gtx", "titan")
+"""Words that name a family rather than a card: the card is the next word (``RTX 4090``)."""
+_VARIANT_WORDS = ("ti", "super")
+"""Words after the model that make a different card (``RTX 4070 Ti SUPER``)."""
 
 
 def gpu_class(name: str, memory_mb: int) -> str:
-    """A card's class from its product name and memory: ``a100-80g``, ``rtx4090-24g``."""
-    words = re.sub(r"^(NVIDIA|Tesla|GeForce|Quadro)\s+", "", name.strip(), flags=re.I)
-    words = re.sub(r"^(NVIDIA|Tesla|GeForce|Quadro)\s+", "", words, flags=re.I)
-    model = re.split(r"[\s-]", words, maxsplit=1)[0].lower() if words else "gpu"
-    if model in ("rtx", "gtx") and " " in words:
-        model = model + words.split()[1].lower()
-    model = re.sub(r"[^a-z0-9]", "", model) or "gpu"
+    """A card's class from its product name and memory: ``a100-80g``, ``rtx4090-24g``.
+
+    Vendor and brand words are dropped, a family word (``RTX``, ``GTX``, ``TITAN``,
+    ``RTX PRO``) joins the model number after it, ``Ti`` and ``SUPER`` stay on the
+    model, and the memory is rounded to the nearest size cards are sold with (a
+    card larger than any of them keeps its own size in GiB; an unknown size
+    leaves the memory off).
+    """
+    words = name.strip()
+    while _VENDOR_WORDS.match(words):
+        words = _VENDOR_WORDS.sub("", words, count=1)
+    parts = [part.lower() for part in re.split(r"[\s-]+", words) if part]
+    if not parts:
+        model = "gpu"
+    else:
+        model_parts = [parts[0]]
+        rest = parts[1:]
+        if parts[0] in _FAMILY_WORDS and rest:
+            if rest[0] == "pro" and len(rest) > 1:
+                model_parts.append(rest.pop(0))
+            model_parts.append(rest.pop(0))
+            while rest and rest[0] in _VARIANT_WORDS:
+                model_parts.append(rest.pop(0))
+        model = re.sub(r"[^a-z0-9]", "", "".join(model_parts)) or "gpu"
+    if memory_mb <= 0:
+        return model
     gib = memory_mb / 1024
+    if gib > _MEMORY_SIZES[-1] * 1.1:
+        return f"{model}-{round(gib)}g"
     rounded = min(_MEMORY_SIZES, key=lambda size: abs(size - gib))
     return f"{model}-{rounded}g"
