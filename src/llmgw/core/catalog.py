@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmgw.errors import ValidationFailed
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 ENGINES = ("llama.cpp",)
 """Engines a profile may name."""
 
@@ -40,7 +40,7 @@ class Source(Strict):
     @classmethod
     def _sha(cls, value: str) -> str:
         value = value.removeprefix("sha256:").lower()
-        if not SHA256_PATTERN.match(value):
+        if not SHA256_PATTERN.fullmatch(value):
             raise ValueError("must be 64 hexadecimal digits (the file's sha256)")
         return value
 
@@ -107,7 +107,7 @@ class ModelDefinition(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_PATTERN.match(value):
+        if not NAME_PATTERN.fullmatch(value):
             raise ValueError(
                 "must start with a letter or digit and hold only letters, digits and . _ : / - (128 at most)"
             )

@@ -50,22 +50,23 @@ def free_gpu_memory(node: NodeInventory, placed: list[Placed]) -> dict[int, int]
 def place(model: str, memory_mb: int, nodes: list[NodeInventory], placed: list[Placed]) -> Decision:
     """Pick the node for one more replica of ``model``.
 
-    A card with enough free memory is preferred to host memory; among nodes,
-    one without a replica of the same model, then the most memory left.
+    Among nodes, one with fewer replicas of the same model first, then one
+    whose card has room over one with host memory alone, then the most memory
+    left. On a node, a card with enough free memory is preferred to host memory.
     """
     refusals: dict[str, str] = {}
-    candidates: list[tuple[tuple[int, int], str, tuple[int, ...]]] = []
+    candidates: list[tuple[tuple[int, bool, int], str, tuple[int, ...]]] = []
     for node in nodes:
         spread = sum(1 for p in placed if p.node_id == node.node_id and p.model == model)
         gpu_free = free_gpu_memory(node, placed)
         fitting = [index for index, free in gpu_free.items() if free >= memory_mb]
         if fitting:
             best = max(fitting, key=lambda index: gpu_free[index])
-            candidates.append(((-spread, gpu_free[best]), node.node_id, (best,)))
+            candidates.append(((-spread, True, gpu_free[best]), node.node_id, (best,)))
             continue
         host_free = free_memory(node, placed)
         if host_free >= memory_mb:
-            candidates.append(((-spread, host_free), node.node_id, ()))
+            candidates.append(((-spread, False, host_free), node.node_id, ()))
             continue
         refusals[node.node_id] = (
             f"needs {memory_mb} MiB; {host_free} MiB of host memory left"
@@ -76,5 +77,5 @@ def place(model: str, memory_mb: int, nodes: list[NodeInventory], placed: list[P
     candidates.sort(key=lambda c: c[0], reverse=True)
     _, node_id, devices = candidates[0]
     for _, other, _ in candidates[1:]:
-        refusals[other] = "fits, but another node has more room or fewer replicas of this model"
+        refusals[other] = "fits, but another node has fewer replicas of this model, a free card or more room"
     return Decision(node_id=node_id, devices=devices, refusals=refusals)

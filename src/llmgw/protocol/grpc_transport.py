@@ -1,0 +1,254 @@
+"""The agent stream over gRPC: bidirectional streaming, mutual TLS, keepalive pings.
+
+The control plane runs an :class:`AgentServer`; each agent connects with a
+:class:`GrpcConnector`. Both present certificates from the cluster's CA, and a
+silently dead peer is noticed within keepalive time + timeout (5 s + 3 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc import aio
+
+from llmgw.errors import ChannelClosed, ConfigError, NotFound
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol import agent_pb2_grpc as pb_grpc
+from llmgw.protocol.channels import ControlChannel
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "llmgw-control-plane"
+"""The DNS name every control plane certificate carries; agents check it instead of the address they dial."""
+
+KEEPALIVE_TIME_MS = 5000
+KEEPALIVE_TIMEOUT_MS = 3000
+BLOB_CHUNK = 1 << 20
+
+_CLIENT_OPTIONS = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.ssl_target_name_override", SERVER_NAME),
+    ("grpc.max_receive_message_length", 16 << 20),
+    ("grpc.enable_retries", 0),
+]
+_SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 4000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.max_send_message_length", 16 << 20),
+]
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The cluster CA and this process's own certificate and key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        try:
+            return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot read TLS file {error.filename}: {error.strerror}",
+                "run 'llmgw server init' (control plane) or copy the node's certificates into place",
+            ) from None
+
+
+SessionHandler = Callable[[ControlChannel], Awaitable[None]]
+BlobProvider = Callable[[str, int], AsyncIterator[bytes]]
+
+
+class _ServerChannel:
+    """The control plane's side of one agent's gRPC stream."""
+
+    def __init__(self, context: aio.ServicerContext) -> None:  # type: ignore[type-arg]
+        self._context = context
+        self._closed = False
+        names = context.auth_context().get("x509_common_name") or [b"?"]
+        self._peer = names[0].decode()
+
+    @property
+    def peer(self) -> str:
+        return self._peer
+
+    async def send(self, message: pb.ControlMessage) -> None:
+        if self._closed:
+            raise ChannelClosed(f"the stream to {self._peer} is closed", "the agent reconnects")
+        try:
+            await self._context.write(message)
+        except (grpc.RpcError, RuntimeError) as error:
+            self._closed = True
+            raise ChannelClosed(f"the stream to {self._peer} ended: {error}", "the agent reconnects") from None
+
+    async def receive(self) -> pb.AgentMessage:
+        if self._closed:
+            raise ChannelClosed(f"the stream from {self._peer} is closed", "the agent reconnects")
+        try:
+            message = await self._context.read()
+        except (grpc.RpcError, RuntimeError) as error:
+            self._closed = True
+            raise ChannelClosed(f"the stream from {self._peer} ended: {error}", "the agent reconnects") from None
+        if message is aio.EOF:
+            self._closed = True
+            raise ChannelClosed(f"{self._peer} closed its stream", "the agent reconnects")
+        return message  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        self._closed = True
+
+
+class _Servicer(pb_grpc.AgentServiceServicer):
+    def __init__(self, handler: SessionHandler, blobs: BlobProvider) -> None:
+        self._handler = handler
+        self._blobs = blobs
+
+    async def Connect(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        await self._handler(_ServerChannel(context))
+
+    async def FetchBlob(self, request, context):  # type: ignore[no-untyped-def]
+        first = True
+        try:
+            async for data in self._blobs(request.sha256, request.offset):
+                yield pb.BlobChunk(data=data, size=0)
+                first = False
+        except NotFound as error:
+            if first:
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
+            raise
+
+
+class AgentServer:
+    """The control plane's gRPC server for agents."""
+
+    def __init__(
+        self, handler: SessionHandler, blobs: BlobProvider, tls: TlsFiles, host: str, port: int
+    ) -> None:
+        self._handler = handler
+        self._blobs = blobs
+        self._tls = tls
+        self._address = f"{host}:{port}"
+        self._server: aio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        ca, cert, key = self._tls.read()
+        credentials = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+        server = aio.server(options=_SERVER_OPTIONS)
+        pb_grpc.add_AgentServiceServicer_to_server(_Servicer(self._handler, self._blobs), server)
+        self.port = server.add_secure_port(self._address, credentials)
+        if not self.port:
+            raise ConfigError(
+                f"cannot listen for agents on {self._address}",
+                "another process holds the port: stop it or set agent_server.port in server.yaml",
+            )
+        await server.start()
+        self._server = server
+        return self.port
+
+    async def stop(self) -> None:
+        """Close at once: agents' streams end now, so they move to another control plane without delay."""
+        if self._server is not None:
+            await self._server.stop(grace=None)
+            self._server = None
+
+
+class _ClientChannel:
+    """The agent's side of its gRPC stream."""
+
+    def __init__(self, channel: aio.Channel, call: aio.StreamStreamCall, target: str) -> None:  # type: ignore[type-arg]
+        self._channel = channel
+        self._call = call
+        self._target = target
+        self._closed = False
+
+    @property
+    def peer(self) -> str:
+        return self._target
+
+    async def send(self, message: pb.AgentMessage) -> None:
+        if self._closed:
+            raise ChannelClosed(f"the stream to {self._target} is closed", "reconnecting")
+        try:
+            await self._call.write(message)
+        except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
+            self._closed = True
+            raise ChannelClosed(f"the stream to {self._target} ended: {_describe(error)}", "reconnecting") from None
+
+    async def receive(self) -> pb.ControlMessage:
+        if self._closed:
+            raise ChannelClosed(f"the stream from {self._target} is closed", "reconnecting")
+        try:
+            message = await self._call.read()
+        except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
+            self._closed = True
+            raise ChannelClosed(f"the stream from {self._target} ended: {_describe(error)}", "reconnecting") from None
+        if message is aio.EOF:
+            self._closed = True
+            raise ChannelClosed(f"{self._target} ended the stream", "reconnecting")
+        return message  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._call.cancel()
+        await self._channel.close(grace=None)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
+
+
+class GrpcConnector:
+    """Opens an agent's stream to one control plane."""
+
+    def __init__(self, target: str, tls: TlsFiles) -> None:
+        self.target = target
+        self._tls = tls
+
+    def _channel(self) -> aio.Channel:
+        ca, cert, key = self._tls.read()
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+        return aio.secure_channel(self.target, credentials, options=_CLIENT_OPTIONS)
+
+    async def connect(self, timeout_s: float = 10.0) -> _ClientChannel:
+        """A stream to the control plane, once its channel is up; ChannelClosed when it cannot be reached."""
+        channel = self._channel()
+        try:
+            await asyncio.wait_for(channel.channel_ready(), timeout_s)
+        except (TimeoutError, grpc.RpcError) as error:
+            await channel.close(grace=None)
+            raise ChannelClosed(
+                f"cannot reach the control plane at {self.target} ({type(error).__name__})",
+                "check that it runs and that this node's certificate comes from the cluster's CA",
+            ) from None
+        call = pb_grpc.AgentServiceStub(channel).Connect()
+        return _ClientChannel(channel, call, self.target)
+
+    async def fetch(self, sha256: str, offset: int = 0) -> AsyncIterator[bytes]:
+        """A blob's bytes from the control plane's mirror, from ``offset``."""
+        channel = self._channel()
+        try:
+            stream = pb_grpc.AgentServiceStub(channel).FetchBlob(pb.BlobRequest(sha256=sha256, offset=offset))
+            async for chunk in stream:
+                yield chunk.data
+        except aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                raise NotFound(error.details() or f"blob {sha256} not found", "import it with 'llmgw mirror import FILE'") from None
+            raise ChannelClosed(f"fetching {sha256[:12]} from {self.target} failed: {_describe(error)}", "retrying") from None
+        finally:
+            await channel.close(grace=None)

@@ -1,0 +1,141 @@
+"""Placement: which node and card a new replica goes to, and why not elsewhere."""
+
+from __future__ import annotations
+
+from llmgw.core.devices import Device, NodeInventory
+from llmgw.core.placement import Placed, place
+
+
+def card(index: int, free_mb: int, total_mb: int = 24576) -> Device:
+    return Device(kind="nvidia", index=index, name="NVIDIA L4", memory_mb=total_mb, memory_free_mb=free_mb)
+
+
+def node(node_id: str, memory_mb: int, *cards: Device) -> NodeInventory:
+    cpu = Device(kind="cpu", index=0, name="CPU", memory_mb=memory_mb, memory_free_mb=memory_mb)
+    return NodeInventory(
+        node_id=node_id, address=f"{node_id}.lan", cpu_cores=8, memory_mb=memory_mb, devices=(cpu, *cards)
+    )
+
+
+def test_the_node_with_room_is_picked() -> None:
+    decision = place("m", 4000, [node("small", 2000), node("big", 8000)], [])
+
+    assert (decision.placed, decision.node_id, decision.devices) == (True, "big", ())
+    assert decision.refusals["small"] == "needs 4000 MiB; 2000 MiB of host memory left"
+
+
+def test_among_nodes_with_room_the_one_with_most_memory_left_is_picked() -> None:
+    decision = place("m", 1000, [node("a", 4000), node("b", 16000), node("c", 8000)], [])
+
+    assert decision.node_id == "b"
+    assert set(decision.refusals) == {"a", "c"}
+
+
+def test_replicas_of_one_model_spread_over_nodes() -> None:
+    nodes = [node("busy", 64000), node("quiet", 8000)]
+    placed = [Placed("m", "busy", 1000)]
+
+    assert place("m", 1000, nodes, placed).node_id == "quiet"
+
+
+def test_replicas_of_other_models_do_not_count_against_spreading() -> None:
+    nodes = [node("busy", 64000), node("quiet", 8000)]
+    placed = [Placed("other", "busy", 1000)]
+
+    assert place("m", 1000, nodes, placed).node_id == "busy"
+
+
+def test_a_card_with_enough_free_memory_is_preferred_to_host_memory() -> None:
+    decision = place("m", 4000, [node("n", 64000, card(0, 8000))], [])
+
+    assert (decision.node_id, decision.devices) == ("n", (0,))
+
+
+def test_the_card_with_most_free_memory_is_picked() -> None:
+    decision = place("m", 4000, [node("n", 64000, card(0, 6000), card(1, 20000), card(2, 10000))], [])
+
+    assert decision.devices == (1,)
+
+
+def test_host_memory_is_used_when_no_card_has_room() -> None:
+    decision = place("m", 12000, [node("n", 64000, card(0, 8000))], [])
+
+    assert (decision.node_id, decision.devices) == ("n", ())
+
+
+def test_a_node_whose_card_fits_is_preferred_to_a_node_with_only_host_memory() -> None:
+    decision = place("m", 4000, [node("cpu-only", 256000), node("gpu", 16000, card(0, 8000))], [])
+
+    assert (decision.node_id, decision.devices) == ("gpu", (0,))
+
+
+def test_spreading_comes_before_a_free_card() -> None:
+    nodes = [node("gpu", 16000, card(0, 8000)), node("cpu-only", 16000)]
+    placed = [Placed("m", "gpu", 4000, devices=(0,))]
+
+    assert place("m", 2000, nodes, placed).node_id == "cpu-only"
+
+
+def test_a_node_passed_over_is_told_it_fits() -> None:
+    decision = place("m", 1000, [node("a", 4000), node("b", 16000)], [])
+
+    assert decision.refusals["a"].startswith("fits, but another node has")
+
+
+def test_when_nothing_fits_each_node_is_refused_naming_its_memory() -> None:
+    nodes = [node("cpu", 2000), node("gpu", 3000, card(0, 1000), card(1, 2500))]
+
+    decision = place("m", 4000, nodes, [])
+
+    assert not decision.placed
+    assert (decision.node_id, decision.devices) == ("", ())
+    assert decision.refusals == {
+        "cpu": "needs 4000 MiB; 2000 MiB of host memory left",
+        "gpu": "needs 4000 MiB; 3000 MiB of host memory left, at most 2500 MiB on a card",
+    }
+
+
+def test_with_no_nodes_nothing_is_placed_and_nothing_refused() -> None:
+    decision = place("m", 1000, [], [])
+
+    assert (decision.placed, decision.refusals) == (False, {})
+
+
+def test_replicas_in_host_memory_reduce_a_nodes_free_memory() -> None:
+    nodes = [node("a", 8000), node("b", 6000)]
+    placed = [Placed("other", "a", 5000), Placed("another", "a", 1000)]
+
+    decision = place("m", 4000, nodes, placed)
+
+    assert decision.node_id == "b"
+    assert decision.refusals["a"] == "needs 4000 MiB; 2000 MiB of host memory left"
+
+
+def test_replicas_on_a_card_reduce_that_cards_free_memory_only() -> None:
+    nodes = [node("n", 1000, card(0, 10000), card(1, 8000))]
+    placed = [Placed("other", "n", 6000, devices=(0,))]
+
+    decision = place("m", 5000, nodes, placed)
+
+    assert decision.devices == (1,)
+
+
+def test_a_replica_over_several_cards_takes_an_equal_share_of_each() -> None:
+    nodes = [node("n", 1000, card(0, 8000), card(1, 8000))]
+    placed = [Placed("other", "n", 10000, devices=(0, 1))]
+
+    decision = place("m", 4000, nodes, placed)
+
+    assert not decision.placed
+    assert (
+        decision.refusals["n"] == "needs 4000 MiB; 1000 MiB of host memory left, at most 3000 MiB on a card"
+    )
+
+
+def test_replicas_on_other_nodes_leave_a_nodes_memory_alone() -> None:
+    nodes = [node("n", 4000, card(0, 4000))]
+    placed = [Placed("other", "elsewhere", 4000), Placed("other", "elsewhere", 4000, devices=(0,))]
+
+    decision = place("m", 4000, nodes, placed)
+
+    assert (decision.node_id, decision.devices) == ("n", (0,))
