@@ -1,0 +1,109 @@
+"""Blobs: the files the mirror keeps (model weights, engine builds), known by their sha256.
+
+The bytes live in the mirror's folder; the store only records which files it
+has, how big they are and what they are for.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select
+
+from llmgw.errors import NotFound, ValidationFailed
+from llmgw.store.tables import BlobRow, dialect_insert, rowcount
+
+if TYPE_CHECKING:
+    from llmgw.store.database import Store
+
+KINDS = ("weights", "build")
+"""What a blob can be: a model's weights, or an engine build."""
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRecord:
+    """A file the mirror holds."""
+
+    sha256: str
+    size: int
+    """Bytes."""
+    filename: str
+    """The name it was imported under."""
+    kind: str
+    """``weights`` or ``build``."""
+    created_at: datetime
+
+
+class Blobs:
+    """Mirror files by sha256: add (idempotent), read, list, remove."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def add(self, sha256: str, size: int, filename: str, kind: str) -> BlobRecord:
+        """Record a file; adding one already recorded returns the record kept."""
+        sha256 = _checked(sha256)
+        problems = []
+        if kind not in KINDS:
+            problems.append(("kind", f"must be one of {', '.join(KINDS)}"))
+        if size < 0:
+            problems.append(("size", "must not be negative"))
+        if problems:
+            raise ValidationFailed(problems)
+        async with self._store.session() as session:
+            dialect = session.get_bind().dialect.name
+            insert = dialect_insert(dialect, BlobRow).values(
+                sha256=sha256, size=size, filename=filename, kind=kind, created_at=self._store.now()
+            )
+            await session.execute(insert.on_conflict_do_nothing(index_elements=[BlobRow.sha256]))
+            row = await session.get(BlobRow, sha256)
+            assert row is not None
+            return _record(row)
+
+    async def get(self, sha256: str) -> BlobRecord:
+        """The file with that sha256; :class:`NotFound` when the mirror does not have it."""
+        sha256 = _checked(sha256)
+        async with self._store.session() as session:
+            row = await session.get(BlobRow, sha256)
+            if row is None:
+                raise _missing(sha256)
+            return _record(row)
+
+    async def remove(self, sha256: str) -> None:
+        """Forget the file; :class:`NotFound` when it is not recorded."""
+        sha256 = _checked(sha256)
+        async with self._store.session() as session:
+            result = await session.execute(delete(BlobRow).where(BlobRow.sha256 == sha256))
+            if not rowcount(result):
+                raise _missing(sha256)
+
+    async def list(self) -> builtins.list[BlobRecord]:
+        """Every file, oldest first."""
+        query = select(BlobRow).order_by(BlobRow.created_at, BlobRow.sha256)
+        async with self._store.session() as session:
+            return [_record(row) for row in await session.scalars(query)]
+
+
+def _checked(sha256: str) -> str:
+    value = sha256.removeprefix("sha256:").lower()
+    if not SHA256.match(value):
+        raise ValidationFailed([("sha256", "must be 64 hexadecimal digits (the file's sha256)")])
+    return value
+
+
+def _record(row: BlobRow) -> BlobRecord:
+    return BlobRecord(
+        sha256=row.sha256, size=row.size, filename=row.filename, kind=row.kind, created_at=row.created_at
+    )
+
+
+def _missing(sha256: str) -> NotFound:
+    return NotFound(
+        f"the mirror has no file with sha256 {sha256}", hint="llmgw mirror import adds a file to the mirror"
+    )

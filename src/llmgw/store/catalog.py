@@ -1,0 +1,107 @@
+"""The catalog: the models an operator has defined, by name, as stored definitions.
+
+The store keeps a definition as the plain dict it was given; checking it is
+:mod:`llmgw.core.catalog`'s job, before it gets here.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+
+from llmgw.errors import Conflict, NotFound
+from llmgw.store.tables import ModelRow, dialect_insert, rowcount
+
+if TYPE_CHECKING:
+    from llmgw.store.database import Store
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRecord:
+    """A model of the catalog as stored."""
+
+    name: str
+    definition: dict[str, Any]
+    """The model's definition, as given to :meth:`Catalog.add` or :meth:`Catalog.put`."""
+    created_at: datetime
+    updated_at: datetime
+
+
+class Catalog:
+    """Models by name: add, replace, read, list and remove."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def add(self, name: str, definition: dict[str, Any]) -> ModelRecord:
+        """Add a new model; :class:`Conflict` when one of that name exists."""
+        now = self._store.now()
+        row = ModelRow(name=name, definition=dict(definition), created_at=now, updated_at=now)
+        async with self._store.session() as session:
+            if await session.get(ModelRow, name) is not None:
+                raise _exists(name)
+            session.add(row)
+            try:
+                await session.flush()
+            except IntegrityError:
+                raise _exists(name) from None
+            return _record(row)
+
+    async def put(self, name: str, definition: dict[str, Any]) -> ModelRecord:
+        """Add the model, or replace the definition of the one of that name (keeping its ``created_at``)."""
+        now = self._store.now()
+        async with self._store.session() as session:
+            dialect = session.get_bind().dialect.name
+            insert = dialect_insert(dialect, ModelRow).values(
+                name=name, definition=dict(definition), created_at=now, updated_at=now
+            )
+            upsert = insert.on_conflict_do_update(
+                index_elements=[ModelRow.name],
+                set_={"definition": insert.excluded.definition, "updated_at": insert.excluded.updated_at},
+            )
+            await session.execute(upsert)
+            row = await session.scalar(
+                select(ModelRow).where(ModelRow.name == name).execution_options(populate_existing=True)
+            )
+            assert row is not None
+            return _record(row)
+
+    async def get(self, name: str) -> ModelRecord:
+        """The model called ``name``; :class:`NotFound` when there is none."""
+        async with self._store.session() as session:
+            row = await session.get(ModelRow, name)
+            if row is None:
+                raise _missing(name)
+            return _record(row)
+
+    async def remove(self, name: str) -> None:
+        """Remove the model and, with it, its replicas; :class:`NotFound` when there is none."""
+        async with self._store.session() as session:
+            result = await session.execute(delete(ModelRow).where(ModelRow.name == name))
+            if not rowcount(result):
+                raise _missing(name)
+
+    async def list(self) -> builtins.list[ModelRecord]:
+        """Every model, by name."""
+        async with self._store.session() as session:
+            rows = await session.scalars(select(ModelRow).order_by(ModelRow.name))
+            return [_record(row) for row in rows]
+
+
+def _record(row: ModelRow) -> ModelRecord:
+    return ModelRecord(
+        name=row.name, definition=row.definition, created_at=row.created_at, updated_at=row.updated_at
+    )
+
+
+def _exists(name: str) -> Conflict:
+    return Conflict(f"model {name!r} already exists", hint="remove it first or choose another name")
+
+
+def _missing(name: str) -> NotFound:
+    return NotFound(f"model {name!r} is not in the catalog", hint="llmgw ctl models lists the catalog")

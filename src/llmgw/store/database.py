@@ -1,0 +1,302 @@
+"""The store: one database (SQLite or PostgreSQL), migrated on open, bounded in time.
+
+::
+
+    store = await Store.open("sqlite+aiosqlite:///var/lib/llmgw/store.db")
+    await store.models.add("smollm2", definition)
+    await store.close()
+
+Every call into the database runs under ``timeout_s``; errors of the drivers
+(``OSError``, SQLAlchemy's ``DBAPIError``, timeouts) are translated here into
+:class:`~llmgw.errors.StoreUnavailable` or :class:`~llmgw.errors.StoreError`,
+so nothing above the store ever sees a driver's exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, event, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    InterfaceError,
+    NoSuchModuleError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
+from llmgw.store.audit import AuditLog
+from llmgw.store.blobs import Blobs
+from llmgw.store.catalog import Catalog
+from llmgw.store.keys import Keys
+from llmgw.store.nodes import Nodes
+from llmgw.store.replicas import Replicas
+from llmgw.store.settings import StoredSettings
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+"""Alembic's script folder, shipped inside the package."""
+
+MIGRATION_LOCK = 0x6C6C6D67
+"""PostgreSQL advisory lock held while migrating, so control planes starting together take turns."""
+
+ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
+"""Plain URL schemes and the async driver llmgw uses for each."""
+
+UNREACHABLE_HINT = "check that the database is running and reachable"
+
+SQLITE_BUSY_SHARE = 0.8
+"""Share of the timeout SQLite waits for another writer's lock: it gives up before the store's
+timeout does, so a locked database is reported as such and no query is left running."""
+
+REFUSED_STATES = {"28", "3D"}
+"""SQLSTATE classes of a refused login: bad credentials, no such database."""
+
+UNAVAILABLE_STATES = {"08", "53", "57"}
+"""SQLSTATE classes of a database that cannot serve now: connection lost, out of resources, shutting down."""
+
+Clock = Callable[[], datetime]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Store:
+    """The database behind a control plane, with one repository per kind of record."""
+
+    def __init__(self, engine: AsyncEngine, url: URL, *, timeout_s: float, clock: Clock = _utcnow) -> None:
+        self.engine = engine
+        self.url = url
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._closed = False
+        self.models = Catalog(self)
+        self.replicas = Replicas(self)
+        self.nodes = Nodes(self)
+        self.keys = Keys(self)
+        self.settings = StoredSettings(self)
+        self.audit = AuditLog(self)
+        self.blobs = Blobs(self)
+
+    @classmethod
+    async def open(cls, url: str, *, timeout_s: float = 5.0, clock: Clock | None = None) -> Store:
+        """Connect to the database at ``url`` and migrate it to the newest schema.
+
+        ``url`` is ``sqlite+aiosqlite:///path/to/store.db`` or
+        ``postgresql+asyncpg://user:password@host/db``; ``sqlite://`` and
+        ``postgresql://`` are read as those. The SQLite file's folder must exist.
+        """
+        parsed = _parse(url)
+        engine = _create_engine(parsed, timeout_s)
+        store = cls(engine, parsed, timeout_s=timeout_s, clock=clock or _utcnow)
+        try:
+            async with store.bounded(), _migration_lock(), engine.begin() as connection:
+                await connection.run_sync(_migrate)
+        except BaseException:
+            await engine.dispose()
+            raise
+        return store
+
+    async def close(self) -> None:
+        """Close every pooled connection; the store cannot be used afterwards."""
+        self._closed = True
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def where(self) -> str:
+        """The database's URL without its password, for messages and logs."""
+        return self.url.render_as_string(hide_password=True)
+
+    def now(self) -> datetime:
+        """The time the store stamps on records (the injected clock, UTC by default)."""
+        return self.clock()
+
+    async def ping(self) -> None:
+        """Check that the database answers; raises :class:`StoreUnavailable` when it does not."""
+        async with self.session() as session:
+            await session.execute(text("SELECT 1"))
+
+    @asynccontextmanager
+    async def bounded(self) -> AsyncIterator[None]:
+        """Run the block under the store's timeout, translating driver errors."""
+        if self._closed:
+            raise StoreError(f"the store at {self.where} is closed", hint="open the store again")
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                yield
+        except LlmgwError:
+            raise
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"the store at {self.where} did not answer within {self.timeout_s:g} s", hint=self._hint()
+            ) from None
+        except OperationalError as error:
+            if self.url.get_backend_name() == "sqlite" and "locked" in str(error.orig):
+                raise StoreUnavailable(
+                    f"the store at {self.where} stayed locked by another writer for "
+                    f"{self.timeout_s * SQLITE_BUSY_SHARE:g} s",
+                    hint="check that no other process holds the database open for writing",
+                ) from error
+            raise StoreUnavailable(
+                f"the store at {self.where} cannot be reached: {_reason(error)}", hint=self._hint()
+            ) from error
+        except (OSError, InterfaceError) as error:
+            raise StoreUnavailable(
+                f"the store at {self.where} cannot be reached: {_reason(error)}", hint=self._hint()
+            ) from error
+        except DBAPIError as error:
+            state = _sqlstate(error)
+            if state[:2] in REFUSED_STATES:
+                raise StoreUnavailable(
+                    f"the store at {self.where} refused the connection: {_reason(error)}",
+                    hint="check the user, password and database name in the store URL",
+                ) from error
+            if error.connection_invalidated or state[:2] in UNAVAILABLE_STATES:
+                raise StoreUnavailable(
+                    f"the store at {self.where} lost its connection: {_reason(error)}", hint=self._hint()
+                ) from error
+            raise StoreError(
+                f"the store at {self.where} refused a statement: {_reason(error)}",
+                hint="this is a bug in llmgw or a damaged database; report it with the log",
+            ) from error
+        except SQLAlchemyError as error:
+            raise StoreError(
+                f"the store at {self.where} failed: {_reason(error)}",
+                hint="this is a bug in llmgw or a damaged database; report it with the log",
+            ) from error
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction: committed when the block ends, rolled back on an error.
+
+        The whole block, commit included, runs under the store's timeout.
+        """
+        async with self.bounded(), self._sessions.begin() as session:
+            yield session
+
+    def _hint(self) -> str:
+        if self.url.get_backend_name() == "sqlite" and self.url.database:
+            folder = Path(self.url.database).parent
+            return f"check that the folder {folder} exists and is writable"
+        return UNREACHABLE_HINT
+
+
+def _parse(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(
+            f"the store URL {url!r} cannot be read",
+            hint="use sqlite+aiosqlite:///path/to/store.db or postgresql+asyncpg://user:pass@host/db",
+        ) from None
+    driver = ASYNC_DRIVERS.get(parsed.drivername)
+    return parsed.set(drivername=driver) if driver else parsed
+
+
+def _create_engine(url: URL, timeout_s: float) -> AsyncEngine:
+    backend = url.get_backend_name()
+    options: dict[str, Any] = {}
+    if backend == "sqlite":
+        options["connect_args"] = {"timeout": timeout_s * SQLITE_BUSY_SHARE}
+    elif backend == "postgresql":
+        options["connect_args"] = {"timeout": timeout_s, "command_timeout": timeout_s}
+        options["pool_pre_ping"] = True
+    else:
+        raise ConfigError(
+            f"the store does not support {backend!r} databases",
+            hint="use sqlite+aiosqlite:///path/to/store.db or postgresql+asyncpg://user:pass@host/db",
+        )
+    try:
+        engine = create_async_engine(url, **options)
+    except (ArgumentError, NoSuchModuleError, ImportError, SQLAlchemyError) as error:
+        raise ConfigError(
+            f"the store URL {url.render_as_string(hide_password=True)} cannot be used: {error}",
+            hint="use the drivers sqlite+aiosqlite or postgresql+asyncpg",
+        ) from None
+    if backend == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas(timeout_s))
+    return engine
+
+
+def _sqlite_pragmas(timeout_s: float) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={int(timeout_s * SQLITE_BUSY_SHARE * 1000)}")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.close()
+
+    return on_connect
+
+
+def _migration_lock() -> asyncio.Lock:
+    """One migration at a time in this process: Alembic keeps its migration context in module globals."""
+    loop = asyncio.get_running_loop()
+    lock = _MIGRATION_LOCKS.get(loop)
+    if lock is None:
+        lock = _MIGRATION_LOCKS[loop] = asyncio.Lock()
+    return lock
+
+
+_MIGRATION_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _migrate(connection: Connection) -> None:
+    """Migrate to the newest revision, holding the database's write lock so processes take turns."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+    elif connection.dialect.name == "sqlite":
+        # Takes the write lock now and makes SQLite's DDL part of this transaction.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("path_separator", "os")
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _sqlstate(error: DBAPIError) -> str:
+    """PostgreSQL's SQLSTATE of the error, or "" (SQLite has none)."""
+    original = error.orig
+    state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+    if state is None and original is not None:
+        state = getattr(original.__cause__, "sqlstate", None)
+    return str(state or "")
+
+
+def _reason(error: BaseException) -> str:
+    """The driver's own words, first line only, without SQLAlchemy's boilerplate."""
+    original = getattr(error, "orig", None) or error
+    words = str(original).strip().splitlines()
+    return words[0] if words else type(original).__name__

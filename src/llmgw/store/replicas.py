@@ -1,0 +1,127 @@
+"""Replicas: the desired state the reconciler writes — which model runs on which node and devices.
+
+Whether a replica is actually up is observed state and lives in the leader's
+memory; this table only says what should run, so a new leader can pick up
+where the last one stopped. Removing a model removes its replicas with it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+
+from llmgw.errors import Conflict, NotFound
+from llmgw.store.tables import ModelRow, ReplicaRow, rowcount
+
+if TYPE_CHECKING:
+    from llmgw.store.database import Store
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRecord:
+    """One replica of a model, placed on a node."""
+
+    id: str
+    model: str
+    """The catalog name of the model it serves."""
+    node_id: str
+    api_key: str
+    """The key the engine is started with; the gateway sends it on every proxied request."""
+    devices: Sequence[int]
+    """Indexes of the node's devices the replica runs on (kept as a tuple); empty on the CPU."""
+    memory_mb: int
+    created_at: datetime = field(default_factory=_utcnow)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.devices, tuple):
+            object.__setattr__(self, "devices", tuple(self.devices))
+
+
+class Replicas:
+    """Replicas by id: add, read, list (all, or one model's) and remove."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def add(self, replica: ReplicaRecord) -> ReplicaRecord:
+        """Store a new replica.
+
+        :class:`NotFound` when its model is not in the catalog, :class:`Conflict`
+        when a replica with its id exists.
+        """
+        row = ReplicaRow(
+            id=replica.id,
+            model=replica.model,
+            node_id=replica.node_id,
+            api_key=replica.api_key,
+            devices=list(replica.devices),
+            memory_mb=replica.memory_mb,
+            created_at=replica.created_at,
+        )
+        async with self._store.session() as session:
+            if await session.get(ModelRow, replica.model) is None:
+                raise NotFound(
+                    f"model {replica.model!r} of replica {replica.id!r} is not in the catalog",
+                    hint="add the model before its replicas; llmgw ctl models lists the catalog",
+                )
+            if await session.get(ReplicaRow, replica.id) is not None:
+                raise _exists(replica.id)
+            session.add(row)
+            try:
+                await session.flush()
+            except IntegrityError:
+                raise _exists(replica.id) from None
+            return _record(row)
+
+    async def get(self, replica_id: str) -> ReplicaRecord:
+        """The replica with id ``replica_id``; :class:`NotFound` when there is none."""
+        async with self._store.session() as session:
+            row = await session.get(ReplicaRow, replica_id)
+            if row is None:
+                raise _missing(replica_id)
+            return _record(row)
+
+    async def remove(self, replica_id: str) -> None:
+        """Forget the replica; :class:`NotFound` when there is none."""
+        async with self._store.session() as session:
+            result = await session.execute(delete(ReplicaRow).where(ReplicaRow.id == replica_id))
+            if not rowcount(result):
+                raise _missing(replica_id)
+
+    async def list(self, model: str | None = None) -> builtins.list[ReplicaRecord]:
+        """Every replica, or those of ``model``, oldest first."""
+        query = select(ReplicaRow).order_by(ReplicaRow.created_at, ReplicaRow.id)
+        if model is not None:
+            query = query.where(ReplicaRow.model == model)
+        async with self._store.session() as session:
+            return [_record(row) for row in await session.scalars(query)]
+
+
+def _record(row: ReplicaRow) -> ReplicaRecord:
+    return ReplicaRecord(
+        id=row.id,
+        model=row.model,
+        node_id=row.node_id,
+        api_key=row.api_key,
+        devices=tuple(int(device) for device in row.devices or ()),
+        memory_mb=row.memory_mb,
+        created_at=row.created_at,
+    )
+
+
+def _exists(replica_id: str) -> Conflict:
+    return Conflict(f"replica {replica_id!r} already exists", hint="give each replica a new id")
+
+
+def _missing(replica_id: str) -> NotFound:
+    return NotFound(f"replica {replica_id!r} does not exist", hint="llmgw ctl replicas lists the replicas")

@@ -1,0 +1,193 @@
+"""The store's tables: SQLAlchemy declarative classes, portable between SQLite and PostgreSQL.
+
+These rows never leave the store: repositories turn them into frozen records.
+The schema itself is created by the Alembic migrations in ``migrations/versions``
+(hand-written); a test checks that the migrations and these classes agree.
+
+Portability rules kept here: JSON columns (``json`` on PostgreSQL, text on
+SQLite), timestamps always aware and in UTC (:class:`UTCDateTime`), auto-numbered
+ids that are ``INTEGER PRIMARY KEY`` on SQLite and ``BIGSERIAL`` on PostgreSQL,
+and constraint names fixed by :data:`NAMING` so migrations can refer to them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    TypeDecorator,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult, Result
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Constraint and index names, the same on every database."""
+
+SerialId = BigInteger().with_variant(Integer(), "sqlite")
+"""An auto-numbered primary key: SQLite numbers only ``INTEGER PRIMARY KEY`` columns."""
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and read back aware, also on SQLite (which keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps given to the store must carry a time zone")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class ModelRow(Base):
+    """One model of the catalog; ``definition`` is its definition as a plain dict."""
+
+    __tablename__ = "models"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class ReplicaRow(Base):
+    """A replica the reconciler decided on: which model, on which node and devices."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(
+        String(128), ForeignKey("models.name", ondelete="CASCADE"), nullable=False, index=True
+    )
+    node_id: Mapped[str] = mapped_column(String(128), nullable=False, index=True)
+    api_key: Mapped[str] = mapped_column(String(128), nullable=False)
+    devices: Mapped[list[int]] = mapped_column(JSON, nullable=False)
+    memory_mb: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class NodeRow(Base):
+    """A node that has registered at least once, with its last reported inventory."""
+
+    __tablename__ = "nodes"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    address: Mapped[str] = mapped_column(String(512), nullable=False)
+    inventory: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class ApiKeyRow(Base):
+    """A client API key; only the sha256 of its secret is kept."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (
+        Index(
+            "uq_api_keys_active_name",
+            "name",
+            unique=True,
+            sqlite_where=text("revoked_at IS NULL"),
+            postgresql_where=text("revoked_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    prefix: Mapped[str] = mapped_column(String(16), nullable=False)
+    secret_hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True, index=True)
+    owner: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class SettingRow(Base):
+    """The current value of one runtime setting."""
+
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class SettingChangeRow(Base):
+    """One change of a setting; ``value`` is SQL NULL when the setting was deleted."""
+
+    __tablename__ = "settings_history"
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(256), nullable=False, index=True)
+    value: Mapped[Any] = mapped_column(JSON, nullable=True)
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    actor: Mapped[str] = mapped_column(String(256), nullable=False)
+
+
+class AuditRow(Base):
+    """One administrative action: who did what to which thing."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, index=True)
+    actor: Mapped[str] = mapped_column(String(256), nullable=False)
+    action: Mapped[str] = mapped_column(String(128), nullable=False)
+    target: Mapped[str] = mapped_column(String(512), nullable=False)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+
+
+class BlobRow(Base):
+    """A file the mirror keeps, by the sha256 of its bytes."""
+
+    __tablename__ = "blobs"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    filename: Mapped[str] = mapped_column(String(512), nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+def dialect_insert(dialect_name: str, table: type[Base]) -> postgresql.Insert | sqlite.Insert:
+    """An ``INSERT`` that knows ``ON CONFLICT`` on both SQLite and PostgreSQL."""
+    if dialect_name == "postgresql":
+        return postgresql.insert(table)
+    if dialect_name == "sqlite":
+        return sqlite.insert(table)
+    raise ValueError(f"the store does not support {dialect_name!r} databases")
+
+
+def rowcount(result: Result[Any]) -> int:
+    """How many rows an ``UPDATE`` or ``DELETE`` touched."""
+    return result.rowcount if isinstance(result, CursorResult) else 0
