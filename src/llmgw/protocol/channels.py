@@ -88,7 +88,9 @@ class MemoryChannel(Generic[T, U]):
 
 def memory_pair(
     agent_name: str = "node", control_name: str = "control-plane"
-) -> tuple[MemoryChannel[pb.AgentMessage, pb.ControlMessage], MemoryChannel[pb.ControlMessage, pb.AgentMessage]]:
+) -> tuple[
+    MemoryChannel[pb.AgentMessage, pb.ControlMessage], MemoryChannel[pb.ControlMessage, pb.AgentMessage]
+]:
     """An agent side and a control side joined in memory."""
     up: asyncio.Queue[object] = asyncio.Queue()
     down: asyncio.Queue[object] = asyncio.Queue()

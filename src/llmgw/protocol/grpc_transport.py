@@ -74,11 +74,11 @@ BlobProvider = Callable[[str, int], AsyncIterator[bytes]]
 class _ServerChannel:
     """The control plane's side of one agent's gRPC stream."""
 
-    def __init__(self, context: aio.ServicerContext) -> None:  # type: ignore[type-arg]
+    def __init__(self, context: aio.ServicerContext) -> None:  # type: ignore[type-arg,unused-ignore]
         self._context = context
         self._closed = False
         names = context.auth_context().get("x509_common_name") or [b"?"]
-        self._peer = names[0].decode()
+        self._peer = str(names[0].decode())
 
     @property
     def peer(self) -> str:
@@ -91,7 +91,9 @@ class _ServerChannel:
             await self._context.write(message)
         except (grpc.RpcError, RuntimeError) as error:
             self._closed = True
-            raise ChannelClosed(f"the stream to {self._peer} ended: {error}", "the agent reconnects") from None
+            raise ChannelClosed(
+                f"the stream to {self._peer} ended: {error}", "the agent reconnects"
+            ) from None
 
     async def receive(self) -> pb.AgentMessage:
         if self._closed:
@@ -100,7 +102,9 @@ class _ServerChannel:
             message = await self._context.read()
         except (grpc.RpcError, RuntimeError) as error:
             self._closed = True
-            raise ChannelClosed(f"the stream from {self._peer} ended: {error}", "the agent reconnects") from None
+            raise ChannelClosed(
+                f"the stream from {self._peer} ended: {error}", "the agent reconnects"
+            ) from None
         if message is aio.EOF:
             self._closed = True
             raise ChannelClosed(f"{self._peer} closed its stream", "the agent reconnects")
@@ -145,9 +149,13 @@ class AgentServer:
 
     async def start(self) -> int:
         ca, cert, key = self._tls.read()
-        credentials = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+        credentials = grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=ca, require_client_auth=True
+        )
         server = aio.server(options=_SERVER_OPTIONS)
-        pb_grpc.add_AgentServiceServicer_to_server(_Servicer(self._handler, self._blobs), server)
+        pb_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _Servicer(self._handler, self._blobs), server
+        )
         self.port = server.add_secure_port(self._address, credentials)
         if not self.port:
             raise ConfigError(
@@ -168,7 +176,7 @@ class AgentServer:
 class _ClientChannel:
     """The agent's side of its gRPC stream."""
 
-    def __init__(self, channel: aio.Channel, call: aio.StreamStreamCall, target: str) -> None:  # type: ignore[type-arg]
+    def __init__(self, channel: aio.Channel, call: aio.StreamStreamCall, target: str) -> None:  # type: ignore[type-arg,unused-ignore]
         self._channel = channel
         self._call = call
         self._target = target
@@ -185,7 +193,9 @@ class _ClientChannel:
             await self._call.write(message)
         except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
             self._closed = True
-            raise ChannelClosed(f"the stream to {self._target} ended: {_describe(error)}", "reconnecting") from None
+            raise ChannelClosed(
+                f"the stream to {self._target} ended: {_describe(error)}", "reconnecting"
+            ) from None
 
     async def receive(self) -> pb.ControlMessage:
         if self._closed:
@@ -194,7 +204,9 @@ class _ClientChannel:
             message = await self._call.read()
         except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
             self._closed = True
-            raise ChannelClosed(f"the stream from {self._target} ended: {_describe(error)}", "reconnecting") from None
+            raise ChannelClosed(
+                f"the stream from {self._target} ended: {_describe(error)}", "reconnecting"
+            ) from None
         if message is aio.EOF:
             self._closed = True
             raise ChannelClosed(f"{self._target} ended the stream", "reconnecting")
@@ -222,7 +234,9 @@ class GrpcConnector:
 
     def _channel(self) -> aio.Channel:
         ca, cert, key = self._tls.read()
-        credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=ca, private_key=key, certificate_chain=cert
+        )
         return aio.secure_channel(self.target, credentials, options=_CLIENT_OPTIONS)
 
     async def connect(self, timeout_s: float = 10.0) -> _ClientChannel:
@@ -236,19 +250,25 @@ class GrpcConnector:
                 f"cannot reach the control plane at {self.target} ({type(error).__name__})",
                 "check that it runs and that this node's certificate comes from the cluster's CA",
             ) from None
-        call = pb_grpc.AgentServiceStub(channel).Connect()
+        call = pb_grpc.AgentServiceStub(channel).Connect()  # type: ignore[no-untyped-call]
         return _ClientChannel(channel, call, self.target)
 
     async def fetch(self, sha256: str, offset: int = 0) -> AsyncIterator[bytes]:
         """A blob's bytes from the control plane's mirror, from ``offset``."""
         channel = self._channel()
         try:
-            stream = pb_grpc.AgentServiceStub(channel).FetchBlob(pb.BlobRequest(sha256=sha256, offset=offset))
+            stream = pb_grpc.AgentServiceStub(channel).FetchBlob(  # type: ignore[no-untyped-call]
+                pb.BlobRequest(sha256=sha256, offset=offset)
+            )
             async for chunk in stream:
                 yield chunk.data
         except aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.NOT_FOUND:
-                raise NotFound(error.details() or f"blob {sha256} not found", "import it with 'llmgw mirror import FILE'") from None
-            raise ChannelClosed(f"fetching {sha256[:12]} from {self.target} failed: {_describe(error)}", "retrying") from None
+                raise NotFound(
+                    error.details() or f"blob {sha256} not found", "import it with 'llmgw mirror import FILE'"
+                ) from None
+            raise ChannelClosed(
+                f"fetching {sha256[:12]} from {self.target} failed: {_describe(error)}", "retrying"
+            ) from None
         finally:
             await channel.close(grace=None)

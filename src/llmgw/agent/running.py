@@ -1,0 +1,73 @@
+"""Wiring of one agent process: discovery, installer, supervisor, session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+from llmgw.agent.config import AgentConfig
+from llmgw.agent.discovery import discover
+from llmgw.agent.installing import Installer
+from llmgw.agent.session import AgentSession
+from llmgw.agent.supervising import Supervisor
+from llmgw.protocol.channels import AgentChannel
+from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+
+log = logging.getLogger(__name__)
+
+
+async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
+    inventory = await discover(config.node_id, config.address, nvidia_smi=config.nvidia_smi)
+    log.info(
+        "node %s: %d cores, %d MiB, %d cards",
+        inventory.node_id,
+        inventory.cpu_cores,
+        inventory.memory_mb,
+        len(inventory.gpus),
+    )
+    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
+    tls.read()
+    session_box: list[AgentSession] = []
+
+    def fetcher():  # type: ignore[no-untyped-def]
+        target = session_box[0].current or config.control_planes[0]
+
+        def fetch(sha256: str, offset: int) -> AsyncIterator[bytes]:
+            return GrpcConnector(target, tls).fetch(sha256, offset)
+
+        return fetch
+
+    installer = Installer(config, lambda: inventory, fetcher)
+    config.work_path.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor(
+        config.work_path,
+        config.shards,
+        installer.prepare,
+        ports=(config.ports.first, config.ports.last),
+        host=config.address,
+    )
+
+    async def connect(target: str) -> AgentChannel:
+        return await GrpcConnector(target, tls).connect()
+
+    session = AgentSession(
+        inventory, supervisor, config.control_planes, connect, engines=installer.installed_engines
+    )
+    session_box.append(session)
+    running = asyncio.create_task(session.run(), name="agent-session")
+    try:
+        await stop.wait()
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await supervisor.stop_all()
+
+
+async def run_until_signalled(config: AgentConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await run_agent(config, stop)

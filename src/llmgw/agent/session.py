@@ -1,0 +1,159 @@
+"""The agent's session with the leading control plane: connect, register, obey, report.
+
+The agent keeps one stream open; when it ends, it reconnects with backoff,
+trying each control plane it knows. The backoff starts again after a session
+that worked, so each failover does not make the next one slower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from llmgw import __version__
+from llmgw.agent.supervising import Supervisor
+from llmgw.core.backoff import Backoff
+from llmgw.core.devices import NodeInventory
+from llmgw.errors import ChannelClosed
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.channels import AgentChannel
+
+log = logging.getLogger(__name__)
+
+Connect = Callable[[str], Awaitable[AgentChannel]]
+
+
+def register_message(
+    inventory: NodeInventory, shards: list[pb.RunningShard], engines: list[str]
+) -> pb.AgentMessage:
+    return pb.AgentMessage(
+        register=pb.Register(
+            node_id=inventory.node_id,
+            address=inventory.address,
+            cpu_cores=inventory.cpu_cores,
+            memory_mb=inventory.memory_mb,
+            agent_version=__version__,
+            driver_version=inventory.driver_version,
+            devices=[
+                pb.Device(
+                    kind=d.kind,
+                    index=d.index,
+                    name=d.name,
+                    memory_mb=d.memory_mb,
+                    memory_free_mb=d.memory_free_mb,
+                    uuid=d.uuid,
+                    device_class=d.device_class,
+                )
+                for d in inventory.devices
+            ],
+            shards=shards,
+            engines=engines,
+        )
+    )
+
+
+class AgentSession:
+    """Keeps the agent connected to a control plane and carries out its commands."""
+
+    def __init__(
+        self,
+        inventory: NodeInventory,
+        supervisor: Supervisor,
+        control_planes: list[str],
+        connect: Connect,
+        engines: Callable[[], list[str]] = list,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self._inventory = inventory
+        self._supervisor = supervisor
+        self.control_planes = list(control_planes)
+        self._connect = connect
+        self._engines = engines
+        self._backoff = backoff or Backoff(base=0.5, factor=2.0, cap=15.0)
+        self._outbox: asyncio.Queue[pb.AgentMessage] = asyncio.Queue()
+        self.connected = asyncio.Event()
+        supervisor.report = self._report
+        self.current: str = ""
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    def _report(self, status: pb.ShardStatus) -> None:
+        if self.connected.is_set():
+            self._outbox.put_nowait(pb.AgentMessage(status=status))
+
+    async def run(self) -> None:
+        turn = 0
+        while True:
+            target = self.control_planes[turn % len(self.control_planes)]
+            turn += 1
+            try:
+                channel = await self._connect(target)
+            except ChannelClosed as error:
+                delay = self._backoff.next_delay()
+                log.warning("%s; trying again in %.1f s", error, delay)
+                await asyncio.sleep(delay)
+                continue
+            worked = await self._serve(channel, target)
+            if worked:
+                self._backoff.reset()
+            delay = self._backoff.next_delay()
+            log.info("reconnecting in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+    async def _serve(self, channel: AgentChannel, target: str) -> bool:
+        """One session; True when it got as far as a registration the control plane accepted."""
+        self._outbox = asyncio.Queue()
+        registered = False
+        try:
+            await channel.send(
+                register_message(self._inventory, self._supervisor.snapshot(), self._engines())
+            )
+            answer = await channel.receive()
+            if answer.WhichOneof("kind") != "registered":
+                log.warning("%s answered the registration with %s", target, answer.WhichOneof("kind"))
+                return False
+            registered = True
+            self.current = target
+            for address in answer.registered.control_planes:
+                if address and address not in self.control_planes:
+                    self.control_planes.append(address)
+            log.info("registered with %s (leader %s)", target, answer.registered.leader)
+            self.connected.set()
+            async with asyncio.TaskGroup() as tasks:
+                sender = tasks.create_task(self._send_loop(channel))
+                try:
+                    await self._receive_loop(channel)
+                finally:
+                    sender.cancel()
+        except* ChannelClosed as group:
+            log.warning("session with %s ended: %s", target, group.exceptions[0])
+        finally:
+            self.connected.clear()
+            self.current = ""
+            with contextlib.suppress(Exception):
+                await channel.close()
+        return registered
+
+    async def _send_loop(self, channel: AgentChannel) -> None:
+        while True:
+            message = await self._outbox.get()
+            await channel.send(message)
+
+    async def _receive_loop(self, channel: AgentChannel) -> None:
+        while True:
+            message = await channel.receive()
+            kind = message.WhichOneof("kind")
+            if kind == "start":
+                log.info("start shard %s (%s)", message.start.replica_id, message.start.model)
+                self._supervisor.start(message.start)
+            elif kind == "stop":
+                task = asyncio.create_task(
+                    self._supervisor.stop(message.stop.replica_id, message.stop.reason)
+                )
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
+            elif kind == "heartbeat":
+                pass
+            else:
+                log.info("ignoring %s from the control plane", kind)

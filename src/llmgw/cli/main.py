@@ -1,0 +1,49 @@
+"""The ``llmgw`` command."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# gRPC's core logs every fork it sees at INFO; the agent forks engines all the time.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import typer
+
+from llmgw import __version__
+from llmgw.cli import agent, ctl, engine, mirror, server, up
+from llmgw.cli.output import fail
+from llmgw.errors import LlmgwError
+
+app = typer.Typer(
+    name="llmgw",
+    help="llmgw: one OpenAI-compatible endpoint over a fleet of machines with GPUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(server.app, name="server")
+app.add_typer(agent.app, name="agent")
+app.add_typer(ctl.app, name="ctl")
+app.add_typer(mirror.app, name="mirror")
+app.add_typer(engine.app, name="engine")
+app.command("up")(up.up)
+
+
+@app.command()
+def version() -> None:
+    """Print llmgw's version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    try:
+        app()
+    except LlmgwError as error:
+        fail(error)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""``llmgw mirror``: weights kept by sha256 on the control plane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.output import console, table
+from llmgw.errors import ValidationFailed
+
+app = typer.Typer(help="Weights kept by sha256 on the control plane.", no_args_is_help=True)
+
+
+def upload(admin: AdminClient, file: Path, *, show_progress: bool = True) -> dict[str, Any]:
+    if not file.is_file():
+        raise ValidationFailed(
+            [("FILE", f"{file} is not a readable file")], "give the path of a weights file"
+        )
+    size = file.stat().st_size
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=console,
+        disable=not show_progress,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"uploading {file.name}", total=size)
+        with file.open("rb") as handle:
+            answer = admin.request(
+                "POST",
+                f"/api/mirror/blobs?filename={file.name}",
+                data=handle,
+                length=size,
+                progress=lambda n: progress.advance(task, n),
+            )
+    return answer  # type: ignore[no-any-return]
+
+
+@app.command("import")
+def import_file(
+    file: Path = typer.Argument(..., help="The file to import (e.g. a GGUF)."),
+    url: str = typer.Option(None, "--url"),
+    token: str = typer.Option(None, "--token"),
+) -> None:
+    """Import a file into the mirror; prints its sha256 for model definitions."""
+    answer = upload(AdminClient.from_environment(url, token), file)
+    console.print(f"imported {file.name}: {answer['size']} bytes")
+    print(f"sha256:{answer['sha256']}")
+
+
+@app.command("list")
+def list_blobs(url: str = typer.Option(None, "--url"), token: str = typer.Option(None, "--token")) -> None:
+    """List what the mirror holds."""
+    rows = AdminClient.from_environment(url, token).get("/api/mirror/blobs")
+    table(
+        ["SHA256", "SIZE", "FILE", "KIND"], [(b["sha256"], b["size"], b["filename"], b["kind"]) for b in rows]
+    )

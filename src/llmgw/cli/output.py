@@ -1,0 +1,63 @@
+"""What the commands print: tables, errors, logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+from rich.console import Console
+from rich.table import Table
+
+from llmgw.errors import LlmgwError, ValidationFailed
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(error: LlmgwError) -> NoReturn:
+    errors.print(f"[bold red]error:[/] {error.message}", highlight=False)
+    if isinstance(error, ValidationFailed):
+        for field, problem in error.problems:
+            errors.print(f"  - {field or '(definition)'}: {problem}", highlight=False)
+    if error.hint:
+        errors.print(f"[bold]what to do:[/] {error.hint}", highlight=False)
+    sys.exit(2 if error.status in (400, 404, 409) else 1)
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
+    out = Table(title=title, show_edge=False, header_style="bold")
+    for column in columns:
+        out.add_column(column)
+    for row in rows:
+        out.add_row(*("" if value is None else str(value) for value in row))
+    console.print(out)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def setup_logging(level: str = "info", as_json: bool = False) -> None:
+    handler = logging.StreamHandler()
+    if as_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("aiosqlite", "sqlalchemy.engine", "alembic", "grpc"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

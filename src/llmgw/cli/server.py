@@ -1,0 +1,156 @@
+"""``llmgw server``: create and run a control plane."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import shutil
+import socket
+from pathlib import Path
+
+import typer
+
+from llmgw.cli.output import console, setup_logging
+from llmgw.cli.paths import SYSTEM_DIR, find_server_config
+from llmgw.controlplane.config import (
+    AgentServerSettings,
+    HttpSettings,
+    ServerConfig,
+    StoreSettings,
+    load_server_config,
+    save_server_config,
+)
+from llmgw.errors import ConfigError
+from llmgw.pki.authority import Authority
+from llmgw.protocol.grpc_transport import SERVER_NAME
+
+app = typer.Typer(help="Create and run a control plane.", no_args_is_help=True)
+
+ADMIN_TOKEN_FILE = "admin.token"
+
+
+def initialise(
+    directory: Path,
+    *,
+    name: str,
+    http_host: str,
+    http_port: int,
+    agent_host: str,
+    agent_port: int,
+    store_url: str = "",
+) -> ServerConfig:
+    """A new cluster in ``directory``: CA, this control plane's certificate, admin token, config, store."""
+    path = directory / "server.yaml"
+    if path.exists():
+        raise ConfigError(f"{path} already exists", "use it with 'llmgw server run', or choose another --dir")
+    directory.mkdir(parents=True, exist_ok=True)
+    authority = Authority.create(directory)
+    hosts = sorted(
+        {SERVER_NAME, "localhost", "127.0.0.1", socket.gethostname(), http_host, agent_host} - {"0.0.0.0", ""}
+    )
+    authority.issue(name, sans=hosts, usage="both", directory=directory, stem="server")
+    token = "llmgw-admin-" + secrets.token_urlsafe(32)
+    token_path = directory / ADMIN_TOKEN_FILE
+    token_path.touch(mode=0o600)
+    token_path.write_text(token + "\n")
+    config = ServerConfig(
+        name=name,
+        admin_token_sha256=hashlib.sha256(token.encode()).hexdigest(),
+        store=StoreSettings(url=store_url),
+        http=HttpSettings(host=http_host, port=http_port),
+        agent_server=AgentServerSettings(host=agent_host, port=agent_port),
+    )
+    save_server_config(config, path)
+    from llmgw.store.database import Store
+
+    async def create_store() -> None:
+        store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
+        await store.close()
+
+    asyncio.run(create_store())
+    return config
+
+
+def issue_node_certificate(config: ServerConfig, node_id: str, out: Path) -> None:
+    authority = Authority.load(config.path(config.tls.ca).parent)
+    out.mkdir(parents=True, exist_ok=True)
+    authority.issue(node_id, sans=[node_id], usage="client", directory=out, stem="node")
+    shutil.copyfile(config.path(config.tls.ca), out / "ca.crt")
+
+
+def resolve_config(path: Path | None) -> Path:
+    if path is not None:
+        return path
+    found = find_server_config()
+    if found is None:
+        raise ConfigError(
+            "no server.yaml found", "pass --config, set LLMGW_CONFIG, or create one with 'llmgw server init'"
+        )
+    return found
+
+
+@app.command()
+def init(
+    directory: Path = typer.Option(
+        SYSTEM_DIR, "--dir", help="Directory for server.yaml, the CA, certificates and the token."
+    ),
+    name: str = typer.Option("cp1", help="This control plane's name."),
+    http_host: str = typer.Option("127.0.0.1", help="Address of /v1, /api and /metrics."),
+    http_port: int = typer.Option(8080, help="Port of /v1, /api and /metrics."),
+    agent_host: str = typer.Option("127.0.0.1", help="Address agents connect to."),
+    agent_port: int = typer.Option(8443, help="Port agents connect to."),
+    store_url: str = typer.Option("", help="Store URL (default: SQLite in the directory)."),
+) -> None:
+    """Create a cluster: CA, certificate, admin token, server.yaml and the store."""
+    config = initialise(
+        directory,
+        name=name,
+        http_host=http_host,
+        http_port=http_port,
+        agent_host=agent_host,
+        agent_port=agent_port,
+        store_url=store_url,
+    )
+    console.print(f"created cluster in {directory}")
+    console.print(f"  config:      {directory / 'server.yaml'}")
+    console.print(f"  admin token: {directory / ADMIN_TOKEN_FILE}")
+    console.print(f"  store:       {config.store_url}")
+    console.print(f"start it with: llmgw server run --config {directory / 'server.yaml'}")
+
+
+@app.command()
+def run(
+    config: Path = typer.Option(
+        None, "--config", "-c", help="server.yaml (default: $LLMGW_CONFIG, the 'up' home, /etc/llmgw)."
+    ),
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    log_json: bool = typer.Option(False, "--log-json", help="Log one JSON object per line."),
+) -> None:
+    """Run a control plane until SIGINT or SIGTERM."""
+    setup_logging(log_level, log_json)
+    loaded = load_server_config(resolve_config(config))
+    from llmgw.controlplane.running import run_until_signalled
+
+    _run(run_until_signalled(loaded))
+
+
+@app.command("node-cert")
+def node_cert(
+    node_id: str = typer.Argument(..., help="The node's id (its certificate's common name)."),
+    out: Path = typer.Option(..., "--out", help="Directory to write node.crt, node.key and ca.crt into."),
+    config: Path = typer.Option(None, "--config", "-c", help="server.yaml of the cluster."),
+) -> None:
+    """Issue a node's agent certificate from the cluster's CA."""
+    loaded = load_server_config(resolve_config(config))
+    issue_node_certificate(loaded, node_id, out)
+    console.print(f"wrote {out / 'node.crt'}, {out / 'node.key'} and {out / 'ca.crt'} for node {node_id}")
+
+
+def _run(coroutine) -> None:  # type: ignore[no-untyped-def]
+    try:
+        import uvloop
+
+        uvloop.run(coroutine)
+    except ImportError:
+        asyncio.run(coroutine)

@@ -1,0 +1,299 @@
+"""The admin API under ``/api``: catalog, keys, nodes, replicas, mirror. Bearer admin token."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+from llmgw import __version__
+from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.core.catalog import parse_model
+from llmgw.errors import LlmgwError, NotFound, Unauthorized, ValidationFailed
+from llmgw.mirror.blobs import BlobStore
+from llmgw.store.database import Store
+
+MAX_BLOB_BYTES = 256 << 30
+
+
+class KeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=100)
+    owner: str = ""
+
+
+def _error(
+    status: int, message: str, hint: str = "", problems: list[tuple[str, str]] | None = None
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"message": message, "hint": hint}}
+    if problems:
+        body["error"]["problems"] = [{"field": f, "problem": p} for f, p in problems]
+    return JSONResponse(body, status_code=status)
+
+
+class AdminApi:
+    """Builds the FastAPI app; the routes read the store and the fleet."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token_sha256: str,
+        store: Store,
+        fleet: Fleet,
+        reconciler: Reconciler,
+        blobs: BlobStore,
+        on_keys_changed: Any,
+    ) -> None:
+        self.name = name
+        self._token_sha256 = token_sha256
+        self.store = store
+        self.fleet = fleet
+        self.reconciler = reconciler
+        self.blobs = blobs
+        self.on_keys_changed = on_keys_changed
+        self.started = time.time()
+
+    def check_token(self, request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        if not token or not hmac.compare_digest(digest, self._token_sha256):
+            raise Unauthorized(
+                "missing or wrong admin token",
+                "send 'Authorization: Bearer <token>' with the token in admin.token beside server.yaml",
+            )
+
+    def app(self) -> FastAPI:
+        app = FastAPI(
+            title="llmgw admin API",
+            version=__version__,
+            docs_url="/api/docs",
+            openapi_url="/api/openapi.json",
+            redoc_url=None,
+        )
+        auth = [Depends(self.check_token)]
+
+        @app.exception_handler(LlmgwError)
+        async def _llmgw_error(request: Request, error: LlmgwError) -> JSONResponse:
+            problems = error.problems if isinstance(error, ValidationFailed) else None
+            return _error(error.status, error.message, error.hint, problems)
+
+        @app.exception_handler(RequestValidationError)
+        async def _bad_request(request: Request, error: RequestValidationError) -> JSONResponse:
+            problems = []
+            for item in error.errors():
+                field = ".".join(str(p) for p in item["loc"] if p != "body")
+                why = "unknown field; remove it" if item["type"] == "extra_forbidden" else item["msg"]
+                problems.append((field, why))
+            text = "; ".join(f"{f}: {p}" if f else p for f, p in problems)
+            return _error(400, f"invalid request: {text}", "fix the fields named", problems)
+
+        @app.get("/healthz")
+        async def healthz() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @app.get("/leader")
+        async def leader() -> dict[str, Any]:
+            return {"leader": True, "name": self.name}
+
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+        @app.get("/api/status", dependencies=auth)
+        async def status() -> dict[str, Any]:
+            models = await self.store.models.list()
+            replicas = list(self.fleet.replicas.values())
+            return {
+                "name": self.name,
+                "version": __version__,
+                "leader": self.name,
+                "standbys": [],
+                "uptime_s": int(time.time() - self.started),
+                "nodes": len(self.fleet.nodes),
+                "models": len(models),
+                "replicas": len(replicas),
+                "replicas_ready": sum(1 for r in replicas if r.state == "ready"),
+                "reconcile_error": self.reconciler.last_error,
+                "unplaced": dict(self.reconciler.unplaced),
+            }
+
+        @app.get("/api/nodes", dependencies=auth)
+        async def nodes() -> list[dict[str, Any]]:
+            known = {n.id: n for n in await self.store.nodes.list()}
+            out = []
+            for node_id in sorted(set(known) | set(self.fleet.nodes)):
+                live = self.fleet.nodes.get(node_id)
+                inv = live.inventory if live else None
+                record = known.get(node_id)
+                out.append(
+                    {
+                        "id": node_id,
+                        "connected": live is not None,
+                        "address": inv.address if inv else (record.address if record else ""),
+                        "cpu_cores": inv.cpu_cores if inv else 0,
+                        "memory_mb": inv.memory_mb if inv else 0,
+                        "gpus": [
+                            {
+                                "index": d.index,
+                                "name": d.name,
+                                "class": d.device_class,
+                                "memory_mb": d.memory_mb,
+                            }
+                            for d in (inv.gpus if inv else ())
+                        ],
+                        "engines": list(live.engines) if live else [],
+                        "replicas": sum(1 for r in self.fleet.replicas.values() if r.node_id == node_id),
+                    }
+                )
+            return out
+
+        @app.get("/api/replicas", dependencies=auth)
+        async def replicas() -> list[dict[str, Any]]:
+            return [
+                {
+                    "id": r.replica_id,
+                    "model": r.model,
+                    "node": r.node_id,
+                    "state": r.state,
+                    "port": r.port,
+                    "on": r.compute,
+                    "restarts": r.restarts,
+                    "error": r.error,
+                }
+                for r in sorted(self.fleet.replicas.values(), key=lambda r: (r.model, r.replica_id))
+            ]
+
+        @app.get("/api/models", dependencies=auth)
+        async def list_models() -> list[dict[str, Any]]:
+            out = []
+            for record in await self.store.models.list():
+                mine = self.fleet.of_model(record.name)
+                out.append(
+                    {
+                        "name": record.name,
+                        "definition": record.definition,
+                        "replicas": len(mine),
+                        "ready": sum(1 for r in mine if r.state == "ready"),
+                        "unplaced": self.reconciler.unplaced.get(record.name, ""),
+                    }
+                )
+            return out
+
+        @app.get("/api/models/{name:path}", dependencies=auth)
+        async def get_model(name: str) -> dict[str, Any]:
+            record = await self.store.models.get(name)
+            return {"name": record.name, "definition": record.definition}
+
+        @app.post("/api/models", dependencies=auth, status_code=201)
+        async def add_model(request: Request) -> dict[str, Any]:
+            model = parse_model(await _json_body(request))
+            if not self.blobs.has(model.source.sha256):
+                raise ValidationFailed(
+                    [("source.sha256", f"no weights with sha256 {model.source.sha256[:12]}… in the mirror")],
+                    "import the file first with 'llmgw mirror import FILE'",
+                )
+            definition = model.model_dump(mode="json")
+            if not model.source.size:
+                definition["source"]["size"] = self.blobs.path_of(model.source.sha256).stat().st_size
+            await self.store.models.add(model.name, definition)
+            await self.store.audit.record("admin", "model.add", model.name, definition)
+            self.reconciler.wake()
+            return {"name": model.name, "definition": definition}
+
+        @app.delete("/api/models/{name:path}", dependencies=auth, status_code=204)
+        async def remove_model(name: str) -> Response:
+            await self.store.models.remove(name)
+            await self.store.audit.record("admin", "model.remove", name)
+            self.reconciler.wake()
+            return Response(status_code=204)
+
+        @app.get("/api/keys", dependencies=auth)
+        async def list_keys() -> list[dict[str, Any]]:
+            return [
+                {
+                    "id": k.id,
+                    "name": k.name,
+                    "prefix": k.prefix,
+                    "owner": k.owner,
+                    "created_at": k.created_at.isoformat(),
+                    "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+                }
+                for k in await self.store.keys.list(include_revoked=True)
+            ]
+
+        @app.post("/api/keys", dependencies=auth, status_code=201)
+        async def create_key(body: KeyRequest) -> dict[str, Any]:
+            record, secret = await self.store.keys.create(body.name, body.owner)
+            await self.store.audit.record("admin", "key.create", record.id, {"name": body.name})
+            await self.on_keys_changed()
+            return {"id": record.id, "name": record.name, "key": secret}
+
+        @app.delete("/api/keys/{key}", dependencies=auth, status_code=204)
+        async def revoke_key(key: str) -> Response:
+            await self.store.keys.revoke(key)
+            await self.store.audit.record("admin", "key.revoke", key)
+            await self.on_keys_changed()
+            return Response(status_code=204)
+
+        @app.get("/api/mirror/blobs", dependencies=auth)
+        async def list_blobs() -> list[dict[str, Any]]:
+            return [
+                {"sha256": b.sha256, "size": b.size, "filename": b.filename, "kind": b.kind}
+                for b in await self.store.blobs.list()
+            ]
+
+        @app.post("/api/mirror/blobs", dependencies=auth, status_code=201)
+        async def upload_blob(request: Request, filename: str = "model.gguf") -> dict[str, Any]:
+            self.blobs.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.blobs.root, prefix=".upload-", delete=True) as handle:
+                size = 0
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_BLOB_BYTES:
+                        raise ValidationFailed([("body", "larger than 256 GiB")], "split the upload")
+                    handle.write(chunk)
+                handle.flush()
+                info = await self.blobs.import_file(Path(handle.name))
+            await self.store.blobs.add(info.sha256, info.size, filename, "weights")
+            await self.store.audit.record("admin", "mirror.import", info.sha256, {"filename": filename})
+            return {"sha256": info.sha256, "size": info.size, "filename": filename}
+
+        @app.get("/api/audit", dependencies=auth)
+        async def audit(limit: int = 100) -> list[dict[str, Any]]:
+            return [
+                {
+                    "at": a.at.isoformat(),
+                    "actor": a.actor,
+                    "action": a.action,
+                    "target": a.target,
+                    "detail": a.detail,
+                }
+                for a in await self.store.audit.list(limit)
+            ]
+
+        @app.api_route("/api/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+        async def unknown(rest: str) -> JSONResponse:
+            raise NotFound(f"no admin route /api/{rest}", "see /api/docs for the routes")
+
+        return app
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValidationFailed([("body", f"not valid JSON: {error}")], "send a JSON object") from None

@@ -1,0 +1,168 @@
+"""The leader's observed state: connected nodes and what each replica is doing.
+
+Desired state (the catalog, which replica goes where) lives in the store;
+this is rebuilt from agents' registrations after a restart or failover.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmgw.core.backoff import Backoff
+from llmgw.core.devices import Device, NodeInventory
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.channels import ControlChannel
+
+log = logging.getLogger(__name__)
+
+STATE_NAMES: dict[int, str] = {
+    pb.SHARD_STATE_UNSPECIFIED: "unknown",
+    pb.SHARD_STATE_STARTING: "starting",
+    pb.SHARD_STATE_READY: "ready",
+    pb.SHARD_STATE_FAILED: "failed",
+    pb.SHARD_STATE_STOPPED: "stopped",
+}
+
+
+@dataclass
+class NodeState:
+    inventory: NodeInventory
+    channel: ControlChannel
+    engines: tuple[str, ...] = ()
+    connected_at: float = field(default_factory=time.time)
+    last_heard: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ReplicaState:
+    """One replica as the leader sees it."""
+
+    replica_id: str
+    model: str
+    node_id: str
+    api_key: str
+    capacity: int = 1
+    state: str = "placed"
+    """placed → starting → ready; failed; absent (its node has not reported it)."""
+    port: int = 0
+    error: str = ""
+    restarts: int = 0
+    compute: str = ""
+    next_start: float = 0.0
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+def inventory_of(register: pb.Register) -> NodeInventory:
+    devices = tuple(
+        Device(
+            kind=d.kind,
+            index=d.index,
+            name=d.name,
+            memory_mb=d.memory_mb,
+            memory_free_mb=d.memory_free_mb,
+            uuid=d.uuid,
+            device_class=d.device_class,
+        )
+        for d in register.devices
+    )
+    return NodeInventory(
+        node_id=register.node_id,
+        address=register.address,
+        cpu_cores=register.cpu_cores,
+        memory_mb=register.memory_mb,
+        devices=devices,
+        driver_version=register.driver_version,
+    )
+
+
+def describe_compute(compute: pb.Compute) -> str:
+    if not compute.backend:
+        return ""
+    if compute.backend == "cpu":
+        return "cpu"
+    devices = ",".join(str(d) for d in compute.devices)
+    return f"{compute.backend}:{devices}" if devices else compute.backend
+
+
+class Fleet:
+    """Connected nodes and replica states, with hooks the gateway's table follows."""
+
+    def __init__(
+        self,
+        on_ready: Callable[[ReplicaState, str], None],
+        on_gone: Callable[[str], None],
+    ) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self.replicas: dict[str, ReplicaState] = {}
+        self._on_ready = on_ready
+        self._on_gone = on_gone
+
+    # nodes -----------------------------------------------------------------
+    def attach(self, register: pb.Register, channel: ControlChannel) -> NodeState | None:
+        """Record a node's new session; returns the session it replaces, if any."""
+        old = self.nodes.get(register.node_id)
+        self.nodes[register.node_id] = NodeState(
+            inventory=inventory_of(register), channel=channel, engines=tuple(register.engines)
+        )
+        return old
+
+    def detach(self, node_id: str, channel: ControlChannel) -> bool:
+        """Forget a node whose session ended (unless a newer session replaced it)."""
+        node = self.nodes.get(node_id)
+        if node is None or node.channel is not channel:
+            return False
+        del self.nodes[node_id]
+        for replica in self.replicas.values():
+            if replica.node_id == node_id:
+                self._set_state(replica, "absent")
+        return True
+
+    # replicas --------------------------------------------------------------
+    def track(self, replica: ReplicaState) -> None:
+        self.replicas[replica.replica_id] = replica
+
+    def forget(self, replica_id: str) -> ReplicaState | None:
+        replica = self.replicas.pop(replica_id, None)
+        if replica is not None:
+            self._on_gone(replica_id)
+        return replica
+
+    def observe(
+        self,
+        node_id: str,
+        replica_id: str,
+        state: int,
+        port: int,
+        error: str,
+        compute: pb.Compute,
+        restarts: int = 0,
+    ) -> ReplicaState | None:
+        """Apply a shard's reported state; None when the replica is not one the leader knows."""
+        replica = self.replicas.get(replica_id)
+        if replica is None or replica.node_id != node_id:
+            return None
+        name = STATE_NAMES.get(state, "unknown")
+        if port:
+            replica.port = port
+        if compute.backend:
+            replica.compute = describe_compute(compute)
+        replica.error = error
+        replica.restarts = max(replica.restarts, restarts)
+        if name == "ready":
+            replica.backoff.reset()
+        self._set_state(replica, name)
+        return replica
+
+    def _set_state(self, replica: ReplicaState, state: str) -> None:
+        replica.state = state
+        node = self.nodes.get(replica.node_id)
+        if state == "ready" and node is not None and replica.port:
+            self._on_ready(replica, f"http://{node.inventory.address}:{replica.port}")
+        else:
+            self._on_gone(replica.replica_id)
+
+    def of_model(self, model: str) -> list[ReplicaState]:
+        return [r for r in self.replicas.values() if r.model == model]

@@ -1,0 +1,234 @@
+"""The reconciler: make the replicas running match what the catalog asks for.
+
+Each pass reads the catalog and the replicas placed (desired state, in the
+store) and the fleet (observed state, in memory), then places new replicas,
+starts the ones their node is not running, restarts failed ones with backoff,
+stops the ones no longer wanted and stops idle on-demand models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+
+from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.core.catalog import ModelDefinition, parse_model
+from llmgw.core.placement import Placed, place
+from llmgw.errors import ChannelClosed, LlmgwError, NotFound
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.store.database import Store
+from llmgw.store.replicas import ReplicaRecord
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    """Leader-only loop driving replicas towards the catalog."""
+
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        *,
+        interval_s: float = 2.0,
+        backoff_s: float = 2.0,
+        backoff_max_s: float = 60.0,
+        in_flight: Callable[[str], int] = lambda model: 0,
+        on_catalog: Callable[[list[ModelDefinition]], None] = lambda models: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._fleet = fleet
+        self._interval_s = interval_s
+        self._backoff_s = backoff_s
+        self._backoff_max_s = backoff_max_s
+        self._in_flight = in_flight
+        self._on_catalog = on_catalog
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self._last_used: dict[str, float] = {}
+        self.last_error = ""
+        self.unplaced: dict[str, str] = {}
+        """Models that could not be placed, with every node's reason."""
+
+    # signals from elsewhere --------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def demand(self, model: str) -> None:
+        """A request wants ``model`` and no replica is ready: keep (or start) one."""
+        self._last_used[model] = self._clock()
+        self.wake()
+
+    def used(self, model: str) -> None:
+        self._last_used[model] = self._clock()
+
+    def failed(self, replica: ReplicaState) -> None:
+        delay = min(self._backoff_max_s, self._backoff_s * (2**replica.backoff.attempts))
+        replica.backoff.attempts += 1
+        replica.next_start = self._clock() + delay
+        log.warning(
+            "replica %s of %s failed (%s); starting it again in %.0f s",
+            replica.replica_id,
+            replica.model,
+            replica.error or "no reason given",
+            delay,
+        )
+        self.wake()
+
+    # the loop -----------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.pass_once()
+                self.last_error = ""
+            except LlmgwError as error:
+                self.last_error = str(error)
+                log.warning("reconcile pass failed: %s", error)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+            except TimeoutError:
+                pass
+
+    async def pass_once(self) -> None:
+        records = await self._store.models.list()
+        models: dict[str, ModelDefinition] = {}
+        for record in records:
+            try:
+                models[record.name] = parse_model(record.definition)
+            except LlmgwError as error:
+                log.error("model %s in the store cannot be read: %s", record.name, error)
+        self._on_catalog(list(models.values()))
+        placed = await self._store.replicas.list()
+        for replica_record in placed:
+            if replica_record.id not in self._fleet.replicas:
+                self._fleet.track(
+                    ReplicaState(
+                        replica_id=replica_record.id,
+                        model=replica_record.model,
+                        node_id=replica_record.node_id,
+                        api_key=replica_record.api_key,
+                        capacity=models[replica_record.model].profile.parallel
+                        if replica_record.model in models
+                        else 1,
+                        state="absent",
+                    )
+                )
+        wanted = {p.id for p in placed}
+        for replica in [r for r in self._fleet.replicas.values() if r.replica_id not in wanted]:
+            await self._remove(replica, "its model left the catalog")
+        for model in models.values():
+            await self._reconcile_model(model, placed)
+
+    def _demanded(self, model: ModelDefinition) -> bool:
+        if self._in_flight(model.name) > 0:
+            self._last_used[model.name] = self._clock()
+            return True
+        last = self._last_used.get(model.name)
+        return last is not None and self._clock() - last < model.idle_timeout_s
+
+    async def _reconcile_model(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
+        mine = self._fleet.of_model(model.name)
+        want = min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
+        if len(mine) >= want:
+            self.unplaced.pop(model.name, None)
+        if len(mine) > want:
+            order = {"failed": 0, "absent": 1, "placed": 2, "starting": 3, "ready": 4}
+            for replica in sorted(mine, key=lambda r: order.get(r.state, 0))[: len(mine) - want]:
+                await self._remove(replica, "no longer wanted" if want else "idle")
+            return
+        for _ in range(want - len(mine)):
+            if not await self._place(model, placed):
+                break
+        now = self._clock()
+        for replica in self._fleet.of_model(model.name):
+            if replica.node_id not in self._fleet.nodes:
+                continue
+            if replica.state == "absent" or (replica.state == "failed" and now >= replica.next_start):
+                await self._start(replica, model)
+
+    async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
+        nodes = [n.inventory for n in self._fleet.nodes.values()]
+        taken = [Placed(r.model, r.node_id, r.memory_mb, tuple(r.devices)) for r in placed]
+        decision = place(model.name, model.memory_needed_mb(), nodes, taken)
+        if not decision.placed:
+            reasons = (
+                "; ".join(f"{node}: {why}" for node, why in decision.refusals.items())
+                or "no node is connected"
+            )
+            if self.unplaced.get(model.name) != reasons:
+                log.warning("cannot place a replica of %s: %s", model.name, reasons)
+            self.unplaced[model.name] = reasons
+            return False
+        self.unplaced.pop(model.name, None)
+        record = ReplicaRecord(
+            id=f"{_slug(model.name)}-{secrets.token_hex(3)}",
+            model=model.name,
+            node_id=decision.node_id,
+            api_key=secrets.token_urlsafe(24),
+            devices=list(decision.devices),
+            memory_mb=model.memory_needed_mb(),
+        )
+        await self._store.replicas.add(record)
+        placed.append(record)
+        replica = ReplicaState(
+            replica_id=record.id,
+            model=model.name,
+            node_id=record.node_id,
+            api_key=record.api_key,
+            capacity=model.profile.parallel,
+        )
+        self._fleet.track(replica)
+        log.info("placed replica %s of %s on %s", record.id, model.name, record.node_id)
+        await self._start(replica, model, tuple(decision.devices))
+        return True
+
+    async def _start(
+        self, replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = ()
+    ) -> None:
+        node = self._fleet.nodes.get(replica.node_id)
+        if node is None:
+            return
+        start = pb.StartShard(
+            replica_id=replica.replica_id,
+            model=model.name,
+            engine=model.profile.engine,
+            weights_sha256=model.source.sha256,
+            weights_filename=model.source.filename,
+            weights_size=model.source.size,
+            args=list(model.profile.args),
+            env=dict(model.profile.env),
+            api_key=replica.api_key,
+            devices=list(devices),
+            ctx_size=model.profile.ctx_size,
+            parallel=model.profile.parallel,
+        )
+        replica.state = "starting"
+        try:
+            await node.channel.send(pb.ControlMessage(start=start))
+        except ChannelClosed:
+            replica.state = "absent"
+
+    async def _remove(self, replica: ReplicaState, reason: str) -> None:
+        node = self._fleet.nodes.get(replica.node_id)
+        log.info("stopping replica %s of %s: %s", replica.replica_id, replica.model, reason)
+        self._fleet.forget(replica.replica_id)
+        try:
+            await self._store.replicas.remove(replica.replica_id)
+        except NotFound:
+            pass
+        if node is not None:
+            try:
+                await node.channel.send(
+                    pb.ControlMessage(stop=pb.StopShard(replica_id=replica.replica_id, reason=reason))
+                )
+            except ChannelClosed:
+                pass
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:40] or "model"

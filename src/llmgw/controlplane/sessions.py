@@ -1,0 +1,153 @@
+"""Serving one node's stream: registration, shard status, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+from llmgw.controlplane.fleet import Fleet, NodeState
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.errors import ChannelClosed, LlmgwError
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.channels import ControlChannel
+from llmgw.store.database import Store
+
+log = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT_S = 10.0
+
+
+class NodeSessions:
+    """Accepts agents' streams for the leader."""
+
+    def __init__(self, store: Store, fleet: Fleet, reconciler: Reconciler, name: str, address: str) -> None:
+        self._store = store
+        self._fleet = fleet
+        self._reconciler = reconciler
+        self._name = name
+        self._address = address
+
+    async def serve(self, channel: ControlChannel) -> None:
+        """Run one node's session until its stream ends."""
+        try:
+            first = await asyncio.wait_for(channel.receive(), REGISTER_TIMEOUT_S)
+        except (TimeoutError, ChannelClosed):
+            log.warning("a stream from %s ended before it registered", channel.peer)
+            return
+        if first.WhichOneof("kind") != "register":
+            log.warning(
+                "%s sent %s before registering; closing its stream", channel.peer, first.WhichOneof("kind")
+            )
+            return
+        register = first.register
+        if register.node_id != channel.peer:
+            log.warning(
+                "refused a registration as node %r from a certificate issued to %r: "
+                "issue the node its own certificate with 'llmgw server node-cert %s'",
+                register.node_id,
+                channel.peer,
+                register.node_id,
+            )
+            await channel.close()
+            return
+        node_id = register.node_id
+        replaced = self._fleet.attach(register, channel)
+        if replaced is not None:
+            await replaced.channel.close()
+        node = self._fleet.nodes[node_id]
+        log.info(
+            "node %s registered from %s: %d cores, %d MiB, %d cards, %d shards",
+            node_id,
+            register.address,
+            register.cpu_cores,
+            register.memory_mb,
+            len(node.inventory.gpus),
+            len(register.shards),
+        )
+        try:
+            await self._store.nodes.upsert(node_id, register.address, _inventory_dict(node))
+        except LlmgwError as error:
+            log.warning("could not record node %s in the store: %s", node_id, error)
+        try:
+            await channel.send(
+                pb.ControlMessage(registered=pb.Registered(leader=self._name, control_planes=[self._address]))
+            )
+            await self._adopt(node_id, register, channel)
+            self._reconciler.wake()
+            while True:
+                message = await channel.receive()
+                node.last_heard = time.monotonic()
+                kind = message.WhichOneof("kind")
+                if kind == "status":
+                    await self._on_status(node_id, message.status, channel)
+                elif kind == "heartbeat":
+                    await channel.send(
+                        pb.ControlMessage(heartbeat=pb.Heartbeat(sent_unix_ms=int(time.time() * 1000)))
+                    )
+        except ChannelClosed as closed:
+            log.info("node %s left: %s", node_id, closed.message)
+        finally:
+            if self._fleet.detach(node_id, channel):
+                self._reconciler.wake()
+
+    async def _adopt(self, node_id: str, register: pb.Register, channel: ControlChannel) -> None:
+        """Take in the shards a node says it runs; stop the ones no replica wants."""
+        reported = set()
+        for shard in register.shards:
+            replica = self._fleet.observe(
+                node_id, shard.replica_id, shard.state, shard.port, shard.error, shard.compute
+            )
+            if replica is None:
+                log.info("node %s runs %s, which no replica wants: stopping it", node_id, shard.replica_id)
+                await channel.send(
+                    pb.ControlMessage(
+                        stop=pb.StopShard(replica_id=shard.replica_id, reason="not in the catalog")
+                    )
+                )
+            else:
+                reported.add(shard.replica_id)
+        for replica in self._fleet.replicas.values():
+            if replica.node_id == node_id and replica.replica_id not in reported:
+                replica.state = "absent"
+
+    async def _on_status(self, node_id: str, status: pb.ShardStatus, channel: ControlChannel) -> None:
+        replica = self._fleet.observe(
+            node_id,
+            status.replica_id,
+            status.state,
+            status.port,
+            status.error,
+            status.compute,
+            status.restarts,
+        )
+        if replica is None:
+            if status.state not in (pb.SHARD_STATE_STOPPED, pb.SHARD_STATE_FAILED):
+                await channel.send(
+                    pb.ControlMessage(
+                        stop=pb.StopShard(replica_id=status.replica_id, reason="unknown replica")
+                    )
+                )
+            return
+        log.info(
+            "replica %s of %s on %s: %s%s",
+            replica.replica_id,
+            replica.model,
+            node_id,
+            replica.state,
+            f" ({replica.error})" if replica.error else "",
+        )
+        if replica.state == "failed":
+            self._reconciler.failed(replica)
+
+
+def _inventory_dict(node: NodeState) -> dict[str, object]:
+    inventory = node.inventory
+    return {
+        "cpu_cores": inventory.cpu_cores,
+        "memory_mb": inventory.memory_mb,
+        "driver_version": inventory.driver_version,
+        "devices": [dataclasses.asdict(d) for d in inventory.devices],
+        "engines": list(node.engines),
+    }

@@ -1,0 +1,141 @@
+"""A real cluster on this machine for end-to-end tests: control plane and agent processes.
+
+Each process is the same ``llmgw server run`` / ``llmgw agent run`` that
+production runs, started as a subprocess with its own state directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmgw.agent.config import AgentConfig, save_agent_config
+from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.server import initialise, issue_node_certificate
+from llmgw.errors import LlmgwError
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.2) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(LlmgwError, OSError):
+            last = condition()
+            if last:
+                return last
+        time.sleep(interval_s)
+    raise TimeoutError(f"{what}: not within {timeout_s:.0f} s (last: {last!r})")
+
+
+@dataclass
+class Cluster:
+    home: Path
+    cache_dir: Path
+    http_port: int = field(default_factory=free_port)
+    agent_port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.config = initialise(
+            self.home,
+            name="cp1",
+            http_host="127.0.0.1",
+            http_port=self.http_port,
+            agent_host="127.0.0.1",
+            agent_port=self.agent_port,
+        )
+        self.admin = AdminClient(self.url, (self.home / "admin.token").read_text().strip())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def add_node(self, node_id: str, **settings: Any) -> Path:
+        directory = self.home / "nodes" / node_id
+        issue_node_certificate(self.config, node_id, directory)
+        config = AgentConfig(
+            node_id=node_id,
+            control_planes=[f"127.0.0.1:{self.agent_port}"],
+            cache_dir=str(self.cache_dir),
+            **settings,
+        )
+        save_agent_config(config, directory / "agent.yaml")
+        return directory / "agent.yaml"
+
+    def log(self, name: str) -> Path:
+        return self.home / "logs" / f"{name}.log"
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        self.log(name).parent.mkdir(parents=True, exist_ok=True)
+        with self.log(name).open("ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "llmgw.cli.main", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self.processes[name] = process
+        return process
+
+    def start_server(self) -> None:
+        self.start("server", "server", "run", "--config", str(self.home / "server.yaml"))
+        wait_for(lambda: self.admin.get("/api/status"), 30, "the control plane answers")
+
+    def start_agent(self, node_id: str = "node1") -> None:
+        path = self.home / "nodes" / node_id / "agent.yaml"
+        if not path.exists():
+            self.add_node(node_id)
+        self.start(f"agent-{node_id}", "agent", "run", "--config", str(path))
+
+    def kill(self, name: str, signum: int = signal.SIGKILL) -> None:
+        process = self.processes.pop(name)
+        process.send_signal(signum)
+        process.wait(30)
+
+    def replicas(self, model: str) -> list[dict[str, Any]]:
+        return [r for r in self.admin.get("/api/replicas") if r["model"] == model]
+
+    def wait_ready(self, model: str, timeout_s: float = 120) -> dict[str, Any]:
+        def ready() -> dict[str, Any] | None:
+            return next((r for r in self.replicas(model) if r["state"] == "ready"), None)
+
+        try:
+            return wait_for(ready, timeout_s, f"a replica of {model} is ready")  # type: ignore[no-any-return]
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}\n--- logs ---\n{self.tails()}") from None
+
+    def tails(self, lines: int = 25) -> str:
+        out = []
+        for name in sorted(self.processes):
+            text = self.log(name).read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"[{name}]\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()

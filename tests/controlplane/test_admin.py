@@ -1,0 +1,134 @@
+"""The admin API: token, catalog validation, keys, mirror uploads — over ASGI with a real SQLite store."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.mirror.blobs import BlobStore
+from llmgw.store.database import Store
+
+TOKEN = "llmgw-admin-test"
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, list[int]]]:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
+    fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
+    reloads: list[int] = []
+
+    async def keys_changed() -> None:
+        reloads.append(len(await store.keys.active()))
+
+    admin = AdminApi(
+        name="cp1",
+        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
+        store=store,
+        fleet=fleet,
+        reconciler=Reconciler(store, fleet),
+        blobs=BlobStore(tmp_path / "mirror"),
+        on_keys_changed=keys_changed,
+    )
+    transport = httpx.ASGITransport(app=admin.app())
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://cp", headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as client:
+        yield client, reloads
+    await store.close()
+
+
+async def upload(client: httpx.AsyncClient, data: bytes = b"GGUF weights") -> str:
+    answer = await client.post("/api/mirror/blobs", params={"filename": "m.gguf"}, content=data)
+    assert answer.status_code == 201
+    return str(answer.json()["sha256"])
+
+
+async def test_wrong_admin_token_gets_401_with_what_to_do(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.get("/api/status", headers={"Authorization": "Bearer nope"})
+    assert answer.status_code == 401
+    assert "admin.token" in answer.json()["error"]["hint"]
+
+
+async def test_upload_is_kept_by_its_sha256(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    sha = await upload(client, b"abc")
+    assert sha == hashlib.sha256(b"abc").hexdigest()
+    assert [b["sha256"] for b in (await client.get("/api/mirror/blobs")).json()] == [sha]
+
+
+async def test_model_is_added_with_its_weights_size(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    sha = await upload(client, b"x" * 1000)
+    answer = await client.post("/api/models", json={"name": "m1", "source": {"sha256": sha}})
+    assert answer.status_code == 201
+    assert answer.json()["definition"]["source"]["size"] == 1000
+    assert [m["name"] for m in (await client.get("/api/models")).json()] == ["m1"]
+
+
+async def test_model_whose_weights_are_not_mirrored_is_refused(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.post("/api/models", json={"name": "m1", "source": {"sha256": "b" * 64}})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["problems"][0]["field"] == "source.sha256"
+    assert "mirror import" in answer.json()["error"]["hint"]
+
+
+async def test_malformed_definition_json_is_a_400(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.post("/api/models", content=b"{nope", headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400
+    assert "not valid JSON" in answer.json()["error"]["message"]
+
+
+async def test_unknown_field_is_named(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    sha = await upload(client)
+    answer = await client.post("/api/models", json={"name": "m1", "source": {"sha256": sha}, "gpu": "big"})
+    assert answer.status_code == 400
+    assert {"field": "gpu", "problem": "unknown field; remove it or check its spelling"} in answer.json()[
+        "error"
+    ]["problems"]
+
+
+async def test_second_model_of_one_name_is_a_409(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    sha = await upload(client)
+    await client.post("/api/models", json={"name": "m1", "source": {"sha256": sha}})
+    answer = await client.post("/api/models", json={"name": "m1", "source": {"sha256": sha}})
+    assert answer.status_code == 409
+
+
+async def test_removing_an_unknown_model_is_a_404(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    assert (await client.delete("/api/models/nope")).status_code == 404
+
+
+async def test_key_secret_is_shown_once_and_the_ring_reloads(api) -> None:  # type: ignore[no-untyped-def]
+    client, reloads = api
+    created = (await client.post("/api/keys", json={"name": "app"})).json()
+    assert created["key"].startswith("sk-llmgw-")
+    listed = (await client.get("/api/keys")).json()
+    assert "key" not in listed[0] and created["key"] not in str(listed)
+    assert (await client.delete(f"/api/keys/{created['id']}")).status_code == 204
+    assert reloads == [1, 0]
+
+
+async def test_key_request_with_unknown_field_is_a_400(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.post("/api/keys", json={"name": "app", "scope": "all"})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["problems"][0]["field"] == "scope"
+
+
+async def test_unknown_admin_route_is_a_404_naming_the_docs(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.get("/api/nothing")
+    assert answer.status_code == 404 and "/api/docs" in answer.json()["error"]["hint"]

@@ -1,0 +1,230 @@
+"""The leader's reconciler and node sessions over an in-memory stream, with a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.sessions import NodeSessions
+from llmgw.errors import ChannelClosed
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.channels import memory_pair
+from llmgw.store.database import Store
+
+SHA = "a" * 64
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Harness:
+    store: Store
+    fleet: Fleet
+    reconciler: Reconciler
+    sessions: NodeSessions
+    clock: FakeClock
+    ready: dict[str, str] = field(default_factory=dict)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def connect(
+        self,
+        node_id: str,
+        cert_name: str | None = None,
+        memory_mb: int = 8192,
+        shards: list[pb.RunningShard] | None = None,
+    ):  # type: ignore[no-untyped-def]
+        agent, control = memory_pair(agent_name=cert_name or node_id)
+        self.tasks.append(asyncio.create_task(self.sessions.serve(control)))
+        await agent.send(
+            pb.AgentMessage(
+                register=pb.Register(
+                    node_id=node_id,
+                    address="127.0.0.1",
+                    cpu_cores=4,
+                    memory_mb=memory_mb,
+                    shards=shards or [],
+                )
+            )
+        )
+        return agent
+
+    async def add_model(self, name: str, **fields: object) -> None:
+        definition = {"name": name, "source": {"sha256": SHA, "size": 100 << 20}, **fields}
+        await self.store.models.add(name, definition)
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
+    clock = FakeClock()
+    ready: dict[str, str] = {}
+    fleet = Fleet(
+        on_ready=lambda r, url: ready.__setitem__(r.replica_id, url),
+        on_gone=lambda replica_id: ready.pop(replica_id, None),
+    )
+    reconciler = Reconciler(store, fleet, backoff_s=5, clock=clock)
+    sessions = NodeSessions(store, fleet, reconciler, "cp1", "127.0.0.1:8443")
+    h = Harness(store, fleet, reconciler, sessions, clock, ready)
+    yield h
+    for task in h.tasks:
+        task.cancel()
+    await store.close()
+
+
+async def receive(agent, kind: str) -> pb.ControlMessage:  # type: ignore[no-untyped-def]
+    """The next message of ``kind``, skipping others."""
+    async with asyncio.timeout(5):
+        while True:
+            message = await agent.receive()
+            if message.WhichOneof("kind") == kind:
+                return message
+
+
+async def test_registered_node_is_told_who_leads(harness: Harness) -> None:
+    agent = await harness.connect("node1")
+    answer = await receive(agent, "registered")
+    assert answer.registered.leader == "cp1"
+    assert "127.0.0.1:8443" in answer.registered.control_planes
+
+
+async def test_registration_under_another_nodes_certificate_is_refused(harness: Harness) -> None:
+    agent = await harness.connect("node1", cert_name="node2")
+    await asyncio.wait_for(harness.tasks[0], 5)
+    assert "node1" not in harness.fleet.nodes
+    with pytest.raises(ChannelClosed):
+        await asyncio.wait_for(agent.receive(), 5)
+
+
+async def test_model_with_one_replica_is_started_on_the_node(harness: Harness) -> None:
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    assert start.model == "m1" and start.weights_sha256 == SHA and start.api_key
+    assert [r.node_id for r in await harness.store.replicas.list()] == ["node1"]
+
+
+async def test_ready_shard_enters_the_gateway_table_at_its_address(harness: Harness) -> None:
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    await agent.send(
+        pb.AgentMessage(
+            status=pb.ShardStatus(replica_id=start.replica_id, state=pb.SHARD_STATE_READY, port=21001)
+        )
+    )
+    await agent.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
+    await receive(agent, "heartbeat")
+    assert harness.ready == {start.replica_id: "http://127.0.0.1:21001"}
+
+
+async def test_node_that_leaves_takes_its_replicas_out_of_the_table(harness: Harness) -> None:
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    await agent.send(
+        pb.AgentMessage(
+            status=pb.ShardStatus(replica_id=start.replica_id, state=pb.SHARD_STATE_READY, port=21001)
+        )
+    )
+    await agent.close()
+    await asyncio.wait_for(harness.tasks[0], 5)
+    assert harness.ready == {}
+    assert harness.fleet.replicas[start.replica_id].state == "absent"
+
+
+async def test_reconnected_node_without_the_shard_is_told_to_start_it_again(harness: Harness) -> None:
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    first = (await receive(agent, "start")).start
+    await agent.close()
+    await asyncio.wait_for(harness.tasks[0], 5)
+    again = await harness.connect("node1")
+    await receive(again, "registered")
+    await harness.reconciler.pass_once()
+    assert (await receive(again, "start")).start.replica_id == first.replica_id
+
+
+async def test_removed_model_has_its_shard_stopped(harness: Harness) -> None:
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    await harness.store.models.remove("m1")
+    await harness.reconciler.pass_once()
+    assert (await receive(agent, "stop")).stop.replica_id == start.replica_id
+
+
+async def test_shard_the_leader_does_not_know_is_stopped_on_register(harness: Harness) -> None:
+    agent = await harness.connect(
+        "node1", shards=[pb.RunningShard(replica_id="stray", state=pb.SHARD_STATE_READY)]
+    )
+    assert (await receive(agent, "stop")).stop.replica_id == "stray"
+
+
+async def test_failed_replica_is_started_again_only_after_its_backoff(harness: Harness) -> None:
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    await agent.send(
+        pb.AgentMessage(
+            status=pb.ShardStatus(replica_id=start.replica_id, state=pb.SHARD_STATE_FAILED, error="boom")
+        )
+    )
+    await agent.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
+    await receive(agent, "heartbeat")
+    await harness.reconciler.pass_once()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(receive(agent, "start"), 0.3)
+    harness.clock.now += 6
+    await harness.reconciler.pass_once()
+    assert (await receive(agent, "start")).start.replica_id == start.replica_id
+
+
+async def test_model_too_big_for_every_node_is_not_placed(harness: Harness) -> None:
+    await harness.add_model("huge", profile={"memory_mb": 10**6})
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    assert await harness.store.replicas.list() == []
+
+
+async def test_on_demand_model_starts_when_asked_and_stops_when_idle(harness: Harness) -> None:
+    await harness.add_model("lazy", replicas={"min": 0, "max": 1}, on_demand=True, idle_timeout_s=60)
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    assert await harness.store.replicas.list() == []
+    harness.reconciler.demand("lazy")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    harness.clock.now += 61
+    await harness.reconciler.pass_once()
+    assert (await receive(agent, "stop")).stop.replica_id == start.replica_id
+    assert await harness.store.replicas.list() == []
+
+
+def test_replica_state_defaults_to_placed() -> None:
+    assert ReplicaState("r", "m", "n", "k").state == "placed"
