@@ -1,1 +1,27 @@
-"""llmgw.gateway."""
+"""llmgw.gateway: the OpenAI-compatible ``/v1`` data path.
+
+The control plane builds one :class:`Gateway`, keeps its key ring, catalog
+view and replica table current, sets its hooks, and mounts
+:meth:`Gateway.asgi_app`. The gateway never touches the store.
+"""
+
+from llmgw.gateway.app import Gateway
+from llmgw.gateway.catalog_view import GatewayCatalog, ModelEntry
+from llmgw.gateway.keys import KeyEntry, KeyRing, hash_secret
+from llmgw.gateway.replicas import Lease, ReplicaEndpoint, ReplicaTable
+from llmgw.gateway.settings import GatewaySettings
+from llmgw.gateway.usage import UsageRecord
+
+__all__ = [
+    "Gateway",
+    "GatewayCatalog",
+    "GatewaySettings",
+    "KeyEntry",
+    "KeyRing",
+    "Lease",
+    "ModelEntry",
+    "ReplicaEndpoint",
+    "ReplicaTable",
+    "UsageRecord",
+    "hash_secret",
+]

@@ -1,0 +1,284 @@
+"""The ``/v1`` gateway: a pure ASGI app the control plane mounts (or uvicorn serves).
+
+::
+
+    POST /v1/chat/completions | /v1/completions | /v1/embeddings
+        stopped? -> 503 system_stopped
+        key (in memory) -> 401 invalid_api_key
+        body: JSON object with "model" -> 400 / 413
+        model in the catalog -> 404 model_not_found
+        forwarding.forward(): replica (on demand, bounded wait -> 503), proxy, usage
+    GET  /v1/models, /v1/models/{id}   the catalog, for any valid key
+
+Every answer carries ``x-request-id`` (the client's, or a new one), and every
+error is in OpenAI's shape. The app works mounted (``Mount("/v1", app)``, or at
+the root) and served directly, where it answers lifespan events too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from llmgw.gateway import metrics
+from llmgw.gateway.bodies import model_and_stream, read_body
+from llmgw.gateway.catalog_view import GatewayCatalog
+from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
+from llmgw.gateway.keys import KeyEntry, KeyRing
+from llmgw.gateway.replicas import ReplicaTable
+from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
+from llmgw.gateway.settings import GatewaySettings
+from llmgw.gateway.upstream import Upstream
+from llmgw.gateway.usage import UsageRecord
+
+log = logging.getLogger(__name__)
+
+FORWARDED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+"""Paths answered by a replica."""
+
+OnDemand = Callable[[str], None]
+OnUsage = Callable[[UsageRecord], None]
+OnReplicaFailed = Callable[[str, str], None]
+
+
+def _ignore(*_args: Any) -> None:
+    return None
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path as ``/v1/...``, whether the app is mounted at ``/v1``, at the root or not at all."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    if not path.startswith("/v1/") and root.endswith("/v1"):
+        path = "/v1" + path
+    return path
+
+
+_ID_PREFIX = secrets.token_hex(8)
+_ID_COUNTER = itertools.count(1)
+
+
+def _request_id(given: bytes | None) -> bytes:
+    """The client's request id when it sent a sane one, else a new one unique across processes."""
+    if given and len(given) <= 128 and given.isascii():
+        return given
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}".encode()
+
+
+class Gateway:
+    """The ``/v1`` data path: keys, catalog view and ready replicas, all in memory.
+
+    The control plane keeps :attr:`keys`, :attr:`catalog` and :attr:`replicas`
+    current and sets the hooks; hooks are called on the event loop and must
+    not block (hand the work to a queue or a task):
+
+    - ``on_demand(model)``: a request wants a model with no ready replica.
+    - ``on_usage(record)``: a request a replica answered has ended.
+    - ``on_replica_failed(replica_id, reason)``: a replica could not be reached.
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings | None = None,
+        *,
+        keys: KeyRing | None = None,
+        replicas: ReplicaTable | None = None,
+        catalog: GatewayCatalog | None = None,
+        on_demand: OnDemand | None = None,
+        on_usage: OnUsage | None = None,
+        on_replica_failed: OnReplicaFailed | None = None,
+    ) -> None:
+        self.settings = settings or GatewaySettings()
+        self.keys = keys if keys is not None else KeyRing()
+        self.replicas = replicas if replicas is not None else ReplicaTable()
+        self.catalog = catalog if catalog is not None else GatewayCatalog()
+        self.on_demand: OnDemand = on_demand or _ignore
+        self.on_usage: OnUsage = on_usage or _ignore
+        self.on_replica_failed: OnReplicaFailed = on_replica_failed or _ignore
+        self.stopped = False
+        """When True (``llmgw stop``) every POST answers 503 ``system_stopped``."""
+        self.upstream = Upstream(self.settings)
+
+    def asgi_app(self) -> ASGIApp:
+        """The ASGI app serving ``/v1`` (the gateway itself is that app)."""
+        return self
+
+    async def close(self) -> None:
+        """Close the upstream connections (call on shutdown, in the serving loop)."""
+        await self.upstream.close()
+
+    # -- hooks, each shielded from the request ---------------------------------------------------
+
+    def want_replica(self, model: str) -> None:
+        try:
+            self.on_demand(model)
+        except Exception:
+            log.exception("on_demand hook failed for model %s", model)
+
+    def report_usage(self, record: UsageRecord) -> None:
+        try:
+            self.on_usage(record)
+        except Exception:
+            log.exception("on_usage hook failed for %s", record)
+
+    def replica_failed(self, replica_id: str, reason: str) -> None:
+        try:
+            self.on_replica_failed(replica_id, reason)
+        except Exception:
+            log.exception("on_replica_failed hook failed for replica %s", replica_id)
+
+    def not_ready_error(self, model: str) -> ApiError:
+        wait = self.settings.retry_after_s
+        entry = self.catalog.get(model)
+        if entry is not None and entry.on_demand:
+            why = f"Model '{model}' is being started on demand and is not ready yet."
+        else:
+            why = f"No replica of model '{model}' is ready."
+        return ApiError(
+            503,
+            f"{why} Retry in {wait} s; `llmgw status` shows the model's replicas.",
+            "model_not_ready",
+            retry_after=wait,
+        )
+
+    # -- ASGI --------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind != "http":
+            if kind == "lifespan":
+                await self._lifespan(receive, send)
+            return
+        authorization = given_id = length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"x-request-id":
+                given_id = value
+            elif name == b"content-length":
+                length = value
+        exchange = Exchange(_request_id(given_id))
+        metrics.InFlight.value += 1
+        try:
+            await self._serve(scope, receive, send, exchange, authorization, length)
+        except ApiError as error:
+            exchange.status = error.status
+            if not exchange.response_started:
+                await send_error(send, error, exchange.request_id)
+        except Exception:
+            log.exception("request %s failed", exchange.request_id.decode("latin-1"))
+            if not exchange.response_started:
+                exchange.status = 500
+                body = error_body("The gateway failed; retry, and report it if it persists.", "server_error")
+                await send_bytes(send, 500, body, exchange.request_id)
+        finally:
+            metrics.InFlight.value -= 1
+            metrics.observe(exchange.model, exchange.status, exchange.elapsed())
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+        authorization: bytes | None,
+        length: bytes | None,
+    ) -> None:
+        path = _route_path(scope)
+        method: str = scope["method"]
+        if path in FORWARDED:
+            if method != "POST":
+                raise ApiError(
+                    405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
+                )
+            if self.stopped:
+                raise ApiError(
+                    503,
+                    "The cluster is stopped by its operator; it answers again after `llmgw start`.",
+                    "system_stopped",
+                )
+            exchange.key = self._authenticate(authorization)
+            body = await read_body(receive, length, self.settings.max_body_bytes)
+            if body is None:
+                exchange.status = CLIENT_CLOSED
+                return
+            model, stream = model_and_stream(body)
+            if model not in self.catalog:
+                raise ApiError(
+                    404,
+                    f"The model '{model}' does not exist; GET /v1/models lists the models.",
+                    "model_not_found",
+                    "model",
+                )
+            exchange.model = model
+            await forward(self, exchange, receive, send, path, body, stream)
+        elif path == "/v1/models" or path.startswith("/v1/models/"):
+            if method != "GET":
+                raise ApiError(
+                    405, f"{method} is not allowed on {path}; use GET.", headers=((b"allow", b"GET"),)
+                )
+            self._authenticate(authorization)
+            await self._models(send, exchange, path)
+        else:
+            raise ApiError(
+                404,
+                f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
+                "/v1/completions, /v1/embeddings and GET /v1/models.",
+                "unknown_url",
+            )
+
+    def _authenticate(self, authorization: bytes | None) -> KeyEntry:
+        if not authorization:
+            raise ApiError(
+                401,
+                "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'; "
+                "an administrator issues keys with `llmgw key create`.",
+                "invalid_api_key",
+            )
+        scheme, _, secret = authorization.partition(b" ")
+        secret = secret.strip()
+        entry = self.keys.lookup(secret) if scheme.lower() == b"bearer" and secret else None
+        if entry is None:
+            raise ApiError(
+                401,
+                "Incorrect API key provided. Check the key sent as 'Authorization: Bearer <key>', "
+                "or ask an administrator for a new one.",
+                "invalid_api_key",
+            )
+        return entry
+
+    async def _models(self, send: Send, exchange: Exchange, path: str) -> None:
+        if path == "/v1/models":
+            body = self.catalog.listing()
+        else:
+            name = path[len("/v1/models/") :]
+            entry = self.catalog.get(name)
+            if entry is None:
+                raise ApiError(
+                    404,
+                    f"The model '{name}' does not exist; GET /v1/models lists the models.",
+                    "model_not_found",
+                    "model",
+                )
+            body = json.dumps(entry.as_openai(), separators=(",", ":")).encode()
+        exchange.status = 200
+        exchange.response_started = True
+        await send_bytes(send, 200, body, exchange.request_id)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

@@ -1,0 +1,324 @@
+"""Forwarding one request to a replica and its answer back to the client.
+
+A request that needs a replica: pick the least loaded ready one (asking for one
+on demand and waiting, bounded, when there is none); POST the body as received;
+relay the answer (whole, or SSE events as they complete); report usage.
+
+While that happens a watcher task listens on ``receive`` for the client's
+``http.disconnect`` and cancels the request's task, which closes the upstream
+connection so the engine stops working for nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import aiohttp
+from starlette.types import Receive, Send
+
+from llmgw.gateway import metrics
+from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.replicas import Lease, ReplicaEndpoint
+from llmgw.gateway.responses import EVENT_STREAM, JSON, ApiError, normalise_engine_error, sse_error_event
+from llmgw.gateway.upstream import Unreachable, UpstreamTimeout, describe
+from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
+
+if TYPE_CHECKING:
+    from llmgw.gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+CLIENT_CLOSED = 499
+"""Status recorded for a request whose client went away before its answer ended."""
+
+
+class Exchange:
+    """One ``/v1`` request's state while the gateway answers it."""
+
+    __slots__ = (
+        "client_gone",
+        "completion_tokens",
+        "finished",
+        "key",
+        "model",
+        "prompt_tokens",
+        "replica_id",
+        "request_id",
+        "response_started",
+        "started",
+        "status",
+    )
+
+    def __init__(self, request_id: bytes) -> None:
+        self.request_id = request_id
+        self.started = time.perf_counter()
+        self.status = CLIENT_CLOSED
+        self.model = ""
+        self.key: KeyEntry | None = None
+        self.replica_id = ""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.response_started = False
+        self.finished = False
+        """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
+        self.client_gone = False
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _client_left(exchange: Exchange, task: asyncio.Task[object], watcher: asyncio.Task[None]) -> None:
+    if watcher.cancelled() or watcher.exception() is not None or exchange.finished:
+        return
+    exchange.client_gone = True
+    task.cancel()
+
+
+async def forward(
+    gateway: Gateway, exchange: Exchange, receive: Receive, send: Send, path: str, body: bytes, stream: bool
+) -> None:
+    """Answer a validated request from a replica of ``exchange.model``; report its usage."""
+    task = asyncio.current_task()
+    assert task is not None
+    watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
+    watcher.add_done_callback(functools.partial(_client_left, exchange, task))
+    try:
+        await _forward(gateway, exchange, send, path, body, stream)
+    except ApiError as error:
+        exchange.status = error.status
+        raise
+    except asyncio.CancelledError:
+        if not exchange.client_gone or task.cancelling() > 1:
+            raise  # cancelled from outside too (shutdown)
+        exchange.status = CLIENT_CLOSED
+    finally:
+        exchange.finished = True
+        watcher.cancel()
+        if exchange.client_gone:
+            task.uncancel()  # balance the one cancel() that _client_left asked for
+        if exchange.replica_id and exchange.key is not None:
+            gateway.report_usage(
+                UsageRecord(
+                    key_id=exchange.key.key_id,
+                    model=exchange.model,
+                    replica_id=exchange.replica_id,
+                    prompt_tokens=exchange.prompt_tokens,
+                    completion_tokens=exchange.completion_tokens,
+                    status=exchange.status,
+                    duration_s=exchange.elapsed(),
+                )
+            )
+
+
+async def _forward(
+    gateway: Gateway, exchange: Exchange, send: Send, path: str, body: bytes, stream: bool
+) -> None:
+    model = exchange.model
+    table = gateway.replicas
+    endpoint = table.pick(model)
+    if endpoint is None:
+        gateway.want_replica(model)
+        if await table.wait_ready(model, gateway.settings.request_wait_s):
+            endpoint = table.pick(model)
+        if endpoint is None:
+            raise gateway.not_ready_error(model)
+    response, lease = await _connect(gateway, exchange, endpoint, path, body)
+    clean = False
+    try:
+        content_type = response.headers.get("Content-Type", "application/json")
+        if response.status >= 400:
+            await _relay_error(gateway, exchange, send, response)
+            clean = True
+        elif stream and content_type.startswith("text/event-stream"):
+            clean = await _relay_stream(gateway, exchange, send, response, content_type)
+        else:
+            await _relay_whole(gateway, exchange, send, response, content_type)
+            clean = True
+    finally:
+        lease.release()
+        if clean:
+            response.release()
+        else:
+            # Drop the connection rather than pool it: the engine sees the client is gone.
+            response.close()
+
+
+async def _connect(
+    gateway: Gateway, exchange: Exchange, endpoint: ReplicaEndpoint, path: str, body: bytes
+) -> tuple[aiohttp.ClientResponse, Lease]:
+    """Send the request to ``endpoint``, or once to another ready replica when it gives no answer."""
+    table = gateway.replicas
+    tried: list[str] = []
+    last: Unreachable | None = None
+    for _ in range(2):
+        lease = table.acquire(endpoint)
+        exchange.replica_id = ""
+        try:
+            response = await gateway.upstream.post(endpoint, path, body, exchange.request_id)
+        except Unreachable as error:
+            lease.release()
+            last = error
+            tried.append(endpoint.replica_id)
+            metrics.UPSTREAM_FAILURES.labels(exchange.model, "unreachable").inc()
+            log.warning("request %s: %s", exchange.request_id.decode("latin-1"), error)
+            if error.connecting:
+                gateway.replica_failed(endpoint.replica_id, error.reason)
+            following = table.pick(exchange.model, exclude=tried)
+            if following is None and not error.connecting:
+                following = endpoint  # an open connection dropped: once more on the same replica
+            if following is None:
+                break
+            endpoint = following
+            continue
+        except UpstreamTimeout as error:
+            lease.release()
+            exchange.replica_id = endpoint.replica_id
+            raise ApiError(504, f"{error}; retry, or ask for fewer tokens", "upstream_timeout") from error
+        except BaseException:
+            lease.release()
+            raise
+        exchange.replica_id = endpoint.replica_id
+        return response, lease
+    if last is not None and not last.connecting:
+        gateway.replica_failed(last.endpoint.replica_id, last.reason)
+    raise ApiError(
+        503,
+        f"No replica of model '{exchange.model}' could be reached; the cluster is replacing it. "
+        f"Retry in {gateway.settings.retry_after_s} s.",
+        "replica_unavailable",
+        retry_after=gateway.settings.retry_after_s,
+    )
+
+
+async def _read_all(gateway: Gateway, exchange: Exchange, response: aiohttp.ClientResponse) -> bytes:
+    try:
+        return await response.read()
+    except aiohttp.SocketTimeoutError as error:
+        raise ApiError(
+            504,
+            f"The replica stopped answering for {gateway.settings.upstream_timeout_s:g} s; retry.",
+            "upstream_timeout",
+        ) from error
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+        metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
+        raise ApiError(
+            502,
+            f"The replica dropped the connection before its answer was complete ({describe(error)}); retry.",
+            "upstream_disconnected",
+        ) from error
+
+
+async def _relay_whole(
+    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse, content_type: str
+) -> None:
+    body = await _read_all(gateway, exchange, response)
+    status = response.status
+    if status < 300:
+        exchange.prompt_tokens, exchange.completion_tokens = token_counts(find_usage(body))
+    exchange.status = status
+    exchange.finished = True
+    exchange.response_started = True
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type.encode("latin-1")),
+                (b"content-length", str(len(body)).encode()),
+                (b"x-request-id", exchange.request_id),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _relay_error(
+    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse
+) -> None:
+    """An engine's error answer, in OpenAI's shape, with the engine's status."""
+    raw = await _read_all(gateway, exchange, response)
+    status = response.status
+    if status in (401, 403):
+        # The replica refused the gateway's own key: not the client's fault.
+        log.error("replica %s refused the gateway's key (HTTP %d)", exchange.replica_id, status)
+        raise ApiError(
+            502,
+            f"The replica serving '{exchange.model}' refused the gateway's credentials; "
+            "this is a cluster fault, retry later or tell the operator.",
+            "replica_auth_failed",
+        )
+    body = normalise_engine_error(status, raw)
+    exchange.status = status
+    exchange.finished = True
+    exchange.response_started = True
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", JSON),
+                (b"content-length", str(len(body)).encode()),
+                (b"x-request-id", exchange.request_id),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _relay_stream(
+    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse, content_type: str
+) -> bool:
+    """Relay SSE events as they complete; True when the replica ended the stream itself."""
+    exchange.response_started = True
+    exchange.status = response.status
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": [
+                (b"content-type", content_type.encode("latin-1") if content_type else EVENT_STREAM),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),
+                (b"x-request-id", exchange.request_id),
+            ],
+        }
+    )
+    framer = EventFramer()
+    failure = b""
+    try:
+        async for chunk in response.content.iter_any():
+            out = framer.feed(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+    except aiohttp.SocketTimeoutError:
+        exchange.status = 504
+        failure = sse_error_event(
+            f"The replica stopped sending for {gateway.settings.upstream_timeout_s:g} s; retry the request.",
+            "upstream_timeout",
+        )
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+        exchange.status = 502
+        metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
+        log.warning("replica %s failed mid-stream: %s", exchange.replica_id, describe(error))
+        failure = sse_error_event(
+            f"The replica serving '{exchange.model}' failed mid-answer ({describe(error)}); "
+            "retry the request.",
+            "upstream_disconnected",
+        )
+    # After a failure an unfinished event is dropped: the client never saw its start.
+    tail = failure or framer.flush()
+    exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
+    exchange.finished = True
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    return not failure

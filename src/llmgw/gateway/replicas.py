@@ -1,0 +1,178 @@
+"""The router's table of ready replicas, and the load this gateway puts on each.
+
+The control plane calls :meth:`ReplicaTable.set_ready` when a replica becomes
+ready and :meth:`ReplicaTable.remove` when it goes; requests call
+:meth:`ReplicaTable.pick` and hold an :meth:`ReplicaTable.acquire` lease while
+their replica serves them. Everything here runs on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+
+from llmgw.core.routing import ReplicaLoad, least_loaded
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEndpoint:
+    """Where a ready replica answers and how to call it."""
+
+    replica_id: str
+    model: str
+    """The catalog model the replica serves."""
+    base_url: str
+    """Scheme, host and port (no ``/v1``): requests go to ``base_url + "/v1/..."``."""
+    api_key: str
+    """The replica's own key, which its engine demands."""
+    capacity: int = 1
+    """Requests the replica serves at once (the engine's parallel slots)."""
+
+
+class Lease:
+    """One request in flight on a replica; :meth:`release` (or leaving the ``with``) ends it."""
+
+    __slots__ = ("_load", "endpoint")
+
+    def __init__(self, endpoint: ReplicaEndpoint, load: ReplicaLoad) -> None:
+        self.endpoint = endpoint
+        self._load: ReplicaLoad | None = load
+        load.in_flight += 1
+
+    def release(self) -> None:
+        """End the lease; calling it again does nothing."""
+        load, self._load = self._load, None
+        if load is not None:
+            load.in_flight -= 1
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+class ReplicaTable:
+    """Ready replicas by model, with this gateway's in-flight count per replica."""
+
+    def __init__(self) -> None:
+        self._endpoints: dict[str, ReplicaEndpoint] = {}
+        self._loads: dict[str, ReplicaLoad] = {}
+        self._by_model: dict[str, list[ReplicaLoad]] = {}
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._turn = 0
+
+    # -- changes from the control plane --------------------------------------------------------
+
+    def set_ready(self, endpoint: ReplicaEndpoint) -> None:
+        """Add a ready replica, or update one; requests waiting for its model wake up."""
+        old = self._endpoints.get(endpoint.replica_id)
+        load = self._loads.get(endpoint.replica_id)
+        if load is None:
+            load = self._loads[endpoint.replica_id] = ReplicaLoad(endpoint.replica_id)
+        load.capacity = max(1, endpoint.capacity)
+        if old is not None and old.model != endpoint.model:
+            self._unlist(old.model, load)
+        members = self._by_model.setdefault(endpoint.model, [])
+        if load not in members:
+            members.append(load)
+        self._endpoints[endpoint.replica_id] = endpoint
+        waiter = self._waiters.pop(endpoint.model, None)
+        if waiter is not None:
+            waiter.set()
+
+    def remove(self, replica_id: str) -> ReplicaEndpoint | None:
+        """Take a replica out of routing; requests already on it finish there."""
+        endpoint = self._endpoints.pop(replica_id, None)
+        load = self._loads.pop(replica_id, None)
+        if endpoint is not None and load is not None:
+            self._unlist(endpoint.model, load)
+        return endpoint
+
+    def replace(self, endpoints: Iterable[ReplicaEndpoint]) -> None:
+        """Make ``endpoints`` the whole set of ready replicas (after a resync), keeping known loads."""
+        wanted = {e.replica_id: e for e in endpoints}
+        for replica_id in [r for r in self._endpoints if r not in wanted]:
+            self.remove(replica_id)
+        for endpoint in wanted.values():
+            self.set_ready(endpoint)
+
+    def _unlist(self, model: str, load: ReplicaLoad) -> None:
+        members = self._by_model.get(model)
+        if members is None:
+            return
+        if load in members:
+            members.remove(load)
+        if not members:
+            del self._by_model[model]
+
+    # -- questions from requests ---------------------------------------------------------------
+
+    def ready(self, model: str) -> list[ReplicaEndpoint]:
+        """The ready replicas of ``model``."""
+        return [self._endpoints[load.replica_id] for load in self._by_model.get(model, ())]
+
+    def models(self) -> set[str]:
+        """Models with at least one ready replica."""
+        return set(self._by_model)
+
+    def get(self, replica_id: str) -> ReplicaEndpoint | None:
+        return self._endpoints.get(replica_id)
+
+    def in_flight(self, replica_id: str) -> int:
+        """Requests this gateway has on the replica now."""
+        load = self._loads.get(replica_id)
+        return 0 if load is None else load.in_flight
+
+    def pick(self, model: str, exclude: Collection[str] = ()) -> ReplicaEndpoint | None:
+        """The ready replica of ``model`` with the lowest share of its capacity in use.
+
+        Ties rotate, so idle replicas share the work; ``exclude`` names replicas
+        this request already failed on.
+        """
+        loads = self._by_model.get(model)
+        if not loads:
+            return None
+        if exclude:
+            loads = [load for load in loads if load.replica_id not in exclude]
+        self._turn += 1
+        if len(loads) == 1:
+            return self._endpoints[loads[0].replica_id]
+        chosen = least_loaded(loads, self._turn)
+        return None if chosen is None else self._endpoints[chosen.replica_id]
+
+    def acquire(self, endpoint: ReplicaEndpoint) -> Lease:
+        """Count a request in flight on ``endpoint`` until the lease is released."""
+        load = self._loads.get(endpoint.replica_id)
+        if load is None:
+            # Removed meanwhile: count on a detached load so release stays balanced.
+            load = ReplicaLoad(endpoint.replica_id, capacity=max(1, endpoint.capacity))
+        return Lease(endpoint, load)
+
+    async def wait_ready(self, model: str, timeout_s: float) -> bool:
+        """Wait until ``model`` has a ready replica; False when ``timeout_s`` passed first."""
+        if self._by_model.get(model):
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiter = self._waiters.get(model)
+            if waiter is None:
+                waiter = self._waiters[model] = asyncio.Event()
+            try:
+                async with asyncio.timeout(remaining):
+                    await waiter.wait()
+            except TimeoutError:
+                return bool(self._by_model.get(model))
+            if self._by_model.get(model):
+                return True
+
+    def __len__(self) -> int:
+        return len(self._endpoints)

@@ -1,0 +1,145 @@
+"""Answers in the shapes OpenAI clients expect, written straight to ASGI ``send``.
+
+Every error the gateway gives is ``{"error": {"message", "type", "param",
+"code"}}``; :class:`ApiError` carries one from where it is found to where it is
+sent, and :func:`normalise_engine_error` turns an engine's own error body
+(llama-server, vLLM, SGLang, TensorRT-LLM, FastAPI, plain text) into it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import Send
+
+from llmgw.errors import LlmgwError
+
+JSON = b"application/json"
+EVENT_STREAM = b"text/event-stream"
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error ``type`` for an HTTP status."""
+    return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> bytes:
+    error = {"message": message, "type": type_, "param": param, "code": code}
+    return json.dumps({"error": error}, separators=(",", ":")).encode()
+
+
+class ApiError(LlmgwError):
+    """An answer to send instead of the normal one: an HTTP status and an OpenAI error."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        *,
+        retry_after: int | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.param = param
+        self.retry_after = retry_after
+        self.headers = headers
+
+    def body(self) -> bytes:
+        return error_body(self.message, error_type(self.status), self.code, self.param)
+
+    def header_list(self) -> list[tuple[bytes, bytes]]:
+        headers = list(self.headers)
+        if self.retry_after is not None:
+            headers.append((b"retry-after", str(self.retry_after).encode()))
+        return headers
+
+
+async def send_bytes(
+    send: Send,
+    status: int,
+    body: bytes,
+    request_id: bytes,
+    content_type: bytes = JSON,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Send a whole answer in one body message."""
+    out = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", request_id),
+    ]
+    if headers:
+        out.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": out})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(send: Send, error: ApiError, request_id: bytes) -> None:
+    await send_bytes(send, error.status, error.body(), request_id, headers=error.header_list())
+
+
+def sse_error_event(message: str, code: str, type_: str = "server_error") -> bytes:
+    """An SSE event carrying an OpenAI error, as OpenAI's SDKs raise it mid-stream."""
+    return b"data: " + error_body(message, type_, code) + b"\n\n"
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value:
+        # FastAPI's validation errors: [{"loc": [...], "msg": "..."}].
+        parts = []
+        for item in value:
+            if isinstance(item, dict) and "msg" in item:
+                where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+                parts.append(f"{where}: {item['msg']}" if where else str(item["msg"]))
+            else:
+                parts.append(str(item))
+        return "; ".join(parts)
+    return None
+
+
+def normalise_engine_error(status: int, body: bytes) -> bytes:
+    """An engine's error answer in OpenAI's shape, keeping its message, type, param and code."""
+    try:
+        data: Any = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    fields: dict[str, Any] = {}
+    if isinstance(data, dict):
+        inner = data.get("error")
+        if isinstance(inner, dict):
+            fields = inner
+        elif isinstance(inner, str):
+            fields = {"message": inner, **{k: data[k] for k in ("type", "param", "code") if k in data}}
+        else:
+            fields = data
+    message = _text(fields.get("message")) or _text(fields.get("detail"))
+    if message is None:
+        text = body.decode("utf-8", "replace").strip()
+        message = text[:2000] if text else f"The replica answered HTTP {status} without a message."
+    type_ = fields.get("type")
+    param = fields.get("param")
+    code = fields.get("code")
+    return error_body(
+        message,
+        type_ if isinstance(type_, str) and type_ else error_type(status),
+        code if isinstance(code, str) and code else None,
+        param if isinstance(param, str) and param else None,
+    )

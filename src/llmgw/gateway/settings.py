@@ -1,0 +1,28 @@
+"""The gateway's settings: how long requests wait, how upstream calls are bounded."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GatewaySettings(BaseModel):
+    """Settings of the ``/v1`` data path, passed to :class:`~llmgw.gateway.app.Gateway` as one object."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    request_wait_s: float = Field(default=60.0, ge=0)
+    """How long a request waits for a ready replica of its model (e.g. one started on demand)."""
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest silence from a replica: the wait for the next streamed bytes, or for a whole
+    non-streamed answer."""
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    """Longest wait to open a connection to a replica before trying another."""
+    retry_after_s: int = Field(default=5, ge=0)
+    """Seconds a client is told (``Retry-After``) to wait when no replica can serve it now."""
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    """Largest request body accepted; larger ones get 413."""
+    max_connections: int = Field(default=0, ge=0)
+    """Upstream connections this process keeps open at most, over all replicas; 0 for no limit."""
+    keepalive_s: float = Field(default=4.0, ge=0)
+    """How long an idle upstream connection is kept for reuse; keep it below the engines' own
+    keep-alive (uvicorn-based engines close after 5 s) so a reused connection is never a stale one."""

@@ -1,0 +1,109 @@
+"""Token usage: finding it in engines' answers, and the record the gateway reports.
+
+Usage is read without decoding whole answers: the last ``"usage": {...}``
+object is located with a byte search and only that object is parsed. For
+streams, :class:`EventFramer` passes on complete SSE events only, so a usage
+object is never split, and an error event can always be appended cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """One request's use of a replica, reported after its answer ended."""
+
+    key_id: str
+    model: str
+    replica_id: str
+    prompt_tokens: int
+    """Tokens the engine counted in the prompt; 0 when the engine reported no usage."""
+    completion_tokens: int
+    """Tokens generated; 0 when the engine reported no usage (a stream without
+    ``stream_options.include_usage`` on engines that only then report it)."""
+    status: int
+    """The HTTP status answered; 499 when the client went away, 502 when the replica failed mid-answer."""
+    duration_s: float
+
+
+def find_usage(data: bytes) -> dict[str, Any] | None:
+    """The last ``usage`` object in a JSON answer or in a run of SSE events, or None."""
+    match = None
+    for match in _USAGE.finditer(data):  # noqa: B007 - the last match is wanted
+        pass
+    if match is None:
+        return None
+    start = match.end() - 1
+    try:
+        value, _ = _DECODER.raw_decode(data[start:].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def token_counts(usage: dict[str, Any] | None) -> tuple[int, int]:
+    """(prompt_tokens, completion_tokens) from an OpenAI ``usage`` object."""
+    if not usage:
+        return 0, 0
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    return (
+        prompt if isinstance(prompt, int) else 0,
+        completion if isinstance(completion, int) else 0,
+    )
+
+
+def _boundary(data: bytes) -> int:
+    """Index just past the last event terminator (a blank line) in ``data``; 0 when none."""
+    lf = data.rfind(b"\n\n")
+    crlf = data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+
+
+class EventFramer:
+    """Splits an SSE byte stream at event boundaries and keeps the last usage seen."""
+
+    __slots__ = ("_pending", "usage")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The complete events ``chunk`` finishes (possibly ``b""``); the rest waits for more bytes."""
+        data = self._pending + chunk if self._pending else chunk
+        if data.endswith(b"\n\n"):
+            cut = len(data)
+        else:
+            cut = _boundary(data)
+        if cut == 0:
+            self._pending = data
+            return b""
+        out, self._pending = (data, b"") if cut == len(data) else (data[:cut], data[cut:])
+        if b'"usage"' in out:
+            usage = find_usage(out)
+            if usage is not None:
+                self.usage = usage
+        return out
+
+    def flush(self) -> bytes:
+        """Bytes left after the last complete event (an unterminated last event)."""
+        rest, self._pending = self._pending, b""
+        if rest and b'"usage"' in rest:
+            usage = find_usage(rest)
+            if usage is not None:
+                self.usage = usage
+        return rest
+
+    @property
+    def mid_event(self) -> bool:
+        """True while part of an event has arrived and its end has not."""
+        return bool(self._pending)

@@ -1,0 +1,278 @@
+"""A real fake engine (an aiohttp server) and the gateway served by a real uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+import uvicorn
+from aiohttp import web
+from multidict import CIMultiDict
+from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageParam
+from starlette.types import ASGIApp
+
+from llmgw.gateway import (
+    Gateway,
+    GatewaySettings,
+    KeyEntry,
+    ModelEntry,
+    ReplicaEndpoint,
+    UsageRecord,
+    hash_secret,
+)
+
+SECRET = "sk-llmgw-test-0123456789"
+MODEL = "tiny-chat"
+LAZY = "lazy-chat"
+"""A model started on demand: no replica until a request asks."""
+WAIT = 5.0
+"""Upper bound for awaiting an event that must happen."""
+AUTH = {"Authorization": f"Bearer {SECRET}"}
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+
+
+def bound_socket() -> socket.socket:
+    """A listening socket on a free loopback port: clients may connect before the server runs."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Received:
+    path: str
+    headers: CIMultiDict[str]
+    body: bytes
+
+
+@dataclass
+class FakeEngine:
+    """An OpenAI-compatible engine stand-in that records what reaches it."""
+
+    replica_id: str = "r1"
+    key: str = "replica-key-r1"
+    chunks: int = 3
+    """Content chunks in a streamed answer (then one usage chunk and [DONE])."""
+    hold: asyncio.Event | None = None
+    """When set, every answer waits for this event before it starts."""
+    hold_after_first: asyncio.Event | None = None
+    """When set, a stream waits for this event after its first chunk."""
+    cut_after: int | None = None
+    """When set, a stream's connection is closed after this many chunks."""
+    error: tuple[int, bytes] | None = None
+    """When set, every request is answered with this status and body."""
+    requests: list[Received] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    dropped: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a client's connection went away before its answer ended."""
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    @property
+    def endpoint(self) -> ReplicaEndpoint:
+        return ReplicaEndpoint(self.replica_id, MODEL, f"http://127.0.0.1:{self.port}", self.key, capacity=4)
+
+    async def start(self) -> None:
+        app = web.Application()
+        for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+            app.router.add_post(path, self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
+        await self._runner.setup()
+        sock = bound_socket()
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop(self) -> None:
+        for event in (self.hold, self.hold_after_first):
+            if event is not None:
+                event.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.requests.append(Received(request.path, request.headers.copy(), body))
+        self.arrived.set()
+        if request.headers.get("Authorization") != f"Bearer {self.key}":
+            error = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
+            return web.json_response(error, status=401)
+        data = json.loads(body)
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            if self.error is not None:
+                status, raw = self.error
+                return web.Response(status=status, body=raw, content_type="application/json")
+            if data.get("stream"):
+                return await self._stream(request, data)
+            return web.json_response(self._answer(request.path, data))
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.dropped.set()
+            raise
+
+    def _answer(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
+        usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+        if path.endswith("/embeddings"):
+            return {
+                "object": "list",
+                "model": data["model"],
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
+                "usage": {"prompt_tokens": 4, "total_tokens": 4},
+            }
+        if path.endswith("/v1/completions"):
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": self.replica_id,
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+            kind = "text_completion"
+        else:
+            message = {"role": "assistant", "content": self.replica_id}
+            choice = {"index": 0, "message": message, "finish_reason": "stop"}
+            kind = "chat.completion"
+        return {
+            "id": "cmpl-1",
+            "object": kind,
+            "created": 1700000000,
+            "model": data["model"],
+            "choices": [choice],
+            "usage": usage,
+        }
+
+    async def _stream(self, request: web.Request, data: dict[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        def event(payload: dict[str, Any]) -> bytes:
+            base = {
+                "id": "chunk-1",
+                "object": "chat.completion.chunk",
+                "created": 1700000000,
+                "model": data["model"],
+            }
+            return b"data: " + json.dumps(base | payload).encode() + b"\n\n"
+
+        for i in range(self.chunks):
+            delta = {"index": 0, "delta": {"content": f"{self.replica_id}-{i} "}, "finish_reason": None}
+            await response.write(event({"choices": [delta]}))
+            if self.cut_after is not None and i + 1 == self.cut_after:
+                assert request.transport is not None
+                request.transport.abort()
+                return response
+            if i == 0 and self.hold_after_first is not None:
+                await self.hold_after_first.wait()
+        usage = {"prompt_tokens": 7, "completion_tokens": self.chunks, "total_tokens": 7 + self.chunks}
+        await response.write(event({"choices": [], "usage": usage}))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+@dataclass
+class Hooks:
+    """Records what the gateway tells the control plane."""
+
+    demanded: list[str] = field(default_factory=list)
+    usage: list[UsageRecord] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    usage_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    demand_seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def on_demand(self, model: str) -> None:
+        self.demanded.append(model)
+        self.demand_seen.set()
+
+    def on_usage(self, record: UsageRecord) -> None:
+        self.usage.append(record)
+        self.usage_seen.set()
+
+    def on_replica_failed(self, replica_id: str, reason: str) -> None:
+        self.failed.append((replica_id, reason))
+
+
+@asynccontextmanager
+async def serving(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn (httptools) on a free loopback port; yields its base URL."""
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, lifespan="off", log_level="warning", http="httptools", timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[FakeEngine]:
+    fake = FakeEngine()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+def settings() -> GatewaySettings:
+    return GatewaySettings(request_wait_s=0.3, retry_after_s=5)
+
+
+@pytest.fixture
+def hooks() -> Hooks:
+    return Hooks()
+
+
+@pytest.fixture
+async def gateway(settings: GatewaySettings, hooks: Hooks) -> AsyncIterator[Gateway]:
+    gw = Gateway(
+        settings,
+        on_demand=hooks.on_demand,
+        on_usage=hooks.on_usage,
+        on_replica_failed=hooks.on_replica_failed,
+    )
+    gw.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
+    gw.catalog.replace([ModelEntry(MODEL, created=1700000000), ModelEntry(LAZY, on_demand=True)])
+    yield gw
+    await gw.close()
+
+
+@pytest.fixture
+async def base_url(gateway: Gateway) -> AsyncIterator[str]:
+    async with serving(gateway.asgi_app()) as url:
+        yield url
+
+
+@pytest.fixture
+async def client(base_url: str) -> AsyncIterator[AsyncOpenAI]:
+    sdk = AsyncOpenAI(base_url=f"{base_url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
+    yield sdk
+    await sdk.close()
+
+
+@pytest.fixture
+async def http(base_url: str) -> AsyncIterator[aiohttp.ClientSession]:
+    """A raw HTTP client for what the SDK cannot send (bad JSON, odd methods)."""
+    async with aiohttp.ClientSession(base_url=base_url) as session:
+        yield session

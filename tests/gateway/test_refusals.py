@@ -1,0 +1,191 @@
+"""Requests the gateway refuses itself: each in OpenAI's error shape, with a status that fits."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from openai import AsyncOpenAI
+from prometheus_client import REGISTRY
+
+from llmgw.gateway import Gateway, GatewaySettings
+from llmgw.gateway.app import Gateway as GatewayApp
+
+from .conftest import AUTH, MESSAGES, MODEL, FakeEngine, serving
+
+CHAT = "/v1/chat/completions"
+
+
+async def error_of(response: aiohttp.ClientResponse) -> dict[str, Any]:
+    assert response.content_type == "application/json"
+    body = await response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["message"]
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+async def test_a_wrong_key_is_refused_with_401(base_url: str) -> None:
+    sdk = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        await sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
+    await sdk.close()
+    assert caught.value.code == "invalid_api_key"
+
+
+@pytest.mark.parametrize("header", [None, "Bearer", "Basic abc", "Bearer  "])
+async def test_a_missing_or_malformed_authorization_is_refused_with_401(
+    http: aiohttp.ClientSession, header: str | None
+) -> None:
+    headers = {} if header is None else {"Authorization": header}
+    async with http.post(CHAT, json={"model": MODEL}, headers=headers) as response:
+        assert response.status == 401
+        assert (await error_of(response))["code"] == "invalid_api_key"
+
+
+async def test_an_unknown_model_is_refused_with_404(client: AsyncOpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        await client.chat.completions.create(model="nope", messages=MESSAGES)
+    assert caught.value.code == "model_not_found"
+    assert "The model 'nope' does not exist; GET /v1/models lists the models" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"model": "tiny-chat", ', "not valid JSON"),
+        (b"", "empty"),
+        (b"[1, 2]", "an array"),
+        (b'"text"', "a string"),
+        (b"\xff\xfe\x00", "not valid JSON"),
+    ],
+)
+async def test_a_body_that_is_no_json_object_is_refused_with_400(
+    http: aiohttp.ClientSession, body: bytes, says: str
+) -> None:
+    async with http.post(CHAT, data=body, headers=AUTH) as response:
+        assert response.status == 400
+        assert says in (await error_of(response))["message"]
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"model": 3}', b'{"model": ""}'])
+async def test_a_body_without_a_model_name_is_refused_with_400_naming_the_param(
+    http: aiohttp.ClientSession, body: bytes
+) -> None:
+    async with http.post(CHAT, data=body, headers=AUTH) as response:
+        assert response.status == 400
+        assert (await error_of(response))["param"] == "model"
+
+
+async def test_a_body_over_the_limit_is_refused_with_413(gateway: Gateway) -> None:
+    gateway.settings = GatewaySettings(max_body_bytes=64)
+    async with serving(gateway.asgi_app()) as url, aiohttp.ClientSession(url) as http:
+        body = b'{"model": "tiny-chat", "prompt": "' + b"x" * 100 + b'"}'
+        async with http.post("/v1/completions", data=body, headers=AUTH) as response:
+            assert response.status == 413
+
+
+async def test_a_stopped_cluster_answers_every_post_with_503_system_stopped(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    gateway.replicas.set_ready(engine.endpoint)
+    gateway.stopped = True
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.embeddings.create(model=MODEL, input="hi")
+    assert caught.value.status_code == 503
+    assert caught.value.code == "system_stopped"
+    assert engine.requests == []
+
+
+async def test_an_unknown_route_is_404_and_a_wrong_method_405(http: aiohttp.ClientSession) -> None:
+    async with http.post("/v1/images/edits", json={}, headers=AUTH) as response:
+        assert response.status == 404
+        assert "Invalid URL (POST /v1/images/edits)" in (await error_of(response))["message"]
+    async with http.get(CHAT, headers=AUTH) as response:
+        assert response.status == 405
+        assert response.headers["allow"] == "POST"
+        await error_of(response)
+
+
+async def test_every_answer_carries_a_request_id(http: aiohttp.ClientSession) -> None:
+    async with http.get("/v1/models", headers=AUTH | {"x-request-id": "abc-1"}) as response:
+        assert response.headers["x-request-id"] == "abc-1"
+    async with http.post(CHAT, data=b"[", headers=AUTH) as response:
+        assert len(response.headers["x-request-id"]) == 32
+    async with http.get("/nowhere") as response:
+        assert response.headers["x-request-id"]
+
+
+async def test_an_engine_error_keeps_its_status_in_openai_shape(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    engine.error = (
+        400,
+        b'{"object": "error", "message": "max_tokens too large", "type": "BadRequestError"}',
+    )
+    gateway.replicas.set_ready(engine.endpoint)
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert caught.value.body == {
+        "message": "max_tokens too large",
+        "type": "BadRequestError",
+        "param": None,
+        "code": None,
+    }
+
+
+async def test_an_engine_error_on_a_stream_request_is_a_json_error(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    engine.error = (503, b"Loading model")
+    gateway.replicas.set_ready(engine.endpoint)
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    assert caught.value.status_code == 503
+    assert caught.value.body == {
+        "message": "Loading model",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+
+
+async def test_a_replica_refusing_the_gateway_key_is_a_502_not_a_401(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    gateway.replicas.set_ready(dataclasses.replace(engine.endpoint, api_key="stale"))
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert caught.value.status_code == 502
+    assert caught.value.code == "replica_auth_failed"
+
+
+async def test_models_lists_the_catalog_for_a_valid_key(
+    client: AsyncOpenAI, http: aiohttp.ClientSession
+) -> None:
+    listing = await client.models.list()
+    assert [(m.id, m.object, m.owned_by) for m in listing.data] == [
+        ("lazy-chat", "model", "llmgw"),
+        ("tiny-chat", "model", "llmgw"),
+    ]
+    assert (await client.models.retrieve(MODEL)).created == 1700000000
+    async with http.get("/v1/models") as response:
+        assert response.status == 401
+
+
+async def test_requests_are_counted_by_model_and_status(client: AsyncOpenAI) -> None:
+    labels = {"model": "", "status": "404"}
+    before = REGISTRY.get_sample_value("llmgw_gateway_requests_total", labels) or 0.0
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(model="nope", messages=MESSAGES)
+    assert REGISTRY.get_sample_value("llmgw_gateway_requests_total", labels) == before + 1
+    assert REGISTRY.get_sample_value("llmgw_gateway_requests_in_flight") == 0
+
+
+def test_the_gateway_is_its_own_asgi_app() -> None:
+    gateway = GatewayApp()
+    assert gateway.asgi_app() is gateway

@@ -1,0 +1,94 @@
+"""Usage found in answers, SSE framing, and engines' errors in OpenAI's shape."""
+
+from __future__ import annotations
+
+import json
+
+from llmgw.gateway.responses import normalise_engine_error
+from llmgw.gateway.usage import EventFramer, find_usage, token_counts
+
+
+def test_usage_is_found_at_the_end_of_a_json_answer() -> None:
+    body = json.dumps(
+        {"choices": [{"message": {"content": '"usage": {"x": 1}'}}], "usage": {"prompt_tokens": 3}}
+    )
+    assert find_usage(body.encode()) == {"prompt_tokens": 3}
+
+
+def test_no_usage_or_null_usage_is_none() -> None:
+    assert find_usage(b'{"choices": []}') is None
+    assert find_usage(b'data: {"usage": null}\n\n') is None
+    assert token_counts(None) == (0, 0)
+
+
+def test_the_framer_passes_on_only_complete_events() -> None:
+    framer = EventFramer()
+    assert framer.feed(b'data: {"a": 1}\n\ndata: {"b"') == b'data: {"a": 1}\n\n'
+    assert framer.mid_event
+    assert framer.feed(b": 2}\n\n") == b'data: {"b": 2}\n\n'
+    assert not framer.mid_event
+    assert framer.feed(b"data: [DONE]\r\n\r\n") == b"data: [DONE]\r\n\r\n"
+
+
+def test_the_framer_keeps_the_last_usage_even_when_split_across_chunks() -> None:
+    framer = EventFramer()
+    framer.feed(b'data: {"usage": {"prompt_tokens": 1, "completion_tokens": 1}}\n\ndata: {"choices": [], "us')
+    framer.feed(b'age": {"prompt_tokens": 5, "completion_tokens": 9}}\n\n')
+    assert token_counts(framer.usage) == (5, 9)
+
+
+def test_the_framer_flushes_an_unterminated_last_event() -> None:
+    framer = EventFramer()
+    assert framer.feed(b"data: [DONE]") == b""
+    assert framer.flush() == b"data: [DONE]"
+
+
+def error(status: int, body: bytes) -> dict[str, object]:
+    shaped = json.loads(normalise_engine_error(status, body))
+    assert set(shaped) == {"error"}
+    result: dict[str, object] = shaped["error"]
+    return result
+
+
+def test_openai_shaped_errors_keep_their_fields() -> None:
+    body = b'{"error": {"message": "bad", "type": "invalid_request_error", "param": "n", "code": "too_many"}}'
+    assert error(400, body) == {
+        "message": "bad",
+        "type": "invalid_request_error",
+        "param": "n",
+        "code": "too_many",
+    }
+
+
+def test_llama_server_errors_lose_their_numeric_code() -> None:
+    body = b'{"error": {"code": 400, "message": "context too long", "type": "invalid_request_error"}}'
+    assert error(400, body) == {
+        "message": "context too long",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+
+
+def test_flat_vllm_and_fastapi_errors_are_nested() -> None:
+    assert (
+        error(400, b'{"object": "error", "message": "m", "type": "BadRequestError", "code": 400}')["message"]
+        == "m"
+    )
+    detail = b'{"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]}'
+    assert error(422, detail) == {
+        "message": "messages: Field required",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+
+
+def test_plain_text_and_empty_errors_get_a_message() -> None:
+    assert error(500, b"Internal Server Error")["message"] == "Internal Server Error"
+    assert error(502, b"") == {
+        "message": "The replica answered HTTP 502 without a message.",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
