@@ -81,7 +81,7 @@ import asyncio, sys
 from llmgw.store import Store
 
 async def main():
-    store = await Store.open(sys.argv[1])
+    store = await Store.open(sys.argv[1], timeout_s=30)
     await store.audit.record("process", "open", sys.argv[2])
     await store.close()
 
