@@ -92,7 +92,7 @@ def load_agent_config(path: Path) -> AgentConfig:
     except FileNotFoundError:
         raise ConfigError(
             f"no agent configuration at {path}",
-            "write one (see docs/agent.md) or run 'llmgw up' for a single machine",
+            "write one (see docs/cluster.md) or run 'llmgw up' for a single machine",
         ) from None
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"cannot read {path}: {error}", "fix the file") from None

@@ -121,7 +121,7 @@ class Keys:
             if row is None:
                 raise NotFound(
                     f"no active API key has the id or name {id_or_name!r}",
-                    hint="llmgw ctl keys lists the keys",
+                    hint="'llmgw ctl key list' lists the keys",
                 )
             if row.revoked_at is None:
                 row.revoked_at = self._store.now()
