@@ -67,7 +67,10 @@ class StoredSettings:
         async with self._store.session() as session:
             row = await session.get(SettingRow, key)
             if row is None:
-                raise NotFound(f"setting {key!r} is not set", hint="check the setting's name; only a setting that is set can be removed")
+                raise NotFound(
+                    f"setting {key!r} is not set",
+                    hint="check the setting's name; only a setting that is set can be removed",
+                )
             await session.delete(row)
             session.add(SettingChangeRow(key=key, value=null(), changed_at=self._store.now(), actor=actor))
 
