@@ -1,10 +1,11 @@
 """Discovery: what a node offers — CPU cores, host memory, NVIDIA cards, driver.
 
 The parsing functions are pure (text in, values out); :func:`discover` does the
-reading: ``/proc`` and the cgroup files for the CPU and memory, ``nvidia-smi -q
--x`` for the cards and ``/proc/driver/nvidia/version`` for the driver. A node
-without ``nvidia-smi`` has no cards; an ``nvidia-smi`` that fails or hangs is
-logged and the node is reported without cards rather than not at all.
+reading: ``/proc`` and the cgroup files for the CPU and memory, a
+:class:`~llmgw.agent.gpus.GpuSource` (NVML or ``nvidia-smi -q -x``) for the
+cards and ``/proc/driver/nvidia/version`` for the driver. A node without
+either has no cards; a reader that fails or hangs is logged and the node is
+reported without cards rather than not at all.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import math
 import os
 import platform
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from llmgw.core.devices import Device, NodeInventory, gpu_class
+from llmgw.agent.gpus import GpuSource, devices_of
+from llmgw.agent.nvidia_smi import NVIDIA_SMI_TIMEOUT, NvidiaSmi, leading_int, parse_report, run_nvidia_smi
+from llmgw.agent.nvml import open_nvml
+from llmgw.core.devices import Device, NodeInventory
+
+__all__ = ["NVIDIA_SMI_TIMEOUT", "choose_source", "discover", "discover_gpus", "run_nvidia_smi"]
 
 log = logging.getLogger(__name__)
-
-NVIDIA_SMI_TIMEOUT = 15.0
-"""Seconds ``nvidia-smi -q -x`` may take; a wedged driver can hang it for minutes."""
 
 _NO_LIMIT_BYTES = 1 << 60
 """cgroup v1 writes an unset memory limit as a huge number near 2**63."""
@@ -50,38 +52,14 @@ def parse_driver_version(text: str) -> str | None:
     return None
 
 
-def parse_nvidia_smi_xml(text: str) -> list[Device]:
-    """The cards in ``nvidia-smi -q -x`` output, in the order nvidia-smi numbers them.
+def parse_nvidia_smi_xml(text: str, listing: str = "") -> list[Device]:
+    """The devices in ``nvidia-smi -q -x`` output (with ``-L`` for MIG names), as placement sees them.
 
-    Each card's ``index`` is its position in the report, which is nvidia-smi's
-    and NVML's index (PCI bus order) — not ``minor_number``, the ``/dev/nvidiaN``
-    number, which can differ. Memory comes from ``fb_memory_usage`` in MiB; a
-    reading of ``N/A`` counts as 0. Raises ``xml.etree.ElementTree.ParseError``
+    A card is one device; a card in MIG mode is its instances, numbered
+    ``1000 + 100 x card + instance``. Raises ``xml.etree.ElementTree.ParseError``
     on text that is not XML.
     """
-    root = ET.fromstring(text)
-    devices = []
-    for position, gpu in enumerate(root.findall("gpu")):
-        explicit_index = _leading_int(gpu.findtext("index"))
-        index = explicit_index if explicit_index is not None else position
-        name = (gpu.findtext("product_name") or "").strip() or "NVIDIA GPU"
-        total = _leading_int(gpu.findtext("fb_memory_usage/total")) or 0
-        free = _leading_int(gpu.findtext("fb_memory_usage/free"))
-        if free is None:
-            used = _leading_int(gpu.findtext("fb_memory_usage/used")) or 0
-            free = max(total - used, 0)
-        devices.append(
-            Device(
-                kind="nvidia",
-                index=index,
-                name=name,
-                memory_mb=total,
-                memory_free_mb=free,
-                uuid=(gpu.findtext("uuid") or "").strip(),
-                device_class=gpu_class(name, total),
-            )
-        )
-    return devices
+    return devices_of(parse_report(text, listing))
 
 
 def nvidia_smi_driver_version(text: str) -> str | None:
@@ -139,12 +117,7 @@ def parse_memory_max(text: str) -> int | None:
     return None if limit >= _NO_LIMIT_BYTES else limit
 
 
-def _leading_int(text: str | None) -> int | None:
-    """``"81920 MiB"`` → 81920; ``"N/A"``, empty or missing → None."""
-    if text is None:
-        return None
-    found = re.match(r"\s*(\d+)", text)
-    return int(found.group(1)) if found else None
+_leading_int = leading_int
 
 
 # ---------------------------------------------------------------- reading the host
@@ -229,78 +202,23 @@ def cpu_device(proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/f
     )
 
 
-async def run_nvidia_smi(nvidia_smi: str, *args: str, timeout: float = NVIDIA_SMI_TIMEOUT) -> str | None:
-    """stdout of ``nvidia-smi ARGS``, or None when it is missing, fails or hangs.
-
-    A missing binary is a node without NVIDIA cards and is not logged above
-    debug; a failure or a timeout is logged as a warning with what the tool
-    said (it prints its errors on stdout as often as on stderr).
-    """
-    binary = shutil.which(nvidia_smi)
-    if binary is None:
-        log.debug("no %s on PATH: this node has no NVIDIA cards", nvidia_smi)
-        return None
-    command = " ".join((binary, *args))
-    try:
-        process = await asyncio.create_subprocess_exec(
-            binary,
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    except OSError as error:
-        log.warning(
-            "cannot run %s: %s; reporting no NVIDIA cards (check the file is an executable nvidia-smi)",
-            command,
-            error,
-        )
-        return None
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        log.warning(
-            "%s did not answer within %.0f s; reporting no NVIDIA cards "
-            "(a hung nvidia-smi usually means a wedged driver: check dmesg for Xid errors)",
-            command,
-            timeout,
-        )
-        return None
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    if process.returncode != 0:
-        said = (stderr.decode(errors="replace").strip() or stdout.decode(errors="replace").strip())[:2000]
-        log.warning(
-            "%s failed with exit status %s: %s; reporting no NVIDIA cards "
-            "(run nvidia-smi by hand and check the driver is loaded)",
-            command,
-            process.returncode,
-            said or "(no output)",
-        )
-        return None
-    return stdout.decode(errors="replace")
+def choose_source(nvidia_smi: str = "nvidia-smi", timeout: float = NVIDIA_SMI_TIMEOUT) -> GpuSource:
+    """NVML when it starts, else ``nvidia-smi``; a named nvidia-smi binary is always used as given."""
+    if nvidia_smi == "nvidia-smi":
+        nvml = open_nvml()
+        if nvml is not None:
+            return nvml
+    return NvidiaSmi(nvidia_smi, timeout)
 
 
 async def discover_gpus(
-    nvidia_smi: str = "nvidia-smi", *, timeout: float = NVIDIA_SMI_TIMEOUT
+    nvidia_smi: str = "nvidia-smi", *, timeout: float = NVIDIA_SMI_TIMEOUT, source: GpuSource | None = None
 ) -> tuple[list[Device], str | None]:
-    """The NVIDIA cards and nvidia-smi's driver version, or ``([], None)`` without them."""
-    text = await run_nvidia_smi(nvidia_smi, "-q", "-x", timeout=timeout)
-    if text is None:
+    """The NVIDIA devices and the reader's driver version, or ``([], None)`` without them."""
+    report = await (source or NvidiaSmi(nvidia_smi, timeout)).read()
+    if report is None:
         return [], None
-    try:
-        devices = parse_nvidia_smi_xml(text)
-    except ET.ParseError as error:
-        log.warning(
-            "%s -q -x printed something that is not XML (%s); reporting no NVIDIA cards "
-            "(check the nvidia-smi on PATH is NVIDIA's)",
-            nvidia_smi,
-            error,
-        )
-        return [], None
-    return devices, nvidia_smi_driver_version(text)
+    return devices_of(report), report.driver_version or None
 
 
 async def discover(
@@ -312,16 +230,18 @@ async def discover(
     proc_root: Path = Path("/proc"),
     cgroup_root: Path = Path("/sys/fs/cgroup"),
     timeout: float = NVIDIA_SMI_TIMEOUT,
+    gpus_from: GpuSource | None = None,
 ) -> NodeInventory:
     """What this node offers, as its agent registers it.
 
-    ``nvidia_smi`` is a command name looked up on PATH or a path to the binary;
-    ``proc_root`` and ``cgroup_root`` are where ``/proc`` and the cgroup
+    ``gpus_from`` reads the cards (see :func:`choose_source`); without it
+    ``nvidia_smi``, a command name looked up on PATH or a path to the binary,
+    does. ``proc_root`` and ``cgroup_root`` are where ``/proc`` and the cgroup
     hierarchy are read from.
     """
     cpu = await asyncio.to_thread(cpu_device, proc_root, cgroup_root)
     cores = await asyncio.to_thread(cpu_cores, proc_root, cgroup_root)
-    gpus, smi_driver = await discover_gpus(nvidia_smi, timeout=timeout)
+    gpus, smi_driver = await discover_gpus(nvidia_smi, timeout=timeout, source=gpus_from)
     proc_text = await asyncio.to_thread(_read, proc_version)
     driver = (parse_driver_version(proc_text) if proc_text else None) or smi_driver or ""
     return NodeInventory(

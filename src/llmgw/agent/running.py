@@ -8,7 +8,7 @@ import signal
 from collections.abc import AsyncIterator
 
 from llmgw.agent.config import AgentConfig
-from llmgw.agent.discovery import discover
+from llmgw.agent.discovery import choose_source, discover
 from llmgw.agent.installing import Installer
 from llmgw.agent.session import AgentSession
 from llmgw.agent.supervising import Supervisor
@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 
 async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
-    inventory = await discover(config.node_id, config.address, nvidia_smi=config.nvidia_smi)
+    gpus = choose_source(config.nvidia_smi)
+    inventory = await discover(config.node_id, config.address, gpus_from=gpus)
     log.info(
         "node %s: %d cores, %d MiB, %d cards",
         inventory.node_id,

@@ -24,6 +24,15 @@ class Device:
     """The card's UUID (empty for the CPU)."""
     device_class: str = ""
     """Class used by placement, e.g. ``a100-80g`` (``cpu`` for the CPU)."""
+    mig_profile: str = ""
+    """The MIG profile (``3g.40gb``) when the device is a MIG instance; empty otherwise."""
+    unavailable: str = ""
+    """Why placement must leave the device alone (a MIG card with nothing carved); empty if usable."""
+
+    @property
+    def is_mig(self) -> bool:
+        """True for a MIG instance (numbered 1000 + 100 x card + instance)."""
+        return bool(self.mig_profile)
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class NodeInventory:
 
     @property
     def gpus(self) -> tuple[Device, ...]:
+        """The NVIDIA devices: whole cards and MIG instances, the unusable ones included."""
         return tuple(d for d in self.devices if d.kind == "nvidia")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmgw.core.devices import NodeInventory
+from llmgw.core.mig import Spread, device_label, mig_refusal
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ def free_memory(node: NodeInventory, placed: list[Placed]) -> int:
 
 
 def free_gpu_memory(node: NodeInventory, placed: list[Placed]) -> dict[int, int]:
-    """Each card's memory left on a node once the replicas placed there take theirs."""
-    free = {gpu.index: gpu.memory_free_mb for gpu in node.gpus}
+    """Each usable card's (or MIG instance's) memory left once the replicas placed there take theirs."""
+    free = {gpu.index: gpu.memory_free_mb for gpu in node.gpus if not gpu.unavailable}
     for p in placed:
         if p.node_id == node.node_id:
             for index in p.devices:
@@ -47,18 +48,32 @@ def free_gpu_memory(node: NodeInventory, placed: list[Placed]) -> dict[int, int]
     return free
 
 
-def place(model: str, memory_mb: int, nodes: list[NodeInventory], placed: list[Placed]) -> Decision:
+def place(
+    model: str,
+    memory_mb: int,
+    nodes: list[NodeInventory],
+    placed: list[Placed],
+    spread_over: Spread = Spread(),
+) -> Decision:
     """Pick the node for one more replica of ``model``.
 
     Among nodes, one with fewer replicas of the same model first, then one
     whose card has room over one with host memory alone, then the most memory
     left. On a node, a card with enough free memory is preferred to host memory.
+    Cards marked unavailable (a MIG card with nothing carved) are never picked,
+    nor MIG instances for a replica spread over more than one device.
     """
     refusals: dict[str, str] = {}
     candidates: list[tuple[tuple[int, bool, int], str, tuple[int, ...]]] = []
     for node in nodes:
         spread = sum(1 for p in placed if p.node_id == node.node_id and p.model == model)
         gpu_free = free_gpu_memory(node, placed)
+        left_out = [f"card {device_label(g.index)}: {g.unavailable}" for g in node.gpus if g.unavailable]
+        for gpu in node.gpus:
+            reason = mig_refusal(gpu.device_class, spread_over)
+            if reason and gpu.index in gpu_free:
+                del gpu_free[gpu.index]
+                left_out.append(f"device {device_label(gpu.index)}: {reason}")
         fitting = [index for index, free in gpu_free.items() if free >= memory_mb]
         if fitting:
             best = max(fitting, key=lambda index: gpu_free[index])
@@ -68,8 +83,10 @@ def place(model: str, memory_mb: int, nodes: list[NodeInventory], placed: list[P
         if host_free >= memory_mb:
             candidates.append(((-spread, False, host_free), node.node_id, ()))
             continue
-        refusals[node.node_id] = f"needs {memory_mb} MiB; {host_free} MiB of host memory left" + (
-            f", at most {max(gpu_free.values())} MiB on a card" if gpu_free else ""
+        refusals[node.node_id] = (
+            f"needs {memory_mb} MiB; {host_free} MiB of host memory left"
+            + (f", at most {max(gpu_free.values())} MiB on a card" if gpu_free else "")
+            + "".join(f"; {reason}" for reason in left_out)
         )
     if not candidates:
         return Decision(refusals=refusals)

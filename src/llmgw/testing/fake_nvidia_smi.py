@@ -9,7 +9,13 @@ real tool:
 - ``-q -x`` (``--query --xml-format``): the XML report, shaped like the real
   one (``<nvidia_smi_log>`` with ``<driver_version>``, ``<cuda_version>``,
   ``<attached_gpus>`` and a ``<gpu id="00000000:07:00.0">`` per card);
-- ``-L`` (``--list-gpus``): ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``;
+  a card in MIG mode lists its ``<mig_devices>`` (index, GPU and compute
+  instance ids, ``device_attributes/shared``, ``fb_memory_usage``, no UUID
+  and no profile, as many drivers print them) and its processes name the
+  instance they run in;
+- ``-L`` (``--list-gpus``): ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``
+  and, under a card in MIG mode, ``  MIG 3g.40gb     Device  0: (UUID: MIG-...)``;
+- ``nvlink -e``: each link's replay, recovery and CRC error counters;
 - ``-q``: a short text report; no arguments: a summary table;
 - an unknown option: ``ERROR: Option -z is not recognized. Please run
   'nvidia-smi -h' for help.`` and exit status 2.
@@ -43,6 +49,36 @@ class FakeProcess:
 
 
 @dataclass(frozen=True)
+class FakeMig:
+    """One MIG device carved out of a card."""
+
+    profile: str
+    """``3g.40gb``: as ``nvidia-smi -L`` and NVML name it."""
+    memory_mb: int
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+    multiprocessors: int = 14
+    used_mb: int = 0
+    """Memory in use besides the processes'."""
+    uuid: str = ""
+    processes: tuple[FakeProcess, ...] = ()
+
+    @property
+    def used_total_mb(self) -> int:
+        return self.used_mb + sum(process.used_mb for process in self.processes)
+
+
+@dataclass(frozen=True)
+class FakeLink:
+    """One NVLink's error counters."""
+
+    replay: int = 0
+    recovery: int = 0
+    crc_flit: int = 0
+    crc_data: int = 0
+
+
+@dataclass(frozen=True)
 class FakeCard:
     """One card the fake reports; unset identifiers are made up per position."""
 
@@ -59,15 +95,30 @@ class FakeCard:
     minor_number: int | None = None
     pci_bus_id: str = ""
     mig_mode: str = "Disabled"
+    """``Enabled``, ``Disabled``, or ``N/A`` for a card that cannot do MIG."""
+    mig_pending: str = ""
+    """The mode after the next reset; empty means the same as ``mig_mode``."""
+    mig_devices: tuple[FakeMig, ...] = ()
     utilization_percent: int = 0
+    memory_util_percent: int = 0
+    sm_clock_mhz: int = 1410
+    ecc_uncorrected: int | None = 0
+    """Volatile uncorrected ECC errors; None for a card without ECC."""
     temperature_c: int = 34
     power_draw_w: float = 60.0
     power_limit_w: float = 400.0
     processes: tuple[FakeProcess, ...] = ()
+    """On a card in MIG mode, put processes on its MIG devices instead."""
+    nvlinks: tuple[FakeLink, ...] = ()
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig_mode == "Enabled"
 
     @property
     def used_total_mb(self) -> int:
-        return self.used_mb + sum(process.used_mb for process in self.processes)
+        on_instances = sum(mig.used_total_mb for mig in self.mig_devices) if self.mig_enabled else 0
+        return self.used_mb + on_instances + sum(process.used_mb for process in self.processes)
 
     @property
     def free_mb(self) -> int:
@@ -107,7 +158,21 @@ RTX_4090 = FakeCard(
     reserved_mb=346,
     used_mb=2,
     power_limit_w=450.0,
+    mig_mode="N/A",
+    ecc_uncorrected=None,
 )
+A100_80G_MIG = replace(
+    A100_80G,
+    mig_mode="Enabled",
+    mig_devices=(
+        FakeMig("3g.40gb", 40192, gpu_instance_id=2, multiprocessors=42, used_mb=13),
+        FakeMig("2g.20gb", 19968, gpu_instance_id=3, multiprocessors=28, used_mb=11),
+        FakeMig("1g.10gb", 9728, gpu_instance_id=9, multiprocessors=14, used_mb=6),
+    ),
+)
+"""An A100 80GB cut into a 3g.40gb, a 2g.20gb and a 1g.10gb instance."""
+A100_80G_MIG_EMPTY = replace(A100_80G, mig_mode="Enabled")
+"""An A100 80GB in MIG mode with nothing carved: nothing can run on it."""
 
 DRIVER_NOT_LOADED = FakeFailure(
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -137,7 +202,17 @@ class FakeSystem:
     def from_json(cls, text: str) -> FakeSystem:
         data = json.loads(text)
         cards = tuple(
-            FakeCard(**{**card, "processes": tuple(FakeProcess(**p) for p in card["processes"])})
+            FakeCard(
+                **{
+                    **card,
+                    "processes": tuple(FakeProcess(**p) for p in card["processes"]),
+                    "mig_devices": tuple(
+                        FakeMig(**{**m, "processes": tuple(FakeProcess(**p) for p in m["processes"])})
+                        for m in card["mig_devices"]
+                    ),
+                    "nvlinks": tuple(FakeLink(**link) for link in card["nvlinks"]),
+                }
+            )
             for card in data["cards"]
         )
         failure = FakeFailure(**data["failure"]) if data["failure"] else None
@@ -155,12 +230,22 @@ class FakeSystem:
         for position, card in enumerate(self.cards):
             made_up = uuid.uuid5(uuid.NAMESPACE_URL, f"llmgw-fake-gpu/{position}/{card.product_name}")
             bus = _PCI_BUSES[position] if position < len(_PCI_BUSES) else f"{0xC0 + position:02X}"
+            migs = tuple(
+                replace(
+                    mig,
+                    uuid=mig.uuid
+                    or f"MIG-{uuid.uuid5(made_up, f'{mig.gpu_instance_id}/{mig.compute_instance_id}')}",
+                )
+                for mig in card.mig_devices
+            )
             filled.append(
                 replace(
                     card,
                     uuid=card.uuid or f"GPU-{made_up}",
                     minor_number=position if card.minor_number is None else card.minor_number,
                     pci_bus_id=card.pci_bus_id or f"00000000:{bus}:00.0",
+                    mig_pending=card.mig_pending or card.mig_mode,
+                    mig_devices=migs,
                 )
             )
         return tuple(filled)
@@ -221,8 +306,11 @@ def _gpu_element(root: ET.Element, card: FakeCard) -> None:
     _text(gpu, "persistence_mode", "Enabled")
     mig = ET.SubElement(gpu, "mig_mode")
     _text(mig, "current_mig", card.mig_mode)
-    _text(mig, "pending_mig", card.mig_mode)
-    _text(gpu, "mig_devices", "None")
+    _text(mig, "pending_mig", card.mig_pending or card.mig_mode)
+    if card.mig_enabled and card.mig_devices:
+        _mig_devices(gpu, card)
+    else:
+        _text(gpu, "mig_devices", "None")
     _text(gpu, "accounting_mode", "Disabled")
     _text(gpu, "serial", f"{1320000000000 + (card.minor_number or 0)}")
     _text(gpu, "uuid", card.uuid)
@@ -244,28 +332,73 @@ def _gpu_element(root: ET.Element, card: FakeCard) -> None:
     _text(memory, "free", f"{card.free_mb} MiB")
     _text(gpu, "compute_mode", "Default")
     utilization = ET.SubElement(gpu, "utilization")
-    _text(utilization, "gpu_util", f"{card.utilization_percent} %")
-    _text(utilization, "memory_util", "0 %")
-    _text(utilization, "encoder_util", "0 %")
-    _text(utilization, "decoder_util", "0 %")
+    on_mig = card.mig_enabled
+    _text(utilization, "gpu_util", "N/A" if on_mig else f"{card.utilization_percent} %")
+    _text(utilization, "memory_util", "N/A" if on_mig else f"{card.memory_util_percent} %")
+    _text(utilization, "encoder_util", "N/A" if on_mig else "0 %")
+    _text(utilization, "decoder_util", "N/A" if on_mig else "0 %")
+    has_ecc = card.ecc_uncorrected is not None
     ecc = ET.SubElement(gpu, "ecc_mode")
-    _text(ecc, "current_ecc", "Enabled" if card.product_brand != "GeForce" else "N/A")
-    _text(ecc, "pending_ecc", "Enabled" if card.product_brand != "GeForce" else "N/A")
+    _text(ecc, "current_ecc", "Enabled" if has_ecc else "N/A")
+    _text(ecc, "pending_ecc", "Enabled" if has_ecc else "N/A")
+    errors = ET.SubElement(gpu, "ecc_errors")
+    volatile = ET.SubElement(errors, "volatile")
+    for kind in ("sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable"):
+        value = "0" if kind != "dram_uncorrectable" else str(card.ecc_uncorrected)
+        _text(volatile, kind, value if has_ecc else "N/A")
     temperature = ET.SubElement(gpu, "temperature")
     _text(temperature, "gpu_temp", f"{card.temperature_c} C")
     power = ET.SubElement(gpu, "gpu_power_readings")
     _text(power, "power_state", "P0")
     _text(power, "power_draw", f"{card.power_draw_w:.2f} W")
     _text(power, "current_power_limit", f"{card.power_limit_w:.2f} W")
+    clocks = ET.SubElement(gpu, "clocks")
+    _text(clocks, "graphics_clock", f"{card.sm_clock_mhz} MHz")
+    _text(clocks, "sm_clock", f"{card.sm_clock_mhz} MHz")
+    _text(clocks, "mem_clock", "1593 MHz")
     processes = ET.SubElement(gpu, "processes")
-    for process in card.processes:
+    placed: list[tuple[str, str, FakeProcess]] = [("N/A", "N/A", process) for process in card.processes]
+    if card.mig_enabled:
+        placed += [
+            (str(mig.gpu_instance_id), str(mig.compute_instance_id), process)
+            for mig in card.mig_devices
+            for process in mig.processes
+        ]
+    for gi, ci, process in placed:
         info = ET.SubElement(processes, "process_info")
-        _text(info, "gpu_instance_id", "N/A")
-        _text(info, "compute_instance_id", "N/A")
+        _text(info, "gpu_instance_id", gi)
+        _text(info, "compute_instance_id", ci)
         _text(info, "pid", str(process.pid))
         _text(info, "type", process.type)
         _text(info, "process_name", process.name)
         _text(info, "used_memory", f"{process.used_mb} MiB")
+
+
+def _mig_devices(gpu: ET.Element, card: FakeCard) -> None:
+    devices = ET.SubElement(gpu, "mig_devices")
+    for position, mig in enumerate(card.mig_devices):
+        device = ET.SubElement(devices, "mig_device")
+        _text(device, "index", str(position))
+        _text(device, "gpu_instance_id", str(mig.gpu_instance_id))
+        _text(device, "compute_instance_id", str(mig.compute_instance_id))
+        shared = ET.SubElement(ET.SubElement(device, "device_attributes"), "shared")
+        _text(shared, "multiprocessor_count", str(mig.multiprocessors))
+        _text(shared, "copy_engine_count", str(max(1, mig.multiprocessors // 14)))
+        _text(shared, "encoder_count", "0")
+        _text(shared, "decoder_count", str(max(0, mig.multiprocessors // 14 - 1)))
+        _text(shared, "ofa_count", "0")
+        _text(shared, "jpg_count", "0")
+        ecc = ET.SubElement(device, "ecc_error_count")
+        _text(ET.SubElement(ecc, "volatile_count"), "sram_uncorrectable", "0")
+        memory = ET.SubElement(device, "fb_memory_usage")
+        _text(memory, "total", f"{mig.memory_mb} MiB")
+        _text(memory, "reserved", "0 MiB")
+        _text(memory, "used", f"{mig.used_total_mb} MiB")
+        _text(memory, "free", f"{max(mig.memory_mb - mig.used_total_mb, 0)} MiB")
+        bar1 = ET.SubElement(device, "bar1_memory_usage")
+        _text(bar1, "total", "32767 MiB")
+        _text(bar1, "used", "0 MiB")
+        _text(bar1, "free", "32767 MiB")
 
 
 def _text(parent: ET.Element, tag: str, value: str) -> ET.Element:
@@ -275,11 +408,28 @@ def _text(parent: ET.Element, tag: str, value: str) -> ET.Element:
 
 
 def render_list(system: FakeSystem) -> str:
-    """The ``nvidia-smi -L`` listing."""
-    return "".join(
-        f"GPU {position}: {card.product_name} (UUID: {card.uuid})\n"
-        for position, card in enumerate(system.numbered())
-    )
+    """The ``nvidia-smi -L`` listing, MIG devices indented under their card."""
+    lines = []
+    for position, card in enumerate(system.numbered()):
+        lines.append(f"GPU {position}: {card.product_name} (UUID: {card.uuid})\n")
+        if card.mig_enabled:
+            for index, mig in enumerate(card.mig_devices):
+                lines.append(f"  MIG {mig.profile:<12} Device {index:>2}: (UUID: {mig.uuid})\n")
+    return "".join(lines)
+
+
+def render_nvlink_errors(system: FakeSystem) -> str:
+    """The ``nvidia-smi nvlink -e`` report: each link's error counters under its card."""
+    lines = []
+    for position, card in enumerate(system.numbered()):
+        lines.append(f"GPU {position}: {card.product_name} (UUID: {card.uuid})")
+        for number, link in enumerate(card.nvlinks):
+            lines += [
+                f"\t Link {number}: Replay Errors: {link.replay}",
+                f"\t Link {number}: Recovery Errors: {link.recovery}",
+                f"\t Link {number}: CRC Errors: {link.crc_flit + link.crc_data}",
+            ]
+    return "\n".join(lines) + "\n"
 
 
 def render_text(system: FakeSystem) -> str:
@@ -341,6 +491,15 @@ _SHORT = {"--query": "-q", "--xml-format": "-x", "--list-gpus": "-L", "--help": 
 def main(argv: list[str], spec: Path) -> int:
     """Answer one call as ``nvidia-smi`` would; the exit status."""
     system = FakeSystem.from_json(spec.read_text())
+    if argv[:1] == ["nvlink"]:
+        if argv[1:] not in (["-e"], ["--errorcounters"]):
+            print("Invalid combination of input arguments. Please run 'nvidia-smi nvlink -h' for help.")
+            return 2
+        if system.failure is not None:
+            print(system.failure.message)
+            return system.failure.exit_status
+        sys.stdout.write(render_nvlink_errors(system))
+        return 0
     flags = set()
     for arg in argv:
         flag = _SHORT.get(arg, arg)
@@ -376,16 +535,21 @@ def main(argv: list[str], spec: Path) -> int:
 
 __all__ = [
     "A100_80G",
+    "A100_80G_MIG",
+    "A100_80G_MIG_EMPTY",
     "DRIVER_NOT_LOADED",
     "H100_80G",
     "RTX_4090",
     "V100_32G",
     "FakeCard",
     "FakeFailure",
+    "FakeLink",
+    "FakeMig",
     "FakeProcess",
     "FakeSystem",
     "install_fake_nvidia_smi",
     "main",
     "render_list",
+    "render_nvlink_errors",
     "render_xml",
 ]
