@@ -45,6 +45,8 @@ def register_message(
                     memory_free_mb=d.memory_free_mb,
                     uuid=d.uuid,
                     device_class=d.device_class,
+                    mig_profile=d.mig_profile,
+                    unavailable=d.unavailable,
                 )
                 for d in inventory.devices
             ],

@@ -65,6 +65,8 @@ def inventory_of(register: pb.Register) -> NodeInventory:
             memory_free_mb=d.memory_free_mb,
             uuid=d.uuid,
             device_class=d.device_class,
+            mig_profile=d.mig_profile,
+            unavailable=d.unavailable,
         )
         for d in register.devices
     )

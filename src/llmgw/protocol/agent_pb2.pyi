@@ -55,6 +55,8 @@ class Device(_message.Message):
     MEMORY_FREE_MB_FIELD_NUMBER: _builtins.int
     UUID_FIELD_NUMBER: _builtins.int
     DEVICE_CLASS_FIELD_NUMBER: _builtins.int
+    MIG_PROFILE_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     """"cpu" or "nvidia" """
     index: _builtins.int
@@ -63,6 +65,10 @@ class Device(_message.Message):
     memory_free_mb: _builtins.int
     uuid: _builtins.str
     device_class: _builtins.str
+    mig_profile: _builtins.str
+    """A MIG instance (index 1000 + 100 x card + instance) names its profile, "3g.40gb"."""
+    unavailable: _builtins.str
+    """Why placement must leave this device alone (a MIG card with nothing carved); empty if usable."""
     def __init__(
         self,
         *,
@@ -73,10 +79,12 @@ class Device(_message.Message):
         memory_free_mb: _builtins.int = ...,
         uuid: _builtins.str = ...,
         device_class: _builtins.str = ...,
+        mig_profile: _builtins.str = ...,
+        unavailable: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_class", b"device_class", "index", b"index", "kind", b"kind", "memory_free_mb", b"memory_free_mb", "memory_mb", b"memory_mb", "name", b"name", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_class", b"device_class", "index", b"index", "kind", b"kind", "memory_free_mb", b"memory_free_mb", "memory_mb", b"memory_mb", "mig_profile", b"mig_profile", "name", b"name", "unavailable", b"unavailable", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -253,30 +261,265 @@ class Heartbeat(_message.Message):
 Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
 
 @_typing.final
+class DeviceSample(_message.Message):
+    """One device's readings: a whole card, or a MIG instance with its card's heat,
+    power and ECC and without utilisation (MIG cards do not report it).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    UUID_FIELD_NUMBER: _builtins.int
+    DEVICE_CLASS_FIELD_NUMBER: _builtins.int
+    UTILIZATION_PERCENT_FIELD_NUMBER: _builtins.int
+    MEMORY_BANDWIDTH_PERCENT_FIELD_NUMBER: _builtins.int
+    MEMORY_USED_MB_FIELD_NUMBER: _builtins.int
+    MEMORY_TOTAL_MB_FIELD_NUMBER: _builtins.int
+    SM_CLOCK_MHZ_FIELD_NUMBER: _builtins.int
+    ECC_UNCORRECTED_FIELD_NUMBER: _builtins.int
+    TEMPERATURE_C_FIELD_NUMBER: _builtins.int
+    POWER_W_FIELD_NUMBER: _builtins.int
+    device: _builtins.int
+    """card index, or 1000 + 100 x card + instance"""
+    uuid: _builtins.str
+    device_class: _builtins.str
+    utilization_percent: _builtins.int
+    memory_bandwidth_percent: _builtins.int
+    """share of time memory was read or written"""
+    memory_used_mb: _builtins.int
+    memory_total_mb: _builtins.int
+    sm_clock_mhz: _builtins.int
+    ecc_uncorrected: _builtins.int
+    """volatile, since the driver loaded"""
+    temperature_c: _builtins.int
+    power_w: _builtins.float
+    def __init__(
+        self,
+        *,
+        device: _builtins.int = ...,
+        uuid: _builtins.str = ...,
+        device_class: _builtins.str = ...,
+        utilization_percent: _builtins.int | None = ...,
+        memory_bandwidth_percent: _builtins.int | None = ...,
+        memory_used_mb: _builtins.int = ...,
+        memory_total_mb: _builtins.int = ...,
+        sm_clock_mhz: _builtins.int | None = ...,
+        ecc_uncorrected: _builtins.int | None = ...,
+        temperature_c: _builtins.int | None = ...,
+        power_w: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ecc_uncorrected", b"_ecc_uncorrected", "_memory_bandwidth_percent", b"_memory_bandwidth_percent", "_power_w", b"_power_w", "_sm_clock_mhz", b"_sm_clock_mhz", "_temperature_c", b"_temperature_c", "_utilization_percent", b"_utilization_percent", "ecc_uncorrected", b"ecc_uncorrected", "memory_bandwidth_percent", b"memory_bandwidth_percent", "power_w", b"power_w", "sm_clock_mhz", b"sm_clock_mhz", "temperature_c", b"temperature_c", "utilization_percent", b"utilization_percent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ecc_uncorrected", b"_ecc_uncorrected", "_memory_bandwidth_percent", b"_memory_bandwidth_percent", "_power_w", b"_power_w", "_sm_clock_mhz", b"_sm_clock_mhz", "_temperature_c", b"_temperature_c", "_utilization_percent", b"_utilization_percent", "device", b"device", "device_class", b"device_class", "ecc_uncorrected", b"ecc_uncorrected", "memory_bandwidth_percent", b"memory_bandwidth_percent", "memory_total_mb", b"memory_total_mb", "memory_used_mb", b"memory_used_mb", "power_w", b"power_w", "sm_clock_mhz", b"sm_clock_mhz", "temperature_c", b"temperature_c", "utilization_percent", b"utilization_percent", "uuid", b"uuid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__ecc_uncorrected: _TypeAlias = _typing.Literal["ecc_uncorrected"]  # noqa: Y015
+    _WhichOneofArgType__ecc_uncorrected: _TypeAlias = _typing.Literal["_ecc_uncorrected", b"_ecc_uncorrected"]  # noqa: Y015
+    _WhichOneofReturnType__memory_bandwidth_percent: _TypeAlias = _typing.Literal["memory_bandwidth_percent"]  # noqa: Y015
+    _WhichOneofArgType__memory_bandwidth_percent: _TypeAlias = _typing.Literal["_memory_bandwidth_percent", b"_memory_bandwidth_percent"]  # noqa: Y015
+    _WhichOneofReturnType__power_w: _TypeAlias = _typing.Literal["power_w"]  # noqa: Y015
+    _WhichOneofArgType__power_w: _TypeAlias = _typing.Literal["_power_w", b"_power_w"]  # noqa: Y015
+    _WhichOneofReturnType__sm_clock_mhz: _TypeAlias = _typing.Literal["sm_clock_mhz"]  # noqa: Y015
+    _WhichOneofArgType__sm_clock_mhz: _TypeAlias = _typing.Literal["_sm_clock_mhz", b"_sm_clock_mhz"]  # noqa: Y015
+    _WhichOneofReturnType__temperature_c: _TypeAlias = _typing.Literal["temperature_c"]  # noqa: Y015
+    _WhichOneofArgType__temperature_c: _TypeAlias = _typing.Literal["_temperature_c", b"_temperature_c"]  # noqa: Y015
+    _WhichOneofReturnType__utilization_percent: _TypeAlias = _typing.Literal["utilization_percent"]  # noqa: Y015
+    _WhichOneofArgType__utilization_percent: _TypeAlias = _typing.Literal["_utilization_percent", b"_utilization_percent"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ecc_uncorrected) -> _WhichOneofReturnType__ecc_uncorrected | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_bandwidth_percent) -> _WhichOneofReturnType__memory_bandwidth_percent | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__power_w) -> _WhichOneofReturnType__power_w | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_clock_mhz) -> _WhichOneofReturnType__sm_clock_mhz | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature_c) -> _WhichOneofReturnType__temperature_c | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__utilization_percent) -> _WhichOneofReturnType__utilization_percent | None: ...
+
+Global___DeviceSample: _TypeAlias = DeviceSample  # noqa: Y015
+
+@_typing.final
+class ForeignProcess(_message.Message):
+    """A process holding memory on a device that is none of this agent's engines."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    USED_MB_FIELD_NUMBER: _builtins.int
+    device: _builtins.int
+    pid: _builtins.int
+    name: _builtins.str
+    used_mb: _builtins.int
+    def __init__(
+        self,
+        *,
+        device: _builtins.int = ...,
+        pid: _builtins.int = ...,
+        name: _builtins.str = ...,
+        used_mb: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "name", b"name", "pid", b"pid", "used_mb", b"used_mb"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForeignProcess: _TypeAlias = ForeignProcess  # noqa: Y015
+
+@_typing.final
+class NvLinkErrors(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CountersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CARD_FIELD_NUMBER: _builtins.int
+    LINK_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    card: _builtins.int
+    link: _builtins.int
+    @_builtins.property
+    def counters(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """"replay", "recovery", "crc" / "crc_flit", "crc_data" """
+
+    def __init__(
+        self,
+        *,
+        card: _builtins.int = ...,
+        link: _builtins.int = ...,
+        counters: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card", b"card", "counters", b"counters", "link", b"link"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NvLinkErrors: _TypeAlias = NvLinkErrors  # noqa: Y015
+
+@_typing.final
+class XidEvent(_message.Message):
+    """An Xid line from the kernel log ("NVRM: Xid (PCI:0000:07:00): 79, ...")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CARD_FIELD_NUMBER: _builtins.int
+    XID_FIELD_NUMBER: _builtins.int
+    LINE_FIELD_NUMBER: _builtins.int
+    card: _builtins.int
+    """-1 when the PCI address matches no card"""
+    xid: _builtins.int
+    line: _builtins.str
+    def __init__(
+        self,
+        *,
+        card: _builtins.int = ...,
+        xid: _builtins.int = ...,
+        line: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card", b"card", "line", b"line", "xid", b"xid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___XidEvent: _TypeAlias = XidEvent  # noqa: Y015
+
+@_typing.final
+class Telemetry(_message.Message):
+    """What the cards are doing: a sample every few seconds; every minute also the
+    full report, NVLink error counters and new Xid lines (full = true).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SAMPLED_UNIX_MS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    FOREIGN_FIELD_NUMBER: _builtins.int
+    FULL_FIELD_NUMBER: _builtins.int
+    NVLINK_FIELD_NUMBER: _builtins.int
+    XIDS_FIELD_NUMBER: _builtins.int
+    READER_FIELD_NUMBER: _builtins.int
+    sampled_unix_ms: _builtins.int
+    full: _builtins.bool
+    reader: _builtins.str
+    """"nvml" or "nvidia-smi" """
+    @_builtins.property
+    def samples(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceSample]: ...
+    @_builtins.property
+    def foreign(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForeignProcess]: ...
+    @_builtins.property
+    def nvlink(self) -> _containers.RepeatedCompositeFieldContainer[Global___NvLinkErrors]: ...
+    @_builtins.property
+    def xids(self) -> _containers.RepeatedCompositeFieldContainer[Global___XidEvent]: ...
+    def __init__(
+        self,
+        *,
+        sampled_unix_ms: _builtins.int = ...,
+        samples: _abc.Iterable[Global___DeviceSample] | None = ...,
+        foreign: _abc.Iterable[Global___ForeignProcess] | None = ...,
+        full: _builtins.bool = ...,
+        nvlink: _abc.Iterable[Global___NvLinkErrors] | None = ...,
+        xids: _abc.Iterable[Global___XidEvent] | None = ...,
+        reader: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["foreign", b"foreign", "full", b"full", "nvlink", b"nvlink", "reader", b"reader", "sampled_unix_ms", b"sampled_unix_ms", "samples", b"samples", "xids", b"xids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Telemetry: _TypeAlias = Telemetry  # noqa: Y015
+
+@_typing.final
 class AgentMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REGISTER_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    TELEMETRY_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
     def status(self) -> Global___ShardStatus: ...
     @_builtins.property
     def heartbeat(self) -> Global___Heartbeat: ...
+    @_builtins.property
+    def telemetry(self) -> Global___Telemetry: ...
     def __init__(
         self,
         *,
         register: Global___Register | None = ...,
         status: Global___ShardStatus | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
+        telemetry: Global___Telemetry | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 

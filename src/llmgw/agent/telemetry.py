@@ -1,0 +1,204 @@
+"""Telemetry: what the cards are doing, sampled, and what else holds them.
+
+Every ``interval_s`` the :class:`Sampler` reads the cards through its
+:class:`~llmgw.agent.gpus.GpuSource` and makes a ``Telemetry`` message: per
+device (a card, or a MIG instance with its card's heat, power and ECC and no
+utilisation) the utilisation, memory and memory bandwidth in use, SM clock
+and uncorrected ECC errors, and the processes on each device that are none of
+this agent's engines. Every ``full_every_s`` (a minute) the message is a full
+one: it also carries nvidia-smi's full report when a second reader is given,
+the NVLink error counters and the Xid lines the kernel logged since the last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Collection
+
+from llmgw.agent.gpus import Card, GpuReport, GpuSource, devices_of, processes_by_device
+from llmgw.core.mig import mig_number
+from llmgw.protocol import agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+KernelLog = Callable[[], Awaitable[str]]
+"""Reads the kernel's ring buffer (``dmesg``); empty text when it cannot."""
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\): (\d+)")
+
+
+def parse_xid_lines(text: str) -> list[tuple[str, int, str]]:
+    """(PCI address ``0000:07:00``, Xid, the line) for each Xid line of a kernel log."""
+    found = []
+    for line in text.splitlines():
+        match = _XID.search(line)
+        if match:
+            domain, bus, device = match.group(1).split(":")
+            found.append(
+                (f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}", int(match.group(2)), line.strip())
+            )
+    return found
+
+
+def card_of_pci(cards: Collection[Card], address: str) -> int:
+    """The index of the card at a kernel PCI address (``0000:07:00``), or -1."""
+    for card in cards:
+        parts = card.pci_bus_id.lower().split(":")
+        if len(parts) == 3:
+            domain, bus, device = parts
+            if f"{int(domain, 16):04x}:{bus}:{device.split('.')[0]}" == address:
+                return card.index
+    return -1
+
+
+def samples_of(report: GpuReport) -> list[pb.DeviceSample]:
+    """One sample per placement device; MIG instances carry no utilisation."""
+    classes = {d.index: d.device_class for d in devices_of(report)}
+    samples = []
+    for card in report.cards:
+        shared = {
+            "sm_clock_mhz": card.sm_clock_mhz,
+            "ecc_uncorrected": card.ecc_uncorrected,
+            "temperature_c": card.temperature_c,
+            "power_w": card.power_w,
+        }
+        shared_set = {k: v for k, v in shared.items() if v is not None}
+        if card.mig_enabled and card.instances:
+            for instance in card.instances:
+                number = mig_number(card.index, instance.index)
+                samples.append(
+                    pb.DeviceSample(
+                        device=number,
+                        uuid=instance.uuid,
+                        device_class=classes.get(number, ""),
+                        memory_used_mb=instance.memory_mb - instance.memory_free_mb,
+                        memory_total_mb=instance.memory_mb,
+                        **shared_set,  # type: ignore[arg-type]
+                    )
+                )
+            continue
+        readings = {
+            "utilization_percent": card.utilization_percent,
+            "memory_bandwidth_percent": card.memory_bandwidth_percent,
+        }
+        samples.append(
+            pb.DeviceSample(
+                device=card.index,
+                uuid=card.uuid,
+                device_class=classes.get(card.index, ""),
+                memory_used_mb=card.memory_mb - card.memory_free_mb,
+                memory_total_mb=card.memory_mb,
+                **{k: v for k, v in readings.items() if v is not None},
+                **shared_set,  # type: ignore[arg-type]
+            )
+        )
+    return samples
+
+
+def foreign_processes(report: GpuReport, own_pids: Collection[int]) -> list[pb.ForeignProcess]:
+    """Processes on each device that are none of this agent's engines (nor their children)."""
+    return [
+        pb.ForeignProcess(device=device, pid=process.pid, name=process.name, used_mb=process.used_mb)
+        for device, processes in processes_by_device(report).items()
+        for process in processes
+        if process.pid not in own_pids
+    ]
+
+
+async def read_dmesg(timeout: float = 10.0) -> str:
+    """The kernel's ring buffer through ``dmesg``; empty when it is missing or refused."""
+    binary = shutil.which("dmesg")
+    if binary is None:
+        return ""
+    process = await asyncio.create_subprocess_exec(
+        binary, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        stdout, _ = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return ""
+    return stdout.decode(errors="replace") if process.returncode == 0 else ""
+
+
+class Sampler:
+    """Makes ``Telemetry`` messages from a card reader, the engines' pids and the kernel log."""
+
+    def __init__(
+        self,
+        source: GpuSource,
+        own_pids: Callable[[], Collection[int]] = frozenset,
+        *,
+        full_report: GpuSource | None = None,
+        kernel_log: KernelLog = read_dmesg,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        full_every_s: float = 60.0,
+    ) -> None:
+        self.source = source
+        self.own_pids = own_pids
+        self.full_report = full_report
+        """A second reader (nvidia-smi) read on full samples; its processes count too."""
+        self.kernel_log = kernel_log
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.full_every_s = full_every_s
+        self.last_full: GpuReport | None = None
+        self._next_full = float("-inf")
+        self._seen_xids: deque[str] = deque(maxlen=4096)
+
+    async def sample(self) -> pb.Telemetry | None:
+        """One ``Telemetry`` message, a full one when a minute has passed; None without cards."""
+        report = await self.source.read()
+        if report is None:
+            return None
+        telemetry = pb.Telemetry(
+            sampled_unix_ms=int(self.wall_clock() * 1000),
+            samples=samples_of(report),
+            reader=report.reader,
+        )
+        own = set(self.own_pids())
+        foreign = {(f.device, f.pid): f for f in foreign_processes(report, own)}
+        now = self.clock()
+        if now >= self._next_full:
+            self._next_full = now + self.full_every_s
+            telemetry.full = True
+            if self.full_report is not None:
+                self.last_full = await self.full_report.read()
+                if self.last_full is not None:
+                    for process in foreign_processes(self.last_full, own):
+                        foreign.setdefault((process.device, process.pid), process)
+            for card, links in sorted((await self.source.nvlink_errors()).items()):
+                for link, counters in sorted(links.items()):
+                    telemetry.nvlink.append(pb.NvLinkErrors(card=card, link=link, counters=counters))
+            telemetry.xids.extend(await self._new_xids(report))
+        telemetry.foreign.extend(foreign.values())
+        return telemetry
+
+    async def _new_xids(self, report: GpuReport) -> list[pb.XidEvent]:
+        events = []
+        for address, xid, line in parse_xid_lines(await self.kernel_log()):
+            if line in self._seen_xids:
+                continue
+            self._seen_xids.append(line)
+            events.append(pb.XidEvent(card=card_of_pci(report.cards, address), xid=xid, line=line))
+        return events
+
+    async def run(self, publish: Callable[[pb.Telemetry], None], interval_s: float = 10.0) -> None:
+        """Sample every ``interval_s`` and hand each message to ``publish``, until cancelled."""
+        while True:
+            started = self.clock()
+            try:
+                telemetry = await self.sample()
+            except Exception:
+                log.exception("reading the cards for telemetry failed; trying again in %.0f s", interval_s)
+                telemetry = None
+            if telemetry is not None:
+                publish(telemetry)
+            await asyncio.sleep(max(0.0, interval_s - (self.clock() - started)))
