@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmgw.core.devices import Device, NodeInventory
+from llmgw.core.mig import Spread
 from llmgw.core.placement import Placed, place
 
 
@@ -139,3 +140,51 @@ def test_replicas_on_other_nodes_leave_a_nodes_memory_alone() -> None:
     decision = place("m", 4000, nodes, placed)
 
     assert (decision.node_id, decision.devices) == ("n", (0,))
+
+
+def mig(card_index: int, instance: int, free_mb: int, profile: str = "3g.40gb") -> Device:
+    return Device(
+        kind="nvidia",
+        index=1000 + 100 * card_index + instance,
+        name=f"NVIDIA A100-SXM4-80GB MIG {profile}",
+        memory_mb=free_mb,
+        memory_free_mb=free_mb,
+        device_class=f"a100-80g-mig-{profile}",
+        mig_profile=profile,
+    )
+
+
+def test_a_replica_goes_on_a_mig_instance_by_its_number() -> None:
+    decision = place("m", 30000, [node("n", 1000, mig(0, 0, 40192), mig(0, 1, 19968))], [])
+
+    assert (decision.node_id, decision.devices) == ("n", (1000,))
+
+
+def test_a_mig_card_with_nothing_carved_is_never_picked_and_the_reason_is_given() -> None:
+    empty = Device(
+        kind="nvidia",
+        index=0,
+        name="NVIDIA A100-SXM4-80GB",
+        memory_mb=81920,
+        memory_free_mb=81920,
+        device_class="a100-80g",
+        unavailable="MIG mode is on and no instance is carved",
+    )
+
+    decision = place("m", 4000, [node("n", 1000, empty)], [])
+
+    assert not decision.placed
+    assert "card 0: MIG mode is on and no instance is carved" in decision.refusals["n"]
+
+
+def test_a_replica_spread_over_several_devices_is_refused_on_mig_instances() -> None:
+    decision = place("m", 4000, [node("n", 1000, mig(1, 0, 40192))], [], Spread(tp=2))
+
+    assert not decision.placed
+    assert "device 1/mig0" in decision.refusals["n"] and "tp 2" in decision.refusals["n"]
+
+
+def test_a_spread_replica_still_goes_on_whole_cards() -> None:
+    decision = place("m", 4000, [node("n", 1000, mig(0, 0, 40192), card(1, 24000))], [], Spread(tp=2))
+
+    assert decision.devices == (1,)
