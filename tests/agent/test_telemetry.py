@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from prometheus_client import generate_latest
 
 from llmgw.agent.gpu_metrics import GpuMetrics
 from llmgw.agent.nvml import open_nvml
-from llmgw.agent.telemetry import Sampler, card_of_pci, parse_xid_lines
+from llmgw.agent.telemetry import Sampler, card_of_pci, descendants, parse_parent_pid, parse_xid_lines
+from llmgw.protocol import agent_pb2 as pb
 from llmgw.testing.fake_nvidia_smi import (
     A100_80G_MIG,
     H100_80G,
@@ -190,3 +194,36 @@ async def test_devices_a_node_stops_reporting_leave_the_metrics() -> None:
     text = generate_latest(metrics.registry).decode()
 
     assert 'device="0"' in text and 'device="1"' not in text
+
+
+def test_the_parent_pid_is_read_past_a_command_with_spaces_and_parentheses() -> None:
+    assert parse_parent_pid("4242 (llama (server) x) S 17 4242 4242 0 -1 4194560") == 17
+    assert parse_parent_pid("garbage") is None
+
+
+def test_the_agents_own_processes_are_it_and_everything_below_it(tmp_path: Path) -> None:
+    tree = {10: 1, 20: 10, 30: 20, 40: 1, 50: 40}
+    for pid, parent in tree.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (proc {pid}) S {parent} {pid} {pid} 0")
+    (tmp_path / "self").mkdir()
+
+    assert descendants(10, tmp_path) == {10, 20, 30}
+
+
+async def test_the_sampler_publishes_until_cancelled() -> None:
+    nvml = open_nvml(FakeNvml(FakeSystem((H100_80G,))))
+    assert nvml is not None
+    published: list[int] = []
+    two = asyncio.Event()
+
+    def publish(telemetry: pb.Telemetry) -> None:
+        published.append(len(telemetry.samples))
+        if len(published) == 2:
+            two.set()
+
+    task = asyncio.create_task(Sampler(nvml, kernel_log=KernelLog()).run(publish, interval_s=0.01))
+    await asyncio.wait_for(two.wait(), 10)
+    task.cancel()
+
+    assert published[:2] == [1, 1]

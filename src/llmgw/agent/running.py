@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator
 
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.discovery import choose_source, discover
+from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
+from llmgw.agent.nvidia_smi import NvidiaSmi
 from llmgw.agent.session import AgentSession
 from llmgw.agent.supervising import Supervisor
+from llmgw.agent.telemetry import Sampler, descendants
+from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 
@@ -57,13 +62,23 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         inventory, supervisor, config.control_planes, connect, engines=installer.installed_engines
     )
     session_box.append(session)
-    running = asyncio.create_task(session.run(), name="agent-session")
+    running = [asyncio.create_task(session.run(), name="agent-session")]
+    if inventory.gpus:
+        running.append(asyncio.create_task(sample_cards(gpus, config, session), name="agent-telemetry"))
     try:
         await stop.wait()
     finally:
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await supervisor.stop_all()
+
+
+async def sample_cards(gpus: GpuSource, config: AgentConfig, session: AgentSession) -> None:
+    """Send the cards' telemetry to the control plane; nvidia-smi's full report every minute."""
+    full = NvidiaSmi(config.nvidia_smi) if not isinstance(gpus, NvidiaSmi) else None
+    sampler = Sampler(gpus, lambda: descendants(os.getpid()), full_report=full)
+    await sampler.run(lambda telemetry: session.send(pb.AgentMessage(telemetry=telemetry)))
 
 
 async def run_until_signalled(config: AgentConfig) -> None:

@@ -80,6 +80,11 @@ class AgentSession:
         self.current: str = ""
         self._stopping: set[asyncio.Task[None]] = set()
 
+    def send(self, message: pb.AgentMessage) -> None:
+        """Queue a message (telemetry) for the control plane; dropped while not connected."""
+        if self.connected.is_set():
+            self._outbox.put_nowait(message)
+
     def _report(self, status: pb.ShardStatus) -> None:
         if self.connected.is_set():
             self._outbox.put_nowait(pb.AgentMessage(status=status))

@@ -19,12 +19,16 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection
+from pathlib import Path
 
 from llmgw.agent.gpus import Card, GpuReport, GpuSource, devices_of, processes_by_device
-from llmgw.core.mig import mig_number
+from llmgw.core.mig import device_label, mig_number
 from llmgw.protocol import agent_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL_S = 10.0
+"""Seconds between samples."""
 
 KernelLog = Callable[[], Awaitable[str]]
 """Reads the kernel's ring buffer (``dmesg``); empty text when it cannot."""
@@ -110,6 +114,33 @@ def foreign_processes(report: GpuReport, own_pids: Collection[int]) -> list[pb.F
     ]
 
 
+def parse_parent_pid(stat: str) -> int | None:
+    """The parent pid in a ``/proc/PID/stat`` line (the field after the command's closing parenthesis)."""
+    fields = stat.rpartition(")")[2].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def descendants(pid: int, proc_root: Path = Path("/proc")) -> set[int]:
+    """``pid`` and every process below it: the agent's engines and what they started."""
+    children: dict[int, list[int]] = {}
+    for entry in proc_root.iterdir() if proc_root.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = parse_parent_pid((entry / "stat").read_text(errors="replace"))
+        except OSError:
+            continue
+        if parent is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    found, stack = {pid}, [pid]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
 async def read_dmesg(timeout: float = 10.0) -> str:
     """The kernel's ring buffer through ``dmesg``; empty when it is missing or refused."""
     binary = shutil.which("dmesg")
@@ -190,7 +221,9 @@ class Sampler:
             events.append(pb.XidEvent(card=card_of_pci(report.cards, address), xid=xid, line=line))
         return events
 
-    async def run(self, publish: Callable[[pb.Telemetry], None], interval_s: float = 10.0) -> None:
+    async def run(
+        self, publish: Callable[[pb.Telemetry], None], interval_s: float = SAMPLE_INTERVAL_S
+    ) -> None:
         """Sample every ``interval_s`` and hand each message to ``publish``, until cancelled."""
         while True:
             started = self.clock()
@@ -200,5 +233,21 @@ class Sampler:
                 log.exception("reading the cards for telemetry failed; trying again in %.0f s", interval_s)
                 telemetry = None
             if telemetry is not None:
+                _log_news(telemetry)
                 publish(telemetry)
             await asyncio.sleep(max(0.0, interval_s - (self.clock() - started)))
+
+
+def _log_news(telemetry: pb.Telemetry) -> None:
+    """Xid lines and foreign processes are worth a line in the agent's log too."""
+    for event in telemetry.xids:
+        log.warning("card %d: Xid %d in the kernel log: %s", event.card, event.xid, event.line)
+    if telemetry.full:
+        for process in telemetry.foreign:
+            log.warning(
+                "device %s: process %d (%s) holds %d MiB and is not one of llmgw's engines",
+                device_label(process.device),
+                process.pid,
+                process.name or "unknown",
+                process.used_mb,
+            )
