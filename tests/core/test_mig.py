@@ -16,6 +16,7 @@ from llmgw.core.mig import (
     mig_refusal,
     normalise_profile,
     parse_device_label,
+    visible_devices,
 )
 
 
@@ -71,3 +72,23 @@ def test_a_replica_over_several_devices_is_refused_on_a_mig_class(spread: Spread
 def test_one_device_on_mig_and_several_on_whole_cards_are_allowed() -> None:
     assert mig_refusal("a100-80g-mig-3g.40gb", Spread()) == ""
     assert mig_refusal("h100-80g", Spread(tp=8)) == ""
+
+
+def test_an_engine_on_a_mig_instance_sees_it_by_uuid_and_no_vulkan_device() -> None:
+    env = visible_devices((1002,), {1002: "MIG-5f0d7162-e3fa-5174-adbc-d15a512c1572"})
+
+    assert env == {"CUDA_VISIBLE_DEVICES": "MIG-5f0d7162-e3fa-5174-adbc-d15a512c1572"}
+
+
+def test_an_engine_on_whole_cards_sees_them_by_index() -> None:
+    env = visible_devices((0, 3), {})
+
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,3", "GGML_VK_VISIBLE_DEVICES": "0,3"}
+    assert visible_devices((), {}) == {}
+
+
+def test_a_mig_instance_without_its_uuid_or_among_others_is_refused() -> None:
+    with pytest.raises(ValueError, match="no MIG UUID"):
+        visible_devices((1000,), {})
+    with pytest.raises(ValueError, match="exactly one instance"):
+        visible_devices((1000, 1), {1000: "MIG-x"})

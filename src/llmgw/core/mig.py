@@ -122,3 +122,26 @@ def mig_refusal(device_class: str, spread: Spread) -> str:
         f"{device_class} is a MIG instance and a replica on MIG runs on exactly one instance, "
         f"but this one asks for {asked}: set tp, pp, gpus and nodes to 1, or choose a class of whole cards"
     )
+
+
+def visible_devices(numbers: tuple[int, ...], uuids: dict[int, str]) -> dict[str, str]:
+    """The environment that shows an engine the devices placement gave it.
+
+    Whole cards go by index (``CUDA_VISIBLE_DEVICES=0,1``, and the same cards
+    for Vulkan builds in ``GGML_VK_VISIBLE_DEVICES``); a MIG instance goes by
+    its UUID (``CUDA_VISIBLE_DEVICES=MIG-…``) and gets no Vulkan variable,
+    since Vulkan does not see MIG devices. ``uuids`` maps device numbers to
+    UUIDs; a MIG number without one raises ValueError.
+    """
+    if not numbers:
+        return {}
+    migs = [n for n in numbers if is_mig_number(n)]
+    if migs:
+        if len(numbers) > 1:
+            raise ValueError(f"a replica on MIG runs on exactly one instance, not {len(numbers)} devices")
+        uuid = uuids.get(migs[0], "")
+        if not uuid.startswith("MIG-"):
+            raise ValueError(f"MIG device {device_label(migs[0])} has no MIG UUID to name it by")
+        return {"CUDA_VISIBLE_DEVICES": uuid}
+    cards = ",".join(str(n) for n in numbers)
+    return {"CUDA_VISIBLE_DEVICES": cards, "GGML_VK_VISIBLE_DEVICES": cards}
