@@ -206,6 +206,13 @@ class Reconciler:
             devices=list(devices),
             ctx_size=model.profile.ctx_size,
             parallel=model.profile.parallel,
+            tp=model.profile.tp,
+            kv_events=model.profile.kv_events,
+            max_loaded_adapters=model.profile.max_loaded_adapters,
+            weights_format=model.source.format,
+            projector_sha256=model.source.projector.sha256 if model.source.projector else "",
+            projector_filename=model.source.projector.filename if model.source.projector else "",
+            projector_size=model.source.projector.size if model.source.projector else 0,
         )
         replica.state = "starting"
         try:

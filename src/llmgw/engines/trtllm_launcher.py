@@ -70,7 +70,6 @@ def _proxy(key: str, upstream: str, client: aiohttp.ClientSession) -> web.Applic
 
 
 async def _run(options: argparse.Namespace, serve_args: list[str], key: str) -> int:
-    Path(OPTIONS_FILE).write_text(yaml.safe_dump(OPTIONS))
     inner = _free_port()
     child = await asyncio.create_subprocess_exec(
         options.trtllm_serve,
@@ -102,7 +101,9 @@ async def _run(options: argparse.Namespace, serve_args: list[str], key: str) -> 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ours, serve_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    ours, serve_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
     parser = argparse.ArgumentParser(prog="python -m llmgw.engines.trtllm_launcher", description=__doc__)
     parser.add_argument("--trtllm-serve", required=True, help="trtllm-serve from the operator's environment")
     parser.add_argument("--host", default="127.0.0.1")
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if not serve_args or serve_args[0] != "serve":
         print("error: give trtllm-serve's arguments after --, starting with 'serve MODEL'", file=sys.stderr)
         return 2
+    Path(OPTIONS_FILE).write_text(yaml.safe_dump(OPTIONS))
     return asyncio.run(_run(options, serve_args, key))
 
 

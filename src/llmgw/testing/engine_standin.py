@@ -235,9 +235,14 @@ def build_app(standin: Standin) -> web.Application:
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         if time.monotonic() - standin.started < s.startup_s and request.path != s.metrics_path:
             return _error(503, "model loading", "ServiceUnavailable")
-        guarded = request.path.startswith("/v1") if s.engine == "vllm" else request.path not in (
-            "/health",
-            s.metrics_path,
+        guarded = (
+            request.path.startswith("/v1")
+            if s.engine == "vllm"
+            else request.path
+            not in (
+                "/health",
+                s.metrics_path,
+            )
         )
         if s.api_key and guarded:
             given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
