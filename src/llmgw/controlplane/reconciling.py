@@ -115,6 +115,9 @@ class Reconciler:
                         capacity=models[replica_record.model].profile.parallel
                         if replica_record.model in models
                         else 1,
+                        engine=models[replica_record.model].profile.engine
+                        if replica_record.model in models
+                        else "llama.cpp",
                         state="absent",
                     )
                 )
@@ -181,6 +184,7 @@ class Reconciler:
             node_id=record.node_id,
             api_key=record.api_key,
             capacity=model.profile.parallel,
+            engine=model.profile.engine,
         )
         self._fleet.track(replica)
         log.info("placed replica %s of %s on %s", record.id, model.name, record.node_id)
