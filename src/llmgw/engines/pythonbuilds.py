@@ -11,7 +11,14 @@ and runs, moving on when one does not (C4.2):
 - SGLang: CUDA 13, then CUDA 12.9, from compute capability 7.5.
 
 CUDA 13 builds need driver 580 or newer; CUDA 12 builds run on 525 and newer
-(CUDA's minor version compatibility). Each build is installed into
+(CUDA's minor version compatibility).
+
+Where they come from, as the projects publish them: vLLM's PyPI wheel is its
+CUDA 12.9 build (torch from PyTorch's ``cu129`` index); its CUDA 13 build is a
+release asset ``vllm-<v>+cu130-cp38-abi3-manylinux_2_35_<arch>.whl`` (torch
+from ``cu130``). SGLang's PyPI wheel takes torch for either CUDA. A node
+configured with its own index (a mirror, offline) installs from that index
+alone, asking for ``vllm==<v>+cu130`` by its local version label. Each build is installed into
 ``engines/<engine>/<version>-<variant>/venv`` under the cache and checked by
 running it (``vllm --version``; ``python -m sglang.launch_server --help``);
 ``build.json`` is written last, so a folder without one is not an install.
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import platform
 import re
 import shutil
 import sys
@@ -35,6 +43,11 @@ from llmgw.engines.sourcebuild import Progress
 from llmgw.errors import BuildError
 
 PYPI_SIMPLE_URL = "https://pypi.org/simple"
+TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+VLLM_RELEASE_WHEEL = (
+    "https://github.com/vllm-project/vllm/releases/download/v{version}/"
+    "vllm-{version}+{variant}-cp38-abi3-manylinux_2_35_{arch}.whl"
+)
 VLLM_VERSION = "0.33.0"
 VLLM_LEGACY = {(7, 0): "0.19.1"}
 """The newest vLLM built for cards older than every current build, by compute capability."""
@@ -76,11 +89,27 @@ class PythonBuild:
     variant: str
     """The CUDA it was built for: ``cu130`` or ``cu129``."""
     requirement: str
-    """What pip installs: ``vllm==0.33.0``."""
+    """What pip installs from an index: ``vllm==0.33.0`` or ``vllm==0.33.0+cu130``."""
 
     @property
     def key(self) -> str:
         return f"{self.version}-{self.variant}"
+
+    def pip_arguments(self, index_url: str, arch: str = "x86_64") -> list[str]:
+        """pip's arguments installing this build from ``index_url`` (PyPI: with the project's own sources)."""
+        if index_url.rstrip("/") != PYPI_SIMPLE_URL:
+            return ["--index-url", index_url, self.requirement]
+        wanted = self.requirement
+        if "+" in self.requirement:  # vLLM's CUDA 13 build is a release asset, not on PyPI
+            wheel = VLLM_RELEASE_WHEEL.format(version=self.version, variant=self.variant, arch=arch)
+            wanted = f"vllm @ {wheel}"
+        return [
+            "--index-url",
+            index_url,
+            "--extra-index-url",
+            TORCH_INDEX.format(variant=self.variant),
+            wanted,
+        ]
 
 
 def _fits(variant: str, driver: int | None, capability: tuple[int, int] | None) -> bool:
@@ -99,7 +128,10 @@ def vllm_builds(
     wanted = version or VLLM_VERSION
     fitting = [v for v in ("cu130", "cu129") if _fits(v, driver, oldest)]
     if fitting:
-        return [PythonBuild("vllm", wanted, v, f"vllm=={wanted}") for v in fitting]
+        return [
+            PythonBuild("vllm", wanted, v, f"vllm=={wanted}" + ("+cu130" if v == "cu130" else ""))
+            for v in fitting
+        ]
     if (
         oldest is not None
         and oldest >= LEGACY_MIN_CAPABILITY
@@ -198,7 +230,7 @@ async def install_python_build(
         say(f"installing {build.requirement} from {index_url}", None)
         code, text = await _run(
             [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-             "--disable-pip-version-check", "--index-url", index_url, build.requirement],
+             "--disable-pip-version-check", *build.pip_arguments(index_url, platform.machine())],
             install_timeout_s,
         )  # fmt: skip
         if code != 0:
