@@ -72,7 +72,9 @@ def test_env_outside_the_tuning_families_is_refused() -> None:
 
 
 def test_tuning_env_passes() -> None:
-    assert check_env("vllm", {"NCCL_DEBUG": "INFO", "VLLM_LOGGING_LEVEL": "DEBUG", "OMP_NUM_THREADS": "4"}) == []
+    assert (
+        check_env("vllm", {"NCCL_DEBUG": "INFO", "VLLM_LOGGING_LEVEL": "DEBUG", "OMP_NUM_THREADS": "4"}) == []
+    )
 
 
 def test_llama_arg_variables_are_checked_as_the_flags_they_set() -> None:
@@ -116,4 +118,6 @@ def test_a_projector_goes_with_gguf() -> None:
     definition = parse_model({"name": "m", "source": {"sha256": SHA, "projector": projector}})
     assert definition.source.projector is not None
     with pytest.raises(ValidationFailed, match="projector goes with GGUF"):
-        parse_model(model("vllm") | {"source": {"sha256": SHA, "format": "safetensors", "projector": projector}})
+        parse_model(
+            model("vllm") | {"source": {"sha256": SHA, "format": "safetensors", "projector": projector}}
+        )

@@ -58,7 +58,9 @@ def test_vllm_kv_events_publish_on_a_loopback_port_with_stable_hashes() -> None:
 
 
 def test_sglang_gets_tp_size_and_metrics_turned_on() -> None:
-    argv = sglang.ENGINE.command_line(Path("/s/bin/python"), launch(tp=4, args=("--mem-fraction-static", "0.8")))
+    argv = sglang.ENGINE.command_line(
+        Path("/s/bin/python"), launch(tp=4, args=("--mem-fraction-static", "0.8"))
+    )
     assert argv[:3] == ["/s/bin/python", "-m", "sglang.launch_server"]
     assert flag(argv, "--model-path") == str(WEIGHTS)
     assert flag(argv, "--tp-size") == "4" and "--tp" not in argv
@@ -130,7 +132,13 @@ trtllm_generation_tokens_total{model_name="qwen",engine_type="trtllm"} 20.0
 def test_each_engines_names_map_onto_one_load(name: str, text: str, expected: tuple[object, ...]) -> None:
     engine = engine_named(name)
     load = parse_load(text, engine.metrics, name)
-    got = (load.running, load.waiting, load.kv_cache_usage, load.prompt_tokens_total, load.generated_tokens_total)
+    got = (
+        load.running,
+        load.waiting,
+        load.kv_cache_usage,
+        load.prompt_tokens_total,
+        load.generated_tokens_total,
+    )
     assert got == expected
 
 

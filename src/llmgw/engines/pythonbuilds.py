@@ -89,7 +89,8 @@ class PythonBuild:
     variant: str
     """The CUDA it was built for: ``cu130`` or ``cu129``."""
     requirement: str
-    """What pip installs from an index: ``vllm==0.33.0`` or ``vllm==0.33.0+cu130``."""
+    """What pip installs from an index: ``vllm===0.33.0`` (exactly: ``==`` would take any local label
+    such as ``+cu130``) or ``vllm==0.33.0+cu130``."""
 
     @property
     def key(self) -> str:
@@ -129,7 +130,7 @@ def vllm_builds(
     fitting = [v for v in ("cu130", "cu129") if _fits(v, driver, oldest)]
     if fitting:
         return [
-            PythonBuild("vllm", wanted, v, f"vllm=={wanted}" + ("+cu130" if v == "cu130" else ""))
+            PythonBuild("vllm", wanted, v, f"vllm=={wanted}+cu130" if v == "cu130" else f"vllm==={wanted}")
             for v in fitting
         ]
     if (
@@ -138,7 +139,7 @@ def vllm_builds(
         and (driver is None or driver >= MIN_DRIVER["cu129"])
     ):
         legacy = VLLM_LEGACY.get(oldest) or VLLM_LEGACY[LEGACY_MIN_CAPABILITY]
-        return [PythonBuild("vllm", legacy, "cu129", f"vllm=={legacy}")]
+        return [PythonBuild("vllm", legacy, "cu129", f"vllm==={legacy}")]
     return []
 
 
