@@ -28,7 +28,7 @@ import re
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,8 +142,12 @@ class BlockCache:
 class Standin:
     """The state of one stand-in engine: cache, queue, counters, adapters."""
 
-    def __init__(self, settings: StandinSettings) -> None:
+    def __init__(
+        self, settings: StandinSettings, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    ) -> None:
         self.settings = settings
+        self.sleep = sleep
+        """How the timing model waits (a seam: tests record the waits instead)."""
         self.cache = BlockCache(settings.num_blocks, settings.block_size)
         self.started = time.monotonic()
         self.slots = asyncio.Semaphore(settings.max_running)
@@ -169,11 +173,11 @@ class Standin:
         self.held_blocks += blocks
         try:
             cached = self.cache.cached_prefix(prompt)
-            await asyncio.sleep(self.settings.prefill_s * (len(prompt) - cached))
+            await self.sleep(self.settings.prefill_s * (len(prompt) - cached))
             self.cache.store(prompt)
             self.prompt_tokens += len(prompt)
             for index in range(max_tokens):
-                await asyncio.sleep(self.settings.decode_s)
+                await self.sleep(self.settings.decode_s)
                 self.generated_tokens += 1
                 yield f" tok{index}"
         finally:
@@ -349,7 +353,7 @@ def build_app(standin: Standin) -> web.Application:
             return _error(400, f"The lora adapter '{name}' has already been loaded.")
         if len(standin.adapters) >= s.max_loras:
             return _error(400, f"No free LoRA slot: {s.max_loras} adapters are loaded (--max-loras).")
-        await asyncio.sleep(s.load_delay_s)
+        await standin.sleep(s.load_delay_s)
         standin.adapters[name] = str(path)
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 

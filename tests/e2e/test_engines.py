@@ -1,0 +1,143 @@
+"""A real control plane and agent running the vLLM, SGLang and TensorRT-LLM stand-ins as replicas.
+
+The agent launches each stand-in exactly as it launches the real engine (the
+same command line, key, health check); the gateway routes to each and reads
+its load by that engine's metric names.
+"""
+
+from __future__ import annotations
+
+import io
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from llmgw.agent.config import EngineSettings, PythonEngineSettings, TrtllmSettings
+from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.standin_programs import write_standins
+
+pytestmark = pytest.mark.e2e
+
+MODELS = {"std-vllm": "vllm", "std-sglang": "sglang", "std-trtllm": "trtllm"}
+
+
+@pytest.fixture(scope="module")
+def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    home = tmp_path_factory.mktemp("engines")
+    programs = write_standins(home / "standins")
+    running = Cluster(home / "cluster", home / "cache")
+    try:
+        running.start_server()
+        config = b'{"architectures": ["LlamaForCausalLM"]}'
+        blob = running.admin.request(
+            "POST", "/api/mirror/blobs?filename=config.json", data=io.BytesIO(config), length=len(config)
+        )
+        for name, engine in MODELS.items():
+            profile: dict[str, object] = {"engine": engine, "ctx_size": 2048, "parallel": 2}
+            if engine == "vllm":
+                profile |= {"max_loaded_adapters": 2, "args": ["--dtype", "half"]}
+            running.admin.request(
+                "POST",
+                "/api/models",
+                {
+                    "name": name,
+                    "source": {"sha256": blob["sha256"], "filename": "config.json", "format": "safetensors"},
+                    "profile": profile,
+                },
+            )
+        running.key = running.admin.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
+        running.add_node(
+            "node1",
+            engines=EngineSettings(
+                vllm=PythonEngineSettings(program=str(programs.vllm)),
+                sglang=PythonEngineSettings(program=str(programs.python)),
+                trtllm=TrtllmSettings(python=str(programs.python)),
+            ),
+        )
+        running.start_agent("node1")
+        for name in MODELS:
+            running.wait_ready(name, 120)
+        yield running
+    finally:
+        running.stop()
+
+
+def client(cluster: Cluster) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_each_engine_answers_through_the_gateway(engines_cluster: Cluster, model: str) -> None:
+    answer = client(engines_cluster).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=5
+    )
+    assert answer.choices[0].message.content == " tok0 tok1 tok2 tok3 tok4"
+    assert answer.usage is not None and answer.usage.completion_tokens == 5
+
+
+def test_vllm_streams_through_the_gateway(engines_cluster: Cluster) -> None:
+    stream = client(engines_cluster).chat.completions.create(
+        model="std-vllm", messages=[{"role": "user", "content": "Count."}], max_tokens=4, stream=True
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert pieces == [" tok0", " tok1", " tok2", " tok3"]
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_each_engine_demands_the_replica_key(engines_cluster: Cluster, model: str) -> None:
+    replica = engines_cluster.wait_ready(model)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{replica['port']}/v1/chat/completions",
+        data=b'{"model": "%s", "messages": [], "max_tokens": 1}' % model.encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 401
+
+
+def test_vllm_runs_with_runtime_lora_turned_on(engines_cluster: Cluster) -> None:
+    replica = engines_cluster.wait_ready("std-vllm")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{replica['port']}/v1/load_lora_adapter",
+        data=b'{"lora_name": "sql", "lora_path": "/adapters/sql"}',
+        headers={"Content-Type": "application/json", "Authorization": "Bearer wrong"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:  # the route exists and is guarded by the key
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 401
+
+
+def test_a_refused_profile_names_the_flag(engines_cluster: Cluster) -> None:
+    with pytest.raises(Exception) as caught:
+        engines_cluster.admin.request(
+            "POST",
+            "/api/models",
+            {
+                "name": "bad",
+                "source": {"sha256": "a" * 64, "format": "safetensors"},
+                "profile": {
+                    "engine": "vllm",
+                    "args": ["--trust-remote-code"],
+                    "env": {"VLLM_HOST_IP": "1.2.3.4"},
+                },
+            },
+        )
+    problems = dict(caught.value.problems)  # type: ignore[attr-defined]
+    assert "--trust-remote-code" in problems["profile.args"]
+    assert "VLLM_HOST_IP" in problems["profile.env"]
+
+
+def test_engine_logs_show_their_own_command_lines(engines_cluster: Cluster) -> None:
+    work = Path(engines_cluster.home) / "nodes" / "node1"
+    logs = {p.read_text(errors="replace") for p in work.rglob("engine.log")}
+    wait_for(lambda: len(logs) >= 3, 5, "three engine logs")
+    joined = "\n".join(logs)
+    assert "vllm stand-in serving std-vllm" in joined
+    assert "sglang stand-in serving std-sglang" in joined
+    assert "trtllm stand-in serving" in joined
