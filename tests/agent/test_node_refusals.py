@@ -11,7 +11,10 @@ from llmgw.protocol import agent_pb2 as pb
 
 def test_the_node_refuses_what_the_catalog_would_have_refused() -> None:
     spec = pb.StartShard(
-        model="m", engine="vllm", args=["--dtype", "half", "--trust-remote-code"], env={"NCCL_NET_PLUGIN": "x"}
+        model="m",
+        engine="vllm",
+        args=["--dtype", "half", "--trust-remote-code"],
+        env={"NCCL_NET_PLUGIN": "x"},
     )
     with pytest.raises(LlmgwError) as caught:
         check_refusals(spec)

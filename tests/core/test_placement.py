@@ -139,3 +139,27 @@ def test_replicas_on_other_nodes_leave_a_nodes_memory_alone() -> None:
     decision = place("m", 4000, nodes, placed)
 
     assert (decision.node_id, decision.devices) == ("n", (0,))
+
+
+def _gpu_node(node_id: str, *cards: tuple[str, int]) -> NodeInventory:
+    devices = tuple(
+        Device(kind="nvidia", index=i, name=cls, memory_mb=mem, memory_free_mb=mem, device_class=cls)
+        for i, (cls, mem) in enumerate(cards)
+    )
+    return NodeInventory(node_id=node_id, address="127.0.0.1", cpu_cores=8, memory_mb=65536, devices=devices)
+
+
+def test_tensor_parallel_takes_that_many_cards_on_one_node() -> None:
+    node = _gpu_node("n1", ("h100-80g", 81920), ("h100-80g", 81920), ("h100-80g", 40000))
+    decision = place("m", 120000, [node], [], gpus=2)
+    assert decision.node_id == "n1" and decision.devices == (0, 1)
+
+
+def test_gpu_class_counts_only_cards_of_that_class_and_never_host_memory() -> None:
+    mixed = _gpu_node("mixed", ("a100-80g", 81920), ("h100-80g", 81920))
+    cpu_only = NodeInventory(node_id="cpu", address="127.0.0.1", cpu_cores=8, memory_mb=10**6)
+    decision = place("m", 1000, [mixed, cpu_only], [], gpu_class="h100-80g")
+    assert (decision.node_id, decision.devices) == ("mixed", (1,))
+    refused = place("m", 1000, [cpu_only], [], gpu_class="h100-80g")
+    assert not refused.placed
+    assert refused.refusals["cpu"] == "needs 1 card of class h100-80g with 1000 MiB free each; 0 there"

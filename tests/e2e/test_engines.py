@@ -8,6 +8,10 @@ its load by that engine's metric names.
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,3 +145,45 @@ def test_engine_logs_show_their_own_command_lines(engines_cluster: Cluster) -> N
     assert "vllm stand-in serving std-vllm" in joined
     assert "sglang stand-in serving std-sglang" in joined
     assert "trtllm stand-in serving" in joined
+
+
+def test_model_serve_puts_a_safetensors_repository_on_vllm(engines_cluster: Cluster, tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-repo"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (folder / "tokenizer.json").write_text("{}")
+    token = (engines_cluster.home / "admin.token").read_text().strip()
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw.cli.main", "model", "serve", str(folder), "--format", "safetensors",
+         "--gpu-class", "cpu", "--tp", "2", "--ctx-size", "1024", "--wait", "60"],
+        env={**os.environ, "LLMGW_URL": engines_cluster.url, "LLMGW_ADMIN_TOKEN": token},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "tiny-repo is ready" in done.stdout
+    answer = client(engines_cluster).chat.completions.create(
+        model="tiny-repo", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert answer.choices[0].message.content == " tok0 tok1"
+    shard = next(p for p in (engines_cluster.home / "nodes").rglob("shards/*") if "tiny-repo" in _log(p))
+    fetched = {p.name for p in (Path(_arg(shard, "serve"))).iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= fetched
+
+
+def _log(shard: Path) -> str:
+    path = shard / "engine.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _arg(shard: Path, after: str) -> str:
+    """The argument after ``after`` in the command line of the engine running in ``shard``."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+                if Path(f"/proc/{entry}/cwd").resolve() == shard.resolve() and after in argv:
+                    return argv[argv.index(after) + 1]
+            except OSError:
+                continue
+    raise AssertionError(f"no engine running in {shard}")

@@ -132,14 +132,20 @@ class Installer:
             return self._python_installed[engine]
 
     async def weights(self, spec: pb.StartShard) -> Path:
+        """The GGUF file, or the folder of a safetensors repository with every file of it inside."""
         filename = spec.weights_filename or "model.gguf"
         path = await self.blob(spec.model, spec.weights_sha256, filename, spec.weights_size)
-        return path.parent if spec.weights_format == "safetensors" else path
+        if spec.weights_format != "safetensors":
+            return path
+        for extra in spec.files:
+            await self.blob(spec.model, extra.sha256, extra.filename, extra.size, into=path.parent)
+        return path.parent
 
-    async def blob(self, model: str, sha: str, filename: str, size: int) -> Path:
+    async def blob(self, model: str, sha: str, filename: str, size: int, *, into: Path | None = None) -> Path:
+        """A mirrored file fetched (once) into ``weights/<sha>/``, or into the folder ``into``."""
         lock = self._weights_locks.setdefault(sha, asyncio.Lock())
         async with lock:
-            directory = self._config.work_path / "weights" / sha
+            directory = into or self._config.work_path / "weights" / sha
             final = directory / filename
             if final.exists():
                 return final

@@ -157,7 +157,14 @@ class Reconciler:
     async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
         nodes = [n.inventory for n in self._fleet.nodes.values()]
         taken = [Placed(r.model, r.node_id, r.memory_mb, tuple(r.devices)) for r in placed]
-        decision = place(model.name, model.memory_needed_mb(), nodes, taken)
+        decision = place(
+            model.name,
+            model.memory_needed_mb(),
+            nodes,
+            taken,
+            gpus=model.profile.tp,
+            gpu_class=model.profile.gpu_class,
+        )
         if not decision.placed:
             reasons = (
                 "; ".join(f"{node}: {why}" for node, why in decision.refusals.items())
@@ -217,6 +224,9 @@ class Reconciler:
             projector_sha256=model.source.projector.sha256 if model.source.projector else "",
             projector_filename=model.source.projector.filename if model.source.projector else "",
             projector_size=model.source.projector.size if model.source.projector else 0,
+            files=[
+                pb.WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
+            ],
         )
         replica.state = "starting"
         try:

@@ -61,6 +61,18 @@ class Projector(Strict):
     _filename = field_validator("filename")(_plain_name)
 
 
+class SourceFile(Strict):
+    """One more file of a safetensors repository (config, tokenizer, further shards), kept in the mirror."""
+
+    sha256: str
+    filename: str
+    """Its name in the repository's folder."""
+    size: int = Field(default=0, ge=0)
+
+    _sha = field_validator("sha256")(_sha256)
+    _filename = field_validator("filename")(_plain_name)
+
+
 class Source(Strict):
     """Where a model's weights come from: a file kept in the mirror by sha256."""
 
@@ -69,6 +81,8 @@ class Source(Strict):
     SGLang, TensorRT-LLM)."""
     projector: Projector | None = None
     """A GGUF vision model's projector."""
+    files: tuple[SourceFile, ...] = ()
+    """The rest of a safetensors repository, fetched into one folder beside the weights file."""
     sha256: str
     """The weights file's sha256, as the mirror keeps it (``llmgw mirror import`` prints it)."""
     filename: str = "model.gguf"
@@ -83,6 +97,11 @@ class Source(Strict):
     def _projector_with_gguf(self) -> Source:
         if self.projector is not None and self.format != "gguf":
             raise ValueError("a projector goes with GGUF weights; safetensors repositories carry their own")
+        if self.files and self.format != "safetensors":
+            raise ValueError("files belong to a safetensors repository; a GGUF model is one file")
+        names = [self.filename, *(f.filename for f in self.files)]
+        if len(set(names)) != len(names):
+            raise ValueError("two files of the repository have the same name")
         return self
 
 
@@ -197,7 +216,8 @@ class ModelDefinition(Strict):
         """Memory one replica needs, declared or estimated from the weights' size."""
         if self.profile.memory_mb is not None:
             return self.profile.memory_mb
-        return int(self.source.size * 1.25 / 2**20) + 256
+        total = self.source.size + sum(f.size for f in self.source.files)
+        return int(total * 1.25 / 2**20) + 256
 
     def wanted_replicas(self, demanded: bool) -> int:
         """Replicas the reconciler keeps: ``min``, or one while an on-demand model is in use."""
