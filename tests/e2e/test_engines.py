@@ -21,6 +21,7 @@ import pytest
 
 from llmgw.agent.config import EngineSettings, PythonEngineSettings, TrtllmSettings
 from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
 
 pytestmark = pytest.mark.e2e
@@ -55,6 +56,9 @@ def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
         running.key = running.admin.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
         running.add_node(
             "node1",
+            nvidia_smi=str(
+                install_fake_nvidia_smi(home / "smi", [H100_80G, H100_80G], driver_version="580.82.07")
+            ),
             engines=EngineSettings(
                 vllm=PythonEngineSettings(program=str(programs.vllm)),
                 sglang=PythonEngineSettings(program=str(programs.python)),
@@ -156,7 +160,7 @@ def test_model_serve_puts_a_safetensors_repository_on_vllm(engines_cluster: Clus
     token = (engines_cluster.home / "admin.token").read_text().strip()
     done = subprocess.run(
         [sys.executable, "-m", "llmgw.cli.main", "model", "serve", str(folder), "--format", "safetensors",
-         "--gpu-class", "cpu", "--tp", "2", "--ctx-size", "1024", "--wait", "60"],
+         "--gpu-class", "h100-80g", "--tp", "2", "--ctx-size", "1024", "--wait", "60"],
         env={**os.environ, "LLMGW_URL": engines_cluster.url, "LLMGW_ADMIN_TOKEN": token},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -166,6 +170,8 @@ def test_model_serve_puts_a_safetensors_repository_on_vllm(engines_cluster: Clus
         model="tiny-repo", messages=[{"role": "user", "content": "hi"}], max_tokens=2
     )
     assert answer.choices[0].message.content == " tok0 tok1"
+    replica = engines_cluster.wait_ready("tiny-repo")
+    assert replica["on"] == "cuda:0,1"  # both cards, and vLLM said it found CUDA
     shard = next(p for p in (engines_cluster.home / "nodes").rglob("shards/*") if "tiny-repo" in _log(p))
     fetched = {p.name for p in (Path(_arg(shard, "serve"))).iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json"} <= fetched
