@@ -151,3 +151,18 @@ def test_trtllm_without_iteration_stats_is_unreadable() -> None:
     counters_only = "trtllm_prompt_tokens_total 5\ntrtllm_generation_tokens_total 2\n"
     with pytest.raises(EngineUnhealthy, match="trtllm_num_requests_running"):
         parse_load(counters_only, trtllm.ENGINE.metrics, "trtllm")
+
+
+def test_the_trtllm_launcher_refuses_to_start_without_the_replica_key() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LLMGW_REPLICA_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw.engines.trtllm_launcher", "--trtllm-serve", "/nowhere", "--port", "1",
+         "--", "serve", "m"],
+        env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "no replica key in LLMGW_REPLICA_KEY" in done.stderr
