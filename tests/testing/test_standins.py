@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import subprocess
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ import zmq
 import zmq.asyncio
 from aiohttp import web
 
+from llmgw.testing.block_hashing import block_hash, cbor, external, none_hash
 from llmgw.testing.engine_standin import BlockCache, Standin, StandinSettings, build_app, tokenize
 from llmgw.testing.kv_events_publisher import attach
 from llmgw.testing.standin_programs import write_standins
@@ -135,25 +137,27 @@ async def test_tokenize_answers_as_vllm(vllm_lora: tuple[str, list[float]]) -> N
         assert await answer.json() == {"count": 3, "max_model_len": 4096, "tokens": tokenize("a b.")}
 
 
-@pytest.mark.parametrize("encoding", ["array", "map"])
-async def test_kv_events_arrive_over_zmq_in_both_encodings(
-    monkeypatch: pytest.MonkeyPatch, encoding: str
+@pytest.mark.parametrize("int_hashes", ["1", "0"])
+async def test_kv_events_arrive_over_zmq_as_vllm_sends_them(
+    monkeypatch: pytest.MonkeyPatch, int_hashes: str
 ) -> None:
-    monkeypatch.setenv("LLMGW_STANDIN_KV_ENCODING", encoding)
+    monkeypatch.setenv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", int_hashes)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    root = none_hash("0")
     settings = StandinSettings(
-        engine="vllm", served_name="m", block_size=2, num_blocks=2, prefill_s=0, decode_s=0
-    )
+        engine="vllm", served_name="m", block_size=2, num_blocks=2, prefill_s=0, decode_s=0,
+        hash_block=lambda parent, tokens: block_hash(parent, tokens, root),
+    )  # fmt: skip
     engine = Standin(settings)
     publisher = attach(engine, {"endpoint": f"tcp://127.0.0.1:{port}", "topic": "kv-events"})
     context = zmq.asyncio.Context()
     subscriber = context.socket(zmq.SUB)
     subscriber.setsockopt(zmq.SUBSCRIBE, b"kv-events")
     subscriber.connect(f"tcp://127.0.0.1:{port}")
+    received: list[tuple[int, list[object]]] = []
     try:
-        received: list[tuple[int, object]] = []
         for _ in range(100):  # a PUB socket drops what it sends before the subscriber has joined
             publisher.cleared()
             if await subscriber.poll(50):
@@ -170,9 +174,20 @@ async def test_kv_events_arrive_over_zmq_in_both_encodings(
         context.term()
         publisher.close()
     assert [s for s, _ in received] == sorted(s for s, _ in received)
-    kinds = []
-    for _, batch in received:
-        events = batch["events"] if encoding == "map" else batch[1]
-        for event in events:
-            kinds.append(event["type"] if encoding == "map" else event[0])
-    assert kinds == ["BlockStored", "BlockStored", "BlockRemoved", "BlockStored"]
+    events = [event for _, batch in received for event in batch[1]]  # type: ignore[union-attr]
+    assert [e[0] for e in events] == ["BlockStored", "BlockStored", "BlockRemoved", "BlockStored"]
+    first = block_hash(None, [1, 2], root)
+    second = block_hash(first, [3, 4], root)
+    wanted = external(first, int_hashes == "1")
+    assert events[0] == ["BlockStored", [wanted], None, [1, 2], 2, None, "GPU"]
+    assert events[1][1:3] == [[external(second, int_hashes == "1")], wanted]
+    assert events[2] == ["BlockRemoved", [wanted], "GPU"]
+
+
+def test_canonical_cbor_and_vllm_block_hashes() -> None:
+    assert cbor((b"ab", (1, 500, -2), None)) == bytes.fromhex("83 426162 83 01 1901f4 21 f6".replace(" ", ""))
+    assert none_hash("0") == hashlib.sha256(b"\x61\x30").digest()  # the text "0"
+    root = none_hash("0")
+    assert block_hash(None, [7, 8], root) == hashlib.sha256(cbor((root, (7, 8), None))).digest()
+    digest = bytes(range(32))
+    assert external(digest, True) == int.from_bytes(bytes(range(24, 32)), "big")

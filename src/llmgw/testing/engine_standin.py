@@ -85,26 +85,38 @@ class StandinSettings:
         default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_LORA_LOAD_S", "0.05"))
     )
     """Seconds a runtime LoRA load takes."""
+    hash_block: Callable[[bytes | None, list[int]], bytes] | None = None
+    """vLLM: how blocks are hashed (``--prefix-caching-hash-algo sha256_cbor``); None: a plain chain."""
     startup_s: float = field(default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_STARTUP_S", "0.2")))
     """Seconds /health answers 503 after start (weights loading)."""
+
+
+def _plain_hash(parent: bytes | None, tokens: list[int]) -> bytes:
+    return hashlib.sha256((parent or b"") + json.dumps(tokens).encode()).digest()
 
 
 class BlockCache:
     """A fixed number of KV blocks, keyed by chained block hashes, evicting the least recently used."""
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        hash_block: Callable[[bytes | None, list[int]], bytes] | None = None,
+    ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.hash_block = hash_block or _plain_hash
+        """How a block is named from its parent's name and its tokens (vLLM's sha256_cbor where asked)."""
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
         self.on_stored: Callable[[list[bytes], bytes | None, list[int]], None] = lambda *a: None
         self.on_removed: Callable[[list[bytes]], None] = lambda hashes: None
 
     def hashes(self, tokens: list[int]) -> list[bytes]:
         chain: list[bytes] = []
-        parent = b""
+        parent: bytes | None = None
         for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
-            block = tokens[start : start + self.block_size]
-            parent = hashlib.sha256(parent + json.dumps(block).encode()).digest()
+            parent = self.hash_block(parent, tokens[start : start + self.block_size])
             chain.append(parent)
         return chain
 
@@ -148,7 +160,7 @@ class Standin:
         self.settings = settings
         self.sleep = sleep
         """How the timing model waits (a seam: tests record the waits instead)."""
-        self.cache = BlockCache(settings.num_blocks, settings.block_size)
+        self.cache = BlockCache(settings.num_blocks, settings.block_size, settings.hash_block)
         self.started = time.monotonic()
         self.slots = asyncio.Semaphore(settings.max_running)
         self.running = 0

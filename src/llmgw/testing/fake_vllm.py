@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+from llmgw.testing.block_hashing import block_hash, none_hash
 from llmgw.testing.engine_standin import StandinSettings, serve
 
 VERSION = "0.11.0"
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         runtime_lora=options.enable_lora
         and os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
     )
+    if options.prefix_caching_hash_algo == "sha256_cbor":
+        root = none_hash()
+        settings.hash_block = lambda parent, tokens: block_hash(parent, tokens, root)
     publisher = None
     if options.kv_events_config:
         config = json.loads(options.kv_events_config)

@@ -2,17 +2,15 @@
 
 As vLLM's ``ZmqEventPublisher``: the publisher binds the configured endpoint
 and sends each batch as three frames ``[topic, sequence (8 bytes, big
-endian), payload]``. The payload is a ``KVEventBatch`` ``[ts, events,
-data_parallel_rank]`` whose events are ``BlockStored`` (block hashes, parent
-hash, token ids, block size, LoRA id, medium), ``BlockRemoved`` (hashes,
-medium) and ``AllBlocksCleared``, in one of the two wire encodings vLLM's
-msgspec structs take:
+endian), payload]``. The payload is vLLM's msgspec ``KVEventBatch``, encoded
+array-like: ``[ts, events]`` (the data-parallel rank left out while None),
+each event tagged: ``["BlockStored", block_hashes, parent_block_hash,
+token_ids, block_size, lora_id, medium]``, ``["BlockRemoved", block_hashes,
+medium]``, ``["AllBlocksCleared"]``.
 
-- ``array`` (``array_like`` and tagged): each event ``["BlockStored", …fields]``;
-- ``map``: each event ``{"type": "BlockStored", "block_hashes": …}``.
-
-``LLMGW_STANDIN_KV_ENCODING`` picks one (``array`` by default). Block hashes
-here are the stand-in cache's own sha256 chain, sent as bytes.
+Hashes go in either of vLLM's two encodings: integers of the digest's last
+eight bytes (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1``, vLLM's default) or
+the 32-byte digests (``=0``).
 """
 
 from __future__ import annotations
@@ -24,16 +22,13 @@ from typing import Any
 import msgpack
 import zmq
 
+from llmgw.testing.block_hashing import external
 from llmgw.testing.engine_standin import Standin
-
-ENCODINGS = ("array", "map")
 
 
 class KvEventsPublisher:
-    def __init__(self, endpoint: str, topic: str, encoding: str = "array", block_size: int = 16) -> None:
-        if encoding not in ENCODINGS:
-            raise ValueError(f"unknown KV events encoding {encoding!r}; use one of {ENCODINGS}")
-        self.encoding = encoding
+    def __init__(self, endpoint: str, topic: str, int_hashes: bool = True, block_size: int = 16) -> None:
+        self.int_hashes = int_hashes
         self.topic = topic.encode()
         self.block_size = block_size
         self.sequence = 0
@@ -42,26 +37,21 @@ class KvEventsPublisher:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.bind(endpoint.replace("tcp://*", "tcp://0.0.0.0"))
 
-    def _event(self, kind: str, fields: dict[str, Any]) -> Any:
-        if self.encoding == "map":
-            return {"type": kind, **fields}
-        return [kind, *fields.values()]
+    def _hashes(self, hashes: list[bytes]) -> list[bytes | int]:
+        return [external(digest, self.int_hashes) for digest in hashes]
 
     def stored(self, hashes: list[bytes], parent: bytes | None, tokens: list[int]) -> None:
-        fields = {"block_hashes": hashes, "parent_block_hash": parent, "token_ids": tokens,
-                  "block_size": self.block_size, "lora_id": None, "medium": "GPU"}  # fmt: skip
-        self.send([self._event("BlockStored", fields)])
+        parent_hash = None if parent is None else external(parent, self.int_hashes)
+        self.send([["BlockStored", self._hashes(hashes), parent_hash, tokens, self.block_size, None, "GPU"]])
 
     def removed(self, hashes: list[bytes]) -> None:
-        self.send([self._event("BlockRemoved", {"block_hashes": hashes, "medium": "GPU"})])
+        self.send([["BlockRemoved", self._hashes(hashes), "GPU"]])
 
     def cleared(self) -> None:
-        self.send([self._event("AllBlocksCleared", {})])
+        self.send([["AllBlocksCleared"]])
 
     def send(self, events: list[Any]) -> None:
-        batch: Any = [time.time(), events, None]
-        if self.encoding == "map":
-            batch = {"ts": time.time(), "events": events, "data_parallel_rank": None}
+        batch = [time.time(), events]
         payload = msgpack.packb(batch, use_bin_type=True)
         frames = [self.topic, self.sequence.to_bytes(8, "big"), payload]
         self.sequence += 1
@@ -79,7 +69,7 @@ def attach(standin: Standin, config: dict[str, Any]) -> KvEventsPublisher:
     publisher = KvEventsPublisher(
         str(config.get("endpoint") or "tcp://*:5557"),
         str(config.get("topic") or ""),
-        os.environ.get("LLMGW_STANDIN_KV_ENCODING", "array"),
+        os.environ.get("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "1") != "0",
         standin.settings.block_size,
     )
     standin.cache.on_stored = publisher.stored
