@@ -8,18 +8,23 @@ its load by that engine's metric names.
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
 import openai
 import pytest
+import zmq
 
 from llmgw.agent.config import EngineSettings, PythonEngineSettings, TrtllmSettings
+from llmgw.testing.block_hashing import block_hash, external, none_hash
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
@@ -43,7 +48,7 @@ def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
         for name, engine in MODELS.items():
             profile: dict[str, object] = {"engine": engine, "ctx_size": 2048, "parallel": 2}
             if engine == "vllm":
-                profile |= {"max_loaded_adapters": 2, "args": ["--dtype", "half"]}
+                profile |= {"max_loaded_adapters": 2, "kv_events": True, "args": ["--dtype", "half"]}
             running.admin.request(
                 "POST",
                 "/api/models",
@@ -193,3 +198,59 @@ def _arg(shard: Path, after: str) -> str:
             except OSError:
                 continue
     raise AssertionError(f"no engine running in {shard}")
+
+
+def _engine_process(served_name: str) -> tuple[int, list[str]]:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if "--served-model-name" in argv and argv[argv.index("--served-model-name") + 1] == served_name:
+                return int(entry), argv
+    raise AssertionError(f"no engine serving {served_name}")
+
+
+def test_vllm_publishes_kv_events_the_router_can_recompute(engines_cluster: Cluster) -> None:
+    pid, argv = _engine_process("std-vllm")
+    config = json.loads(argv[argv.index("--kv-events-config") + 1])
+    assert config["endpoint"].startswith("tcp://127.0.0.1:")
+    assert argv[argv.index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
+    environ = dict(
+        item.split("=", 1)
+        for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        if "=" in item
+    )
+    assert environ["PYTHONHASHSEED"] == "0"
+    context = zmq.Context()
+    subscriber = context.socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, config["topic"].encode())
+    subscriber.connect(config["endpoint"])
+    messages = [{"role": "user", "content": " ".join(f"word{i}" for i in range(40))}]
+    try:
+        stored: list[int] = []
+        deadline = time.monotonic() + 20
+        while not stored and time.monotonic() < deadline:  # a PUB socket drops what precedes the join
+            client(engines_cluster).chat.completions.create(model="std-vllm", messages=messages, max_tokens=1)
+            while subscriber.poll(200):
+                _topic, _sequence, payload = subscriber.recv_multipart()
+                for event in msgpack.unpackb(payload)[1]:
+                    if event[0] == "BlockStored":
+                        stored.extend(event[1])
+    finally:
+        subscriber.close(0)
+        context.term()
+    replica = engines_cluster.wait_ready("std-vllm")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{replica['port']}/tokenize",
+        data=json.dumps({"model": "std-vllm", "messages": messages}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        tokens = json.loads(answer.read())["tokens"]
+    root, parent, expected = none_hash("0"), None, []
+    for start in range(0, len(tokens) - 15, 16):
+        parent = block_hash(parent, tokens[start : start + 16], root)
+        expected.append(external(parent, True))
+    assert expected and set(expected) <= set(stored)
