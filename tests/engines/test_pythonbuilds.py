@@ -99,6 +99,7 @@ async def test_a_build_that_does_not_run_is_left_for_the_next(tmp_path: Path, se
     assert installed.build.key == "0.33.0-cu129"
     assert installed.program == cache / "engines/vllm/0.33.0-cu129/venv/bin/vllm"
     assert not (cache / "engines/vllm/0.33.0-cu130").exists()
+    assert [b.build.key for b in pythonbuilds.installed_python_builds(cache)] == ["0.33.0-cu129"]
     again = await install_first(builds, cache, index_url="http://127.0.0.1:9/unreachable")
     assert again.program == installed.program  # installed: no index asked
 

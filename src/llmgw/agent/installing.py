@@ -50,11 +50,16 @@ class Installer:
         self._python_installed: dict[str, Path] = {}
 
     def installed_engines(self) -> list[str]:
-        """Engine builds on this node, best first, as ``llama.cpp <version> <variant>``."""
-        return [
+        """Engine builds on this node: ``llama.cpp <version> <variant>``, ``vllm <version> <variant>``."""
+        found = [
             f"{b.build.engine} {b.build.version} {b.build.variant}"
             for b in builds.installed(self._config.cache_path)
         ]
+        found += [
+            f"{b.build.engine} {b.build.version} {b.build.variant}"
+            for b in pythonbuilds.installed_python_builds(self._config.cache_path)
+        ]
+        return found
 
     async def engine(self) -> Path:
         async with self._engine_lock:

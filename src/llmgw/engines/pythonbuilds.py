@@ -182,6 +182,19 @@ def installed_python_build(cache_dir: Path, build: PythonBuild) -> InstalledPyth
     return None
 
 
+def installed_python_builds(cache_dir: Path) -> list[InstalledPythonBuild]:
+    """Every whole vLLM and SGLang install in the cache."""
+    found = []
+    for manifest in sorted(Path(cache_dir).glob("engines/*/*/build.json")):
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            record = json.loads(manifest.read_text())["build"]
+            if record.get("engine") in ("vllm", "sglang"):
+                build = PythonBuild(**record)
+                if item := installed_python_build(cache_dir, build):
+                    found.append(item)
+    return found
+
+
 async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         *argv,
