@@ -196,3 +196,15 @@ def test_any_sha256_is_kept_in_lower_case_without_prefix(digest: str, prefixed: 
     model = parse_model(minimal(source={"sha256": ("sha256:" if prefixed else "") + digest}))
 
     assert model.source.sha256 == digest.lower()
+
+
+def test_a_mig_class_with_tp_above_one_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        parse_model(
+            {
+                "name": "m",
+                "source": {"sha256": "a" * 64},
+                "profile": {"engine": "vllm", "gpu_class": "a100-80g-mig-3g.40gb", "tp": 2},
+            }
+        )
+    assert any(field == "profile" and "tp 2" in why for field, why in caught.value.problems)

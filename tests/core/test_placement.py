@@ -185,6 +185,32 @@ def test_a_replica_spread_over_several_devices_is_refused_on_mig_instances() -> 
 
 
 def test_a_spread_replica_still_goes_on_whole_cards() -> None:
-    decision = place("m", 4000, [node("n", 1000, mig(0, 0, 40192), card(1, 24000))], [], Spread(tp=2))
+    decision = place(
+        "m", 4000, [node("n", 1000, mig(0, 0, 40192), card(1, 24000), card(2, 24000))], [], Spread(tp=2)
+    )
 
-    assert decision.devices == (1,)
+    assert decision.devices == (1, 2)
+
+
+def _gpu_node(node_id: str, *cards: tuple[str, int]) -> NodeInventory:
+    devices = tuple(
+        Device(kind="nvidia", index=i, name=cls, memory_mb=mem, memory_free_mb=mem, device_class=cls)
+        for i, (cls, mem) in enumerate(cards)
+    )
+    return NodeInventory(node_id=node_id, address="127.0.0.1", cpu_cores=8, memory_mb=65536, devices=devices)
+
+
+def test_tensor_parallel_takes_that_many_cards_on_one_node() -> None:
+    node = _gpu_node("n1", ("h100-80g", 81920), ("h100-80g", 81920), ("h100-80g", 40000))
+    decision = place("m", 120000, [node], [], Spread(tp=2))
+    assert decision.node_id == "n1" and decision.devices == (0, 1)
+
+
+def test_gpu_class_counts_only_cards_of_that_class_and_never_host_memory() -> None:
+    mixed = _gpu_node("mixed", ("a100-80g", 81920), ("h100-80g", 81920))
+    cpu_only = NodeInventory(node_id="cpu", address="127.0.0.1", cpu_cores=8, memory_mb=10**6)
+    decision = place("m", 1000, [mixed, cpu_only], [], gpu_class="h100-80g")
+    assert (decision.node_id, decision.devices) == ("mixed", (1,))
+    refused = place("m", 1000, [cpu_only], [], gpu_class="h100-80g")
+    assert not refused.placed
+    assert refused.refusals["cpu"] == "needs 1 card of class h100-80g with 1000 MiB free each; 0 there"

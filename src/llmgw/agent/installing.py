@@ -6,11 +6,12 @@ import asyncio
 import logging
 import platform
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.agent.config import AgentConfig
 from llmgw.core.devices import NodeInventory
-from llmgw.engines import builds
+from llmgw.engines import builds, pythonbuilds, trtllm
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
 from llmgw.mirror.fetching import BlobWriter
 from llmgw.protocol import agent_pb2 as pb
@@ -20,6 +21,17 @@ log = logging.getLogger(__name__)
 FETCH_ATTEMPTS = 3
 
 BlobFetcher = Callable[[str, int], AsyncIterator[bytes]]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a shard's engine is started from."""
+
+    program: Path
+    """The engine's executable (llama-server, vllm) or the Python that runs it (SGLang, TensorRT-LLM)."""
+    weights: Path
+    """The GGUF file, or the folder holding a safetensors repository."""
+    projector: Path | None = None
 
 
 class Installer:
@@ -34,13 +46,20 @@ class Installer:
         self._engine_lock = asyncio.Lock()
         self._weights_locks: dict[str, asyncio.Lock] = {}
         self._installed: builds.InstalledBuild | None = None
+        self._python_locks: dict[str, asyncio.Lock] = {}
+        self._python_installed: dict[str, Path] = {}
 
     def installed_engines(self) -> list[str]:
-        """Engine builds on this node, best first, as ``llama.cpp <version> <variant>``."""
-        return [
+        """Engine builds on this node: ``llama.cpp <version> <variant>``, ``vllm <version> <variant>``."""
+        found = [
             f"{b.build.engine} {b.build.version} {b.build.variant}"
             for b in builds.installed(self._config.cache_path)
         ]
+        found += [
+            f"{b.build.engine} {b.build.version} {b.build.variant}"
+            for b in pythonbuilds.installed_python_builds(self._config.cache_path)
+        ]
+        return found
 
     async def engine(self) -> Path:
         async with self._engine_lock:
@@ -68,23 +87,82 @@ class Installer:
                 )
             return self._installed.binary
 
+    async def program(self, engine: str) -> Path:
+        """The executable a shard of ``engine`` starts from, installing the engine where llmgw does."""
+        if engine in ("", builds.LLAMACPP):
+            return await self.engine()
+        if engine == trtllm.NAME:
+            python = self._config.engines.trtllm.python
+            if not python:
+                raise LlmgwError(
+                    "engine trtllm is not available on this node: engines.trtllm.python is not set",
+                    "install TensorRT-LLM and set engines.trtllm.python in agent.yaml to its Python",
+                )
+            serve = trtllm.serve_program(Path(python))
+            if not await asyncio.to_thread(serve.exists):
+                raise LlmgwError(
+                    f"there is no trtllm-serve beside {python}",
+                    "set engines.trtllm.python to the Python of the environment TensorRT-LLM is installed in",
+                )
+            return Path(python)
+        if engine not in ("vllm", "sglang"):
+            raise LlmgwError(
+                f"engine {engine!r} is not available on this node", "use llama.cpp, vllm, sglang or trtllm"
+            )
+        settings = getattr(self._config.engines, engine)
+        if settings.program:
+            program = self._config.path(settings.program)
+            if not await asyncio.to_thread(program.exists):
+                raise LlmgwError(
+                    f"engines.{engine}.program names {program}, which does not exist",
+                    f"install {engine} there, or clear the setting to let the node install it",
+                )
+            return program
+        lock = self._python_locks.setdefault(engine, asyncio.Lock())
+        async with lock:
+            if engine not in self._python_installed:
+                inventory = self._inventory()
+                capabilities = [pythonbuilds.compute_capability(gpu.name) for gpu in inventory.gpus]
+                listing = pythonbuilds.vllm_builds if engine == "vllm" else pythonbuilds.sglang_builds
+                candidates = listing(
+                    driver_version=inventory.driver_version or None,
+                    capabilities=capabilities,
+                    version=settings.version,
+                )
+                found = await pythonbuilds.install_first(
+                    candidates, self._config.cache_path, index_url=settings.index_url, progress=_log_progress
+                )
+                log.info("engine build: %s %s at %s", engine, found.build.key, found.program)
+                self._python_installed[engine] = found.program
+            return self._python_installed[engine]
+
     async def weights(self, spec: pb.StartShard) -> Path:
-        sha = spec.weights_sha256
+        """The GGUF file, or the folder of a safetensors repository with every file of it inside."""
+        filename = spec.weights_filename or "model.gguf"
+        path = await self.blob(spec.model, spec.weights_sha256, filename, spec.weights_size)
+        if spec.weights_format != "safetensors":
+            return path
+        for extra in spec.files:
+            await self.blob(spec.model, extra.sha256, extra.filename, extra.size, into=path.parent)
+        return path.parent
+
+    async def blob(self, model: str, sha: str, filename: str, size: int, *, into: Path | None = None) -> Path:
+        """A mirrored file fetched (once) into ``weights/<sha>/``, or into the folder ``into``."""
         lock = self._weights_locks.setdefault(sha, asyncio.Lock())
         async with lock:
-            directory = self._config.work_path / "weights" / sha
-            final = directory / (spec.weights_filename or "model.gguf")
+            directory = into or self._config.work_path / "weights" / sha
+            final = directory / filename
             if final.exists():
                 return final
             directory.mkdir(parents=True, exist_ok=True)
             error: LlmgwError | None = None
             for attempt in range(1, FETCH_ATTEMPTS + 1):
-                writer = BlobWriter(final, sha, spec.weights_size)
+                writer = BlobWriter(final, sha, size)
                 offset = await writer.start()
                 log.info(
                     "fetching weights %s… for %s from byte %d (attempt %d)",
                     sha[:12],
-                    spec.model,
+                    model,
                     offset,
                     attempt,
                 )
@@ -100,15 +178,22 @@ class Installer:
                     await writer.close()
                     log.warning("fetching weights %s… failed: %s", sha[:12], caught)
             raise LlmgwError(
-                f"could not fetch weights {sha[:12]}… for {spec.model}: {error}",
+                f"could not fetch weights {sha[:12]}… for {model}: {error}",
                 "check that the control plane's mirror holds them ('llmgw mirror list')",
             )
 
-    async def prepare(self, spec: pb.StartShard) -> tuple[Path, Path]:
-        if spec.engine and spec.engine != "llama.cpp":
-            raise LlmgwError(f"engine {spec.engine!r} is not available on this node", "use engine llama.cpp")
-        binary, weights = await asyncio.gather(self.engine(), self.weights(spec))
-        return binary, weights
+    async def projector(self, spec: pb.StartShard) -> Path | None:
+        if not spec.projector_sha256:
+            return None
+        return await self.blob(
+            spec.model, spec.projector_sha256, spec.projector_filename or "mmproj.gguf", spec.projector_size
+        )
+
+    async def prepare(self, spec: pb.StartShard) -> Prepared:
+        program, weights, projector = await asyncio.gather(
+            self.program(spec.engine), self.weights(spec), self.projector(spec)
+        )
+        return Prepared(program, weights, projector)
 
 
 def _log_progress(message: str, fraction: float | None) -> None:

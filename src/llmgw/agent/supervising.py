@@ -23,8 +23,11 @@ from pathlib import Path
 import aiohttp
 
 from llmgw.agent.config import ShardSettings
+from llmgw.agent.installing import Prepared
 from llmgw.core.backoff import Backoff
-from llmgw.engines import llamacpp
+from llmgw.core.validation import check_args, check_env
+from llmgw.engines import engine as engines
+from llmgw.engines.registry import engine_named
 from llmgw.errors import LlmgwError
 from llmgw.protocol import agent_pb2 as pb
 
@@ -33,8 +36,8 @@ log = logging.getLogger(__name__)
 HEALTH_POLL_S = 0.25
 LOG_TAIL_BYTES = 2000
 
-Prepare = Callable[[pb.StartShard], Awaitable[tuple[Path, Path]]]
-"""Returns (engine binary, weights file) for a shard, installing and fetching as needed."""
+Prepare = Callable[[pb.StartShard], Awaitable[Prepared]]
+"""Returns what a shard's engine starts from, installing and fetching as needed."""
 Report = Callable[[pb.ShardStatus], None]
 
 
@@ -194,7 +197,8 @@ class Supervisor:
     async def _supervise(self, shard: Shard) -> None:
         self._emit(shard, pb.SHARD_STATE_STARTING)
         try:
-            binary, weights = await self._prepare(shard.spec)
+            check_refusals(shard.spec)
+            prepared = await self._prepare(shard.spec)
         except LlmgwError as error:
             log.error("shard %s cannot start: %s", shard.replica_id, error)
             self._emit(shard, pb.SHARD_STATE_FAILED, str(error))
@@ -203,7 +207,7 @@ class Supervisor:
         quick_failures = 0
         while not shard.stopping:
             try:
-                ready = await self._launch_once(shard, binary, weights)
+                ready = await self._launch_once(shard, prepared)
             except LlmgwError as error:
                 log.error("shard %s cannot start: %s", shard.replica_id, error)
                 self._emit(shard, pb.SHARD_STATE_FAILED, str(error))
@@ -230,27 +234,37 @@ class Supervisor:
             self._emit(shard, pb.SHARD_STATE_STARTING, reason)
             await asyncio.sleep(delay)
 
-    async def _launch_once(self, shard: Shard, binary: Path, weights: Path) -> bool:
+    async def _launch_once(self, shard: Shard, prepared: Prepared) -> bool:
         """Run the engine once; True when it became ready before it ended."""
         spec = shard.spec
+        engine = engine_named(spec.engine)
         taken = {s.port for s in self.shards.values() if s is not shard}
         shard.port = free_port(*self._ports, taken, self._host)
-        command = llamacpp.command_line(
-            binary,
-            weights,
+        kv_port = free_port(*self._ports, taken | {shard.port}, self._host) if spec.kv_events else None
+        launch = engines.Launch(
+            weights=prepared.weights,
             port=shard.port,
             api_key=spec.api_key,
+            model=spec.model,
+            host=self._host,
             ctx_size=spec.ctx_size or 4096,
             parallel=spec.parallel or 1,
-            args=list(spec.args),
-            host=self._host,
-            alias=spec.model,
+            tp=spec.tp or max(1, len(spec.devices)),
+            args=tuple(spec.args),
+            projector=prepared.projector,
+            kv_events_port=kv_port,
+            max_loaded_adapters=spec.max_loaded_adapters,
+            devices=tuple(spec.devices),
         )
+        binary = prepared.program
+        command = engine.command_line(binary, launch)
         if self._pdeathsig:
             command = [self._pdeathsig, "--pdeathsig", "TERM", "--", *command]
         shard.directory.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(shard.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        env = {**os.environ, **dict(spec.env)}
+        env = {**os.environ, **dict(spec.env), **engine.environment(launch)}
+        if spec.devices and engine.name != "llama.cpp":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in spec.devices)
         try:
             shard.process = await asyncio.create_subprocess_exec(
                 *command,
@@ -268,9 +282,9 @@ class Supervisor:
             os.close(descriptor)
         log.info("shard %s: engine pid %d on port %d", shard.replica_id, shard.process.pid, shard.port)
         self._emit(shard, pb.SHARD_STATE_STARTING)
-        ready = await self._wait_healthy(shard)
+        ready = await self._wait_healthy(shard, engine)
         if ready:
-            computed = llamacpp.parse_compute(shard.log_path.read_text(errors="replace"))
+            computed = engine.parse_compute(shard.log_path.read_text(errors="replace"), launch)
             shard.compute = pb.Compute(
                 backend=computed.backend,
                 devices=[_device_index(name) for name in computed.devices],
@@ -287,7 +301,7 @@ class Supervisor:
         await shard.process.wait()
         return ready
 
-    async def _wait_healthy(self, shard: Shard) -> bool:
+    async def _wait_healthy(self, shard: Shard, engine: engines.Engine) -> bool:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         process = shard.process
@@ -296,8 +310,19 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.health_timeout_s
         while process.returncode is None and not shard.stopping and loop.time() < deadline:
-            if await llamacpp.health(self._http, base, shard.spec.api_key):
+            if await engines.health(engine, self._http, base, shard.spec.api_key):
                 return True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(process.wait()), HEALTH_POLL_S)
         return False
+
+
+def check_refusals(spec: pb.StartShard) -> None:
+    """Check the profile's args and env again on the node (C4.5); LlmgwError naming each refusal."""
+    engine = engine_named(spec.engine)
+    refusals = check_args(engine.name, list(spec.args)) + check_env(engine.name, dict(spec.env))
+    if refusals:
+        raise LlmgwError(
+            f"this node refuses to start {spec.model}: " + "; ".join(str(r) for r in refusals),
+            "fix the model's profile (llmgw ctl model add) and the control plane restarts it",
+        )

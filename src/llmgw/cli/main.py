@@ -11,7 +11,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import typer
 
 from llmgw import __version__
-from llmgw.cli import agent, ctl, doctor, engine, mirror, server, up
+from llmgw.cli import agent, ctl, doctor, engine, mirror, modelserving, server, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli.output import fail
 from llmgw.errors import LlmgwError
 
@@ -25,6 +25,7 @@ app = typer.Typer(
 app.add_typer(server.app, name="server")
 app.add_typer(agent.app, name="agent")
 app.add_typer(ctl.app, name="ctl")
+app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (modelserving)
 app.add_typer(mirror.app, name="mirror")
 app.add_typer(engine.app, name="engine")
 app.command("up")(up.up)

@@ -45,6 +45,8 @@ class ReplicaState:
     node_id: str
     api_key: str
     capacity: int = 1
+    engine: str = "llama.cpp"
+    """The engine the replica runs: the router reads its load by that engine's metric names."""
     state: str = "placed"
     """placed → starting → ready; failed; absent (its node has not reported it)."""
     port: int = 0

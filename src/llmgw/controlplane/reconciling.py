@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.core.catalog import ModelDefinition, parse_model
+from llmgw.core.mig import Spread
 from llmgw.core.placement import Placed, place
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
 from llmgw.protocol import agent_pb2 as pb
@@ -115,6 +116,9 @@ class Reconciler:
                         capacity=models[replica_record.model].profile.parallel
                         if replica_record.model in models
                         else 1,
+                        engine=models[replica_record.model].profile.engine
+                        if replica_record.model in models
+                        else "llama.cpp",
                         state="absent",
                     )
                 )
@@ -154,7 +158,14 @@ class Reconciler:
     async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
         nodes = [n.inventory for n in self._fleet.nodes.values()]
         taken = [Placed(r.model, r.node_id, r.memory_mb, tuple(r.devices)) for r in placed]
-        decision = place(model.name, model.memory_needed_mb(), nodes, taken)
+        decision = place(
+            model.name,
+            model.memory_needed_mb(),
+            nodes,
+            taken,
+            Spread(tp=model.profile.tp),
+            gpu_class=model.profile.gpu_class,
+        )
         if not decision.placed:
             reasons = (
                 "; ".join(f"{node}: {why}" for node, why in decision.refusals.items())
@@ -181,6 +192,7 @@ class Reconciler:
             node_id=record.node_id,
             api_key=record.api_key,
             capacity=model.profile.parallel,
+            engine=model.profile.engine,
         )
         self._fleet.track(replica)
         log.info("placed replica %s of %s on %s", record.id, model.name, record.node_id)
@@ -206,6 +218,16 @@ class Reconciler:
             devices=list(devices),
             ctx_size=model.profile.ctx_size,
             parallel=model.profile.parallel,
+            tp=model.profile.tp,
+            kv_events=model.profile.kv_events,
+            max_loaded_adapters=model.profile.max_loaded_adapters,
+            weights_format=model.source.format,
+            projector_sha256=model.source.projector.sha256 if model.source.projector else "",
+            projector_filename=model.source.projector.filename if model.source.projector else "",
+            projector_size=model.source.projector.size if model.source.projector else 0,
+            files=[
+                pb.WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
+            ],
         )
         replica.state = "starting"
         try:

@@ -20,6 +20,7 @@ from llmgw.core.catalog import ModelDefinition
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.catalog_view import ModelEntry
 from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaEndpoint
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
@@ -99,6 +100,7 @@ class ControlPlane:
                     base_url=base_url,
                     api_key=replica.api_key,
                     capacity=replica.capacity,
+                    engine=replica.engine,
                 )
             )
 
@@ -172,6 +174,7 @@ class ControlPlane:
             async with asyncio.TaskGroup() as tasks:
                 serving = tasks.create_task(server.serve())
                 reconciling = tasks.create_task(reconciler.run())
+                reading_loads = tasks.create_task(LoadReader(gateway.replicas).run())
                 while not server.started:
                     if serving.done():
                         break
@@ -189,6 +192,7 @@ class ControlPlane:
                 await stop.wait()
                 server.should_exit = True
                 reconciling.cancel()
+                reading_loads.cancel()
         finally:
             await agent_server.stop()
             await gateway.close()

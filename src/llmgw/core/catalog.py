@@ -10,25 +10,80 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from llmgw.core.mig import Spread, mig_refusal
+from llmgw.core.validation import check_args, check_env
 from llmgw.errors import ValidationFailed
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
-ENGINES = ("llama.cpp",)
+ENGINES = ("llama.cpp", "vllm", "sglang", "trtllm")
 """Engines a profile may name."""
+GGUF_ENGINES = ("llama.cpp",)
+"""Engines that run GGUF files; the others run safetensors repositories."""
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _sha256(value: str) -> str:
+    value = value.removeprefix("sha256:").lower()
+    if not SHA256_PATTERN.fullmatch(value):
+        raise ValueError("must be 64 hexadecimal digits (the file's sha256)")
+    return value
+
+
+def _plain_name(value: str) -> str:
+    if "/" in value or value.startswith(".") or not value:
+        raise ValueError("must be a plain file name, without '/' or a leading '.'")
+    return value
+
+
+class Projector(Strict):
+    """A vision model's projector, kept in the mirror beside the weights (llama.cpp ``--mmproj``)."""
+
+    sha256: str
+    """The projector file's sha256."""
+    filename: str = "mmproj.gguf"
+    """The name the engine sees the file under."""
+    size: int = Field(default=0, ge=0)
+
+    _sha = field_validator("sha256")(_sha256)
+    _filename = field_validator("filename")(_plain_name)
+
+
+class SourceFile(Strict):
+    """One more file of a safetensors repository (config, tokenizer, further shards), kept in the mirror."""
+
+    sha256: str
+    filename: str
+    """Its name in the repository's folder."""
+    size: int = Field(default=0, ge=0)
+
+    _sha = field_validator("sha256")(_sha256)
+    _filename = field_validator("filename")(_plain_name)
+
+
 class Source(Strict):
     """Where a model's weights come from: a file kept in the mirror by sha256."""
 
-    format: Literal["gguf"] = "gguf"
-    """The weights' format."""
+    format: Literal["gguf", "safetensors"] = "gguf"
+    """``gguf`` (one file, llama.cpp) or ``safetensors`` (weights with config and tokenizer, vLLM,
+    SGLang, TensorRT-LLM)."""
+    projector: Projector | None = None
+    """A GGUF vision model's projector."""
+    files: tuple[SourceFile, ...] = ()
+    """The rest of a safetensors repository, fetched into one folder beside the weights file."""
     sha256: str
     """The weights file's sha256, as the mirror keeps it (``llmgw mirror import`` prints it)."""
     filename: str = "model.gguf"
@@ -36,20 +91,19 @@ class Source(Strict):
     size: int = Field(default=0, ge=0)
     """Bytes; 0 when unknown. Used to estimate the memory a replica needs."""
 
-    @field_validator("sha256")
-    @classmethod
-    def _sha(cls, value: str) -> str:
-        value = value.removeprefix("sha256:").lower()
-        if not SHA256_PATTERN.fullmatch(value):
-            raise ValueError("must be 64 hexadecimal digits (the file's sha256)")
-        return value
+    _sha = field_validator("sha256")(_sha256)
+    _filename = field_validator("filename")(_plain_name)
 
-    @field_validator("filename")
-    @classmethod
-    def _filename(cls, value: str) -> str:
-        if "/" in value or value.startswith(".") or not value:
-            raise ValueError("must be a plain file name, without '/' or a leading '.'")
-        return value
+    @model_validator(mode="after")
+    def _projector_with_gguf(self) -> Source:
+        if self.projector is not None and self.format != "gguf":
+            raise ValueError("a projector goes with GGUF weights; safetensors repositories carry their own")
+        if self.files and self.format != "safetensors":
+            raise ValueError("files belong to a safetensors repository; a GGUF model is one file")
+        names = [self.filename, *(f.filename for f in self.files)]
+        if len(set(names)) != len(names):
+            raise ValueError("two files of the repository have the same name")
+        return self
 
 
 class Profile(Strict):
@@ -63,6 +117,14 @@ class Profile(Strict):
     """Context length the engine is started with."""
     parallel: int = Field(default=4, ge=1, le=256)
     """Requests one replica serves at once."""
+    gpu_class: str | None = None
+    """The class of card a replica needs (``a100-80g``, ``h100``); None: any with the memory."""
+    tp: int = Field(default=1, ge=1, le=64)
+    """Tensor-parallel degree: the cards one replica spans (vLLM, SGLang, TensorRT-LLM)."""
+    kv_events: bool = False
+    """vLLM publishes its KV-cache events to the agent, for exact prefix routing."""
+    max_loaded_adapters: int = Field(default=0, ge=0, le=256)
+    """vLLM: LoRA adapters held at once per replica, loaded at run time (0: all at start)."""
     args: tuple[str, ...] = ()
     """Extra engine arguments."""
     env: dict[str, str] = Field(default_factory=dict)
@@ -74,6 +136,34 @@ class Profile(Strict):
         if value not in ENGINES:
             raise ValueError(f"unknown engine {value!r}; known: {', '.join(ENGINES)}")
         return value
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        refusals = check_args(str(info.data.get("engine", "llama.cpp")), value)
+        if refusals:
+            raise ValueError("; ".join(str(r) for r in refusals))
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        refusals = check_env(str(info.data.get("engine", "llama.cpp")), value)
+        if refusals:
+            raise ValueError("; ".join(str(r) for r in refusals))
+        return value
+
+    @model_validator(mode="after")
+    def _engine_features(self) -> Profile:
+        if self.kv_events and self.engine != "vllm":
+            raise ValueError(f"kv_events needs engine vllm; {self.engine} publishes none")
+        if self.max_loaded_adapters and self.engine != "vllm":
+            raise ValueError(f"max_loaded_adapters needs engine vllm; {self.engine} loads adapters at start")
+        if self.tp > 1 and self.engine == "llama.cpp":
+            raise ValueError("tp needs engine vllm, sglang or trtllm; llama.cpp splits layers by itself")
+        if self.gpu_class and (refusal := mig_refusal(self.gpu_class, Spread(tp=self.tp))):
+            raise ValueError(refusal)
+        return self
 
 
 class Replicas(Strict):
@@ -104,6 +194,18 @@ class ModelDefinition(Strict):
     owner: str = ""
     """Who owns the model (empty: the cluster)."""
 
+    @model_validator(mode="after")
+    def _format_fits_engine(self) -> ModelDefinition:
+        gguf = self.profile.engine in GGUF_ENGINES
+        if gguf and self.source.format != "gguf":
+            raise ValueError(f"engine {self.profile.engine} runs GGUF weights, not {self.source.format}")
+        if not gguf and self.source.format != "safetensors":
+            raise ValueError(
+                f"engine {self.profile.engine} runs safetensors weights; set source.format: safetensors "
+                "or use engine llama.cpp for GGUF"
+            )
+        return self
+
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
@@ -117,7 +219,8 @@ class ModelDefinition(Strict):
         """Memory one replica needs, declared or estimated from the weights' size."""
         if self.profile.memory_mb is not None:
             return self.profile.memory_mb
-        return int(self.source.size * 1.25 / 2**20) + 256
+        total = self.source.size + sum(f.size for f in self.source.files)
+        return int(total * 1.25 / 2**20) + 256
 
     def wanted_replicas(self, demanded: bool) -> int:
         """Replicas the reconciler keeps: ``min``, or one while an on-demand model is in use."""

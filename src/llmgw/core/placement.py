@@ -53,18 +53,27 @@ def place(
     memory_mb: int,
     nodes: list[NodeInventory],
     placed: list[Placed],
-    spread_over: Spread = Spread(),
+    spread_over: Spread | None = None,
+    *,
+    gpu_class: str | None = None,
 ) -> Decision:
     """Pick the node for one more replica of ``model``.
 
     Among nodes, one with fewer replicas of the same model first, then one
     whose card has room over one with host memory alone, then the most memory
     left. On a node, a card with enough free memory is preferred to host memory.
-    Cards marked unavailable (a MIG card with nothing carved) are never picked,
-    nor MIG instances for a replica spread over more than one device.
+    A replica spanning several cards (``spread_over.tp``, tensor parallel) needs
+    that many cards on one node, each with its share of the memory; with
+    ``gpu_class`` only cards of that class count. Either one rules out host
+    memory. Cards marked unavailable (a MIG card with nothing carved) are never
+    picked, nor MIG instances for a replica spread over more than one device.
     """
+    spread_over = spread_over or Spread()
+    gpus = max(1, spread_over.tp)
     refusals: dict[str, str] = {}
     candidates: list[tuple[tuple[int, bool, int], str, tuple[int, ...]]] = []
+    share = -(-memory_mb // gpus)
+    needs_cards = gpus > 1 or bool(gpu_class)
     for node in nodes:
         spread = sum(1 for p in placed if p.node_id == node.node_id and p.model == model)
         gpu_free = free_gpu_memory(node, placed)
@@ -74,10 +83,23 @@ def place(
             if reason and gpu.index in gpu_free:
                 del gpu_free[gpu.index]
                 left_out.append(f"device {device_label(gpu.index)}: {reason}")
-        fitting = [index for index, free in gpu_free.items() if free >= memory_mb]
-        if fitting:
-            best = max(fitting, key=lambda index: gpu_free[index])
-            candidates.append(((-spread, True, gpu_free[best]), node.node_id, (best,)))
+        classes = {gpu.index: gpu.device_class for gpu in node.gpus}
+        fitting = [
+            index
+            for index, free in gpu_free.items()
+            if free >= share and (not gpu_class or classes.get(index) == gpu_class)
+        ]
+        if len(fitting) >= gpus:
+            chosen = sorted(fitting, key=lambda index: gpu_free[index], reverse=True)[:gpus]
+            least = min(gpu_free[index] for index in chosen)
+            candidates.append(((-spread, True, least), node.node_id, tuple(sorted(chosen))))
+            continue
+        if needs_cards:
+            kind = ("card" if gpus == 1 else "cards") + (f" of class {gpu_class}" if gpu_class else "")
+            refusals[node.node_id] = (
+                f"needs {gpus} {kind} with {share} MiB free each; {len(fitting)} there"
+                + "".join(f"; {reason}" for reason in left_out)
+            )
             continue
         host_free = free_memory(node, placed)
         if host_free >= memory_mb:

@@ -15,14 +15,19 @@ class ReplicaLoad:
     """Requests this router has sent and not yet seen end."""
     capacity: int = 1
     """Requests the replica serves at once."""
+    engine_load: int = 0
+    """Requests the engine itself last reported running or waiting (every router's, not only ours)."""
+    readable: bool = True
+    """False while the engine's metrics cannot be read: the router sends it nothing (never blind)."""
 
     @property
     def utilisation(self) -> float:
-        return self.in_flight / max(1, self.capacity)
+        return max(self.in_flight, self.engine_load) / max(1, self.capacity)
 
 
 def least_loaded(replicas: Sequence[ReplicaLoad], turn: int = 0) -> ReplicaLoad | None:
-    """The replica with the lowest share of its capacity in use; ``turn`` breaks ties in rotation."""
+    """The readable replica with the lowest share of its capacity in use; ``turn`` breaks ties in rotation."""
+    replicas = [r for r in replicas if r.readable]
     if not replicas:
         return None
     lowest = min(r.utilisation for r in replicas)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
+from llmgw.engines.engine import Compute, EngineLoad, Launch, MetricNames
 from llmgw.errors import ConfigError, EngineUnhealthy
+
+__all__ = ["ENGINE", "Compute", "EngineLoad", "command_line", "health", "parse_compute", "parse_metrics"]
 
 NAME = "llama.cpp"
 BINARY = "llama-server"
@@ -115,22 +117,6 @@ async def health(
         return False
 
 
-@dataclass(frozen=True)
-class EngineLoad:
-    """One reading of an engine's /metrics."""
-
-    running: int = 0
-    """Requests being processed now (``llamacpp:requests_processing``)."""
-    waiting: int = 0
-    """Requests waiting for a free slot (``llamacpp:requests_deferred``)."""
-    kv_cache_usage: float | None = None
-    """Share of the KV cache in use, 0..1; None where the engine does not publish it."""
-    prompt_tokens_total: int = 0
-    """Prompt tokens processed since start (``llamacpp:prompt_tokens_total``)."""
-    generated_tokens_total: int = 0
-    """Tokens generated since start (``llamacpp:tokens_predicted_total``)."""
-
-
 METRICS = {
     "running": "llamacpp:requests_processing",
     "waiting": "llamacpp:requests_deferred",
@@ -199,28 +185,6 @@ async def read_load(
         ) from error
 
 
-@dataclass(frozen=True)
-class Compute:
-    """Where a llama-server really computes, as its start-up output says."""
-
-    backend: str = "cpu"
-    """``cpu``, ``cuda`` or ``vulkan``."""
-    devices: tuple[str, ...] = ()
-    """llama.cpp's names of the GPUs it uses (``CUDA0``, ``Vulkan1``); empty on the CPU."""
-    layers_offloaded: int | None = None
-    """Layers placed on GPUs; None where the output does not say (a CPU build)."""
-    layers_total: int | None = None
-    """Layers the model has that could be offloaded (with the output layer)."""
-
-    @property
-    def all_on_gpu(self) -> bool:
-        return (
-            self.backend != "cpu"
-            and self.layers_offloaded is not None
-            and self.layers_offloaded == self.layers_total
-        )
-
-
 _USING_DEVICE = re.compile(r"using device (?P<name>[A-Za-z]+\d+)\b")
 _BUFFER = re.compile(r"\b(?P<name>(?:CUDA|Vulkan)\d+) (?:model|KV|compute) buffer size")
 _OFFLOADED = re.compile(r"offloaded (?P<done>\d+)/(?P<total>\d+) layers to GPU")
@@ -250,3 +214,43 @@ def parse_compute(log_text: str) -> Compute:
         prefix = gpus[0].rstrip("0123456789")
         backend = dict(_BACKENDS).get(prefix, "cpu")
     return Compute(backend=backend, devices=gpus, layers_offloaded=offloaded, layers_total=total)
+
+
+class LlamaCppEngine:
+    """llama-server behind the :class:`~llmgw.engines.engine.Engine` interface."""
+
+    name = NAME
+    health_path = HEALTH_PATH
+    metrics_path = METRICS_PATH
+    metrics = MetricNames(
+        running=(METRICS["running"],),
+        waiting=(METRICS["waiting"],),
+        kv_cache_usage=(METRICS["kv_cache_usage"],),
+        prompt_tokens_total=(METRICS["prompt_tokens_total"],),
+        generated_tokens_total=(METRICS["generated_tokens_total"],),
+    )
+
+    def command_line(self, program: Path, launch: Launch) -> list[str]:
+        argv = command_line(
+            program,
+            launch.weights,
+            port=launch.port,
+            api_key=launch.api_key,
+            ctx_size=launch.ctx_size,
+            parallel=launch.parallel,
+            args=launch.args,
+            host=launch.host,
+            alias=launch.model,
+        )
+        if launch.projector is not None:
+            argv[1:1] = ["--mmproj", str(launch.projector)]
+        return argv
+
+    def environment(self, launch: Launch) -> dict[str, str]:
+        return {}
+
+    def parse_compute(self, log_text: str, launch: Launch) -> Compute:
+        return parse_compute(log_text)
+
+
+ENGINE = LlamaCppEngine()

@@ -29,6 +29,8 @@ class ReplicaEndpoint:
     """The replica's own key, which its engine demands."""
     capacity: int = 1
     """Requests the replica serves at once (the engine's parallel slots)."""
+    engine: str = "llama.cpp"
+    """The engine serving it: its load is read by that engine's metric names (gateway/loads.py)."""
 
 
 class Lease:
@@ -141,9 +143,21 @@ class ReplicaTable:
             loads = [load for load in loads if load.replica_id not in exclude]
         self._turn += 1
         if len(loads) == 1:
-            return self._endpoints[loads[0].replica_id]
+            return self._endpoints[loads[0].replica_id] if loads[0].readable else None
         chosen = least_loaded(loads, self._turn)
         return None if chosen is None else self._endpoints[chosen.replica_id]
+
+    def endpoints(self) -> list[ReplicaEndpoint]:
+        """Every ready replica."""
+        return list(self._endpoints.values())
+
+    def set_engine_load(self, replica_id: str, running_and_waiting: int | None) -> None:
+        """What the replica's engine reported (None: its metrics could not be read; route around it)."""
+        load = self._loads.get(replica_id)
+        if load is None:
+            return
+        load.readable = running_and_waiting is not None
+        load.engine_load = running_and_waiting or 0
 
     def acquire(self, endpoint: ReplicaEndpoint) -> Lease:
         """Count a request in flight on ``endpoint`` until the lease is released."""

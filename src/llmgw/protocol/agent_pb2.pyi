@@ -561,6 +561,14 @@ class StartShard(_message.Message):
     DEVICES_FIELD_NUMBER: _builtins.int
     CTX_SIZE_FIELD_NUMBER: _builtins.int
     PARALLEL_FIELD_NUMBER: _builtins.int
+    TP_FIELD_NUMBER: _builtins.int
+    KV_EVENTS_FIELD_NUMBER: _builtins.int
+    MAX_LOADED_ADAPTERS_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FORMAT_FIELD_NUMBER: _builtins.int
+    PROJECTOR_SHA256_FIELD_NUMBER: _builtins.int
+    PROJECTOR_FILENAME_FIELD_NUMBER: _builtins.int
+    PROJECTOR_SIZE_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     model: _builtins.str
     engine: _builtins.str
@@ -571,12 +579,28 @@ class StartShard(_message.Message):
     """the replica's own key; only the router and the agent know it"""
     ctx_size: _builtins.int
     parallel: _builtins.int
+    tp: _builtins.int
+    """cards one replica spans (vLLM, SGLang, TensorRT-LLM)"""
+    kv_events: _builtins.bool
+    """vLLM publishes KV-cache events to the agent"""
+    max_loaded_adapters: _builtins.int
+    """vLLM runtime LoRA slots (0: off)"""
+    weights_format: _builtins.str
+    """"gguf" or "safetensors" """
+    projector_sha256: _builtins.str
+    """a GGUF vision model's projector, fetched beside the weights"""
+    projector_filename: _builtins.str
+    projector_size: _builtins.int
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightsFile]:
+        """the rest of a safetensors repository, fetched beside the weights"""
+
     def __init__(
         self,
         *,
@@ -592,14 +616,47 @@ class StartShard(_message.Message):
         devices: _abc.Iterable[_builtins.int] | None = ...,
         ctx_size: _builtins.int = ...,
         parallel: _builtins.int = ...,
+        tp: _builtins.int = ...,
+        kv_events: _builtins.bool = ...,
+        max_loaded_adapters: _builtins.int = ...,
+        weights_format: _builtins.str = ...,
+        projector_sha256: _builtins.str = ...,
+        projector_filename: _builtins.str = ...,
+        projector_size: _builtins.int = ...,
+        files: _abc.Iterable[Global___WeightsFile] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "model", b"model", "parallel", b"parallel", "replica_id", b"replica_id", "weights_filename", b"weights_filename", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "model", b"model", "parallel", b"parallel", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "replica_id", b"replica_id", "tp", b"tp", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartShard: _TypeAlias = StartShard  # noqa: Y015
+
+@_typing.final
+class WeightsFile(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHA256_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    sha256: _builtins.str
+    filename: _builtins.str
+    size: _builtins.int
+    def __init__(
+        self,
+        *,
+        sha256: _builtins.str = ...,
+        filename: _builtins.str = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filename", b"filename", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WeightsFile: _TypeAlias = WeightsFile  # noqa: Y015
 
 @_typing.final
 class StopShard(_message.Message):

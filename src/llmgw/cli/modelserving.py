@@ -1,0 +1,164 @@
+"""``llmgw model serve``: add a model and serve it in one step (C5.2).
+
+A GGUF file runs on llama.cpp (with ``--projector`` for a vision model's
+projector); a safetensors repository folder (``--format safetensors``, its
+config and tokenizer beside the weights) runs on vLLM by default, on the
+class of card and tensor-parallel degree given. The definition is checked
+before anything is uploaded, so a refused flag costs no transfer.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.ctl import TOKEN, URL, client, model_app
+from llmgw.cli.mirror import upload
+from llmgw.cli.output import console
+from llmgw.core.catalog import parse_model
+from llmgw.errors import LlmgwError, ValidationFailed
+
+PLACEHOLDER_SHA = "0" * 64
+
+
+def repository_files(folder: Path) -> tuple[Path, list[Path]]:
+    """A safetensors repository's first weights file and its other files (config, tokenizer, shards)."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    weights = [p for p in files if p.suffix == ".safetensors"]
+    problems = []
+    if not weights:
+        problems.append(("PATH", f"{folder} holds no .safetensors file"))
+    if not any(p.name == "config.json" for p in files):
+        problems.append(("PATH", f"{folder} holds no config.json; serve the whole repository folder"))
+    if problems:
+        raise ValidationFailed(
+            problems, "give the folder of a safetensors repository (weights, config, tokenizer)"
+        )
+    return weights[0], [p for p in files if p != weights[0]]
+
+
+def definition(
+    path: Path,
+    *,
+    name: str | None,
+    fmt: str | None,
+    engine: str | None,
+    projector: Path | None,
+    profile: dict[str, Any],
+    replicas: dict[str, int],
+    on_demand: bool,
+) -> tuple[dict[str, Any], list[Path]]:
+    """The model definition (with placeholder checksums) and the files to upload, main file first."""
+    fmt = fmt or ("safetensors" if path.is_dir() else "gguf")
+    if fmt == "safetensors" and not path.is_dir():
+        raise ValidationFailed([("--format", "safetensors takes the repository's folder, not a file")])
+    if fmt == "gguf" and not path.is_file():
+        raise ValidationFailed(
+            [("PATH", f"{path} is not a GGUF file")], "give a .gguf file or --format safetensors"
+        )
+    if fmt == "safetensors":
+        main, rest = repository_files(path)
+    else:
+        main, rest = path, []
+    source: dict[str, Any] = {"sha256": PLACEHOLDER_SHA, "filename": main.name, "format": fmt}
+    if rest:
+        source["files"] = [{"sha256": PLACEHOLDER_SHA, "filename": p.name} for p in rest]
+    uploads = [main, *rest]
+    if projector is not None:
+        source["projector"] = {"sha256": PLACEHOLDER_SHA, "filename": projector.name}
+        uploads.append(projector)
+    data = {
+        "name": name or (path.name if path.is_dir() else path.stem),
+        "source": source,
+        "profile": {"engine": engine or ("llama.cpp" if fmt == "gguf" else "vllm"), **profile},
+        "replicas": replicas,
+        "on_demand": on_demand,
+    }
+    parse_model(data)  # refuse before uploading gigabytes
+    return data, uploads
+
+
+def fill_checksums(data: dict[str, Any], uploads: list[Path], admin: AdminClient) -> None:
+    """Upload each file into the mirror and put its sha256 and size in the definition."""
+    source = data["source"]
+    slots = [source, *source.get("files", [])]
+    if "projector" in source:
+        slots.append(source["projector"])
+    for slot, file in zip(slots, uploads, strict=True):
+        blob = upload(admin, file)
+        slot["sha256"], slot["size"] = blob["sha256"], file.stat().st_size
+
+
+@model_app.command("serve")
+def model_serve(
+    path: Path = typer.Argument(..., help="A GGUF file, or a safetensors repository's folder."),
+    name: str = typer.Option(
+        None, "--name", help="The name clients ask for (default: the file or folder name)."
+    ),
+    fmt: str = typer.Option(None, "--format", help="gguf or safetensors (default: from PATH)."),
+    engine: str = typer.Option(
+        None, "--engine", help="llama.cpp (GGUF), or vllm, sglang, trtllm (safetensors)."
+    ),
+    projector: Path = typer.Option(
+        None, "--projector", help="A GGUF vision model's projector (mmproj) file."
+    ),
+    gpu_class: str = typer.Option(
+        None, "--gpu-class", help="The class of card a replica needs (a100-80g, h100)."
+    ),
+    tp: int = typer.Option(1, "--tp", help="Cards one replica spans (tensor parallel; not llama.cpp)."),
+    ctx_size: int = typer.Option(4096, "--ctx-size", help="Context length."),
+    parallel: int = typer.Option(4, "--parallel", help="Requests one replica serves at once."),
+    min_replicas: int = typer.Option(1, "--min", help="Replicas kept running (0 with --on-demand)."),
+    max_replicas: int = typer.Option(None, "--max", help="Replicas at most (default: --min, at least 1)."),
+    on_demand: bool = typer.Option(
+        False, "--on-demand", help="Start when a request arrives; stop when idle."
+    ),
+    arg: list[str] = typer.Option([], "--arg", help="Extra engine argument (repeat for more)."),
+    env: list[str] = typer.Option([], "--env", help="Engine tuning variable NAME=VALUE (repeat for more)."),
+    wait: float = typer.Option(0, "--wait", help="Seconds to wait for a ready replica (0: return at once)."),
+    url: str = URL,
+    token: str = TOKEN,
+) -> None:
+    """Add a model to the catalog and serve it: its files go to the mirror, a replica starts."""
+    variables = {}
+    for item in env:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValidationFailed([("--env", f"{item!r} is not NAME=VALUE")])
+        variables[key] = value
+    profile: dict[str, Any] = {"ctx_size": ctx_size, "parallel": parallel, "tp": tp, "args": list(arg)}
+    if variables:
+        profile["env"] = variables
+    if gpu_class:
+        profile["gpu_class"] = gpu_class
+    low = 0 if on_demand and min_replicas == 1 else min_replicas
+    data, uploads = definition(
+        path,
+        name=name,
+        fmt=fmt,
+        engine=engine,
+        projector=projector,
+        profile=profile,
+        replicas={"min": low, "max": max_replicas if max_replicas is not None else max(low, 1)},
+        on_demand=on_demand,
+    )
+    admin = client(url, token)
+    fill_checksums(data, uploads, admin)
+    added = admin.request("POST", "/api/models", data)
+    console.print(f"serving [bold]{added['name']}[/] on {data['profile']['engine']}")
+    if wait > 0:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            replicas = [r for r in admin.get("/api/replicas") if r["model"] == added["name"]]
+            if any(r["state"] == "ready" for r in replicas):
+                console.print(f"{added['name']} is ready")
+                return
+            time.sleep(0.5)
+        raise LlmgwError(
+            f"no replica of {added['name']} was ready within {wait:g} s",
+            "'llmgw ctl replicas' shows where it is and why it is not ready",
+        )

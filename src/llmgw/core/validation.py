@@ -1,0 +1,200 @@
+"""What a profile's ``args`` and ``env`` may hold, per engine (C4.5).
+
+Checked twice: when a model enters the catalog and again on the node just
+before its engine starts, so a definition that slipped past an older control
+plane still cannot start an engine that reads, writes or loads what the
+operator did not put there.
+
+- ``env`` is an allowlist: a variable must belong to a tuning family
+  (``NCCL_*``, ``CUDA_*``, ``VLLM_*`` …) and its name must not speak of a path,
+  plugin, library, address or credential (``NCCL_NET_PLUGIN``,
+  ``CUDA_INJECTION64_PATH``, ``VLLM_HOST_IP``, ``HF_TOKEN`` are all refused).
+  llama.cpp's ``LLAMA_ARG_*`` variables set flags, so they are checked as the
+  flags they set.
+- ``args`` refuse flags that read, write or load files or code, and the flags
+  llmgw sets itself. Flags are compared with ``_`` read as ``-`` (vLLM and
+  TensorRT-LLM take both), and for argparse engines an abbreviation of a
+  refused flag is refused too (argparse expands ``--trust-remote`` to
+  ``--trust-remote-code``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TUNING_FAMILIES = (
+    "CUDA_",
+    "NCCL_",
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "TORCH_",
+    "PYTORCH_",
+    "VLLM_",
+    "SGLANG_",
+    "TRTLLM_",
+    "TLLM_",
+    "GGML_",
+    "LLAMA_ARG_",
+    "TOKENIZERS_",
+)
+"""Prefixes of the environment variables an engine profile may set."""
+
+REFUSED_WORDS = frozenset(
+    {
+        "PATH", "PATHS", "DIR", "DIRS", "ROOT", "FILE", "FILES", "HOME", "CACHE",
+        "PLUGIN", "PLUGINS", "LIB", "LIBS", "LIBRARY", "LIBRARIES", "PRELOAD", "INJECTION64", "MODULE",
+        "ADDR", "ADDRESS", "HOST", "IP", "URL", "URI", "ENDPOINT", "PORT", "SERVER",
+        "KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "CREDENTIALS", "CERT", "AUTH",
+    }
+)  # fmt: skip
+"""Words that make a variable name a path, plugin, library, address or credential."""
+
+AGENT_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING"})
+"""Variables the agent sets itself."""
+
+READS_OR_LOADS = {
+    "--trust-remote-code": "it runs code shipped with the weights",
+    "--log-file": "it writes a file",
+    "--logdir": "it writes files",
+    "--slot-save-path": "it writes files",
+    "--tool-parser-plugin": "it loads code from a file",
+    "--reasoning-parser-plugin": "it loads code from a file",
+    "--middleware": "it loads code",
+    "--logits-processors": "it loads code",
+    "--allowed-local-media-path": "it lets requests read local files",
+    "--allowed-media-domains": "it lets requests fetch from the network",
+    "--download-dir": "it writes files",
+    "--chat-template-file": "it reads a file",
+    "--grammar-file": "it reads a file",
+    "--json-schema-file": "it reads a file",
+    "--system-prompt-file": "it reads a file",
+    "--api-key-file": "it reads a file",
+    "--ssl-keyfile": "it reads a file",
+    "--ssl-certfile": "it reads a file",
+    "--ssl-ca-certs": "it reads a file",
+    "--tokenizer": "it loads another tokenizer",
+    "--tokenizer-path": "it loads another tokenizer",
+    "--hf-config-path": "it reads another configuration",
+    "--config": "it reads a file",
+    "--lora": "it loads weights (use the model's adapters)",
+    "--lora-scaled": "it loads weights (use the model's adapters)",
+    "--lora-modules": "it loads weights (use the model's adapters)",
+    "--lora-paths": "it loads weights (use the model's adapters)",
+    "--control-vector": "it loads weights",
+    "--control-vector-scaled": "it loads weights",
+    "--model-draft": "it loads weights",
+    "--otlp-traces-endpoint": "it sends data to an address",
+    "--kv-transfer-config": "it connects to other processes",
+    "--log-config-file": "it reads a file",
+}
+"""Flags refused on every engine, and why."""
+
+SET_BY_LLMGW = {
+    "llama.cpp": (
+        "-m", "--model", "-a", "--alias", "--host", "--port", "--api-key", "--metrics",
+        "-lv", "--verbosity", "--log-verbosity", "--mmproj", "--ctx-size", "-c", "--parallel", "-np",
+    ),
+    "vllm": (
+        "--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp",
+        "--kv-events-config", "--max-model-len", "--max-num-seqs", "--enable-lora", "--max-loras",
+        "--uds",
+    ),
+    "sglang": (
+        "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",
+        "--tp", "--enable-metrics", "--context-length", "--max-running-requests",
+    ),
+    "trtllm": (
+        "--host", "--port", "--tp-size", "--extra-llm-api-options", "--max-seq-len", "--max-batch-size",
+        "--backend",
+    ),
+}  # fmt: skip
+"""Flags llmgw sets on each engine's command line; a profile may not repeat them."""
+
+ARGPARSE_ENGINES = frozenset({"vllm", "sglang"})
+"""Engines whose parser takes an unambiguous prefix of a flag for the flag."""
+
+_LLAMA_ARG = "LLAMA_ARG_"
+_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One thing a profile may not hold: what and why."""
+
+    what: str
+    """The flag or variable refused."""
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.why}"
+
+
+def _flag(token: str) -> str:
+    name = token.split("=", 1)[0]
+    return name if name.startswith("--") is False else "--" + name[2:].replace("_", "-")
+
+
+def check_flag(engine: str, token: str) -> Refusal | None:
+    """Why ``token`` (an argument starting with ``-``) may not be given to ``engine``; None when it may."""
+    flag = _flag(token)
+    own = {_flag(f) for f in SET_BY_LLMGW.get(engine, ())}
+    if flag in own:
+        return Refusal(flag, "llmgw sets it itself; remove it from args")
+    if flag in READS_OR_LOADS:
+        return Refusal(flag, f"refused because {READS_OR_LOADS[flag]}")
+    if engine in ARGPARSE_ENGINES and flag.startswith("--") and len(flag) > 3:
+        for refused in (*READS_OR_LOADS, *own):
+            if refused.startswith(flag):
+                return Refusal(flag, f"the engine reads it as {refused}, which is refused")
+    return None
+
+
+def check_args(engine: str, args: tuple[str, ...] | list[str]) -> list[Refusal]:
+    """Every refused flag in ``args``; values (tokens not starting with ``-``) pass."""
+    found = []
+    for token in args:
+        if token.startswith("-") and not _is_number(token):
+            refusal = check_flag(engine, token)
+            if refusal is not None:
+                found.append(refusal)
+    return found
+
+
+def check_env(engine: str, env: dict[str, str]) -> list[Refusal]:
+    """Every refused variable in ``env``."""
+    found = []
+    for name in env:
+        if not _NAME.fullmatch(name):
+            found.append(Refusal(name, "not a variable name (capitals, digits and _ only)"))
+            continue
+        if name in AGENT_ENV:
+            found.append(Refusal(name, "llmgw sets it itself; remove it from env"))
+            continue
+        if name.startswith(_LLAMA_ARG):
+            if engine != "llama.cpp":
+                found.append(Refusal(name, f"sets a llama.cpp flag; engine {engine} does not read it"))
+                continue
+            flag = "--" + name.removeprefix(_LLAMA_ARG).lower().replace("_", "-")
+            refusal = check_flag(engine, flag)
+            if refusal is not None:
+                found.append(Refusal(name, f"sets {flag}, {refusal.why}"))
+            continue
+        if not name.startswith(TUNING_FAMILIES):
+            families = ", ".join(f"{p}*" for p in TUNING_FAMILIES)
+            found.append(Refusal(name, f"not a tuning variable; env takes {families}"))
+            continue
+        words = set(name.split("_"))
+        bad = sorted(words & REFUSED_WORDS)
+        if bad:
+            found.append(Refusal(name, f"names a path, plugin, library, address or credential ({bad[0]})"))
+    return found
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True

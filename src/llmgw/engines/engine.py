@@ -1,0 +1,234 @@
+"""What every engine module offers: a command line from a profile, health, load and compute.
+
+An engine module (``llamacpp``, ``vllm``, ``sglang``, ``trtllm``) is one
+object of :class:`Engine`; :func:`llmgw.engines.registry.engine_named` finds
+it by the name a profile gives. The agent launches through it and the router
+reads load through it, so nothing outside ``engines/`` knows an engine's
+flags or metric names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import aiohttp
+
+from llmgw.errors import ConfigError, EngineUnhealthy
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One replica's engine start: what the agent knows when it launches it."""
+
+    weights: Path
+    """The GGUF file, or the folder holding a safetensors repository."""
+    port: int
+    api_key: str
+    """The replica's own key; the engine demands it on every request."""
+    model: str
+    """The name the engine serves the model under (the catalog's name)."""
+    host: str = "127.0.0.1"
+    ctx_size: int = 4096
+    parallel: int = 4
+    """Requests served at once."""
+    tp: int = 1
+    """Cards one replica spans."""
+    args: tuple[str, ...] = ()
+    """The profile's extra arguments (checked by :mod:`llmgw.core.validation`)."""
+    projector: Path | None = None
+    """A GGUF vision model's projector file."""
+    kv_events_port: int | None = None
+    """Loopback port the engine publishes KV-cache events on (vLLM with ``kv_events``)."""
+    max_loaded_adapters: int = 0
+    """vLLM: adapters held at once, loaded at run time."""
+    devices: tuple[int, ...] = ()
+    """Cards the engine was given (CUDA indexes)."""
+
+    def checked(self, engine: str) -> None:
+        """ConfigError unless the key and port can start an engine."""
+        if not self.api_key:
+            raise ConfigError(
+                f"{engine} needs an API key", hint="pass the replica's key; every engine is started with one"
+            )
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port {self.port} is out of range", hint="use a port between 1 and 65535")
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """One reading of an engine's metrics, in the router's terms (C6.2)."""
+
+    running: int = 0
+    """Requests being processed now."""
+    waiting: int = 0
+    """Requests queued for a free slot."""
+    kv_cache_usage: float | None = None
+    """Share of the KV cache in use, 0..1; None where the engine does not publish it."""
+    prompt_tokens_total: int = 0
+    """Prompt tokens processed since start."""
+    generated_tokens_total: int = 0
+    """Tokens generated since start."""
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where an engine really computes."""
+
+    backend: str = "cpu"
+    """``cpu``, ``cuda`` or ``vulkan``."""
+    devices: tuple[str, ...] = ()
+    """The engine's names of the GPUs it uses (``CUDA0``); empty on the CPU."""
+    layers_offloaded: int | None = None
+    """Layers placed on GPUs (llama.cpp); None where the engine does not say."""
+    layers_total: int | None = None
+
+    @property
+    def all_on_gpu(self) -> bool:
+        if self.layers_total is None:
+            return self.backend != "cpu"
+        return self.backend != "cpu" and self.layers_offloaded == self.layers_total
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """An engine's Prometheus names for each field of :class:`EngineLoad`, newest first."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    kv_cache_usage: tuple[str, ...] = ()
+    prompt_tokens_total: tuple[str, ...] = ()
+    generated_tokens_total: tuple[str, ...] = ()
+    kv_scale: float = 1.0
+    """Multiplier bringing the KV gauge to 0..1."""
+    required: tuple[str, ...] = field(default=("running", "waiting"))
+    """Fields whose absence means the text is not this engine's metrics."""
+
+
+class Engine(Protocol):
+    """One engine's facts, as the agent and the router use them."""
+
+    name: str
+    health_path: str
+    metrics_path: str
+    metrics: MetricNames
+
+    def command_line(self, program: Path, launch: Launch) -> list[str]:
+        """The argv that starts the engine for one replica."""
+        ...
+
+    def environment(self, launch: Launch) -> dict[str, str]:
+        """Variables the agent sets for the engine (on top of the profile's checked env)."""
+        ...
+
+    def parse_compute(self, log_text: str, launch: Launch) -> Compute:
+        """Where the engine computes, from its start-up output and what it was given."""
+        ...
+
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+def samples(text: str) -> dict[str, list[float]]:
+    """Prometheus text as ``name -> values`` (one per label set); NaN and unreadable lines left out."""
+    values: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        if value == value:
+            values.setdefault(match["name"], []).append(value)
+    return values
+
+
+def parse_load(text: str, names: MetricNames, engine: str = "engine") -> EngineLoad:
+    """Read Prometheus text into an EngineLoad; EngineUnhealthy when a required gauge is missing.
+
+    Series of one name (ranks, labels) are summed; the KV gauge takes the fullest.
+    """
+    found = samples(text)
+
+    def first(field_name: str) -> list[float] | None:
+        for name in getattr(names, field_name):
+            if name in found:
+                return found[name]
+        return None
+
+    for field_name in names.required:
+        if first(field_name) is None:
+            wanted = " or ".join(getattr(names, field_name))
+            raise EngineUnhealthy(
+                f"{engine} metrics hold no {wanted}",
+                hint="check the engine's version and that its metrics are turned on",
+            )
+
+    def count(field_name: str) -> int:
+        values = first(field_name)
+        return int(sum(values)) if values else 0
+
+    kv = first("kv_cache_usage")
+    return EngineLoad(
+        running=count("running"),
+        waiting=count("waiting"),
+        kv_cache_usage=None if not kv else max(kv) * names.kv_scale,
+        prompt_tokens_total=count("prompt_tokens_total"),
+        generated_tokens_total=count("generated_tokens_total"),
+    )
+
+
+def _auth(api_key: str) -> Mapping[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def health(
+    engine: Engine, session: aiohttp.ClientSession, base_url: str, api_key: str, *, timeout: float = 5.0
+) -> bool:
+    """True once the engine serves; False while it loads or cannot be reached."""
+    try:
+        async with session.get(
+            base_url.rstrip("/") + engine.health_path,
+            headers=_auth(api_key),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return False
+
+
+async def read_load(
+    engine: Engine, session: aiohttp.ClientSession, base_url: str, api_key: str, *, timeout: float = 5.0
+) -> EngineLoad:
+    """Fetch and parse the engine's metrics; EngineUnhealthy when they cannot be read."""
+    url = base_url.rstrip("/") + engine.metrics_path
+    try:
+        async with session.get(
+            url, headers=_auth(api_key), timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as response:
+            if response.status != 200:
+                raise EngineUnhealthy(
+                    f"{engine.name} at {base_url} answered {response.status} to {engine.metrics_path}",
+                    hint="check that its metrics are turned on and it was given the replica's key",
+                )
+            text = await response.text()
+    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        raise EngineUnhealthy(
+            f"cannot read {url}: {error or type(error).__name__}",
+            hint="check that the engine process is running; the agent restarts it when it is not",
+        ) from error
+    return parse_load(text, engine.metrics, engine.name)
+
+
+def cuda_devices(launch: Launch) -> Compute:
+    """The compute of an engine that runs on the cards it was given (CPU when none)."""
+    if not launch.devices:
+        return Compute()
+    return Compute(backend="cuda", devices=tuple(f"CUDA{index}" for index in launch.devices))

@@ -1,0 +1,296 @@
+"""vLLM and SGLang builds: which fit a node (best first), and installing one into its own virtualenv.
+
+A build is a version of the engine's Python package compiled for one CUDA
+version. A node takes the first build its driver and cards meet that installs
+and runs, moving on when one does not (C4.2):
+
+- vLLM: CUDA 13, then CUDA 12.9; a card older than every build of the
+  version asked for (CUDA 13 and vLLM's current CUDA 12.9 wheels start at
+  compute capability 7.5) gets the newest version still built for it — a
+  V100 (7.0) gets vLLM 0.19.1.
+- SGLang: CUDA 13, then CUDA 12.9, from compute capability 7.5.
+
+CUDA 13 builds need driver 580 or newer; CUDA 12 builds run on 525 and newer
+(CUDA's minor version compatibility).
+
+Where they come from, as the projects publish them: vLLM's PyPI wheel is its
+CUDA 12.9 build (torch from PyTorch's ``cu129`` index); its CUDA 13 build is a
+release asset ``vllm-<v>+cu130-cp38-abi3-manylinux_2_35_<arch>.whl`` (torch
+from ``cu130``). SGLang's PyPI wheel takes torch for either CUDA. A node
+configured with its own index (a mirror, offline) installs from that index
+alone, asking for ``vllm==<v>+cu130`` by its local version label. Each build is installed into
+``engines/<engine>/<version>-<variant>/venv`` under the cache and checked by
+running it (``vllm --version``; ``python -m sglang.launch_server --help``);
+``build.json`` is written last, so a folder without one is not an install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import platform
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from llmgw.engines.builds import driver_major
+from llmgw.engines.sourcebuild import Progress
+from llmgw.errors import BuildError
+
+PYPI_SIMPLE_URL = "https://pypi.org/simple"
+TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+VLLM_RELEASE_WHEEL = (
+    "https://github.com/vllm-project/vllm/releases/download/v{version}/"
+    "vllm-{version}+{variant}-cp38-abi3-manylinux_2_35_{arch}.whl"
+)
+VLLM_VERSION = "0.33.0"
+VLLM_LEGACY = {(7, 0): "0.19.1"}
+"""The newest vLLM built for cards older than every current build, by compute capability."""
+SGLANG_VERSION = "0.5.23"
+MIN_DRIVER = {"cu130": 580, "cu129": 525}
+MIN_CAPABILITY = {"cu130": (7, 5), "cu129": (7, 5)}
+LEGACY_MIN_CAPABILITY = (7, 0)
+CHECK_TIMEOUT_S = 120.0
+
+_CAPABILITIES: tuple[tuple[str, tuple[int, int]], ...] = (
+    ("b200", (10, 0)), ("b100", (10, 0)), ("gb200", (10, 0)), ("rtx50", (12, 0)), ("rtx 50", (12, 0)),
+    ("h200", (9, 0)), ("h100", (9, 0)), ("h800", (9, 0)), ("gh200", (9, 0)),
+    ("l40", (8, 9)), ("l4", (8, 9)), ("rtx 40", (8, 9)), ("rtx40", (8, 9)), ("ada", (8, 9)),
+    ("a100", (8, 0)), ("a800", (8, 0)), ("a30", (8, 0)),
+    ("a10", (8, 6)), ("a40", (8, 6)), ("a16", (8, 6)), ("a2", (8, 6)), ("rtx 30", (8, 6)), ("rtx30", (8, 6)),
+    ("t4", (7, 5)), ("rtx 20", (7, 5)), ("rtx20", (7, 5)), ("quadro rtx", (7, 5)),
+    ("v100", (7, 0)), ("titan v", (7, 0)),
+    ("p100", (6, 0)), ("p40", (6, 1)), ("p4", (6, 1)),
+)  # fmt: skip
+"""Compute capability by product name (nvidia-smi's ``name``), most specific first."""
+
+
+def compute_capability(name: str) -> tuple[int, int] | None:
+    """``(7, 0)`` for "Tesla V100-SXM2-16GB"; None for a card not in the table."""
+    lowered = " ".join(re.split(r"[\s_-]+", name.lower()))
+    for key, capability in _CAPABILITIES:
+        if re.search(rf"(^|\s){re.escape(key)}", lowered):
+            return capability
+    return None
+
+
+@dataclass(frozen=True)
+class PythonBuild:
+    """One installable build of a Python engine."""
+
+    engine: str
+    """``vllm`` or ``sglang``."""
+    version: str
+    variant: str
+    """The CUDA it was built for: ``cu130`` or ``cu129``."""
+    requirement: str
+    """What pip installs from an index: ``vllm===0.33.0`` (exactly: ``==`` would take any local label
+    such as ``+cu130``) or ``vllm==0.33.0+cu130``."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.version}-{self.variant}"
+
+    def pip_arguments(self, index_url: str, arch: str = "x86_64") -> list[str]:
+        """pip's arguments installing this build from ``index_url`` (PyPI: with the project's own sources)."""
+        if index_url.rstrip("/") != PYPI_SIMPLE_URL:
+            return ["--index-url", index_url, self.requirement]
+        wanted = self.requirement
+        if "+" in self.requirement:  # vLLM's CUDA 13 build is a release asset, not on PyPI
+            wheel = VLLM_RELEASE_WHEEL.format(version=self.version, variant=self.variant, arch=arch)
+            wanted = f"vllm @ {wheel}"
+        return [
+            "--index-url",
+            index_url,
+            "--extra-index-url",
+            TORCH_INDEX.format(variant=self.variant),
+            wanted,
+        ]
+
+
+def _fits(variant: str, driver: int | None, capability: tuple[int, int] | None) -> bool:
+    if driver is not None and driver < MIN_DRIVER[variant]:
+        return False
+    return capability is None or capability >= MIN_CAPABILITY[variant]
+
+
+def vllm_builds(
+    *, driver_version: str | None, capabilities: Sequence[tuple[int, int] | None], version: str = ""
+) -> list[PythonBuild]:
+    """vLLM builds for a node, best first; empty where no build fits its driver and cards."""
+    driver = driver_major(driver_version)
+    known = [c for c in capabilities if c is not None]
+    oldest = min(known) if known else None
+    wanted = version or VLLM_VERSION
+    fitting = [v for v in ("cu130", "cu129") if _fits(v, driver, oldest)]
+    if fitting:
+        return [
+            PythonBuild("vllm", wanted, v, f"vllm=={wanted}+cu130" if v == "cu130" else f"vllm==={wanted}")
+            for v in fitting
+        ]
+    if (
+        oldest is not None
+        and oldest >= LEGACY_MIN_CAPABILITY
+        and (driver is None or driver >= MIN_DRIVER["cu129"])
+    ):
+        legacy = VLLM_LEGACY.get(oldest) or VLLM_LEGACY[LEGACY_MIN_CAPABILITY]
+        return [PythonBuild("vllm", legacy, "cu129", f"vllm==={legacy}")]
+    return []
+
+
+def sglang_builds(
+    *, driver_version: str | None, capabilities: Sequence[tuple[int, int] | None], version: str = ""
+) -> list[PythonBuild]:
+    """SGLang builds for a node, best first."""
+    driver = driver_major(driver_version)
+    known = [c for c in capabilities if c is not None]
+    oldest = min(known) if known else None
+    wanted = version or SGLANG_VERSION
+    return [
+        PythonBuild("sglang", wanted, v, f"sglang=={wanted}")
+        for v in ("cu130", "cu129")
+        if _fits(v, driver, oldest)
+    ]
+
+
+@dataclass(frozen=True)
+class InstalledPythonBuild:
+    build: PythonBuild
+    program: Path
+    """What the engine module starts: vLLM's ``vllm``, or the virtualenv's Python for SGLang."""
+
+
+def build_dir(cache_dir: Path, build: PythonBuild) -> Path:
+    return Path(cache_dir) / "engines" / build.engine / build.key
+
+
+def _program(venv: Path, engine: str) -> Path:
+    return venv / "bin" / ("vllm" if engine == "vllm" else "python")
+
+
+def installed_python_build(cache_dir: Path, build: PythonBuild) -> InstalledPythonBuild | None:
+    folder = build_dir(cache_dir, build)
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads((folder / "build.json").read_text())
+        if record.get("build") == asdict(build) and _program(folder / "venv", build.engine).exists():
+            return InstalledPythonBuild(build, _program(folder / "venv", build.engine))
+    return None
+
+
+def installed_python_builds(cache_dir: Path) -> list[InstalledPythonBuild]:
+    """Every whole vLLM and SGLang install in the cache."""
+    found = []
+    for manifest in sorted(Path(cache_dir).glob("engines/*/*/build.json")):
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            record = json.loads(manifest.read_text())["build"]
+            if record.get("engine") in ("vllm", "sglang"):
+                build = PythonBuild(**record)
+                if item := installed_python_build(cache_dir, build):
+                    found.append(item)
+    return found
+
+
+async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return -1, f"did not finish within {timeout_s:.0f} s"
+    return process.returncode or 0, output.decode(errors="replace").strip()[-600:]
+
+
+def check_command(installed: InstalledPythonBuild) -> list[str]:
+    """The command that proves a build runs: ``vllm --version``, SGLang's own ``--help``."""
+    if installed.build.engine == "vllm":
+        return [str(installed.program), "--version"]
+    return [str(installed.program), "-m", "sglang.launch_server", "--help"]
+
+
+async def install_python_build(
+    build: PythonBuild,
+    cache_dir: Path,
+    *,
+    index_url: str = PYPI_SIMPLE_URL,
+    progress: Progress | None = None,
+    install_timeout_s: float = 3600.0,
+) -> InstalledPythonBuild:
+    """Install ``build`` into its own virtualenv and run it; BuildError, leaving nothing, on failure."""
+    say: Progress = progress or (lambda message, fraction: None)
+    if found := installed_python_build(cache_dir, build):
+        return found
+    folder = build_dir(cache_dir, build)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    venv = folder / "venv"
+    try:
+        say(f"creating a virtualenv for {build.engine} {build.key}", None)
+        code, text = await _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], 120)
+        if code != 0:
+            raise BuildError(
+                f"cannot create a virtualenv in {venv}: {text}", hint="check the disk and permissions"
+            )
+        say(f"installing {build.requirement} from {index_url}", None)
+        code, text = await _run(
+            [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+             "--disable-pip-version-check", *build.pip_arguments(index_url, platform.machine())],
+            install_timeout_s,
+        )  # fmt: skip
+        if code != 0:
+            raise BuildError(
+                f"pip could not install {build.requirement} ({build.variant}): {text}",
+                hint="check the package index (engines.<engine>.index_url) and the network",
+            )
+        installed = InstalledPythonBuild(build, _program(venv, build.engine))
+        code, text = await _run(check_command(installed), CHECK_TIMEOUT_S)
+        if code != 0:
+            raise BuildError(
+                f"{build.engine} {build.key} installed but does not run (exit {code}): {text}",
+                hint="the build does not fit this node's driver or cards; the next one is tried",
+            )
+        record = {"build": asdict(build), "installed_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        (folder / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+        return installed
+    except BaseException:
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+        raise
+
+
+async def install_first(
+    builds: Sequence[PythonBuild],
+    cache_dir: Path,
+    *,
+    index_url: str = PYPI_SIMPLE_URL,
+    progress: Progress | None = None,
+) -> InstalledPythonBuild:
+    """The first of ``builds`` that is installed or installs and runs; BuildError naming every failure."""
+    if not builds:
+        raise BuildError(
+            "no build of this engine fits this node's driver and cards",
+            hint="vLLM and SGLang need an NVIDIA driver of 525 or newer and compute capability 7.0 (vLLM) "
+            "or 7.5 (SGLang); upgrade the driver or place the model elsewhere",
+        )
+    for build in builds:
+        if found := installed_python_build(cache_dir, build):
+            return found
+    failures = []
+    for build in builds:
+        try:
+            return await install_python_build(build, cache_dir, index_url=index_url, progress=progress)
+        except (BuildError, OSError) as error:
+            failures.append(f"{build.key}: {error}")
+    raise BuildError(
+        f"no {builds[0].engine} build could be installed; tried " + "; ".join(failures),
+        hint="fix the first reason above, or set engines.<engine>.program to an installed engine",
+    )

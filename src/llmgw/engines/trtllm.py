@@ -1,0 +1,83 @@
+"""TensorRT-LLM's ``trtllm-serve``, started through llmgw's launcher.
+
+Facts of the real server this module relies on (``trtllm-serve`` docs and
+``tensorrt_llm.metrics``):
+
+- ``trtllm-serve serve <model>`` (click) with ``--host``, ``--port``,
+  ``--backend pytorch``, ``--tp_size``, ``--max_seq_len``,
+  ``--max_batch_size`` and ``--extra_llm_api_options <yaml>``. It has no API
+  key of its own, so :mod:`llmgw.engines.trtllm_launcher` runs it on a private
+  loopback port and answers the replica's port itself, demanding the key.
+- Prometheus metrics are at ``/prometheus/metrics`` once the options file
+  turns on ``return_perf_metrics`` (request counters) and
+  ``enable_iter_perf_stats`` (the queue and KV-cache gauges):
+  ``trtllm_num_requests_running``, ``trtllm_num_requests_waiting``,
+  ``trtllm_kv_cache_utilization`` (0..1), ``trtllm_prompt_tokens_total``,
+  ``trtllm_generation_tokens_total``.
+- ``GET /health`` is 200 once it serves.
+
+TensorRT-LLM is brought by the operator: ``engines.trtllm.python`` in
+agent.yaml names the Python whose environment holds it, and ``trtllm-serve``
+is taken from beside it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
+
+NAME = "trtllm"
+LAUNCHER = "llmgw.engines.trtllm_launcher"
+KEY_VARIABLE = "LLMGW_REPLICA_KEY"
+"""The launcher reads the replica's key from here (never from its command line)."""
+OPTIONS = {"return_perf_metrics": True, "enable_iter_perf_stats": True}
+"""What the launcher writes into the options file: turns on the Prometheus endpoint's metrics."""
+
+
+def serve_program(python: Path) -> Path:
+    """``trtllm-serve`` installed beside the operator's Python."""
+    return Path(python).parent / "trtllm-serve"
+
+
+class TrtllmEngine:
+    name = NAME
+    health_path = "/health"
+    metrics_path = "/prometheus/metrics"
+    metrics = MetricNames(
+        running=("trtllm_num_requests_running",),
+        waiting=("trtllm_num_requests_waiting",),
+        kv_cache_usage=("trtllm_kv_cache_utilization",),
+        prompt_tokens_total=("trtllm_prompt_tokens_total",),
+        generated_tokens_total=("trtllm_generation_tokens_total",),
+    )
+
+    def __init__(self, launcher_python: str = sys.executable) -> None:
+        self.launcher_python = launcher_python
+
+    def command_line(self, program: Path, launch: Launch) -> list[str]:
+        """The launcher wrapping ``trtllm-serve serve``; ``program`` is the operator's Python."""
+        launch.checked(NAME)
+        return [
+            self.launcher_python, "-m", LAUNCHER,
+            "--trtllm-serve", str(serve_program(program)),
+            "--host", launch.host,
+            "--port", str(launch.port),
+            "--",
+            "serve", str(launch.weights),
+            "--backend", "pytorch",
+            "--tp_size", str(launch.tp),
+            "--max_seq_len", str(launch.ctx_size),
+            "--max_batch_size", str(launch.parallel),
+            *launch.args,
+        ]  # fmt: skip
+
+    def environment(self, launch: Launch) -> dict[str, str]:
+        return {KEY_VARIABLE: launch.api_key}
+
+    def parse_compute(self, log_text: str, launch: Launch) -> Compute:
+        return cuda_devices(launch)
+
+
+ENGINE = TrtllmEngine()

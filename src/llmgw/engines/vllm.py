@@ -1,0 +1,101 @@
+"""vLLM's OpenAI server (``vllm serve``): its command line, metrics and runtime adapters.
+
+Facts of the real server this module relies on (vLLM's documented CLI and
+metrics, V1 engine):
+
+- ``vllm serve <model>`` with ``--host``, ``--port``, ``--api-key``,
+  ``--served-model-name``, ``--tensor-parallel-size``, ``--max-model-len``,
+  ``--max-num-seqs``. ``--api-key`` guards the ``/v1`` routes; ``/health``,
+  ``/metrics`` and ``/tokenize`` answer without it.
+- ``GET /health`` is 200 once the engine serves.
+- ``/metrics``: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:kv_cache_usage_perc`` (a 0..1 share despite its name;
+  ``vllm:gpu_cache_usage_perc`` before V1), ``vllm:prompt_tokens_total``,
+  ``vllm:generation_tokens_total``.
+- Runtime LoRA: with ``--enable-lora --max-loras N`` and
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``POST /v1/load_lora_adapter``
+  ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
+  ``{"lora_name"}``.
+- KV events: ``--kv-events-config`` takes JSON (``enable_kv_cache_events``,
+  ``publisher: "zmq"``, ``endpoint``, ``topic``); the ZMQ publisher binds the
+  endpoint and sends msgpack batches. Block hashes are stable across
+  processes only with ``--prefix-caching-hash-algo sha256_cbor`` and a fixed
+  ``PYTHONHASHSEED``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
+
+NAME = "vllm"
+KV_EVENTS_TOPIC = "kv-events"
+HASH_ALGO = "sha256_cbor"
+HASH_SEED = "0"
+"""PYTHONHASHSEED the agent gives vLLM so block hashes agree across restarts."""
+
+_PLATFORM = re.compile(r"Automatically detected platform (?P<platform>\w+)")
+
+
+class VllmEngine:
+    name = NAME
+    health_path = "/health"
+    metrics_path = "/metrics"
+    metrics = MetricNames(
+        running=("vllm:num_requests_running",),
+        waiting=("vllm:num_requests_waiting",),
+        kv_cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        prompt_tokens_total=("vllm:prompt_tokens_total",),
+        generated_tokens_total=("vllm:generation_tokens_total",),
+    )
+
+    def command_line(self, program: Path, launch: Launch) -> list[str]:
+        """``vllm serve`` for one replica; ``program`` is the build's ``vllm`` executable."""
+        launch.checked(NAME)
+        argv = [
+            str(program), "serve", str(launch.weights),
+            "--host", launch.host,
+            "--port", str(launch.port),
+            "--api-key", launch.api_key,
+            "--served-model-name", launch.model,
+            "--tensor-parallel-size", str(launch.tp),
+            "--max-model-len", str(launch.ctx_size),
+            "--max-num-seqs", str(launch.parallel),
+        ]  # fmt: skip
+        if launch.max_loaded_adapters:
+            argv += ["--enable-lora", "--max-loras", str(launch.max_loaded_adapters)]
+        if launch.kv_events_port is not None:
+            argv += ["--kv-events-config", json.dumps(kv_events_config(launch.kv_events_port))]
+            argv += ["--prefix-caching-hash-algo", HASH_ALGO]
+        return argv + list(launch.args)
+
+    def environment(self, launch: Launch) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if launch.max_loaded_adapters:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if launch.kv_events_port is not None:
+            env["PYTHONHASHSEED"] = HASH_SEED
+        return env
+
+    def parse_compute(self, log_text: str, launch: Launch) -> Compute:
+        """The cards given, unless vLLM said it found no CUDA platform."""
+        platforms = _PLATFORM.findall(log_text)
+        if platforms and platforms[-1] != "cuda":
+            return Compute(backend="cpu")
+        return cuda_devices(launch)
+
+
+def kv_events_config(port: int) -> dict[str, object]:
+    """vLLM's KV events settings publishing on a loopback port."""
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://127.0.0.1:{port}",
+        "topic": KV_EVENTS_TOPIC,
+    }
+
+
+ENGINE = VllmEngine()

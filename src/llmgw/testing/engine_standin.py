@@ -1,0 +1,402 @@
+"""The server behind the vLLM, SGLang and TensorRT-LLM stand-ins.
+
+One aiohttp app speaking an engine's OpenAI routes, ``/tokenize``, ``/health``
+and Prometheus metrics under that engine's real names, with tokens produced
+on a timing model instead of a GPU:
+
+- a prompt costs ``prefill_s`` per token not already in the block cache, and
+  each generated token ``decode_s``;
+- the block cache holds ``num_blocks`` blocks of ``block_size`` tokens, keyed
+  by a hash chained over the prompt's full blocks (as vLLM's prefix cache),
+  evicting the least recently used;
+- at most ``max_running`` requests run at once; the rest wait (the queue the
+  metrics report).
+
+The timing knobs come from ``LLMGW_STANDIN_*`` variables in the stand-in's
+environment (the agent passes its own environment on), never from flags: a
+stand-in takes exactly its engine's flags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import re
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def tokenize(text: str) -> list[int]:
+    """A stable stand-in tokenizer: words and punctuation, each to an id below 32000."""
+    return [zlib.crc32(piece.encode()) % 32000 for piece in _WORD.findall(text)]
+
+
+def render_chat(messages: list[dict[str, Any]]) -> str:
+    parts = []
+    for message in messages:
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        parts.append(f"<|{message.get('role', 'user')}|> {content}")
+    return "\n".join(parts) + "\n<|assistant|>"
+
+
+@dataclass
+class StandinSettings:
+    """What a stand-in was started with (from its engine's flags and the LLMGW_STANDIN_* variables)."""
+
+    engine: str
+    """``vllm``, ``sglang`` or ``trtllm``: which names and routes it speaks."""
+    served_name: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str = ""
+    max_running: int = 256
+    max_model_len: int = 4096
+    block_size: int = 16
+    num_blocks: int = 512
+    metrics_path: str = "/metrics"
+    metrics_on: bool = True
+    """False where the engine was not told to publish (SGLang without --enable-metrics)."""
+    gauges_on: bool = True
+    """TensorRT-LLM: queue and cache gauges need enable_iter_perf_stats."""
+    max_loras: int = 0
+    """vLLM: adapter slots (0: runtime LoRA off)."""
+    runtime_lora: bool = False
+    """vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING was set."""
+    prefill_s: float = field(
+        default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_PREFILL_S", "0.0002"))
+    )
+    """Seconds per uncached prompt token."""
+    decode_s: float = field(default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_DECODE_S", "0.002")))
+    """Seconds per generated token."""
+    load_delay_s: float = field(
+        default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_LORA_LOAD_S", "0.05"))
+    )
+    """Seconds a runtime LoRA load takes."""
+    hash_block: Callable[[bytes | None, list[int]], bytes] | None = None
+    """vLLM: how blocks are hashed (``--prefix-caching-hash-algo sha256_cbor``); None: a plain chain."""
+    startup_s: float = field(default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_STARTUP_S", "0.2")))
+    """Seconds /health answers 503 after start (weights loading)."""
+
+
+def _plain_hash(parent: bytes | None, tokens: list[int]) -> bytes:
+    return hashlib.sha256((parent or b"") + json.dumps(tokens).encode()).digest()
+
+
+class BlockCache:
+    """A fixed number of KV blocks, keyed by chained block hashes, evicting the least recently used."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        hash_block: Callable[[bytes | None, list[int]], bytes] | None = None,
+    ) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.hash_block = hash_block or _plain_hash
+        """How a block is named from its parent's name and its tokens (vLLM's sha256_cbor where asked)."""
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+        self.on_stored: Callable[[list[bytes], bytes | None, list[int]], None] = lambda *a: None
+        self.on_removed: Callable[[list[bytes]], None] = lambda hashes: None
+
+    def hashes(self, tokens: list[int]) -> list[bytes]:
+        chain: list[bytes] = []
+        parent: bytes | None = None
+        for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
+            parent = self.hash_block(parent, tokens[start : start + self.block_size])
+            chain.append(parent)
+        return chain
+
+    def cached_prefix(self, tokens: list[int]) -> int:
+        """Tokens at the start of ``tokens`` whose blocks are cached (and now recently used)."""
+        held = 0
+        for digest in self.hashes(tokens):
+            if digest not in self._blocks:
+                break
+            self._blocks.move_to_end(digest)
+            held += 1
+        return held * self.block_size
+
+    def store(self, tokens: list[int]) -> None:
+        parent: bytes | None = None
+        for index, digest in enumerate(self.hashes(tokens)):
+            if digest in self._blocks:
+                self._blocks.move_to_end(digest)
+            else:
+                while len(self._blocks) >= self.num_blocks:
+                    evicted, _ = self._blocks.popitem(last=False)
+                    self.on_removed([evicted])
+                self._blocks[digest] = None
+                block = tokens[index * self.block_size : (index + 1) * self.block_size]
+                self.on_stored([digest], parent, block)
+            parent = digest
+
+    def clear(self) -> None:
+        self._blocks.clear()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+
+class Standin:
+    """The state of one stand-in engine: cache, queue, counters, adapters."""
+
+    def __init__(
+        self, settings: StandinSettings, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    ) -> None:
+        self.settings = settings
+        self.sleep = sleep
+        """How the timing model waits (a seam: tests record the waits instead)."""
+        self.cache = BlockCache(settings.num_blocks, settings.block_size, settings.hash_block)
+        self.started = time.monotonic()
+        self.slots = asyncio.Semaphore(settings.max_running)
+        self.running = 0
+        self.waiting = 0
+        self.held_blocks = 0
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
+        self.requests = 0
+        self.adapters: OrderedDict[str, str] = OrderedDict()
+
+    # -- serving ------------------------------------------------------------------------------
+
+    async def generate(self, prompt: list[int], max_tokens: int) -> Any:
+        """Yield generated token texts on the timing model, holding a slot while running."""
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        blocks = -(-(len(prompt) + max_tokens) // self.settings.block_size)
+        self.held_blocks += blocks
+        try:
+            cached = self.cache.cached_prefix(prompt)
+            await self.sleep(self.settings.prefill_s * (len(prompt) - cached))
+            self.cache.store(prompt)
+            self.prompt_tokens += len(prompt)
+            for index in range(max_tokens):
+                await self.sleep(self.settings.decode_s)
+                self.generated_tokens += 1
+                yield f" tok{index}"
+        finally:
+            self.held_blocks -= blocks
+            self.running -= 1
+            self.requests += 1
+            self.slots.release()
+
+    # -- metrics ------------------------------------------------------------------------------
+
+    def metrics_text(self) -> str:
+        s = self.settings
+        usage = min(1.0, self.held_blocks / max(1, s.num_blocks))
+        label = f'{{model_name="{s.served_name}"}}'
+        if s.engine == "vllm":
+            label = f'{{engine="0",model_name="{s.served_name}"}}'
+            rows = [
+                ("vllm:num_requests_running", "gauge", self.running),
+                ("vllm:num_requests_waiting", "gauge", self.waiting),
+                ("vllm:kv_cache_usage_perc", "gauge", usage),
+                ("vllm:prompt_tokens_total", "counter", self.prompt_tokens),
+                ("vllm:generation_tokens_total", "counter", self.generated_tokens),
+            ]
+        elif s.engine == "sglang":
+            rows = [
+                ("sglang:num_running_reqs", "gauge", self.running),
+                ("sglang:num_queue_reqs", "gauge", self.waiting),
+                ("sglang:token_usage", "gauge", usage),
+                ("sglang:prompt_tokens_total", "counter", self.prompt_tokens),
+                ("sglang:generation_tokens_total", "counter", self.generated_tokens),
+                ("sglang:num_requests_total", "counter", self.requests),
+            ]
+        else:
+            rows = [
+                ("trtllm_prompt_tokens_total", "counter", self.prompt_tokens),
+                ("trtllm_generation_tokens_total", "counter", self.generated_tokens),
+            ]
+            if s.gauges_on:
+                rows += [
+                    ("trtllm_num_requests_running", "gauge", self.running),
+                    ("trtllm_num_requests_waiting", "gauge", self.waiting),
+                    ("trtllm_kv_cache_utilization", "gauge", usage),
+                ]
+        lines = []
+        for name, kind, value in rows:
+            lines += [f"# HELP {name} {name}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+        return "\n".join(lines) + "\n"
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+
+
+def build_app(standin: Standin) -> web.Application:
+    """The stand-in's routes, guarded by its key the way its engine guards them."""
+    s = standin.settings
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        if time.monotonic() - standin.started < s.startup_s and request.path != s.metrics_path:
+            return _error(503, "model loading", "ServiceUnavailable")
+        guarded = (
+            request.path.startswith("/v1")
+            if s.engine == "vllm"
+            else request.path
+            not in (
+                "/health",
+                s.metrics_path,
+            )
+        )
+        if s.api_key and guarded:
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), s.api_key.encode()):
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)  # type: ignore[no-any-return]
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def models(request: web.Request) -> web.Response:
+        names = [s.served_name, *standin.adapters]
+        data = [
+            {"id": n, "object": "model", "owned_by": s.engine, "max_model_len": s.max_model_len}
+            for n in names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def metrics(request: web.Request) -> web.Response:
+        if not s.metrics_on:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(text=standin.metrics_text(), content_type="text/plain")
+
+    def prompt_of(body: dict[str, Any], chat: bool) -> list[int]:
+        if chat or "messages" in body:
+            return tokenize(render_chat(list(body.get("messages") or [])))
+        prompt = body.get("prompt", "")
+        return tokenize(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
+
+    async def tokenize_route(request: web.Request) -> web.Response:
+        body = await request.json()
+        tokens = prompt_of(body, False)
+        return web.json_response({"count": len(tokens), "max_model_len": s.max_model_len, "tokens": tokens})
+
+    async def complete(request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body is not JSON")
+        model = body.get("model")
+        if s.engine == "vllm" and model not in (s.served_name, *standin.adapters):
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        if model in standin.adapters:
+            standin.adapters.move_to_end(model)
+        prompt = prompt_of(body, chat)
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        if len(prompt) + max_tokens > s.max_model_len:
+            return _error(400, f"This model's maximum context length is {s.max_model_len} tokens.")
+        ident = f"{'chatcmpl' if chat else 'cmpl'}-{os.urandom(8).hex()}"
+        kind = "chat.completion" if chat else "text_completion"
+        created = int(time.time())
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": max_tokens,
+                 "total_tokens": len(prompt) + max_tokens}  # fmt: skip
+
+        def choice(text: str, finish: str | None, stream: bool) -> dict[str, Any]:
+            if not chat:
+                return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            key = "delta" if stream else "message"
+            content: dict[str, Any] = {"role": "assistant", "content": text}
+            if stream and finish:
+                content = {}
+            return {"index": 0, key: content, "finish_reason": finish, "logprobs": None}
+
+        if not body.get("stream"):
+            text = "".join([piece async for piece in standin.generate(prompt, max_tokens)])
+            answer = {"id": ident, "object": kind, "created": created, "model": model,
+                      "choices": [choice(text, "length", False)], "usage": usage}  # fmt: skip
+            return web.json_response(answer)
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+
+        async def send(payload: dict[str, Any]) -> None:
+            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+        async for piece in standin.generate(prompt, max_tokens):
+            await send({"id": ident, "object": chunk_kind, "created": created, "model": model,
+                        "choices": [choice(piece, None, True)]})  # fmt: skip
+        final: dict[str, Any] = {"id": ident, "object": chunk_kind, "created": created, "model": model,
+                                 "choices": [choice("", "length", True)]}  # fmt: skip
+        if (body.get("stream_options") or {}).get("include_usage"):
+            final["usage"] = usage
+        await send(final)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def chat_route(request: web.Request) -> web.StreamResponse:
+        return await complete(request, True)
+
+    async def completions_route(request: web.Request) -> web.StreamResponse:
+        return await complete(request, False)
+
+    async def load_lora(request: web.Request) -> web.Response:
+        if not s.runtime_lora:
+            return web.Response(status=404, text="Not Found")
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return _error(400, "Both 'lora_name' and 'lora_path' must be provided.")
+        if name in standin.adapters:
+            return _error(400, f"The lora adapter '{name}' has already been loaded.")
+        if len(standin.adapters) >= s.max_loras:
+            return _error(400, f"No free LoRA slot: {s.max_loras} adapters are loaded (--max-loras).")
+        await standin.sleep(s.load_delay_s)
+        standin.adapters[name] = str(path)
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def unload_lora(request: web.Request) -> web.Response:
+        if not s.runtime_lora:
+            return web.Response(status=404, text="Not Found")
+        name = (await request.json()).get("lora_name")
+        if name not in standin.adapters:
+            return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+        del standin.adapters[name]
+        return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+    app = web.Application(middlewares=[guard])
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get(s.metrics_path, metrics)
+    app.router.add_post("/v1/chat/completions", chat_route)
+    app.router.add_post("/v1/completions", completions_route)
+    if s.engine in ("vllm", "sglang"):
+        app.router.add_post("/tokenize", tokenize_route)
+    if s.engine == "vllm":
+        app.router.add_post("/v1/load_lora_adapter", load_lora)
+        app.router.add_post("/v1/unload_lora_adapter", unload_lora)
+    return app
+
+
+def serve(settings: StandinSettings, on_start: Callable[[Standin], object] | None = None) -> None:
+    """Run the stand-in until SIGTERM or SIGINT (as the engine does)."""
+    standin = Standin(settings)
+    if on_start is not None:
+        on_start(standin)
+    print(f"INFO: {settings.engine} stand-in serving {settings.served_name} on "
+          f"http://{settings.host}:{settings.port}", flush=True)  # fmt: skip
+    web.run_app(build_app(standin), host=settings.host, port=settings.port, print=None, access_log=None)

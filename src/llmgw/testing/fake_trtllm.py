@@ -1,0 +1,82 @@
+"""A stand-in for TensorRT-LLM's ``trtllm-serve``: ``trtllm-serve serve MODEL`` with its click options.
+
+Options are spelled as trtllm-serve spells them (``--tp_size``); an unknown
+one ends it as click does ("Error: No such option", exit 2). It has no API
+key. ``/prometheus/metrics`` carries the token counters with
+``return_perf_metrics`` and the queue and cache gauges with
+``enable_iter_perf_stats``, both read from ``--extra_llm_api_options``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from llmgw.testing.engine_standin import StandinSettings, serve
+
+
+class _ClickLike(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if "unrecognized arguments" in message:
+            message = "No such option: " + message.split(":", 1)[1].strip().split()[0]
+        usage = "Usage: trtllm-serve serve [OPTIONS] MODEL\nTry 'trtllm-serve serve --help' for help.\n"
+        self.exit(2, f"{usage}\nError: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _ClickLike(prog="trtllm-serve serve", allow_abbrev=False)
+    add = parser.add_argument
+    add("model")
+    add("--tokenizer")
+    add("--host", default="localhost")
+    add("--port", type=int, default=8000)
+    add("--backend", choices=["pytorch", "tensorrt", "_autodeploy"], default="pytorch")
+    add("--log_level", default="info")
+    add("--max_beam_width", type=int, default=1)
+    add("--max_batch_size", type=int, default=2048)
+    add("--max_num_tokens", type=int, default=8192)
+    add("--max_seq_len", type=int)
+    add("--tp_size", type=int, default=1)
+    add("--pp_size", type=int, default=1)
+    add("--ep_size", type=int)
+    add("--gpus_per_node", type=int)
+    add("--kv_cache_free_gpu_memory_fraction", type=float, default=0.9)
+    add("--num_postprocess_workers", type=int, default=0)
+    add("--trust_remote_code", action="store_true")
+    add("--extra_llm_api_options", "--config")
+    add("--reasoning_parser")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["serve"]:
+        print("Usage: trtllm-serve [OPTIONS] COMMAND [ARGS]...\n\nError: No such command.", file=sys.stderr)
+        return 2
+    options = _parser().parse_args(argv[1:])
+    extra: dict[str, object] = {}
+    if options.extra_llm_api_options:
+        extra = yaml.safe_load(Path(options.extra_llm_api_options).read_text()) or {}
+    max_len = options.max_seq_len or 4096
+    settings = StandinSettings(
+        engine="trtllm",
+        served_name=options.model,
+        host=options.host,
+        port=options.port,
+        max_running=options.max_batch_size,
+        max_model_len=max_len,
+        block_size=32,
+        num_blocks=max(64, 8 * max_len // 32),
+        metrics_path="/prometheus/metrics",
+        metrics_on=bool(extra.get("return_perf_metrics")),
+        gauges_on=bool(extra.get("enable_iter_perf_stats")),
+    )
+    serve(settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""C4.5: what a profile's args and env may hold, per engine, and how each refusal reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.core.catalog import parse_model
+from llmgw.core.validation import check_args, check_env
+from llmgw.errors import ValidationFailed
+
+SHA = "a" * 64
+
+
+def model(engine: str = "vllm", **profile: object) -> dict[str, object]:
+    fmt = "gguf" if engine == "llama.cpp" else "safetensors"
+    return {"name": "m", "source": {"sha256": SHA, "format": fmt}, "profile": {"engine": engine, **profile}}
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag", "why"),
+    [
+        ("vllm", "--trust-remote-code", "runs code"),
+        ("llama.cpp", "--log-file", "writes a file"),
+        ("llama.cpp", "--slot-save-path", "writes files"),
+        ("vllm", "--tool-parser-plugin", "loads code"),
+        ("vllm", "--middleware", "loads code"),
+        ("vllm", "--allowed-local-media-path", "read local files"),
+        ("vllm", "--api-key", "llmgw sets it itself"),
+        ("vllm", "--kv-events-config", "llmgw sets it itself"),
+        ("sglang", "--enable-metrics", "llmgw sets it itself"),
+        ("trtllm", "--extra_llm_api_options", "llmgw sets it itself"),
+        ("llama.cpp", "--mmproj", "llmgw sets it itself"),
+    ],
+)
+def test_refused_flags_name_the_flag_and_why(engine: str, flag: str, why: str) -> None:
+    refusals = check_args(engine, [flag, "x"])
+    assert len(refusals) == 1
+    assert refusals[0].what.replace("_", "-") == flag.replace("_", "-")
+    assert why in refusals[0].why
+
+
+def test_flags_with_values_after_equals_and_underscores_are_caught() -> None:
+    assert [r.what for r in check_args("vllm", ["--trust_remote_code", "--log-file=/tmp/x"])] == [
+        "--trust-remote-code",
+        "--log-file",
+    ]
+
+
+def test_argparse_abbreviation_of_a_refused_flag_is_refused() -> None:
+    refusals = check_args("vllm", ["--trust-remote"])
+    assert refusals and "--trust-remote-code" in refusals[0].why
+    assert check_args("trtllm", ["--trust-remote"]) == []  # click takes no abbreviations
+
+
+def test_tuning_flags_and_values_pass() -> None:
+    assert check_args("vllm", ["--dtype", "half", "--gpu-memory-utilization", "0.85", "-5"]) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["NCCL_NET_PLUGIN", "CUDA_INJECTION64_PATH", "VLLM_HOST_IP", "VLLM_RPC_BASE_PATH", "VLLM_API_KEY"]
+)
+def test_env_names_of_paths_plugins_addresses_and_credentials_are_refused(name: str) -> None:
+    refusals = check_env("vllm", {name: "x"})
+    assert [r.what for r in refusals] == [name]
+    assert "path, plugin, library, address or credential" in refusals[0].why
+
+
+def test_env_outside_the_tuning_families_is_refused() -> None:
+    refusals = check_env("vllm", {"LD_PRELOAD": "/x.so", "HF_TOKEN": "t"})
+    assert {r.what for r in refusals} == {"LD_PRELOAD", "HF_TOKEN"}
+    assert all("not a tuning variable" in r.why for r in refusals)
+
+
+def test_tuning_env_passes() -> None:
+    assert (
+        check_env("vllm", {"NCCL_DEBUG": "INFO", "VLLM_LOGGING_LEVEL": "DEBUG", "OMP_NUM_THREADS": "4"}) == []
+    )
+
+
+def test_llama_arg_variables_are_checked_as_the_flags_they_set() -> None:
+    refusals = check_env("llama.cpp", {"LLAMA_ARG_SLOT_SAVE_PATH": "/tmp", "LLAMA_ARG_API_KEY": "k"})
+    whys = {r.what: r.why for r in refusals}
+    assert "--slot-save-path" in whys["LLAMA_ARG_SLOT_SAVE_PATH"]
+    assert "llmgw sets it itself" in whys["LLAMA_ARG_API_KEY"]
+    assert check_env("llama.cpp", {"LLAMA_ARG_THREADS": "8"}) == []
+
+
+def test_the_agents_own_variables_are_refused() -> None:
+    assert [r.what for r in check_env("vllm", {"CUDA_VISIBLE_DEVICES": "1"})] == ["CUDA_VISIBLE_DEVICES"]
+
+
+def test_the_catalog_refuses_bad_args_and_env_naming_each_field() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        parse_model(model(args=["--trust-remote-code"], env={"NCCL_NET_PLUGIN": "x"}))
+    fields = dict(caught.value.problems)  # type: ignore[attr-defined]
+    assert "--trust-remote-code" in fields["profile.args"]
+    assert "NCCL_NET_PLUGIN" in fields["profile.env"]
+
+
+def test_engine_and_weights_format_must_fit() -> None:
+    with pytest.raises(ValidationFailed, match="safetensors"):
+        parse_model({"name": "m", "source": {"sha256": SHA}, "profile": {"engine": "vllm"}})
+    with pytest.raises(ValidationFailed, match="GGUF"):
+        parse_model({"name": "m", "source": {"sha256": SHA, "format": "safetensors"}})
+
+
+def test_vllm_only_features_are_refused_elsewhere() -> None:
+    with pytest.raises(ValidationFailed, match="kv_events needs engine vllm"):
+        parse_model(model("sglang", kv_events=True))
+    with pytest.raises(ValidationFailed, match="tp needs engine"):
+        parse_model(model("llama.cpp", tp=2))
+    definition = parse_model(model("vllm", tp=2, kv_events=True, max_loaded_adapters=4, gpu_class="h100"))
+    assert (definition.profile.tp, definition.profile.max_loaded_adapters) == (2, 4)
+
+
+def test_a_projector_goes_with_gguf() -> None:
+    projector = {"sha256": "b" * 64, "filename": "mmproj.gguf"}
+    definition = parse_model({"name": "m", "source": {"sha256": SHA, "projector": projector}})
+    assert definition.source.projector is not None
+    with pytest.raises(ValidationFailed, match="projector goes with GGUF"):
+        parse_model(
+            model("vllm") | {"source": {"sha256": SHA, "format": "safetensors", "projector": projector}}
+        )

@@ -1,0 +1,256 @@
+"""A real control plane and agent running the vLLM, SGLang and TensorRT-LLM stand-ins as replicas.
+
+The agent launches each stand-in exactly as it launches the real engine (the
+same command line, key, health check); the gateway routes to each and reads
+its load by that engine's metric names.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import openai
+import pytest
+import zmq
+
+from llmgw.agent.config import EngineSettings, PythonEngineSettings, TrtllmSettings
+from llmgw.testing.block_hashing import block_hash, external, none_hash
+from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
+from llmgw.testing.standin_programs import write_standins
+
+pytestmark = pytest.mark.e2e
+
+MODELS = {"std-vllm": "vllm", "std-sglang": "sglang", "std-trtllm": "trtllm"}
+
+
+@pytest.fixture(scope="module")
+def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    home = tmp_path_factory.mktemp("engines")
+    programs = write_standins(home / "standins")
+    running = Cluster(home / "cluster", home / "cache")
+    try:
+        running.start_server()
+        config = b'{"architectures": ["LlamaForCausalLM"]}'
+        blob = running.admin.request(
+            "POST", "/api/mirror/blobs?filename=config.json", data=io.BytesIO(config), length=len(config)
+        )
+        for name, engine in MODELS.items():
+            profile: dict[str, object] = {"engine": engine, "ctx_size": 2048, "parallel": 2}
+            if engine == "vllm":
+                profile |= {"max_loaded_adapters": 2, "kv_events": True, "args": ["--dtype", "half"]}
+            running.admin.request(
+                "POST",
+                "/api/models",
+                {
+                    "name": name,
+                    "source": {"sha256": blob["sha256"], "filename": "config.json", "format": "safetensors"},
+                    "profile": profile,
+                },
+            )
+        running.key = running.admin.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
+        running.add_node(
+            "node1",
+            nvidia_smi=str(
+                install_fake_nvidia_smi(home / "smi", [H100_80G, H100_80G], driver_version="580.82.07")
+            ),
+            engines=EngineSettings(
+                vllm=PythonEngineSettings(program=str(programs.vllm)),
+                sglang=PythonEngineSettings(program=str(programs.python)),
+                trtllm=TrtllmSettings(python=str(programs.python)),
+            ),
+        )
+        running.start_agent("node1")
+        for name in MODELS:
+            running.wait_ready(name, 120)
+        yield running
+    finally:
+        running.stop()
+
+
+def client(cluster: Cluster) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_each_engine_answers_through_the_gateway(engines_cluster: Cluster, model: str) -> None:
+    answer = client(engines_cluster).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=5
+    )
+    assert answer.choices[0].message.content == " tok0 tok1 tok2 tok3 tok4"
+    assert answer.usage is not None and answer.usage.completion_tokens == 5
+
+
+def test_vllm_streams_through_the_gateway(engines_cluster: Cluster) -> None:
+    stream = client(engines_cluster).chat.completions.create(
+        model="std-vllm", messages=[{"role": "user", "content": "Count."}], max_tokens=4, stream=True
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert pieces == [" tok0", " tok1", " tok2", " tok3"]
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_each_engine_demands_the_replica_key(engines_cluster: Cluster, model: str) -> None:
+    replica = engines_cluster.wait_ready(model)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{replica['port']}/v1/chat/completions",
+        data=b'{"model": "%s", "messages": [], "max_tokens": 1}' % model.encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 401
+
+
+def test_vllm_runs_with_runtime_lora_turned_on(engines_cluster: Cluster) -> None:
+    replica = engines_cluster.wait_ready("std-vllm")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{replica['port']}/v1/load_lora_adapter",
+        data=b'{"lora_name": "sql", "lora_path": "/adapters/sql"}',
+        headers={"Content-Type": "application/json", "Authorization": "Bearer wrong"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:  # the route exists and is guarded by the key
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 401
+
+
+def test_a_refused_profile_names_the_flag(engines_cluster: Cluster) -> None:
+    with pytest.raises(Exception) as caught:
+        engines_cluster.admin.request(
+            "POST",
+            "/api/models",
+            {
+                "name": "bad",
+                "source": {"sha256": "a" * 64, "format": "safetensors"},
+                "profile": {
+                    "engine": "vllm",
+                    "args": ["--trust-remote-code"],
+                    "env": {"VLLM_HOST_IP": "1.2.3.4"},
+                },
+            },
+        )
+    problems = dict(caught.value.problems)  # type: ignore[attr-defined]
+    assert "--trust-remote-code" in problems["profile.args"]
+    assert "VLLM_HOST_IP" in problems["profile.env"]
+
+
+def test_engine_logs_show_their_own_command_lines(engines_cluster: Cluster) -> None:
+    work = Path(engines_cluster.home) / "nodes" / "node1"
+    logs = {p.read_text(errors="replace") for p in work.rglob("engine.log")}
+    wait_for(lambda: len(logs) >= 3, 5, "three engine logs")
+    joined = "\n".join(logs)
+    assert "vllm stand-in serving std-vllm" in joined
+    assert "sglang stand-in serving std-sglang" in joined
+    assert "trtllm stand-in serving" in joined
+
+
+def test_model_serve_puts_a_safetensors_repository_on_vllm(engines_cluster: Cluster, tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-repo"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (folder / "tokenizer.json").write_text("{}")
+    token = (engines_cluster.home / "admin.token").read_text().strip()
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw.cli.main", "model", "serve", str(folder), "--format", "safetensors",
+         "--gpu-class", "h100-80g", "--tp", "2", "--ctx-size", "1024", "--wait", "60"],
+        env={**os.environ, "LLMGW_URL": engines_cluster.url, "LLMGW_ADMIN_TOKEN": token},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "tiny-repo is ready" in done.stdout
+    answer = client(engines_cluster).chat.completions.create(
+        model="tiny-repo", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert answer.choices[0].message.content == " tok0 tok1"
+    replica = engines_cluster.wait_ready("tiny-repo")
+    assert replica["on"] == "cuda:0,1"  # both cards, and vLLM said it found CUDA
+    shard = next(p for p in (engines_cluster.home / "nodes").rglob("shards/*") if "tiny-repo" in _log(p))
+    fetched = {p.name for p in (Path(_arg(shard, "serve"))).iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= fetched
+
+
+def _log(shard: Path) -> str:
+    path = shard / "engine.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _arg(shard: Path, after: str) -> str:
+    """The argument after ``after`` in the command line of the engine running in ``shard``."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+                if Path(f"/proc/{entry}/cwd").resolve() == shard.resolve() and after in argv:
+                    return argv[argv.index(after) + 1]
+            except OSError:
+                continue
+    raise AssertionError(f"no engine running in {shard}")
+
+
+def _engine_process(served_name: str) -> tuple[int, list[str]]:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if "--served-model-name" in argv and argv[argv.index("--served-model-name") + 1] == served_name:
+                return int(entry), argv
+    raise AssertionError(f"no engine serving {served_name}")
+
+
+def test_vllm_publishes_kv_events_the_router_can_recompute(engines_cluster: Cluster) -> None:
+    pid, argv = _engine_process("std-vllm")
+    config = json.loads(argv[argv.index("--kv-events-config") + 1])
+    assert config["endpoint"].startswith("tcp://127.0.0.1:")
+    assert argv[argv.index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
+    environ = dict(
+        item.split("=", 1)
+        for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        if "=" in item
+    )
+    assert environ["PYTHONHASHSEED"] == "0"
+    context = zmq.Context()
+    subscriber = context.socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, config["topic"].encode())
+    subscriber.connect(config["endpoint"])
+    messages = [{"role": "user", "content": " ".join(f"word{i}" for i in range(40))}]
+    try:
+        stored: list[int] = []
+        deadline = time.monotonic() + 20
+        while not stored and time.monotonic() < deadline:  # a PUB socket drops what precedes the join
+            client(engines_cluster).chat.completions.create(model="std-vllm", messages=messages, max_tokens=1)
+            while subscriber.poll(200):
+                _topic, _sequence, payload = subscriber.recv_multipart()
+                for event in msgpack.unpackb(payload)[1]:
+                    if event[0] == "BlockStored":
+                        stored.extend(event[1])
+    finally:
+        subscriber.close(0)
+        context.term()
+    replica = engines_cluster.wait_ready("std-vllm")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{replica['port']}/tokenize",
+        data=json.dumps({"model": "std-vllm", "messages": messages}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        tokens = json.loads(answer.read())["tokens"]
+    root, parent, expected = none_hash("0"), None, []
+    for start in range(0, len(tokens) - 15, 16):
+        parent = block_hash(parent, tokens[start : start + 16], root)
+        expected.append(external(parent, True))
+    assert expected and set(expected) <= set(stored)

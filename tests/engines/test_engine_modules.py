@@ -1,0 +1,168 @@
+"""vLLM, SGLang and TensorRT-LLM: command lines from profiles, and their metrics read as one load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmgw.engines import llamacpp, sglang, trtllm, vllm
+from llmgw.engines.engine import Launch, parse_load
+from llmgw.engines.registry import engine_named
+from llmgw.errors import ConfigError, EngineUnhealthy
+
+WEIGHTS = Path("/work/weights/abc")
+
+
+def launch(**changes: object) -> Launch:
+    base: dict[str, object] = {"weights": WEIGHTS, "port": 21001, "api_key": "sk-replica", "model": "qwen"}
+    return Launch(**(base | changes))  # type: ignore[arg-type]
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_vllm_serves_the_folder_under_the_catalog_name_with_the_replica_key() -> None:
+    argv = vllm.ENGINE.command_line(Path("/v/bin/vllm"), launch(tp=2, ctx_size=8192, parallel=16))
+    assert argv[:3] == ["/v/bin/vllm", "serve", str(WEIGHTS)]
+    assert flag(argv, "--api-key") == "sk-replica"
+    assert flag(argv, "--served-model-name") == "qwen"
+    assert flag(argv, "--tensor-parallel-size") == "2"
+    assert flag(argv, "--max-model-len") == "8192"
+    assert flag(argv, "--max-num-seqs") == "16"
+    assert flag(argv, "--host") == "127.0.0.1"
+    assert "--enable-lora" not in argv and "--kv-events-config" not in argv
+
+
+def test_vllm_runtime_lora_turns_on_slots_and_the_runtime_routes() -> None:
+    spec = launch(max_loaded_adapters=3)
+    argv = vllm.ENGINE.command_line(Path("vllm"), spec)
+    assert "--enable-lora" in argv and flag(argv, "--max-loras") == "3"
+    assert vllm.ENGINE.environment(spec) == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+
+def test_vllm_kv_events_publish_on_a_loopback_port_with_stable_hashes() -> None:
+    spec = launch(kv_events_port=21500)
+    argv = vllm.ENGINE.command_line(Path("vllm"), spec)
+    config = json.loads(flag(argv, "--kv-events-config"))
+    assert config == {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": "tcp://127.0.0.1:21500",
+        "topic": "kv-events",
+    }
+    assert flag(argv, "--prefix-caching-hash-algo") == "sha256_cbor"
+    assert vllm.ENGINE.environment(spec)["PYTHONHASHSEED"] == "0"
+
+
+def test_sglang_gets_tp_size_and_metrics_turned_on() -> None:
+    argv = sglang.ENGINE.command_line(
+        Path("/s/bin/python"), launch(tp=4, args=("--mem-fraction-static", "0.8"))
+    )
+    assert argv[:3] == ["/s/bin/python", "-m", "sglang.launch_server"]
+    assert flag(argv, "--model-path") == str(WEIGHTS)
+    assert flag(argv, "--tp-size") == "4" and "--tp" not in argv
+    assert "--enable-metrics" in argv
+    assert flag(argv, "--api-key") == "sk-replica"
+    assert argv[-2:] == ["--mem-fraction-static", "0.8"]
+
+
+def test_trtllm_runs_behind_the_launcher_with_the_key_in_its_environment_only() -> None:
+    spec = launch(tp=2)
+    argv = trtllm.ENGINE.command_line(Path("/opt/trt/bin/python"), spec)
+    assert argv[1:3] == ["-m", "llmgw.engines.trtllm_launcher"]
+    assert flag(argv, "--trtllm-serve") == "/opt/trt/bin/trtllm-serve"
+    serve = argv[argv.index("--") + 1 :]
+    assert serve[:2] == ["serve", str(WEIGHTS)]
+    assert flag(serve, "--tp_size") == "2"
+    assert "sk-replica" not in argv
+    assert trtllm.ENGINE.environment(spec) == {"LLMGW_REPLICA_KEY": "sk-replica"}
+
+
+@pytest.mark.parametrize("name", ["vllm", "sglang", "trtllm", "llama.cpp"])
+def test_every_engine_demands_a_key(name: str) -> None:
+    with pytest.raises(ConfigError, match="API key"):
+        engine_named(name).command_line(Path("x"), launch(api_key=""))
+
+
+def test_llamacpp_loads_the_projector() -> None:
+    argv = llamacpp.ENGINE.command_line(Path("llama-server"), launch(projector=Path("/w/mmproj.gguf")))
+    assert flag(argv, "--mmproj") == "/w/mmproj.gguf"
+
+
+def test_unknown_engine_is_named() -> None:
+    with pytest.raises(ConfigError, match="unknown engine 'tgi'"):
+        engine_named("tgi")
+
+
+VLLM_TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="qwen"} 3.0
+vllm:num_requests_waiting{engine="0",model_name="qwen"} 2.0
+vllm:kv_cache_usage_perc{engine="0",model_name="qwen"} 0.42
+vllm:prompt_tokens_total{engine="0",model_name="qwen"} 1200.0
+vllm:generation_tokens_total{engine="0",model_name="qwen"} 340.0
+"""
+VLLM_OLD = 'vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc{x="1"} 0.25\n'
+SGLANG_TEXT = """sglang:num_running_reqs{model_name="qwen",tp_rank="0"} 5.0
+sglang:num_queue_reqs{model_name="qwen",tp_rank="0"} 7.0
+sglang:token_usage{model_name="qwen",tp_rank="0"} 0.6
+sglang:prompt_tokens_total{model_name="qwen"} 9.0
+sglang:generation_tokens_total{model_name="qwen"} 4.0
+"""
+TRTLLM_TEXT = """trtllm_num_requests_running{model_name="qwen",engine_type="trtllm"} 2.0
+trtllm_num_requests_waiting{model_name="qwen",engine_type="trtllm"} 1.0
+trtllm_kv_cache_utilization{model_name="qwen",engine_type="trtllm"} 0.1
+trtllm_prompt_tokens_total{model_name="qwen",engine_type="trtllm"} 50.0
+trtllm_generation_tokens_total{model_name="qwen",engine_type="trtllm"} 20.0
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("vllm", VLLM_TEXT, (3, 2, 0.42, 1200, 340)),
+        ("vllm", VLLM_OLD, (1, 0, 0.25, 0, 0)),
+        ("sglang", SGLANG_TEXT, (5, 7, 0.6, 9, 4)),
+        ("trtllm", TRTLLM_TEXT, (2, 1, 0.1, 50, 20)),
+    ],
+)
+def test_each_engines_names_map_onto_one_load(name: str, text: str, expected: tuple[object, ...]) -> None:
+    engine = engine_named(name)
+    load = parse_load(text, engine.metrics, name)
+    got = (
+        load.running,
+        load.waiting,
+        load.kv_cache_usage,
+        load.prompt_tokens_total,
+        load.generated_tokens_total,
+    )
+    assert got == expected
+
+
+def test_metrics_of_another_engine_read_as_unreadable() -> None:
+    with pytest.raises(EngineUnhealthy, match="sglang:num_running_reqs"):
+        parse_load(VLLM_TEXT, sglang.ENGINE.metrics, "sglang")
+
+
+def test_trtllm_without_iteration_stats_is_unreadable() -> None:
+    counters_only = "trtllm_prompt_tokens_total 5\ntrtllm_generation_tokens_total 2\n"
+    with pytest.raises(EngineUnhealthy, match="trtllm_num_requests_running"):
+        parse_load(counters_only, trtllm.ENGINE.metrics, "trtllm")
+
+
+def test_the_trtllm_launcher_refuses_to_start_without_the_replica_key() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LLMGW_REPLICA_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw.engines.trtllm_launcher", "--trtllm-serve", "/nowhere", "--port", "1",
+         "--", "serve", "m"],
+        env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "no replica key in LLMGW_REPLICA_KEY" in done.stderr

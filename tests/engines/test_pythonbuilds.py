@@ -1,0 +1,119 @@
+"""vLLM and SGLang builds: which a node gets, and installing them from a package index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from llmgw.engines import pythonbuilds
+from llmgw.engines.pythonbuilds import compute_capability, install_first, sglang_builds, vllm_builds
+from llmgw.errors import BuildError
+from llmgw.testing.standin_wheels import build_wheel, write_index
+
+from .conftest import Serve
+
+V100, T4, A100, H100 = "Tesla V100-SXM2-16GB", "Tesla T4", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+NEW_DRIVER, OLD_DRIVER, ANCIENT_DRIVER = "580.82.07", "535.161.08", "470.82.01"
+
+
+def keys(card: str, driver: str) -> list[str]:
+    return [b.key for b in vllm_builds(driver_version=driver, capabilities=[compute_capability(card)])]
+
+
+@pytest.mark.parametrize(
+    ("card", "driver", "expected"),
+    [
+        (H100, NEW_DRIVER, ["0.33.0-cu130", "0.33.0-cu129"]),
+        (A100, NEW_DRIVER, ["0.33.0-cu130", "0.33.0-cu129"]),
+        (T4, NEW_DRIVER, ["0.33.0-cu130", "0.33.0-cu129"]),
+        (H100, OLD_DRIVER, ["0.33.0-cu129"]),
+        (T4, OLD_DRIVER, ["0.33.0-cu129"]),
+        (V100, NEW_DRIVER, ["0.19.1-cu129"]),
+        (V100, OLD_DRIVER, ["0.19.1-cu129"]),
+        (V100, ANCIENT_DRIVER, []),
+        (A100, ANCIENT_DRIVER, []),
+    ],
+)
+def test_vllm_builds_for_cards_and_drivers(card: str, driver: str, expected: list[str]) -> None:
+    assert keys(card, driver) == expected
+
+
+def test_a_mixed_node_is_held_to_its_oldest_card() -> None:
+    builds = vllm_builds(
+        driver_version=NEW_DRIVER, capabilities=[compute_capability(H100), compute_capability(V100)]
+    )
+    assert [b.version for b in builds] == ["0.19.1"]
+
+
+def test_sglang_needs_turing_or_newer() -> None:
+    assert sglang_builds(driver_version=NEW_DRIVER, capabilities=[compute_capability(V100)]) == []
+    assert [b.variant for b in sglang_builds(driver_version=OLD_DRIVER, capabilities=[(9, 0)])] == ["cu129"]
+
+
+def test_pypi_installs_come_from_where_each_project_publishes() -> None:
+    cu130, cu129 = vllm_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
+    assert cu130.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL)[-1].startswith(
+        "vllm @ https://github.com/vllm-project/vllm/releases/download/v0.33.0/vllm-0.33.0+cu130-"
+    )
+    assert cu129.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL)[-3:] == [
+        "--extra-index-url",
+        "https://download.pytorch.org/whl/cu129",
+        "vllm===0.33.0",
+    ]
+    assert cu130.pip_arguments("http://mirror/simple") == [
+        "--index-url",
+        "http://mirror/simple",
+        "vllm==0.33.0+cu130",
+    ]
+
+
+async def index(tmp_path: Path, serve: Serve, *wheels: Path) -> str:
+    simple = write_index(tmp_path / "index", list(wheels))
+    app = web.Application()
+
+    async def folder(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(simple / request.match_info["project"] / "index.html")
+
+    async def file(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(simple / request.match_info["project"] / request.match_info["name"])
+
+    app.router.add_get("/simple/{project}/", folder)
+    app.router.add_get("/simple/{project}/{name}", file)
+    return await serve(app) + "/simple/"
+
+
+@pytest.mark.timeout(240)
+async def test_a_build_that_does_not_run_is_left_for_the_next(tmp_path: Path, serve: Serve) -> None:
+    wheels = tmp_path / "wheels"
+    url = await index(
+        tmp_path,
+        serve,
+        build_wheel(wheels, "vllm", "0.33.0+cu130", broken=True),
+        build_wheel(wheels, "vllm", "0.33.0"),
+    )
+    cache = tmp_path / "cache"
+    builds = vllm_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
+    installed = await install_first(builds, cache, index_url=url)
+    assert installed.build.key == "0.33.0-cu129"
+    assert installed.program == cache / "engines/vllm/0.33.0-cu129/venv/bin/vllm"
+    assert not (cache / "engines/vllm/0.33.0-cu130").exists()
+    assert [b.build.key for b in pythonbuilds.installed_python_builds(cache)] == ["0.33.0-cu129"]
+    again = await install_first(builds, cache, index_url="http://127.0.0.1:9/unreachable")
+    assert again.program == installed.program  # installed: no index asked
+
+
+@pytest.mark.timeout(240)
+async def test_every_failure_is_named_when_no_build_installs(tmp_path: Path, serve: Serve) -> None:
+    url = await index(tmp_path, serve, build_wheel(tmp_path / "w", "sglang", "0.5.23", broken=True))
+    builds = sglang_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
+    with pytest.raises(BuildError) as caught:
+        await install_first(builds, tmp_path / "cache", index_url=url)
+    text = str(caught.value)
+    assert "0.5.23-cu130" in text and "0.5.23-cu129" in text and "no kernel image" in text
+
+
+async def test_no_fitting_build_says_what_the_node_lacks(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match="driver"):
+        await install_first([], tmp_path)
