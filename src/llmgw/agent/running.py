@@ -53,6 +53,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         installer.prepare,
         ports=(config.ports.first, config.ports.last),
         host=config.address,
+        device_uuids={device.index: device.uuid for device in inventory.gpus},
     )
 
     async def connect(target: str) -> AgentChannel:

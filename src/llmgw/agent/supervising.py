@@ -25,6 +25,7 @@ import aiohttp
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.core.backoff import Backoff
+from llmgw.core.mig import visible_devices
 from llmgw.core.validation import check_args, check_env
 from llmgw.engines import engine as engines
 from llmgw.engines.registry import engine_named
@@ -124,8 +125,10 @@ class Supervisor:
         *,
         ports: tuple[int, int] = (21000, 21999),
         host: str = "127.0.0.1",
+        device_uuids: dict[int, str] | None = None,
     ) -> None:
         self._work_dir = work_dir
+        self._device_uuids = device_uuids or {}
         self._settings = settings
         self._prepare = prepare
         self._ports = ports
@@ -263,8 +266,11 @@ class Supervisor:
         shard.directory.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(shard.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         env = {**os.environ, **dict(spec.env), **engine.environment(launch)}
-        if spec.devices and engine.name != "llama.cpp":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in spec.devices)
+        try:
+            env.update(visible_devices(tuple(spec.devices), self._device_uuids))
+        except ValueError as error:
+            hint = "place the replica again ('llmgw ctl replicas' shows where it went)"
+            raise LlmgwError(str(error), hint) from None
         try:
             shard.process = await asyncio.create_subprocess_exec(
                 *command,
