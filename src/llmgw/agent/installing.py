@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -43,6 +44,9 @@ class Installer:
         ]
 
     async def engine(self) -> Path:
+        given = self._config.engines.llamacpp.binary
+        if given:
+            return _operator_binary(self._config.path(given))
         async with self._engine_lock:
             if self._installed is None:
                 inventory = self._inventory()
@@ -109,6 +113,16 @@ class Installer:
             raise LlmgwError(f"engine {spec.engine!r} is not available on this node", "use engine llama.cpp")
         binary, weights = await asyncio.gather(self.engine(), self.weights(spec))
         return binary, weights
+
+
+def _operator_binary(path: Path) -> Path:
+    """The llama-server the operator named in ``engines.llamacpp.binary``, checked to be runnable."""
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise LlmgwError(
+            f"engines.llamacpp.binary {path} is not an executable file",
+            "point it at a llama-server binary, or remove it from agent.yaml to install a build",
+        )
+    return path
 
 
 def _log_progress(message: str, fraction: float | None) -> None:
