@@ -40,7 +40,7 @@ up: engine
 	$(BIN)/llmgw up
 
 lint: install
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 

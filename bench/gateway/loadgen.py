@@ -144,8 +144,7 @@ class Client(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def run(args: argparse.Namespace) -> dict[str, object]:
-    body = Path(args.body).read_bytes()
+async def run(args: argparse.Namespace, body: bytes) -> dict[str, object]:
     head = (
         f"POST {args.path} HTTP/1.1\r\nHost: {args.host}:{args.port}\r\n"
         f"Authorization: Bearer {args.key}\r\nContent-Type: application/json\r\n"
@@ -190,7 +189,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="most seconds to keep sending")
     parser.add_argument("--stream", action="store_true", help="the answers are SSE streams")
     args = parser.parse_args()
-    json.dump(uvloop.run(run(args)), sys.stdout)
+    json.dump(uvloop.run(run(args, Path(args.body).read_bytes())), sys.stdout)
     print()
 
 

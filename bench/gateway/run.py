@@ -37,7 +37,9 @@ HERE = Path(__file__).resolve().parent
 MODEL = "bench-chat"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
 LITELLM_KEY = "sk-bench-" + "0123456789abcdef" * 2
-DEFAULT_LITELLM_VENV = Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw")).expanduser() / "bench/litellm-venv"
+DEFAULT_LITELLM_VENV = (
+    Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw")).expanduser() / "bench/litellm-venv"
+)
 
 
 def rss_kib(pid: int) -> int:
@@ -135,7 +137,9 @@ def start_cluster(home: Path) -> tuple[Cluster, int, str]:
     return cluster, int(replica["port"]), asyncio.run(engine_key())
 
 
-def start_litellm(venv: Path, home: Path, engine_port: int, engine_key: str) -> tuple[subprocess.Popen[bytes], int]:
+def start_litellm(
+    venv: Path, home: Path, engine_port: int, engine_key: str
+) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     config = home / "litellm.yaml"
     config.write_text(

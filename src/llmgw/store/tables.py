@@ -167,6 +167,22 @@ class AuditRow(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
 
 
+class UsageRow(Base):
+    """One answered ``/v1`` request: who asked, which replica answered, the tokens it counted."""
+
+    __tablename__ = "usage"
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, index=True)
+    key_id: Mapped[str] = mapped_column(String(32), nullable=False, index=True)
+    model: Mapped[str] = mapped_column(String(128), nullable=False)
+    replica_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
+    completion_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
+    status: Mapped[int] = mapped_column(Integer, nullable=False)
+    duration_ms: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
 class BlobRow(Base):
     """A file the mirror keeps, by the sha256 of its bytes."""
 
