@@ -69,13 +69,15 @@ class FakeEngine:
     replica_id: str = "r1"
     key: str = "replica-key-r1"
     chunks: int = 3
-    """Content chunks in a streamed answer (then one usage chunk and [DONE])."""
+    """Content chunks in a streamed answer (then a usage chunk when the request asks for it, and [DONE])."""
     hold: asyncio.Event | None = None
     """When set, every answer waits for this event before it starts."""
     hold_after_first: asyncio.Event | None = None
     """When set, a stream waits for this event after its first chunk."""
     cut_after: int | None = None
     """When set, a stream's connection is closed after this many chunks."""
+    abort_on_arrival: bool = False
+    """When set, the connection of every request is closed as soon as the request arrived."""
     error: tuple[int, bytes] | None = None
     """When set, every request is answered with this status and body."""
     requests: list[Received] = field(default_factory=list)
@@ -110,6 +112,10 @@ class FakeEngine:
         body = await request.read()
         self.requests.append(Received(request.path, request.headers.copy(), body))
         self.arrived.set()
+        if self.abort_on_arrival:
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
         if request.headers.get("Authorization") != f"Bearer {self.key}":
             error = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
             return web.json_response(error, status=401)
@@ -179,8 +185,10 @@ class FakeEngine:
                 return response
             if i == 0 and self.hold_after_first is not None:
                 await self.hold_after_first.wait()
-        usage = {"prompt_tokens": 7, "completion_tokens": self.chunks, "total_tokens": 7 + self.chunks}
-        await response.write(event({"choices": [], "usage": usage}))
+        options = data.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            usage = {"prompt_tokens": 7, "completion_tokens": self.chunks, "total_tokens": 7 + self.chunks}
+            await response.write(event({"choices": [], "usage": usage}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

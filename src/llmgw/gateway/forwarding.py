@@ -86,15 +86,26 @@ def _client_left(exchange: Exchange, task: asyncio.Task[object], watcher: asynci
 
 
 async def forward(
-    gateway: Gateway, exchange: Exchange, receive: Receive, send: Send, path: str, body: bytes, stream: bool
+    gateway: Gateway,
+    exchange: Exchange,
+    receive: Receive,
+    send: Send,
+    path: str,
+    body: bytes,
+    stream: bool,
+    strip_usage: bool = False,
 ) -> None:
-    """Answer a validated request from a replica of ``exchange.model``; report its usage."""
+    """Answer a validated request from a replica of ``exchange.model``; report its usage.
+
+    ``strip_usage``: the stream's usage-only event was asked for by the gateway, not the
+    client, and is taken out of the answer.
+    """
     task = asyncio.current_task()
     assert task is not None
     watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
     watcher.add_done_callback(functools.partial(_client_left, exchange, task))
     try:
-        await _forward(gateway, exchange, send, path, body, stream)
+        await _forward(gateway, exchange, send, path, body, stream, strip_usage)
     except ApiError as error:
         exchange.status = error.status
         raise
@@ -122,7 +133,7 @@ async def forward(
 
 
 async def _forward(
-    gateway: Gateway, exchange: Exchange, send: Send, path: str, body: bytes, stream: bool
+    gateway: Gateway, exchange: Exchange, send: Send, path: str, body: bytes, stream: bool, strip_usage: bool
 ) -> None:
     model = exchange.model
     table = gateway.replicas
@@ -141,7 +152,7 @@ async def _forward(
             await _relay_error(gateway, exchange, send, response)
             clean = True
         elif stream and content_type.startswith("text/event-stream"):
-            clean = await _relay_stream(gateway, exchange, send, response, content_type)
+            clean = await _relay_stream(gateway, exchange, send, response, content_type, strip_usage)
         else:
             await _relay_whole(gateway, exchange, send, response, content_type)
             clean = True
@@ -185,8 +196,9 @@ async def _connect(
             lease.release()
             exchange.replica_id = endpoint.replica_id
             raise ApiError(504, f"{error}; retry, or ask for fewer tokens", "upstream_timeout") from error
-        except BaseException:
+        except BaseException:  # the client left (cancelled): the replica did see the request
             lease.release()
+            exchange.replica_id = endpoint.replica_id
             raise
         exchange.replica_id = endpoint.replica_id
         return response, lease
@@ -277,7 +289,12 @@ async def _relay_error(
 
 
 async def _relay_stream(
-    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse, content_type: str
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    response: aiohttp.ClientResponse,
+    content_type: str,
+    strip_usage: bool,
 ) -> bool:
     """Relay SSE events as they complete; True when the replica ended the stream itself."""
     exchange.response_started = True
@@ -294,7 +311,7 @@ async def _relay_stream(
             ],
         }
     )
-    framer = EventFramer()
+    framer = EventFramer(strip_usage_only=strip_usage)
     failure = b""
     try:
         async for chunk in response.content.iter_any():
