@@ -17,14 +17,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import aiohttp
 from starlette.types import Receive, Send
 
 from llmgw.gateway import metrics
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import EVENT_STREAM, JSON, ApiError, normalise_engine_error, sse_error_event
-from llmgw.gateway.upstream import Unreachable, UpstreamTimeout, describe
+from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
 
 if TYPE_CHECKING:
@@ -147,7 +146,7 @@ async def _forward(
     response, lease = await _connect(gateway, exchange, endpoint, path, body)
     clean = False
     try:
-        content_type = response.headers.get("Content-Type", "application/json")
+        content_type = response.content_type or "application/json"
         if response.status >= 400:
             await _relay_error(gateway, exchange, send, response)
             clean = True
@@ -167,7 +166,7 @@ async def _forward(
 
 async def _connect(
     gateway: Gateway, exchange: Exchange, endpoint: ReplicaEndpoint, path: str, body: bytes
-) -> tuple[aiohttp.ClientResponse, Lease]:
+) -> tuple[UpstreamResponse, Lease]:
     """Send the request to ``endpoint``, or once to another ready replica when it gives no answer."""
     table = gateway.replicas
     tried: list[str] = []
@@ -213,16 +212,16 @@ async def _connect(
     )
 
 
-async def _read_all(gateway: Gateway, exchange: Exchange, response: aiohttp.ClientResponse) -> bytes:
+async def _read_all(gateway: Gateway, exchange: Exchange, response: UpstreamResponse) -> bytes:
     try:
         return await response.read()
-    except aiohttp.SocketTimeoutError as error:
+    except UpstreamTimeout as error:
         raise ApiError(
             504,
             f"The replica stopped answering for {gateway.settings.upstream_timeout_s:g} s; retry.",
             "upstream_timeout",
         ) from error
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+    except UpstreamDropped as error:
         metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
         raise ApiError(
             502,
@@ -232,7 +231,7 @@ async def _read_all(gateway: Gateway, exchange: Exchange, response: aiohttp.Clie
 
 
 async def _relay_whole(
-    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse, content_type: str
+    gateway: Gateway, exchange: Exchange, send: Send, response: UpstreamResponse, content_type: str
 ) -> None:
     body = await _read_all(gateway, exchange, response)
     status = response.status
@@ -255,9 +254,7 @@ async def _relay_whole(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _relay_error(
-    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse
-) -> None:
+async def _relay_error(gateway: Gateway, exchange: Exchange, send: Send, response: UpstreamResponse) -> None:
     """An engine's error answer, in OpenAI's shape, with the engine's status."""
     raw = await _read_all(gateway, exchange, response)
     status = response.status
@@ -292,7 +289,7 @@ async def _relay_stream(
     gateway: Gateway,
     exchange: Exchange,
     send: Send,
-    response: aiohttp.ClientResponse,
+    response: UpstreamResponse,
     content_type: str,
     strip_usage: bool,
 ) -> bool:
@@ -314,17 +311,17 @@ async def _relay_stream(
     framer = EventFramer(strip_usage_only=strip_usage)
     failure = b""
     try:
-        async for chunk in response.content.iter_any():
+        async for chunk in response.iter_any():
             out = framer.feed(chunk)
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-    except aiohttp.SocketTimeoutError:
+    except UpstreamTimeout:
         exchange.status = 504
         failure = sse_error_event(
             f"The replica stopped sending for {gateway.settings.upstream_timeout_s:g} s; retry the request.",
             "upstream_timeout",
         )
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+    except UpstreamDropped as error:
         exchange.status = 502
         metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
         log.warning("replica %s failed mid-stream: %s", exchange.replica_id, describe(error))
