@@ -1,4 +1,5 @@
-"""The usage writer: records kept in memory, written in batches, kept while the store is down."""
+"""The usage writer: records summed in memory per key and model, written in batches, kept while
+the store is down."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from llmgw.gateway.usage import UsageRecord
 from llmgw.store.usage import UsageEntry
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-WAIT = 5.0
 
 
 class Sink:
@@ -23,85 +23,68 @@ class Sink:
     def __init__(self) -> None:
         self.batches: list[list[UsageEntry]] = []
         self.down = False
-        self.appended = asyncio.Event()
 
     async def append(self, entries: Sequence[UsageEntry]) -> None:
         if self.down:
             raise StoreUnavailable("the database is down", "start it")
         self.batches.append(list(entries))
-        self.appended.set()
-
-    @property
-    def tokens(self) -> list[int]:
-        return [e.prompt_tokens for batch in self.batches for e in batch]
 
 
-def record(n: int) -> UsageRecord:
+def record(key: str = "key1", model: str = "chat", prompt: int = 5, status: int = 200) -> UsageRecord:
     return UsageRecord(
-        "key1", "chat", "r1", prompt_tokens=n, completion_tokens=1, status=200, duration_s=0.25
+        key, model, "r1", prompt_tokens=prompt, completion_tokens=2, status=status, duration_s=0.25
     )
 
 
-def writer(sink: Sink, **options: int) -> UsageWriter:
-    return UsageWriter(sink, lambda: NOW, interval_s=3600, **options)
+def writer(sink: Sink) -> UsageWriter:
+    return UsageWriter(sink, lambda: NOW, interval_s=3600)
 
 
-async def test_records_are_written_in_batches_in_order() -> None:
+async def test_records_are_summed_into_one_row_per_key_and_model() -> None:
     sink = Sink()
-    usage = writer(sink, batch=2)
-    for n in range(5):
-        usage.add(record(n))
+    usage = writer(sink)
+    usage.add(record())
+    usage.add(record(prompt=7, status=499))
+    usage.add(record(model="embed"))
     assert await usage.flush()
-    assert [len(b) for b in sink.batches] == [2, 2, 1]
-    assert sink.tokens == [0, 1, 2, 3, 4]
-    assert sink.batches[0][0] == UsageEntry(NOW, "key1", "chat", "r1", 0, 1, 200, 250)
-    assert usage.written == 5 and usage.pending == 0
+    assert sink.batches == [
+        [
+            UsageEntry(NOW, "key1", "chat", requests=2, failed=1, prompt_tokens=12, completion_tokens=4,
+                       duration_ms=500),
+            UsageEntry(NOW, "key1", "embed", requests=1, failed=0, prompt_tokens=5, completion_tokens=2,
+                       duration_ms=250),
+        ]
+    ]  # fmt: skip
+    assert usage.written == 3 and usage.pending == 0
 
 
-async def test_records_wait_while_the_store_is_down_and_are_written_after() -> None:
+async def test_a_flush_with_nothing_counted_writes_nothing() -> None:
     sink = Sink()
-    usage = writer(sink, batch=10)
-    usage.add(record(1))
+    assert await writer(sink).flush()
+    assert sink.batches == []
+
+
+async def test_sums_wait_while_the_store_is_down_and_are_written_after() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    usage.add(record(prompt=1))
     sink.down = True
     assert not await usage.flush()
-    usage.add(record(2))
+    usage.add(record(prompt=2))
+    assert usage.pending == 2
     sink.down = False
     assert await usage.flush()
-    assert sink.tokens == [1, 2]
-
-
-async def test_beyond_max_pending_the_oldest_records_are_dropped_and_counted() -> None:
-    sink = Sink()
-    usage = writer(sink, batch=10, max_pending=3)
-    for n in range(5):
-        usage.add(record(n))
-    assert usage.dropped == 2
-    await usage.flush()
-    assert sink.tokens == [2, 3, 4]
-
-
-async def test_a_full_batch_is_written_without_waiting_for_the_interval() -> None:
-    sink = Sink()
-    usage = writer(sink, batch=3)
-    running = asyncio.create_task(usage.run())
-    try:
-        for n in range(3):
-            usage.add(record(n))
-        await asyncio.wait_for(sink.appended.wait(), WAIT)
-        assert sink.tokens == [0, 1, 2]
-    finally:
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
+    ((written,),) = sink.batches
+    assert (written.requests, written.prompt_tokens) == (2, 3)
 
 
 async def test_stopping_the_writer_writes_what_waits() -> None:
     sink = Sink()
-    usage = writer(sink, batch=100)
+    usage = writer(sink)
     running = asyncio.create_task(usage.run())
-    await asyncio.sleep(0)  # let it start waiting
-    usage.add(record(7))
+    await asyncio.sleep(0)  # let it start waiting for its interval
+    usage.add(record())
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    assert sink.tokens == [7]
+    assert [e.requests for batch in sink.batches for e in batch] == [1]

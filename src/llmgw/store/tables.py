@@ -168,7 +168,7 @@ class AuditRow(Base):
 
 
 class UsageRow(Base):
-    """One answered ``/v1`` request: who asked, which replica answered, the tokens it counted."""
+    """What one key used of one model over one stretch of time (the writer's flush interval)."""
 
     __tablename__ = "usage"
 
@@ -176,11 +176,11 @@ class UsageRow(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, index=True)
     key_id: Mapped[str] = mapped_column(String(32), nullable=False, index=True)
     model: Mapped[str] = mapped_column(String(128), nullable=False)
-    replica_id: Mapped[str] = mapped_column(String(64), nullable=False)
-    prompt_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
-    completion_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
-    status: Mapped[int] = mapped_column(Integer, nullable=False)
-    duration_ms: Mapped[int] = mapped_column(Integer, nullable=False)
+    requests: Mapped[int] = mapped_column(Integer, nullable=False)
+    failed: Mapped[int] = mapped_column(Integer, nullable=False)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    duration_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class BlobRow(Base):

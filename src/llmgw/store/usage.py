@@ -1,8 +1,10 @@
-"""Usage: one row per answered ``/v1`` request, appended in batches, summed per key and model.
+"""Usage: requests and tokens per key and model, appended in batches, summed on reading.
 
-The gateway never writes here itself: the control plane's usage writer
-collects its records in memory and hands them over in one :meth:`UsageLog.append`
-per batch, a single INSERT of many rows.
+The gateway never writes here itself: the control plane's usage writer sums
+its records in memory and hands over one :class:`UsageEntry` per key and model
+each flush, in one :meth:`UsageLog.append`. A row covers the time since the
+flush before it (``at`` is when it was written), so rows stay few however many
+requests there are.
 """
 
 from __future__ import annotations
@@ -22,27 +24,29 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class UsageEntry:
-    """One request's use of a replica, as stored."""
+    """What one key used of one model over one flush interval."""
 
     at: datetime
-    """When the request ended."""
+    """When the interval ended (the entry was written)."""
     key_id: str
     model: str
-    replica_id: str
+    requests: int
+    failed: int
+    """Requests answered with an error, or that the client left (status 400 and above)."""
     prompt_tokens: int
     completion_tokens: int
-    status: int
-    """The HTTP status answered (499: the client went away first)."""
     duration_ms: int
+    """The requests' durations, summed."""
 
 
 @dataclass(frozen=True, slots=True)
 class UsageTotal:
-    """What one key used of one model."""
+    """What one key used of one model, over the time asked about."""
 
     key_id: str
     model: str
     requests: int
+    failed: int
     prompt_tokens: int
     completion_tokens: int
 
@@ -62,10 +66,10 @@ class UsageLog:
                 "at": e.at,
                 "key_id": e.key_id,
                 "model": e.model,
-                "replica_id": e.replica_id,
+                "requests": e.requests,
+                "failed": e.failed,
                 "prompt_tokens": e.prompt_tokens,
                 "completion_tokens": e.completion_tokens,
-                "status": e.status,
                 "duration_ms": e.duration_ms,
             }
             for e in entries
@@ -74,19 +78,20 @@ class UsageLog:
             await session.execute(insert(UsageRow), rows)
 
     async def totals(self, since: datetime | None = None) -> list[UsageTotal]:
-        """Requests and tokens per key and model (since ``since`` when given), by key then model."""
+        """Requests and tokens per key and model (written since ``since`` when given), by key then model."""
         query = select(
             UsageRow.key_id,
             UsageRow.model,
-            func.count(),
-            func.coalesce(func.sum(UsageRow.prompt_tokens), 0),
-            func.coalesce(func.sum(UsageRow.completion_tokens), 0),
+            func.sum(UsageRow.requests),
+            func.sum(UsageRow.failed),
+            func.sum(UsageRow.prompt_tokens),
+            func.sum(UsageRow.completion_tokens),
         ).group_by(UsageRow.key_id, UsageRow.model)
         if since is not None:
             query = query.where(UsageRow.at >= since)
         query = query.order_by(UsageRow.key_id, UsageRow.model)
         async with self._store.session() as session:
             return [
-                UsageTotal(key_id, model, int(count), int(prompt), int(completion))
-                for key_id, model, count, prompt, completion in await session.execute(query)
+                UsageTotal(key_id, model, int(requests), int(failed), int(prompt), int(completion))
+                for key_id, model, requests, failed, prompt, completion in await session.execute(query)
             ]

@@ -1,4 +1,4 @@
-"""Usage: one row per answered /v1 request, written in batches by the control plane.
+"""Usage: requests and tokens per key and model, summed over each flush of the control plane's writer.
 
 Revision ID: 0003
 Revises: 0001
@@ -27,11 +27,11 @@ def upgrade() -> None:
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("key_id", sa.String(32), nullable=False),
         sa.Column("model", sa.String(128), nullable=False),
-        sa.Column("replica_id", sa.String(64), nullable=False),
-        sa.Column("prompt_tokens", sa.Integer(), nullable=False),
-        sa.Column("completion_tokens", sa.Integer(), nullable=False),
-        sa.Column("status", sa.Integer(), nullable=False),
-        sa.Column("duration_ms", sa.Integer(), nullable=False),
+        sa.Column("requests", sa.Integer(), nullable=False),
+        sa.Column("failed", sa.Integer(), nullable=False),
+        sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
+        sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
+        sa.Column("duration_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_usage"),
     )
     op.create_index("ix_usage_at", "usage", ["at"])
