@@ -276,39 +276,45 @@ class Upstream:
     def __init__(self, settings: GatewaySettings) -> None:
         self._settings = settings
         self._pools: dict[tuple[str, int], list[_Connection]] = {}
-        self._heads: dict[tuple[str, str, str], bytes] = {}
+        self._heads: dict[tuple[str, str, str], tuple[bytes, str, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _head(self, endpoint: ReplicaEndpoint, path: str) -> tuple[bytes, str, int]:
         """The request's first lines (all but x-request-id and the length) and the replica's address."""
         key = (endpoint.base_url, endpoint.api_key, path)
-        host, port = _address(endpoint)
-        head = self._heads.get(key)
-        if head is None:
+        known = self._heads.get(key)
+        if known is None:
             if len(self._heads) > 4096:
                 self._heads.clear()
-            head = self._heads[key] = (
+            host, port = _address(endpoint)
+            head = (
                 f"POST {path} HTTP/1.1\r\nHost: {f'[{host}]' if ':' in host else host}:{port}\r\n"
                 f"Authorization: Bearer {endpoint.api_key}\r\nContent-Type: application/json\r\n"
                 "Accept-Encoding: identity\r\n"
             ).encode("latin-1")
-        return head, host, port
+            known = self._heads[key] = (head, host, port)
+        return known
 
-    async def _connection(self, endpoint: ReplicaEndpoint, host: str, port: int) -> tuple[_Connection, bool]:
-        """A pooled connection (True) or a new one (False)."""
+    def _pooled(self, host: str, port: int) -> _Connection | None:
+        """An idle connection to ``host:port`` still fit for reuse, or None."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # connections belong to the loop they were made in
             self._pools.clear()
             self._loop = loop
         pool = self._pools.get((host, port))
-        if pool is None:
-            pool = self._pools[(host, port)] = []
+        if not pool:
+            return None
         oldest = time.monotonic() - self._settings.keepalive_s
         while pool:
             connection = pool.pop()
             if not connection.lost and connection.idle_since >= oldest:
-                return connection, True
+                return connection
             connection.abort()
+        return None
+
+    async def _open(self, endpoint: ReplicaEndpoint, host: str, port: int) -> _Connection:
+        """A new connection to ``host:port``."""
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._settings.connect_timeout_s):
                 _, connection = await loop.create_connection(lambda: _Connection(loop), host, port)
@@ -316,8 +322,8 @@ class Upstream:
             raise Unreachable(endpoint, "connect timed out", connecting=True) from exc
         except OSError as exc:
             raise Unreachable(endpoint, describe(exc), connecting=True) from exc
-        connection.pool = pool
-        return connection, False
+        connection.pool = self._pools.setdefault((host, port), [])
+        return connection
 
     async def post(
         self, endpoint: ReplicaEndpoint, path: str, body: bytes, request_id: bytes
@@ -328,7 +334,7 @@ class Upstream:
         when the replica stayed silent.
         """
         head, host, port = self._head(endpoint, path)
-        connection, _reused = await self._connection(endpoint, host, port)
+        connection = self._pooled(host, port) or await self._open(endpoint, host, port)
         loop = connection.loop
         response = connection.response = UpstreamResponse(connection, self._settings.upstream_timeout_s)
         waiting = connection.headers_done = loop.create_future()
