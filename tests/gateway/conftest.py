@@ -76,6 +76,8 @@ class FakeEngine:
     """When set, a stream waits for this event after its first chunk."""
     cut_after: int | None = None
     """When set, a stream's connection is closed after this many chunks."""
+    cut_whole: bool = False
+    """When set, a whole (non-streamed) answer's connection is closed halfway through its body."""
     abort_on_arrival: bool = False
     """When set, the connection of every request is closed as soon as the request arrived."""
     error: tuple[int, bytes] | None = None
@@ -128,6 +130,8 @@ class FakeEngine:
                 return web.Response(status=status, body=raw, content_type="application/json")
             if data.get("stream"):
                 return await self._stream(request, data)
+            if self.cut_whole:
+                return await self._cut(request, data)
             return web.json_response(self._answer(request.path, data))
         except (asyncio.CancelledError, ConnectionResetError):
             self.dropped.set()
@@ -162,6 +166,16 @@ class FakeEngine:
             "choices": [choice],
             "usage": usage,
         }
+
+    async def _cut(self, request: web.Request, data: dict[str, Any]) -> web.StreamResponse:
+        body = json.dumps(self._answer(request.path, data)).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[: len(body) // 2])
+        assert request.transport is not None
+        request.transport.abort()
+        return response
 
     async def _stream(self, request: web.Request, data: dict[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

@@ -56,6 +56,19 @@ async def test_a_replica_dropping_the_request_gives_a_clear_error(
     assert gateway.replicas.in_flight("r1") == 0
 
 
+async def test_a_replica_failing_halfway_through_a_whole_answer_gives_a_clear_error(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+) -> None:
+    engine.cut_whole = True
+    gateway.replicas.set_ready(engine.endpoint)
+    with pytest.raises(openai.APIStatusError) as caught:
+        await asyncio.wait_for(client.chat.completions.create(model=MODEL, messages=MESSAGES), WAIT)
+    assert caught.value.status_code == 502
+    assert "dropped the connection" in caught.value.message
+    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
+    assert hooks.usage[0].status == 502
+
+
 async def test_a_replica_silent_before_its_answer_gives_a_timeout(
     gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
 ) -> None:
