@@ -12,7 +12,7 @@ at concurrency 1 (time to first event, gap between events). The gateway's RSS
 is read before and after 100k requests. Figures are printed as a table and
 then as one JSON line (the last line of the output).
 
-    python bench/gateway/run.py [--litellm-venv DIR] [--quick]
+    python bench/gateway/run.py [--litellm-venv DIR] [--quick] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,7 +75,21 @@ class Target:
         self.figures: dict[str, Any] = {}
 
 
-def measure(target: Target, bodies: dict[str, Path], scale: float) -> None:
+def profiling(pid: int, output: Path | None, seconds: float) -> subprocess.Popen[bytes] | None:
+    """py-spy recording ``pid`` for ``seconds`` into ``output`` (speedscope), when asked and installed."""
+    if output is None:
+        return None
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        print("  ! --profile needs py-spy: pip install py-spy", flush=True)
+        return None
+    command = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", "250",
+               "--nonblocking", "--format", "speedscope", "--output", str(output)]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path | None = None,
+            pid: int = 0) -> None:  # fmt: skip
     """Latency at c=1, throughput at c=64, and a stream at c=1, for one target."""
     slow = target.name == "litellm"
     n = int((400 if slow else 5000) * scale)
@@ -82,7 +97,11 @@ def measure(target: Target, bodies: dict[str, Path], scale: float) -> None:
     load(target.port, target.key, bodies["whole"], concurrency=1, count=max(20, n // 10), duration=10)
     c1 = load(target.port, target.key, bodies["whole"], concurrency=1, count=n, duration=20 * scale)
     print(f"[{target.name}] concurrency 64", flush=True)
+    spy = profiling(pid, profile, 9 * scale)
     c64 = load(target.port, target.key, bodies["whole"], concurrency=64, count=10**6, duration=10 * scale)
+    if spy is not None:
+        spy.wait(60)
+        print(f"[{target.name}] profile at concurrency 64: {profile} (open it in speedscope.app)", flush=True)
     streams = int((100 if slow else 1000) * scale)
     print(f"[{target.name}] {streams} streams at concurrency 1", flush=True)
     st = load(target.port, target.key, bodies["stream"], concurrency=1, count=streams, duration=20 * scale,
@@ -194,6 +213,9 @@ def main() -> None:
                         help="virtualenv with litellm[proxy] (skipped when it has none)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a tenth of the requests, for a smoke run")
     parser.add_argument("--rss-requests", type=int, default=100_000)
+    parser.add_argument(
+        "--profile", type=Path, help="record llmgw at concurrency 64 with py-spy into this file"
+    )
     args = parser.parse_args()
     scale = 0.1 if args.quick else 1.0
     started = time.monotonic()
@@ -216,7 +238,10 @@ def main() -> None:
             else:
                 print(f"LiteLLM skipped: no {args.litellm_venv}/bin/litellm (make bench-gateway installs it)")
             for target in targets:
-                measure(target, bodies, scale)
+                if target.name == "llmgw":
+                    measure(target, bodies, scale, args.profile, gateway_pid)
+                else:
+                    measure(target, bodies, scale)
             rss_count = int(args.rss_requests * scale)
             rss_before = rss_kib(gateway_pid)
             print(f"[llmgw] {rss_count} requests at concurrency 64 for the RSS", flush=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -110,6 +110,20 @@ async def test_a_connection_the_engine_closes_is_not_reused(upstream: Upstream) 
     assert (await ask(upstream, engine))[2] == b"{}"
     assert engine.connections == 2
     await engine.stop()
+
+
+async def test_an_idle_connection_the_engine_closes_leaves_the_pool(upstream: Upstream) -> None:
+    engine = await engine_with(OK)
+    await ask(upstream, engine)
+    (pool,) = upstream._pools.values()
+    assert len(pool) == 1
+    await engine.stop()  # closes the idle connection from the engine's side
+    await asyncio.wait_for(_until(lambda: not pool), WAIT)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
 
 
 async def test_chunked_and_close_delimited_bodies_are_read_whole(upstream: Upstream) -> None:

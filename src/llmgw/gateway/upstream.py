@@ -198,6 +198,8 @@ class _Connection(asyncio.Protocol):
         self.lost = True
         response = self.response
         if response is None:
+            if self.pool is not None and self in self.pool:  # idle: the engine closed it
+                self.pool.remove(self)
             return
         if self._until_close and exc is None and response.status:
             response._finish()  # a body delimited by the connection's end
