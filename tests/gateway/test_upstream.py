@@ -165,3 +165,9 @@ async def test_a_silent_engine_times_out(upstream: Upstream) -> None:
         await asyncio.wait_for(response.read(), WAIT)
     response.close()
     await engine.stop()
+
+
+async def test_a_replica_address_that_is_not_http_is_unreachable(upstream: Upstream) -> None:
+    tls = ReplicaEndpoint("r1", "m", "https://127.0.0.1:1", "engine-key")
+    with pytest.raises(Unreachable, match="http:// only"):
+        await upstream.post(tls, "/v1/x", b"{}", b"id")

@@ -286,6 +286,8 @@ class Upstream:
         key = (endpoint.base_url, endpoint.api_key, path)
         known = self._heads.get(key)
         if known is None:
+            if not endpoint.base_url.startswith("http://"):
+                raise Unreachable(endpoint, "the gateway calls replicas over http:// only", connecting=True)
             if len(self._heads) > 4096:
                 self._heads.clear()
             host, port = _address(endpoint)
