@@ -171,3 +171,16 @@ async def test_a_replica_address_that_is_not_http_is_unreachable(upstream: Upstr
     tls = ReplicaEndpoint("r1", "m", "https://127.0.0.1:1", "engine-key")
     with pytest.raises(Unreachable, match="http:// only"):
         await upstream.post(tls, "/v1/x", b"{}", b"id")
+
+
+async def test_an_answer_larger_than_the_buffer_arrives_whole_after_reading_paused(
+    upstream: Upstream,
+) -> None:
+    big = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB: reading pauses past HIGH_WATER, resumes as read
+    engine = await engine_with(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big))
+    response = await asyncio.wait_for(upstream.post(endpoint(engine.port), "/v1/x", b"{}", b"id"), WAIT)
+    await asyncio.wait_for(_until(lambda: response._paused), WAIT)  # nobody read: the engine is held back
+    pieces = [piece async for piece in response.iter_any()]
+    response.release()
+    assert b"".join(pieces) == big
+    await engine.stop()
