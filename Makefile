@@ -12,13 +12,14 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine up test lint unit e2e proto clean
+.PHONY: help install engine up test lint unit e2e proto clean bench-gateway
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
 	@echo "make test    install everything, then run lint, type checks, layer contracts and every test"
 	@echo "make unit    tests without the end-to-end ones; make e2e: only those"
 	@echo "make proto   regenerate the agent protocol's Python code"
+	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +40,7 @@ up: engine
 	$(BIN)/llmgw up
 
 lint: install
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 
@@ -55,6 +56,16 @@ e2e: engine
 proto: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src --grpc_python_out=src \
 		--mypy_out=src src/llmgw/protocol/agent.proto
+
+LITELLM_VENV ?= $(LLMGW_CACHE)/bench/litellm-venv
+LITELLM_VERSION ?= 1.108.7
+
+$(LITELLM_VENV)/bin/litellm:
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/python -m pip install -q 'litellm[proxy]==$(LITELLM_VERSION)'
+
+bench-gateway: install $(LITELLM_VENV)/bin/litellm
+	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

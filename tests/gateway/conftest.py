@@ -69,13 +69,17 @@ class FakeEngine:
     replica_id: str = "r1"
     key: str = "replica-key-r1"
     chunks: int = 3
-    """Content chunks in a streamed answer (then one usage chunk and [DONE])."""
+    """Content chunks in a streamed answer (then a usage chunk when the request asks for it, and [DONE])."""
     hold: asyncio.Event | None = None
     """When set, every answer waits for this event before it starts."""
     hold_after_first: asyncio.Event | None = None
     """When set, a stream waits for this event after its first chunk."""
     cut_after: int | None = None
     """When set, a stream's connection is closed after this many chunks."""
+    cut_whole: bool = False
+    """When set, a whole (non-streamed) answer's connection is closed halfway through its body."""
+    abort_on_arrival: bool = False
+    """When set, the connection of every request is closed as soon as the request arrived."""
     error: tuple[int, bytes] | None = None
     """When set, every request is answered with this status and body."""
     requests: list[Received] = field(default_factory=list)
@@ -110,6 +114,10 @@ class FakeEngine:
         body = await request.read()
         self.requests.append(Received(request.path, request.headers.copy(), body))
         self.arrived.set()
+        if self.abort_on_arrival:
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
         if request.headers.get("Authorization") != f"Bearer {self.key}":
             error = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
             return web.json_response(error, status=401)
@@ -122,6 +130,8 @@ class FakeEngine:
                 return web.Response(status=status, body=raw, content_type="application/json")
             if data.get("stream"):
                 return await self._stream(request, data)
+            if self.cut_whole:
+                return await self._cut(request, data)
             return web.json_response(self._answer(request.path, data))
         except (asyncio.CancelledError, ConnectionResetError):
             self.dropped.set()
@@ -157,6 +167,16 @@ class FakeEngine:
             "usage": usage,
         }
 
+    async def _cut(self, request: web.Request, data: dict[str, Any]) -> web.StreamResponse:
+        body = json.dumps(self._answer(request.path, data)).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[: len(body) // 2])
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
     async def _stream(self, request: web.Request, data: dict[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -179,8 +199,10 @@ class FakeEngine:
                 return response
             if i == 0 and self.hold_after_first is not None:
                 await self.hold_after_first.wait()
-        usage = {"prompt_tokens": 7, "completion_tokens": self.chunks, "total_tokens": 7 + self.chunks}
-        await response.write(event({"choices": [], "usage": usage}))
+        options = data.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            usage = {"prompt_tokens": 7, "completion_tokens": self.chunks, "total_tokens": 7 + self.chunks}
+            await response.write(event({"choices": [], "usage": usage}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

@@ -65,7 +65,6 @@ async def test_a_stream_arrives_chunk_by_chunk(
     rest = [chunk async for chunk in chunks]
     texts = [c.choices[0].delta.content for c in rest if c.choices]
     assert texts == ["r1-1 ", "r1-2 "]
-    assert rest[-1].usage is not None and rest[-1].usage.completion_tokens == 3
 
 
 async def test_usage_is_reported_for_a_whole_answer(

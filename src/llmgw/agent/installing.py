@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ class Installer:
         return found
 
     async def engine(self) -> Path:
+        given = self._config.engines.llamacpp.binary
+        if given:
+            return _operator_binary(self._config.path(given))
         async with self._engine_lock:
             if self._installed is None:
                 inventory = self._inventory()
@@ -194,6 +198,16 @@ class Installer:
             self.program(spec.engine), self.weights(spec), self.projector(spec)
         )
         return Prepared(program, weights, projector)
+
+
+def _operator_binary(path: Path) -> Path:
+    """The llama-server the operator named in ``engines.llamacpp.binary``, checked to be runnable."""
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise LlmgwError(
+            f"engines.llamacpp.binary {path} is not an executable file",
+            "point it at a llama-server binary, or remove it from agent.yaml to install a build",
+        )
+    return path
 
 
 def _log_progress(message: str, fraction: float | None) -> None:

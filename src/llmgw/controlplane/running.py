@@ -16,6 +16,7 @@ from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.catalog_view import ModelEntry
@@ -27,6 +28,7 @@ from llmgw.gateway.usage import UsageRecord
 from llmgw.mirror.blobs import BlobStore
 from llmgw.protocol.grpc_transport import AgentServer, TlsFiles
 from llmgw.store.database import Store
+from llmgw.store.usage import UsageLog
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +78,11 @@ class ControlPlane:
         store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
         blobs = BlobStore(config.data_path / "mirror")
         reconciler_box: list[Reconciler] = []
+        usage = UsageWriter(UsageLog(store), store.now)
 
         def on_usage(record: UsageRecord) -> None:
             reconciler_box[0].used(record.model)
+            usage.add(record)
 
         gateway = Gateway(
             GatewaySettings(
@@ -175,6 +179,7 @@ class ControlPlane:
                 serving = tasks.create_task(server.serve())
                 reconciling = tasks.create_task(reconciler.run())
                 reading_loads = tasks.create_task(LoadReader(gateway.replicas).run())
+                writing = tasks.create_task(usage.run())
                 while not server.started:
                     if serving.done():
                         break
@@ -193,6 +198,7 @@ class ControlPlane:
                 server.should_exit = True
                 reconciling.cancel()
                 reading_loads.cancel()
+                writing.cancel()  # it writes what waits before it ends
         finally:
             await agent_server.stop()
             await gateway.close()

@@ -27,7 +27,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmgw.gateway import metrics
-from llmgw.gateway.bodies import model_and_stream, read_body
+from llmgw.gateway.bodies import asking_for_usage, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
 from llmgw.gateway.keys import KeyEntry, KeyRing
@@ -210,7 +210,8 @@ class Gateway:
             if body is None:
                 exchange.status = CLIENT_CLOSED
                 return
-            model, stream = model_and_stream(body)
+            facts = model_and_stream(body)
+            model = facts.model
             if model not in self.catalog:
                 raise ApiError(
                     404,
@@ -219,7 +220,10 @@ class Gateway:
                     "model",
                 )
             exchange.model = model
-            await forward(self, exchange, receive, send, path, body, stream)
+            strip_usage = facts.stream and not facts.usage_asked and path != "/v1/embeddings"
+            if strip_usage:
+                body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
+            await forward(self, exchange, receive, send, path, body, facts.stream, strip_usage)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(

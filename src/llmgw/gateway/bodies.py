@@ -1,12 +1,18 @@
 """What a request brings: its body, read whole and bounded, and the one JSON parse of it.
 
 The body is forwarded as the bytes received; it is parsed once, only to read
-``model`` and ``stream``, and never encoded again.
+``model``, ``stream`` and ``stream_options``, and never encoded again, with one
+exception: a stream whose client did not ask for usage gets
+``stream_options.include_usage`` added (:func:`asking_for_usage`), so that its
+tokens are counted; the usage-only event this brings is taken out of the
+answer before the client sees it. Where the client sent no ``stream_options``
+that is a splice of bytes, not a new encoding.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any, NamedTuple
 
 from starlette.types import Receive
 
@@ -48,8 +54,42 @@ async def read_body(receive: Receive, length: bytes | None, limit: int) -> bytes
             return b"".join(parts)
 
 
-def model_and_stream(body: bytes) -> tuple[str, bool]:
-    """The request's ``model`` and ``stream``: the one JSON parse the gateway does."""
+class RequestFacts(NamedTuple):
+    """What the gateway reads from a request body."""
+
+    model: str
+    stream: bool
+    usage_asked: bool
+    """The client asked for a usage event in the stream (``stream_options.include_usage``)."""
+    stream_options: Any
+    """The ``stream_options`` sent; :data:`ABSENT` when there were none."""
+
+
+ABSENT: Any = object()
+
+_ASK_FOR_USAGE = b'"stream_options":{"include_usage":true},'
+
+
+def asking_for_usage(body: bytes, facts: RequestFacts) -> bytes:
+    """``body`` with ``stream_options.include_usage`` set; the other options are kept.
+
+    Left as it is when ``stream_options`` is neither an object nor null: the
+    engine then answers the client's own mistake.
+    """
+    options = facts.stream_options
+    if options is ABSENT:
+        start = len(body) - len(body.lstrip())
+        if body[start : start + 1] == b"{":
+            return body[: start + 1] + _ASK_FOR_USAGE + body[start + 1 :]
+    elif options is not None and not isinstance(options, dict):
+        return body
+    data = json.loads(body)
+    data["stream_options"] = {**(options or {}), "include_usage": True}
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def model_and_stream(body: bytes) -> RequestFacts:
+    """The request's ``model``, ``stream`` and ``stream_options``: the one JSON parse the gateway does."""
     if not body or body.isspace():
         raise ApiError(400, "The request body is empty; send a JSON object with 'model'.", "invalid_json")
     try:
@@ -75,4 +115,7 @@ def model_and_stream(body: bytes) -> tuple[str, bool]:
             "missing_model" if model is None else "invalid_model",
             "model",
         )
-    return model, data.get("stream") is True
+    stream = data.get("stream") is True
+    options = data.get("stream_options", ABSENT)
+    usage_asked = stream and isinstance(options, dict) and options.get("include_usage") is True
+    return RequestFacts(model, stream, usage_asked, options)

@@ -17,14 +17,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import aiohttp
 from starlette.types import Receive, Send
 
 from llmgw.gateway import metrics
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import EVENT_STREAM, JSON, ApiError, normalise_engine_error, sse_error_event
-from llmgw.gateway.upstream import Unreachable, UpstreamTimeout, describe
+from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
 
 if TYPE_CHECKING:
@@ -86,15 +85,26 @@ def _client_left(exchange: Exchange, task: asyncio.Task[object], watcher: asynci
 
 
 async def forward(
-    gateway: Gateway, exchange: Exchange, receive: Receive, send: Send, path: str, body: bytes, stream: bool
+    gateway: Gateway,
+    exchange: Exchange,
+    receive: Receive,
+    send: Send,
+    path: str,
+    body: bytes,
+    stream: bool,
+    strip_usage: bool = False,
 ) -> None:
-    """Answer a validated request from a replica of ``exchange.model``; report its usage."""
+    """Answer a validated request from a replica of ``exchange.model``; report its usage.
+
+    ``strip_usage``: the stream's usage-only event was asked for by the gateway, not the
+    client, and is taken out of the answer.
+    """
     task = asyncio.current_task()
     assert task is not None
     watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
     watcher.add_done_callback(functools.partial(_client_left, exchange, task))
     try:
-        await _forward(gateway, exchange, send, path, body, stream)
+        await _forward(gateway, exchange, send, path, body, stream, strip_usage)
     except ApiError as error:
         exchange.status = error.status
         raise
@@ -122,7 +132,7 @@ async def forward(
 
 
 async def _forward(
-    gateway: Gateway, exchange: Exchange, send: Send, path: str, body: bytes, stream: bool
+    gateway: Gateway, exchange: Exchange, send: Send, path: str, body: bytes, stream: bool, strip_usage: bool
 ) -> None:
     model = exchange.model
     table = gateway.replicas
@@ -136,12 +146,12 @@ async def _forward(
     response, lease = await _connect(gateway, exchange, endpoint, path, body)
     clean = False
     try:
-        content_type = response.headers.get("Content-Type", "application/json")
+        content_type = response.content_type or "application/json"
         if response.status >= 400:
             await _relay_error(gateway, exchange, send, response)
             clean = True
         elif stream and content_type.startswith("text/event-stream"):
-            clean = await _relay_stream(gateway, exchange, send, response, content_type)
+            clean = await _relay_stream(gateway, exchange, send, response, content_type, strip_usage)
         else:
             await _relay_whole(gateway, exchange, send, response, content_type)
             clean = True
@@ -156,7 +166,7 @@ async def _forward(
 
 async def _connect(
     gateway: Gateway, exchange: Exchange, endpoint: ReplicaEndpoint, path: str, body: bytes
-) -> tuple[aiohttp.ClientResponse, Lease]:
+) -> tuple[UpstreamResponse, Lease]:
     """Send the request to ``endpoint``, or once to another ready replica when it gives no answer."""
     table = gateway.replicas
     tried: list[str] = []
@@ -185,8 +195,9 @@ async def _connect(
             lease.release()
             exchange.replica_id = endpoint.replica_id
             raise ApiError(504, f"{error}; retry, or ask for fewer tokens", "upstream_timeout") from error
-        except BaseException:
+        except BaseException:  # the client left (cancelled): the replica did see the request
             lease.release()
+            exchange.replica_id = endpoint.replica_id
             raise
         exchange.replica_id = endpoint.replica_id
         return response, lease
@@ -201,16 +212,16 @@ async def _connect(
     )
 
 
-async def _read_all(gateway: Gateway, exchange: Exchange, response: aiohttp.ClientResponse) -> bytes:
+async def _read_all(gateway: Gateway, exchange: Exchange, response: UpstreamResponse) -> bytes:
     try:
         return await response.read()
-    except aiohttp.SocketTimeoutError as error:
+    except UpstreamTimeout as error:
         raise ApiError(
             504,
             f"The replica stopped answering for {gateway.settings.upstream_timeout_s:g} s; retry.",
             "upstream_timeout",
         ) from error
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+    except UpstreamDropped as error:
         metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
         raise ApiError(
             502,
@@ -220,7 +231,7 @@ async def _read_all(gateway: Gateway, exchange: Exchange, response: aiohttp.Clie
 
 
 async def _relay_whole(
-    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse, content_type: str
+    gateway: Gateway, exchange: Exchange, send: Send, response: UpstreamResponse, content_type: str
 ) -> None:
     body = await _read_all(gateway, exchange, response)
     status = response.status
@@ -243,9 +254,7 @@ async def _relay_whole(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _relay_error(
-    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse
-) -> None:
+async def _relay_error(gateway: Gateway, exchange: Exchange, send: Send, response: UpstreamResponse) -> None:
     """An engine's error answer, in OpenAI's shape, with the engine's status."""
     raw = await _read_all(gateway, exchange, response)
     status = response.status
@@ -277,7 +286,12 @@ async def _relay_error(
 
 
 async def _relay_stream(
-    gateway: Gateway, exchange: Exchange, send: Send, response: aiohttp.ClientResponse, content_type: str
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    response: UpstreamResponse,
+    content_type: str,
+    strip_usage: bool,
 ) -> bool:
     """Relay SSE events as they complete; True when the replica ended the stream itself."""
     exchange.response_started = True
@@ -294,20 +308,20 @@ async def _relay_stream(
             ],
         }
     )
-    framer = EventFramer()
+    framer = EventFramer(strip_usage_only=strip_usage)
     failure = b""
     try:
-        async for chunk in response.content.iter_any():
+        async for chunk in response.iter_any():
             out = framer.feed(chunk)
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-    except aiohttp.SocketTimeoutError:
+    except UpstreamTimeout:
         exchange.status = 504
         failure = sse_error_event(
             f"The replica stopped sending for {gateway.settings.upstream_timeout_s:g} s; retry the request.",
             "upstream_timeout",
         )
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+    except UpstreamDropped as error:
         exchange.status = 502
         metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
         log.warning("replica %s failed mid-stream: %s", exchange.replica_id, describe(error))

@@ -21,8 +21,6 @@ class GatewaySettings(BaseModel):
     """Seconds a client is told (``Retry-After``) to wait when no replica can serve it now."""
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     """Largest request body accepted; larger ones get 413."""
-    max_connections: int = Field(default=0, ge=0)
-    """Upstream connections this process keeps open at most, over all replicas; 0 for no limit."""
     keepalive_s: float = Field(default=4.0, ge=0)
     """How long an idle upstream connection is kept for reuse; keep it below the engines' own
     keep-alive (uvicorn-based engines close after 5 s) so a reused connection is never a stale one."""

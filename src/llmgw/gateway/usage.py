@@ -3,7 +3,9 @@
 Usage is read without decoding whole answers: the last ``"usage": {...}``
 object is located with a byte search and only that object is parsed. For
 streams, :class:`EventFramer` passes on complete SSE events only, so a usage
-object is never split, and an error event can always be appended cleanly.
+object is never split, and an error event can always be appended cleanly; it
+also takes out the usage-only event (``"choices": []`` with ``usage``) when the
+gateway, not the client, asked for it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _DECODER = json.JSONDecoder()
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +71,50 @@ def _boundary(data: bytes) -> int:
     return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
+def _usage_only(event: bytes) -> bool:
+    """True for an event whose data is a chunk with no choices and a usage object."""
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                value = json.loads(line[5:])
+            except ValueError:
+                return False
+            return isinstance(value, dict) and value.get("choices") == [] and "usage" in value
+    return False
+
+
+def without_usage_only_events(data: bytes) -> bytes:
+    """``data`` (whole SSE events, maybe an unterminated last one) less its usage-only events."""
+    kept: list[bytes] = []
+    start = 0
+    dropped = False
+    for end in _EVENT_END.finditer(data):
+        event = data[start : end.end()]
+        if b'"usage"' in event and _usage_only(event):
+            dropped = True
+        else:
+            kept.append(event)
+        start = end.end()
+    rest = data[start:]
+    if rest and b'"usage"' in rest and _usage_only(rest):
+        dropped, rest = True, b""
+    if not dropped:
+        return data
+    kept.append(rest)
+    return b"".join(kept)
+
+
 class EventFramer:
-    """Splits an SSE byte stream at event boundaries and keeps the last usage seen."""
+    """Splits an SSE byte stream at event boundaries and keeps the last usage seen.
 
-    __slots__ = ("_pending", "usage")
+    With ``strip_usage_only`` the usage-only event is read, then left out.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_pending", "_strip", "usage")
+
+    def __init__(self, *, strip_usage_only: bool = False) -> None:
         self._pending = b""
+        self._strip = strip_usage_only
         self.usage: dict[str, Any] | None = None
 
     def feed(self, chunk: bytes) -> bytes:
@@ -92,6 +132,8 @@ class EventFramer:
             usage = find_usage(out)
             if usage is not None:
                 self.usage = usage
+                if self._strip:
+                    out = without_usage_only_events(out)
         return out
 
     def flush(self) -> bytes:
@@ -101,6 +143,8 @@ class EventFramer:
             usage = find_usage(rest)
             if usage is not None:
                 self.usage = usage
+                if self._strip:
+                    rest = without_usage_only_events(rest)
         return rest
 
     @property

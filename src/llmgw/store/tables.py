@@ -167,6 +167,22 @@ class AuditRow(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
 
 
+class UsageRow(Base):
+    """What one key used of one model over one stretch of time (the writer's flush interval)."""
+
+    __tablename__ = "usage"
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, index=True)
+    key_id: Mapped[str] = mapped_column(String(32), nullable=False, index=True)
+    model: Mapped[str] = mapped_column(String(128), nullable=False)
+    requests: Mapped[int] = mapped_column(Integer, nullable=False)
+    failed: Mapped[int] = mapped_column(Integer, nullable=False)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    duration_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 class BlobRow(Base):
     """A file the mirror keeps, by the sha256 of its bytes."""
 

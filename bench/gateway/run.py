@@ -1,0 +1,322 @@
+"""The gateway benchmark: direct to an engine, through llmgw, through LiteLLM's proxy, in one run.
+
+The engine is llmgw's llama-server stand-in (it answers at once), registered
+the way llmgw registers any engine: a real control plane and agent
+(``llmgw.testing.cluster``), the agent told by ``engines.llamacpp.binary`` to
+run the stand-in instead of an installed llama-server. LiteLLM's proxy (one
+worker, in its own virtualenv) is pointed at the same engine.
+
+Each target gets the same load, from ``loadgen.py`` in its own process:
+latency at concurrency 1, requests/s at concurrency 64, a stream of 64 events
+at concurrency 1 (time to first event, gap between events). The gateway's RSS
+is read before and after 100k requests. Figures are printed as a table and
+then as one JSON line (the last line of the output).
+
+    python bench/gateway/run.py [--litellm-venv DIR] [--quick] [--profile FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from llmgw.store.database import Store
+from llmgw.testing.cluster import Cluster, free_port, wait_for
+from llmgw.testing.llama_server_standin import write_launcher
+
+HERE = Path(__file__).resolve().parent
+MODEL = "bench-chat"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+LITELLM_KEY = "sk-bench-" + "0123456789abcdef" * 2
+DEFAULT_LITELLM_VENV = (
+    Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw")).expanduser() / "bench/litellm-venv"
+)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def load(port: int, key: str, body: Path, *, concurrency: int, count: int, duration: float,
+         stream: bool = False) -> dict[str, Any]:  # fmt: skip
+    command = [
+        sys.executable, str(HERE / "loadgen.py"), "--port", str(port), "--key", key, "--body", str(body),
+        "--concurrency", str(concurrency), "--count", str(count), "--duration", str(duration),
+    ]  # fmt: skip
+    if stream:
+        command.append("--stream")
+    out = subprocess.run(command, capture_output=True, text=True, timeout=duration + 120, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(out.stdout)
+    if result["errors"]:
+        print(f"  ! {result['errors']} errors, e.g. {result.get('error_sample')}", flush=True)
+    return result
+
+
+class Target:
+    def __init__(self, name: str, port: int, key: str) -> None:
+        self.name = name
+        self.port = port
+        self.key = key
+        self.figures: dict[str, Any] = {}
+
+
+def profiling(pid: int, output: Path | None, seconds: float) -> subprocess.Popen[bytes] | None:
+    """py-spy recording ``pid`` for ``seconds`` into ``output`` (speedscope), when asked and installed."""
+    if output is None:
+        return None
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        print("  ! --profile needs py-spy: pip install py-spy", flush=True)
+        return None
+    command = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", "250",
+               "--nonblocking", "--format", "speedscope", "--output", str(output)]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path | None = None,
+            pid: int = 0) -> None:  # fmt: skip
+    """Latency at c=1, throughput at c=64, and a stream at c=1, for one target."""
+    slow = target.name == "litellm"
+    n = int((400 if slow else 5000) * scale)
+    print(f"[{target.name}] warming up, then {n} requests at concurrency 1", flush=True)
+    load(target.port, target.key, bodies["whole"], concurrency=1, count=max(20, n // 10), duration=10)
+    c1 = load(target.port, target.key, bodies["whole"], concurrency=1, count=n, duration=20 * scale)
+    print(f"[{target.name}] concurrency 64", flush=True)
+    spy = profiling(pid, profile, 9 * scale)
+    c64 = load(target.port, target.key, bodies["whole"], concurrency=64, count=10**6, duration=10 * scale)
+    if spy is not None:
+        spy.wait(60)
+        print(f"[{target.name}] profile at concurrency 64: {profile} (open it in speedscope.app)", flush=True)
+    streams = int((100 if slow else 1000) * scale)
+    print(f"[{target.name}] {streams} streams at concurrency 1", flush=True)
+    st = load(target.port, target.key, bodies["stream"], concurrency=1, count=streams, duration=20 * scale,
+              stream=True)  # fmt: skip
+    figures = {
+        "c1_rps": c1["rps"],
+        "c1_p50_us": c1["latency_us"]["p50"],
+        "c1_p99_us": c1["latency_us"]["p99"],
+        "c64_rps": c64["rps"],
+        "c64_p50_us": c64["latency_us"]["p50"],
+        "ttft_p50_us": st["ttft_us"]["p50"],
+        "ttft_p99_us": st["ttft_us"]["p99"],
+        "gap_mean_us": st["gap_us"]["mean"],
+        "stream_events": st["events"],
+        "errors": c1["errors"] + c64["errors"] + st["errors"],
+    }
+    target.figures = {k: round(v, 1) if isinstance(v, float) else v for k, v in figures.items()}
+
+
+def start_cluster(home: Path) -> tuple[Cluster, int, str]:
+    """A control plane and an agent whose llama-server is the stand-in; (cluster, engine port, engine key)."""
+    cluster = Cluster(home / "cluster", home / "cache")
+    cluster.start_server()
+    weights = home / "standin.gguf"
+    weights.write_bytes(b"GGUF stand-in weights\n")
+    with weights.open("rb") as data:
+        blob = cluster.admin.request(
+            "POST", f"/api/mirror/blobs?filename={weights.name}", data=data, length=weights.stat().st_size
+        )
+    cluster.admin.request(
+        "POST",
+        "/api/models",
+        {
+            "name": MODEL,
+            "source": {"sha256": blob["sha256"], "filename": weights.name},
+            "profile": {"ctx_size": 2048, "parallel": 64},
+        },
+    )
+    cluster.key = cluster.admin.request("POST", "/api/keys", {"name": "bench"})["key"]  # type: ignore[attr-defined]
+    launcher = write_launcher(home / "bin" / "llama-server")
+    cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
+    cluster.start_agent("node1")
+    replica = cluster.wait_ready(MODEL, 60)
+
+    async def engine_key() -> str:
+        store = await Store.open(cluster.config.store_url)
+        try:
+            return (await store.replicas.get(replica["id"])).api_key
+        finally:
+            await store.close()
+
+    return cluster, int(replica["port"]), asyncio.run(engine_key())
+
+
+def start_litellm(
+    venv: Path, home: Path, engine_port: int, engine_key: str
+) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    config = home / "litellm.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "model_list": [
+                    {
+                        "model_name": MODEL,
+                        "litellm_params": {
+                            "model": f"openai/{MODEL}",
+                            "api_base": f"http://127.0.0.1:{engine_port}/v1",
+                            "api_key": engine_key,
+                        },
+                    }
+                ],
+                "litellm_settings": {"telemetry": False},
+                "general_settings": {"master_key": LITELLM_KEY},
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_TELEMETRY": "False",
+        "LITELLM_LOG": "ERROR",
+        "NO_DOCKER": "True",
+    }
+    log = (home / "litellm.log").open("wb")
+    process = subprocess.Popen(
+        [str(venv / "bin" / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+         "--num_workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+
+    def alive() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"LiteLLM exited: {(home / 'litellm.log').read_text()[-2000:]}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveliness", timeout=2) as answer:
+            return bool(answer.status == 200)
+
+    wait_for(alive, 120, "LiteLLM's proxy answers", interval_s=0.5)
+    return process, port
+
+
+def added(through: dict[str, Any], direct: dict[str, Any], field: str) -> float:
+    return round(through[field] - direct[field], 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Benchmark llmgw's gateway against the engine and LiteLLM.")
+    parser.add_argument("--litellm-venv", type=Path, default=DEFAULT_LITELLM_VENV,
+                        help="virtualenv with litellm[proxy] (skipped when it has none)")  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="a tenth of the requests, for a smoke run")
+    parser.add_argument("--rss-requests", type=int, default=100_000)
+    parser.add_argument(
+        "--profile", type=Path, help="record llmgw at concurrency 64 with py-spy into this file"
+    )
+    args = parser.parse_args()
+    scale = 0.1 if args.quick else 1.0
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp:
+        home = Path(tmp)
+        bodies = {"whole": home / "whole.json", "stream": home / "stream.json"}
+        bodies["whole"].write_text(json.dumps(CHAT))
+        bodies["stream"].write_text(json.dumps({**CHAT, "stream": True}))
+        cluster, engine_port, engine_key = start_cluster(home)
+        litellm: subprocess.Popen[bytes] | None = None
+        try:
+            gateway_pid = cluster.processes["server"].pid
+            targets = [
+                Target("direct", engine_port, engine_key),
+                Target("llmgw", cluster.http_port, cluster.key),  # type: ignore[attr-defined]
+            ]
+            if (args.litellm_venv / "bin" / "litellm").exists():
+                litellm, litellm_port = start_litellm(args.litellm_venv, home, engine_port, engine_key)
+                targets.append(Target("litellm", litellm_port, LITELLM_KEY))
+            else:
+                print(f"LiteLLM skipped: no {args.litellm_venv}/bin/litellm (make bench-gateway installs it)")
+            for target in targets:
+                if target.name == "llmgw":
+                    measure(target, bodies, scale, args.profile, gateway_pid)
+                else:
+                    measure(target, bodies, scale)
+            rss_count = int(args.rss_requests * scale)
+            rss_before = rss_kib(gateway_pid)
+            print(f"[llmgw] {rss_count} requests at concurrency 64 for the RSS", flush=True)
+            long = load(cluster.http_port, cluster.key, bodies["whole"], concurrency=64, count=rss_count,  # type: ignore[attr-defined]
+                        duration=300)  # fmt: skip
+            rss_after = rss_kib(gateway_pid)
+        finally:
+            if litellm is not None:
+                litellm.terminate()
+                litellm.wait(20)
+            cluster.stop()
+    by = {t.name: t.figures for t in targets}
+    direct, gw = by["direct"], by["llmgw"]
+    report: dict[str, Any] = {
+        "direct": direct,
+        "llmgw": {
+            **gw,
+            "added_p50_us": added(gw, direct, "c1_p50_us"),
+            "added_p99_us": added(gw, direct, "c1_p99_us"),
+            "added_ttft_p50_us": added(gw, direct, "ttft_p50_us"),
+            "added_gap_us": added(gw, direct, "gap_mean_us"),
+            "rss_kib_before": rss_before,
+            "rss_kib_after": rss_after,
+            "rss_growth_pct": round(100 * (rss_after - rss_before) / rss_before, 1),
+            "rss_requests": long["count"],
+            "rss_run_rps": long["rps"],
+        },
+        "ratio_llmgw_direct_c64_rps": round(gw["c64_rps"] / direct["c64_rps"], 3),
+    }
+    if "litellm" in by:
+        lite = by["litellm"]
+        report["litellm"] = {
+            **lite,
+            "added_p50_us": added(lite, direct, "c1_p50_us"),
+            "added_p99_us": added(lite, direct, "c1_p99_us"),
+            "added_ttft_p50_us": added(lite, direct, "ttft_p50_us"),
+            "added_gap_us": added(lite, direct, "gap_mean_us"),
+        }
+        report["ratio_llmgw_litellm_c64_rps"] = round(gw["c64_rps"] / lite["c64_rps"], 2)
+        report["ratio_llmgw_litellm_added_p50"] = round(
+            report["llmgw"]["added_p50_us"] / max(1.0, report["litellm"]["added_p50_us"]), 4
+        )
+    report["seconds"] = round(time.monotonic() - started, 1)
+    print_table(report)
+    print(json.dumps(report, separators=(",", ":")))
+
+
+def print_table(report: dict[str, Any]) -> None:
+    names = [n for n in ("direct", "llmgw", "litellm") if n in report]
+    rows = [
+        ("req/s at c=1", "c1_rps"),
+        ("p50 at c=1 (µs)", "c1_p50_us"),
+        ("p99 at c=1 (µs)", "c1_p99_us"),
+        ("added p50 at c=1 (µs)", "added_p50_us"),
+        ("added p99 at c=1 (µs)", "added_p99_us"),
+        ("req/s at c=64", "c64_rps"),
+        ("stream: first event p50 (µs)", "ttft_p50_us"),
+        ("stream: added first event (µs)", "added_ttft_p50_us"),
+        ("stream: mean gap (µs)", "gap_mean_us"),
+        ("stream: added gap (µs)", "added_gap_us"),
+        ("errors", "errors"),
+    ]
+    print()
+    print(f"{'':34}" + "".join(f"{n:>14}" for n in names))
+    for label, field in rows:
+        cells = "".join(f"{report[n].get(field, ''):>14}" for n in names)
+        print(f"{label:34}{cells}")
+    gw = report["llmgw"]
+    print(f"\nllmgw RSS: {gw['rss_kib_before']} KiB -> {gw['rss_kib_after']} KiB after {gw['rss_requests']} "
+          f"requests ({gw['rss_growth_pct']:+.1f} %, {gw['rss_run_rps']} req/s)")  # fmt: skip
+    print(f"llmgw/direct req/s at c=64: {report['ratio_llmgw_direct_c64_rps']}")
+    if "ratio_llmgw_litellm_c64_rps" in report:
+        print(f"llmgw/LiteLLM req/s at c=64: {report['ratio_llmgw_litellm_c64_rps']}; "
+              f"added p50: {report['ratio_llmgw_litellm_added_p50']}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

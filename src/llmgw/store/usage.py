@@ -1,0 +1,97 @@
+"""Usage: requests and tokens per key and model, appended in batches, summed on reading.
+
+The gateway never writes here itself: the control plane's usage writer sums
+its records in memory and hands over one :class:`UsageEntry` per key and model
+each flush, in one :meth:`UsageLog.append`. A row covers the time since the
+flush before it (``at`` is when it was written), so rows stay few however many
+requests there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, insert, select
+
+from llmgw.store.tables import UsageRow
+
+if TYPE_CHECKING:
+    from llmgw.store.database import Store
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEntry:
+    """What one key used of one model over one flush interval."""
+
+    at: datetime
+    """When the interval ended (the entry was written)."""
+    key_id: str
+    model: str
+    requests: int
+    failed: int
+    """Requests answered with an error, or that the client left (status 400 and above)."""
+    prompt_tokens: int
+    completion_tokens: int
+    duration_ms: int
+    """The requests' durations, summed."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotal:
+    """What one key used of one model, over the time asked about."""
+
+    key_id: str
+    model: str
+    requests: int
+    failed: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class UsageLog:
+    """Append usage in batches; read back totals."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def append(self, entries: Sequence[UsageEntry]) -> None:
+        """Store ``entries`` in one statement and one transaction."""
+        if not entries:
+            return
+        rows = [
+            {
+                "at": e.at,
+                "key_id": e.key_id,
+                "model": e.model,
+                "requests": e.requests,
+                "failed": e.failed,
+                "prompt_tokens": e.prompt_tokens,
+                "completion_tokens": e.completion_tokens,
+                "duration_ms": e.duration_ms,
+            }
+            for e in entries
+        ]
+        async with self._store.session() as session:
+            await session.execute(insert(UsageRow), rows)
+
+    async def totals(self, since: datetime | None = None) -> list[UsageTotal]:
+        """Requests and tokens per key and model (written since ``since`` when given), by key then model."""
+        query = select(
+            UsageRow.key_id,
+            UsageRow.model,
+            func.sum(UsageRow.requests),
+            func.sum(UsageRow.failed),
+            func.sum(UsageRow.prompt_tokens),
+            func.sum(UsageRow.completion_tokens),
+        ).group_by(UsageRow.key_id, UsageRow.model)
+        if since is not None:
+            query = query.where(UsageRow.at >= since)
+        query = query.order_by(UsageRow.key_id, UsageRow.model)
+        async with self._store.session() as session:
+            return [
+                UsageTotal(key_id, model, int(requests), int(failed), int(prompt), int(completion))
+                for key_id, model, requests, failed, prompt, completion in await session.execute(query)
+            ]

@@ -1,0 +1,293 @@
+"""A stand-in for ``llama-server`` that answers at once: for benchmarks and tests of llmgw's own path.
+
+It takes llama-server's command line (the flags llmgw's agent passes: ``--model``,
+``--host``, ``--port``, ``--api-key``, ``--alias``, ``--metrics``, ...; others are
+accepted and ignored) and speaks the parts of its HTTP API llmgw uses:
+
+- ``GET /health`` without the key: 200 ``{"status":"ok"}``.
+- ``GET /metrics`` with the key: llama-server's Prometheus names.
+- ``POST /v1/chat/completions`` and ``/v1/completions`` with the key: a fixed
+  answer, or with ``"stream": true`` a stream of :data:`STREAM_CHUNKS` content
+  events, a usage-only event when ``stream_options.include_usage`` asks for it,
+  and ``data: [DONE]``.
+- Errors in llama-server's shape: ``{"error": {"code", "message", "type"}}``.
+
+It is a raw asyncio protocol on httptools and uvloop, so it costs far less per
+request than any gateway in front of it. ``LLMGW_STANDIN_CHUNK_INTERVAL_MS``
+spaces the streamed events (default 0: each event is written as its own chunk,
+one loop turn apart). Run it as ``python -m llmgw.testing.llama_server_standin``;
+:func:`write_launcher` writes an executable that does, for ``engines.llamacpp.binary``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import httptools
+import uvloop
+
+STREAM_CHUNKS = 64
+"""Content events in a streamed answer."""
+
+PROMPT_TOKENS = 12
+"""Prompt tokens every answer reports."""
+
+_COMPLETION = {
+    "id": "chatcmpl-standin",
+    "object": "chat.completion",
+    "created": 1700000000,
+    "model": "standin",
+    "system_fingerprint": "b0-standin",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Hello! How can I help you today?"},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": 9, "total_tokens": PROMPT_TOKENS + 9},
+}
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-standin",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "standin",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+WHOLE = json.dumps(_COMPLETION, separators=(",", ":")).encode()
+EVENTS = (
+    [_event(_chunk({"role": "assistant", "content": "tok0 "}))]
+    + [_event(_chunk({"content": f"tok{i} "})) for i in range(1, STREAM_CHUNKS - 1)]
+    + [_event(_chunk({"content": f"tok{STREAM_CHUNKS - 1}"}, "stop"))]
+)
+USAGE_EVENT = _event(
+    {
+        "id": "chatcmpl-standin",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "standin",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": STREAM_CHUNKS,
+            "total_tokens": PROMPT_TOKENS + STREAM_CHUNKS,
+        },
+    }
+)
+DONE = b"data: [DONE]\n\n"
+
+
+def _framed(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _error(status: int, message: str, type_: str) -> tuple[int, bytes]:
+    body = {"error": {"code": status, "message": message, "type": type_}}
+    return status, json.dumps(body).encode()
+
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found", 500: b"Server Error"}
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection; requests on it are answered in order."""
+
+    def __init__(self, server: StandIn) -> None:
+        self._server = server
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url = b""
+        self._auth = b""
+        self._body: list[bytes] = []
+        self._streaming: asyncio.Task[None] | None = None
+
+    # asyncio
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            assert self._transport is not None
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._streaming is not None:
+            self._streaming.cancel()
+
+    # httptools
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._auth = b""
+        self._body = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"authorization":
+            self._auth = value
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        method = self._parser.get_method()
+        path = self._url.split(b"?", 1)[0]
+        keep_alive = self._parser.should_keep_alive()
+        if method == b"GET" and path == b"/health":
+            self._reply(200, b'{"status":"ok"}', keep_alive)
+            return
+        if self._auth != self._server.authorization:
+            self._reply(*_error(401, "Invalid API Key", "authentication_error"), keep_alive)
+            return
+        if method == b"GET" and path == b"/metrics":
+            self._reply(200, self._server.metrics(), keep_alive, b"text/plain; version=0.0.4")
+        elif method == b"GET" and path in (b"/v1/models", b"/models"):
+            listing = {"object": "list", "data": [{"id": self._server.alias, "object": "model"}]}
+            self._reply(200, json.dumps(listing).encode(), keep_alive)
+        elif method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions"):
+            self._complete(b"".join(self._body), keep_alive)
+        else:
+            self._reply(*_error(404, "File Not Found", "not_found_error"), keep_alive)
+
+    def _complete(self, raw: bytes, keep_alive: bool) -> None:
+        try:
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("the request is not a JSON object")
+        except ValueError as error:
+            self._reply(*_error(500, f"[json.exception.parse_error] {error}", "server_error"), keep_alive)
+            return
+        self._server.requests += 1
+        if request.get("stream") is True:
+            options = request.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            self._streaming = asyncio.get_running_loop().create_task(self._stream(usage, keep_alive))
+        else:
+            self._reply(200, WHOLE, keep_alive)
+
+    def _reply(self, status: int, body: bytes, keep_alive: bool, kind: bytes = b"application/json") -> None:
+        transport = self._transport
+        assert transport is not None
+        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n" % (
+            status,
+            _REASONS.get(status, b"Error"),
+            kind,
+            len(body),
+            b"" if keep_alive else b"Connection: close\r\n",
+        )
+        transport.write(head + body)
+        if not keep_alive:
+            transport.close()
+
+    async def _stream(self, usage: bool, keep_alive: bool) -> None:
+        transport = self._transport
+        assert transport is not None
+        interval = self._server.interval_s
+        self._server.running += 1
+        try:
+            transport.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + _framed(EVENTS[0])
+            )
+            for event in EVENTS[1:]:
+                await asyncio.sleep(interval)
+                if transport.is_closing():
+                    return
+                transport.write(_framed(event))
+            tail = (_framed(USAGE_EVENT) if usage else b"") + _framed(DONE) + b"0\r\n\r\n"
+            transport.write(tail)
+            if not keep_alive:
+                transport.close()
+        finally:
+            self._server.running -= 1
+            self._streaming = None
+
+
+class StandIn:
+    """The server: its key, alias and counters."""
+
+    def __init__(self, api_key: str, alias: str, interval_s: float) -> None:
+        self.authorization = b"Bearer " + api_key.encode()
+        self.alias = alias
+        self.interval_s = interval_s
+        self.requests = 0
+        self.running = 0
+
+    def metrics(self) -> bytes:
+        return (
+            "# TYPE llamacpp:requests_processing gauge\n"
+            f"llamacpp:requests_processing {self.running}\n"
+            "# TYPE llamacpp:requests_deferred gauge\n"
+            "llamacpp:requests_deferred 0\n"
+            "# TYPE llamacpp:prompt_tokens_total counter\n"
+            f"llamacpp:prompt_tokens_total {self.requests * PROMPT_TOKENS}\n"
+            "# TYPE llamacpp:tokens_predicted_total counter\n"
+            f"llamacpp:tokens_predicted_total {self.requests * STREAM_CHUNKS}\n"
+        ).encode()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="llama-server (llmgw stand-in)",
+        description="Answers llama-server's HTTP API at once, for benchmarks and tests; "
+        "takes llama-server's flags and ignores those it does not need.",
+    )
+    parser.add_argument("-m", "--model", default="")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("-a", "--alias", default="")
+    args, _ignored = parser.parse_known_args(argv)
+    if args.model and not Path(args.model).exists():
+        parser.error(f"--model {args.model}: no such file; pass the weights' path as llama-server does")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    interval_s = float(os.environ.get("LLMGW_STANDIN_CHUNK_INTERVAL_MS", "0")) / 1000
+    server = StandIn(args.api_key, args.alias or Path(args.model).name, interval_s)
+    loop = asyncio.get_running_loop()
+    listening = await loop.create_server(lambda: _Connection(server), args.host, args.port, backlog=1024)
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"main: server is listening on http://{args.host}:{args.port}", flush=True)
+    async with listening:
+        await stop.wait()
+
+
+def write_launcher(path: Path, python: str = sys.executable) -> Path:
+    """An executable at ``path`` that runs this stand-in with the arguments it is given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/sh\nexec "{python}" -m llmgw.testing.llama_server_standin "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def main() -> None:
+    uvloop.run(serve(parse_args(sys.argv[1:])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The usage writer: records summed in memory per key and model, written in batches, kept while
+the store is down."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.errors import StoreUnavailable
+from llmgw.gateway.usage import UsageRecord
+from llmgw.store.usage import UsageEntry
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Sink:
+    """Stands in for the store's usage log; can refuse like a store that is down."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[UsageEntry]] = []
+        self.down = False
+
+    async def append(self, entries: Sequence[UsageEntry]) -> None:
+        if self.down:
+            raise StoreUnavailable("the database is down", "start it")
+        self.batches.append(list(entries))
+
+
+def record(key: str = "key1", model: str = "chat", prompt: int = 5, status: int = 200) -> UsageRecord:
+    return UsageRecord(
+        key, model, "r1", prompt_tokens=prompt, completion_tokens=2, status=status, duration_s=0.25
+    )
+
+
+def writer(sink: Sink) -> UsageWriter:
+    return UsageWriter(sink, lambda: NOW, interval_s=3600)
+
+
+async def test_records_are_summed_into_one_row_per_key_and_model() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    usage.add(record())
+    usage.add(record(prompt=7, status=499))
+    usage.add(record(model="embed"))
+    assert await usage.flush()
+    assert sink.batches == [
+        [
+            UsageEntry(NOW, "key1", "chat", requests=2, failed=1, prompt_tokens=12, completion_tokens=4,
+                       duration_ms=500),
+            UsageEntry(NOW, "key1", "embed", requests=1, failed=0, prompt_tokens=5, completion_tokens=2,
+                       duration_ms=250),
+        ]
+    ]  # fmt: skip
+    assert usage.written == 3 and usage.pending == 0
+
+
+async def test_a_flush_with_nothing_counted_writes_nothing() -> None:
+    sink = Sink()
+    assert await writer(sink).flush()
+    assert sink.batches == []
+
+
+async def test_sums_wait_while_the_store_is_down_and_are_written_after() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    usage.add(record(prompt=1))
+    sink.down = True
+    assert not await usage.flush()
+    usage.add(record(prompt=2))
+    assert usage.pending == 2
+    sink.down = False
+    assert await usage.flush()
+    ((written,),) = sink.batches
+    assert (written.requests, written.prompt_tokens) == (2, 3)
+
+
+async def test_stopping_the_writer_writes_what_waits() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    running = asyncio.create_task(usage.run())
+    await asyncio.sleep(0)  # let it start waiting for its interval
+    usage.add(record())
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert [e.requests for batch in sink.batches for e in batch] == [1]

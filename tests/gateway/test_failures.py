@@ -1,0 +1,99 @@
+"""Under failure the client always gets an answer: a client leaving frees the engine, a failing
+replica gives a clear error, a silent one a timeout, never a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from llmgw.gateway import Gateway, GatewaySettings
+
+from .conftest import AUTH, MESSAGES, MODEL, WAIT, FakeEngine, Hooks
+
+SILENCE_S = 0.5
+
+
+@pytest.fixture
+def settings() -> GatewaySettings:
+    return GatewaySettings(request_wait_s=0.3, upstream_timeout_s=SILENCE_S)
+
+
+async def test_client_leaving_a_stream_before_its_first_event_drops_the_engine_connection(
+    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, hooks: Hooks
+) -> None:
+    engine.hold = asyncio.Event()
+    gateway.replicas.set_ready(engine.endpoint)
+    body = json.dumps({"model": MODEL, "messages": MESSAGES, "stream": True})
+
+    async def ask() -> None:
+        async with http.post("/v1/chat/completions", data=body, headers=AUTH) as response:
+            await response.read()
+
+    request = asyncio.create_task(ask())
+    await asyncio.wait_for(engine.arrived.wait(), WAIT)
+    request.cancel()
+    await asyncio.wait_for(engine.dropped.wait(), WAIT)
+    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
+    assert hooks.usage[0].status == 499
+    assert gateway.replicas.in_flight("r1") == 0
+
+
+async def test_a_replica_dropping_the_request_gives_a_clear_error(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+) -> None:
+    engine.abort_on_arrival = True
+    gateway.replicas.set_ready(engine.endpoint)
+    with pytest.raises(openai.APIStatusError) as caught:
+        await asyncio.wait_for(client.chat.completions.create(model=MODEL, messages=MESSAGES), WAIT)
+    assert caught.value.status_code == 503
+    assert "could be reached" in caught.value.message
+    assert [replica for replica, _ in hooks.failed] == ["r1"]
+    assert gateway.replicas.in_flight("r1") == 0
+
+
+async def test_a_replica_failing_halfway_through_a_whole_answer_gives_a_clear_error(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+) -> None:
+    engine.cut_whole = True
+    gateway.replicas.set_ready(engine.endpoint)
+    with pytest.raises(openai.APIStatusError) as caught:
+        await asyncio.wait_for(client.chat.completions.create(model=MODEL, messages=MESSAGES), WAIT)
+    assert caught.value.status_code == 502
+    assert "dropped the connection" in caught.value.message
+    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
+    assert hooks.usage[0].status == 502
+
+
+async def test_a_replica_silent_before_its_answer_gives_a_timeout(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    engine.hold = asyncio.Event()
+    gateway.replicas.set_ready(engine.endpoint)
+    with pytest.raises(openai.APIStatusError) as caught:
+        await asyncio.wait_for(client.chat.completions.create(model=MODEL, messages=MESSAGES), WAIT)
+    assert caught.value.status_code == 504
+
+
+async def test_a_replica_silent_mid_stream_ends_the_stream_with_a_timeout_event(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+) -> None:
+    engine.hold_after_first = asyncio.Event()
+    gateway.replicas.set_ready(engine.endpoint)
+    stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    received = []
+
+    async def read() -> None:
+        async for chunk in stream:
+            received.append(chunk.choices[0].delta.content)
+
+    with pytest.raises(openai.APIError) as caught:
+        await asyncio.wait_for(read(), WAIT)
+    assert received == ["r1-0 "]
+    assert "stopped sending" in caught.value.message
+    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
+    assert hooks.usage[0].status == 504
