@@ -129,7 +129,9 @@ class Leases:
 
     async def current(self) -> LeaseState:
         """Who holds the lease and for how much longer."""
-        rows = await self._run(f"SELECT holder, epoch, expires_s - {self._now()} FROM leadership WHERE id = 1")
+        rows = await self._run(
+            f"SELECT holder, epoch, expires_s - {self._now()} FROM leadership WHERE id = 1"
+        )
         holder, epoch, remaining = rows[0]
         return LeaseState(holder=str(holder), epoch=int(epoch), expires_in_s=float(remaining))
 

@@ -102,7 +102,15 @@ class PostgresServer:
             entry = pwd.getpwnam(self._user)
             os.chown(self.folder, entry.pw_uid, entry.pw_gid)
         self._as_owner(
-            binary("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
+            binary("initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
         )
 
     def start_again(self) -> None:
@@ -112,7 +120,15 @@ class PostgresServer:
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         self._as_owner(
-            binary("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w", "start"
+            binary("pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.folder / "log"),
+            "-w",
+            "start",
         )
 
     def stop(self, mode: str = "fast") -> None:
