@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llmgw import __version__
 from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.leadership import Leadership
+from llmgw.controlplane.reconciling import SERVING_STOPPED, Reconciler
 from llmgw.core.catalog import parse_model
 from llmgw.errors import LlmgwError, NotFound, Unauthorized, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
@@ -31,6 +32,11 @@ class KeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=100)
     owner: str = ""
+
+
+class ServingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stopped: bool
 
 
 def _error(
@@ -55,6 +61,7 @@ class AdminApi:
         reconciler: Reconciler,
         blobs: BlobStore,
         on_keys_changed: Any,
+        leadership: Leadership | None = None,
     ) -> None:
         self.name = name
         self._token_sha256 = token_sha256
@@ -63,6 +70,8 @@ class AdminApi:
         self.reconciler = reconciler
         self.blobs = blobs
         self.on_keys_changed = on_keys_changed
+        self.leadership = leadership
+        self.vip = ""
         self.started = time.time()
 
     def check_token(self, request: Request) -> None:
@@ -105,8 +114,16 @@ class AdminApi:
             return {"status": "ok"}
 
         @app.get("/leader")
-        async def leader() -> dict[str, Any]:
-            return {"leader": True, "name": self.name}
+        async def leader() -> JSONResponse:
+            """200 while this control plane leads, 503 otherwise (keepalived's check follows it)."""
+            leading = self.leadership is None or self.leadership.leading
+            body = {
+                "leader": leading,
+                "name": self.name,
+                "state": self.leadership.state if self.leadership else "leading",
+                "holder": self.leadership.holder if self.leadership else self.name,
+            }
+            return JSONResponse(body, status_code=200 if leading else 503)
 
         @app.get("/metrics")
         async def metrics() -> Response:
@@ -116,11 +133,26 @@ class AdminApi:
         async def status() -> dict[str, Any]:
             models = await self.store.models.list()
             replicas = list(self.fleet.replicas.values())
+            stopped = bool(await self.store.settings.get(SERVING_STOPPED, False))
+            planes = self.leadership.control_planes if self.leadership else []
+            leader = self.leadership.holder if self.leadership else self.name
             return {
                 "name": self.name,
                 "version": __version__,
-                "leader": self.name,
-                "standbys": [],
+                "leader": leader,
+                "standbys": [p.name for p in planes if p.name != leader],
+                "control_planes": [
+                    {
+                        "name": p.name,
+                        "role": "leader" if p.name == leader else "standby",
+                        "http": p.http_address,
+                        "agents": p.agent_address,
+                        "seen_ago_s": round(p.seen_ago_s, 1),
+                    }
+                    for p in planes
+                ],
+                "vip": self.vip,
+                "stopped": stopped,
                 "uptime_s": int(time.time() - self.started),
                 "nodes": len(self.fleet.nodes),
                 "models": len(models),
@@ -129,6 +161,17 @@ class AdminApi:
                 "reconcile_error": self.reconciler.last_error,
                 "unplaced": dict(self.reconciler.unplaced),
             }
+
+        @app.put("/api/serving", dependencies=auth)
+        async def serving(body: ServingRequest) -> dict[str, Any]:
+            """``llmgw stop`` (stopped: true) and ``llmgw start`` (stopped: false)."""
+            await self.store.settings.set(SERVING_STOPPED, body.stopped, "admin")
+            await self.store.audit.record(
+                "admin", "serving.stop" if body.stopped else "serving.start", "serving"
+            )
+            self.reconciler.stopped = body.stopped
+            self.reconciler.wake()
+            return {"stopped": body.stopped}
 
         @app.get("/api/nodes", dependencies=auth)
         async def nodes() -> list[dict[str, Any]]:

@@ -24,6 +24,9 @@ from llmgw.store.replicas import ReplicaRecord
 
 log = logging.getLogger(__name__)
 
+SERVING_STOPPED = "serving.stopped"
+"""The setting ``llmgw stop`` sets and ``llmgw start`` clears."""
+
 
 class Reconciler:
     """Leader-only loop driving replicas towards the catalog."""
@@ -53,6 +56,8 @@ class Reconciler:
         self.last_error = ""
         self.unplaced: dict[str, str] = {}
         """Models that could not be placed, with every node's reason."""
+        self.stopped = False
+        """``serving.stopped`` as of the last pass: every model wants no replicas (``llmgw stop``)."""
 
     # signals from elsewhere --------------------------------------------------
     def wake(self) -> None:
@@ -95,6 +100,7 @@ class Reconciler:
                 pass
 
     async def pass_once(self) -> None:
+        self.stopped = bool(await self._store.settings.get(SERVING_STOPPED, False))
         records = await self._store.models.list()
         models: dict[str, ModelDefinition] = {}
         for record in records:
@@ -133,7 +139,7 @@ class Reconciler:
 
     async def _reconcile_model(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
         mine = self._fleet.of_model(model.name)
-        want = min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
+        want = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
         if len(mine) >= want:
             self.unplaced.pop(model.name, None)
         if len(mine) > want:

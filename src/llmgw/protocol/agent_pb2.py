@@ -4,66 +4,75 @@
 # source: llmgw/protocol/agent.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "llmgw/protocol/agent.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'llmgw/protocol/agent.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x1allmgw/protocol/agent.proto\x12\x0ellmgw.agent.v1"\x82\x01\n\x06\x44\x65vice\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\x16\n\x0ememory_free_mb\x18\x05 \x01(\x03\x12\x0c\n\x04uuid\x18\x06 \x01(\t\x12\x14\n\x0c\x64\x65vice_class\x18\x07 \x01(\t"X\n\x07\x43ompute\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x02 \x03(\x05\x12\x18\n\x10layers_offloaded\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03"\xa3\x01\n\x0cRunningShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12(\n\x07\x63ompute\x18\x05 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x06 \x01(\t"\xe9\x01\n\x08Register\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tcpu_cores\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\'\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x16.llmgw.agent.v1.Device\x12,\n\x06shards\x18\x06 \x03(\x0b\x32\x1c.llmgw.agent.v1.RunningShard\x12\x15\n\ragent_version\x18\x07 \x01(\t\x12\x16\n\x0e\x64river_version\x18\x08 \x01(\t\x12\x0f\n\x07\x65ngines\x18\t \x03(\t"\xa5\x01\n\x0bShardStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12(\n\x07\x63ompute\x18\x04 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x10\n\x08restarts\x18\x06 \x01(\x05"!\n\tHeartbeat\x12\x14\n\x0csent_unix_ms\x18\x01 \x01(\x03"\xa3\x01\n\x0c\x41gentMessage\x12,\n\x08register\x18\x01 \x01(\x0b\x32\x18.llmgw.agent.v1.RegisterH\x00\x12-\n\x06status\x18\x02 \x01(\x0b\x32\x1b.llmgw.agent.v1.ShardStatusH\x00\x12.\n\theartbeat\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x42\x06\n\x04kind"\xb9\x02\n\nStartShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x16\n\x0eweights_sha256\x18\x04 \x01(\t\x12\x18\n\x10weights_filename\x18\x05 \x01(\t\x12\x14\n\x0cweights_size\x18\x06 \x01(\x03\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\x30\n\x03\x65nv\x18\x08 \x03(\x0b\x32#.llmgw.agent.v1.StartShard.EnvEntry\x12\x0f\n\x07\x61pi_key\x18\t \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\n \x03(\x05\x12\x10\n\x08\x63tx_size\x18\x0b \x01(\x05\x12\x10\n\x08parallel\x18\x0c \x01(\x05\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"/\n\tStopShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t"\x18\n\x08Settings\x12\x0c\n\x04yaml\x18\x01 \x01(\t"\x1e\n\x0cRestartAgent\x12\x0e\n\x06reason\x18\x01 \x01(\t"4\n\nRegistered\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontrol_planes\x18\x02 \x03(\t"\xb1\x02\n\x0e\x43ontrolMessage\x12\x30\n\nregistered\x18\x01 \x01(\x0b\x32\x1a.llmgw.agent.v1.RegisteredH\x00\x12+\n\x05start\x18\x02 \x01(\x0b\x32\x1a.llmgw.agent.v1.StartShardH\x00\x12)\n\x04stop\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.StopShardH\x00\x12,\n\x08settings\x18\x04 \x01(\x0b\x32\x18.llmgw.agent.v1.SettingsH\x00\x12/\n\x07restart\x18\x05 \x01(\x0b\x32\x1c.llmgw.agent.v1.RestartAgentH\x00\x12.\n\theartbeat\x18\x06 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x42\x06\n\x04kind"-\n\x0b\x42lobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03"\'\n\tBlobChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x03*\x8b\x01\n\nShardState\x12\x1b\n\x17SHARD_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SHARD_STATE_STARTING\x10\x01\x12\x15\n\x11SHARD_STATE_READY\x10\x02\x12\x16\n\x12SHARD_STATE_FAILED\x10\x03\x12\x17\n\x13SHARD_STATE_STOPPED\x10\x04\x32\xa2\x01\n\x0c\x41gentService\x12K\n\x07\x43onnect\x12\x1c.llmgw.agent.v1.AgentMessage\x1a\x1e.llmgw.agent.v1.ControlMessage(\x01\x30\x01\x12\x45\n\tFetchBlob\x12\x1b.llmgw.agent.v1.BlobRequest\x1a\x19.llmgw.agent.v1.BlobChunk0\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1allmgw/protocol/agent.proto\x12\x0ellmgw.agent.v1\"\x82\x01\n\x06\x44\x65vice\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\x16\n\x0ememory_free_mb\x18\x05 \x01(\x03\x12\x0c\n\x04uuid\x18\x06 \x01(\t\x12\x14\n\x0c\x64\x65vice_class\x18\x07 \x01(\t\"X\n\x07\x43ompute\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x02 \x03(\x05\x12\x18\n\x10layers_offloaded\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\"\xa3\x01\n\x0cRunningShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12(\n\x07\x63ompute\x18\x05 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"\xe9\x01\n\x08Register\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tcpu_cores\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\'\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x16.llmgw.agent.v1.Device\x12,\n\x06shards\x18\x06 \x03(\x0b\x32\x1c.llmgw.agent.v1.RunningShard\x12\x15\n\ragent_version\x18\x07 \x01(\t\x12\x16\n\x0e\x64river_version\x18\x08 \x01(\t\x12\x0f\n\x07\x65ngines\x18\t \x03(\t\"\xa5\x01\n\x0bShardStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12(\n\x07\x63ompute\x18\x04 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x10\n\x08restarts\x18\x06 \x01(\x05\"!\n\tHeartbeat\x12\x14\n\x0csent_unix_ms\x18\x01 \x01(\x03\"\xa3\x01\n\x0c\x41gentMessage\x12,\n\x08register\x18\x01 \x01(\x0b\x32\x18.llmgw.agent.v1.RegisterH\x00\x12-\n\x06status\x18\x02 \x01(\x0b\x32\x1b.llmgw.agent.v1.ShardStatusH\x00\x12.\n\theartbeat\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x42\x06\n\x04kind\"\xb9\x02\n\nStartShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x16\n\x0eweights_sha256\x18\x04 \x01(\t\x12\x18\n\x10weights_filename\x18\x05 \x01(\t\x12\x14\n\x0cweights_size\x18\x06 \x01(\x03\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\x30\n\x03\x65nv\x18\x08 \x03(\x0b\x32#.llmgw.agent.v1.StartShard.EnvEntry\x12\x0f\n\x07\x61pi_key\x18\t \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\n \x03(\x05\x12\x10\n\x08\x63tx_size\x18\x0b \x01(\x05\x12\x10\n\x08parallel\x18\x0c \x01(\x05\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"/\n\tStopShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x18\n\x08Settings\x12\x0c\n\x04yaml\x18\x01 \x01(\t\"\x1e\n\x0cRestartAgent\x12\x0e\n\x06reason\x18\x01 \x01(\t\"]\n\nRegistered\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontrol_planes\x18\x02 \x03(\t\x12\x0f\n\x07standby\x18\x03 \x01(\x08\x12\x16\n\x0eleader_address\x18\x04 \x01(\t\"\xb1\x02\n\x0e\x43ontrolMessage\x12\x30\n\nregistered\x18\x01 \x01(\x0b\x32\x1a.llmgw.agent.v1.RegisteredH\x00\x12+\n\x05start\x18\x02 \x01(\x0b\x32\x1a.llmgw.agent.v1.StartShardH\x00\x12)\n\x04stop\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.StopShardH\x00\x12,\n\x08settings\x18\x04 \x01(\x0b\x32\x18.llmgw.agent.v1.SettingsH\x00\x12/\n\x07restart\x18\x05 \x01(\x0b\x32\x1c.llmgw.agent.v1.RestartAgentH\x00\x12.\n\theartbeat\x18\x06 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x42\x06\n\x04kind\"-\n\x0b\x42lobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\'\n\tBlobChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x03\")\n\nHttpHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"g\n\x0cRelayRequest\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12+\n\x07headers\x18\x03 \x03(\x0b\x32\x1a.llmgw.agent.v1.HttpHeader\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"W\n\nRelayChunk\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12+\n\x07headers\x18\x02 \x03(\x0b\x32\x1a.llmgw.agent.v1.HttpHeader\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c*\x8b\x01\n\nShardState\x12\x1b\n\x17SHARD_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SHARD_STATE_STARTING\x10\x01\x12\x15\n\x11SHARD_STATE_READY\x10\x02\x12\x16\n\x12SHARD_STATE_FAILED\x10\x03\x12\x17\n\x13SHARD_STATE_STOPPED\x10\x04\x32\xe7\x01\n\x0c\x41gentService\x12K\n\x07\x43onnect\x12\x1c.llmgw.agent.v1.AgentMessage\x1a\x1e.llmgw.agent.v1.ControlMessage(\x01\x30\x01\x12\x45\n\tFetchBlob\x12\x1b.llmgw.agent.v1.BlobRequest\x1a\x19.llmgw.agent.v1.BlobChunk0\x01\x12\x43\n\x05Relay\x12\x1c.llmgw.agent.v1.RelayRequest\x1a\x1a.llmgw.agent.v1.RelayChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "llmgw.protocol.agent_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'llmgw.protocol.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_STARTSHARD_ENVENTRY"]._loaded_options = None
-    _globals["_STARTSHARD_ENVENTRY"]._serialized_options = b"8\001"
-    _globals["_SHARDSTATE"]._serialized_start = 1914
-    _globals["_SHARDSTATE"]._serialized_end = 2053
-    _globals["_DEVICE"]._serialized_start = 47
-    _globals["_DEVICE"]._serialized_end = 177
-    _globals["_COMPUTE"]._serialized_start = 179
-    _globals["_COMPUTE"]._serialized_end = 267
-    _globals["_RUNNINGSHARD"]._serialized_start = 270
-    _globals["_RUNNINGSHARD"]._serialized_end = 433
-    _globals["_REGISTER"]._serialized_start = 436
-    _globals["_REGISTER"]._serialized_end = 669
-    _globals["_SHARDSTATUS"]._serialized_start = 672
-    _globals["_SHARDSTATUS"]._serialized_end = 837
-    _globals["_HEARTBEAT"]._serialized_start = 839
-    _globals["_HEARTBEAT"]._serialized_end = 872
-    _globals["_AGENTMESSAGE"]._serialized_start = 875
-    _globals["_AGENTMESSAGE"]._serialized_end = 1038
-    _globals["_STARTSHARD"]._serialized_start = 1041
-    _globals["_STARTSHARD"]._serialized_end = 1354
-    _globals["_STARTSHARD_ENVENTRY"]._serialized_start = 1312
-    _globals["_STARTSHARD_ENVENTRY"]._serialized_end = 1354
-    _globals["_STOPSHARD"]._serialized_start = 1356
-    _globals["_STOPSHARD"]._serialized_end = 1403
-    _globals["_SETTINGS"]._serialized_start = 1405
-    _globals["_SETTINGS"]._serialized_end = 1429
-    _globals["_RESTARTAGENT"]._serialized_start = 1431
-    _globals["_RESTARTAGENT"]._serialized_end = 1461
-    _globals["_REGISTERED"]._serialized_start = 1463
-    _globals["_REGISTERED"]._serialized_end = 1515
-    _globals["_CONTROLMESSAGE"]._serialized_start = 1518
-    _globals["_CONTROLMESSAGE"]._serialized_end = 1823
-    _globals["_BLOBREQUEST"]._serialized_start = 1825
-    _globals["_BLOBREQUEST"]._serialized_end = 1870
-    _globals["_BLOBCHUNK"]._serialized_start = 1872
-    _globals["_BLOBCHUNK"]._serialized_end = 1911
-    _globals["_AGENTSERVICE"]._serialized_start = 2056
-    _globals["_AGENTSERVICE"]._serialized_end = 2218
+  DESCRIPTOR._loaded_options = None
+  _globals['_STARTSHARD_ENVENTRY']._loaded_options = None
+  _globals['_STARTSHARD_ENVENTRY']._serialized_options = b'8\001'
+  _globals['_SHARDSTATE']._serialized_start=2192
+  _globals['_SHARDSTATE']._serialized_end=2331
+  _globals['_DEVICE']._serialized_start=47
+  _globals['_DEVICE']._serialized_end=177
+  _globals['_COMPUTE']._serialized_start=179
+  _globals['_COMPUTE']._serialized_end=267
+  _globals['_RUNNINGSHARD']._serialized_start=270
+  _globals['_RUNNINGSHARD']._serialized_end=433
+  _globals['_REGISTER']._serialized_start=436
+  _globals['_REGISTER']._serialized_end=669
+  _globals['_SHARDSTATUS']._serialized_start=672
+  _globals['_SHARDSTATUS']._serialized_end=837
+  _globals['_HEARTBEAT']._serialized_start=839
+  _globals['_HEARTBEAT']._serialized_end=872
+  _globals['_AGENTMESSAGE']._serialized_start=875
+  _globals['_AGENTMESSAGE']._serialized_end=1038
+  _globals['_STARTSHARD']._serialized_start=1041
+  _globals['_STARTSHARD']._serialized_end=1354
+  _globals['_STARTSHARD_ENVENTRY']._serialized_start=1312
+  _globals['_STARTSHARD_ENVENTRY']._serialized_end=1354
+  _globals['_STOPSHARD']._serialized_start=1356
+  _globals['_STOPSHARD']._serialized_end=1403
+  _globals['_SETTINGS']._serialized_start=1405
+  _globals['_SETTINGS']._serialized_end=1429
+  _globals['_RESTARTAGENT']._serialized_start=1431
+  _globals['_RESTARTAGENT']._serialized_end=1461
+  _globals['_REGISTERED']._serialized_start=1463
+  _globals['_REGISTERED']._serialized_end=1556
+  _globals['_CONTROLMESSAGE']._serialized_start=1559
+  _globals['_CONTROLMESSAGE']._serialized_end=1864
+  _globals['_BLOBREQUEST']._serialized_start=1866
+  _globals['_BLOBREQUEST']._serialized_end=1911
+  _globals['_BLOBCHUNK']._serialized_start=1913
+  _globals['_BLOBCHUNK']._serialized_end=1952
+  _globals['_HTTPHEADER']._serialized_start=1954
+  _globals['_HTTPHEADER']._serialized_end=1995
+  _globals['_RELAYREQUEST']._serialized_start=1997
+  _globals['_RELAYREQUEST']._serialized_end=2100
+  _globals['_RELAYCHUNK']._serialized_start=2102
+  _globals['_RELAYCHUNK']._serialized_end=2189
+  _globals['_AGENTSERVICE']._serialized_start=2334
+  _globals['_AGENTSERVICE']._serialized_end=2565
 # @@protoc_insertion_point(module_scope)
