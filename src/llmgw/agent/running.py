@@ -17,6 +17,9 @@ from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 
 log = logging.getLogger(__name__)
 
+CONNECT_TIMEOUT_S = 3.0
+"""How long to wait for one control plane's TLS channel before trying the next."""
+
 
 async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
     inventory = await discover(config.node_id, config.address, nvidia_smi=config.nvidia_smi)
@@ -50,7 +53,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
     )
 
     async def connect(target: str) -> AgentChannel:
-        return await GrpcConnector(target, tls).connect()
+        return await GrpcConnector(target, tls).connect(timeout_s=CONNECT_TIMEOUT_S)
 
     session = AgentSession(
         inventory, supervisor, config.control_planes, connect, engines=installer.installed_engines

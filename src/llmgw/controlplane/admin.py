@@ -115,8 +115,12 @@ class AdminApi:
 
         @app.get("/leader")
         async def leader() -> JSONResponse:
-            """200 while this control plane leads, 503 otherwise (keepalived's check follows it)."""
-            leading = self.leadership is None or self.leadership.leading
+            """200 while this control plane leads, 503 otherwise (keepalived's check follows it).
+
+            A leader that cannot reach the store keeps answering 200 ("paused"): it still serves
+            from memory, and nobody else can take the lease while the store is away from everyone.
+            """
+            leading = self.leadership is None or self.leadership.serving
             body = {
                 "leader": leading,
                 "name": self.name,

@@ -97,6 +97,11 @@ class Leadership:
         return self.state == LEADING and self._clock() < self._deadline
 
     @property
+    def serving(self) -> bool:
+        """Whether this control plane serves agents and clients itself: leading, or paused in an outage."""
+        return self.state != STANDBY
+
+    @property
     def leader(self) -> ControlPlaneRecord | None:
         """Where the leader is reached, as of the last round."""
         return next((p for p in self.control_planes if p.name == self.holder), None)

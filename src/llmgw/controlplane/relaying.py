@@ -59,7 +59,7 @@ class RelayAnswering:
                 f"the certificate {peer!r} names no control plane the store lists",
                 "only control planes relay; add one with 'llmgw server add'",
             )
-        if not self._leadership.leading:
+        if not self._leadership.serving:
             raise NotLeader(f"control plane {self._leadership.me.name} does not lead", "ask the leader")
         async for chunk in call_app(self._app, request):
             yield chunk
@@ -143,7 +143,7 @@ class StandbyForwarding:
         self._v1_wait_s = v1_wait_s
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not relayed_paths(scope["path"]) or self._leadership.leading:
+        if scope["type"] != "http" or not relayed_paths(scope["path"]) or self._leadership.serving:
             await self._local(scope, receive, send)
             return
         body = bytearray()
@@ -170,7 +170,7 @@ class StandbyForwarding:
             body=body,
         )
         while True:
-            if self._leadership.leading:
+            if self._leadership.serving:
                 await self._local(scope, _replay(body), send)
                 return
             leader = self._leadership.leader

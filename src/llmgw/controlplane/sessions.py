@@ -37,7 +37,7 @@ class NodeSessions:
         return pb.Registered(
             leader=leadership.holder,
             control_planes=[p.agent_address for p in leadership.control_planes if p.agent_address],
-            standby=not leadership.leading,
+            standby=not leadership.serving,
             leader_address=leader.agent_address if leader else "",
         )
 
@@ -53,7 +53,7 @@ class NodeSessions:
         """Run one node's session until its stream ends (or this control plane stops leading)."""
         task = asyncio.current_task()
         assert task is not None
-        if not self._leadership.leading:
+        if not self._leadership.serving:
             with contextlib.suppress(ChannelClosed, TimeoutError):
                 await asyncio.wait_for(channel.receive(), REGISTER_TIMEOUT_S)
                 await channel.send(pb.ControlMessage(registered=self._registered()))
@@ -62,7 +62,7 @@ class NodeSessions:
         try:
             await self._serve(channel)
         except asyncio.CancelledError:
-            if self._leadership.leading:
+            if self._leadership.serving:
                 raise
             log.info("let %s go: this control plane no longer leads", channel.peer)
         finally:

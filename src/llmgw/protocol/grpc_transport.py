@@ -127,11 +127,13 @@ class _Servicer(pb_grpc.AgentServiceServicer):
         self._relay = relay
 
     async def Relay(self, request, context):  # type: ignore[no-untyped-def]
-        if self._relay is None:
+        relay = self._relay
+        if relay is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this control plane relays nothing")
+            return
         first = True
         try:
-            async for chunk in self._relay(_common_name(context), request):
+            async for chunk in relay(_common_name(context), request):
                 first = False
                 yield chunk
         except Unauthorized as error:
