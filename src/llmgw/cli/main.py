@@ -11,7 +11,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import typer
 
 from llmgw import __version__
-from llmgw.cli import agent, ctl, engine, mirror, server, up
+from llmgw.cli import agent, ctl, engine, mirror, server, serving, up
 from llmgw.cli.output import fail
 from llmgw.errors import LlmgwError
 
@@ -28,6 +28,7 @@ app.add_typer(ctl.app, name="ctl")
 app.add_typer(mirror.app, name="mirror")
 app.add_typer(engine.app, name="engine")
 app.command("up")(up.up)
+serving.register(app)
 
 
 @app.command()
