@@ -128,3 +128,26 @@ async def test_the_backoff_starts_again_after_a_session_that_worked(
     await control.close()
     _, control = await planes.next()  # this session worked: the backoff starts again
     assert session._backoff.attempts == 1
+
+
+async def test_a_standby_naming_the_leader_that_just_died_is_not_believed(
+    running: tuple[AgentSession, Planes],
+) -> None:
+    session, planes = running
+    _, control = await planes.next()
+    await control.send(registered("cp2", ["cp2:8443", "cp3:8443"]))
+    async with asyncio.timeout(5):
+        await session.connected.wait()
+    await control.close()  # cp2 led and died; cp3 stands by, its lease record still naming cp2
+    planes.failures["cp2:8443"] = 1000
+    planes.down.discard("cp3:8443")
+    for _ in range(3):
+        target, control = await planes.next()
+        assert target == "cp3:8443"
+        await control.send(registered("cp2", ["cp2:8443", "cp3:8443"], standby=True, address="cp2:8443"))
+    target, control = await planes.next()
+    assert target == "cp3:8443"  # asked the standby again rather than the dead leader
+    await control.send(registered("cp3", ["cp2:8443", "cp3:8443"]))
+    async with asyncio.timeout(5):
+        await session.connected.wait()
+    assert session.current == "cp3:8443"

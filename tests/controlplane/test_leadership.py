@@ -197,3 +197,45 @@ async def test_two_control_planes_never_lead_at_once_under_churn(store: Store, t
         await stalled.round()  # wakes up deposed
         assert sum(1 for p in planes if p.leading) == 1
     assert max(p.epoch or 0 for p in planes) == 7  # the lease changed hands six times
+
+
+async def test_under_churn_the_audit_log_shows_one_leader_per_epoch_in_order(
+    tmp_path: Path, time_: Time
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
+    stores = [await Store.open(url) for _ in range(3)]
+    try:
+        planes = []
+        for index, store in enumerate(stores):
+            fence = Fence(f"cp{index}")
+            store.fence = fence
+            planes.append(
+                Leadership(
+                    Leases(store, time_.skew),
+                    fence,
+                    Identity(f"cp{index}", "", ""),
+                    lease_s=10,
+                    clock=time_.monotonic,
+                )
+            )
+        refused = 0
+        for step in range(40):
+            time_.now += 4.0
+            for index, plane in enumerate(planes):
+                if (step // 4) % 3 != index:  # each plane in turn sleeps through 16 s
+                    await plane.round()
+            for plane, store in zip(planes, stores, strict=True):
+                if plane.state == LEADING:  # believes it leads, perhaps wrongly: the store decides
+                    try:
+                        await store.audit.record(plane.me.name, "act", str(plane.epoch))
+                    except NotLeader:
+                        refused += 1
+        entries = sorted(await stores[0].audit.list(1000), key=lambda e: e.id)
+        epochs = [int(e.target) for e in entries]
+        assert epochs == sorted(epochs)  # no write of an older epoch after a newer one
+        actors = {epoch: {e.actor for e in entries if int(e.target) == epoch} for epoch in epochs}
+        assert all(len(names) == 1 for names in actors.values())
+        assert len(actors) > 3 and refused > 0
+    finally:
+        for store in stores:
+            await store.close()

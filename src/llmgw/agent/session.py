@@ -7,7 +7,7 @@ that worked, so each failover does not make the next one slower.
 The leader tells the agent every control plane there is. A standby answers
 a registration with the leader's address, and the agent goes there at once;
 while no control plane leads (a failover), it asks that standby again every
-:data:`STANDBY_RETRY_S`, so it reaches the new leader within a second of the
+:data:`STANDBY_RETRY_S`, so it reaches the new leader within half a second of the
 standby taking the lease.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from llmgw import __version__
@@ -30,8 +31,12 @@ log = logging.getLogger(__name__)
 
 Connect = Callable[[str], Awaitable[AgentChannel]]
 
-STANDBY_RETRY_S = 1.0
+STANDBY_RETRY_S = 0.5
 """How soon to ask a standby again when it knows of no leader."""
+
+UNREACHABLE_MEMORY_S = 15.0
+"""For this long after a control plane failed the agent, a standby naming it leader is not believed:
+the lease of a leader that died still names it until it lapses."""
 
 WORKED, STANDBY, FAILED = "worked", "standby", "failed"
 
@@ -77,6 +82,7 @@ class AgentSession:
         engines: Callable[[], list[str]] = list,
         backoff: Backoff | None = None,
         standby_retry_s: float = STANDBY_RETRY_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inventory = inventory
         self._supervisor = supervisor
@@ -92,6 +98,8 @@ class AgentSession:
         """The leading control plane's name, as last told."""
         self._next: str = ""
         self._standby_retry_s = standby_retry_s
+        self._failed_at: dict[str, float] = {}
+        self._clock = clock
         self._stopping: set[asyncio.Task[None]] = set()
 
     def _report(self, status: pb.ShardStatus) -> None:
@@ -112,11 +120,14 @@ class AgentSession:
             try:
                 channel = await self._connect(target)
             except ChannelClosed as error:
+                self._failed_at[target] = self._clock()
                 delay = self._backoff.next_delay()
                 log.warning("%s; trying again in %.1f s", error, delay)
                 await asyncio.sleep(delay)
                 continue
             outcome = await self._serve(channel, target)
+            if outcome != STANDBY:
+                self._failed_at[target] = self._clock()
             if outcome == WORKED:
                 self._backoff.reset()
                 delay = self._backoff.next_delay()
@@ -150,7 +161,9 @@ class AgentSession:
             self._learn(answer.registered)
             if answer.registered.standby:
                 leader = answer.registered.leader_address
-                self._next = leader if leader and leader != target else target
+                failed_at = self._failed_at.get(leader)
+                believed = failed_at is None or self._clock() - failed_at > UNREACHABLE_MEMORY_S
+                self._next = leader if leader and leader != target and believed else target
                 log.info(
                     "%s stands by; %s",
                     target,
@@ -159,6 +172,7 @@ class AgentSession:
                 return STANDBY
             registered = True
             self.current = target
+            self._failed_at.clear()
             log.info("registered with %s (leader %s)", target, answer.registered.leader)
             self.connected.set()
             async with asyncio.TaskGroup() as tasks:

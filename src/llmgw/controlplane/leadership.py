@@ -14,6 +14,8 @@ it. Three states follow, each reported once through ``on_change``:
 - ``standby``: another control plane leads (or none can be reached); the
   store's fence refuses this process's writes.
 
+A standby times its next round to the moment the lease it saw lapses, so a
+leader that died silently is replaced one lease after its last renewal.
 A standby that saw the store out of reach leaves the lease alone for one round
 after the store returns, so a leader that kept leading through the outage
 renews first instead of the lease moving needlessly.
@@ -24,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from llmgw.errors import StoreError
+from llmgw.errors import LlmgwError, StoreError
 from llmgw.store.leases import ControlPlaneRecord, Fence, LeaseState
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 LEADING = "leading"
 PAUSED = "paused"
 STANDBY = "standby"
+
+LAPSE_MARGIN_S = 0.05
+"""A standby asks for the lease this long after the one it saw should lapse."""
 
 
 class LeaseBackend(Protocol):
@@ -69,6 +74,7 @@ class Leadership:
         *,
         lease_s: float = 10.0,
         on_change: Callable[[str], None] = lambda state: None,
+        before_leading: Callable[[], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._leases = leases
@@ -76,6 +82,7 @@ class Leadership:
         self.me = me
         self.lease_s = lease_s
         self._on_change = on_change
+        self._before_leading = before_leading
         self._clock = clock
         self.state = STANDBY
         self.epoch: int | None = None
@@ -85,12 +92,21 @@ class Leadership:
         self.holder = ""
         """The control plane leading as of the last round ("" when none)."""
         self.control_planes: list[ControlPlaneRecord] = []
+        self._lapses_in = 0.0
         self._changed = asyncio.Event()
+        self.generation = 0
+        """Grows by one at every change of state or leader."""
 
     @property
     def round_s(self) -> float:
         """Seconds between rounds: renewed three times per lease."""
         return self.lease_s / 3
+
+    def next_round_in(self) -> float:
+        """Seconds until the next round: a standby asks again the moment the lease it saw lapses."""
+        if self.epoch is not None or self._lapses_in <= 0:
+            return self.round_s
+        return min(self.round_s, self._lapses_in + LAPSE_MARGIN_S)
 
     @property
     def leading(self) -> bool:
@@ -106,8 +122,13 @@ class Leadership:
         """Where the leader is reached, as of the last round."""
         return next((p for p in self.control_planes if p.name == self.holder), None)
 
-    async def wait_changed(self, timeout_s: float) -> None:
-        """Return when the state or the leader changes, or after ``timeout_s``."""
+    async def wait_changed(self, timeout_s: float, seen: int | None = None) -> None:
+        """Return when the state or the leader changes, or after ``timeout_s``.
+
+        With ``seen`` (a :attr:`generation` read earlier), return at once if it changed since.
+        """
+        if seen is not None and seen != self.generation:
+            return
         event = self._changed
         try:
             await asyncio.wait_for(event.wait(), timeout_s)
@@ -123,6 +144,7 @@ class Leadership:
         self._on_change(state)
 
     def _notify(self) -> None:
+        self.generation += 1
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -141,6 +163,7 @@ class Leadership:
             lease = await self._leases.current()
             self.control_planes = await self._leases.control_planes()
             holder = lease.holder if lease.held else ""
+            self._lapses_in = lease.expires_in_s if holder else 0.0
             if holder != self.holder:
                 self.holder = holder
                 self._notify()
@@ -173,6 +196,12 @@ class Leadership:
         self.epoch = epoch
         self._fence.epoch = epoch
         self._deadline = started + self.lease_s
+        if self._before_leading is not None:
+            # What the leader serves from memory (API keys) is read before it serves anything.
+            try:
+                await self._before_leading()
+            except LlmgwError as error:
+                log.warning("preparing to lead: %s", error)
         self._set(LEADING, f"took the lease at epoch {epoch}")
 
     def expire(self) -> None:
@@ -183,7 +212,7 @@ class Leadership:
     async def run(self) -> None:
         while True:
             await self.round()
-            await asyncio.sleep(self.round_s)
+            await asyncio.sleep(self.next_round_in())
             self.expire()
 
     async def resign(self) -> None:

@@ -99,16 +99,20 @@ class Reconciler:
             except TimeoutError:
                 pass
 
-    async def pass_once(self) -> None:
-        self.stopped = bool(await self._store.settings.get(SERVING_STOPPED, False))
-        records = await self._store.models.list()
+    async def load_catalog(self) -> dict[str, ModelDefinition]:
+        """Read the catalog and hand it to ``on_catalog`` (the gateway's model list)."""
         models: dict[str, ModelDefinition] = {}
-        for record in records:
+        for record in await self._store.models.list():
             try:
                 models[record.name] = parse_model(record.definition)
             except LlmgwError as error:
                 log.error("model %s in the store cannot be read: %s", record.name, error)
         self._on_catalog(list(models.values()))
+        return models
+
+    async def pass_once(self) -> None:
+        self.stopped = bool(await self._store.settings.get(SERVING_STOPPED, False))
+        models = await self.load_catalog()
         placed = await self._store.replicas.list()
         for replica_record in placed:
             if replica_record.id not in self._fleet.replicas:

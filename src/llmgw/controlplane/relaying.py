@@ -31,11 +31,15 @@ log = logging.getLogger(__name__)
 ASGIApp = Callable[
     [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]
 ]
-Relayer = Callable[[str, pb.RelayRequest], AsyncIterator[pb.RelayChunk]]
-"""Relays a request to the control plane whose agent server is at the given address."""
+Relayer = Callable[[str, pb.RelayRequest, float], AsyncIterator[pb.RelayChunk]]
+"""Relays a request to the control plane whose agent server is at the given address
+(giving up on reaching it after the given seconds)."""
 
 API_WAIT_S = 15.0
 """How long a standby holds an ``/api/`` request while no control plane leads."""
+
+RELAY_CONNECT_S = 1.0
+"""How long a standby waits for the leader's agent port before it counts the leader unreachable."""
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "host", "proxy-connection"}
 
@@ -170,6 +174,7 @@ class StandbyForwarding:
             body=body,
         )
         while True:
+            seen = self._leadership.generation
             if self._leadership.serving:
                 await self._local(scope, _replay(body), send)
                 return
@@ -177,7 +182,7 @@ class StandbyForwarding:
             if leader is not None and leader.name != self._leadership.me.name:
                 started = False
                 try:
-                    async for chunk in self._relay(leader.agent_address, request):
+                    async for chunk in self._relay(leader.agent_address, request, RELAY_CONNECT_S):
                         if not started:
                             started = True
                             await send(
@@ -212,7 +217,7 @@ class StandbyForwarding:
                     "try again in a few seconds; GET /leader on each control plane says which leads",
                 )
                 return
-            await self._leadership.wait_changed(min(remaining, 0.5))
+            await self._leadership.wait_changed(min(remaining, self._leadership.round_s), seen)
 
 
 def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:

@@ -75,6 +75,11 @@ class ControlPlane:
             for k in await store.keys.active()
         )
 
+    async def _before_leading(self, store: Store, gateway: Gateway, reconciler: Reconciler) -> None:
+        """Fill what the leader serves from memory (keys, the catalog) before it serves anything."""
+        await self._reload_keys(store, gateway)
+        await reconciler.load_catalog()
+
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
         config.data_path.mkdir(parents=True, exist_ok=True)
@@ -145,13 +150,14 @@ class ControlPlane:
         async def keys_changed() -> None:
             await self._reload_keys(store, gateway)
 
-        leader_work = LeaderWork(reconciler, lambda: self._reload_keys(store, gateway))
+        leader_work = LeaderWork(reconciler)
         leadership = Leadership(
             Leases(store),
             fence,
             Identity(config.name, "", ""),
             lease_s=config.leadership.lease_s,
             on_change=leader_work.on_change,
+            before_leading=lambda: self._before_leading(store, gateway, reconciler),
         )
         admin = AdminApi(
             name=config.name,
@@ -176,8 +182,10 @@ class ControlPlane:
         )
         answering = RelayAnswering(local, leadership)
 
-        async def relay(address: str, request: pb.RelayRequest) -> AsyncIterator[pb.RelayChunk]:
-            async for chunk in GrpcConnector(address, tls).relay(request):
+        async def relay(
+            address: str, request: pb.RelayRequest, connect_s: float
+        ) -> AsyncIterator[pb.RelayChunk]:
+            async for chunk in GrpcConnector(address, tls).relay(request, connect_s):
                 yield chunk
 
         front = StandbyForwarding(local, leadership, relay, config.gateway.request_wait_s)
@@ -242,17 +250,12 @@ class ControlPlane:
 class LeaderWork:
     """Starts and stops what only the leader does as leadership comes and goes."""
 
-    def __init__(self, reconciler: Reconciler, reload_keys: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, reconciler: Reconciler) -> None:
         self._reconciler = reconciler
-        self._reload_keys = reload_keys
         self.sessions: NodeSessions | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def _lead(self) -> None:
-        try:
-            await self._reload_keys()
-        except LlmgwError as error:
-            log.warning("could not load the API keys: %s", error)
         await self._reconciler.run()
 
     def on_change(self, state: str) -> None:
