@@ -102,6 +102,7 @@ def add_control_plane(
     path = directory / "server.yaml"
     if path.exists():
         raise ConfigError(f"{path} already exists", "choose another --dir, or run it as it is")
+    keepalived = keepalived_config(vip, f"{http_host}:{http_port}", interface) if vip else ""
     directory.mkdir(parents=True, exist_ok=True)
     source = config.path(config.tls.ca).parent
     authority = Authority.load(source)
@@ -124,9 +125,7 @@ def add_control_plane(
     added.tls = TlsSettings(ca=Path(config.tls.ca).name, ca_key=Path(config.tls.ca_key).name)
     if vip:
         added.leadership.vip = vip
-        (directory / "keepalived.conf").write_text(
-            keepalived_config(vip, f"{http_host}:{http_port}", interface)
-        )
+        (directory / "keepalived.conf").write_text(keepalived)
     save_server_config(added, path)
     return added
 
