@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -107,6 +110,23 @@ def test_a_standby_answers_api_and_v1_through_the_leader(ha: Cluster) -> None:
     )
 
 
+def test_a_stream_through_a_standby_arrives_in_chunks(ha: Cluster) -> None:
+    client = openai.OpenAI(
+        base_url=f"{ha.url_of('cp2')}/v1",
+        api_key=ha.key,  # type: ignore[attr-defined]
+        max_retries=0,
+        timeout=60,
+    )
+    stream = client.chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=[{"role": "user", "content": "Count to five."}],
+        max_tokens=12,
+        stream=True,
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 1
+
+
 def test_the_leader_refuses_a_relay_from_a_certificate_naming_no_control_plane(ha: Cluster) -> None:
     node = ha.home / "nodes" / "node1"
     tls = TlsFiles(node / "ca.crt", node / "node.crt", node / "node.key")
@@ -144,6 +164,42 @@ def test_a_store_outage_hangs_no_request_and_the_leader_keeps_leading(ha: Cluste
         assert status_of(ha, "cp2")["leader"] == "cp1"
         assert leader_answer(ha, "cp2")[0] == 503
         time.sleep(LEASE_S / 3)
+    assert chat(ha, "cp2")
+
+
+def llmgw(cluster: Cluster, *args: str) -> str:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmgw.cli.main",
+            *args,
+            "--url",
+            cluster.url_of("cp2"),
+            "--token",
+            cluster.token,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+        check=True,
+    )
+    return result.stdout
+
+
+def test_stop_and_start_through_a_standby(ha: Cluster) -> None:
+    summary = llmgw(ha, "status")
+    assert "leader" in summary and "cp1" in summary and "standbys" in summary and "cp2" in summary
+    llmgw(ha, "stop")
+    wait_for(lambda: not ha.replicas(DEFAULT_MODEL), 60, "every replica stopped")
+    with pytest.raises(openai.APIStatusError) as refused:
+        chat(ha, "cp2")
+    assert refused.value.status_code == 503 and "system_stopped" in str(refused.value.body)
+    assert "STOPPED" in llmgw(ha, "status")
+    assert [m["name"] for m in ha.admin.get("/api/models")] == [DEFAULT_MODEL]  # no definition changed
+    llmgw(ha, "start")
+    ha.wait_ready(DEFAULT_MODEL, 120)
     assert chat(ha, "cp2")
 
 
