@@ -151,3 +151,18 @@ async def test_a_standby_naming_the_leader_that_just_died_is_not_believed(
     async with asyncio.timeout(5):
         await session.connected.wait()
     assert session.current == "cp3:8443"
+
+
+async def test_the_agent_learns_a_control_plane_that_joins_mid_session(
+    running: tuple[AgentSession, Planes],
+) -> None:
+    session, planes = running
+    _, control = await planes.next()
+    await control.send(registered("cp2", ["cp2:8443"]))
+    async with asyncio.timeout(5):
+        await session.connected.wait()
+    await control.send(registered("cp2", ["cp2:8443", "cp4:8443"]))
+    async with asyncio.timeout(5):
+        while "cp4:8443" not in session.control_planes:
+            await asyncio.sleep(0)
+    assert session.control_planes == ["cp2:8443", "cp4:8443"]

@@ -259,3 +259,25 @@ async def test_on_demand_model_starts_when_asked_and_stops_when_idle(harness: Ha
 
 def test_replica_state_defaults_to_placed() -> None:
     assert ReplicaState("r", "m", "n", "k").state == "placed"
+
+
+async def test_connected_nodes_are_told_when_a_control_plane_joins(harness: Harness) -> None:
+    box: list[NodeSessions] = []
+    leader = Leadership(
+        Leases(harness.store),
+        Fence("cp1"),
+        Identity("cp1", "127.0.0.1:8443", "http://127.0.0.1:8080"),
+        on_planes=lambda: box[0].tell_planes(),
+    )
+    await leader.round()
+    box.append(NodeSessions(harness.store, harness.fleet, harness.reconciler, leader))
+    agent, control = memory_pair(agent_name="node1")
+    harness.tasks.append(asyncio.create_task(box[0].serve(control)))
+    await agent.send(pb.AgentMessage(register=pb.Register(node_id="node1", address="127.0.0.1")))
+    first = await receive(agent, "registered")
+    assert list(first.registered.control_planes) == ["127.0.0.1:8443"]
+    await Leases(harness.store).announce("cp9", "127.0.0.1:9443", "http://127.0.0.1:9080")
+    await leader.round()
+    update = await receive(agent, "registered")
+    assert set(update.registered.control_planes) == {"127.0.0.1:8443", "127.0.0.1:9443"}
+    assert not update.registered.standby

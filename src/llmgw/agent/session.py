@@ -210,5 +210,7 @@ class AgentSession:
                 task.add_done_callback(self._stopping.discard)
             elif kind == "heartbeat":
                 pass
+            elif kind == "registered":
+                self._learn(message.registered)  # the control planes changed
             else:
                 log.info("ignoring %s from the control plane", kind)

@@ -75,6 +75,7 @@ class Leadership:
         lease_s: float = 10.0,
         on_change: Callable[[str], None] = lambda state: None,
         before_leading: Callable[[], Awaitable[None]] | None = None,
+        on_planes: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._leases = leases
@@ -83,6 +84,7 @@ class Leadership:
         self.lease_s = lease_s
         self._on_change = on_change
         self._before_leading = before_leading
+        self._on_planes = on_planes
         self._clock = clock
         self.state = STANDBY
         self.epoch: int | None = None
@@ -161,7 +163,11 @@ class Leadership:
             else:
                 await self._ask(started)
             lease = await self._leases.current()
-            self.control_planes = await self._leases.control_planes()
+            planes = await self._leases.control_planes()
+            known = {p.agent_address for p in self.control_planes}
+            self.control_planes = planes
+            if known and {p.agent_address for p in planes} != known:
+                self._on_planes()
             holder = lease.holder if lease.held else ""
             self._lapses_in = lease.expires_in_s if holder else 0.0
             if holder != self.holder:

@@ -158,6 +158,7 @@ class ControlPlane:
             lease_s=config.leadership.lease_s,
             on_change=leader_work.on_change,
             before_leading=lambda: self._before_leading(store, gateway, reconciler),
+            on_planes=lambda: leader_work.sessions.tell_planes() if leader_work.sessions else None,
         )
         admin = AdminApi(
             name=config.name,

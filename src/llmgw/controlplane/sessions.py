@@ -30,6 +30,7 @@ class NodeSessions:
         self._reconciler = reconciler
         self._leadership = leadership
         self._serving: set[asyncio.Task[None]] = set()
+        self._telling: set[asyncio.Task[None]] = set()
 
     def _registered(self) -> pb.Registered:
         leadership = self._leadership
@@ -40,6 +41,22 @@ class NodeSessions:
             standby=not leadership.serving,
             leader_address=leader.agent_address if leader else "",
         )
+
+    def tell_planes(self) -> None:
+        """Tell every connected agent the control planes there are now (one joined or left)."""
+        if not self._leadership.serving:
+            return
+        message = pb.ControlMessage(registered=self._registered())
+        for node_id, node in list(self._fleet.nodes.items()):
+            task = asyncio.create_task(self._tell(node_id, node.channel, message))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+
+    async def _tell(self, node_id: str, channel: ControlChannel, message: pb.ControlMessage) -> None:
+        try:
+            await channel.send(message)
+        except ChannelClosed:
+            log.info("could not tell node %s the control planes: its stream ended", node_id)
 
     def let_go(self) -> int:
         """End every agent's stream now (this control plane stopped leading); how many there were."""
