@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.admin import AdminApi, address_is_local
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
@@ -176,3 +176,8 @@ async def _local(plane: Plane, method: str, path: str, body: Any = None) -> Any:
     chunks = [chunk async for chunk in call_app(plane.app, request)]
     assert chunks[0].status < 400, chunks[0]
     return json.loads(b"".join(c.data for c in chunks))
+
+
+def test_a_floating_address_is_local_only_where_it_is_bound() -> None:
+    assert address_is_local("127.0.0.1")
+    assert not address_is_local("192.0.2.77/32")  # TEST-NET-1: on no interface here

@@ -46,7 +46,8 @@ def show_status(s: dict[str, Any]) -> None:
         for p in planes
     ]
     if s.get("vip"):
-        rows.append(("floating address", f"{s['vip']} (keepalived keeps it on the leader)"))
+        where = "on the leader" if s.get("vip_on_leader") else "NOT on the leader: check keepalived"
+        rows.append(("floating address", f"{s['vip']} ({where})"))
     rows += [
         ("answered by", s["name"]),
         ("version", s["version"]),

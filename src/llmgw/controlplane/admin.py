@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -156,6 +157,7 @@ class AdminApi:
                     for p in planes
                 ],
                 "vip": self.vip,
+                "vip_on_leader": bool(self.vip) and address_is_local(self.vip),
                 "stopped": stopped,
                 "uptime_s": int(time.time() - self.started),
                 "nodes": len(self.fleet.nodes),
@@ -344,3 +346,15 @@ async def _json_body(request: Request) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValidationFailed([("body", f"not valid JSON: {error}")], "send a JSON object") from None
+
+
+def address_is_local(address: str) -> bool:
+    """Whether ``address`` is on one of this machine's interfaces (a floating address held here)."""
+    host = address.split("/")[0]
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((host, 0))
+    except OSError:
+        return False
+    return True

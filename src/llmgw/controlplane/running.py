@@ -170,6 +170,7 @@ class ControlPlane:
             on_keys_changed=keys_changed,
             leadership=leadership,
         )
+        admin.vip = config.leadership.vip
         sessions = NodeSessions(store, fleet, reconciler, leadership)
         leader_work.sessions = sessions
 
