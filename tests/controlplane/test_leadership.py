@@ -239,3 +239,27 @@ async def test_under_churn_the_audit_log_shows_one_leader_per_epoch_in_order(
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_control_plane_leads_only_once_it_has_read_what_it_keeps_in_memory(
+    store: Store, time_: Time
+) -> None:
+    failures = [StoreUnavailable("the store did not answer within 5 s", hint="check the database")]
+
+    async def before_leading() -> None:
+        if failures:
+            raise failures.pop()
+
+    cp1 = Leadership(
+        Leases(store, time_.skew),
+        Fence("cp1"),
+        Identity("cp1", "", ""),
+        lease_s=10,
+        before_leading=before_leading,
+        clock=time_.monotonic,
+    )
+    await cp1.round()
+    assert (cp1.state, cp1.epoch) == (STANDBY, 1)  # holds the lease, does not lead yet
+    time_.now += cp1.round_s
+    await cp1.round()
+    assert (cp1.state, cp1.epoch) == (LEADING, 1)

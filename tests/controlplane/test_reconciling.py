@@ -18,6 +18,7 @@ from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
+from llmgw.store.replicas import ReplicaRecord
 
 SHA = "a" * 64
 
@@ -281,3 +282,21 @@ async def test_connected_nodes_are_told_when_a_control_plane_joins(harness: Harn
     update = await receive(agent, "registered")
     assert set(update.registered.control_planes) == {"127.0.0.1:8443", "127.0.0.1:9443"}
     assert not update.registered.standby
+
+
+async def test_a_new_leader_adopts_the_shards_its_nodes_report(harness: Harness) -> None:
+    await harness.add_model("m")
+    await harness.store.replicas.add(
+        ReplicaRecord(id="m-abc123", model="m", node_id="node1", api_key="k", devices=[], memory_mb=100)
+    )
+    await harness.reconciler.load()  # what a control plane reads before it starts leading
+    shard = pb.RunningShard(replica_id="m-abc123", model="m", state=pb.SHARD_STATE_READY, port=21000)
+    agent = await harness.connect("node1", shards=[shard])
+    await receive(agent, "registered")
+    assert harness.fleet.replicas["m-abc123"].state == "ready"
+    assert harness.ready == {"m-abc123": "http://127.0.0.1:21000"}
+    await harness.reconciler.pass_once()
+    with pytest.raises(TimeoutError):  # neither stopped nor started again
+        async with asyncio.timeout(0.2):
+            message = await agent.receive()
+            raise AssertionError(f"unexpected {message.WhichOneof('kind')}")

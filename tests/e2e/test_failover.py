@@ -216,13 +216,18 @@ def test_after_kill_9_of_the_leader_a_standby_leads_and_serves(ha: Cluster) -> N
     )
     assert written["name"] == "written-before"
     replica = ha.replicas(DEFAULT_MODEL)[0]["id"]
+    ha.admin = standby  # cp1 is about to die
     ha.kill("server", signal.SIGKILL)
     killed = time.monotonic()
     wait_for(lambda: ha.leader() == "cp2", LEASE_S * 3, "cp2 leads")
     wait_for(lambda: [n for n in standby.get("/api/nodes") if n["connected"]], 30, "node1 registers with cp2")
     registered_s = time.monotonic() - killed
-    ready = [r for r in standby.get("/api/replicas") if r["model"] == DEFAULT_MODEL and r["state"] == "ready"]
-    assert [r["id"] for r in ready] == [replica]  # adopted, not started again
+    ready = wait_for(
+        lambda: [r["id"] for r in ha.replicas(DEFAULT_MODEL) if r["state"] == "ready"],
+        10,
+        "the replica is adopted",
+    )
+    assert ready == [replica]  # adopted, not started again
     assert chat(ha, "cp2")
     assert "written-before" in [m["name"] for m in standby.get("/api/models")]
     assert registered_s < LEASE_S + 10

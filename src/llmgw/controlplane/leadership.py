@@ -85,6 +85,7 @@ class Leadership:
         self._on_change = on_change
         self._before_leading = before_leading
         self._on_planes = on_planes
+        self._prepared = False
         self._clock = clock
         self.state = STANDBY
         self.epoch: int | None = None
@@ -189,10 +190,11 @@ class Leadership:
         assert self.epoch is not None
         if await self._leases.renew(self.me.name, self.epoch, self.lease_s):
             self._deadline = started + self.lease_s
-            self._set(LEADING, f"renewed the lease at epoch {self.epoch}")
+            await self._lead(f"renewed the lease at epoch {self.epoch}")
         else:
             self.epoch = None
             self._fence.epoch = None
+            self._prepared = False
             self._set(STANDBY, "another control plane took the lease")
 
     async def _ask(self, started: float) -> None:
@@ -202,13 +204,19 @@ class Leadership:
         self.epoch = epoch
         self._fence.epoch = epoch
         self._deadline = started + self.lease_s
-        if self._before_leading is not None:
-            # What the leader serves from memory (API keys) is read before it serves anything.
+        await self._lead(f"took the lease at epoch {epoch}")
+
+    async def _lead(self, why: str) -> None:
+        """Lead, once what the leader keeps in memory (keys, catalog, replicas) has been read;
+        if that fails, the next round tries again and the lease is kept meanwhile."""
+        if not self._prepared and self._before_leading is not None:
             try:
                 await self._before_leading()
             except LlmgwError as error:
-                log.warning("preparing to lead: %s", error)
-        self._set(LEADING, f"took the lease at epoch {epoch}")
+                log.warning("holding the lease but not leading yet: %s", error)
+                return
+        self._prepared = True
+        self._set(LEADING, why)
 
     def expire(self) -> None:
         """Stop leading when the local deadline passed between rounds (checked by :meth:`run`)."""
@@ -225,6 +233,7 @@ class Leadership:
         """Give the lease up (a clean stop), so a standby leads without waiting for it to lapse."""
         epoch, self.epoch = self.epoch, None
         self._fence.epoch = None
+        self._prepared = False
         self._set(STANDBY, "stopping")
         if epoch is not None:
             try:

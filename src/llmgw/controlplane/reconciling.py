@@ -42,8 +42,10 @@ class Reconciler:
         in_flight: Callable[[str], int] = lambda model: 0,
         on_catalog: Callable[[list[ModelDefinition]], None] = lambda models: None,
         clock: Callable[[], float] = time.monotonic,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self._store = store
+        self._may_act = may_act
         self._fleet = fleet
         self._interval_s = interval_s
         self._backoff_s = backoff_s
@@ -88,7 +90,8 @@ class Reconciler:
     async def run(self) -> None:
         while True:
             try:
-                await self.pass_once()
+                if self._may_act():  # leads now (the loop is also stopped the moment the lease is lost)
+                    await self.pass_once()
                 self.last_error = ""
             except LlmgwError as error:
                 self.last_error = str(error)
@@ -110,7 +113,10 @@ class Reconciler:
         self._on_catalog(list(models.values()))
         return models
 
-    async def pass_once(self) -> None:
+    async def load(self) -> tuple[dict[str, ModelDefinition], list[ReplicaRecord]]:
+        """Read the desired state: the catalog (handed to the gateway) and the replicas placed,
+        which the fleet tracks from then on. A new leader does this before it accepts agents,
+        so the shards they report are adopted, never taken for strays."""
         self.stopped = bool(await self._store.settings.get(SERVING_STOPPED, False))
         models = await self.load_catalog()
         placed = await self._store.replicas.list()
@@ -128,6 +134,10 @@ class Reconciler:
                         state="absent",
                     )
                 )
+        return models, placed
+
+    async def pass_once(self) -> None:
+        models, placed = await self.load()
         wanted = {p.id for p in placed}
         for replica in [r for r in self._fleet.replicas.values() if r.replica_id not in wanted]:
             await self._remove(replica, "its model left the catalog")

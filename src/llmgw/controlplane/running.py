@@ -28,8 +28,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.mirror.blobs import BlobStore
-from llmgw.protocol import agent_pb2 as pb
-from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, TlsFiles
+from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
 
@@ -76,9 +75,9 @@ class ControlPlane:
         )
 
     async def _before_leading(self, store: Store, gateway: Gateway, reconciler: Reconciler) -> None:
-        """Fill what the leader serves from memory (keys, the catalog) before it serves anything."""
+        """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves anything."""
         await self._reload_keys(store, gateway)
-        await reconciler.load_catalog()
+        await reconciler.load()
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
@@ -140,6 +139,7 @@ class ControlPlane:
             in_flight=lambda model: sum(
                 gateway.replicas.in_flight(e.replica_id) for e in gateway.replicas.ready(model)
             ),
+            may_act=lambda: leadership.leading,
         )
         reconciler_box.append(reconciler)
         try:
@@ -184,13 +184,8 @@ class ControlPlane:
         )
         answering = RelayAnswering(local, leadership)
 
-        async def relay(
-            address: str, request: pb.RelayRequest, connect_s: float
-        ) -> AsyncIterator[pb.RelayChunk]:
-            async for chunk in GrpcConnector(address, tls).relay(request, connect_s):
-                yield chunk
-
-        front = StandbyForwarding(local, leadership, relay, config.gateway.request_wait_s)
+        relays = RelayClient(tls)
+        front = StandbyForwarding(local, leadership, relays.relay, config.gateway.request_wait_s)
         agent_server = AgentServer(
             sessions.serve,
             blob_chunks,
@@ -245,6 +240,7 @@ class ControlPlane:
         finally:
             leader_work.stop()
             await agent_server.stop()
+            await relays.close()
             await gateway.close()
             await store.close()
 

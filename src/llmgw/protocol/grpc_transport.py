@@ -311,30 +311,64 @@ class GrpcConnector:
 
         :class:`ChannelClosed` when it cannot be reached, :class:`NotLeader`
         when it does not lead, :class:`Unauthorized` when it refuses this
-        process's certificate.
+        process's certificate. One channel for this request only: a standby
+        relaying many keeps one with :class:`RelayClient`.
         """
         channel = self._channel()
         try:
-            try:
-                await asyncio.wait_for(channel.channel_ready(), connect_s)
-            except (TimeoutError, grpc.RpcError):
-                raise ChannelClosed(
-                    f"cannot reach the control plane at {self.target}", "waiting for a leader"
-                ) from None
-            stream = pb_grpc.AgentServiceStub(channel).Relay(request)  # type: ignore[no-untyped-call]
-            async for chunk in stream:
+            async for chunk in _relay_over(channel, self.target, request, connect_s):
                 yield chunk
-        except aio.AioRpcError as error:
-            code = error.code()
-            if code == grpc.StatusCode.PERMISSION_DENIED:
-                raise Unauthorized(
-                    f"the control plane at {self.target} refused the relay: {error.details()}",
-                    "give this control plane a certificate with 'llmgw server add'",
-                ) from None
-            if code == grpc.StatusCode.FAILED_PRECONDITION:
-                raise NotLeader(
-                    f"{self.target} does not lead: {error.details()}", "waiting for a leader"
-                ) from None
-            raise ChannelClosed(f"relaying to {self.target} failed: {_describe(error)}", "retrying") from None
         finally:
             await channel.close(grace=None)
+
+
+class RelayClient:
+    """A standby's relays to the leader, over one kept channel per control plane."""
+
+    def __init__(self, tls: TlsFiles) -> None:
+        self._tls = tls
+        self._channels: dict[str, aio.Channel] = {}
+
+    async def relay(
+        self, target: str, request: pb.RelayRequest, connect_s: float = 3.0
+    ) -> AsyncIterator[pb.RelayChunk]:
+        """Like :meth:`GrpcConnector.relay`; a channel that failed is dropped and made anew next time."""
+        kept = self._channels.get(target)
+        channel: aio.Channel = kept if kept is not None else GrpcConnector(target, self._tls)._channel()
+        self._channels[target] = channel
+        try:
+            async for chunk in _relay_over(channel, target, request, connect_s):
+                yield chunk
+        except ChannelClosed:
+            if self._channels.get(target) is channel:
+                del self._channels[target]
+            await channel.close(grace=None)
+            raise
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close(grace=None)
+
+
+async def _relay_over(
+    channel: aio.Channel, target: str, request: pb.RelayRequest, connect_s: float
+) -> AsyncIterator[pb.RelayChunk]:
+    try:
+        await asyncio.wait_for(channel.channel_ready(), connect_s)
+    except (TimeoutError, grpc.RpcError):
+        raise ChannelClosed(f"cannot reach the control plane at {target}", "waiting for a leader") from None
+    try:
+        stream = pb_grpc.AgentServiceStub(channel).Relay(request)  # type: ignore[no-untyped-call]
+        async for chunk in stream:
+            yield chunk
+    except aio.AioRpcError as error:
+        code = error.code()
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            raise Unauthorized(
+                f"the control plane at {target} refused the relay: {error.details()}",
+                "give this control plane a certificate with 'llmgw server add'",
+            ) from None
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            raise NotLeader(f"{target} does not lead: {error.details()}", "waiting for a leader") from None
+        raise ChannelClosed(f"relaying to {target} failed: {_describe(error)}", "retrying") from None
