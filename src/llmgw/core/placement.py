@@ -68,8 +68,9 @@ def place(model: str, memory_mb: int, nodes: list[NodeInventory], placed: list[P
         if host_free >= memory_mb:
             candidates.append(((-spread, False, host_free), node.node_id, ()))
             continue
-        refusals[node.node_id] = f"needs {memory_mb} MiB; {host_free} MiB of host memory left" + (
-            f", at most {max(gpu_free.values())} MiB on a card" if gpu_free else ""
+        refusals[node.node_id] = (
+            f"needs {memory_mb} MiB; {host_free} MiB of host memory left"
+            + (f", at most {max(gpu_free.values())} MiB on a card" if gpu_free else "")
         )
     if not candidates:
         return Decision(refusals=refusals)
