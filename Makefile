@@ -69,3 +69,14 @@ bench-gateway: install $(LITELLM_VENV)/bin/litellm
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# PostgreSQL's server binaries, for the HA store's tests (a throwaway cluster per run).
+.PHONY: postgres bench-failover
+postgres:
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get install -y postgresql || (apt-get update && apt-get install -y postgresql))
+
+test unit e2e: postgres
+
+bench-failover: engine postgres
+	$(BIN)/python bench/failover/run.py

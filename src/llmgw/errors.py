@@ -16,7 +16,8 @@
     ├── ChecksumMismatch            downloaded bytes differ from their sha256
     ├── DownloadError               a download failed
     ├── NoCapacity                  no node can take a replica
-    └── ChannelClosed               the agent stream ended
+    ├── ChannelClosed               the agent stream ended
+    └── NotLeader                   this control plane does not hold the lease (503)
 
 Errors of grpc, aiohttp and the database drivers are translated into these
 at the boundary where they are caught; a user never sees a raw driver error.
@@ -100,3 +101,9 @@ class NoCapacity(LlmgwError):
 
 class ChannelClosed(LlmgwError):
     pass
+
+
+class NotLeader(LlmgwError):
+    """This control plane does not hold the leader lease (or no longer does)."""
+
+    status = 503

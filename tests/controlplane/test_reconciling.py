@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 
 from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.errors import ChannelClosed
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair
 from llmgw.store.database import Store
+from llmgw.store.leases import Fence, Leases
+from llmgw.store.replicas import ReplicaRecord
 
 SHA = "a" * 64
 
@@ -75,7 +78,11 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
         on_gone=lambda replica_id: ready.pop(replica_id, None),
     )
     reconciler = Reconciler(store, fleet, backoff_s=5, clock=clock)
-    sessions = NodeSessions(store, fleet, reconciler, "cp1", "127.0.0.1:8443")
+    leadership = Leadership(
+        Leases(store), Fence("cp1"), Identity("cp1", "127.0.0.1:8443", "http://127.0.0.1:8080")
+    )
+    await leadership.round()
+    sessions = NodeSessions(store, fleet, reconciler, leadership)
     h = Harness(store, fleet, reconciler, sessions, clock, ready)
     yield h
     for task in h.tasks:
@@ -97,6 +104,31 @@ async def test_registered_node_is_told_who_leads(harness: Harness) -> None:
     answer = await receive(agent, "registered")
     assert answer.registered.leader == "cp1"
     assert "127.0.0.1:8443" in answer.registered.control_planes
+
+
+async def test_a_standby_points_a_registering_node_to_the_leader(harness: Harness) -> None:
+    standby = Leadership(
+        Leases(harness.store), Fence("cp2"), Identity("cp2", "127.0.0.1:9443", "http://127.0.0.1:9080")
+    )
+    await standby.round()
+    sessions = NodeSessions(harness.store, harness.fleet, harness.reconciler, standby)
+    agent, control = memory_pair(agent_name="node1")
+    serving = asyncio.create_task(sessions.serve(control))
+    await agent.send(pb.AgentMessage(register=pb.Register(node_id="node1", address="127.0.0.1")))
+    answer = await receive(agent, "registered")
+    await asyncio.wait_for(serving, 5)
+    assert answer.registered.standby
+    assert (answer.registered.leader, answer.registered.leader_address) == ("cp1", "127.0.0.1:8443")
+    assert set(answer.registered.control_planes) == {"127.0.0.1:8443", "127.0.0.1:9443"}
+
+
+async def test_a_control_plane_that_stops_leading_lets_its_agents_go(harness: Harness) -> None:
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.sessions._leadership.resign()
+    assert harness.sessions.let_go() == 1
+    await asyncio.wait_for(harness.tasks[0], 5)
+    assert "node1" not in harness.fleet.nodes
 
 
 async def test_registration_under_another_nodes_certificate_is_refused(harness: Harness) -> None:
@@ -228,3 +260,43 @@ async def test_on_demand_model_starts_when_asked_and_stops_when_idle(harness: Ha
 
 def test_replica_state_defaults_to_placed() -> None:
     assert ReplicaState("r", "m", "n", "k").state == "placed"
+
+
+async def test_connected_nodes_are_told_when_a_control_plane_joins(harness: Harness) -> None:
+    box: list[NodeSessions] = []
+    leader = Leadership(
+        Leases(harness.store),
+        Fence("cp1"),
+        Identity("cp1", "127.0.0.1:8443", "http://127.0.0.1:8080"),
+        on_planes=lambda: box[0].tell_planes(),
+    )
+    await leader.round()
+    box.append(NodeSessions(harness.store, harness.fleet, harness.reconciler, leader))
+    agent, control = memory_pair(agent_name="node1")
+    harness.tasks.append(asyncio.create_task(box[0].serve(control)))
+    await agent.send(pb.AgentMessage(register=pb.Register(node_id="node1", address="127.0.0.1")))
+    first = await receive(agent, "registered")
+    assert list(first.registered.control_planes) == ["127.0.0.1:8443"]
+    await Leases(harness.store).announce("cp9", "127.0.0.1:9443", "http://127.0.0.1:9080")
+    await leader.round()
+    update = await receive(agent, "registered")
+    assert set(update.registered.control_planes) == {"127.0.0.1:8443", "127.0.0.1:9443"}
+    assert not update.registered.standby
+
+
+async def test_a_new_leader_adopts_the_shards_its_nodes_report(harness: Harness) -> None:
+    await harness.add_model("m")
+    await harness.store.replicas.add(
+        ReplicaRecord(id="m-abc123", model="m", node_id="node1", api_key="k", devices=[], memory_mb=100)
+    )
+    await harness.reconciler.load()  # what a control plane reads before it starts leading
+    shard = pb.RunningShard(replica_id="m-abc123", model="m", state=pb.SHARD_STATE_READY, port=21000)
+    agent = await harness.connect("node1", shards=[shard])
+    await receive(agent, "registered")
+    assert harness.fleet.replicas["m-abc123"].state == "ready"
+    assert harness.ready == {"m-abc123": "http://127.0.0.1:21000"}
+    await harness.reconciler.pass_once()
+    with pytest.raises(TimeoutError):  # neither stopped nor started again
+        async with asyncio.timeout(0.2):
+            message = await agent.receive()
+            raise AssertionError(f"unexpected {message.WhichOneof('kind')}")

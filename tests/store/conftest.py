@@ -1,14 +1,15 @@
 """Fixtures for the store's tests: a fresh database per test, and a clock the test moves.
 
-Every test runs against SQLite in its own folder. Set ``LLMGW_TEST_POSTGRES_URL``
-(``postgresql+asyncpg://user:pass@host:port/db``, a database these tests may
-wipe) to run each of them against PostgreSQL too.
+Every test runs against SQLite in its own folder and against PostgreSQL: a
+throwaway cluster this session starts (``llmgw.testing.postgres``), or the
+database named by ``LLMGW_TEST_POSTGRES_URL`` (``postgresql+asyncpg://user:pass@host:port/db``,
+one these tests may wipe). ``LLMGW_TEST_POSTGRES=0`` leaves PostgreSQL out.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,23 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from store_fakes import FakeClock
 
 from llmgw.store import Store
+from llmgw.testing import postgres
 
 POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES_URL", "")
-BACKENDS = ["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"]
+WITH_POSTGRES = os.environ.get("LLMGW_TEST_POSTGRES", "1") != "0" and (
+    bool(POSTGRES_URL) or postgres.available()
+)
+BACKENDS = ["sqlite", "postgresql"] if WITH_POSTGRES else ["sqlite"]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL database for the whole session: the given one, or a throwaway cluster."""
+    if POSTGRES_URL:
+        yield POSTGRES_URL
+        return
+    with postgres.postgres() as server:
+        yield server.url
 
 
 async def _wipe_postgres(url: str) -> None:
@@ -36,8 +51,9 @@ async def _wipe_postgres(url: str) -> None:
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty database."""
     if request.param == "postgresql":
-        await _wipe_postgres(POSTGRES_URL)
-        return POSTGRES_URL
+        url: str = request.getfixturevalue("postgres_url")
+        await _wipe_postgres(url)
+        return url
     return f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
 
 

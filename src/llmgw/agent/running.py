@@ -22,6 +22,9 @@ from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 
 log = logging.getLogger(__name__)
 
+CONNECT_TIMEOUT_S = 3.0
+"""How long to wait for one control plane's TLS channel before trying the next."""
+
 
 async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
     gpus = choose_source(config.nvidia_smi)
@@ -57,7 +60,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
     )
 
     async def connect(target: str) -> AgentChannel:
-        return await GrpcConnector(target, tls).connect()
+        return await GrpcConnector(target, tls).connect(timeout_s=CONNECT_TIMEOUT_S)
 
     session = AgentSession(
         inventory, supervisor, config.control_planes, connect, engines=installer.installed_engines

@@ -3,6 +3,12 @@
 The agent keeps one stream open; when it ends, it reconnects with backoff,
 trying each control plane it knows. The backoff starts again after a session
 that worked, so each failover does not make the next one slower.
+
+The leader tells the agent every control plane there is. A standby answers
+a registration with the leader's address, and the agent goes there at once;
+while no control plane leads (a failover), it asks that standby again every
+:data:`STANDBY_RETRY_S`, so it reaches the new leader within half a second of the
+standby taking the lease.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from llmgw import __version__
@@ -23,6 +30,15 @@ from llmgw.protocol.channels import AgentChannel
 log = logging.getLogger(__name__)
 
 Connect = Callable[[str], Awaitable[AgentChannel]]
+
+STANDBY_RETRY_S = 0.5
+"""How soon to ask a standby again when it knows of no leader."""
+
+UNREACHABLE_MEMORY_S = 15.0
+"""For this long after a control plane failed the agent, a standby naming it leader is not believed:
+the lease of a leader that died still names it until it lapses."""
+
+WORKED, STANDBY, FAILED = "worked", "standby", "failed"
 
 
 def register_message(
@@ -67,6 +83,8 @@ class AgentSession:
         connect: Connect,
         engines: Callable[[], list[str]] = list,
         backoff: Backoff | None = None,
+        standby_retry_s: float = STANDBY_RETRY_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inventory = inventory
         self._supervisor = supervisor
@@ -78,6 +96,12 @@ class AgentSession:
         self.connected = asyncio.Event()
         supervisor.report = self._report
         self.current: str = ""
+        self.leader: str = ""
+        """The leading control plane's name, as last told."""
+        self._next: str = ""
+        self._standby_retry_s = standby_retry_s
+        self._failed_at: dict[str, float] = {}
+        self._clock = clock
         self._stopping: set[asyncio.Task[None]] = set()
 
     def send(self, message: pb.AgentMessage) -> None:
@@ -89,27 +113,48 @@ class AgentSession:
         if self.connected.is_set():
             self._outbox.put_nowait(pb.AgentMessage(status=status))
 
+    def _target(self, turn: int) -> str:
+        if self._next:
+            target, self._next = self._next, ""
+            return target
+        return self.control_planes[turn % len(self.control_planes)]
+
     async def run(self) -> None:
         turn = 0
         while True:
-            target = self.control_planes[turn % len(self.control_planes)]
+            target = self._target(turn)
             turn += 1
             try:
                 channel = await self._connect(target)
             except ChannelClosed as error:
+                self._failed_at[target] = self._clock()
                 delay = self._backoff.next_delay()
                 log.warning("%s; trying again in %.1f s", error, delay)
                 await asyncio.sleep(delay)
                 continue
-            worked = await self._serve(channel, target)
-            if worked:
+            outcome = await self._serve(channel, target)
+            if outcome != STANDBY:
+                self._failed_at[target] = self._clock()
+            if outcome == WORKED:
                 self._backoff.reset()
-            delay = self._backoff.next_delay()
-            log.info("reconnecting in %.1f s", delay)
-            await asyncio.sleep(delay)
+                delay = self._backoff.next_delay()
+            elif outcome == STANDBY:
+                delay = 0.0 if self._next != target else self._standby_retry_s
+            else:
+                delay = self._backoff.next_delay()
+            if delay:
+                log.info("reconnecting in %.1f s", delay)
+                await asyncio.sleep(delay)
 
-    async def _serve(self, channel: AgentChannel, target: str) -> bool:
-        """One session; True when it got as far as a registration the control plane accepted."""
+    def _learn(self, registered: pb.Registered) -> None:
+        for address in registered.control_planes:
+            if address and address not in self.control_planes:
+                log.info("learnt of control plane %s", address)
+                self.control_planes.append(address)
+        self.leader = registered.leader
+
+    async def _serve(self, channel: AgentChannel, target: str) -> str:
+        """One session: WORKED once the leader accepted the registration, STANDBY when pointed on."""
         self._outbox = asyncio.Queue()
         registered = False
         try:
@@ -119,12 +164,22 @@ class AgentSession:
             answer = await channel.receive()
             if answer.WhichOneof("kind") != "registered":
                 log.warning("%s answered the registration with %s", target, answer.WhichOneof("kind"))
-                return False
+                return FAILED
+            self._learn(answer.registered)
+            if answer.registered.standby:
+                leader = answer.registered.leader_address
+                failed_at = self._failed_at.get(leader)
+                believed = failed_at is None or self._clock() - failed_at > UNREACHABLE_MEMORY_S
+                self._next = leader if leader and leader != target and believed else target
+                log.info(
+                    "%s stands by; %s",
+                    target,
+                    f"the leader is {answer.registered.leader} at {leader}" if leader else "no leader yet",
+                )
+                return STANDBY
             registered = True
             self.current = target
-            for address in answer.registered.control_planes:
-                if address and address not in self.control_planes:
-                    self.control_planes.append(address)
+            self._failed_at.clear()
             log.info("registered with %s (leader %s)", target, answer.registered.leader)
             self.connected.set()
             async with asyncio.TaskGroup() as tasks:
@@ -140,7 +195,7 @@ class AgentSession:
             self.current = ""
             with contextlib.suppress(Exception):
                 await channel.close()
-        return registered
+        return WORKED if registered else FAILED
 
     async def _send_loop(self, channel: AgentChannel) -> None:
         while True:
@@ -162,5 +217,7 @@ class AgentSession:
                 task.add_done_callback(self._stopping.discard)
             elif kind == "heartbeat":
                 pass
+            elif kind == "registered":
+                self._learn(message.registered)  # the control planes changed
             else:
                 log.info("ignoring %s from the control plane", kind)

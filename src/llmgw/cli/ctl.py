@@ -29,21 +29,35 @@ def client(url: str | None, token: str | None) -> AdminClient:
 
 @app.command()
 def status(url: str = URL, token: str = TOKEN) -> None:
-    """The cluster's summary: who leads, nodes, models, replicas."""
-    s = client(url, token).get("/api/status")
-    table(
-        ["", ""],
-        [
-            ("control plane", f"{s['name']} (leader)"),
-            ("standbys", ", ".join(s["standbys"]) or "none"),
-            ("version", s["version"]),
-            ("nodes", s["nodes"]),
-            ("models", s["models"]),
-            ("replicas", f"{s['replicas_ready']} ready of {s['replicas']}"),
-        ]
-        + ([("reconciler", s["reconcile_error"])] if s.get("reconcile_error") else [])
-        + [(f"cannot place {model}", why) for model, why in s.get("unplaced", {}).items()],
-    )
+    """The cluster's summary: which control plane leads, which stand by, nodes, models, replicas."""
+    show_status(client(url, token).get("/api/status"))
+
+
+def show_status(s: dict[str, Any]) -> None:
+    """Print /api/status as a table (shared by 'llmgw status')."""
+    planes = s.get("control_planes", [])
+    rows: list[tuple[str, Any]] = [
+        ("serving", "STOPPED (llmgw start serves again)" if s.get("stopped") else "yes"),
+        ("leader", s["leader"] or "none (a failover is under way)"),
+        ("standbys", ", ".join(s["standbys"]) or "none"),
+    ]
+    rows += [
+        (f"  {p['name']}", f"{p['role']}, {p['http']}, agents {p['agents']}, seen {p['seen_ago_s']} s ago")
+        for p in planes
+    ]
+    if s.get("vip"):
+        where = "on the leader" if s.get("vip_on_leader") else "NOT on the leader: check keepalived"
+        rows.append(("floating address", f"{s['vip']} ({where})"))
+    rows += [
+        ("answered by", s["name"]),
+        ("version", s["version"]),
+        ("nodes", s["nodes"]),
+        ("models", s["models"]),
+        ("replicas", f"{s['replicas_ready']} ready of {s['replicas']}"),
+    ]
+    rows += [("reconciler", s["reconcile_error"])] if s.get("reconcile_error") else []
+    rows += [(f"cannot place {model}", why) for model, why in s.get("unplaced", {}).items()]
+    table(["", ""], rows)
 
 
 @app.command()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from llmgw.cli.keepalived import keepalived_config
 from llmgw.cli.output import console, setup_logging
 from llmgw.cli.paths import SYSTEM_DIR, find_server_config
 from llmgw.controlplane.config import (
@@ -18,6 +19,7 @@ from llmgw.controlplane.config import (
     HttpSettings,
     ServerConfig,
     StoreSettings,
+    TlsSettings,
     load_server_config,
     save_server_config,
 )
@@ -70,6 +72,62 @@ def initialise(
 
     asyncio.run(create_store())
     return config
+
+
+def add_control_plane(
+    config: ServerConfig,
+    directory: Path,
+    *,
+    name: str,
+    http_host: str,
+    http_port: int,
+    agent_host: str,
+    agent_port: int,
+    vip: str = "",
+    interface: str = "eth0",
+) -> ServerConfig:
+    """Another control plane of the cluster ``config`` belongs to, in ``directory``.
+
+    It gets its own certificate (server and client use: standbys relay to the
+    leader with it), the CA, the admin token and the same store; ``vip`` adds a
+    keepalived configuration that keeps the floating address on the leader.
+    """
+    if config.store_url.startswith("sqlite"):
+        raise ConfigError(
+            f"the cluster's store is SQLite ({config.store_url}), which one machine alone can use",
+            hint="move the store to PostgreSQL (store.url in server.yaml) before adding a control plane",
+        )
+    if name == config.name:
+        raise ConfigError(f"control plane {name!r} exists already", hint="give the new one another --name")
+    path = directory / "server.yaml"
+    if path.exists():
+        raise ConfigError(f"{path} already exists", "choose another --dir, or run it as it is")
+    keepalived = keepalived_config(vip, f"{http_host}:{http_port}", interface) if vip else ""
+    directory.mkdir(parents=True, exist_ok=True)
+    source = config.path(config.tls.ca).parent
+    authority = Authority.load(source)
+    hosts = sorted(
+        {SERVER_NAME, "localhost", "127.0.0.1", http_host, agent_host, *([vip.split("/")[0]] if vip else [])}
+        - {"0.0.0.0", ""}
+    )
+    authority.issue(name, sans=hosts, usage="both", directory=directory, stem="server")
+    for kept in (config.tls.ca, config.tls.ca_key):
+        shutil.copyfile(config.path(kept), directory / Path(kept).name)
+    token = config.directory / ADMIN_TOKEN_FILE
+    if token.exists():
+        (directory / ADMIN_TOKEN_FILE).touch(mode=0o600)
+        shutil.copyfile(token, directory / ADMIN_TOKEN_FILE)
+    added = config.model_copy(deep=True)
+    added.name = name
+    added.data_dir = "."
+    added.http = HttpSettings(host=http_host, port=http_port)
+    added.agent_server = AgentServerSettings(host=agent_host, port=agent_port)
+    added.tls = TlsSettings(ca=Path(config.tls.ca).name, ca_key=Path(config.tls.ca_key).name)
+    if vip:
+        added.leadership.vip = vip
+        (directory / "keepalived.conf").write_text(keepalived)
+    save_server_config(added, path)
+    return added
 
 
 def issue_node_certificate(config: ServerConfig, node_id: str, out: Path) -> None:
@@ -133,6 +191,54 @@ def run(
     from llmgw.controlplane.running import run_until_signalled
 
     _run(run_until_signalled(loaded))
+
+
+@app.command()
+def add(
+    name: str = typer.Option(..., "--name", help="The new control plane's name (its certificate's name)."),
+    directory: Path = typer.Option(..., "--dir", help="Directory for its server.yaml and certificates."),
+    http_host: str = typer.Option("127.0.0.1", help="Address of its /v1, /api and /leader."),
+    http_port: int = typer.Option(8080, help="Port of its /v1, /api and /leader."),
+    agent_host: str = typer.Option("127.0.0.1", help="Address agents (and standbys) connect to."),
+    agent_port: int = typer.Option(8443, help="Port agents (and standbys) connect to."),
+    vip: str = typer.Option("", "--vip", help="Floating address keepalived keeps on the leader."),
+    interface: str = typer.Option("eth0", help="Network interface for the floating address."),
+    start: bool = typer.Option(False, "--start", help="Start it on this machine once written."),
+    config: Path = typer.Option(None, "--config", "-c", help="server.yaml of an existing control plane."),
+) -> None:
+    """Add a control plane to the cluster: certificate, configuration, store address; --vip for keepalived."""
+    existing = load_server_config(resolve_config(config))
+    added = add_control_plane(
+        existing,
+        directory,
+        name=name,
+        http_host=http_host,
+        http_port=http_port,
+        agent_host=agent_host,
+        agent_port=agent_port,
+        vip=vip,
+        interface=interface,
+    )
+    console.print(f"added control plane {added.name} in {directory}")
+    console.print(f"  store: {added.store_url}")
+    if vip:
+        console.print(f"  keepalived: {directory / 'keepalived.conf'} (copy to /etc/keepalived/)")
+    command = ["llmgw", "server", "run", "--config", str(directory / "server.yaml")]
+    if start:
+        import subprocess
+        import sys
+
+        log = (directory / "server.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "llmgw.cli.main", *command[1:]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        console.print(f"started it (pid {process.pid}); its log: {directory / 'server.log'}")
+    else:
+        console.print(f"start it with: {' '.join(command)}")
 
 
 @app.command("node-cert")

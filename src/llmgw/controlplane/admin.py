@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llmgw import __version__
 from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.leadership import Leadership
+from llmgw.controlplane.reconciling import SERVING_STOPPED, Reconciler
 from llmgw.core.catalog import parse_model
 from llmgw.errors import LlmgwError, NotFound, Unauthorized, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
@@ -31,6 +33,11 @@ class KeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=100)
     owner: str = ""
+
+
+class ServingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stopped: bool
 
 
 def _error(
@@ -55,6 +62,7 @@ class AdminApi:
         reconciler: Reconciler,
         blobs: BlobStore,
         on_keys_changed: Any,
+        leadership: Leadership | None = None,
     ) -> None:
         self.name = name
         self._token_sha256 = token_sha256
@@ -63,6 +71,8 @@ class AdminApi:
         self.reconciler = reconciler
         self.blobs = blobs
         self.on_keys_changed = on_keys_changed
+        self.leadership = leadership
+        self.vip = ""
         self.started = time.time()
 
     def check_token(self, request: Request) -> None:
@@ -105,8 +115,20 @@ class AdminApi:
             return {"status": "ok"}
 
         @app.get("/leader")
-        async def leader() -> dict[str, Any]:
-            return {"leader": True, "name": self.name}
+        async def leader() -> JSONResponse:
+            """200 while this control plane leads, 503 otherwise (keepalived's check follows it).
+
+            A leader that cannot reach the store keeps answering 200 ("paused"): it still serves
+            from memory, and nobody else can take the lease while the store is away from everyone.
+            """
+            leading = self.leadership is None or self.leadership.serving
+            body = {
+                "leader": leading,
+                "name": self.name,
+                "state": self.leadership.state if self.leadership else "leading",
+                "holder": self.leadership.holder if self.leadership else self.name,
+            }
+            return JSONResponse(body, status_code=200 if leading else 503)
 
         @app.get("/metrics")
         async def metrics() -> Response:
@@ -116,11 +138,27 @@ class AdminApi:
         async def status() -> dict[str, Any]:
             models = await self.store.models.list()
             replicas = list(self.fleet.replicas.values())
+            stopped = bool(await self.store.settings.get(SERVING_STOPPED, False))
+            planes = self.leadership.control_planes if self.leadership else []
+            leader = self.leadership.holder if self.leadership else self.name
             return {
                 "name": self.name,
                 "version": __version__,
-                "leader": self.name,
-                "standbys": [],
+                "leader": leader,
+                "standbys": [p.name for p in planes if p.name != leader],
+                "control_planes": [
+                    {
+                        "name": p.name,
+                        "role": "leader" if p.name == leader else "standby",
+                        "http": p.http_address,
+                        "agents": p.agent_address,
+                        "seen_ago_s": round(p.seen_ago_s, 1),
+                    }
+                    for p in planes
+                ],
+                "vip": self.vip,
+                "vip_on_leader": bool(self.vip) and address_is_local(self.vip),
+                "stopped": stopped,
                 "uptime_s": int(time.time() - self.started),
                 "nodes": len(self.fleet.nodes),
                 "models": len(models),
@@ -129,6 +167,17 @@ class AdminApi:
                 "reconcile_error": self.reconciler.last_error,
                 "unplaced": dict(self.reconciler.unplaced),
             }
+
+        @app.put("/api/serving", dependencies=auth)
+        async def serving(body: ServingRequest) -> dict[str, Any]:
+            """``llmgw stop`` (stopped: true) and ``llmgw start`` (stopped: false)."""
+            await self.store.settings.set(SERVING_STOPPED, body.stopped, "admin")
+            await self.store.audit.record(
+                "admin", "serving.stop" if body.stopped else "serving.start", "serving"
+            )
+            self.reconciler.stopped = body.stopped
+            self.reconciler.wake()
+            return {"stopped": body.stopped}
 
         @app.get("/api/nodes", dependencies=auth)
         async def nodes() -> list[dict[str, Any]]:
@@ -297,3 +346,15 @@ async def _json_body(request: Request) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValidationFailed([("body", f"not valid JSON: {error}")], "send a JSON object") from None
+
+
+def address_is_local(address: str) -> bool:
+    """Whether ``address`` is on one of this machine's interfaces (a floating address held here)."""
+    host = address.split("/")[0]
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((host, 0))
+    except OSError:
+        return False
+    return True

@@ -52,6 +52,13 @@ class ReconcileSettings(Section):
     restart_backoff_max_s: float = 60.0
 
 
+class LeadershipSettings(Section):
+    lease_s: float = Field(default=10.0, gt=0.5)
+    """Length of the leader lease on the database's clock; renewed every third of it."""
+    vip: str = ""
+    """Floating address keepalived keeps on the leader (``server add --vip``); empty: none."""
+
+
 class GatewaySettingsFile(Section):
     request_wait_s: float = 60.0
     """How long a request waits for a replica to become ready before a 503."""
@@ -71,6 +78,7 @@ class ServerConfig(Section):
     agent_server: AgentServerSettings = Field(default_factory=AgentServerSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
+    leadership: LeadershipSettings = Field(default_factory=LeadershipSettings)
     gateway: GatewaySettingsFile = Field(default_factory=GatewaySettingsFile)
 
     # Where the file was read from; not part of the file.

@@ -25,6 +25,9 @@ from llmgw.store.replicas import ReplicaRecord
 
 log = logging.getLogger(__name__)
 
+SERVING_STOPPED = "serving.stopped"
+"""The setting ``llmgw stop`` sets and ``llmgw start`` clears."""
+
 
 class Reconciler:
     """Leader-only loop driving replicas towards the catalog."""
@@ -40,8 +43,10 @@ class Reconciler:
         in_flight: Callable[[str], int] = lambda model: 0,
         on_catalog: Callable[[list[ModelDefinition]], None] = lambda models: None,
         clock: Callable[[], float] = time.monotonic,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self._store = store
+        self._may_act = may_act
         self._fleet = fleet
         self._interval_s = interval_s
         self._backoff_s = backoff_s
@@ -54,6 +59,8 @@ class Reconciler:
         self.last_error = ""
         self.unplaced: dict[str, str] = {}
         """Models that could not be placed, with every node's reason."""
+        self.stopped = False
+        """``serving.stopped`` as of the last pass: every model wants no replicas (``llmgw stop``)."""
 
     # signals from elsewhere --------------------------------------------------
     def wake(self) -> None:
@@ -84,7 +91,8 @@ class Reconciler:
     async def run(self) -> None:
         while True:
             try:
-                await self.pass_once()
+                if self._may_act():  # leads now (the loop is also stopped the moment the lease is lost)
+                    await self.pass_once()
                 self.last_error = ""
             except LlmgwError as error:
                 self.last_error = str(error)
@@ -95,15 +103,23 @@ class Reconciler:
             except TimeoutError:
                 pass
 
-    async def pass_once(self) -> None:
-        records = await self._store.models.list()
+    async def load_catalog(self) -> dict[str, ModelDefinition]:
+        """Read the catalog and hand it to ``on_catalog`` (the gateway's model list)."""
         models: dict[str, ModelDefinition] = {}
-        for record in records:
+        for record in await self._store.models.list():
             try:
                 models[record.name] = parse_model(record.definition)
             except LlmgwError as error:
                 log.error("model %s in the store cannot be read: %s", record.name, error)
         self._on_catalog(list(models.values()))
+        return models
+
+    async def load(self) -> tuple[dict[str, ModelDefinition], list[ReplicaRecord]]:
+        """Read the desired state: the catalog (handed to the gateway) and the replicas placed,
+        which the fleet tracks from then on. A new leader does this before it accepts agents,
+        so the shards they report are adopted, never taken for strays."""
+        self.stopped = bool(await self._store.settings.get(SERVING_STOPPED, False))
+        models = await self.load_catalog()
         placed = await self._store.replicas.list()
         for replica_record in placed:
             if replica_record.id not in self._fleet.replicas:
@@ -122,6 +138,10 @@ class Reconciler:
                         state="absent",
                     )
                 )
+        return models, placed
+
+    async def pass_once(self) -> None:
+        models, placed = await self.load()
         wanted = {p.id for p in placed}
         for replica in [r for r in self._fleet.replicas.values() if r.replica_id not in wanted]:
             await self._remove(replica, "its model left the catalog")
@@ -137,7 +157,7 @@ class Reconciler:
 
     async def _reconcile_model(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
         mine = self._fleet.of_model(model.name)
-        want = min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
+        want = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
         if len(mine) >= want:
             self.unplaced.pop(model.name, None)
         if len(mine) > want:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -14,10 +15,13 @@ import uvicorn
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.leadership import LEADING, STANDBY, Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition
+from llmgw.errors import LlmgwError
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.catalog_view import ModelEntry
 from llmgw.gateway.keys import KeyEntry
@@ -26,8 +30,9 @@ from llmgw.gateway.replicas import ReplicaEndpoint
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.mirror.blobs import BlobStore
-from llmgw.protocol.grpc_transport import AgentServer, TlsFiles
+from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
 from llmgw.store.database import Store
+from llmgw.store.leases import Fence, Leases
 from llmgw.store.usage import UsageLog
 
 log = logging.getLogger(__name__)
@@ -58,7 +63,7 @@ class _Server(uvicorn.Server):
 
 
 class ControlPlane:
-    """One control plane, leading (this foundation runs one per cluster)."""
+    """One control plane: leads while it holds the lease, stands by (relaying to the leader) otherwise."""
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -72,10 +77,17 @@ class ControlPlane:
             for k in await store.keys.active()
         )
 
+    async def _before_leading(self, store: Store, gateway: Gateway, reconciler: Reconciler) -> None:
+        """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves anything."""
+        await self._reload_keys(store, gateway)
+        await reconciler.load()
+
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
         config.data_path.mkdir(parents=True, exist_ok=True)
         store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
+        fence = Fence(config.name)
+        store.fence = fence
         blobs = BlobStore(config.data_path / "mirror")
         reconciler_box: list[Reconciler] = []
         usage = UsageWriter(UsageLog(store), store.now)
@@ -133,13 +145,27 @@ class ControlPlane:
             in_flight=lambda model: sum(
                 gateway.replicas.in_flight(e.replica_id) for e in gateway.replicas.ready(model)
             ),
+            may_act=lambda: leadership.leading,
         )
         reconciler_box.append(reconciler)
-        await self._reload_keys(store, gateway)
+        try:
+            await self._reload_keys(store, gateway)
+        except LlmgwError as error:
+            log.warning("could not load the API keys yet: %s", error)
 
         async def keys_changed() -> None:
             await self._reload_keys(store, gateway)
 
+        leader_work = LeaderWork(reconciler)
+        leadership = Leadership(
+            Leases(store),
+            fence,
+            Identity(config.name, "", ""),
+            lease_s=config.leadership.lease_s,
+            on_change=leader_work.on_change,
+            before_leading=lambda: self._before_leading(store, gateway, reconciler),
+            on_planes=lambda: leader_work.sessions.tell_planes() if leader_work.sessions else None,
+        )
         admin = AdminApi(
             name=config.name,
             token_sha256=config.admin_token_sha256,
@@ -148,21 +174,35 @@ class ControlPlane:
             reconciler=reconciler,
             blobs=blobs,
             on_keys_changed=keys_changed,
+            leadership=leadership,
         )
-        address = f"{config.agent_server.host}:{config.agent_server.port}"
-        sessions = NodeSessions(store, fleet, reconciler, config.name, address)
+        admin.vip = config.leadership.vip
+        sessions = NodeSessions(store, fleet, reconciler, leadership)
+        leader_work.sessions = sessions
 
         async def blob_chunks(sha256: str, offset: int) -> AsyncIterator[bytes]:
             async for chunk in blobs.read_chunks(sha256, offset):
                 yield chunk
 
         tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
+        local = route_by_prefix(
+            refuse_when_stopped(gateway.asgi_app(), lambda: reconciler.stopped), admin.app()
+        )
+        answering = RelayAnswering(local, leadership)
+
+        relays = RelayClient(tls)
+        front = StandbyForwarding(local, leadership, relays.relay, config.gateway.request_wait_s)
         agent_server = AgentServer(
-            sessions.serve, blob_chunks, tls, config.agent_server.host, config.agent_server.port
+            sessions.serve,
+            blob_chunks,
+            tls,
+            config.agent_server.host,
+            config.agent_server.port,
+            relay=answering.answer,
         )
         server = _Server(
             uvicorn.Config(
-                route_by_prefix(gateway.asgi_app(), admin.app()),
+                front,
                 host=config.http.host,
                 port=config.http.port,
                 loop="none",
@@ -177,7 +217,6 @@ class ControlPlane:
             self.agent_port = await agent_server.start()
             async with asyncio.TaskGroup() as tasks:
                 serving = tasks.create_task(server.serve())
-                reconciling = tasks.create_task(reconciler.run())
                 reading_loads = tasks.create_task(LoadReader(gateway.replicas).run())
                 writing = tasks.create_task(usage.run())
                 while not server.started:
@@ -186,23 +225,94 @@ class ControlPlane:
                     await asyncio.sleep(0.02)
                 if server.started:
                     self.http_port = server.servers[0].sockets[0].getsockname()[1]
-                    log.info(
-                        "control plane %s serving on http://%s:%d, agents on %s",
+                    leadership.me = Identity(
                         config.name,
-                        config.http.host,
-                        self.http_port,
-                        address,
+                        f"{config.agent_server.host}:{self.agent_port}",
+                        f"http://{config.http.host}:{self.http_port}",
+                    )
+                    leading = tasks.create_task(leadership.run())
+                    log.info(
+                        "control plane %s serving on %s, agents on %s",
+                        config.name,
+                        leadership.me.http_address,
+                        leadership.me.agent_address,
                     )
                     self.ready.set()
-                await stop.wait()
+                    await stop.wait()
+                    # Agents' streams end at once, so they move to another control plane now.
+                    await agent_server.stop()
+                    leading.cancel()
+                    leader_work.stop()
+                    await leadership.resign()
                 server.should_exit = True
-                reconciling.cancel()
                 reading_loads.cancel()
                 writing.cancel()  # it writes what waits before it ends
         finally:
+            leader_work.stop()
             await agent_server.stop()
+            await relays.close()
             await gateway.close()
             await store.close()
+
+
+class LeaderWork:
+    """Starts and stops what only the leader does as leadership comes and goes."""
+
+    def __init__(self, reconciler: Reconciler) -> None:
+        self._reconciler = reconciler
+        self.sessions: NodeSessions | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def _lead(self) -> None:
+        await self._reconciler.run()
+
+    def on_change(self, state: str) -> None:
+        if state == LEADING:
+            if self._task is None or self._task.done():
+                self._task = asyncio.create_task(self._lead(), name="reconciler")
+            return
+        self.stop()
+        if state == STANDBY and self.sessions is not None:
+            released = self.sessions.let_go()
+            if released:
+                log.info("let %d agents go to the new leader", released)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+def refuse_when_stopped(gateway: ASGIApp, stopped: Callable[[], bool]) -> ASGIApp:
+    """While ``llmgw stop`` holds, every POST under ``/v1/`` gets 503 ``system_stopped``."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and stopped():
+            body = json.dumps(
+                {
+                    "error": {
+                        "message": "the system is stopped: no model is served",
+                        "type": "service_unavailable",
+                        "code": "system_stopped",
+                        "hint": "an administrator starts it again with 'llmgw start'",
+                    }
+                }
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", b"%d" % len(body)),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await gateway(scope, receive, send)
+
+    return app
 
 
 async def run_until_signalled(config: ServerConfig) -> None:

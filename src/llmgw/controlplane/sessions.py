@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
 
 from llmgw.controlplane.fleet import Fleet, NodeState
+from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.errors import ChannelClosed, LlmgwError
 from llmgw.protocol import agent_pb2 as pb
@@ -20,17 +22,70 @@ REGISTER_TIMEOUT_S = 10.0
 
 
 class NodeSessions:
-    """Accepts agents' streams for the leader."""
+    """Accepts agents' streams for the leader; a standby points them to the leader."""
 
-    def __init__(self, store: Store, fleet: Fleet, reconciler: Reconciler, name: str, address: str) -> None:
+    def __init__(self, store: Store, fleet: Fleet, reconciler: Reconciler, leadership: Leadership) -> None:
         self._store = store
         self._fleet = fleet
         self._reconciler = reconciler
-        self._name = name
-        self._address = address
+        self._leadership = leadership
+        self._serving: set[asyncio.Task[None]] = set()
+        self._telling: set[asyncio.Task[None]] = set()
+
+    def _registered(self) -> pb.Registered:
+        leadership = self._leadership
+        leader = leadership.leader
+        return pb.Registered(
+            leader=leadership.holder,
+            control_planes=[p.agent_address for p in leadership.control_planes if p.agent_address],
+            standby=not leadership.serving,
+            leader_address=leader.agent_address if leader else "",
+        )
+
+    def tell_planes(self) -> None:
+        """Tell every connected agent the control planes there are now (one joined or left)."""
+        if not self._leadership.serving:
+            return
+        message = pb.ControlMessage(registered=self._registered())
+        for node_id, node in list(self._fleet.nodes.items()):
+            task = asyncio.create_task(self._tell(node_id, node.channel, message))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+
+    async def _tell(self, node_id: str, channel: ControlChannel, message: pb.ControlMessage) -> None:
+        try:
+            await channel.send(message)
+        except ChannelClosed:
+            log.info("could not tell node %s the control planes: its stream ended", node_id)
+
+    def let_go(self) -> int:
+        """End every agent's stream now (this control plane stopped leading); how many there were."""
+        count = 0
+        for task in list(self._serving):
+            task.cancel()
+            count += 1
+        return count
 
     async def serve(self, channel: ControlChannel) -> None:
-        """Run one node's session until its stream ends."""
+        """Run one node's session until its stream ends (or this control plane stops leading)."""
+        task = asyncio.current_task()
+        assert task is not None
+        if not self._leadership.serving:
+            with contextlib.suppress(ChannelClosed, TimeoutError):
+                await asyncio.wait_for(channel.receive(), REGISTER_TIMEOUT_S)
+                await channel.send(pb.ControlMessage(registered=self._registered()))
+            return
+        self._serving.add(task)
+        try:
+            await self._serve(channel)
+        except asyncio.CancelledError:
+            if self._leadership.serving:
+                raise
+            log.info("let %s go: this control plane no longer leads", channel.peer)
+        finally:
+            self._serving.discard(task)
+
+    async def _serve(self, channel: ControlChannel) -> None:
         try:
             first = await asyncio.wait_for(channel.receive(), REGISTER_TIMEOUT_S)
         except (TimeoutError, ChannelClosed):
@@ -71,9 +126,7 @@ class NodeSessions:
         except LlmgwError as error:
             log.warning("could not record node %s in the store: %s", node_id, error)
         try:
-            await channel.send(
-                pb.ControlMessage(registered=pb.Registered(leader=self._name, control_planes=[self._address]))
-            )
+            await channel.send(pb.ControlMessage(registered=self._registered()))
             await self._adopt(node_id, register, channel)
             self._reconciler.wake()
             while True:

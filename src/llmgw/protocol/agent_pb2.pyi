@@ -728,7 +728,13 @@ class Registered(_message.Message):
 
     LEADER_FIELD_NUMBER: _builtins.int
     CONTROL_PLANES_FIELD_NUMBER: _builtins.int
+    STANDBY_FIELD_NUMBER: _builtins.int
+    LEADER_ADDRESS_FIELD_NUMBER: _builtins.int
     leader: _builtins.str
+    standby: _builtins.bool
+    """this control plane does not lead: connect to leader_address"""
+    leader_address: _builtins.str
+    """the leader's agent server, "" while none leads"""
     @_builtins.property
     def control_planes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -736,10 +742,12 @@ class Registered(_message.Message):
         *,
         leader: _builtins.str = ...,
         control_planes: _abc.Iterable[_builtins.str] | None = ...,
+        standby: _builtins.bool = ...,
+        leader_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["control_planes", b"control_planes", "leader", b"leader"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["control_planes", b"control_planes", "leader", b"leader", "leader_address", b"leader_address", "standby", b"standby"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -832,3 +840,83 @@ class BlobChunk(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BlobChunk: _TypeAlias = BlobChunk  # noqa: Y015
+
+@_typing.final
+class HttpHeader(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HttpHeader: _TypeAlias = HttpHeader  # noqa: Y015
+
+@_typing.final
+class RelayRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METHOD_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    method: _builtins.str
+    path: _builtins.str
+    """with the query string"""
+    body: _builtins.bytes
+    @_builtins.property
+    def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HttpHeader]: ...
+    def __init__(
+        self,
+        *,
+        method: _builtins.str = ...,
+        path: _builtins.str = ...,
+        headers: _abc.Iterable[Global___HttpHeader] | None = ...,
+        body: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "headers", b"headers", "method", b"method", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RelayRequest: _TypeAlias = RelayRequest  # noqa: Y015
+
+@_typing.final
+class RelayChunk(_message.Message):
+    """The first chunk carries status and headers; every chunk may carry body bytes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    status: _builtins.int
+    data: _builtins.bytes
+    @_builtins.property
+    def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HttpHeader]: ...
+    def __init__(
+        self,
+        *,
+        status: _builtins.int = ...,
+        headers: _abc.Iterable[Global___HttpHeader] | None = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "headers", b"headers", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RelayChunk: _TypeAlias = RelayChunk  # noqa: Y015

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from llmgw.errors import ChannelClosed, ConfigError, NotFound
+from llmgw.errors import ChannelClosed, ConfigError, NotFound, NotLeader, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol import agent_pb2_grpc as pb_grpc
 from llmgw.protocol.channels import ControlChannel
@@ -69,6 +69,13 @@ class TlsFiles:
 
 SessionHandler = Callable[[ControlChannel], Awaitable[None]]
 BlobProvider = Callable[[str, int], AsyncIterator[bytes]]
+RelayHandler = Callable[[str, pb.RelayRequest], AsyncIterator[pb.RelayChunk]]
+"""Answers a relayed HTTP request, given the caller certificate's common name."""
+
+
+def _common_name(context: aio.ServicerContext) -> str:  # type: ignore[type-arg,unused-ignore]
+    names = context.auth_context().get("x509_common_name") or [b"?"]
+    return str(names[0].decode())
 
 
 class _ServerChannel:
@@ -77,8 +84,7 @@ class _ServerChannel:
     def __init__(self, context: aio.ServicerContext) -> None:  # type: ignore[type-arg,unused-ignore]
         self._context = context
         self._closed = False
-        names = context.auth_context().get("x509_common_name") or [b"?"]
-        self._peer = str(names[0].decode())
+        self._peer = _common_name(context)
 
     @property
     def peer(self) -> str:
@@ -115,9 +121,29 @@ class _ServerChannel:
 
 
 class _Servicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, handler: SessionHandler, blobs: BlobProvider) -> None:
+    def __init__(self, handler: SessionHandler, blobs: BlobProvider, relay: RelayHandler | None) -> None:
         self._handler = handler
         self._blobs = blobs
+        self._relay = relay
+
+    async def Relay(self, request, context):  # type: ignore[no-untyped-def]
+        relay = self._relay
+        if relay is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this control plane relays nothing")
+            return
+        first = True
+        try:
+            async for chunk in relay(_common_name(context), request):
+                first = False
+                yield chunk
+        except Unauthorized as error:
+            if first:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{error.message}; {error.hint}")
+            raise
+        except NotLeader as error:
+            if first:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{error.message}; {error.hint}")
+            raise
 
     async def Connect(self, request_iterator, context):  # type: ignore[no-untyped-def]
         await self._handler(_ServerChannel(context))
@@ -138,10 +164,17 @@ class AgentServer:
     """The control plane's gRPC server for agents."""
 
     def __init__(
-        self, handler: SessionHandler, blobs: BlobProvider, tls: TlsFiles, host: str, port: int
+        self,
+        handler: SessionHandler,
+        blobs: BlobProvider,
+        tls: TlsFiles,
+        host: str,
+        port: int,
+        relay: RelayHandler | None = None,
     ) -> None:
         self._handler = handler
         self._blobs = blobs
+        self._relay = relay
         self._tls = tls
         self._address = f"{host}:{port}"
         self._server: aio.Server | None = None
@@ -154,7 +187,7 @@ class AgentServer:
         )
         server = aio.server(options=_SERVER_OPTIONS)
         pb_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _Servicer(self._handler, self._blobs), server
+            _Servicer(self._handler, self._blobs, self._relay), server
         )
         self.port = server.add_secure_port(self._address, credentials)
         if not self.port:
@@ -272,3 +305,70 @@ class GrpcConnector:
             ) from None
         finally:
             await channel.close(grace=None)
+
+    async def relay(self, request: pb.RelayRequest, connect_s: float = 3.0) -> AsyncIterator[pb.RelayChunk]:
+        """Pass an HTTP request to the control plane at the target and stream its answer back.
+
+        :class:`ChannelClosed` when it cannot be reached, :class:`NotLeader`
+        when it does not lead, :class:`Unauthorized` when it refuses this
+        process's certificate. One channel for this request only: a standby
+        relaying many keeps one with :class:`RelayClient`.
+        """
+        channel = self._channel()
+        try:
+            async for chunk in _relay_over(channel, self.target, request, connect_s):
+                yield chunk
+        finally:
+            await channel.close(grace=None)
+
+
+class RelayClient:
+    """A standby's relays to the leader, over one kept channel per control plane."""
+
+    def __init__(self, tls: TlsFiles) -> None:
+        self._tls = tls
+        self._channels: dict[str, aio.Channel] = {}
+
+    async def relay(
+        self, target: str, request: pb.RelayRequest, connect_s: float = 3.0
+    ) -> AsyncIterator[pb.RelayChunk]:
+        """Like :meth:`GrpcConnector.relay`; a channel that failed is dropped and made anew next time."""
+        kept = self._channels.get(target)
+        channel: aio.Channel = kept if kept is not None else GrpcConnector(target, self._tls)._channel()
+        self._channels[target] = channel
+        try:
+            async for chunk in _relay_over(channel, target, request, connect_s):
+                yield chunk
+        except ChannelClosed:
+            if self._channels.get(target) is channel:
+                del self._channels[target]
+            await channel.close(grace=None)
+            raise
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close(grace=None)
+
+
+async def _relay_over(
+    channel: aio.Channel, target: str, request: pb.RelayRequest, connect_s: float
+) -> AsyncIterator[pb.RelayChunk]:
+    try:
+        await asyncio.wait_for(channel.channel_ready(), connect_s)
+    except (TimeoutError, grpc.RpcError):
+        raise ChannelClosed(f"cannot reach the control plane at {target}", "waiting for a leader") from None
+    try:
+        stream = pb_grpc.AgentServiceStub(channel).Relay(request)  # type: ignore[no-untyped-call]
+        async for chunk in stream:
+            yield chunk
+    except aio.AioRpcError as error:
+        code = error.code()
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            raise Unauthorized(
+                f"the control plane at {target} refused the relay: {error.details()}",
+                "give this control plane a certificate with 'llmgw server add'",
+            ) from None
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            raise NotLeader(f"{target} does not lead: {error.details()}", "waiting for a leader") from None
+        raise ChannelClosed(f"relaying to {target} failed: {_describe(error)}", "retrying") from None

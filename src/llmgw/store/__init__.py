@@ -10,6 +10,7 @@ from llmgw.store.blobs import BlobRecord, Blobs
 from llmgw.store.catalog import Catalog, ModelRecord
 from llmgw.store.database import Store
 from llmgw.store.keys import KeyRecord, Keys, hash_secret
+from llmgw.store.leases import ControlPlaneRecord, Fence, Leases, LeaseState
 from llmgw.store.nodes import NodeRecord, Nodes
 from llmgw.store.replicas import ReplicaRecord, Replicas
 from llmgw.store.settings import SettingChange, StoredSettings
@@ -20,8 +21,12 @@ __all__ = [
     "BlobRecord",
     "Blobs",
     "Catalog",
+    "ControlPlaneRecord",
+    "Fence",
     "KeyRecord",
     "Keys",
+    "LeaseState",
+    "Leases",
     "ModelRecord",
     "NodeRecord",
     "Nodes",

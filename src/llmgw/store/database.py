@@ -36,12 +36,14 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
 from llmgw.store.audit import AuditLog
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
 from llmgw.store.keys import Keys
+from llmgw.store.leases import Fence, check_fence
 from llmgw.store.nodes import Nodes
 from llmgw.store.replicas import Replicas
 from llmgw.store.settings import StoredSettings
@@ -86,7 +88,11 @@ class Store:
         self.url = url
         self.timeout_s = timeout_s
         self.clock = clock
-        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self.fence: Fence | None = None
+        """Set by a control plane: every write then checks it still holds the lease (None: unfenced)."""
+        self._sessions = async_sessionmaker(
+            engine, expire_on_commit=False, sync_session_class=self._fenced_session_class()
+        )
         self._closed = False
         self.models = Catalog(self)
         self.replicas = Replicas(self)
@@ -95,6 +101,22 @@ class Store:
         self.settings = StoredSettings(self)
         self.audit = AuditLog(self)
         self.blobs = Blobs(self)
+
+    def _fenced_session_class(self) -> type[Session]:
+        """Sessions that check :attr:`fence` before their first write, in the same transaction."""
+        fenced: type[Session] = type("FencedSession", (Session,), {})
+
+        def on_execute(state: ORMExecuteState) -> None:
+            if self.fence is not None and (state.is_insert or state.is_update or state.is_delete):
+                check_fence(state.session, self.fence)
+
+        def on_flush(session: Session, context: Any, instances: Any) -> None:
+            if self.fence is not None and (session.new or session.dirty or session.deleted):
+                check_fence(session, self.fence)
+
+        event.listen(fenced, "do_orm_execute", on_execute)
+        event.listen(fenced, "before_flush", on_flush)
+        return fenced
 
     @classmethod
     async def open(cls, url: str, *, timeout_s: float = 5.0, clock: Clock | None = None) -> Store:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -193,6 +194,29 @@ class BlobRow(Base):
     filename: Mapped[str] = mapped_column(String(512), nullable=False)
     kind: Mapped[str] = mapped_column(String(16), nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class LeadershipRow(Base):
+    """The leader lease: one row (id 1); times are seconds on the database's own clock."""
+
+    __tablename__ = "leadership"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128), nullable=False)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    """Grows by one every time the lease changes hands; writes of an older epoch are refused."""
+    expires_s: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class ControlPlaneRow(Base):
+    """A control plane the store knows, with where agents and clients reach it."""
+
+    __tablename__ = "control_planes"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    agent_address: Mapped[str] = mapped_column(String(512), nullable=False)
+    http_address: Mapped[str] = mapped_column(String(512), nullable=False)
+    seen_s: Mapped[float] = mapped_column(Float, nullable=False)
 
 
 def dialect_insert(dialect_name: str, table: type[Base]) -> postgresql.Insert | sqlite.Insert:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any
 
 from llmgw.agent.config import AgentConfig, save_agent_config
 from llmgw.cli.adminclient import AdminClient
-from llmgw.cli.server import initialise, issue_node_certificate
+from llmgw.cli.server import add_control_plane, initialise, issue_node_certificate
+from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.errors import LlmgwError
 
 
@@ -45,11 +47,19 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval
 
 @dataclass
 class Cluster:
+    """Control planes (``cp1`` in ``home``, others in ``home/<name>``) and agents, as processes.
+
+    ``store_url`` (PostgreSQL) lets :meth:`add_control_plane` add standbys;
+    ``lease_s`` shortens the leader lease for tests.
+    """
+
     home: Path
     cache_dir: Path
     http_port: int = field(default_factory=free_port)
     agent_port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    store_url: str = ""
+    lease_s: float | None = None
 
     def __post_init__(self) -> None:
         self.config = initialise(
@@ -59,12 +69,55 @@ class Cluster:
             http_port=self.http_port,
             agent_host="127.0.0.1",
             agent_port=self.agent_port,
+            store_url=self.store_url,
         )
-        self.admin = AdminClient(self.url, (self.home / "admin.token").read_text().strip())
+        if self.lease_s is not None:
+            self.config.leadership.lease_s = self.lease_s
+            save_server_config(self.config, self.home / "server.yaml")
+        self.token = (self.home / "admin.token").read_text().strip()
+        self.admin = AdminClient(self.url, self.token)
+        self.planes: dict[str, ServerConfig] = {"cp1": self.config}
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    def url_of(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.planes[name].http.port}"
+
+    def admin_of(self, name: str) -> AdminClient:
+        return AdminClient(self.url_of(name), self.token)
+
+    def config_path(self, name: str) -> Path:
+        return self.home / "server.yaml" if name == "cp1" else self.home / name / "server.yaml"
+
+    def add_control_plane(self, name: str) -> ServerConfig:
+        """A standby (same CA, token and store) with ports of its own; start it with :meth:`start_server`."""
+        self.planes[name] = add_control_plane(
+            self.config,
+            self.home / name,
+            name=name,
+            http_host="127.0.0.1",
+            http_port=free_port(),
+            agent_host="127.0.0.1",
+            agent_port=free_port(),
+        )
+        return self.planes[name]
+
+    def leader(self) -> str:
+        """The name of the control plane whose /leader answers 200, or ""."""
+        for name in self.planes:
+            if self.processes.get(self.process_name(name)) is None:
+                continue
+            with contextlib.suppress(OSError, LlmgwError, ValueError):
+                with urllib.request.urlopen(f"{self.url_of(name)}/leader", timeout=2) as answer:
+                    if answer.status == 200:
+                        return name
+        return ""
+
+    @staticmethod
+    def process_name(name: str) -> str:
+        return "server" if name == "cp1" else f"server-{name}"
 
     def add_node(self, node_id: str, **settings: Any) -> Path:
         directory = self.home / "nodes" / node_id
@@ -94,9 +147,10 @@ class Cluster:
         self.processes[name] = process
         return process
 
-    def start_server(self) -> None:
-        self.start("server", "server", "run", "--config", str(self.home / "server.yaml"))
-        wait_for(lambda: self.admin.get("/api/status"), 30, "the control plane answers")
+    def start_server(self, name: str = "cp1", wait: bool = True) -> None:
+        self.start(self.process_name(name), "server", "run", "--config", str(self.config_path(name)))
+        if wait:
+            wait_for(lambda: self.admin_of(name).get("/api/status"), 30, f"control plane {name} answers")
 
     def start_agent(self, node_id: str = "node1") -> None:
         path = self.home / "nodes" / node_id / "agent.yaml"

@@ -1,7 +1,7 @@
 """Usage: requests and tokens per key and model, summed over each flush of the control plane's writer.
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Created: 2026-11-30
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
-down_revision: str | None = "0001"
+down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,156 @@
+"""Failover benchmark: kill -9 the leading control plane and measure how soon the cluster works again.
+
+Starts a throwaway PostgreSQL, two control planes (default 10 s lease), one
+agent serving SmolLM2, and a steady client sending chat requests through the
+standby's address. Then kills the leader with SIGKILL and measures:
+
+- seconds until the first admin write succeeds (sent through the standby);
+- seconds until every node is registered with the new leader;
+- how many /v1 requests of the steady client failed during the failover.
+
+The last line printed is one JSON object with those figures and the goals
+(12 s, 12 s, none failed). Run with ``make bench-failover``; set ``LLMGW_BENCH_KEEP=DIR``
+to keep the processes' logs in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from llmgw.cli.up import DEFAULT_MODEL, bundled_model
+from llmgw.errors import LlmgwError
+from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.postgres import PostgresServer
+
+GOAL_WRITE_S = 12.0
+GOAL_NODES_S = 12.0
+
+
+class SteadyClient(threading.Thread):
+    """One request after another through ``url`` until stopped; counts the ones that failed."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(daemon=True)
+        self.client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=90)
+        self.sent = 0
+        self.failed = 0
+        self.errors: list[str] = []
+        self.slowest_s = 0.0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            started = time.monotonic()
+            try:
+                self.client.chat.completions.create(
+                    model=DEFAULT_MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4
+                )
+            except openai.OpenAIError as error:
+                self.failed += 1
+                self.errors.append(str(error)[:200])
+            self.sent += 1
+            self.slowest_s = max(self.slowest_s, time.monotonic() - started)
+            self.halt.wait(0.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lease", type=float, default=10.0, help="leader lease in seconds")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds of steady traffic before the kill")
+    args = parser.parse_args()
+    model = bundled_model()
+    if model is None:
+        raise SystemExit("SmolLM2 is not installed: run 'make install'")
+    cache = Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw")).expanduser()
+    keep = os.environ.get("LLMGW_BENCH_KEEP", "")
+    with PostgresServer.start() as database, tempfile.TemporaryDirectory(prefix="llmgw-failover-") as temp:
+        home = keep or temp
+        cluster = Cluster(Path(home), cache, store_url=database.url, lease_s=args.lease)
+        try:
+            figures = run(cluster, model, args.settle)
+        finally:
+            cluster.stop()
+    print(json.dumps(figures))
+
+
+def run(cluster: Cluster, model: Path, settle_s: float) -> dict[str, Any]:
+    cluster.add_control_plane("cp2")
+    cluster.start_server("cp1")
+    wait_for(lambda: cluster.leader() == "cp1", 30, "cp1 leads")
+    cluster.start_server("cp2")
+    blob = cluster.admin.request(
+        "POST", f"/api/mirror/blobs?filename={model.name}", data=model.open("rb"), length=model.stat().st_size
+    )
+    standby = cluster.admin_of("cp2")
+    standby.request(
+        "POST",
+        "/api/models",
+        {
+            "name": DEFAULT_MODEL,
+            "source": {"sha256": blob["sha256"], "filename": model.name},
+            "profile": {"ctx_size": 2048, "parallel": 2},
+        },
+    )
+    key = standby.request("POST", "/api/keys", {"name": "bench"})["key"]
+    cluster.start_agent("node1")
+    cluster.wait_ready(DEFAULT_MODEL, 180)
+    client = SteadyClient(cluster.url_of("cp2"), key)
+    client.start()
+    time.sleep(settle_s)  # steady traffic before the kill, part of the measurement
+    before = client.sent
+
+    cluster.kill("server", signal.SIGKILL)
+    killed = time.monotonic()
+    write_s = nodes_s = None
+
+    def first_write() -> None:
+        nonlocal write_s
+        attempt = 0
+        while write_s is None and time.monotonic() - killed < 120:
+            attempt += 1
+            started = time.monotonic()
+            try:
+                standby.request("POST", "/api/keys", {"name": f"after-kill-{attempt}"})
+                write_s = time.monotonic() - killed
+            except (LlmgwError, OSError) as error:
+                print(f"write {attempt} sent at {started - killed:.2f} s failed: {error}", file=sys.stderr)
+                time.sleep(0.1)
+
+    writer = threading.Thread(target=first_write, daemon=True)
+    writer.start()
+    while nodes_s is None and time.monotonic() - killed < 120:
+        try:
+            if cluster.leader() == "cp2" and all(n["connected"] for n in standby.get("/api/nodes")):
+                nodes_s = time.monotonic() - killed
+        except (LlmgwError, OSError):
+            pass
+        time.sleep(0.1)
+    writer.join(120)
+    time.sleep(3)  # the requests in flight at the end finish
+    client.halt.set()
+    client.join(120)
+    return {
+        "kill_to_first_admin_write_s": round(write_s, 2) if write_s is not None else None,
+        "kill_to_all_nodes_registered_s": round(nodes_s, 2) if nodes_s is not None else None,
+        "v1_requests_during_failover": client.sent - before,
+        "v1_failed_during_failover": client.failed,
+        "v1_slowest_s": round(client.slowest_s, 2),
+        "lease_s": cluster.config.leadership.lease_s,
+        "goals": {"write_s": GOAL_WRITE_S, "nodes_s": GOAL_NODES_S, "failed": 0},
+        "errors": client.errors[:3],
+    }
+
+
+if __name__ == "__main__":
+    main()

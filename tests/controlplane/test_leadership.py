@@ -1,0 +1,265 @@
+"""Leadership: one leader at a time, failover after the lease lapses, and the store-outage rules."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from llmgw.controlplane.leadership import LEADING, PAUSED, STANDBY, Identity, Leadership
+from llmgw.errors import NotLeader, StoreUnavailable
+from llmgw.store import Fence, Leases, LeaseState, Store
+from llmgw.store.leases import ControlPlaneRecord
+
+
+class Time:
+    """One fake time for both the database's clock (as skew) and the processes' monotonic clocks."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def skew(self) -> float:
+        return self.now - 1000.0
+
+
+class Outage:
+    """Leases that fail like an unreachable store while ``out`` is set."""
+
+    def __init__(self, leases: Leases) -> None:
+        self._leases = leases
+        self.out = False
+
+    def _check(self) -> None:
+        if self.out:
+            raise StoreUnavailable("the store did not answer within 5 s", hint="check the database")
+
+    async def acquire(self, name: str, ttl_s: float) -> int | None:
+        self._check()
+        return await self._leases.acquire(name, ttl_s)
+
+    async def renew(self, name: str, epoch: int, ttl_s: float) -> bool:
+        self._check()
+        return await self._leases.renew(name, epoch, ttl_s)
+
+    async def release(self, name: str, epoch: int) -> None:
+        self._check()
+        await self._leases.release(name, epoch)
+
+    async def current(self) -> LeaseState:
+        self._check()
+        return await self._leases.current()
+
+    async def announce(self, name: str, agent_address: str, http_address: str) -> None:
+        self._check()
+        await self._leases.announce(name, agent_address, http_address)
+
+    async def control_planes(self) -> list[ControlPlaneRecord]:
+        self._check()
+        return await self._leases.control_planes()
+
+
+@pytest.fixture
+def time_() -> Time:
+    return Time()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def control_plane(store: Store, time_: Time, name: str, leases: object | None = None) -> Leadership:
+    changes: list[str] = []
+    leadership = Leadership(
+        leases or Leases(store, time_.skew),  # type: ignore[arg-type]
+        Fence(name),
+        Identity(name, f"{name}:8443", f"http://{name}:8080"),
+        lease_s=10,
+        on_change=changes.append,
+        clock=time_.monotonic,
+    )
+    leadership.changes = changes  # type: ignore[attr-defined]
+    return leadership
+
+
+async def test_the_first_control_plane_leads_and_the_second_stands_by(store: Store, time_: Time) -> None:
+    cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
+    await cp1.round()
+    await cp2.round()
+    assert (cp1.state, cp2.state) == (LEADING, STANDBY)
+    assert cp2.leader is not None and cp2.leader.agent_address == "cp1:8443"
+    assert [p.name for p in cp2.control_planes] == ["cp1", "cp2"]
+
+
+async def test_a_renewing_leader_keeps_the_lease_through_many_rounds(store: Store, time_: Time) -> None:
+    cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
+    for _ in range(20):
+        await cp1.round()
+        await cp2.round()
+        time_.now += cp1.round_s
+        cp1.expire()
+    assert (cp1.state, cp2.state, cp1.epoch) == (LEADING, STANDBY, 1)
+    assert cp1.changes == [LEADING]  # type: ignore[attr-defined]
+
+
+async def test_a_standby_leads_once_a_silent_leader_s_lease_lapses(store: Store, time_: Time) -> None:
+    cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
+    await cp1.round()
+    time_.now += 9.9
+    await cp2.round()
+    assert cp2.state == STANDBY
+    time_.now += 0.2
+    await cp2.round()
+    assert (cp2.state, cp2.epoch) == (LEADING, 2)
+
+
+async def test_a_deposed_leader_stands_down_and_its_writes_are_refused(store: Store, time_: Time) -> None:
+    cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
+    await cp1.round()
+    fence = cp1._fence
+    store.fence = fence
+    time_.now += 11  # cp1 slept through its lease
+    await cp2.round()
+    with pytest.raises(NotLeader):
+        await store.audit.record("cp1", "model.add", "m")  # still believes it leads: refused by the store
+    await cp1.round()
+    assert (cp1.state, fence.epoch) == (STANDBY, None)
+    assert cp1.changes == [LEADING, STANDBY]  # type: ignore[attr-defined]
+
+
+async def test_the_leader_pauses_when_the_store_is_away_for_a_lease_and_leads_again_after(
+    store: Store, time_: Time
+) -> None:
+    outage = Outage(Leases(store, time_.skew))
+    cp1 = control_plane(store, time_, "cp1", outage)
+    await cp1.round()
+    outage.out = True
+    for _ in range(9):  # 30 s without the store
+        time_.now += cp1.round_s
+        await cp1.round()
+    assert cp1.state == PAUSED and not cp1.leading
+    outage.out = False
+    await cp1.round()
+    assert (cp1.state, cp1.epoch) == (LEADING, 1)
+
+
+async def test_a_standby_leaves_the_lease_alone_for_one_round_after_the_store_returns(
+    store: Store, time_: Time
+) -> None:
+    leader_view, standby_view = Outage(Leases(store, time_.skew)), Outage(Leases(store, time_.skew))
+    cp1 = control_plane(store, time_, "cp1", leader_view)
+    cp2 = control_plane(store, time_, "cp2", standby_view)
+    await cp1.round()
+    await cp2.round()
+    leader_view.out = standby_view.out = True
+    for _ in range(9):  # 30 s: the lease lapsed for everyone
+        time_.now += cp1.round_s
+        await cp1.round()
+        await cp2.round()
+    leader_view.out = standby_view.out = False
+    await cp2.round()  # the standby happens to ask first
+    await cp1.round()
+    assert (cp1.state, cp2.state, cp1.epoch) == (LEADING, STANDBY, 1)
+    time_.now += cp1.round_s
+    await cp2.round()
+    assert cp2.state == STANDBY
+
+
+async def test_resigning_frees_the_lease_at_once(store: Store, time_: Time) -> None:
+    cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
+    await cp1.round()
+    await cp1.resign()
+    await cp2.round()
+    assert (cp1.state, cp2.state) == (STANDBY, LEADING)
+
+
+async def test_two_control_planes_never_lead_at_once_under_churn(store: Store, time_: Time) -> None:
+    planes = [control_plane(store, time_, f"cp{i}") for i in range(3)]
+    for plane in planes:
+        await plane.round()
+    for _ in range(6):
+        stalled = next(p for p in planes if p.epoch is not None)  # the leader stalls for 12 s
+        for _step in range(4):
+            time_.now += 4.0
+            for plane in planes:
+                if plane is not stalled:
+                    await plane.round()
+                plane.expire()
+                assert sum(1 for p in planes if p.leading) <= 1
+        await stalled.round()  # wakes up deposed
+        assert sum(1 for p in planes if p.leading) == 1
+    assert max(p.epoch or 0 for p in planes) == 7  # the lease changed hands six times
+
+
+async def test_under_churn_the_audit_log_shows_one_leader_per_epoch_in_order(
+    tmp_path: Path, time_: Time
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
+    stores = [await Store.open(url) for _ in range(3)]
+    try:
+        planes = []
+        for index, store in enumerate(stores):
+            fence = Fence(f"cp{index}")
+            store.fence = fence
+            planes.append(
+                Leadership(
+                    Leases(store, time_.skew),
+                    fence,
+                    Identity(f"cp{index}", "", ""),
+                    lease_s=10,
+                    clock=time_.monotonic,
+                )
+            )
+        refused = 0
+        for step in range(40):
+            time_.now += 4.0
+            for index, plane in enumerate(planes):
+                if (step // 4) % 3 != index:  # each plane in turn sleeps through 16 s
+                    await plane.round()
+            for plane, store in zip(planes, stores, strict=True):
+                if plane.state == LEADING:  # believes it leads, perhaps wrongly: the store decides
+                    try:
+                        await store.audit.record(plane.me.name, "act", str(plane.epoch))
+                    except NotLeader:
+                        refused += 1
+        entries = sorted(await stores[0].audit.list(1000), key=lambda e: e.id)
+        epochs = [int(e.target) for e in entries]
+        assert epochs == sorted(epochs)  # no write of an older epoch after a newer one
+        actors = {epoch: {e.actor for e in entries if int(e.target) == epoch} for epoch in epochs}
+        assert all(len(names) == 1 for names in actors.values())
+        assert len(actors) > 3 and refused > 0
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_control_plane_leads_only_once_it_has_read_what_it_keeps_in_memory(
+    store: Store, time_: Time
+) -> None:
+    failures = [StoreUnavailable("the store did not answer within 5 s", hint="check the database")]
+
+    async def before_leading() -> None:
+        if failures:
+            raise failures.pop()
+
+    cp1 = Leadership(
+        Leases(store, time_.skew),
+        Fence("cp1"),
+        Identity("cp1", "", ""),
+        lease_s=10,
+        before_leading=before_leading,
+        clock=time_.monotonic,
+    )
+    await cp1.round()
+    assert (cp1.state, cp1.epoch) == (STANDBY, 1)  # holds the lease, does not lead yet
+    time_.now += cp1.round_s
+    await cp1.round()
+    assert (cp1.state, cp1.epoch) == (LEADING, 1)

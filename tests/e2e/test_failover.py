@@ -1,0 +1,234 @@
+"""Two control planes on a real PostgreSQL, a real agent and llama-server: standbys, store outage, kill -9.
+
+The tests run in this file's order against one cluster: the store outage
+first (cp1 leads throughout), then the failover (cp2 leads after kill -9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from llmgw.cli.up import DEFAULT_MODEL
+from llmgw.errors import Unauthorized
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.postgres import PostgresServer, StoreCut
+
+pytestmark = pytest.mark.e2e
+
+LEASE_S = 5.0
+OUTAGE_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file: Path) -> Iterator[Cluster]:
+    """cp1 (leading) and cp2 (standing by) on PostgreSQL behind a cuttable proxy; node1 serving SmolLM2."""
+    with PostgresServer.start() as database, StoreCut(database.port) as cut:
+        cluster = Cluster(
+            tmp_path_factory.mktemp("ha"), engine_cache, store_url=cut.url(database.url), lease_s=LEASE_S
+        )
+        cluster.cut = cut  # type: ignore[attr-defined]
+        try:
+            cluster.add_control_plane("cp2")
+            cluster.start_server("cp1")
+            wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
+            cluster.start_server("cp2")
+            blob = cluster.admin.request(
+                "POST",
+                f"/api/mirror/blobs?filename={model_file.name}",
+                data=model_file.open("rb"),
+                length=model_file.stat().st_size,
+            )
+            cluster.sha256 = blob["sha256"]  # type: ignore[attr-defined]
+            standby = cluster.admin_of("cp2")
+            standby.request(
+                "POST",
+                "/api/models",
+                {
+                    "name": DEFAULT_MODEL,
+                    "source": {"sha256": blob["sha256"], "filename": model_file.name},
+                    "profile": {"ctx_size": 2048, "parallel": 2},
+                },
+            )
+            cluster.key = standby.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
+            cluster.start_agent("node1")
+            cluster.wait_ready(DEFAULT_MODEL, 180)
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def chat(cluster: Cluster, name: str, timeout_s: float = 60) -> str:
+    client = openai.OpenAI(
+        base_url=f"{cluster.url_of(name)}/v1",
+        api_key=cluster.key,  # type: ignore[attr-defined]
+        max_retries=0,
+        timeout=timeout_s,
+    )
+    answer = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=4
+    )
+    return answer.choices[0].message.content or ""
+
+
+def status_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    return cluster.admin_of(name).get("/api/status")  # type: ignore[no-any-return]
+
+
+def leader_answer(cluster: Cluster, name: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"{cluster.url_of(name)}/leader", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_a_standby_answers_api_and_v1_through_the_leader(ha: Cluster) -> None:
+    status = status_of(ha, "cp2")
+    assert (status["name"], status["leader"], status["standbys"]) == ("cp1", "cp1", ["cp2"])
+    assert status["replicas_ready"] == 1
+    assert chat(ha, "cp2")
+    assert leader_answer(ha, "cp1")[0] == 200
+    assert leader_answer(ha, "cp2") == (
+        503,
+        {"leader": False, "name": "cp2", "state": "standby", "holder": "cp1"},
+    )
+
+
+def test_a_stream_through_a_standby_arrives_in_chunks(ha: Cluster) -> None:
+    client = openai.OpenAI(
+        base_url=f"{ha.url_of('cp2')}/v1",
+        api_key=ha.key,  # type: ignore[attr-defined]
+        max_retries=0,
+        timeout=60,
+    )
+    stream = client.chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=[{"role": "user", "content": "Count to five."}],
+        max_tokens=12,
+        stream=True,
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 1
+
+
+def test_the_leader_refuses_a_relay_from_a_certificate_naming_no_control_plane(ha: Cluster) -> None:
+    node = ha.home / "nodes" / "node1"
+    tls = TlsFiles(node / "ca.crt", node / "node.crt", node / "node.key")
+    request = pb.RelayRequest(method="GET", path="/api/status", headers=[])
+
+    async def relay() -> list[pb.RelayChunk]:
+        address = f"127.0.0.1:{ha.planes['cp1'].agent_server.port}"
+        return [chunk async for chunk in GrpcConnector(address, tls).relay(request)]
+
+    with pytest.raises(Unauthorized, match="names no control plane the store lists"):
+        asyncio.run(relay())
+
+
+def test_a_store_outage_hangs_no_request_and_the_leader_keeps_leading(ha: Cluster) -> None:
+    cut: StoreCut = ha.cut  # type: ignore[attr-defined]
+    cut.cut()
+    try:
+        ends = time.monotonic() + OUTAGE_S
+        slowest_api = slowest_chat = 0.0
+        while time.monotonic() < ends:
+            started = time.monotonic()
+            with pytest.raises(Exception, match="store"):
+                status_of(ha, "cp1")  # needs the store: a 503 naming it, not a hang
+            slowest_api = max(slowest_api, time.monotonic() - started)
+            started = time.monotonic()
+            assert chat(ha, "cp1")  # the gateway serves from memory
+            slowest_chat = max(slowest_chat, time.monotonic() - started)
+        assert slowest_api < ha.config.store.timeout_s + 3
+        assert slowest_chat < 10
+        assert leader_answer(ha, "cp2")[0] == 503
+    finally:
+        cut.restore()
+    wait_for(lambda: status_of(ha, "cp1")["leader"] == "cp1", 30, "cp1 answers from the store again")
+    for _ in range(3):  # a few rounds after the store returned: the lease did not move
+        assert status_of(ha, "cp2")["leader"] == "cp1"
+        assert leader_answer(ha, "cp2")[0] == 503
+        time.sleep(LEASE_S / 3)
+    assert chat(ha, "cp2")
+
+
+def llmgw(cluster: Cluster, *args: str) -> str:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmgw.cli.main",
+            *args,
+            "--url",
+            cluster.url_of("cp2"),
+            "--token",
+            cluster.token,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+        check=True,
+    )
+    return result.stdout
+
+
+def test_stop_and_start_through_a_standby(ha: Cluster) -> None:
+    summary = llmgw(ha, "status")
+    assert "leader" in summary and "cp1" in summary and "standbys" in summary and "cp2" in summary
+    llmgw(ha, "stop")
+    wait_for(lambda: not ha.replicas(DEFAULT_MODEL), 60, "every replica stopped")
+    with pytest.raises(openai.APIStatusError) as refused:
+        chat(ha, "cp2")
+    assert refused.value.status_code == 503 and "system_stopped" in str(refused.value.body)
+    assert "STOPPED" in llmgw(ha, "status")
+    assert [m["name"] for m in ha.admin.get("/api/models")] == [DEFAULT_MODEL]  # no definition changed
+    llmgw(ha, "start")
+    ha.wait_ready(DEFAULT_MODEL, 120)
+    assert chat(ha, "cp2")
+
+
+def test_after_kill_9_of_the_leader_a_standby_leads_and_serves(ha: Cluster) -> None:
+    standby = ha.admin_of("cp2")
+    written = standby.request(
+        "POST",
+        "/api/models",
+        {
+            "name": "written-before",
+            "source": {"sha256": ha.sha256, "filename": "m.gguf"},
+            "replicas": {"min": 0},
+        },  # type: ignore[attr-defined]
+    )
+    assert written["name"] == "written-before"
+    replica = ha.replicas(DEFAULT_MODEL)[0]["id"]
+    ha.admin = standby  # cp1 is about to die
+    ha.kill("server", signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: ha.leader() == "cp2", LEASE_S * 3, "cp2 leads")
+    wait_for(lambda: [n for n in standby.get("/api/nodes") if n["connected"]], 30, "node1 registers with cp2")
+    registered_s = time.monotonic() - killed
+    ready = wait_for(
+        lambda: [r["id"] for r in ha.replicas(DEFAULT_MODEL) if r["state"] == "ready"],
+        10,
+        "the replica is adopted",
+    )
+    assert ready == [replica]  # adopted, not started again
+    assert chat(ha, "cp2")
+    assert "written-before" in [m["name"] for m in standby.get("/api/models")]
+    assert registered_s < LEASE_S + 10
+    assert [e["action"] for e in standby.get("/api/audit?limit=1")] == ["model.add"]
