@@ -356,12 +356,15 @@ async def _relay_over(
 ) -> AsyncIterator[pb.RelayChunk]:
     try:
         await asyncio.wait_for(channel.channel_ready(), connect_s)
-    except (TimeoutError, grpc.RpcError):
+    except (TimeoutError, grpc.RpcError, aio.UsageError):
+        # UsageError: another relay over this kept channel failed and closed it meanwhile.
         raise ChannelClosed(f"cannot reach the control plane at {target}", "waiting for a leader") from None
     try:
         stream = pb_grpc.AgentServiceStub(channel).Relay(request)  # type: ignore[no-untyped-call]
         async for chunk in stream:
             yield chunk
+    except aio.UsageError:
+        raise ChannelClosed(f"the channel to {target} closed under this relay", "retrying") from None
     except aio.AioRpcError as error:
         code = error.code()
         if code == grpc.StatusCode.PERMISSION_DENIED:
