@@ -89,20 +89,9 @@ def run(cluster: Cluster, model: Path, settle_s: float) -> dict[str, Any]:
     cluster.start_server("cp1")
     wait_for(lambda: cluster.leader() == "cp1", 30, "cp1 leads")
     cluster.start_server("cp2")
-    blob = cluster.admin.request(
-        "POST", f"/api/mirror/blobs?filename={model.name}", data=model.open("rb"), length=model.stat().st_size
-    )
     standby = cluster.admin_of("cp2")
-    standby.request(
-        "POST",
-        "/api/models",
-        {
-            "name": DEFAULT_MODEL,
-            "source": {"sha256": blob["sha256"], "filename": model.name},
-            "profile": {"ctx_size": 2048, "parallel": 2},
-        },
-    )
-    key = standby.request("POST", "/api/keys", {"name": "bench"})["key"]
+    cluster.add_model(DEFAULT_MODEL, model, {"ctx_size": 2048, "parallel": 2}, via=standby)
+    key = cluster.create_key("bench", via=standby)
     cluster.start_agent("node1")
     cluster.wait_ready(DEFAULT_MODEL, 180)
     client = SteadyClient(cluster.url_of("cp2"), key)

@@ -127,20 +127,8 @@ def start_cluster(home: Path) -> tuple[Cluster, int, str]:
     cluster.start_server()
     weights = home / "standin.gguf"
     weights.write_bytes(b"GGUF stand-in weights\n")
-    with weights.open("rb") as data:
-        blob = cluster.admin.request(
-            "POST", f"/api/mirror/blobs?filename={weights.name}", data=data, length=weights.stat().st_size
-        )
-    cluster.admin.request(
-        "POST",
-        "/api/models",
-        {
-            "name": MODEL,
-            "source": {"sha256": blob["sha256"], "filename": weights.name},
-            "profile": {"ctx_size": 2048, "parallel": 64},
-        },
-    )
-    cluster.key = cluster.admin.request("POST", "/api/keys", {"name": "bench"})["key"]  # type: ignore[attr-defined]
+    cluster.add_model(MODEL, weights, {"ctx_size": 2048, "parallel": 64})
+    cluster.create_key("bench")
     launcher = write_launcher(home / "bin" / "llama-server")
     cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
     cluster.start_agent("node1")
@@ -230,7 +218,7 @@ def main() -> None:
             gateway_pid = cluster.processes["server"].pid
             targets = [
                 Target("direct", engine_port, engine_key),
-                Target("llmgw", cluster.http_port, cluster.key),  # type: ignore[attr-defined]
+                Target("llmgw", cluster.http_port, cluster.key),
             ]
             if (args.litellm_venv / "bin" / "litellm").exists():
                 litellm, litellm_port = start_litellm(args.litellm_venv, home, engine_port, engine_key)

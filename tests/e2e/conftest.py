@@ -42,22 +42,8 @@ def cluster(
     running = Cluster(tmp_path_factory.mktemp("cluster"), engine_cache)
     try:
         running.start_server()
-        blob = running.admin.request(
-            "POST",
-            f"/api/mirror/blobs?filename={model_file.name}",
-            data=model_file.open("rb"),
-            length=model_file.stat().st_size,
-        )
-        running.admin.request(
-            "POST",
-            "/api/models",
-            {
-                "name": DEFAULT_MODEL,
-                "source": {"sha256": blob["sha256"], "filename": model_file.name},
-                "profile": {"ctx_size": 2048, "parallel": 2},
-            },
-        )
-        running.key = running.admin.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
+        running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 2})
+        running.create_key()
         running.start_agent("node1")
         running.wait_ready(DEFAULT_MODEL, 180)
         yield running

@@ -58,7 +58,7 @@ def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
                     "profile": profile,
                 },
             )
-        running.key = running.admin.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
+        running.create_key("tests")
         running.add_node(
             "node1",
             nvidia_smi=str(
@@ -79,7 +79,7 @@ def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
 
 
 def client(cluster: Cluster) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)  # type: ignore[attr-defined]
+    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))

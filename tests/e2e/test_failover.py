@@ -48,24 +48,11 @@ def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
             cluster.start_server("cp1")
             wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
             cluster.start_server("cp2")
-            blob = cluster.admin.request(
-                "POST",
-                f"/api/mirror/blobs?filename={model_file.name}",
-                data=model_file.open("rb"),
-                length=model_file.stat().st_size,
-            )
-            cluster.sha256 = blob["sha256"]  # type: ignore[attr-defined]
             standby = cluster.admin_of("cp2")
-            standby.request(
-                "POST",
-                "/api/models",
-                {
-                    "name": DEFAULT_MODEL,
-                    "source": {"sha256": blob["sha256"], "filename": model_file.name},
-                    "profile": {"ctx_size": 2048, "parallel": 2},
-                },
+            cluster.sha256 = cluster.add_model(  # type: ignore[attr-defined]
+                DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 2}, via=standby
             )
-            cluster.key = standby.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
+            cluster.create_key("tests", via=standby)
             cluster.start_agent("node1")
             cluster.wait_ready(DEFAULT_MODEL, 180)
             yield cluster
@@ -76,7 +63,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
 def chat(cluster: Cluster, name: str, timeout_s: float = 60) -> str:
     client = openai.OpenAI(
         base_url=f"{cluster.url_of(name)}/v1",
-        api_key=cluster.key,  # type: ignore[attr-defined]
+        api_key=cluster.key,
         max_retries=0,
         timeout=timeout_s,
     )
@@ -113,7 +100,7 @@ def test_a_standby_answers_api_and_v1_through_the_leader(ha: Cluster) -> None:
 def test_a_stream_through_a_standby_arrives_in_chunks(ha: Cluster) -> None:
     client = openai.OpenAI(
         base_url=f"{ha.url_of('cp2')}/v1",
-        api_key=ha.key,  # type: ignore[attr-defined]
+        api_key=ha.key,
         max_retries=0,
         timeout=60,
     )

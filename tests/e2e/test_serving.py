@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 
 
 def client(cluster: Cluster, key: str | None = None) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=key or cluster.key, max_retries=0, timeout=60)  # type: ignore[attr-defined]
+    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=key or cluster.key, max_retries=0, timeout=60)
 
 
 def post(cluster: Cluster, path: str, body: bytes, key: str | None = None) -> tuple[int, dict]:
@@ -27,7 +27,7 @@ def post(cluster: Cluster, path: str, body: bytes, key: str | None = None) -> tu
         data=body,
         method="POST",
         headers={"Authorization": f"Bearer {key or cluster.key}", "Content-Type": "application/json"},
-    )  # type: ignore[attr-defined]
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())

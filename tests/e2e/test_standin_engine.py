@@ -28,16 +28,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start_server()
         weights = home / "weights.gguf"
         weights.write_bytes(b"GGUF stand-in\n")
-        with weights.open("rb") as data:
-            blob = running.admin.request(
-                "POST", f"/api/mirror/blobs?filename={weights.name}", data=data, length=weights.stat().st_size
-            )
-        running.admin.request(
-            "POST",
-            "/api/models",
-            {"name": MODEL, "source": {"sha256": blob["sha256"], "filename": weights.name}},
-        )
-        running.key = running.admin.request("POST", "/api/keys", {"name": "tests"})["key"]  # type: ignore[attr-defined]
+        running.add_model(MODEL, weights)
+        running.create_key("tests")
         launcher = write_launcher(home / "bin" / "llama-server")
         running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
         running.start_agent("node1")
@@ -48,7 +40,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def client(cluster: Cluster) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)  # type: ignore[attr-defined]
+    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)
 
 
 def usage_totals(cluster: Cluster) -> list[UsageTotal]:

@@ -60,6 +60,8 @@ class Cluster:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     store_url: str = ""
     lease_s: float | None = None
+    key: str = ""
+    """An API key for /v1, once :meth:`create_key` made one."""
 
     def __post_init__(self) -> None:
         self.config = initialise(
@@ -130,6 +132,29 @@ class Cluster:
         )
         save_agent_config(config, directory / "agent.yaml")
         return directory / "agent.yaml"
+
+    def add_model(
+        self, name: str, weights: Path, profile: dict[str, Any] | None = None, via: AdminClient | None = None
+    ) -> str:
+        """Import ``weights`` into the mirror and add a model serving them; the weights' sha256."""
+        admin = via or self.admin
+        with weights.open("rb") as data:
+            blob = self.admin.request(
+                "POST", f"/api/mirror/blobs?filename={weights.name}", data=data, length=weights.stat().st_size
+            )
+        definition: dict[str, Any] = {
+            "name": name,
+            "source": {"sha256": blob["sha256"], "filename": weights.name},
+        }
+        if profile:
+            definition["profile"] = profile
+        admin.request("POST", "/api/models", definition)
+        return str(blob["sha256"])
+
+    def create_key(self, name: str = "tests", via: AdminClient | None = None) -> str:
+        """A new API key for /v1, kept as :attr:`key`."""
+        self.key = str((via or self.admin).request("POST", "/api/keys", {"name": name})["key"])
+        return self.key
 
     def log(self, name: str) -> Path:
         return self.home / "logs" / f"{name}.log"
