@@ -91,6 +91,28 @@ def replicas(url: str = URL, token: str = TOKEN) -> None:
 
 
 @app.command()
+def logs(
+    replica: str = typer.Argument(..., help="The replica, as 'llmgw ctl replicas' names it."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until interrupted."),
+    lines: int = typer.Option(200, "--lines", "-n", help="How many of the last lines to print first."),
+    url: str = URL,
+    token: str = TOKEN,
+) -> None:
+    """A replica's engine output, read from its node through the control plane."""
+    admin = client(url, token)
+    path = f"/api/replicas/{replica}/logs?lines={lines}"
+    if not follow:
+        for line in admin.get(path)["lines"]:
+            console.out(line, highlight=False)
+        return
+    try:
+        for line in admin.stream(path + "&follow=true"):
+            console.out(line, highlight=False)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
 def models(url: str = URL, token: str = TOKEN) -> None:
     """The catalog, with replicas ready of running."""
     _list_models(client(url, token))

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llmgw.controlplane.logreading import LogRequests
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import Device, NodeInventory
 from llmgw.protocol import agent_pb2 as pb
@@ -101,6 +102,8 @@ class Fleet:
     ) -> None:
         self.nodes: dict[str, NodeState] = {}
         self.replicas: dict[str, ReplicaState] = {}
+        self.logs = LogRequests()
+        """Requests for shards' logs waiting on their nodes' answers."""
         self._on_ready = on_ready
         self._on_gone = on_gone
 

@@ -4,85 +4,86 @@
 # source: llmgw/protocol/agent.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
+
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC,
-    7,
-    35,
-    1,
-    '',
-    'llmgw/protocol/agent.proto'
+    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "llmgw/protocol/agent.proto"
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-
-
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1allmgw/protocol/agent.proto\x12\x0ellmgw.agent.v1\"\xac\x01\n\x06\x44\x65vice\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\x16\n\x0ememory_free_mb\x18\x05 \x01(\x03\x12\x0c\n\x04uuid\x18\x06 \x01(\t\x12\x14\n\x0c\x64\x65vice_class\x18\x07 \x01(\t\x12\x13\n\x0bmig_profile\x18\x14 \x01(\t\x12\x13\n\x0bunavailable\x18\x15 \x01(\t\"X\n\x07\x43ompute\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x02 \x03(\x05\x12\x18\n\x10layers_offloaded\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\"\xa3\x01\n\x0cRunningShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12(\n\x07\x63ompute\x18\x05 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"\xe9\x01\n\x08Register\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tcpu_cores\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\'\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x16.llmgw.agent.v1.Device\x12,\n\x06shards\x18\x06 \x03(\x0b\x32\x1c.llmgw.agent.v1.RunningShard\x12\x15\n\ragent_version\x18\x07 \x01(\t\x12\x16\n\x0e\x64river_version\x18\x08 \x01(\t\x12\x0f\n\x07\x65ngines\x18\t \x03(\t\"\xa5\x01\n\x0bShardStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12(\n\x07\x63ompute\x18\x04 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x10\n\x08restarts\x18\x06 \x01(\x05\"!\n\tHeartbeat\x12\x14\n\x0csent_unix_ms\x18\x01 \x01(\x03\"\x9f\x03\n\x0c\x44\x65viceSample\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x65vice_class\x18\x03 \x01(\t\x12 \n\x13utilization_percent\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12%\n\x18memory_bandwidth_percent\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\x0ememory_used_mb\x18\x06 \x01(\x03\x12\x17\n\x0fmemory_total_mb\x18\x07 \x01(\x03\x12\x19\n\x0csm_clock_mhz\x18\x08 \x01(\x05H\x02\x88\x01\x01\x12\x1c\n\x0f\x65\x63\x63_uncorrected\x18\t \x01(\x03H\x03\x88\x01\x01\x12\x1a\n\rtemperature_c\x18\n \x01(\x05H\x04\x88\x01\x01\x12\x14\n\x07power_w\x18\x0b \x01(\x01H\x05\x88\x01\x01\x42\x16\n\x14_utilization_percentB\x1b\n\x19_memory_bandwidth_percentB\x0f\n\r_sm_clock_mhzB\x12\n\x10_ecc_uncorrectedB\x10\n\x0e_temperature_cB\n\n\x08_power_w\"L\n\x0e\x46oreignProcess\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07used_mb\x18\x04 \x01(\x03\"\x99\x01\n\x0cNvLinkErrors\x12\x0c\n\x04\x63\x61rd\x18\x01 \x01(\x05\x12\x0c\n\x04link\x18\x02 \x01(\x05\x12<\n\x08\x63ounters\x18\x03 \x03(\x0b\x32*.llmgw.agent.v1.NvLinkErrors.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"3\n\x08XidEvent\x12\x0c\n\x04\x63\x61rd\x18\x01 \x01(\x05\x12\x0b\n\x03xid\x18\x02 \x01(\x05\x12\x0c\n\x04line\x18\x03 \x01(\t\"\xf8\x01\n\tTelemetry\x12\x17\n\x0fsampled_unix_ms\x18\x01 \x01(\x03\x12-\n\x07samples\x18\x02 \x03(\x0b\x32\x1c.llmgw.agent.v1.DeviceSample\x12/\n\x07\x66oreign\x18\x03 \x03(\x0b\x32\x1e.llmgw.agent.v1.ForeignProcess\x12\x0c\n\x04\x66ull\x18\x04 \x01(\x08\x12,\n\x06nvlink\x18\x05 \x03(\x0b\x32\x1c.llmgw.agent.v1.NvLinkErrors\x12&\n\x04xids\x18\x06 \x03(\x0b\x32\x18.llmgw.agent.v1.XidEvent\x12\x0e\n\x06reader\x18\x07 \x01(\t\"\xd3\x01\n\x0c\x41gentMessage\x12,\n\x08register\x18\x01 \x01(\x0b\x32\x18.llmgw.agent.v1.RegisterH\x00\x12-\n\x06status\x18\x02 \x01(\x0b\x32\x1b.llmgw.agent.v1.ShardStatusH\x00\x12.\n\theartbeat\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x12.\n\ttelemetry\x18\x14 \x01(\x0b\x32\x19.llmgw.agent.v1.TelemetryH\x00\x42\x06\n\x04kind\"\x87\x04\n\nStartShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x16\n\x0eweights_sha256\x18\x04 \x01(\t\x12\x18\n\x10weights_filename\x18\x05 \x01(\t\x12\x14\n\x0cweights_size\x18\x06 \x01(\x03\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\x30\n\x03\x65nv\x18\x08 \x03(\x0b\x32#.llmgw.agent.v1.StartShard.EnvEntry\x12\x0f\n\x07\x61pi_key\x18\t \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\n \x03(\x05\x12\x10\n\x08\x63tx_size\x18\x0b \x01(\x05\x12\x10\n\x08parallel\x18\x0c \x01(\x05\x12\n\n\x02tp\x18\r \x01(\x05\x12\x11\n\tkv_events\x18\x0e \x01(\x08\x12\x1b\n\x13max_loaded_adapters\x18\x0f \x01(\x05\x12\x16\n\x0eweights_format\x18\x10 \x01(\t\x12\x18\n\x10projector_sha256\x18\x11 \x01(\t\x12\x1a\n\x12projector_filename\x18\x12 \x01(\t\x12\x16\n\x0eprojector_size\x18\x13 \x01(\x03\x12*\n\x05\x66iles\x18\x14 \x03(\x0b\x32\x1b.llmgw.agent.v1.WeightsFile\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"=\n\x0bWeightsFile\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\"/\n\tStopShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x18\n\x08Settings\x12\x0c\n\x04yaml\x18\x01 \x01(\t\"\x1e\n\x0cRestartAgent\x12\x0e\n\x06reason\x18\x01 \x01(\t\"4\n\nRegistered\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontrol_planes\x18\x02 \x03(\t\"\xb1\x02\n\x0e\x43ontrolMessage\x12\x30\n\nregistered\x18\x01 \x01(\x0b\x32\x1a.llmgw.agent.v1.RegisteredH\x00\x12+\n\x05start\x18\x02 \x01(\x0b\x32\x1a.llmgw.agent.v1.StartShardH\x00\x12)\n\x04stop\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.StopShardH\x00\x12,\n\x08settings\x18\x04 \x01(\x0b\x32\x18.llmgw.agent.v1.SettingsH\x00\x12/\n\x07restart\x18\x05 \x01(\x0b\x32\x1c.llmgw.agent.v1.RestartAgentH\x00\x12.\n\theartbeat\x18\x06 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x42\x06\n\x04kind\"-\n\x0b\x42lobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\'\n\tBlobChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x03*\x8b\x01\n\nShardState\x12\x1b\n\x17SHARD_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SHARD_STATE_STARTING\x10\x01\x12\x15\n\x11SHARD_STATE_READY\x10\x02\x12\x16\n\x12SHARD_STATE_FAILED\x10\x03\x12\x17\n\x13SHARD_STATE_STOPPED\x10\x04\x32\xa2\x01\n\x0c\x41gentService\x12K\n\x07\x43onnect\x12\x1c.llmgw.agent.v1.AgentMessage\x1a\x1e.llmgw.agent.v1.ControlMessage(\x01\x30\x01\x12\x45\n\tFetchBlob\x12\x1b.llmgw.agent.v1.BlobRequest\x1a\x19.llmgw.agent.v1.BlobChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
+    b'\n\x1allmgw/protocol/agent.proto\x12\x0ellmgw.agent.v1"\xac\x01\n\x06\x44\x65vice\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\x16\n\x0ememory_free_mb\x18\x05 \x01(\x03\x12\x0c\n\x04uuid\x18\x06 \x01(\t\x12\x14\n\x0c\x64\x65vice_class\x18\x07 \x01(\t\x12\x13\n\x0bmig_profile\x18\x14 \x01(\t\x12\x13\n\x0bunavailable\x18\x15 \x01(\t"X\n\x07\x43ompute\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x02 \x03(\x05\x12\x18\n\x10layers_offloaded\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03"\xa3\x01\n\x0cRunningShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12(\n\x07\x63ompute\x18\x05 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x06 \x01(\t"\xe9\x01\n\x08Register\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tcpu_cores\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\'\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x16.llmgw.agent.v1.Device\x12,\n\x06shards\x18\x06 \x03(\x0b\x32\x1c.llmgw.agent.v1.RunningShard\x12\x15\n\ragent_version\x18\x07 \x01(\t\x12\x16\n\x0e\x64river_version\x18\x08 \x01(\t\x12\x0f\n\x07\x65ngines\x18\t \x03(\t"\xa5\x01\n\x0bShardStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.llmgw.agent.v1.ShardState\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12(\n\x07\x63ompute\x18\x04 \x01(\x0b\x32\x17.llmgw.agent.v1.Compute\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x10\n\x08restarts\x18\x06 \x01(\x05"!\n\tHeartbeat\x12\x14\n\x0csent_unix_ms\x18\x01 \x01(\x03"\x9f\x03\n\x0c\x44\x65viceSample\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x65vice_class\x18\x03 \x01(\t\x12 \n\x13utilization_percent\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12%\n\x18memory_bandwidth_percent\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\x0ememory_used_mb\x18\x06 \x01(\x03\x12\x17\n\x0fmemory_total_mb\x18\x07 \x01(\x03\x12\x19\n\x0csm_clock_mhz\x18\x08 \x01(\x05H\x02\x88\x01\x01\x12\x1c\n\x0f\x65\x63\x63_uncorrected\x18\t \x01(\x03H\x03\x88\x01\x01\x12\x1a\n\rtemperature_c\x18\n \x01(\x05H\x04\x88\x01\x01\x12\x14\n\x07power_w\x18\x0b \x01(\x01H\x05\x88\x01\x01\x42\x16\n\x14_utilization_percentB\x1b\n\x19_memory_bandwidth_percentB\x0f\n\r_sm_clock_mhzB\x12\n\x10_ecc_uncorrectedB\x10\n\x0e_temperature_cB\n\n\x08_power_w"L\n\x0e\x46oreignProcess\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07used_mb\x18\x04 \x01(\x03"\x99\x01\n\x0cNvLinkErrors\x12\x0c\n\x04\x63\x61rd\x18\x01 \x01(\x05\x12\x0c\n\x04link\x18\x02 \x01(\x05\x12<\n\x08\x63ounters\x18\x03 \x03(\x0b\x32*.llmgw.agent.v1.NvLinkErrors.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01"3\n\x08XidEvent\x12\x0c\n\x04\x63\x61rd\x18\x01 \x01(\x05\x12\x0b\n\x03xid\x18\x02 \x01(\x05\x12\x0c\n\x04line\x18\x03 \x01(\t"\xf8\x01\n\tTelemetry\x12\x17\n\x0fsampled_unix_ms\x18\x01 \x01(\x03\x12-\n\x07samples\x18\x02 \x03(\x0b\x32\x1c.llmgw.agent.v1.DeviceSample\x12/\n\x07\x66oreign\x18\x03 \x03(\x0b\x32\x1e.llmgw.agent.v1.ForeignProcess\x12\x0c\n\x04\x66ull\x18\x04 \x01(\x08\x12,\n\x06nvlink\x18\x05 \x03(\x0b\x32\x1c.llmgw.agent.v1.NvLinkErrors\x12&\n\x04xids\x18\x06 \x03(\x0b\x32\x18.llmgw.agent.v1.XidEvent\x12\x0e\n\x06reader\x18\x07 \x01(\t"I\n\x08LogLines\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05lines\x18\x02 \x03(\t\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t"\xfd\x01\n\x0c\x41gentMessage\x12,\n\x08register\x18\x01 \x01(\x0b\x32\x18.llmgw.agent.v1.RegisterH\x00\x12-\n\x06status\x18\x02 \x01(\x0b\x32\x1b.llmgw.agent.v1.ShardStatusH\x00\x12.\n\theartbeat\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x12.\n\ttelemetry\x18\x14 \x01(\x0b\x32\x19.llmgw.agent.v1.TelemetryH\x00\x12(\n\x04logs\x18\x1e \x01(\x0b\x32\x18.llmgw.agent.v1.LogLinesH\x00\x42\x06\n\x04kind"\x87\x04\n\nStartShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x16\n\x0eweights_sha256\x18\x04 \x01(\t\x12\x18\n\x10weights_filename\x18\x05 \x01(\t\x12\x14\n\x0cweights_size\x18\x06 \x01(\x03\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\x30\n\x03\x65nv\x18\x08 \x03(\x0b\x32#.llmgw.agent.v1.StartShard.EnvEntry\x12\x0f\n\x07\x61pi_key\x18\t \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\n \x03(\x05\x12\x10\n\x08\x63tx_size\x18\x0b \x01(\x05\x12\x10\n\x08parallel\x18\x0c \x01(\x05\x12\n\n\x02tp\x18\r \x01(\x05\x12\x11\n\tkv_events\x18\x0e \x01(\x08\x12\x1b\n\x13max_loaded_adapters\x18\x0f \x01(\x05\x12\x16\n\x0eweights_format\x18\x10 \x01(\t\x12\x18\n\x10projector_sha256\x18\x11 \x01(\t\x12\x1a\n\x12projector_filename\x18\x12 \x01(\t\x12\x16\n\x0eprojector_size\x18\x13 \x01(\x03\x12*\n\x05\x66iles\x18\x14 \x03(\x0b\x32\x1b.llmgw.agent.v1.WeightsFile\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"=\n\x0bWeightsFile\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03"/\n\tStopShard\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t"\x18\n\x08Settings\x12\x0c\n\x04yaml\x18\x01 \x01(\t"\x1e\n\x0cRestartAgent\x12\x0e\n\x06reason\x18\x01 \x01(\t"4\n\nRegistered\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontrol_planes\x18\x02 \x03(\t"c\n\nLogRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12\r\n\x05lines\x18\x03 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x0e\n\x06\x63\x61ncel\x18\x05 \x01(\x08"\xdd\x02\n\x0e\x43ontrolMessage\x12\x30\n\nregistered\x18\x01 \x01(\x0b\x32\x1a.llmgw.agent.v1.RegisteredH\x00\x12+\n\x05start\x18\x02 \x01(\x0b\x32\x1a.llmgw.agent.v1.StartShardH\x00\x12)\n\x04stop\x18\x03 \x01(\x0b\x32\x19.llmgw.agent.v1.StopShardH\x00\x12,\n\x08settings\x18\x04 \x01(\x0b\x32\x18.llmgw.agent.v1.SettingsH\x00\x12/\n\x07restart\x18\x05 \x01(\x0b\x32\x1c.llmgw.agent.v1.RestartAgentH\x00\x12.\n\theartbeat\x18\x06 \x01(\x0b\x32\x19.llmgw.agent.v1.HeartbeatH\x00\x12*\n\x04logs\x18\x1e \x01(\x0b\x32\x1a.llmgw.agent.v1.LogRequestH\x00\x42\x06\n\x04kind"-\n\x0b\x42lobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03"\'\n\tBlobChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x03*\x8b\x01\n\nShardState\x12\x1b\n\x17SHARD_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SHARD_STATE_STARTING\x10\x01\x12\x15\n\x11SHARD_STATE_READY\x10\x02\x12\x16\n\x12SHARD_STATE_FAILED\x10\x03\x12\x17\n\x13SHARD_STATE_STOPPED\x10\x04\x32\xa2\x01\n\x0c\x41gentService\x12K\n\x07\x43onnect\x12\x1c.llmgw.agent.v1.AgentMessage\x1a\x1e.llmgw.agent.v1.ControlMessage(\x01\x30\x01\x12\x45\n\tFetchBlob\x12\x1b.llmgw.agent.v1.BlobRequest\x1a\x19.llmgw.agent.v1.BlobChunk0\x01\x62\x06proto3'
+)
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'llmgw.protocol.agent_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "llmgw.protocol.agent_pb2", _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_NVLINKERRORS_COUNTERSENTRY']._loaded_options = None
-  _globals['_NVLINKERRORS_COUNTERSENTRY']._serialized_options = b'8\001'
-  _globals['_STARTSHARD_ENVENTRY']._loaded_options = None
-  _globals['_STARTSHARD_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_SHARDSTATE']._serialized_start=3229
-  _globals['_SHARDSTATE']._serialized_end=3368
-  _globals['_DEVICE']._serialized_start=47
-  _globals['_DEVICE']._serialized_end=219
-  _globals['_COMPUTE']._serialized_start=221
-  _globals['_COMPUTE']._serialized_end=309
-  _globals['_RUNNINGSHARD']._serialized_start=312
-  _globals['_RUNNINGSHARD']._serialized_end=475
-  _globals['_REGISTER']._serialized_start=478
-  _globals['_REGISTER']._serialized_end=711
-  _globals['_SHARDSTATUS']._serialized_start=714
-  _globals['_SHARDSTATUS']._serialized_end=879
-  _globals['_HEARTBEAT']._serialized_start=881
-  _globals['_HEARTBEAT']._serialized_end=914
-  _globals['_DEVICESAMPLE']._serialized_start=917
-  _globals['_DEVICESAMPLE']._serialized_end=1332
-  _globals['_FOREIGNPROCESS']._serialized_start=1334
-  _globals['_FOREIGNPROCESS']._serialized_end=1410
-  _globals['_NVLINKERRORS']._serialized_start=1413
-  _globals['_NVLINKERRORS']._serialized_end=1566
-  _globals['_NVLINKERRORS_COUNTERSENTRY']._serialized_start=1519
-  _globals['_NVLINKERRORS_COUNTERSENTRY']._serialized_end=1566
-  _globals['_XIDEVENT']._serialized_start=1568
-  _globals['_XIDEVENT']._serialized_end=1619
-  _globals['_TELEMETRY']._serialized_start=1622
-  _globals['_TELEMETRY']._serialized_end=1870
-  _globals['_AGENTMESSAGE']._serialized_start=1873
-  _globals['_AGENTMESSAGE']._serialized_end=2084
-  _globals['_STARTSHARD']._serialized_start=2087
-  _globals['_STARTSHARD']._serialized_end=2606
-  _globals['_STARTSHARD_ENVENTRY']._serialized_start=2564
-  _globals['_STARTSHARD_ENVENTRY']._serialized_end=2606
-  _globals['_WEIGHTSFILE']._serialized_start=2608
-  _globals['_WEIGHTSFILE']._serialized_end=2669
-  _globals['_STOPSHARD']._serialized_start=2671
-  _globals['_STOPSHARD']._serialized_end=2718
-  _globals['_SETTINGS']._serialized_start=2720
-  _globals['_SETTINGS']._serialized_end=2744
-  _globals['_RESTARTAGENT']._serialized_start=2746
-  _globals['_RESTARTAGENT']._serialized_end=2776
-  _globals['_REGISTERED']._serialized_start=2778
-  _globals['_REGISTERED']._serialized_end=2830
-  _globals['_CONTROLMESSAGE']._serialized_start=2833
-  _globals['_CONTROLMESSAGE']._serialized_end=3138
-  _globals['_BLOBREQUEST']._serialized_start=3140
-  _globals['_BLOBREQUEST']._serialized_end=3185
-  _globals['_BLOBCHUNK']._serialized_start=3187
-  _globals['_BLOBCHUNK']._serialized_end=3226
-  _globals['_AGENTSERVICE']._serialized_start=3371
-  _globals['_AGENTSERVICE']._serialized_end=3533
+    DESCRIPTOR._loaded_options = None
+    _globals["_NVLINKERRORS_COUNTERSENTRY"]._loaded_options = None
+    _globals["_NVLINKERRORS_COUNTERSENTRY"]._serialized_options = b"8\001"
+    _globals["_STARTSHARD_ENVENTRY"]._loaded_options = None
+    _globals["_STARTSHARD_ENVENTRY"]._serialized_options = b"8\001"
+    _globals["_SHARDSTATE"]._serialized_start = 3491
+    _globals["_SHARDSTATE"]._serialized_end = 3630
+    _globals["_DEVICE"]._serialized_start = 47
+    _globals["_DEVICE"]._serialized_end = 219
+    _globals["_COMPUTE"]._serialized_start = 221
+    _globals["_COMPUTE"]._serialized_end = 309
+    _globals["_RUNNINGSHARD"]._serialized_start = 312
+    _globals["_RUNNINGSHARD"]._serialized_end = 475
+    _globals["_REGISTER"]._serialized_start = 478
+    _globals["_REGISTER"]._serialized_end = 711
+    _globals["_SHARDSTATUS"]._serialized_start = 714
+    _globals["_SHARDSTATUS"]._serialized_end = 879
+    _globals["_HEARTBEAT"]._serialized_start = 881
+    _globals["_HEARTBEAT"]._serialized_end = 914
+    _globals["_DEVICESAMPLE"]._serialized_start = 917
+    _globals["_DEVICESAMPLE"]._serialized_end = 1332
+    _globals["_FOREIGNPROCESS"]._serialized_start = 1334
+    _globals["_FOREIGNPROCESS"]._serialized_end = 1410
+    _globals["_NVLINKERRORS"]._serialized_start = 1413
+    _globals["_NVLINKERRORS"]._serialized_end = 1566
+    _globals["_NVLINKERRORS_COUNTERSENTRY"]._serialized_start = 1519
+    _globals["_NVLINKERRORS_COUNTERSENTRY"]._serialized_end = 1566
+    _globals["_XIDEVENT"]._serialized_start = 1568
+    _globals["_XIDEVENT"]._serialized_end = 1619
+    _globals["_TELEMETRY"]._serialized_start = 1622
+    _globals["_TELEMETRY"]._serialized_end = 1870
+    _globals["_LOGLINES"]._serialized_start = 1872
+    _globals["_LOGLINES"]._serialized_end = 1945
+    _globals["_AGENTMESSAGE"]._serialized_start = 1948
+    _globals["_AGENTMESSAGE"]._serialized_end = 2201
+    _globals["_STARTSHARD"]._serialized_start = 2204
+    _globals["_STARTSHARD"]._serialized_end = 2723
+    _globals["_STARTSHARD_ENVENTRY"]._serialized_start = 2681
+    _globals["_STARTSHARD_ENVENTRY"]._serialized_end = 2723
+    _globals["_WEIGHTSFILE"]._serialized_start = 2725
+    _globals["_WEIGHTSFILE"]._serialized_end = 2786
+    _globals["_STOPSHARD"]._serialized_start = 2788
+    _globals["_STOPSHARD"]._serialized_end = 2835
+    _globals["_SETTINGS"]._serialized_start = 2837
+    _globals["_SETTINGS"]._serialized_end = 2861
+    _globals["_RESTARTAGENT"]._serialized_start = 2863
+    _globals["_RESTARTAGENT"]._serialized_end = 2893
+    _globals["_REGISTERED"]._serialized_start = 2895
+    _globals["_REGISTERED"]._serialized_end = 2947
+    _globals["_LOGREQUEST"]._serialized_start = 2949
+    _globals["_LOGREQUEST"]._serialized_end = 3048
+    _globals["_CONTROLMESSAGE"]._serialized_start = 3051
+    _globals["_CONTROLMESSAGE"]._serialized_end = 3400
+    _globals["_BLOBREQUEST"]._serialized_start = 3402
+    _globals["_BLOBREQUEST"]._serialized_end = 3447
+    _globals["_BLOBCHUNK"]._serialized_start = 3449
+    _globals["_BLOBCHUNK"]._serialized_end = 3488
+    _globals["_AGENTSERVICE"]._serialized_start = 3633
+    _globals["_AGENTSERVICE"]._serialized_end = 3795
 # @@protoc_insertion_point(module_scope)

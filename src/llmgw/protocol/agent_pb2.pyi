@@ -84,7 +84,26 @@ class Device(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_class", b"device_class", "index", b"index", "kind", b"kind", "memory_free_mb", b"memory_free_mb", "memory_mb", b"memory_mb", "mig_profile", b"mig_profile", "name", b"name", "unavailable", b"unavailable", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "device_class",
+        b"device_class",
+        "index",
+        b"index",
+        "kind",
+        b"kind",
+        "memory_free_mb",
+        b"memory_free_mb",
+        "memory_mb",
+        b"memory_mb",
+        "mig_profile",
+        b"mig_profile",
+        "name",
+        b"name",
+        "unavailable",
+        b"unavailable",
+        "uuid",
+        b"uuid",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -116,7 +135,16 @@ class Compute(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "devices", b"devices", "layers_offloaded", b"layers_offloaded", "memory_mb", b"memory_mb"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "backend",
+        b"backend",
+        "devices",
+        b"devices",
+        "layers_offloaded",
+        b"layers_offloaded",
+        "memory_mb",
+        b"memory_mb",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -151,7 +179,20 @@ class RunningShard(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute", "error", b"error", "model", b"model", "port", b"port", "replica_id", b"replica_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "compute",
+        b"compute",
+        "error",
+        b"error",
+        "model",
+        b"model",
+        "port",
+        b"port",
+        "replica_id",
+        b"replica_id",
+        "state",
+        b"state",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -200,7 +241,26 @@ class Register(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_version", b"agent_version", "cpu_cores", b"cpu_cores", "devices", b"devices", "driver_version", b"driver_version", "engines", b"engines", "memory_mb", b"memory_mb", "node_id", b"node_id", "shards", b"shards"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "address",
+        b"address",
+        "agent_version",
+        b"agent_version",
+        "cpu_cores",
+        b"cpu_cores",
+        "devices",
+        b"devices",
+        "driver_version",
+        b"driver_version",
+        "engines",
+        b"engines",
+        "memory_mb",
+        b"memory_mb",
+        "node_id",
+        b"node_id",
+        "shards",
+        b"shards",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -235,7 +295,20 @@ class ShardStatus(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute", "error", b"error", "port", b"port", "replica_id", b"replica_id", "restarts", b"restarts", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "compute",
+        b"compute",
+        "error",
+        b"error",
+        "port",
+        b"port",
+        "replica_id",
+        b"replica_id",
+        "restarts",
+        b"restarts",
+        "state",
+        b"state",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -308,14 +381,76 @@ class DeviceSample(_message.Message):
         temperature_c: _builtins.int | None = ...,
         power_w: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ecc_uncorrected", b"_ecc_uncorrected", "_memory_bandwidth_percent", b"_memory_bandwidth_percent", "_power_w", b"_power_w", "_sm_clock_mhz", b"_sm_clock_mhz", "_temperature_c", b"_temperature_c", "_utilization_percent", b"_utilization_percent", "ecc_uncorrected", b"ecc_uncorrected", "memory_bandwidth_percent", b"memory_bandwidth_percent", "power_w", b"power_w", "sm_clock_mhz", b"sm_clock_mhz", "temperature_c", b"temperature_c", "utilization_percent", b"utilization_percent"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal[
+        "_ecc_uncorrected",
+        b"_ecc_uncorrected",
+        "_memory_bandwidth_percent",
+        b"_memory_bandwidth_percent",
+        "_power_w",
+        b"_power_w",
+        "_sm_clock_mhz",
+        b"_sm_clock_mhz",
+        "_temperature_c",
+        b"_temperature_c",
+        "_utilization_percent",
+        b"_utilization_percent",
+        "ecc_uncorrected",
+        b"ecc_uncorrected",
+        "memory_bandwidth_percent",
+        b"memory_bandwidth_percent",
+        "power_w",
+        b"power_w",
+        "sm_clock_mhz",
+        b"sm_clock_mhz",
+        "temperature_c",
+        b"temperature_c",
+        "utilization_percent",
+        b"utilization_percent",
+    ]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ecc_uncorrected", b"_ecc_uncorrected", "_memory_bandwidth_percent", b"_memory_bandwidth_percent", "_power_w", b"_power_w", "_sm_clock_mhz", b"_sm_clock_mhz", "_temperature_c", b"_temperature_c", "_utilization_percent", b"_utilization_percent", "device", b"device", "device_class", b"device_class", "ecc_uncorrected", b"ecc_uncorrected", "memory_bandwidth_percent", b"memory_bandwidth_percent", "memory_total_mb", b"memory_total_mb", "memory_used_mb", b"memory_used_mb", "power_w", b"power_w", "sm_clock_mhz", b"sm_clock_mhz", "temperature_c", b"temperature_c", "utilization_percent", b"utilization_percent", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "_ecc_uncorrected",
+        b"_ecc_uncorrected",
+        "_memory_bandwidth_percent",
+        b"_memory_bandwidth_percent",
+        "_power_w",
+        b"_power_w",
+        "_sm_clock_mhz",
+        b"_sm_clock_mhz",
+        "_temperature_c",
+        b"_temperature_c",
+        "_utilization_percent",
+        b"_utilization_percent",
+        "device",
+        b"device",
+        "device_class",
+        b"device_class",
+        "ecc_uncorrected",
+        b"ecc_uncorrected",
+        "memory_bandwidth_percent",
+        b"memory_bandwidth_percent",
+        "memory_total_mb",
+        b"memory_total_mb",
+        "memory_used_mb",
+        b"memory_used_mb",
+        "power_w",
+        b"power_w",
+        "sm_clock_mhz",
+        b"sm_clock_mhz",
+        "temperature_c",
+        b"temperature_c",
+        "utilization_percent",
+        b"utilization_percent",
+        "uuid",
+        b"uuid",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ecc_uncorrected: _TypeAlias = _typing.Literal["ecc_uncorrected"]  # noqa: Y015
     _WhichOneofArgType__ecc_uncorrected: _TypeAlias = _typing.Literal["_ecc_uncorrected", b"_ecc_uncorrected"]  # noqa: Y015
     _WhichOneofReturnType__memory_bandwidth_percent: _TypeAlias = _typing.Literal["memory_bandwidth_percent"]  # noqa: Y015
-    _WhichOneofArgType__memory_bandwidth_percent: _TypeAlias = _typing.Literal["_memory_bandwidth_percent", b"_memory_bandwidth_percent"]  # noqa: Y015
+    _WhichOneofArgType__memory_bandwidth_percent: _TypeAlias = _typing.Literal[
+        "_memory_bandwidth_percent", b"_memory_bandwidth_percent"
+    ]  # noqa: Y015
     _WhichOneofReturnType__power_w: _TypeAlias = _typing.Literal["power_w"]  # noqa: Y015
     _WhichOneofArgType__power_w: _TypeAlias = _typing.Literal["_power_w", b"_power_w"]  # noqa: Y015
     _WhichOneofReturnType__sm_clock_mhz: _TypeAlias = _typing.Literal["sm_clock_mhz"]  # noqa: Y015
@@ -323,19 +458,33 @@ class DeviceSample(_message.Message):
     _WhichOneofReturnType__temperature_c: _TypeAlias = _typing.Literal["temperature_c"]  # noqa: Y015
     _WhichOneofArgType__temperature_c: _TypeAlias = _typing.Literal["_temperature_c", b"_temperature_c"]  # noqa: Y015
     _WhichOneofReturnType__utilization_percent: _TypeAlias = _typing.Literal["utilization_percent"]  # noqa: Y015
-    _WhichOneofArgType__utilization_percent: _TypeAlias = _typing.Literal["_utilization_percent", b"_utilization_percent"]  # noqa: Y015
+    _WhichOneofArgType__utilization_percent: _TypeAlias = _typing.Literal[
+        "_utilization_percent", b"_utilization_percent"
+    ]  # noqa: Y015
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__ecc_uncorrected) -> _WhichOneofReturnType__ecc_uncorrected | None: ...
+    def WhichOneof(
+        self, oneof_group: _WhichOneofArgType__ecc_uncorrected
+    ) -> _WhichOneofReturnType__ecc_uncorrected | None: ...
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_bandwidth_percent) -> _WhichOneofReturnType__memory_bandwidth_percent | None: ...
+    def WhichOneof(
+        self, oneof_group: _WhichOneofArgType__memory_bandwidth_percent
+    ) -> _WhichOneofReturnType__memory_bandwidth_percent | None: ...
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__power_w) -> _WhichOneofReturnType__power_w | None: ...
+    def WhichOneof(
+        self, oneof_group: _WhichOneofArgType__power_w
+    ) -> _WhichOneofReturnType__power_w | None: ...
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_clock_mhz) -> _WhichOneofReturnType__sm_clock_mhz | None: ...
+    def WhichOneof(
+        self, oneof_group: _WhichOneofArgType__sm_clock_mhz
+    ) -> _WhichOneofReturnType__sm_clock_mhz | None: ...
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature_c) -> _WhichOneofReturnType__temperature_c | None: ...
+    def WhichOneof(
+        self, oneof_group: _WhichOneofArgType__temperature_c
+    ) -> _WhichOneofReturnType__temperature_c | None: ...
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__utilization_percent) -> _WhichOneofReturnType__utilization_percent | None: ...
+    def WhichOneof(
+        self, oneof_group: _WhichOneofArgType__utilization_percent
+    ) -> _WhichOneofReturnType__utilization_percent | None: ...
 
 Global___DeviceSample: _TypeAlias = DeviceSample  # noqa: Y015
 
@@ -363,7 +512,9 @@ class ForeignProcess(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "name", b"name", "pid", b"pid", "used_mb", b"used_mb"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "device", b"device", "name", b"name", "pid", b"pid", "used_mb", b"used_mb"
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -400,7 +551,7 @@ class NvLinkErrors(_message.Message):
     link: _builtins.int
     @_builtins.property
     def counters(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """"replay", "recovery", "crc" / "crc_flit", "crc_data" """
+        """ "replay", "recovery", "crc" / "crc_flit", "crc_data" """
 
     def __init__(
         self,
@@ -411,7 +562,9 @@ class NvLinkErrors(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card", b"card", "counters", b"counters", "link", b"link"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "card", b"card", "counters", b"counters", "link", b"link"
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -485,11 +638,61 @@ class Telemetry(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["foreign", b"foreign", "full", b"full", "nvlink", b"nvlink", "reader", b"reader", "sampled_unix_ms", b"sampled_unix_ms", "samples", b"samples", "xids", b"xids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "foreign",
+        b"foreign",
+        "full",
+        b"full",
+        "nvlink",
+        b"nvlink",
+        "reader",
+        b"reader",
+        "sampled_unix_ms",
+        b"sampled_unix_ms",
+        "samples",
+        b"samples",
+        "xids",
+        b"xids",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Telemetry: _TypeAlias = Telemetry  # noqa: Y015
+
+@_typing.final
+class LogLines(_message.Message):
+    """A shard's log lines, answering a LogRequest (several messages while it follows)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    LINES_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    end: _builtins.bool
+    """nothing more comes for this request"""
+    error: _builtins.str
+    """why there are no lines (no such shard on this node)"""
+    @_builtins.property
+    def lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        lines: _abc.Iterable[_builtins.str] | None = ...,
+        end: _builtins.bool = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "end", b"end", "error", b"error", "lines", b"lines", "request_id", b"request_id"
+    ]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogLines: _TypeAlias = LogLines  # noqa: Y015
 
 @_typing.final
 class AgentMessage(_message.Message):
@@ -499,6 +702,7 @@ class AgentMessage(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     TELEMETRY_FIELD_NUMBER: _builtins.int
+    LOGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -507,6 +711,8 @@ class AgentMessage(_message.Message):
     def heartbeat(self) -> Global___Heartbeat: ...
     @_builtins.property
     def telemetry(self) -> Global___Telemetry: ...
+    @_builtins.property
+    def logs(self) -> Global___LogLines: ...
     def __init__(
         self,
         *,
@@ -514,12 +720,41 @@ class AgentMessage(_message.Message):
         status: Global___ShardStatus | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
         telemetry: Global___Telemetry | None = ...,
+        logs: Global___LogLines | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal[
+        "heartbeat",
+        b"heartbeat",
+        "kind",
+        b"kind",
+        "logs",
+        b"logs",
+        "register",
+        b"register",
+        "status",
+        b"status",
+        "telemetry",
+        b"telemetry",
+    ]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "heartbeat",
+        b"heartbeat",
+        "kind",
+        b"kind",
+        "logs",
+        b"logs",
+        "register",
+        b"register",
+        "status",
+        b"status",
+        "telemetry",
+        b"telemetry",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal[
+        "register", "status", "heartbeat", "telemetry", "logs"
+    ]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -627,7 +862,48 @@ class StartShard(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "model", b"model", "parallel", b"parallel", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "replica_id", b"replica_id", "tp", b"tp", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "api_key",
+        b"api_key",
+        "args",
+        b"args",
+        "ctx_size",
+        b"ctx_size",
+        "devices",
+        b"devices",
+        "engine",
+        b"engine",
+        "env",
+        b"env",
+        "files",
+        b"files",
+        "kv_events",
+        b"kv_events",
+        "max_loaded_adapters",
+        b"max_loaded_adapters",
+        "model",
+        b"model",
+        "parallel",
+        b"parallel",
+        "projector_filename",
+        b"projector_filename",
+        "projector_sha256",
+        b"projector_sha256",
+        "projector_size",
+        b"projector_size",
+        "replica_id",
+        b"replica_id",
+        "tp",
+        b"tp",
+        "weights_filename",
+        b"weights_filename",
+        "weights_format",
+        b"weights_format",
+        "weights_sha256",
+        b"weights_sha256",
+        "weights_size",
+        b"weights_size",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -652,7 +928,9 @@ class WeightsFile(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filename", b"filename", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "filename", b"filename", "sha256", b"sha256", "size", b"size"
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -746,6 +1024,51 @@ class Registered(_message.Message):
 Global___Registered: _TypeAlias = Registered  # noqa: Y015
 
 @_typing.final
+class LogRequest(_message.Message):
+    """Ask a shard's log: its last `lines` lines, then (follow) each new one until cancelled."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    LINES_FIELD_NUMBER: _builtins.int
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    replica_id: _builtins.str
+    lines: _builtins.int
+    follow: _builtins.bool
+    cancel: _builtins.bool
+    """stop answering request_id"""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        replica_id: _builtins.str = ...,
+        lines: _builtins.int = ...,
+        follow: _builtins.bool = ...,
+        cancel: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "cancel",
+        b"cancel",
+        "follow",
+        b"follow",
+        "lines",
+        b"lines",
+        "replica_id",
+        b"replica_id",
+        "request_id",
+        b"request_id",
+    ]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogRequest: _TypeAlias = LogRequest  # noqa: Y015
+
+@_typing.final
 class ControlMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -755,6 +1078,7 @@ class ControlMessage(_message.Message):
     SETTINGS_FIELD_NUMBER: _builtins.int
     RESTART_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    LOGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___Registered: ...
     @_builtins.property
@@ -767,6 +1091,8 @@ class ControlMessage(_message.Message):
     def restart(self) -> Global___RestartAgent: ...
     @_builtins.property
     def heartbeat(self) -> Global___Heartbeat: ...
+    @_builtins.property
+    def logs(self) -> Global___LogRequest: ...
     def __init__(
         self,
         *,
@@ -776,12 +1102,49 @@ class ControlMessage(_message.Message):
         settings: Global___Settings | None = ...,
         restart: Global___RestartAgent | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
+        logs: Global___LogRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal[
+        "heartbeat",
+        b"heartbeat",
+        "kind",
+        b"kind",
+        "logs",
+        b"logs",
+        "registered",
+        b"registered",
+        "restart",
+        b"restart",
+        "settings",
+        b"settings",
+        "start",
+        b"start",
+        "stop",
+        b"stop",
+    ]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal[
+        "heartbeat",
+        b"heartbeat",
+        "kind",
+        b"kind",
+        "logs",
+        b"logs",
+        "registered",
+        b"registered",
+        "restart",
+        b"restart",
+        "settings",
+        b"settings",
+        "start",
+        b"start",
+        "stop",
+        b"stop",
+    ]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal[
+        "registered", "start", "stop", "settings", "restart", "heartbeat", "logs"
+    ]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 

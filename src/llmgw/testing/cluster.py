@@ -43,6 +43,21 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval
     raise TimeoutError(f"{what}: not within {timeout_s:.0f} s (last: {last!r})")
 
 
+def engine_pid(port: int, program: bytes = b"llama-server") -> int:
+    """The engine process (``program``) listening on ``port``, found by its command line."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(program) and str(port).encode() in argv:
+            return int(entry)
+    raise LookupError(f"no {program.decode()} on port {port}")
+
+
 @dataclass
 class Cluster:
     home: Path
