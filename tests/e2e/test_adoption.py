@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import signal
+import threading
 from pathlib import Path
 
 import openai
 import pytest
+from typer.testing import CliRunner
 
+from llmgw.cli import ctl
 from llmgw.cli.up import DEFAULT_MODEL
+from llmgw.errors import NotFound
 from llmgw.testing.cluster import Cluster, engine_pid, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -84,3 +88,26 @@ def test_a_corrupt_state_file_leaves_that_shard_stopped_and_the_agent_serving(cl
     wait_for(lambda: "shard r-broken left stopped" in log.read_text(), 30, "the agent reported the shard")
     assert cluster.processes["agent-node1"].poll() is None
     _answers(cluster)
+
+
+def test_ctl_logs_follows_new_engine_lines(cluster: Cluster) -> None:
+    replica = cluster.wait_ready(DEFAULT_MODEL)
+    seen: list[str] = []
+
+    def follow() -> None:
+        for line in cluster.admin.stream(f"/api/replicas/{replica['id']}/logs?lines=0&follow=true"):
+            seen.append(line)
+
+    threading.Thread(target=follow, daemon=True).start()
+    wait_for(lambda: _answers(cluster) or any("slot" in line for line in seen), 30, "a new line followed")
+
+
+def test_ctl_logs_prints_the_last_lines_and_names_an_unknown_replica(cluster: Cluster) -> None:
+    replica = cluster.wait_ready(DEFAULT_MODEL)
+    options = ["--url", cluster.url, "--token", cluster.admin.token]
+    shown = CliRunner().invoke(ctl.app, ["logs", replica["id"], "-n", "3", *options])
+    assert shown.exit_code == 0, shown.output
+    assert 1 <= len(shown.output.strip().splitlines()) <= 3
+    with pytest.raises(NotFound) as caught:
+        cluster.admin.get("/api/replicas/r-none/logs")
+    assert "llmgw ctl replicas" in caught.value.hint
