@@ -6,6 +6,7 @@ this is rebuilt from agents' registrations after a restart or failover.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -99,7 +100,10 @@ class Fleet:
         self,
         on_ready: Callable[[ReplicaState, str], None],
         on_gone: Callable[[str], None],
+        node_grace_s: float = 15.0,
     ) -> None:
+        self.node_grace_s = node_grace_s
+        """How long a gone node's ready replicas stay routable: its engines outlive an agent restart."""
         self.nodes: dict[str, NodeState] = {}
         self.replicas: dict[str, ReplicaState] = {}
         self.logs = LogRequests()
@@ -122,10 +126,26 @@ class Fleet:
         if node is None or node.channel is not channel:
             return False
         del self.nodes[node_id]
+        kept = []
         for replica in self.replicas.values():
-            if replica.node_id == node_id:
+            if replica.node_id != node_id:
+                continue
+            if replica.state == "ready" and self.node_grace_s > 0:
+                replica.state = "absent"  # still in the router: requests go on while the agent restarts
+                kept.append(replica.replica_id)
+            else:
                 self._set_state(replica, "absent")
+        if kept:
+            asyncio.get_running_loop().call_later(self.node_grace_s, self._drop_if_gone, node_id, kept)
         return True
+
+    def _drop_if_gone(self, node_id: str, replica_ids: list[str]) -> None:
+        """Take a gone node's replicas out of the router unless the node came back and reported them."""
+        for replica_id in replica_ids:
+            replica = self.replicas.get(replica_id)
+            if replica is not None and replica.state == "absent":
+                log.info("node %s is still gone: %s leaves the router", node_id, replica_id)
+                self._on_gone(replica_id)
 
     # replicas --------------------------------------------------------------
     def track(self, replica: ReplicaState) -> None:
