@@ -390,13 +390,13 @@ class Supervisor:
         shard.output = f"output-{shard.restarts}.log"
         if previous == shard.log_path:
             previous = None
-        descriptor = open_output(shard.log_path)
         env = {**os.environ, **dict(spec.env), **engine.environment(launch)}
         try:
             env.update(visible_devices(tuple(spec.devices), self._device_uuids))
         except ValueError as error:
             hint = "place the replica again ('llmgw ctl replicas' shows where it went)"
             raise LlmgwError(str(error), hint) from None
+        descriptor = open_output(shard.log_path)
         try:
             shard.process = await asyncio.create_subprocess_exec(
                 *command,
