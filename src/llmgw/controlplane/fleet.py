@@ -90,7 +90,8 @@ def describe_compute(compute: pb.Compute) -> str:
     if compute.backend == "cpu":
         return "cpu"
     devices = ",".join(str(d) for d in compute.devices)
-    return f"{compute.backend}:{devices}" if devices else compute.backend
+    where = f"{compute.backend}:{devices}" if devices else compute.backend
+    return f"{where} {compute.memory_mb} MiB" if compute.memory_mb else where
 
 
 class Fleet:
