@@ -7,7 +7,8 @@ from llmgw.protocol import agent_pb2 as pb
 
 
 def test_gpus_show_their_indexes_and_the_memory_the_shard_holds() -> None:
-    assert describe_compute(pb.Compute(backend="cuda", devices=[0, 1], memory_mb=16000)) == "cuda:0,1 16000 MiB"
+    two_cards = pb.Compute(backend="cuda", devices=[0, 1], memory_mb=16000)
+    assert describe_compute(two_cards) == "cuda:0,1 16000 MiB"
     assert describe_compute(pb.Compute(backend="cuda", devices=[1100])) == "cuda:1100"
 
 
