@@ -170,6 +170,9 @@ class Supervisor:
         self.shards: dict[str, Shard] = {}
         self.report: Report = lambda status: None
         self._http: aiohttp.ClientSession | None = None
+        self._setsid = shutil.which("setsid")
+        """util-linux's setsid: the engine leaves the agent's session after its exec, not in the
+        agent's spawning child (which shares the agent's memory until it execs)."""
 
     def snapshot(self) -> list[pb.RunningShard]:
         return [shard.running() for shard in self.shards.values()]
@@ -399,13 +402,13 @@ class Supervisor:
         descriptor = open_output(shard.log_path)
         try:
             shard.process = await asyncio.create_subprocess_exec(
-                *command,
+                *([self._setsid, "--", *command] if self._setsid else command),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=descriptor,
                 stderr=descriptor,
                 cwd=shard.directory,
                 env=env,
-                start_new_session=True,
+                start_new_session=self._setsid is None,
             )
         except OSError as error:
             self._emit(shard, pb.SHARD_STATE_FAILED, f"cannot start {binary}: {error.strerror}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.agent.config import AgentConfig, save_agent_config
+from llmgw.agent.shardstates import is_engine, read_state
 from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.server import initialise, issue_node_certificate
 from llmgw.errors import LlmgwError
@@ -154,3 +155,13 @@ class Cluster:
                 process.kill()
                 process.wait()
         self.processes.clear()
+        self.stop_orphaned_engines()
+
+    def stop_orphaned_engines(self) -> None:
+        """Stop engines left by an agent that was killed and not started again (they outlive it)."""
+        for directory in self.home.glob("nodes/*/work/shards/*"):
+            with contextlib.suppress(LlmgwError):
+                record = read_state(directory)
+                if is_engine(record):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(record.pid, signal.SIGKILL)
