@@ -52,7 +52,12 @@ async def test_a_corrupt_state_file_leaves_its_shard_stopped_with_the_reason(tmp
 
 def _ended_process() -> tuple[int, list[str], str]:
     """The pid, command line and start time of a process that has ended."""
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
     command = process_command(child.pid) or []
     started = process_start_time(child.pid) or "1"
     child.communicate(b"")

@@ -74,8 +74,17 @@ def test_a_corrupt_state_file_is_refused_naming_the_file(tmp_path: Path, text: s
     assert str(tmp_path / "state.json") in str(caught.value)
 
 
+def _sleeper() -> subprocess.Popen[bytes]:
+    """A process that runs until killed, returned once it says it runs (its argv is in /proc then)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    return child
+
+
 def test_a_live_process_is_the_engine_only_with_its_start_time_and_command_line(tmp_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = _sleeper()
     try:
         started = process_start_time(child.pid)
         command = process_command(child.pid)
@@ -87,10 +96,6 @@ def test_a_live_process_is_the_engine_only_with_its_start_time_and_command_line(
         child.kill()
         child.wait()
     assert not is_engine(_record(pid=child.pid, start_time=started, command=command))
-
-
-def _sleeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
 async def test_an_adopted_process_is_waited_for_and_stopped_by_its_pid() -> None:
