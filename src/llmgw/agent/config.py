@@ -75,6 +75,8 @@ class ShardSettings(Section):
     """Crashes in a row (without becoming ready) before a shard is reported failed."""
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
+    output_max_bytes: int = Field(default=64 << 20, ge=4096)
+    """Size past which an engine's output file is emptied in place (its lines are in the shard's log)."""
 
 
 class AgentConfig(Section):

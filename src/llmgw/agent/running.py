@@ -57,7 +57,9 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         ports=(config.ports.first, config.ports.last),
         host=config.address,
         device_uuids={device.index: device.uuid for device in inventory.gpus},
+        gpus=gpus if inventory.gpus else None,
     )
+    supervisor.adopt()
 
     async def connect(target: str) -> AgentChannel:
         return await GrpcConnector(target, tls).connect(timeout_s=CONNECT_TIMEOUT_S)
@@ -68,7 +70,9 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
     session_box.append(session)
     running = [asyncio.create_task(session.run(), name="agent-session")]
     if inventory.gpus:
-        running.append(asyncio.create_task(sample_cards(gpus, config, session), name="agent-telemetry"))
+        running.append(
+            asyncio.create_task(sample_cards(gpus, config, session, supervisor), name="agent-telemetry")
+        )
     try:
         await stop.wait()
     finally:
@@ -78,10 +82,12 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         await supervisor.stop_all()
 
 
-async def sample_cards(gpus: GpuSource, config: AgentConfig, session: AgentSession) -> None:
+async def sample_cards(
+    gpus: GpuSource, config: AgentConfig, session: AgentSession, supervisor: Supervisor
+) -> None:
     """Send the cards' telemetry to the control plane; nvidia-smi's full report every minute."""
     full = NvidiaSmi(config.nvidia_smi) if not isinstance(gpus, NvidiaSmi) else None
-    sampler = Sampler(gpus, lambda: descendants(os.getpid()), full_report=full)
+    sampler = Sampler(gpus, lambda: descendants(os.getpid()) | supervisor.engine_pids(), full_report=full)
     await sampler.run(lambda telemetry: session.send(pb.AgentMessage(telemetry=telemetry)))
 
 

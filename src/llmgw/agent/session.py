@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from llmgw import __version__
+from llmgw.agent.logserving import LogServing
 from llmgw.agent.supervising import Supervisor
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
@@ -103,6 +104,7 @@ class AgentSession:
         self._failed_at: dict[str, float] = {}
         self._clock = clock
         self._stopping: set[asyncio.Task[None]] = set()
+        self._logs = LogServing(inventory.node_id, supervisor.log_of, self.send)
 
     def send(self, message: pb.AgentMessage) -> None:
         """Queue a message (telemetry) for the control plane; dropped while not connected."""
@@ -158,9 +160,8 @@ class AgentSession:
         self._outbox = asyncio.Queue()
         registered = False
         try:
-            await channel.send(
-                register_message(self._inventory, self._supervisor.snapshot(), self._engines())
-            )
+            registering = self._supervisor.snapshot()
+            await channel.send(register_message(self._inventory, registering, self._engines()))
             answer = await channel.receive()
             if answer.WhichOneof("kind") != "registered":
                 log.warning("%s answered the registration with %s", target, answer.WhichOneof("kind"))
@@ -182,6 +183,7 @@ class AgentSession:
             self._failed_at.clear()
             log.info("registered with %s (leader %s)", target, answer.registered.leader)
             self.connected.set()
+            self._report_changed_since(registering)
             async with asyncio.TaskGroup() as tasks:
                 sender = tasks.create_task(self._send_loop(channel))
                 try:
@@ -192,10 +194,18 @@ class AgentSession:
             log.warning("session with %s ended: %s", target, group.exceptions[0])
         finally:
             self.connected.clear()
+            self._logs.cancel_all()
             self.current = ""
             with contextlib.suppress(Exception):
                 await channel.close()
         return WORKED if registered else FAILED
+
+    def _report_changed_since(self, registering: list[pb.RunningShard]) -> None:
+        """Report each shard whose state moved on while the registration was answered (C2.2)."""
+        told = {shard.replica_id: shard.state for shard in registering}
+        for shard in list(self._supervisor.shards.values()):
+            if told.get(shard.replica_id) != shard.state:
+                self._report(shard.status())
 
     async def _send_loop(self, channel: AgentChannel) -> None:
         while True:
@@ -219,5 +229,7 @@ class AgentSession:
                 pass
             elif kind == "registered":
                 self._learn(message.registered)  # the control planes changed
+            elif kind == "logs":
+                self._logs.handle(message.logs)
             else:
                 log.info("ignoring %s from the control plane", kind)

@@ -5,6 +5,11 @@ health → READY → wait for the process; a crash restarts it with backoff, and
 too many crashes in a row without becoming ready report it FAILED (the
 control plane then starts it again later). Stopping sends SIGTERM, waits the
 grace period, then SIGKILL.
+
+Engines run in their own session and outlive the agent: each shard keeps a
+state file (:mod:`llmgw.agent.shardstates`), and an agent that starts again
+adopts the engines still running (:meth:`Supervisor.adopt`), health-checks
+them and reports them ready, restarting only those that are gone.
 """
 
 from __future__ import annotations
@@ -22,8 +27,22 @@ from pathlib import Path
 
 import aiohttp
 
+from llmgw.agent.adoptedprocesses import AdoptedProcess
+from llmgw.agent.compute import compute_of, memory_held, refusal
 from llmgw.agent.config import ShardSettings
+from llmgw.agent.engineoutput import OutputFollower, ShardLog, open_output
+from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Prepared
+from llmgw.agent.shardstates import (
+    STATE_FILE,
+    CorruptState,
+    ShardRecord,
+    is_engine,
+    process_start_time,
+    read_state,
+    write_state,
+)
+from llmgw.agent.telemetry import descendants
 from llmgw.core.backoff import Backoff
 from llmgw.core.mig import visible_devices
 from llmgw.core.validation import check_args, check_env
@@ -51,9 +70,16 @@ class Shard:
     error: str = ""
     restarts: int = 0
     compute: pb.Compute = field(default_factory=pb.Compute)
-    process: asyncio.subprocess.Process | None = None
+    process: asyncio.subprocess.Process | AdoptedProcess | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
+    command: list[str] = field(default_factory=list)
+    """The engine's argv; an adopted shard keeps the one its state file had."""
+    start_time: str = ""
+    output: str = ""
+    """The current process's output file, in the shard's directory."""
+    log: ShardLog = field(default_factory=ShardLog)
+    follower: asyncio.Task[None] | None = None
 
     @property
     def replica_id(self) -> str:
@@ -61,7 +87,19 @@ class Shard:
 
     @property
     def log_path(self) -> Path:
-        return self.directory / "engine.log"
+        return self.directory / (self.output or "output.log")
+
+    def record(self) -> ShardRecord:
+        return ShardRecord(
+            spec=self.spec,
+            command=self.command,
+            pid=self.process.pid if self.process is not None else 0,
+            start_time=self.start_time,
+            port=self.port,
+            compute=self.compute,
+            restarts=self.restarts,
+            output=self.output,
+        )
 
     def status(self) -> pb.ShardStatus:
         return pb.ShardStatus(
@@ -98,12 +136,6 @@ def free_port(first: int, last: int, taken: set[int], host: str = "127.0.0.1") -
     raise LlmgwError(f"no free port in {first}-{last}", "widen ports.first/ports.last in agent.yaml")
 
 
-def _device_index(name: str) -> int:
-    """``CUDA0`` → 0, ``Vulkan1`` → 1 (-1 when the name carries no number)."""
-    digits = "".join(ch for ch in name if ch.isdigit())
-    return int(digits) if digits else -1
-
-
 def _tail(path: Path) -> str:
     try:
         with path.open("rb") as handle:
@@ -126,8 +158,10 @@ class Supervisor:
         ports: tuple[int, int] = (21000, 21999),
         host: str = "127.0.0.1",
         device_uuids: dict[int, str] | None = None,
+        gpus: GpuSource | None = None,
     ) -> None:
         self._work_dir = work_dir
+        self._gpus = gpus
         self._device_uuids = device_uuids or {}
         self._settings = settings
         self._prepare = prepare
@@ -136,10 +170,89 @@ class Supervisor:
         self.shards: dict[str, Shard] = {}
         self.report: Report = lambda status: None
         self._http: aiohttp.ClientSession | None = None
-        self._pdeathsig = shutil.which("setpriv")
+        self._setsid = shutil.which("setsid")
+        """util-linux's setsid: the engine leaves the agent's session after its exec, not in the
+        agent's spawning child (which shares the agent's memory until it execs)."""
 
     def snapshot(self) -> list[pb.RunningShard]:
         return [shard.running() for shard in self.shards.values()]
+
+    def engine_pids(self) -> set[int]:
+        """The engines' processes and everything they started (adopted engines included)."""
+        pids: set[int] = set()
+        for shard in self.shards.values():
+            if shard.process is not None and shard.process.returncode is None:
+                pids |= descendants(shard.process.pid)
+        return pids
+
+    def adopt(self) -> None:
+        """Take in the shards an earlier agent left: adopt live engines, restart dead ones.
+
+        A state file that cannot be read leaves its shard stopped, with the
+        reason, for the registration to report; the agent carries on.
+        """
+        root = self._work_dir / "shards"
+        for directory in sorted(root.iterdir()) if root.is_dir() else ():
+            if not (directory / STATE_FILE).exists():
+                continue
+            try:
+                record = read_state(directory)
+            except CorruptState as error:
+                log.error("shard %s left stopped: %s", directory.name, error)
+                self.shards[directory.name] = Shard(
+                    spec=pb.StartShard(replica_id=directory.name),
+                    directory=directory,
+                    state=pb.SHARD_STATE_STOPPED,
+                    error=str(error),
+                )
+                continue
+            shard = Shard(
+                spec=record.spec,
+                directory=directory,
+                port=record.port,
+                compute=record.compute,
+                restarts=record.restarts,
+                command=record.command,
+                start_time=record.start_time,
+                output=record.output,
+            )
+            self.shards[shard.replica_id] = shard
+            if is_engine(record):
+                log.info(
+                    "shard %s: adopting its engine, pid %d on port %d",
+                    shard.replica_id,
+                    record.pid,
+                    shard.port,
+                )
+                shard.process = AdoptedProcess(record.pid, record.start_time)
+                self._follow(shard)
+                shard.task = asyncio.create_task(
+                    self._supervise(shard, adopted=True), name=f"shard-{shard.replica_id}"
+                )
+            else:
+                log.warning(
+                    "shard %s: its engine (pid %d) is gone; starting it again", shard.replica_id, record.pid
+                )
+                shard.task = asyncio.create_task(self._supervise(shard), name=f"shard-{shard.replica_id}")
+
+    def log_of(self, replica_id: str) -> ShardLog | None:
+        shard = self.shards.get(replica_id)
+        return shard.log if shard is not None else None
+
+    def _follow(self, shard: Shard) -> None:
+        """Follow the shard's current output file into its log, from the start."""
+        if shard.follower is not None:
+            shard.follower.cancel()
+        follower = OutputFollower(
+            shard.log_path, shard.log, self._settings.output_max_bytes, shard.replica_id
+        )
+        shard.follower = asyncio.create_task(follower.run(), name=f"output-{shard.replica_id}")
+
+    def _save(self, shard: Shard) -> None:
+        try:
+            write_state(shard.directory, shard.record())
+        except OSError as error:
+            log.error("shard %s: cannot write its state file: %s", shard.replica_id, error)
 
     def _emit(self, shard: Shard, state: pb.ShardState.ValueType, error: str = "") -> None:
         shard.state = state
@@ -150,7 +263,8 @@ class Supervisor:
         """Start a shard, or leave one already running for that replica as it is."""
         existing = self.shards.get(spec.replica_id)
         if existing is not None and not existing.stopping:
-            if existing.state == pb.SHARD_STATE_FAILED and existing.task is not None and existing.task.done():
+            ended = existing.task is None or existing.task.done()
+            if ended and existing.state in (pb.SHARD_STATE_FAILED, pb.SHARD_STATE_STOPPED):
                 del self.shards[spec.replica_id]
             else:
                 self.report(existing.status())
@@ -166,10 +280,11 @@ class Supervisor:
         shard.stopping = True
         log.info("stopping shard %s%s", replica_id, f": {reason}" if reason else "")
         await self._terminate(shard)
-        if shard.task is not None:
-            shard.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await shard.task
+        for task in (shard.task, shard.follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.shards.pop(replica_id, None)
         self._emit(shard, pb.SHARD_STATE_STOPPED, reason)
         shutil.rmtree(shard.directory, ignore_errors=True)
@@ -197,8 +312,21 @@ class Supervisor:
                 process.kill()
             await process.wait()
 
-    async def _supervise(self, shard: Shard) -> None:
+    async def _supervise(self, shard: Shard, adopted: bool = False) -> None:
         self._emit(shard, pb.SHARD_STATE_STARTING)
+        if adopted:
+            try:
+                await self._watch(shard, engine_named(shard.spec.engine), _launch_of(shard.spec, shard.port))
+            except LlmgwError as error:
+                log.error("shard %s failed: %s", shard.replica_id, error)
+                self._emit(shard, pb.SHARD_STATE_FAILED, str(error))
+                return
+            if shard.stopping:
+                return
+            shard.restarts += 1
+            reason = f"adopted engine ended: {_tail(shard.log_path)}"
+            log.warning("shard %s: %s; starting it again", shard.replica_id, reason)
+            self._emit(shard, pb.SHARD_STATE_STARTING, reason)
         try:
             check_refusals(shard.spec)
             prepared = await self._prepare(shard.spec)
@@ -261,24 +389,26 @@ class Supervisor:
         )
         binary = prepared.program
         command = engine.command_line(binary, launch)
-        if self._pdeathsig:
-            command = [self._pdeathsig, "--pdeathsig", "TERM", "--", *command]
-        shard.directory.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(shard.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        previous = shard.log_path if shard.output else None
+        shard.output = f"output-{shard.restarts}.log"
+        if previous == shard.log_path:
+            previous = None
         env = {**os.environ, **dict(spec.env), **engine.environment(launch)}
         try:
             env.update(visible_devices(tuple(spec.devices), self._device_uuids))
         except ValueError as error:
             hint = "place the replica again ('llmgw ctl replicas' shows where it went)"
             raise LlmgwError(str(error), hint) from None
+        descriptor = open_output(shard.log_path)
         try:
             shard.process = await asyncio.create_subprocess_exec(
-                *command,
+                *([self._setsid, "--", *command] if self._setsid else command),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=descriptor,
                 stderr=descriptor,
                 cwd=shard.directory,
                 env=env,
+                start_new_session=self._setsid is None,
             )
         except OSError as error:
             self._emit(shard, pb.SHARD_STATE_FAILED, f"cannot start {binary}: {error.strerror}")
@@ -286,26 +416,63 @@ class Supervisor:
             return False
         finally:
             os.close(descriptor)
+        shard.command = command
+        shard.start_time = process_start_time(shard.process.pid) or ""
         log.info("shard %s: engine pid %d on port %d", shard.replica_id, shard.process.pid, shard.port)
+        self._follow(shard)
+        if previous is not None:
+            previous.unlink(missing_ok=True)
+        self._save(shard)
         self._emit(shard, pb.SHARD_STATE_STARTING)
+        return await self._watch(shard, engine, launch)
+
+    async def _watch(self, shard: Shard, engine: engines.Engine, launch: engines.Launch) -> bool:
+        """Wait for health, read where it computes, report READY, wait for the end; True if it was ready.
+
+        LlmgwError (its engine stopped) when it computes on the CPU despite the GPUs it was given.
+        """
+        process = shard.process
+        assert process is not None
         ready = await self._wait_healthy(shard, engine)
         if ready:
-            computed = engine.parse_compute(shard.log_path.read_text(errors="replace"), launch)
-            shard.compute = pb.Compute(
-                backend=computed.backend,
-                devices=[_device_index(name) for name in computed.devices],
-                layers_offloaded=computed.layers_offloaded or 0,
-            )
+            failure = await self._read_compute(shard, engine, launch)
+            if failure:
+                log.error("shard %s: %s", shard.replica_id, failure)
+                await self._terminate(shard)
+                raise LlmgwError(failure, "")
+            self._save(shard)
             self._emit(shard, pb.SHARD_STATE_READY)
-        elif shard.process.returncode is None and not shard.stopping:
+        elif process.returncode is None and not shard.stopping:
             log.error(
                 "shard %s not healthy after %.0f s: stopping its engine",
                 shard.replica_id,
                 self._settings.health_timeout_s,
             )
             await self._terminate(shard)
-        await shard.process.wait()
+        await process.wait()
         return ready
+
+    async def _read_compute(self, shard: Shard, engine: engines.Engine, launch: engines.Launch) -> str:
+        """Set the shard's compute from its output and the cards; the reason to refuse it, or empty."""
+        try:
+            output = shard.log_path.read_text(errors="replace")
+        except OSError:
+            output = ""
+        parsed = engine.parse_compute(output, launch)
+        failure = refusal(output, parsed, shard.spec.devices)
+        if failure:
+            return failure
+        if shard.compute.backend and shard.process is not None and isinstance(shard.process, AdoptedProcess):
+            return ""  # adopted: the compute its state file kept
+        report = None
+        if self._gpus is not None:
+            try:
+                report = await self._gpus.read()
+            except Exception as error:  # a reader that fails leaves the engine's own word
+                log.warning("shard %s: cannot read the cards: %s", shard.replica_id, error)
+        pids = descendants(shard.process.pid) if shard.process is not None else set()
+        shard.compute = compute_of(parsed, memory_held(report, pids))
+        return ""
 
     async def _wait_healthy(self, shard: Shard, engine: engines.Engine) -> bool:
         if self._http is None:
@@ -315,12 +482,30 @@ class Supervisor:
         base = f"http://{self._host}:{shard.port}"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.health_timeout_s
-        while process.returncode is None and not shard.stopping and loop.time() < deadline:
-            if await engines.health(engine, self._http, base, shard.spec.api_key):
-                return True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(process.wait()), HEALTH_POLL_S)
-        return False
+        ended = asyncio.ensure_future(process.wait())
+        try:
+            while not ended.done() and not shard.stopping and loop.time() < deadline:
+                if await engines.health(engine, self._http, base, shard.spec.api_key):
+                    return True
+                await asyncio.wait({ended}, timeout=HEALTH_POLL_S)
+            return False
+        finally:
+            if not ended.done():
+                ended.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ended
+
+
+def _launch_of(spec: pb.StartShard, port: int) -> engines.Launch:
+    """What an adopted engine was launched with, as far as reading its compute needs."""
+    return engines.Launch(
+        weights=Path(spec.weights_filename or "."),
+        port=port,
+        api_key=spec.api_key,
+        model=spec.model,
+        tp=spec.tp or max(1, len(spec.devices)),
+        devices=tuple(spec.devices),
+    )
 
 
 def check_refusals(spec: pb.StartShard) -> None:

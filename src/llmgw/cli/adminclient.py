@@ -6,7 +6,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -85,6 +85,22 @@ class AdminClient:
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)
+
+    def stream(self, path: str) -> Iterator[str]:
+        """The lines of a streamed text answer as they arrive (no timeout once it has begun)."""
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            response = urllib.request.urlopen(request)  # no timeout: a quiet log may say nothing for long
+        except urllib.error.HTTPError as error:
+            raise _translate(error) from None
+        except (urllib.error.URLError, OSError) as error:
+            raise LlmgwError(
+                f"cannot reach the control plane at {self.url}: {getattr(error, 'reason', error)}",
+                "check that it runs ('llmgw up' or 'llmgw server run')",
+            ) from None
+        with response:
+            for raw in response:
+                yield raw.decode(errors="replace").rstrip("\n")
 
 
 def _chunks(data: BinaryIO, progress: Callable[[int], None] | None):  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import typer
 import yaml
 
 from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.enginecheck import engine_check
 from llmgw.cli.mirror import upload
 from llmgw.cli.output import console, table
 from llmgw.errors import ValidationFailed
@@ -18,6 +19,7 @@ model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys for /v1.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(key_app, name="key")
+app.command("engine-check")(engine_check)
 
 URL = typer.Option(None, "--url", help="Control plane URL (default: $LLMGW_URL or server.yaml).")
 TOKEN = typer.Option(None, "--token", help="Admin token (default: $LLMGW_ADMIN_TOKEN or admin.token).")
@@ -102,6 +104,28 @@ def replicas(url: str = URL, token: str = TOKEN) -> None:
             for r in rows
         ],
     )
+
+
+@app.command()
+def logs(
+    replica: str = typer.Argument(..., help="The replica, as 'llmgw ctl replicas' names it."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until interrupted."),
+    lines: int = typer.Option(200, "--lines", "-n", help="How many of the last lines to print first."),
+    url: str = URL,
+    token: str = TOKEN,
+) -> None:
+    """A replica's engine output, read from its node through the control plane."""
+    admin = client(url, token)
+    path = f"/api/replicas/{replica}/logs?lines={lines}"
+    if not follow:
+        for line in admin.get(path)["lines"]:
+            console.out(line, highlight=False)
+        return
+    try:
+        for line in admin.stream(path + "&follow=true"):
+            console.out(line, highlight=False)
+    except KeyboardInterrupt:
+        pass
 
 
 @app.command()

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +22,7 @@ from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import SERVING_STOPPED, Reconciler
 from llmgw.core.catalog import parse_model
-from llmgw.errors import LlmgwError, NotFound, Unauthorized, ValidationFailed
+from llmgw.errors import LlmgwError, NoCapacity, NotFound, Unauthorized, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
 
@@ -84,6 +84,32 @@ class AdminApi:
                 "missing or wrong admin token",
                 "send 'Authorization: Bearer <token>' with the token in admin.token beside server.yaml",
             )
+
+    async def replica_logs(
+        self, replica_id: str, lines: int, follow: bool
+    ) -> JSONResponse | StreamingResponse:
+        replica = self.fleet.replicas.get(replica_id)
+        if replica is None:
+            raise NotFound(f"no replica {replica_id}", "list them with 'llmgw ctl replicas'")
+        node_id = replica.node_id
+        node = self.fleet.nodes.get(node_id)
+        if node is None:
+            raise NoCapacity(
+                f"node {node_id}, which runs {replica_id}, is not connected",
+                "its log is on the node, in the shard's directory under the agent's work directory",
+            )
+        channel = node.channel
+
+        def attached() -> bool:
+            now = self.fleet.nodes.get(node_id)
+            return now is not None and now.channel is channel
+
+        batches = self.fleet.logs.read(channel, replica_id, lines, follow, attached)
+        if not follow:
+            found = [line async for batch in batches for line in batch]
+            return JSONResponse({"replica": replica_id, "node": node_id, "lines": found})
+        first = await anext(batches)
+        return StreamingResponse(_lines_of(first, batches), media_type="text/plain; charset=utf-8")
 
     def app(self) -> FastAPI:
         app = FastAPI(
@@ -225,6 +251,13 @@ class AdminApi:
                 for r in sorted(self.fleet.replicas.values(), key=lambda r: (r.model, r.replica_id))
             ]
 
+        @app.get("/api/replicas/{replica_id}/logs", dependencies=auth, response_model=None)
+        async def replica_logs(
+            replica_id: str, lines: int = 200, follow: bool = False
+        ) -> JSONResponse | StreamingResponse:
+            """The replica's engine output: its last lines, then (follow) each new one as plain text."""
+            return await self.replica_logs(replica_id, max(0, min(lines, 100_000)), follow)
+
         @app.get("/api/models", dependencies=auth)
         async def list_models() -> list[dict[str, Any]]:
             out = []
@@ -338,6 +371,14 @@ class AdminApi:
             raise NotFound(f"no admin route /api/{rest}", "see /api/docs for the routes")
 
         return app
+
+
+async def _lines_of(first: list[str], rest: Any) -> Any:
+    if first:
+        yield "\n".join(first) + "\n"
+    async for batch in rest:
+        if batch:
+            yield "\n".join(batch) + "\n"
 
 
 async def _json_body(request: Request) -> Any:

@@ -6,11 +6,13 @@ this is rebuilt from agents' registrations after a restart or failover.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llmgw.controlplane.logreading import LogRequests
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import Device, NodeInventory
 from llmgw.protocol import agent_pb2 as pb
@@ -88,7 +90,8 @@ def describe_compute(compute: pb.Compute) -> str:
     if compute.backend == "cpu":
         return "cpu"
     devices = ",".join(str(d) for d in compute.devices)
-    return f"{compute.backend}:{devices}" if devices else compute.backend
+    where = f"{compute.backend}:{devices}" if devices else compute.backend
+    return f"{where} {compute.memory_mb} MiB" if compute.memory_mb else where
 
 
 class Fleet:
@@ -98,9 +101,14 @@ class Fleet:
         self,
         on_ready: Callable[[ReplicaState, str], None],
         on_gone: Callable[[str], None],
+        node_grace_s: float = 15.0,
     ) -> None:
+        self.node_grace_s = node_grace_s
+        """How long a gone node's ready replicas stay routable: its engines outlive an agent restart."""
         self.nodes: dict[str, NodeState] = {}
         self.replicas: dict[str, ReplicaState] = {}
+        self.logs = LogRequests()
+        """Requests for shards' logs waiting on their nodes' answers."""
         self._on_ready = on_ready
         self._on_gone = on_gone
 
@@ -119,10 +127,26 @@ class Fleet:
         if node is None or node.channel is not channel:
             return False
         del self.nodes[node_id]
+        kept = []
         for replica in self.replicas.values():
-            if replica.node_id == node_id:
+            if replica.node_id != node_id:
+                continue
+            if replica.state == "ready" and self.node_grace_s > 0:
+                replica.state = "absent"  # still in the router: requests go on while the agent restarts
+                kept.append(replica.replica_id)
+            else:
                 self._set_state(replica, "absent")
+        if kept:
+            asyncio.get_running_loop().call_later(self.node_grace_s, self._drop_if_gone, node_id, kept)
         return True
+
+    def _drop_if_gone(self, node_id: str, replica_ids: list[str]) -> None:
+        """Take a gone node's replicas out of the router unless the node came back and reported them."""
+        for replica_id in replica_ids:
+            replica = self.replicas.get(replica_id)
+            if replica is not None and replica.state == "absent":
+                log.info("node %s is still gone: %s leaves the router", node_id, replica_id)
+                self._on_gone(replica_id)
 
     # replicas --------------------------------------------------------------
     def track(self, replica: ReplicaState) -> None:

@@ -135,6 +135,8 @@ class NodeSessions:
                 kind = message.WhichOneof("kind")
                 if kind == "status":
                     await self._on_status(node_id, message.status, channel)
+                elif kind == "logs":
+                    self._fleet.logs.deliver(message.logs)
                 elif kind == "heartbeat":
                     await channel.send(
                         pb.ControlMessage(heartbeat=pb.Heartbeat(sent_unix_ms=int(time.time() * 1000)))

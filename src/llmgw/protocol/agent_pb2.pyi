@@ -492,6 +492,39 @@ class Telemetry(_message.Message):
 Global___Telemetry: _TypeAlias = Telemetry  # noqa: Y015
 
 @_typing.final
+class LogLines(_message.Message):
+    """A shard's log lines, answering a LogRequest (several messages while it follows)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    LINES_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    end: _builtins.bool
+    """nothing more comes for this request"""
+    error: _builtins.str
+    """why there are no lines (no such shard on this node)"""
+    @_builtins.property
+    def lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        lines: _abc.Iterable[_builtins.str] | None = ...,
+        end: _builtins.bool = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "error", b"error", "lines", b"lines", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogLines: _TypeAlias = LogLines  # noqa: Y015
+
+@_typing.final
 class AgentMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -499,6 +532,7 @@ class AgentMessage(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     TELEMETRY_FIELD_NUMBER: _builtins.int
+    LOGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -507,6 +541,8 @@ class AgentMessage(_message.Message):
     def heartbeat(self) -> Global___Heartbeat: ...
     @_builtins.property
     def telemetry(self) -> Global___Telemetry: ...
+    @_builtins.property
+    def logs(self) -> Global___LogLines: ...
     def __init__(
         self,
         *,
@@ -514,12 +550,13 @@ class AgentMessage(_message.Message):
         status: Global___ShardStatus | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
         telemetry: Global___Telemetry | None = ...,
+        logs: Global___LogLines | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry", "logs"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -754,6 +791,40 @@ class Registered(_message.Message):
 Global___Registered: _TypeAlias = Registered  # noqa: Y015
 
 @_typing.final
+class LogRequest(_message.Message):
+    """Ask a shard's log: its last `lines` lines, then (follow) each new one until cancelled."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    LINES_FIELD_NUMBER: _builtins.int
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    replica_id: _builtins.str
+    lines: _builtins.int
+    follow: _builtins.bool
+    cancel: _builtins.bool
+    """stop answering request_id"""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        replica_id: _builtins.str = ...,
+        lines: _builtins.int = ...,
+        follow: _builtins.bool = ...,
+        cancel: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "follow", b"follow", "lines", b"lines", "replica_id", b"replica_id", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogRequest: _TypeAlias = LogRequest  # noqa: Y015
+
+@_typing.final
 class ControlMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -763,6 +834,7 @@ class ControlMessage(_message.Message):
     SETTINGS_FIELD_NUMBER: _builtins.int
     RESTART_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    LOGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___Registered: ...
     @_builtins.property
@@ -775,6 +847,8 @@ class ControlMessage(_message.Message):
     def restart(self) -> Global___RestartAgent: ...
     @_builtins.property
     def heartbeat(self) -> Global___Heartbeat: ...
+    @_builtins.property
+    def logs(self) -> Global___LogRequest: ...
     def __init__(
         self,
         *,
@@ -784,12 +858,13 @@ class ControlMessage(_message.Message):
         settings: Global___Settings | None = ...,
         restart: Global___RestartAgent | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
+        logs: Global___LogRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat", "logs"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.agent.config import AgentConfig, save_agent_config
+from llmgw.agent.shardstates import is_engine, read_state
 from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.server import add_control_plane, initialise, issue_node_certificate
 from llmgw.controlplane.config import ServerConfig, save_server_config
@@ -43,6 +44,21 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval
                 return last
         time.sleep(interval_s)
     raise TimeoutError(f"{what}: not within {timeout_s:.0f} s (last: {last!r})")
+
+
+def engine_pid(port: int, program: bytes = b"llama-server") -> int:
+    """The engine process (``program``) listening on ``port``, found by its command line."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(program) and str(port).encode() in argv:
+            return int(entry)
+    raise LookupError(f"no {program.decode()} on port {port}")
 
 
 @dataclass
@@ -218,3 +234,13 @@ class Cluster:
                 process.kill()
                 process.wait()
         self.processes.clear()
+        self.stop_orphaned_engines()
+
+    def stop_orphaned_engines(self) -> None:
+        """Stop engines left by an agent that was killed and not started again (they outlive it)."""
+        for directory in self.home.glob("nodes/*/work/shards/*"):
+            with contextlib.suppress(LlmgwError):
+                record = read_state(directory)
+                if is_engine(record):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(record.pid, signal.SIGKILL)

@@ -1,0 +1,139 @@
+"""Shard state files: what an agent that restarts needs to adopt an engine still running.
+
+Each shard keeps ``state.json`` (mode 0600: the spec carries the replica's
+key) in its directory under the work directory: the spec it was started
+from, the engine's command line, its process id and start time, its port,
+where it computes and the file its output goes to. The file is written
+atomically (a temporary file renamed over it), so a reader sees the old
+state or the new one, never half of either.
+
+A process is the shard's engine only when its pid is alive, not a zombie,
+and has the start time and command line the file recorded: a pid reused by
+another program is never adopted nor signalled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from llmgw.errors import LlmgwError
+from llmgw.protocol import agent_pb2 as pb
+
+STATE_FILE = "state.json"
+FORMAT = 1
+
+
+class CorruptState(LlmgwError):
+    """A state file that cannot be read back."""
+
+
+@dataclass
+class ShardRecord:
+    """One shard's state as kept on disk."""
+
+    spec: pb.StartShard
+    command: list[str] = field(default_factory=list)
+    """The engine's argv as it was started; an adopted shard keeps it."""
+    pid: int = 0
+    start_time: str = ""
+    """Field 22 of ``/proc/PID/stat``: the process's start in clock ticks since boot."""
+    port: int = 0
+    compute: pb.Compute = field(default_factory=pb.Compute)
+    restarts: int = 0
+    output: str = ""
+    """The name of the file in the shard's directory the engine writes to."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "spec": base64.b64encode(self.spec.SerializeToString()).decode(),
+            "command": list(self.command),
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "port": self.port,
+            "compute": json_format.MessageToDict(self.compute, preserving_proto_field_name=True),
+            "restarts": self.restarts,
+            "output": self.output,
+        }
+
+
+def write_state(directory: Path, record: ShardRecord) -> None:
+    """Replace ``directory/state.json`` atomically (write, fsync, rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / STATE_FILE
+    temporary = directory / f".{STATE_FILE}.{os.getpid()}"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(record.to_json(), handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, final)
+
+
+def read_state(directory: Path) -> ShardRecord:
+    """The record in ``directory/state.json``; CorruptState saying what is wrong with it."""
+    path = directory / STATE_FILE
+    hint = f"look at {path}; the control plane starts the replica again once the shard is stopped"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorruptState(f"cannot read {path}: {error}", hint) from None
+    try:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"not a format {FORMAT} shard state")
+        spec = pb.StartShard()
+        spec.ParseFromString(base64.b64decode(data["spec"], validate=True))
+        if not spec.replica_id:
+            raise ValueError("its spec names no replica")
+        compute = json_format.ParseDict(data.get("compute") or {}, pb.Compute())
+        command = data["command"]
+        if not isinstance(command, list) or not all(isinstance(part, str) for part in command):
+            raise ValueError("command is not a list of strings")
+        return ShardRecord(
+            spec=spec,
+            command=command,
+            pid=int(data["pid"]),
+            start_time=str(data["start_time"]),
+            port=int(data["port"]),
+            compute=compute,
+            restarts=int(data.get("restarts", 0)),
+            output=str(data.get("output", "")),
+        )
+    except (KeyError, TypeError, ValueError, json_format.ParseError) as error:
+        raise CorruptState(f"{path} is corrupt: {error}", hint) from None
+
+
+def process_start_time(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The start time of a live process (``/proc/PID/stat`` field 22); None when gone or a zombie."""
+    try:
+        stat = (proc_root / str(pid) / "stat").read_text(errors="replace")
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def process_command(pid: int, proc_root: Path = Path("/proc")) -> list[str] | None:
+    try:
+        raw = (proc_root / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]]
+
+
+def is_engine(record: ShardRecord, proc_root: Path = Path("/proc")) -> bool:
+    """True when the record's pid is still the process it started (alive, same start, same argv)."""
+    if record.pid <= 0 or not record.start_time:
+        return False
+    if process_start_time(record.pid, proc_root) != record.start_time:
+        return False
+    return process_command(record.pid, proc_root) == record.command

@@ -1,0 +1,113 @@
+"""Shard state files: written atomically, read back whole or refused, a process told by its start time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmgw.agent.adoptedprocesses import AdoptedProcess
+from llmgw.agent.shardstates import (
+    CorruptState,
+    ShardRecord,
+    is_engine,
+    process_command,
+    process_start_time,
+    read_state,
+    write_state,
+)
+from llmgw.protocol import agent_pb2 as pb
+
+
+def _record(**changes: object) -> ShardRecord:
+    record = ShardRecord(
+        spec=pb.StartShard(replica_id="r-1", model="m", api_key="sk-replica", devices=[0, 1]),
+        command=["/bin/engine", "--port", "21000"],
+        pid=4242,
+        start_time="123",
+        port=21000,
+        compute=pb.Compute(backend="cuda", devices=[0, 1], layers_offloaded=31, memory_mb=9000),
+        restarts=2,
+        output="output-2.log",
+    )
+    for name, value in changes.items():
+        setattr(record, name, value)
+    return record
+
+
+def test_a_state_file_reads_back_what_was_written_and_only_its_owner_reads_it(tmp_path: Path) -> None:
+    write_state(tmp_path, _record())
+    back = read_state(tmp_path)
+    assert back.spec == _record().spec
+    assert back.compute == _record().compute
+    assert (back.command, back.pid, back.start_time, back.port, back.restarts, back.output) == (
+        ["/bin/engine", "--port", "21000"],
+        4242,
+        "123",
+        21000,
+        2,
+        "output-2.log",
+    )
+    assert (tmp_path / "state.json").stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "[]",
+        '{"format": 1}',
+        '{"format": 1, "spec": "%%%", "command": [], "pid": 1, "start_time": "1", "port": 1}',
+        '{"format": 2}',
+    ],
+)
+def test_a_corrupt_state_file_is_refused_naming_the_file(tmp_path: Path, text: str) -> None:
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(CorruptState) as caught:
+        read_state(tmp_path)
+    assert str(tmp_path / "state.json") in str(caught.value)
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    """A process that runs until killed, returned once it says it runs (its argv is in /proc then)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    return child
+
+
+def test_a_live_process_is_the_engine_only_with_its_start_time_and_command_line(tmp_path: Path) -> None:
+    child = _sleeper()
+    try:
+        started = process_start_time(child.pid)
+        command = process_command(child.pid)
+        assert started and command
+        assert is_engine(_record(pid=child.pid, start_time=started, command=command))
+        assert not is_engine(_record(pid=child.pid, start_time=str(int(started) + 1), command=command))
+        assert not is_engine(_record(pid=child.pid, start_time=started, command=[*command, "--other"]))
+    finally:
+        child.kill()
+        child.wait()
+    assert not is_engine(_record(pid=child.pid, start_time=started, command=command))
+
+
+async def test_an_adopted_process_is_waited_for_and_stopped_by_its_pid() -> None:
+    child = _sleeper()
+    started = process_start_time(child.pid)
+    assert started
+    adopted = AdoptedProcess(child.pid, started)
+    assert adopted.returncode is None
+    adopted.terminate()
+    assert await asyncio.wait_for(adopted.wait(), 10) == -1  # seen gone while still a zombie
+    child.wait()
+    assert adopted.returncode == -1
+    with pytest.raises(ProcessLookupError):
+        adopted.kill()
+    assert os.getpid() != child.pid
