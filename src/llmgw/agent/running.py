@@ -7,12 +7,15 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
-from llmgw.agent.config import AgentConfig
+from llmgw.agent.config import AgentConfig, load_agent_config
 from llmgw.agent.discovery import choose_source, discover
+from llmgw.agent.engineuser import engine_user
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
 from llmgw.agent.nvidia_smi import NvidiaSmi
+from llmgw.agent.restarting import Restarting, command_line, start_again
 from llmgw.agent.session import AgentSession
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
@@ -23,7 +26,8 @@ from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 log = logging.getLogger(__name__)
 
 
-async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
+async def run_agent(config: AgentConfig, stop: asyncio.Event, restarting: Restarting | None = None) -> None:
+    """Run until ``stop``; when ``restarting`` asks, start this same command again, engines serving."""
     gpus = choose_source(config.nvidia_smi)
     inventory = await discover(config.node_id, config.address, gpus_from=gpus)
     log.info(
@@ -55,6 +59,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         host=config.address,
         device_uuids={device.index: device.uuid for device in inventory.gpus},
         gpus=gpus if inventory.gpus else None,
+        engine_user=engine_user(config.run_as, config.work_path),
     )
     supervisor.adopt()
 
@@ -62,10 +67,18 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         return await GrpcConnector(target, tls).connect()
 
     session = AgentSession(
-        inventory, supervisor, config.control_planes, connect, engines=installer.installed_engines
+        inventory,
+        supervisor,
+        config.control_planes,
+        connect,
+        engines=installer.installed_engines,
+        on_settings=restarting.on_settings if restarting else None,
+        on_restart=restarting.request if restarting else None,
     )
     session_box.append(session)
     running = [asyncio.create_task(session.run(), name="agent-session")]
+    if restarting is not None:
+        running.append(asyncio.create_task(restarting.watch_file(), name="agent-config-watch"))
     if inventory.gpus:
         running.append(
             asyncio.create_task(sample_cards(gpus, config, session, supervisor), name="agent-telemetry")
@@ -76,6 +89,8 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        if restarting is not None and restarting.reason:
+            start_again(command_line())  # never returns: the engines stay, the next agent adopts them
         await supervisor.stop_all()
 
 
@@ -88,9 +103,12 @@ async def sample_cards(
     await sampler.run(lambda telemetry: session.send(pb.AgentMessage(telemetry=telemetry)))
 
 
-async def run_until_signalled(config: AgentConfig) -> None:
+async def run_until_signalled(config_path: Path) -> None:
+    """Run the agent of ``config_path`` until SIGINT or SIGTERM; it starts itself again when asked."""
+    config = load_agent_config(config_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await run_agent(config, stop)
+    restarting = Restarting(config_path, lambda reason: stop.set())
+    await run_agent(config, stop, restarting)

@@ -68,7 +68,11 @@ class AgentSession:
         connect: Connect,
         engines: Callable[[], list[str]] = list,
         backoff: Backoff | None = None,
+        on_settings: Callable[[str], None] | None = None,
+        on_restart: Callable[[str], None] | None = None,
     ) -> None:
+        self._on_settings = on_settings
+        self._on_restart = on_restart
         self._inventory = inventory
         self._supervisor = supervisor
         self.control_planes = list(control_planes)
@@ -174,5 +178,9 @@ class AgentSession:
                 pass
             elif kind == "logs":
                 self._logs.handle(message.logs)
+            elif kind == "settings" and self._on_settings is not None:
+                self._on_settings(message.settings.yaml)
+            elif kind == "restart" and self._on_restart is not None:
+                self._on_restart(message.restart.reason or "the control plane asked (RestartAgent)")
             else:
                 log.info("ignoring %s from the control plane", kind)

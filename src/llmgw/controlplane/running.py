@@ -12,6 +12,7 @@ from typing import Any
 import uvicorn
 
 from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.reconciling import Reconciler
@@ -58,8 +59,10 @@ class _Server(uvicorn.Server):
 class ControlPlane:
     """One control plane, leading (this foundation runs one per cluster)."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only) -> None:
         self.config = config
+        self._check_agent_settings = check_agent_settings
+        """How agents' settings are checked before they are kept: agent.yaml's schema, from the wiring."""
         self.ready = asyncio.Event()
         self.http_port = 0
         self.agent_port = 0
@@ -132,6 +135,7 @@ class ControlPlane:
         )
         reconciler_box.append(reconciler)
         await self._reload_keys(store, gateway)
+        settings_push = SettingsPush(store, fleet)
 
         async def keys_changed() -> None:
             await self._reload_keys(store, gateway)
@@ -144,9 +148,11 @@ class ControlPlane:
             reconciler=reconciler,
             blobs=blobs,
             on_keys_changed=keys_changed,
+            settings_push=settings_push,
+            check_agent_settings=self._check_agent_settings,
         )
         address = f"{config.agent_server.host}:{config.agent_server.port}"
-        sessions = NodeSessions(store, fleet, reconciler, config.name, address)
+        sessions = NodeSessions(store, fleet, reconciler, config.name, address, settings_push)
 
         async def blob_chunks(sha256: str, offset: int) -> AsyncIterator[bytes]:
             async for chunk in blobs.read_chunks(sha256, offset):
@@ -194,14 +200,17 @@ class ControlPlane:
                 reconciling.cancel()
                 reading_loads.cancel()
         finally:
+            await settings_push.close()
             await agent_server.stop()
             await gateway.close()
             await store.close()
 
 
-async def run_until_signalled(config: ServerConfig) -> None:
+async def run_until_signalled(
+    config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await ControlPlane(config).run(stop)
+    await ControlPlane(config, check_agent_settings).run(stop)

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import time
 
+from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet, NodeState
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.errors import ChannelClosed, LlmgwError
@@ -22,7 +23,16 @@ REGISTER_TIMEOUT_S = 10.0
 class NodeSessions:
     """Accepts agents' streams for the leader."""
 
-    def __init__(self, store: Store, fleet: Fleet, reconciler: Reconciler, name: str, address: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        reconciler: Reconciler,
+        name: str,
+        address: str,
+        settings: SettingsPush | None = None,
+    ) -> None:
+        self._settings = settings
         self._store = store
         self._fleet = fleet
         self._reconciler = reconciler
@@ -74,6 +84,8 @@ class NodeSessions:
             await channel.send(
                 pb.ControlMessage(registered=pb.Registered(leader=self._name, control_planes=[self._address]))
             )
+            if self._settings is not None:
+                await self._settings.send(node_id, channel)
             await self._adopt(node_id, register, channel)
             self._reconciler.wake()
             while True:
