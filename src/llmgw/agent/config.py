@@ -176,13 +176,12 @@ def load_agent_config(path: Path, settings: dict[str, Any] | None = None) -> Age
         settings = kept_settings(path)
         if settings:
             try:
-                merged = validate(merge(data, settings), f"{path} with {settings_path(path)}")
+                config = validate(merge(data, settings), f"{path} with {settings_path(path)}")
             except ConfigError as error:
-                log.error("running on %s alone: %s", path, error.message)
-                settings = {}
-            else:
-                merged._directory = path.parent.resolve()
-                return merged
+                config = validate(data, str(path))  # a file that does not load fails on its own
+                log.error("leaving the control plane's settings aside: %s", error.message)
+            config._directory = path.parent.resolve()
+            return config
     config = validate(merge(data, settings), f"{path} with the settings" if settings else str(path))
     config._directory = path.parent.resolve()
     return config

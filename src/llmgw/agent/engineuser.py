@@ -33,8 +33,18 @@ class EngineUser:
     """A 0700 directory under the work directory: the engines' working directory."""
 
     def spawn_options(self) -> dict[str, Any]:
-        """What ``asyncio.create_subprocess_exec`` takes to start a process as this user."""
-        return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups), "cwd": self.home}
+        """What ``asyncio.create_subprocess_exec`` takes to start a process as this user.
+
+        The credentials are dropped in the child before it executes the engine
+        (uvloop, the agent's event loop, takes no ``user=``/``group=``).
+        """
+        return {"preexec_fn": self.become, "cwd": self.home}
+
+    def become(self) -> None:
+        """Take this user's groups, gid and uid (in that order: the uid last, as it drops the right)."""
+        os.setgroups(list(self.groups))
+        os.setgid(self.gid)
+        os.setuid(self.uid)
 
     def environment(self) -> dict[str, str]:
         return {"HOME": str(self.home), "XDG_CACHE_HOME": str(self.home / ".cache"), "USER": self.name}

@@ -67,6 +67,7 @@ class Restarting:
             log.error("refused the control plane's settings: %s; fix them with 'llmgw ctl config set'", text)
             return
         if settings == self._settings:
+            log.info("the control plane's settings are those the agent runs on")
             return
         try:
             load_agent_config(self._path, settings)

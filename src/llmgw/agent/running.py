@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from llmgw.agent.config import AgentConfig, load_agent_config
+from llmgw.agent.config import AgentConfig, kept_settings, load_agent_config
 from llmgw.agent.discovery import choose_source, discover
 from llmgw.agent.engineuser import engine_user
 from llmgw.agent.gpus import GpuSource
@@ -106,6 +107,9 @@ async def sample_cards(
 async def run_until_signalled(config_path: Path) -> None:
     """Run the agent of ``config_path`` until SIGINT or SIGTERM; it starts itself again when asked."""
     config = load_agent_config(config_path)
+    kept = kept_settings(config_path)
+    if kept:
+        log.info("running with the control plane's settings: %s", json.dumps(kept, sort_keys=True))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

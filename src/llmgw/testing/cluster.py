@@ -82,6 +82,8 @@ class Cluster:
         return f"http://127.0.0.1:{self.http_port}"
 
     def add_node(self, node_id: str, **settings: Any) -> Path:
+        """Write a node's agent.yaml; its engines run as the agent unless ``run_as`` is given."""
+        settings.setdefault("run_as", "")
         directory = self.home / "nodes" / node_id
         issue_node_certificate(self.config, node_id, directory)
         config = AgentConfig(
