@@ -148,8 +148,11 @@ def test_a_refused_profile_names_the_flag(engines_cluster: Cluster) -> None:
 
 def test_engine_logs_show_their_own_command_lines(engines_cluster: Cluster) -> None:
     work = Path(engines_cluster.home) / "nodes" / "node1"
-    logs = {p.read_text(errors="replace") for p in work.rglob("engine.log")}
-    wait_for(lambda: len(logs) >= 3, 5, "three engine logs")
+    logs = wait_for(
+        lambda: {p.read_text(errors="replace") for p in work.rglob("output-*.log")} or None,
+        5,
+        "engine output files",
+    )
     joined = "\n".join(logs)
     assert "vllm stand-in serving std-vllm" in joined
     assert "sglang stand-in serving std-sglang" in joined
@@ -183,8 +186,7 @@ def test_model_serve_puts_a_safetensors_repository_on_vllm(engines_cluster: Clus
 
 
 def _log(shard: Path) -> str:
-    path = shard / "engine.log"
-    return path.read_text(errors="replace") if path.exists() else ""
+    return "".join(path.read_text(errors="replace") for path in shard.glob("output-*.log"))
 
 
 def _arg(shard: Path, after: str) -> str:
