@@ -30,6 +30,7 @@ class Setup:
     client: httpx.AsyncClient
     fleet: Fleet
     push: SettingsPush
+    store: Store
 
     def attach(self, node_id: str) -> AgentChannel:
         agent, control = memory_pair(node_id)
@@ -61,7 +62,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     async with httpx.AsyncClient(
         transport=transport, base_url="http://cp", headers={"Authorization": f"Bearer {TOKEN}"}
     ) as client:
-        yield Setup(client, fleet, push)
+        yield Setup(client, fleet, push, store)
     await push.close()
     await store.close()
 
@@ -142,3 +143,31 @@ async def test_restart_sends_restart_agent_to_every_connected_node(setup: Setup)
     for channel in nodes.values():
         message = await asyncio.wait_for(channel.receive(), 5)
         assert message.restart.reason == "new build"
+
+
+async def test_changes_within_the_delay_go_out_in_one_push(setup: Setup) -> None:
+    waits: list[float] = []
+    gate = asyncio.Event()
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+        await gate.wait()
+
+    push = SettingsPush(setup.store, setup.fleet, delay_s=1.0, sleep=sleep)
+    node = setup.attach("gpu1")
+    push.changed()
+    push.changed()
+    await asyncio.sleep(0)
+    push.changed()
+    assert waits == [1.0]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(node.receive(), 0.05)
+    gate.set()
+    first = await asyncio.wait_for(node.receive(), 5)
+    assert first.WhichOneof("kind") == "settings"
+    # a change made while the delay ran is covered by the push that followed it
+    assert waits == [1.0]
+    push.changed()
+    second = await asyncio.wait_for(node.receive(), 5)
+    assert second.WhichOneof("kind") == "settings" and waits == [1.0, 1.0]
+    await push.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import yaml
@@ -60,7 +60,14 @@ def setting_problems(key: str, value: Any, check_agents: SettingsCheck) -> list[
 class SettingsPush:
     """Sends nodes their settings."""
 
-    def __init__(self, store: Store, fleet: Fleet, delay_s: float = PUSH_DELAY_S) -> None:
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        delay_s: float = PUSH_DELAY_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._sleep = sleep
         self._store = store
         self._fleet = fleet
         self._delay_s = delay_s
@@ -85,8 +92,8 @@ class SettingsPush:
 
     async def _push_later(self) -> None:
         while self._dirty:
-            self._dirty = False
-            await asyncio.sleep(self._delay_s)
+            await self._sleep(self._delay_s)
+            self._dirty = False  # what changed before now is read below; later changes push again
             for node_id, node in list(self._fleet.nodes.items()):
                 try:
                     await self.send(node_id, node.channel)
