@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llmgw.core.agentsettings import forbidden_keys, merge
 from llmgw.core.catalog import problems_of
 from llmgw.engines.builds import LLAMACPP_TAG, PYPI_URL, RELEASE_API
 from llmgw.engines.pythonbuilds import PYPI_SIMPLE_URL
@@ -91,6 +95,9 @@ class AgentConfig(Section):
     cache_dir: str = "~/.cache/llmgw"
     """Engine builds, kept across reinstalls."""
     nvidia_smi: str = "nvidia-smi"
+    run_as: str = "llmgw-engine"
+    """The user engines run as when the agent runs as root (empty: as root). Without that user on
+    the node, engines run as root and the agent logs why."""
     tls: AgentTls = Field(default_factory=AgentTls)
     ports: Ports = Field(default_factory=Ports)
     engines: EngineSettings = Field(default_factory=EngineSettings)
@@ -111,7 +118,18 @@ class AgentConfig(Section):
         return self.path(self.cache_dir)
 
 
-def load_agent_config(path: Path) -> AgentConfig:
+SETTINGS_FILE = "settings.yaml"
+"""The settings from the control plane, kept beside agent.yaml (C2.4)."""
+
+log = logging.getLogger(__name__)
+
+
+def settings_path(path: Path) -> Path:
+    return path.parent / SETTINGS_FILE
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping from ``path``; ConfigError naming the file when it is missing or not a mapping."""
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
@@ -121,13 +139,79 @@ def load_agent_config(path: Path) -> AgentConfig:
         ) from None
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"cannot read {path}: {error}", "fix the file") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a mapping of settings", "fix the file")
+    return data
+
+
+def validate(data: dict[str, Any], where: str) -> AgentConfig:
     try:
-        config = AgentConfig.model_validate(data)
+        return AgentConfig.model_validate(data)
     except ValidationError as error:
         text = "; ".join(f"{field}: {why}" for field, why in problems_of(error))
-        raise ConfigError(f"{path}: {text}", "fix the fields named") from None
+        raise ConfigError(f"{where}: {text}", "fix the fields named") from None
+
+
+def settings_problems(data: Any) -> list[tuple[str, str]]:
+    """Why ``data`` cannot be agents' settings from the cluster: each key named; empty when it can."""
+    if not isinstance(data, dict):
+        return [("value", "agents' settings are a mapping, like agent.yaml")]
+    problems = [
+        (key, "only the node's own agent.yaml may set this; remove it here") for key in forbidden_keys(data)
+    ]
+    if problems:
+        return problems
+    try:
+        AgentConfig.model_validate({"node_id": "n", "control_planes": ["127.0.0.1:1"], **data})
+    except ValidationError as error:
+        return problems_of(error)
+    return []
+
+
+def load_agent_config(path: Path, settings: dict[str, Any] | None = None) -> AgentConfig:
+    """agent.yaml with the control plane's settings over it.
+
+    ``settings`` defaults to those kept in settings.yaml beside the file; kept
+    settings that no longer load with the file are left aside, and logged.
+    """
+    data = read_yaml(path)
+    if settings is None:
+        settings = kept_settings(path)
+        if settings:
+            try:
+                config = validate(merge(data, settings), f"{path} with {settings_path(path)}")
+            except ConfigError as error:
+                config = validate(data, str(path))  # a file that does not load fails on its own
+                log.error("leaving the control plane's settings aside: %s", error.message)
+            config._directory = path.parent.resolve()
+            return config
+    config = validate(merge(data, settings), f"{path} with the settings" if settings else str(path))
     config._directory = path.parent.resolve()
     return config
+
+
+def kept_settings(path: Path) -> dict[str, Any]:
+    """The settings kept beside agent.yaml at ``path`` (empty when none or unreadable)."""
+    kept = settings_path(path)
+    if not kept.exists():
+        return {}
+    try:
+        data = read_yaml(kept)
+    except ConfigError as error:
+        log.error("leaving the kept settings aside: %s", error.message)
+        return {}
+    if forbidden_keys(data):
+        log.error("leaving %s aside: it sets %s", kept, ", ".join(forbidden_keys(data)))
+        return {}
+    return data
+
+
+def keep_settings(path: Path, settings: dict[str, Any]) -> None:
+    """Write the settings beside agent.yaml at ``path``, atomically."""
+    kept = settings_path(path)
+    partial = kept.with_name(f".{kept.name}.partial")
+    partial.write_text(yaml.safe_dump(settings, sort_keys=True))
+    os.replace(partial, kept)
 
 
 def save_agent_config(config: AgentConfig, path: Path) -> None:

@@ -86,7 +86,11 @@ class AgentSession:
         backoff: Backoff | None = None,
         standby_retry_s: float = STANDBY_RETRY_S,
         clock: Callable[[], float] = time.monotonic,
+        on_settings: Callable[[str], None] | None = None,
+        on_restart: Callable[[str], None] | None = None,
     ) -> None:
+        self._on_settings = on_settings
+        self._on_restart = on_restart
         self._inventory = inventory
         self._supervisor = supervisor
         self.control_planes = list(control_planes)
@@ -231,5 +235,9 @@ class AgentSession:
                 self._learn(message.registered)  # the control planes changed
             elif kind == "logs":
                 self._logs.handle(message.logs)
+            elif kind == "settings" and self._on_settings is not None:
+                self._on_settings(message.settings.yaml)
+            elif kind == "restart" and self._on_restart is not None:
+                self._on_restart(message.restart.reason or "the control plane asked (RestartAgent)")
             else:
                 log.info("ignoring %s from the control plane", kind)

@@ -31,6 +31,7 @@ from llmgw.agent.adoptedprocesses import AdoptedProcess
 from llmgw.agent.compute import compute_of, memory_held, refusal
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.engineoutput import OutputFollower, ShardLog, open_output
+from llmgw.agent.engineuser import EngineUser
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Prepared
 from llmgw.agent.shardstates import (
@@ -159,8 +160,10 @@ class Supervisor:
         host: str = "127.0.0.1",
         device_uuids: dict[int, str] | None = None,
         gpus: GpuSource | None = None,
+        engine_user: EngineUser | None = None,
     ) -> None:
         self._work_dir = work_dir
+        self._engine_user = engine_user
         self._gpus = gpus
         self._device_uuids = device_uuids or {}
         self._settings = settings
@@ -393,7 +396,13 @@ class Supervisor:
         shard.output = f"output-{shard.restarts}.log"
         if previous == shard.log_path:
             previous = None
-        env = {**os.environ, **dict(spec.env), **engine.environment(launch)}
+        user = self._engine_user
+        env = {
+            **os.environ,
+            **(user.environment() if user else {}),
+            **dict(spec.env),
+            **engine.environment(launch),
+        }
         try:
             env.update(visible_devices(tuple(spec.devices), self._device_uuids))
         except ValueError as error:
@@ -406,9 +415,9 @@ class Supervisor:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=descriptor,
                 stderr=descriptor,
-                cwd=shard.directory,
                 env=env,
                 start_new_session=self._setsid is None,
+                **(user.spawn_options() if user else {"cwd": shard.directory}),
             )
         except OSError as error:
             self._emit(shard, pb.SHARD_STATE_FAILED, f"cannot start {binary}: {error.strerror}")

@@ -19,9 +19,14 @@ def run(
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
     log_json: bool = typer.Option(False, "--log-json", help="Log one JSON object per line."),
 ) -> None:
-    """Run the agent until SIGINT or SIGTERM: register, start engines, report."""
+    """Run the agent until SIGINT or SIGTERM: register, start engines, report.
+
+    The agent starts itself again (the same command, engines serving) on new
+    settings from the control plane, on an edited agent.yaml that loads, and
+    on 'llmgw restart'.
+    """
     setup_logging(log_level, log_json)
-    loaded = load_agent_config(config)
+    load_agent_config(config)
     from llmgw.agent.running import run_until_signalled
 
-    _run(run_until_signalled(loaded))
+    _run(run_until_signalled(config))

@@ -9,6 +9,7 @@ import typer
 import yaml
 
 from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.configuring import config_app
 from llmgw.cli.enginecheck import engine_check
 from llmgw.cli.mirror import upload
 from llmgw.cli.output import console, table
@@ -19,6 +20,7 @@ model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys for /v1.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(key_app, name="key")
+app.add_typer(config_app, name="config")
 app.command("engine-check")(engine_check)
 
 URL = typer.Option(None, "--url", help="Control plane URL (default: $LLMGW_URL or server.yaml).")

@@ -11,7 +11,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import typer
 
 from llmgw import __version__
-from llmgw.cli import agent, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
+from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli.output import fail
 from llmgw.errors import LlmgwError
 
@@ -31,6 +31,7 @@ app.add_typer(engine.app, name="engine")
 app.command("up")(up.up)
 app.command("doctor")(doctor.doctor)
 serving.register(app)
+app.command("restart")(configuring.restart)
 
 
 @app.command()

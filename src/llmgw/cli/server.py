@@ -188,9 +188,10 @@ def run(
     """Run a control plane until SIGINT or SIGTERM."""
     setup_logging(log_level, log_json)
     loaded = load_server_config(resolve_config(config))
+    from llmgw.agent.config import settings_problems
     from llmgw.controlplane.running import run_until_signalled
 
-    _run(run_until_signalled(loaded))
+    _run(run_until_signalled(loaded, settings_problems))
 
 
 @app.command()

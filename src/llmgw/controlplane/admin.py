@@ -18,9 +18,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmgw import __version__
+from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import SERVING_STOPPED, Reconciler
+from llmgw.controlplane.settingsapi import add_settings_routes
 from llmgw.core.catalog import parse_model
 from llmgw.errors import LlmgwError, NoCapacity, NotFound, Unauthorized, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
@@ -63,7 +65,11 @@ class AdminApi:
         blobs: BlobStore,
         on_keys_changed: Any,
         leadership: Leadership | None = None,
+        settings_push: SettingsPush | None = None,
+        check_agent_settings: SettingsCheck = forbidden_only,
     ) -> None:
+        self.settings_push = settings_push
+        self.check_agent_settings = check_agent_settings
         self.name = name
         self._token_sha256 = token_sha256
         self.store = store
@@ -365,6 +371,8 @@ class AdminApi:
                 }
                 for a in await self.store.audit.list(limit)
             ]
+
+        add_settings_routes(app, auth, self.store, self.fleet, self.settings_push, self.check_agent_settings)
 
         @app.api_route("/api/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
         async def unknown(rest: str) -> JSONResponse:

@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.leadership import LEADING, STANDBY, Identity, Leadership
@@ -65,8 +66,10 @@ class _Server(uvicorn.Server):
 class ControlPlane:
     """One control plane: leads while it holds the lease, stands by (relaying to the leader) otherwise."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only) -> None:
         self.config = config
+        self._check_agent_settings = check_agent_settings
+        """How agents' settings are checked before they are kept: agent.yaml's schema, from the wiring."""
         self.ready = asyncio.Event()
         self.http_port = 0
         self.agent_port = 0
@@ -152,6 +155,7 @@ class ControlPlane:
             await self._reload_keys(store, gateway)
         except LlmgwError as error:
             log.warning("could not load the API keys yet: %s", error)
+        settings_push = SettingsPush(store, fleet)
 
         async def keys_changed() -> None:
             await self._reload_keys(store, gateway)
@@ -175,9 +179,11 @@ class ControlPlane:
             blobs=blobs,
             on_keys_changed=keys_changed,
             leadership=leadership,
+            settings_push=settings_push,
+            check_agent_settings=self._check_agent_settings,
         )
         admin.vip = config.leadership.vip
-        sessions = NodeSessions(store, fleet, reconciler, leadership)
+        sessions = NodeSessions(store, fleet, reconciler, leadership, settings_push)
         leader_work.sessions = sessions
 
         async def blob_chunks(sha256: str, offset: int) -> AsyncIterator[bytes]:
@@ -249,6 +255,7 @@ class ControlPlane:
                 writing.cancel()  # it writes what waits before it ends
         finally:
             leader_work.stop()
+            await settings_push.close()
             await agent_server.stop()
             await relays.close()
             await gateway.close()
@@ -315,9 +322,11 @@ def refuse_when_stopped(gateway: ASGIApp, stopped: Callable[[], bool]) -> ASGIAp
     return app
 
 
-async def run_until_signalled(config: ServerConfig) -> None:
+async def run_until_signalled(
+    config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await ControlPlane(config).run(stop)
+    await ControlPlane(config, check_agent_settings).run(stop)

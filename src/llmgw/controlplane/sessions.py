@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import time
 
+from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet, NodeState
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
@@ -24,7 +25,15 @@ REGISTER_TIMEOUT_S = 10.0
 class NodeSessions:
     """Accepts agents' streams for the leader; a standby points them to the leader."""
 
-    def __init__(self, store: Store, fleet: Fleet, reconciler: Reconciler, leadership: Leadership) -> None:
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        reconciler: Reconciler,
+        leadership: Leadership,
+        settings: SettingsPush | None = None,
+    ) -> None:
+        self._settings = settings
         self._store = store
         self._fleet = fleet
         self._reconciler = reconciler
@@ -127,6 +136,8 @@ class NodeSessions:
             log.warning("could not record node %s in the store: %s", node_id, error)
         try:
             await channel.send(pb.ControlMessage(registered=self._registered()))
+            if self._settings is not None:
+                await self._settings.send(node_id, channel)
             await self._adopt(node_id, register, channel)
             self._reconciler.wake()
             while True:

@@ -1,0 +1,114 @@
+"""``llmgw ctl config``: the cluster's settings; ``llmgw restart``: every agent, engines serving."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import typer
+import yaml
+
+from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.output import console, table
+from llmgw.errors import ValidationFailed
+
+config_app = typer.Typer(
+    help="The cluster's settings, with their history. Agents' settings live under agents.default "
+    "and agents.nodes.<id>: everything agent.yaml says but node_id, control_planes, address and tls.",
+    no_args_is_help=True,
+)
+
+URL = typer.Option(None, "--url", help="Control plane URL (default: $LLMGW_URL or server.yaml).")
+TOKEN = typer.Option(None, "--token", help="Admin token (default: $LLMGW_ADMIN_TOKEN or admin.token).")
+
+
+def _client(url: str | None, token: str | None) -> AdminClient:
+    return AdminClient.from_environment(url, token)
+
+
+def _path(key: str) -> str:
+    return "/api/settings/" + quote(key, safe=".-_")
+
+
+def _show(value: Any) -> str:
+    return yaml.safe_dump(value, sort_keys=True, default_flow_style=False).strip()
+
+
+@config_app.command("set")
+def config_set(
+    key: str = typer.Argument(..., help="The setting, e.g. agents.default or agents.nodes.gpu1."),
+    value: str = typer.Argument(None, help="Its value as YAML, e.g. 'shards: {stop_grace_s: 30}'."),
+    file: Path = typer.Option(None, "--file", "-f", help="Read the value from this YAML file."),
+    url: str = URL,
+    token: str = TOKEN,
+) -> None:
+    """Set a setting; agents' settings are checked as agent.yaml is and reach the nodes a second later."""
+    if (value is None) == (file is None):
+        raise ValidationFailed([("value", "give the value or --file, one of them")], "see --help")
+    try:
+        parsed = yaml.safe_load(file.read_text() if file is not None else value)
+    except (OSError, yaml.YAMLError) as error:
+        raise ValidationFailed([("value", f"not YAML: {error}")], "write the value as YAML") from None
+    _client(url, token).request("PUT", _path(key), {"value": parsed})
+    console.print(f"set {key}")
+
+
+@config_app.command("get")
+def config_get(
+    key: str = typer.Argument(..., help="The setting."), url: str = URL, token: str = TOKEN
+) -> None:
+    """Print a setting's value as YAML."""
+    print(_show(_client(url, token).get(_path(key))["value"]))
+
+
+@config_app.command("unset")
+def config_unset(
+    key: str = typer.Argument(..., help="The setting."), url: str = URL, token: str = TOKEN
+) -> None:
+    """Remove a setting (its history stays)."""
+    _client(url, token).request("DELETE", _path(key))
+    console.print(f"removed {key}")
+
+
+@config_app.command("list")
+def config_list(url: str = URL, token: str = TOKEN) -> None:
+    """Every setting that is set, with its value."""
+    values = _client(url, token).get("/api/settings")
+    table(["KEY", "VALUE"], [(key, json.dumps(value)) for key, value in values.items()])
+
+
+@config_app.command("history")
+def config_history(
+    key: str = typer.Argument(None, help="One setting (default: every setting)."),
+    limit: int = typer.Option(50, "--limit", "-n", help="How many changes, newest first."),
+    url: str = URL,
+    token: str = TOKEN,
+) -> None:
+    """Changes of the settings, newest first: when, who, what."""
+    query = f"?limit={limit}" + (f"&key={quote(key)}" if key else "")
+    rows = _client(url, token).get("/api/settings-history" + query)
+    table(
+        ["AT", "ACTOR", "KEY", "VALUE"],
+        [
+            (c["at"][:19], c["actor"], c["key"], "(removed)" if c["deleted"] else json.dumps(c["value"]))
+            for c in rows
+        ],
+    )
+
+
+def restart(
+    reason: str = typer.Option("llmgw restart", help="Why, for the agents' logs and the audit."),
+    url: str = URL,
+    token: str = TOKEN,
+) -> None:
+    """Restart every connected agent over its stream (RestartAgent); engines keep serving.
+
+    Each agent starts its own command again and adopts its engines. Only the
+    agents: this command does not restart control planes (not over ssh
+    either); restart each with its service manager where it runs.
+    """
+    answer = _client(url, token).request("POST", "/api/agents/restart", {"reason": reason})
+    restarted = answer["restarted"]
+    console.print(f"asked {len(restarted)} agents to restart: {', '.join(restarted) or 'none connected'}")

@@ -1,0 +1,105 @@
+"""Sending each node its settings: on register, and a second after they change (C2.4).
+
+A node's settings are ``agents.default`` with ``agents.nodes.<id>`` over it,
+sent as YAML in a ``Settings`` message; the agent compares them with those it
+runs and starts again on new ones. Changes within the delay go out together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import yaml
+
+from llmgw.controlplane.fleet import Fleet
+from llmgw.core.agentsettings import (
+    DEFAULT_KEY,
+    NODE_PREFIX,
+    forbidden_keys,
+    is_agent_key,
+    key_problem,
+    node_settings,
+)
+from llmgw.errors import ChannelClosed, LlmgwError
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.channels import ControlChannel
+from llmgw.store.database import Store
+
+log = logging.getLogger(__name__)
+
+PUSH_DELAY_S = 1.0
+
+SettingsCheck = Callable[[Any], list[tuple[str, str]]]
+"""Why a value cannot be an agent's settings, each key named (empty: it can)."""
+
+
+def forbidden_only(value: Any) -> list[tuple[str, str]]:
+    """The check without agent.yaml's schema: a mapping, without the node's own keys."""
+    if not isinstance(value, dict):
+        return [("value", "agents' settings are a mapping, like agent.yaml")]
+    return [
+        (key, "only the node's own agent.yaml may set this; remove it here") for key in forbidden_keys(value)
+    ]
+
+
+def setting_problems(key: str, value: Any, check_agents: SettingsCheck) -> list[tuple[str, str]]:
+    """Why ``key`` cannot be set to ``value``: agents' keys checked as agent.yaml without its own keys."""
+    if not key or len(key) > 200:
+        return [("key", "a setting's key is 1 to 200 characters")]
+    if not is_agent_key(key):
+        return []
+    problem = key_problem(key)
+    if problem:
+        return [("key", problem)]
+    return check_agents(value)
+
+
+class SettingsPush:
+    """Sends nodes their settings."""
+
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        delay_s: float = PUSH_DELAY_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._sleep = sleep
+        self._store = store
+        self._fleet = fleet
+        self._delay_s = delay_s
+        self._pending: asyncio.Task[None] | None = None
+        self._dirty = False
+
+    async def settings_of(self, node_id: str) -> str:
+        default = await self._store.settings.get(DEFAULT_KEY, {})
+        node = await self._store.settings.get(NODE_PREFIX + node_id, {})
+        return yaml.safe_dump(node_settings(default, node), sort_keys=True)
+
+    async def send(self, node_id: str, channel: ControlChannel) -> None:
+        """Send one node its settings (ChannelClosed when its stream has ended)."""
+        text = await self.settings_of(node_id)
+        await channel.send(pb.ControlMessage(settings=pb.Settings(yaml=text)))
+
+    def changed(self) -> None:
+        """Agents' settings changed: send every connected node its settings after the delay."""
+        self._dirty = True
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.create_task(self._push_later(), name="settings-push")
+
+    async def _push_later(self) -> None:
+        while self._dirty:
+            await self._sleep(self._delay_s)
+            self._dirty = False  # what changed before now is read below; later changes push again
+            for node_id, node in list(self._fleet.nodes.items()):
+                try:
+                    await self.send(node_id, node.channel)
+                except (ChannelClosed, LlmgwError) as error:
+                    log.warning("could not send node %s its settings: %s", node_id, error)
+
+    async def close(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()

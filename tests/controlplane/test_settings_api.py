@@ -1,0 +1,173 @@
+"""The admin API's settings: agents' settings checked as agent.yaml, history, the push, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from llmgw.agent.config import settings_problems
+from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.agentsettings import SettingsPush
+from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.mirror.blobs import BlobStore
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.channels import AgentChannel, memory_pair
+from llmgw.store.database import Store
+
+TOKEN = "llmgw-admin-test"
+
+
+@dataclass
+class Setup:
+    client: httpx.AsyncClient
+    fleet: Fleet
+    push: SettingsPush
+    store: Store
+
+    def attach(self, node_id: str) -> AgentChannel:
+        agent, control = memory_pair(node_id)
+        self.fleet.attach(pb.Register(node_id=node_id, address="127.0.0.1", cpu_cores=1), control)
+        return agent
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
+    fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
+    push = SettingsPush(store, fleet, delay_s=0.0)
+
+    async def keys_changed() -> None:
+        pass
+
+    admin = AdminApi(
+        name="cp1",
+        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
+        store=store,
+        fleet=fleet,
+        reconciler=Reconciler(store, fleet),
+        blobs=BlobStore(tmp_path / "mirror"),
+        on_keys_changed=keys_changed,
+        settings_push=push,
+        check_agent_settings=settings_problems,
+    )
+    transport = httpx.ASGITransport(app=admin.app())
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://cp", headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as client:
+        yield Setup(client, fleet, push, store)
+    await push.close()
+    await store.close()
+
+
+async def latest(channel: AgentChannel) -> pb.ControlMessage:
+    """The last message a node was sent: the first within 5 s, then any that follow at once."""
+    message = await asyncio.wait_for(channel.receive(), 5)
+    while True:
+        try:
+            message = await asyncio.wait_for(channel.receive(), 0.3)
+        except TimeoutError:
+            return message
+
+
+async def put(setup: Setup, key: str, value: object) -> httpx.Response:
+    return await setup.client.put(f"/api/settings/{key}", json={"value": value})
+
+
+@pytest.mark.parametrize("forbidden", ["node_id", "control_planes", "address", "tls"])
+async def test_a_key_only_agent_yaml_may_set_is_refused_by_name(setup: Setup, forbidden: str) -> None:
+    answer = await put(setup, "agents.default", {"shards": {"stop_grace_s": 3}, forbidden: "x"})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert [p["field"] for p in error["problems"]] == [f"agents.default.{forbidden}"]
+    assert forbidden in error["message"]
+    assert "agent.yaml" in error["hint"]
+    assert (await setup.client.get("/api/settings")).json() == {}
+
+
+async def test_unknown_and_invalid_agent_settings_are_named(setup: Setup) -> None:
+    answer = await put(setup, "agents.nodes.gpu1", {"shards": {"stop_grace": 3}, "ports": {"first": 80}})
+    assert answer.status_code == 400
+    fields = {p["field"] for p in answer.json()["error"]["problems"]}
+    assert fields == {"agents.nodes.gpu1.shards.stop_grace", "agents.nodes.gpu1.ports.first"}
+
+
+async def test_agents_settings_must_be_a_mapping_under_default_or_a_node(setup: Setup) -> None:
+    assert (await put(setup, "agents.default", [1, 2])).status_code == 400
+    wrong = await put(setup, "agents.gpu1", {"run_as": "x"})
+    assert wrong.status_code == 400
+    assert "agents.nodes.<node id>" in wrong.json()["error"]["problems"][0]["problem"]
+
+
+async def test_a_setting_is_kept_with_its_history(setup: Setup) -> None:
+    assert (await put(setup, "agents.default", {"shards": {"stop_grace_s": 3}})).status_code == 200
+    assert (await put(setup, "agents.default", {"shards": {"stop_grace_s": 4}})).status_code == 200
+    got = await setup.client.get("/api/settings/agents.default")
+    assert got.json() == {"key": "agents.default", "value": {"shards": {"stop_grace_s": 4}}}
+    history = (await setup.client.get("/api/settings-history", params={"key": "agents.default"})).json()
+    assert [h["value"]["shards"]["stop_grace_s"] for h in history] == [4, 3]
+    assert (await setup.client.delete("/api/settings/agents.default")).status_code == 204
+    assert (await setup.client.get("/api/settings/agents.default")).status_code == 404
+
+
+async def test_each_node_gets_default_with_its_own_over_it(setup: Setup) -> None:
+    gpu1 = setup.attach("gpu1")
+    gpu2 = setup.attach("gpu2")
+    await put(setup, "agents.default", {"shards": {"stop_grace_s": 3, "health_timeout_s": 60}})
+    await put(setup, "agents.nodes.gpu1", {"shards": {"stop_grace_s": 9}})
+    # both changes may come within one delay or in two pushes: the last one sent counts
+    last = {"gpu1": await latest(gpu1), "gpu2": await latest(gpu2)}
+    settings = {node: yaml.safe_load(message.settings.yaml) for node, message in last.items()}
+    assert settings["gpu1"] == {"shards": {"stop_grace_s": 9, "health_timeout_s": 60}}
+    assert settings["gpu2"] == {"shards": {"stop_grace_s": 3, "health_timeout_s": 60}}
+
+
+async def test_other_settings_are_not_pushed(setup: Setup) -> None:
+    node = setup.attach("gpu1")
+    assert (await put(setup, "serving.stopped", True)).status_code == 200
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(node.receive(), 0.3)
+
+
+async def test_restart_sends_restart_agent_to_every_connected_node(setup: Setup) -> None:
+    nodes = {name: setup.attach(name) for name in ("a", "b")}
+    answer = await setup.client.post("/api/agents/restart", json={"reason": "new build"})
+    assert answer.json() == {"restarted": ["a", "b"]}
+    for channel in nodes.values():
+        message = await asyncio.wait_for(channel.receive(), 5)
+        assert message.restart.reason == "new build"
+
+
+async def test_changes_within_the_delay_go_out_in_one_push(setup: Setup) -> None:
+    waits: list[float] = []
+    gate = asyncio.Event()
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+        await gate.wait()
+
+    push = SettingsPush(setup.store, setup.fleet, delay_s=1.0, sleep=sleep)
+    node = setup.attach("gpu1")
+    push.changed()
+    push.changed()
+    await asyncio.sleep(0)
+    push.changed()
+    assert waits == [1.0]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(node.receive(), 0.05)
+    gate.set()
+    first = await asyncio.wait_for(node.receive(), 5)
+    assert first.WhichOneof("kind") == "settings"
+    # a change made while the delay ran is covered by the push that followed it
+    assert waits == [1.0]
+    push.changed()
+    second = await asyncio.wait_for(node.receive(), 5)
+    assert second.WhichOneof("kind") == "settings" and waits == [1.0, 1.0]
+    await push.close()
