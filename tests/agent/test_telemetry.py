@@ -7,9 +7,9 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from llmgw.agent.gpu_metrics import GpuMetrics
 from llmgw.agent.nvml import open_nvml
 from llmgw.agent.telemetry import Sampler, card_of_pci, descendants, parse_parent_pid, parse_xid_lines
+from llmgw.observability.gpu_metrics import GpuMetrics
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.testing.fake_nvidia_smi import (
     A100_80G_MIG,

@@ -7,6 +7,7 @@ this is rebuilt from agents' registrations after a restart or failover.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -147,6 +148,31 @@ class Fleet:
             if replica is not None and replica.state == "absent":
                 log.info("node %s is still gone: %s leaves the router", node_id, replica_id)
                 self._on_gone(replica_id)
+
+    def apply_telemetry(self, node_id: str, telemetry: pb.Telemetry) -> bool:
+        """Take each card's free memory from what processes other than llmgw's engines hold there.
+
+        This replaces the registration's verdict, so a card comes back into
+        placement when a foreign process lets go. True when a card changed.
+        """
+        node = self.nodes.get(node_id)
+        if node is None or not telemetry.samples:
+            return False
+        foreign: dict[int, int] = {}
+        for process in telemetry.foreign:
+            foreign[process.device] = foreign.get(process.device, 0) + int(process.used_mb)
+        devices = []
+        changed = False
+        for device in node.inventory.devices:
+            if device.kind == "nvidia":
+                free = max(0, device.memory_mb - foreign.get(device.index, 0))
+                if free != device.memory_free_mb:
+                    device = dataclasses.replace(device, memory_free_mb=free)
+                    changed = True
+            devices.append(device)
+        if changed:
+            node.inventory = dataclasses.replace(node.inventory, devices=tuple(devices))
+        return changed
 
     # replicas --------------------------------------------------------------
     def track(self, replica: ReplicaState) -> None:

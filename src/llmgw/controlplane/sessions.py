@@ -13,6 +13,7 @@ from llmgw.controlplane.fleet import Fleet, NodeState
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.errors import ChannelClosed, LlmgwError
+from llmgw.observability.gpu_metrics import GpuMetrics, process_gpu_metrics
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import ControlChannel
 from llmgw.store.database import Store
@@ -32,12 +33,14 @@ class NodeSessions:
         reconciler: Reconciler,
         leadership: Leadership,
         settings: SettingsPush | None = None,
+        gpu_metrics: GpuMetrics | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._fleet = fleet
         self._reconciler = reconciler
         self._leadership = leadership
+        self._gpu_metrics = gpu_metrics or process_gpu_metrics()
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
 
@@ -148,6 +151,10 @@ class NodeSessions:
                     await self._on_status(node_id, message.status, channel)
                 elif kind == "logs":
                     self._fleet.logs.deliver(message.logs)
+                elif kind == "telemetry":
+                    self._gpu_metrics.update(node_id, message.telemetry)
+                    if self._fleet.apply_telemetry(node_id, message.telemetry):
+                        self._reconciler.wake()
                 elif kind == "heartbeat":
                     await channel.send(
                         pb.ControlMessage(heartbeat=pb.Heartbeat(sent_unix_ms=int(time.time() * 1000)))

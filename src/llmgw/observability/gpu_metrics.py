@@ -96,3 +96,16 @@ class GpuMetrics:
             )
         for event in telemetry.xids:
             self._xids.labels(node, str(event.card), str(event.xid)).inc()
+
+
+_process_metrics: GpuMetrics | None = None
+
+
+def process_gpu_metrics() -> GpuMetrics:
+    """The per-card metrics of this process's default registry (what ``/metrics`` serves), made once."""
+    global _process_metrics
+    if _process_metrics is None:
+        from prometheus_client import REGISTRY
+
+        _process_metrics = GpuMetrics(REGISTRY)
+    return _process_metrics

@@ -1,0 +1,1 @@
+"""llmgw.observability: metrics shared by the processes."""
