@@ -316,6 +316,16 @@ class Supervisor:
             await process.wait()
 
     async def _supervise(self, shard: Shard, adopted: bool = False) -> None:
+        """Run a shard's life; an unexpected error fails the shard with its reason, never silently."""
+        try:
+            await self._run_shard(shard, adopted)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("shard %s failed unexpectedly", shard.replica_id)
+            self._emit(shard, pb.SHARD_STATE_FAILED, f"unexpected error in the agent: {error!r}")
+
+    async def _run_shard(self, shard: Shard, adopted: bool) -> None:
         self._emit(shard, pb.SHARD_STATE_STARTING)
         if adopted:
             try:
