@@ -34,6 +34,7 @@ from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.settings import GatewaySettings
+from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream
 from llmgw.gateway.usage import UsageRecord
 
@@ -106,6 +107,8 @@ class Gateway:
         self.stopped = False
         """When True (``llmgw stop``) every POST answers 503 ``system_stopped``."""
         self.upstream = Upstream(self.settings)
+        self.tokenizer = Tokenizer(self.upstream)
+        """Prompt tokens from a replica's /tokenize, for KV-block routing."""
 
     def asgi_app(self) -> ASGIApp:
         """The ASGI app serving ``/v1`` (the gateway itself is that app)."""
@@ -223,7 +226,7 @@ class Gateway:
             strip_usage = facts.stream and not facts.usage_asked and path != "/v1/embeddings"
             if strip_usage:
                 body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
-            await forward(self, exchange, receive, send, path, body, facts.stream, strip_usage)
+            await forward(self, exchange, receive, send, path, body, facts.stream, strip_usage, facts)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(
