@@ -7,7 +7,7 @@ import hashlib
 import cbor2
 import pytest
 
-from llmgw.core.kvblocks import BlockHasher, KvIndex, block_key, cbor, none_hash
+from llmgw.core.kvblocks import BlockHasher, KvIndex, block_digest, block_key, cbor, none_hash
 
 
 def _golden_chain(tokens: list[int], seed: str, block_size: int) -> list[bytes]:
@@ -71,3 +71,10 @@ def test_clear_forgets_one_replica_only() -> None:
     assert index.leading([1, 2]) == {"b": 2}
     index.clear("b")
     assert len(index) == 0
+
+
+@pytest.mark.parametrize("tokens", [(0, 23, 24, 255, 256, 65535, 65536, 2**40), (), tuple(range(30))])
+def test_the_fast_block_encoding_is_canonical_cbor(tokens: tuple[int, ...]) -> None:
+    parent = bytes(range(32))
+    expected = hashlib.sha256(cbor2.dumps((parent, tokens, None), canonical=True)).digest()
+    assert block_digest(parent, tokens) == expected

@@ -54,13 +54,16 @@ def with_affinity(
     """
     best: list[ReplicaLoad] = []
     best_score = float("-inf")
+    share = affinity.get
     for load in replicas:
         if not load.readable:
             continue
-        used = load.utilisation
+        # utilisation, inlined: this loop runs for every replica on every request
+        busy = load.in_flight if load.in_flight > load.engine_load else load.engine_load
+        used = busy / (load.capacity if load.capacity > 0 else 1)
         if used >= saturation:
             continue
-        score = affinity.get(load.replica_id, 0.0) - load_weight * used
+        score = share(load.replica_id, 0.0) - load_weight * used
         if score > best_score + 1e-9:
             best, best_score = [load], score
         elif score >= best_score - 1e-9:

@@ -138,7 +138,8 @@ class Router:
                 top = max(affinity.values())
                 if affinity.get(chosen.replica_id, 0.0) < top:
                     kind = "saturated"
-            if chosen is not None:
+            if chosen is not None and kind != "kv":
+                # Where the KV index already knows, the tree need not (it is the fallback).
                 self.tree(model).insert(prompt, chosen.replica_id)
         self._counters[kind].inc()
         DECISION_SECONDS.observe(self.clock() - started)
