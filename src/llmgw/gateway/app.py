@@ -27,6 +27,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmgw.gateway import metrics
+from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.bodies import asking_for_usage, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
@@ -108,6 +109,8 @@ class Gateway:
         """When True (``llmgw stop``) every POST answers 503 ``system_stopped``."""
         self.upstream = Upstream(self.settings)
         self.tokenizer = Tokenizer(self.upstream)
+        self.adapters = Adapters(self.replicas, self.upstream)
+        """LoRA adapters loaded at run time on their base model's replicas."""
         """Prompt tokens from a replica's /tokenize, for KV-block routing."""
 
     def asgi_app(self) -> ASGIApp:
@@ -215,7 +218,7 @@ class Gateway:
                 return
             facts = model_and_stream(body)
             model = facts.model
-            if model not in self.catalog:
+            if model not in self.catalog and self.adapters.get(model) is None:
                 raise ApiError(
                     404,
                     f"The model '{model}' does not exist; GET /v1/models lists the models.",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Receive, Send
 
 from llmgw.gateway import metrics
+from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
@@ -145,6 +146,10 @@ async def _forward(
 ) -> None:
     model = exchange.model
     table = gateway.replicas
+    adapter = gateway.adapters.get(model)
+    if adapter is not None:
+        await _forward_adapter(gateway, exchange, send, path, body, stream, strip_usage, adapter.model)
+        return
     prompt = facts.prompt if facts is not None else ""
     tokens = None
     if prompt and facts is not None and facts.prompt_request is not None and table.router.wants_tokens(model):
@@ -156,6 +161,47 @@ async def _forward(
             endpoint = table.pick(model, prompt=prompt, tokens=tokens)
         if endpoint is None:
             raise gateway.not_ready_error(model)
+    await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
+
+
+async def _forward_adapter(
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    path: str,
+    body: bytes,
+    stream: bool,
+    strip_usage: bool,
+    base: str,
+) -> None:
+    """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""
+    adapters = gateway.adapters
+    try:
+        endpoint = await adapters.place(exchange.model, exchange.request_id)
+    except AdapterLoadFailed as error:
+        raise ApiError(502, f"{error}", "adapter_load_failed") from error
+    if endpoint is None:
+        gateway.want_replica(base)
+        raise gateway.not_ready_error(base)
+    residency = adapters.residency(base)
+    assert residency is not None
+    residency.begin(endpoint.replica_id, exchange.model)
+    try:
+        await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
+    finally:
+        residency.end(endpoint.replica_id, exchange.model)
+
+
+async def _answer(
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    endpoint: ReplicaEndpoint,
+    path: str,
+    body: bytes,
+    stream: bool,
+    strip_usage: bool,
+) -> None:
     response, lease = await _connect(gateway, exchange, endpoint, path, body)
     clean = False
     try:

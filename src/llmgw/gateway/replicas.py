@@ -121,6 +121,10 @@ class ReplicaTable:
         """The ready replicas of ``model``."""
         return [self._endpoints[load.replica_id] for load in self._by_model.get(model, ())]
 
+    def loads(self, model: str) -> list[ReplicaLoad]:
+        """The load of each ready replica of ``model`` (live objects: read, do not change)."""
+        return list(self._by_model.get(model, ()))
+
     def models(self) -> set[str]:
         """Models with at least one ready replica."""
         return set(self._by_model)

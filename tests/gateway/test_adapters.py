@@ -1,0 +1,105 @@
+"""Runtime LoRA: loaded once however many requests arrive together; LRU idle adapters make room."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from llmgw.gateway.adapters import LOADS, UNLOADS, AdapterLoadFailed, Adapters
+from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+from llmgw.gateway.settings import GatewaySettings
+from llmgw.gateway.upstream import Upstream
+from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
+
+
+class Gate:
+    """The stand-in's sleep seam: LoRA loads wait until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+        self.waits = 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits += 1
+        await self.opened.wait()
+
+
+@pytest.fixture
+async def replica() -> AsyncIterator[tuple[Standin, Gate, str]]:
+    gate = Gate()
+    settings = StandinSettings(
+        engine="vllm", served_name="base", api_key="k", max_loras=2, runtime_lora=True, startup_s=0
+    )
+    standin = Standin(settings, sleep=gate.sleep)
+    runner = web.AppRunner(build_app(standin))
+    await runner.setup()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    yield standin, gate, f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+def _adapters(url: str) -> tuple[Adapters, Upstream]:
+    table = ReplicaTable()
+    table.set_ready(ReplicaEndpoint("r0", "base", url, "k", capacity=8, engine="vllm"))
+    upstream = Upstream(GatewaySettings())
+    adapters = Adapters(table, upstream)
+    for name in ("a", "b", "c"):
+        adapters.register(name, "base", f"/adapters/{name}", max_loaded=2)
+    return adapters, upstream
+
+
+async def test_many_requests_at_once_load_an_adapter_once(replica: tuple[Standin, Gate, str]) -> None:
+    standin, gate, url = replica
+    adapters, upstream = _adapters(url)
+    before = LOADS.labels("base")._value.get()
+    placing = [asyncio.create_task(adapters.place("a", b"req")) for _ in range(8)]
+    async with asyncio.timeout(5):
+        while gate.waits == 0:  # the one load is in the engine now; the other seven wait on it
+            await asyncio.sleep(0.01)
+    assert not any(task.done() for task in placing)
+    gate.opened.set()
+    endpoints = await asyncio.gather(*placing)
+    assert {e.replica_id for e in endpoints if e is not None} == {"r0"}
+    assert gate.waits == 1 and list(standin.adapters) == ["a"]
+    assert LOADS.labels("base")._value.get() == before + 1
+    await upstream.close()
+
+
+async def test_the_least_recently_used_idle_adapter_makes_room(replica: tuple[Standin, Gate, str]) -> None:
+    standin, gate, url = replica
+    gate.opened.set()
+    adapters, upstream = _adapters(url)
+    residency = adapters.residency("base")
+    assert residency is not None
+    await adapters.place("a", b"req")
+    await adapters.place("b", b"req")
+    residency.begin("r0", "a")  # a in use (and most recent): b is the one to go
+    residency.end("r0", "a")
+    unloads = UNLOADS.labels("base")._value.get()
+    await adapters.place("c", b"req")
+    assert sorted(standin.adapters) == ["a", "c"]
+    assert UNLOADS.labels("base")._value.get() == unloads + 1
+    residency.begin("r0", "a")
+    residency.begin("r0", "c")
+    assert await adapters.place("b", b"req") is None  # both busy: no room until one ends
+    await upstream.close()
+
+
+async def test_a_refused_load_is_reported_and_not_remembered(replica: tuple[Standin, Gate, str]) -> None:
+    standin, gate, url = replica
+    gate.opened.set()
+    standin.settings.runtime_lora = False  # the engine was started without runtime LoRA: 404
+    adapters, upstream = _adapters(url)
+    with pytest.raises(AdapterLoadFailed, match="404"):
+        await adapters.place("a", b"req")
+    residency = adapters.residency("base")
+    assert residency is not None and residency.holders("a") == []
+    await upstream.close()
