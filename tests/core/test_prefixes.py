@@ -44,3 +44,17 @@ def test_holders_per_node_are_bounded_newest_kept() -> None:
 def test_bad_bounds_are_refused() -> None:
     with pytest.raises(ValueError, match="≥ 1"):
         PrefixTree(max_nodes=0)
+
+
+def test_roots_count_the_distinct_prefixes_each_replica_was_sent() -> None:
+    tree = PrefixTree(max_nodes=3, chunk_chars=2, max_holders=2)
+    tree.insert("aabb", "r1")
+    tree.insert("aacc", "r1")  # the same beginning: still one root
+    assert tree.roots == {"r1": 1}
+    tree.insert("ddee", "r2")  # five nodes over three: the oldest two (aa and bb) go
+    assert tree.roots == {"r2": 1}
+    tree.insert("dd", "r3")
+    tree.insert("dd", "r1")  # two holders at most: r2 drops out
+    assert tree.roots == {"r3": 1, "r1": 1}
+    tree.forget("r3")
+    assert tree.roots == {"r1": 1}

@@ -77,3 +77,14 @@ def test_least_loaded_ignores_the_prompt() -> None:
     with table.acquire(first):
         second = table.pick("m", prompt=SYSTEM)
     assert second is not None and second != first
+
+
+def test_new_prefixes_spread_over_the_replicas() -> None:
+    table = _table("prefix", replicas=4)
+    chosen = set()
+    for group in range(4):
+        endpoint = table.pick("m", prompt=f"group {group} " + SYSTEM)
+        assert endpoint is not None
+        chosen.add(endpoint.replica_id)
+        assert table.pick("m", prompt=f"group {group} " + SYSTEM + " again") == endpoint
+    assert chosen == {"r0", "r1", "r2", "r3"}  # no replica caches two groups while another has none

@@ -12,6 +12,7 @@ from llmgw.agent.config import AgentConfig
 from llmgw.agent.discovery import choose_source, discover
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
+from llmgw.agent.kv_reporting import KvReporter
 from llmgw.agent.nvidia_smi import NvidiaSmi
 from llmgw.agent.session import AgentSession
 from llmgw.agent.supervising import Supervisor
@@ -66,7 +67,12 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event) -> None:
         inventory, supervisor, config.control_planes, connect, engines=installer.installed_engines
     )
     session_box.append(session)
-    running = [asyncio.create_task(session.run(), name="agent-session")]
+    kv_reporter = KvReporter(supervisor.shards, session.send)
+    session.on_stream = kv_reporter.resend
+    running = [
+        asyncio.create_task(session.run(), name="agent-session"),
+        asyncio.create_task(kv_reporter.run(), name="agent-kv-events"),
+    ]
     if inventory.gpus:
         running.append(asyncio.create_task(sample_cards(gpus, config, session), name="agent-telemetry"))
     try:

@@ -103,6 +103,8 @@ class AgentSession:
         self._failed_at: dict[str, float] = {}
         self._clock = clock
         self._stopping: set[asyncio.Task[None]] = set()
+        self.on_stream: Callable[[], None] = lambda: None
+        """Called on each new stream once registered (the KV reporter sends its full copies)."""
 
     def send(self, message: pb.AgentMessage) -> None:
         """Queue a message (telemetry) for the control plane; dropped while not connected."""
@@ -182,6 +184,7 @@ class AgentSession:
             self._failed_at.clear()
             log.info("registered with %s (leader %s)", target, answer.registered.leader)
             self.connected.set()
+            self.on_stream()
             async with asyncio.TaskGroup() as tasks:
                 sender = tasks.create_task(self._send_loop(channel))
                 try:

@@ -54,6 +54,8 @@ class Shard:
     process: asyncio.subprocess.Process | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
+    kv_events_port: int | None = None
+    """Where the engine publishes its KV events (vLLM with kv_events), while it runs."""
 
     @property
     def replica_id(self) -> str:
@@ -244,6 +246,7 @@ class Supervisor:
         taken = {s.port for s in self.shards.values() if s is not shard}
         shard.port = free_port(*self._ports, taken, self._host)
         kv_port = free_port(*self._ports, taken | {shard.port}, self._host) if spec.kv_events else None
+        shard.kv_events_port = kv_port
         launch = engines.Launch(
             weights=prepared.weights,
             port=shard.port,

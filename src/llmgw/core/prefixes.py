@@ -34,6 +34,18 @@ class PrefixTree:
         self._nodes: OrderedDict[int, list[str]] = OrderedDict()
         self.evicted = 0
         """Nodes dropped to stay within ``max_nodes``."""
+        self._roots: set[int] = set()
+        self.roots: dict[str, int] = {}
+        """Per replica, how many distinct prompt beginnings (first chunks) it was sent: its share of
+        the distinct prefixes, which the router evens out when a prompt starts like none before."""
+
+    def _count_root(self, name: int, replica: str, change: int) -> None:
+        if name in self._roots:
+            left = self.roots.get(replica, 0) + change
+            if left > 0:
+                self.roots[replica] = left
+            else:
+                self.roots.pop(replica, None)
 
     def _names(self, text: str) -> list[int]:
         size = self.chunk_chars
@@ -65,10 +77,13 @@ class PrefixTree:
     def insert(self, text: str, replica: str) -> None:
         """Remember that ``text`` was sent to ``replica``."""
         nodes = self._nodes
-        for name in self._names(text):
+        for index, name in enumerate(self._names(text)):
             holders = nodes.get(name)
             if holders is None:
                 nodes[name] = [replica]
+                if index == 0:
+                    self._roots.add(name)
+                    self._count_root(name, replica, 1)
             else:
                 nodes.move_to_end(name)
                 if replica in holders:
@@ -77,10 +92,14 @@ class PrefixTree:
                         holders.append(replica)
                 else:
                     holders.append(replica)
+                    self._count_root(name, replica, 1)
                     if len(holders) > self.max_holders:
-                        del holders[0]
+                        self._count_root(name, holders.pop(0), -1)
         while len(nodes) > self.max_nodes:
-            nodes.popitem(last=False)
+            name, holders = nodes.popitem(last=False)
+            for holder in holders:
+                self._count_root(name, holder, -1)
+            self._roots.discard(name)
             self.evicted += 1
 
     def forget(self, replica: str) -> None:
@@ -89,8 +108,10 @@ class PrefixTree:
             holders = self._nodes[name]
             if replica in holders:
                 holders.remove(replica)
+                self._count_root(name, replica, -1)
                 if not holders:
                     del self._nodes[name]
+                    self._roots.discard(name)
 
     def __len__(self) -> int:
         return len(self._nodes)

@@ -61,6 +61,9 @@ class RoutingSettings(BaseModel):
     takes nothing on affinity: load balance overrides the prefix."""
     load_weight: float = Field(default=0.5, ge=0)
     """How much a replica's utilisation counts against the share of the prompt it holds."""
+    spread_weight: float = Field(default=0.05, ge=0)
+    """For a prompt no replica holds: how much each distinct prefix a replica already caches counts
+    against it (one in-flight request on a replica of capacity 4 counts 0.0625)."""
     prefix_nodes: int = Field(default=200_000, ge=1)
     """Most nodes in each model's prefix tree (least recently used evicted first)."""
     chunk_chars: int = Field(default=128, ge=1)
@@ -134,7 +137,7 @@ class Router:
             affinity, kind = self._affinity(model, loads, prompt, tokens if policy == "kv" else None)
             s = self.settings
             chosen = with_affinity(loads, affinity, turn, s.saturation, s.load_weight)
-            if chosen is not None and affinity:
+            if chosen is not None and kind != "none":
                 top = max(affinity.values())
                 if affinity.get(chosen.replica_id, 0.0) < top:
                     kind = "saturated"
@@ -157,7 +160,11 @@ class Router:
                 if held:
                     total = len(keys)
                     return {replica: count / total for replica, count in held.items()}, "kv"
-        depth, chunks = self.tree(model).match(prompt, ids)
+        tree = self.tree(model)
+        depth, chunks = tree.match(prompt, ids)
         if not depth:
-            return {}, "none"
+            # A prompt starting like none before: even out the distinct prefixes each replica
+            # caches, so that every replica's share of the hot prefixes fits its cache.
+            spread = self.settings.spread_weight
+            return {r: -spread * count for r, count in tree.roots.items() if r in ids}, "none"
         return {replica: count / chunks for replica, count in depth.items()}, "tree"
