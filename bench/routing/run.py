@@ -311,8 +311,8 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--groups", type=int, default=16, help="groups sharing one system prompt")
-    parser.add_argument("--users", type=int, default=6, help="users per group")
-    parser.add_argument("--turns", type=int, default=4, help="turns per user")
+    parser.add_argument("--users", type=int, default=8, help="users per group")
+    parser.add_argument("--turns", type=int, default=5, help="turns per user")
     parser.add_argument("--system-tokens", type=int, default=1536)
     parser.add_argument("--message-tokens", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=8)
@@ -322,10 +322,14 @@ async def main() -> int:
     )
     parser.add_argument("--prefill-s", type=float, default=0.0004, help="seconds per uncached prompt token")
     parser.add_argument("--decode-s", type=float, default=0.002, help="seconds per generated token")
-    parser.add_argument("--rates", default="8,36", help="Poisson arrival rates (requests/s), low,high")
+    parser.add_argument("--rates", default="12,48", help="Poisson arrival rates (requests/s), low,high")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--decisions-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.decisions_only:
+        print(json.dumps(decision_time()))
+        return 0
 
     hot_blocks = args.groups * (args.system_tokens // 16)
     blocks = max(64, int(hot_blocks / args.fill / args.replicas))
@@ -359,7 +363,12 @@ async def main() -> int:
                       f"{ratio:>10.1f}x{row['failures']:>6}", flush=True)  # fmt: skip
     finally:
         replicas.stop()
-    decisions = decision_time()
+    # Measured in a fresh process, as a gateway's router runs: not after this one's load phases.
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--decisions-only", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await child.communicate()
+    decisions = json.loads(out.decode().strip().splitlines()[-1])
     print(f"\nrouting decision with 64 replicas, prompts of 1500 tokens seen before plus a new turn: "
           f"prefix p50 {decisions['prefix_p50_us']:.0f} µs, p99 {decisions['prefix_p99_us']:.0f} µs; "
           f"kv p50 {decisions['kv_p50_us']:.0f} µs, p99 {decisions['kv_p99_us']:.0f} µs "
