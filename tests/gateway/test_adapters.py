@@ -79,17 +79,18 @@ async def test_the_least_recently_used_idle_adapter_makes_room(replica: tuple[St
     adapters, upstream = _adapters(url)
     residency = adapters.residency("base")
     assert residency is not None
-    await adapters.place("a", b"req")
-    await adapters.place("b", b"req")
-    residency.begin("r0", "a")  # a in use (and most recent): b is the one to go
-    residency.end("r0", "a")
+    for name in ("a", "b"):
+        await adapters.place(name, b"req")
+        adapters.done("r0", name)
+    await adapters.place("a", b"req")  # a in use (and most recent): b is the one to go
     unloads = UNLOADS.labels("base")._value.get()
     await adapters.place("c", b"req")
     assert sorted(standin.adapters) == ["a", "c"]
     assert UNLOADS.labels("base")._value.get() == unloads + 1
-    residency.begin("r0", "a")
-    residency.begin("r0", "c")
-    assert await adapters.place("b", b"req") is None  # both busy: no room until one ends
+    assert await adapters.place("b", b"req") is None  # a and c both in use: no room until one ends
+    adapters.done("r0", "a")
+    assert await adapters.place("b", b"req") is not None
+    assert sorted(standin.adapters) == ["b", "c"]
     await upstream.close()
 
 

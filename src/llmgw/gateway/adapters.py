@@ -76,7 +76,9 @@ class Adapters:
     async def place(self, name: str, request_id: bytes) -> ReplicaEndpoint | None:
         """A replica holding adapter ``name`` (loading it there first if need be); None if none can.
 
-        Raises :class:`AdapterLoadFailed` when the replica refused the load.
+        The request counts as using the adapter there from the moment it is placed (so no other
+        request unloads it meanwhile): call :meth:`done` when it ends. Raises
+        :class:`AdapterLoadFailed` when the replica refused the load.
         """
         entry = self._entries[name]
         residency = self._residency[entry.model]
@@ -89,16 +91,44 @@ class Adapters:
             return None
         key = (plan.replica_id, name)
         pending = self._loading.get(key)
-        if plan.load:
-            # Reserve the slot now (the event loop runs one plan at a time), then load.
-            if plan.unload is not None:
-                residency.mark_unloaded(plan.replica_id, plan.unload)
-            residency.mark_loaded(plan.replica_id, name)
+        residency.begin(plan.replica_id, name)
+        try:
+            await self._ready(residency, plan.replica_id, plan.load, plan.unload, pending, entry, endpoint,
+                              request_id)  # fmt: skip
+        except BaseException:
+            residency.end(plan.replica_id, name)
+            raise
+        return endpoint
+
+    def done(self, replica_id: str, name: str) -> None:
+        """A request placed by :meth:`place` ended."""
+        entry = self._entries.get(name)
+        residency = None if entry is None else self._residency.get(entry.model)
+        if residency is not None:
+            residency.end(replica_id, name)
+
+    async def _ready(
+        self,
+        residency: AdapterResidency,
+        replica_id: str,
+        load: bool,
+        unload: str | None,
+        pending: asyncio.Future[None] | None,
+        entry: AdapterEntry,
+        endpoint: ReplicaEndpoint,
+        request_id: bytes,
+    ) -> None:
+        name = entry.name
+        key = (replica_id, name)
+        if load:
+            # The slot was reserved by begin() (the event loop runs one plan at a time); load.
+            if unload is not None:
+                residency.mark_unloaded(replica_id, unload)
             pending = self._loading[key] = asyncio.get_running_loop().create_future()
             try:
-                await self._load(endpoint, entry, plan.unload, request_id)
+                await self._load(endpoint, entry, unload, request_id)
             except BaseException as error:
-                residency.mark_unloaded(plan.replica_id, name)
+                residency.mark_unloaded(replica_id, name)
                 pending.set_exception(
                     error if isinstance(error, AdapterLoadFailed) else AdapterLoadFailed(str(error))
                 )
@@ -110,7 +140,6 @@ class Adapters:
                 del self._loading[key]
         elif pending is not None:
             await asyncio.shield(pending)
-        return endpoint
 
     async def _post(
         self, endpoint: ReplicaEndpoint, path: str, body: dict[str, str], request_id: bytes

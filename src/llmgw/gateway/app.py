@@ -109,9 +109,9 @@ class Gateway:
         """When True (``llmgw stop``) every POST answers 503 ``system_stopped``."""
         self.upstream = Upstream(self.settings)
         self.tokenizer = Tokenizer(self.upstream)
+        """Prompt tokens from a replica's /tokenize, for KV-block routing."""
         self.adapters = Adapters(self.replicas, self.upstream)
         """LoRA adapters loaded at run time on their base model's replicas."""
-        """Prompt tokens from a replica's /tokenize, for KV-block routing."""
 
     def asgi_app(self) -> ASGIApp:
         """The ASGI app serving ``/v1`` (the gateway itself is that app)."""

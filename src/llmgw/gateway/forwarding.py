@@ -183,13 +183,10 @@ async def _forward_adapter(
     if endpoint is None:
         gateway.want_replica(base)
         raise gateway.not_ready_error(base)
-    residency = adapters.residency(base)
-    assert residency is not None
-    residency.begin(endpoint.replica_id, exchange.model)
     try:
         await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
     finally:
-        residency.end(endpoint.replica_id, exchange.model)
+        adapters.done(endpoint.replica_id, exchange.model)
 
 
 async def _answer(
