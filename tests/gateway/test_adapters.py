@@ -6,14 +6,18 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 from aiohttp import web
 
+from llmgw.gateway import Gateway, KeyEntry, ModelEntry, hash_secret
 from llmgw.gateway.adapters import LOADS, UNLOADS, AdapterLoadFailed, Adapters
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.upstream import Upstream
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
+
+from .conftest import SECRET, serving
 
 
 class Gate:
@@ -104,3 +108,35 @@ async def test_a_refused_load_is_reported_and_not_remembered(replica: tuple[Stan
     residency = adapters.residency("base")
     assert residency is not None and residency.holders("a") == []
     await upstream.close()
+
+
+async def test_requests_naming_an_adapter_through_the_gateway(replica: tuple[Standin, Gate, str]) -> None:
+    standin, gate, url = replica
+    gateway = Gateway(GatewaySettings(request_wait_s=0.3))
+    gateway.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
+    gateway.catalog.replace([ModelEntry("base")])
+    gateway.replicas.set_ready(ReplicaEndpoint("r0", "base", url, "k", capacity=8, engine="vllm"))
+    gateway.adapters.register("sql", "base", "/adapters/sql", max_loaded=2)
+    body = {"model": "sql", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    async with serving(gateway.asgi_app()) as base, aiohttp.ClientSession() as http:
+
+        async def ask() -> int:
+            headers = {"Authorization": f"Bearer {SECRET}"}
+            async with http.post(f"{base}/v1/chat/completions", json=body, headers=headers) as response:
+                await response.read()
+                return response.status
+
+        asking = [asyncio.create_task(ask()) for _ in range(5)]
+        async with asyncio.timeout(5):
+            while gate.waits == 0:  # the load is in the engine; every request waits on it
+                await asyncio.sleep(0.01)
+        gate.opened.set()
+        assert await asyncio.gather(*asking) == [200] * 5
+        residency = gateway.adapters.residency("base")
+        assert residency is not None and residency.holders("sql") == ["r0"]
+        assert list(standin.adapters) == ["sql"]
+        unknown = {**body, "model": "not-an-adapter"}
+        async with http.post(f"{base}/v1/chat/completions", json=unknown,
+                             headers={"Authorization": f"Bearer {SECRET}"}) as response:  # fmt: skip
+            assert response.status == 404
+    await gateway.close()
