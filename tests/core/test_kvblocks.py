@@ -78,3 +78,13 @@ def test_the_fast_block_encoding_is_canonical_cbor(tokens: tuple[int, ...]) -> N
     parent = bytes(range(32))
     expected = hashlib.sha256(cbor2.dumps((parent, tokens, None), canonical=True)).digest()
     assert block_digest(parent, tokens) == expected
+
+
+def test_long_prompts_hash_alike_through_the_span_memo() -> None:
+    tokens = [(i * 104729) % 32000 for i in range(16 * 8 * 2 + 40)]  # two whole spans and a tail
+    hasher = BlockHasher("7", block_size=16)
+    golden = _golden_chain(tokens, "7", 16)
+    assert hasher.digests(tokens) == golden
+    assert hasher.digests(tokens) == golden  # from the memo
+    changed = tokens[:200] + [1] * 100  # the second span differs: its blocks are hashed again
+    assert hasher.digests(changed) == _golden_chain(changed, "7", 16)

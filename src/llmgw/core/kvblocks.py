@@ -81,6 +81,10 @@ def block_key(external: bytes | int) -> int:
     return int.from_bytes(external[-8:], "big")
 
 
+SPAN_BLOCKS = 8
+"""Blocks the hasher's memo also keeps together, so a long prefix seen before costs few lookups."""
+
+
 class BlockHasher:
     """A prompt's block hashes as vLLM computes them, with a bounded memo of blocks seen before.
 
@@ -95,22 +99,46 @@ class BlockHasher:
         self.block_size = block_size
         self.memo_size = memo_size
         self._memo: dict[tuple[bytes, tuple[int, ...]], tuple[bytes, int]] = {}
+        self._spans: dict[tuple[bytes, tuple[int, ...]], list[tuple[bytes, int]]] = {}
+
+    def _block(self, parent: bytes, block: tuple[int, ...]) -> tuple[bytes, int]:
+        memo = self._memo
+        key = (parent, block)
+        known = memo.get(key)
+        if known is None:
+            digest = block_digest(parent, block)
+            known = memo[key] = (digest, int.from_bytes(digest[-8:], "big"))
+            if len(memo) > self.memo_size:
+                del memo[next(iter(memo))]  # the oldest entry
+        return known
 
     def _chain(self, tokens: Sequence[int]) -> list[tuple[bytes, int]]:
         size = self.block_size
-        memo = self._memo
+        span = size * SPAN_BLOCKS
+        spans = self._spans
         parent = self.root
-        out = []
-        for start in range(0, len(tokens) - size + 1, size):
-            key = (parent, tuple(tokens[start : start + size]))
-            known = memo.get(key)
+        out: list[tuple[bytes, int]] = []
+        start = 0
+        # Whole spans of SPAN_BLOCKS blocks first, one memo lookup each (a long shared prefix
+        # costs a few lookups, not one per block); then the blocks left, one by one.
+        while start + span <= len(tokens):
+            key = (parent, tuple(tokens[start : start + span]))
+            known = spans.get(key)
             if known is None:
-                digest = block_digest(parent, key[1])
-                known = memo[key] = (digest, int.from_bytes(digest[-8:], "big"))
-                if len(memo) > self.memo_size:
-                    del memo[next(iter(memo))]  # the oldest entry
-            out.append(known)
-            parent = known[0]
+                known = []
+                for offset in range(start, start + span, size):
+                    known.append(self._block(parent if not known else known[-1][0],
+                                             tuple(tokens[offset : offset + size])))  # fmt: skip
+                spans[key] = known
+                if len(spans) > self.memo_size // SPAN_BLOCKS:
+                    del spans[next(iter(spans))]
+            out.extend(known)
+            parent = known[-1][0]
+            start += span
+        for offset in range(start, len(tokens) - size + 1, size):
+            known_block = self._block(parent, tuple(tokens[offset : offset + size]))
+            out.append(known_block)
+            parent = known_block[0]
         return out
 
     def digests(self, tokens: Sequence[int]) -> list[bytes]:
