@@ -134,6 +134,7 @@ class ControlPlane:
 
         def on_gone(replica_id: str) -> None:
             gateway.replicas.remove(replica_id)
+            gateway.adapters.forget(replica_id)
 
         fleet = Fleet(on_ready=on_ready, on_gone=on_gone)
         reconciler = Reconciler(
