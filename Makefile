@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine up test lint unit e2e proto clean bench-gateway
+.PHONY: help install engine up test lint unit e2e proto clean bench-gateway bench-routing
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
@@ -20,6 +20,7 @@ help:
 	@echo "make unit    tests without the end-to-end ones; make e2e: only those"
 	@echo "make proto   regenerate the agent protocol's Python code"
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
+	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +67,9 @@ $(LITELLM_VENV)/bin/litellm:
 
 bench-gateway: install $(LITELLM_VENV)/bin/litellm
 	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV)
+
+bench-routing: install
+	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -304,3 +304,22 @@ async def test_a_new_leader_adopts_the_shards_its_nodes_report(harness: Harness)
         async with asyncio.timeout(0.2):
             message = await agent.receive()
             raise AssertionError(f"unexpected {message.WhichOneof('kind')}")
+
+
+async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harness: Harness) -> None:
+    given: list[tuple[str, pb.KvBlocks]] = []
+    harness.sessions.on_kv_blocks = lambda model, blocks: given.append((model, blocks))
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    other = await harness.connect("node2", memory_mb=1)
+    await receive(agent, "registered")
+    await receive(other, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    blocks = pb.KvBlocks(replica_id=start.replica_id, reset=True, stored=[1, 2], block_size=16)
+    await other.send(pb.AgentMessage(kv_blocks=blocks))  # not node2's replica: ignored
+    await agent.send(pb.AgentMessage(kv_blocks=blocks))
+    for node in (other, agent):  # a heartbeat answered: what was sent before it was handled
+        await node.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
+        await receive(node, "heartbeat")
+    assert given == [("m1", blocks)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.core.routing import ReplicaLoad, least_loaded
+from llmgw.core.routing import ReplicaLoad, least_loaded, with_affinity
 
 
 def test_no_replicas_means_no_choice() -> None:
@@ -40,3 +40,21 @@ def test_ties_are_taken_in_rotation_by_turn() -> None:
 
 def test_a_replica_without_capacity_counts_as_serving_one() -> None:
     assert ReplicaLoad("r", in_flight=2, capacity=0).utilisation == 2.0
+
+
+def test_affinity_wins_until_the_replica_is_saturated() -> None:
+    hot = ReplicaLoad("hot", in_flight=1, capacity=2)
+    cold = ReplicaLoad("cold", in_flight=0, capacity=2)
+    assert with_affinity([cold, hot], {"hot": 0.9}) is hot
+    hot.in_flight = 3  # utilisation 1.5: saturated, load balance overrides affinity
+    assert with_affinity([cold, hot], {"hot": 0.9}) is cold
+    cold.in_flight = 4
+    assert with_affinity([cold, hot], {"hot": 0.9}) is hot  # all saturated: least loaded
+    hot.readable = False
+    cold.readable = False
+    assert with_affinity([cold, hot], {"hot": 0.9}) is None
+
+
+def test_affinity_ties_rotate() -> None:
+    loads = [ReplicaLoad("a"), ReplicaLoad("b")]
+    assert {with_affinity(loads, {}, turn=t).replica_id for t in range(2)} == {"a", "b"}  # type: ignore[union-attr]

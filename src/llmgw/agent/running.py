@@ -15,6 +15,7 @@ from llmgw.agent.discovery import choose_source, discover
 from llmgw.agent.engineuser import engine_user
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
+from llmgw.agent.kv_reporting import KvReporter
 from llmgw.agent.nvidia_smi import NvidiaSmi
 from llmgw.agent.restarting import Restarting, command_line, start_again
 from llmgw.agent.session import AgentSession
@@ -80,7 +81,12 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event, restarting: Restar
         on_restart=restarting.request if restarting else None,
     )
     session_box.append(session)
-    running = [asyncio.create_task(session.run(), name="agent-session")]
+    kv_reporter = KvReporter(supervisor.shards, session.send)
+    session.on_stream = kv_reporter.resend
+    running = [
+        asyncio.create_task(session.run(), name="agent-session"),
+        asyncio.create_task(kv_reporter.run(), name="agent-kv-events"),
+    ]
     if restarting is not None:
         running.append(asyncio.create_task(restarting.watch_file(), name="agent-config-watch"))
     if inventory.gpus:

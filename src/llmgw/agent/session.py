@@ -109,6 +109,8 @@ class AgentSession:
         self._clock = clock
         self._stopping: set[asyncio.Task[None]] = set()
         self._logs = LogServing(inventory.node_id, supervisor.log_of, self.send)
+        self.on_stream: Callable[[], None] = lambda: None
+        """Called on each new stream once registered (the KV reporter sends its full copies)."""
 
     def send(self, message: pb.AgentMessage) -> None:
         """Queue a message (telemetry) for the control plane; dropped while not connected."""
@@ -188,6 +190,7 @@ class AgentSession:
             log.info("registered with %s (leader %s)", target, answer.registered.leader)
             self.connected.set()
             self._report_changed_since(registering)
+            self.on_stream()
             async with asyncio.TaskGroup() as tasks:
                 sender = tasks.create_task(self._send_loop(channel))
                 try:

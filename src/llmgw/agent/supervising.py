@@ -81,6 +81,8 @@ class Shard:
     """The current process's output file, in the shard's directory."""
     log: ShardLog = field(default_factory=ShardLog)
     follower: asyncio.Task[None] | None = None
+    kv_events_port: int | None = None
+    """Where the engine publishes its KV events (vLLM with kv_events), while it runs."""
 
     @property
     def replica_id(self) -> str:
@@ -385,6 +387,7 @@ class Supervisor:
         taken = {s.port for s in self.shards.values() if s is not shard}
         shard.port = free_port(*self._ports, taken, self._host)
         kv_port = free_port(*self._ports, taken | {shard.port}, self._host) if spec.kv_events else None
+        shard.kv_events_port = kv_port
         launch = engines.Launch(
             weights=prepared.weights,
             port=shard.port,

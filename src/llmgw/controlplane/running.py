@@ -31,6 +31,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.mirror.blobs import BlobStore
+from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
@@ -136,6 +137,7 @@ class ControlPlane:
 
         def on_gone(replica_id: str) -> None:
             gateway.replicas.remove(replica_id)
+            gateway.adapters.forget(replica_id)
 
         fleet = Fleet(on_ready=on_ready, on_gone=on_gone)
         reconciler = Reconciler(
@@ -185,6 +187,16 @@ class ControlPlane:
         admin.vip = config.leadership.vip
         sessions = NodeSessions(store, fleet, reconciler, leadership, settings_push)
         leader_work.sessions = sessions
+
+        def on_kv_blocks(model: str, blocks: pb.KvBlocks) -> None:
+            router = gateway.replicas.router
+            router.set_block_hashing(model, blocks.hash_seed, blocks.block_size or 16)
+            if blocks.reset:
+                router.kv.clear(blocks.replica_id)
+            router.kv.stored(blocks.replica_id, blocks.stored)
+            router.kv.removed(blocks.replica_id, blocks.removed)
+
+        sessions.on_kv_blocks = on_kv_blocks
 
         async def blob_chunks(sha256: str, offset: int) -> AsyncIterator[bytes]:
             async for chunk in blobs.read_chunks(sha256, offset):

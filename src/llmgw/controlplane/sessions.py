@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 
 from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet, NodeState
@@ -43,6 +44,8 @@ class NodeSessions:
         self._gpu_metrics = gpu_metrics or process_gpu_metrics()
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
+        self.on_kv_blocks: Callable[[str, pb.KvBlocks], None] = lambda model, blocks: None
+        """Given a node's KV-block changes for one of its own replicas (the router mirrors them)."""
 
     def _registered(self) -> pb.Registered:
         leadership = self._leadership
@@ -155,6 +158,8 @@ class NodeSessions:
                     self._gpu_metrics.update(node_id, message.telemetry)
                     if self._fleet.apply_telemetry(node_id, message.telemetry):
                         self._reconciler.wake()
+                elif kind == "kv_blocks":
+                    self._on_kv_blocks(node_id, message.kv_blocks)
                 elif kind == "heartbeat":
                     await channel.send(
                         pb.ControlMessage(heartbeat=pb.Heartbeat(sent_unix_ms=int(time.time() * 1000)))
@@ -184,6 +189,12 @@ class NodeSessions:
         for replica in self._fleet.replicas.values():
             if replica.node_id == node_id and replica.replica_id not in reported:
                 replica.state = "absent"
+
+    def _on_kv_blocks(self, node_id: str, blocks: pb.KvBlocks) -> None:
+        replica = self._fleet.replicas.get(blocks.replica_id)
+        if replica is None or replica.node_id != node_id:
+            return  # only a node's own replicas: never another node's blocks
+        self.on_kv_blocks(replica.model, blocks)
 
     async def _on_status(self, node_id: str, status: pb.ShardStatus, channel: ControlChannel) -> None:
         replica = self._fleet.observe(

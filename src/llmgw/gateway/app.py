@@ -27,6 +27,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmgw.gateway import metrics
+from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.bodies import asking_for_usage, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
@@ -34,6 +35,7 @@ from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.settings import GatewaySettings
+from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream
 from llmgw.gateway.usage import UsageRecord
 
@@ -106,6 +108,10 @@ class Gateway:
         self.stopped = False
         """When True (``llmgw stop``) every POST answers 503 ``system_stopped``."""
         self.upstream = Upstream(self.settings)
+        self.tokenizer = Tokenizer(self.upstream)
+        """Prompt tokens from a replica's /tokenize, for KV-block routing."""
+        self.adapters = Adapters(self.replicas, self.upstream)
+        """LoRA adapters loaded at run time on their base model's replicas."""
 
     def asgi_app(self) -> ASGIApp:
         """The ASGI app serving ``/v1`` (the gateway itself is that app)."""
@@ -212,7 +218,7 @@ class Gateway:
                 return
             facts = model_and_stream(body)
             model = facts.model
-            if model not in self.catalog:
+            if model not in self.catalog and self.adapters.get(model) is None:
                 raise ApiError(
                     404,
                     f"The model '{model}' does not exist; GET /v1/models lists the models.",
@@ -223,7 +229,7 @@ class Gateway:
             strip_usage = facts.stream and not facts.usage_asked and path != "/v1/embeddings"
             if strip_usage:
                 body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
-            await forward(self, exchange, receive, send, path, body, facts.stream, strip_usage)
+            await forward(self, exchange, receive, send, path, body, facts.stream, strip_usage, facts)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(

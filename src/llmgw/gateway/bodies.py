@@ -63,6 +63,10 @@ class RequestFacts(NamedTuple):
     """The client asked for a usage event in the stream (``stream_options.include_usage``)."""
     stream_options: Any
     """The ``stream_options`` sent; :data:`ABSENT` when there were none."""
+    prompt: str = ""
+    """The prompt as text (chat messages joined by role), for prefix routing; empty when none."""
+    prompt_request: dict[str, Any] | None = None
+    """``{"prompt": ...}`` or ``{"messages": ...}`` as sent, to ask the engine's /tokenize."""
 
 
 ABSENT: Any = object()
@@ -118,4 +122,24 @@ def model_and_stream(body: bytes) -> RequestFacts:
     stream = data.get("stream") is True
     options = data.get("stream_options", ABSENT)
     usage_asked = stream and isinstance(options, dict) and options.get("include_usage") is True
-    return RequestFacts(model, stream, usage_asked, options)
+    prompt, prompt_request = _prompt_of(data)
+    return RequestFacts(model, stream, usage_asked, options, prompt, prompt_request)
+
+
+def _prompt_of(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """The prompt's text and the /tokenize request that gives its tokens (chat or completion)."""
+    prompt = data.get("prompt")
+    if isinstance(prompt, str):
+        return prompt, {"prompt": prompt}
+    messages = data.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        for message in messages:
+            if not isinstance(message, dict):
+                return "", None
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            parts.append(f"<|{message.get('role', '')}|> {content or ''}")
+        return "\n".join(parts), {"messages": messages}
+    return "", None

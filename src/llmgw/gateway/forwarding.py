@@ -15,11 +15,13 @@ import asyncio
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Send
 
 from llmgw.gateway import metrics
+from llmgw.gateway.adapters import AdapterLoadFailed
+from llmgw.gateway.bodies import RequestFacts
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import EVENT_STREAM, JSON, ApiError, normalise_engine_error, sse_error_event
@@ -93,6 +95,7 @@ async def forward(
     body: bytes,
     stream: bool,
     strip_usage: bool = False,
+    facts: RequestFacts | None = None,
 ) -> None:
     """Answer a validated request from a replica of ``exchange.model``; report its usage.
 
@@ -104,7 +107,7 @@ async def forward(
     watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
     watcher.add_done_callback(functools.partial(_client_left, exchange, task))
     try:
-        await _forward(gateway, exchange, send, path, body, stream, strip_usage)
+        await _forward(gateway, exchange, send, path, body, stream, strip_usage, facts)
     except ApiError as error:
         exchange.status = error.status
         raise
@@ -132,17 +135,70 @@ async def forward(
 
 
 async def _forward(
-    gateway: Gateway, exchange: Exchange, send: Send, path: str, body: bytes, stream: bool, strip_usage: bool
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    path: str,
+    body: bytes,
+    stream: bool,
+    strip_usage: bool,
+    facts: RequestFacts | None,
 ) -> None:
     model = exchange.model
     table = gateway.replicas
-    endpoint = table.pick(model)
+    adapter = gateway.adapters.get(model)
+    if adapter is not None:
+        await _forward_adapter(gateway, exchange, send, path, body, stream, strip_usage, adapter.model)
+        return
+    prompt = facts.prompt if facts is not None else ""
+    tokens = None
+    if prompt and facts is not None and facts.prompt_request is not None and table.router.wants_tokens(model):
+        tokens = await _tokens(gateway, exchange, prompt, facts.prompt_request)
+    endpoint = table.pick(model, prompt=prompt, tokens=tokens)
     if endpoint is None:
         gateway.want_replica(model)
         if await table.wait_ready(model, gateway.settings.request_wait_s):
-            endpoint = table.pick(model)
+            endpoint = table.pick(model, prompt=prompt, tokens=tokens)
         if endpoint is None:
             raise gateway.not_ready_error(model)
+    await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
+
+
+async def _forward_adapter(
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    path: str,
+    body: bytes,
+    stream: bool,
+    strip_usage: bool,
+    base: str,
+) -> None:
+    """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""
+    adapters = gateway.adapters
+    try:
+        endpoint = await adapters.place(exchange.model, exchange.request_id)
+    except AdapterLoadFailed as error:
+        raise ApiError(502, f"{error}", "adapter_load_failed") from error
+    if endpoint is None:
+        gateway.want_replica(base)
+        raise gateway.not_ready_error(base)
+    try:
+        await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
+    finally:
+        adapters.done(endpoint.replica_id, exchange.model)
+
+
+async def _answer(
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    endpoint: ReplicaEndpoint,
+    path: str,
+    body: bytes,
+    stream: bool,
+    strip_usage: bool,
+) -> None:
     response, lease = await _connect(gateway, exchange, endpoint, path, body)
     clean = False
     try:
@@ -162,6 +218,21 @@ async def _forward(
         else:
             # Drop the connection rather than pool it: the engine sees the client is gone.
             response.close()
+
+
+async def _tokens(
+    gateway: Gateway, exchange: Exchange, prompt: str, request: dict[str, Any]
+) -> list[int] | None:
+    """The prompt's tokens (cached; else from a ready replica's /tokenize); None when unknown."""
+    tokenizer = gateway.tokenizer
+    known = tokenizer.cached(exchange.model, prompt)
+    if known is not None:
+        return known
+    ready = gateway.replicas.ready(exchange.model)
+    if not ready:
+        return None
+    endpoint = ready[len(prompt) % len(ready)]
+    return await tokenizer.tokens(endpoint, prompt, {"model": exchange.model, **request}, exchange.request_id)
 
 
 async def _connect(

@@ -9,11 +9,12 @@ their replica serves them. Everything here runs on the event loop's thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from llmgw.core.routing import ReplicaLoad, least_loaded
+from llmgw.core.routing import ReplicaLoad
+from llmgw.gateway.routing import Router
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +62,13 @@ class Lease:
 class ReplicaTable:
     """Ready replicas by model, with this gateway's in-flight count per replica."""
 
-    def __init__(self) -> None:
+    def __init__(self, router: Router | None = None) -> None:
+        self.router = router if router is not None else Router()
+        """Chooses among a model's replicas (policy, prefix tree, KV index)."""
         self._endpoints: dict[str, ReplicaEndpoint] = {}
         self._loads: dict[str, ReplicaLoad] = {}
         self._by_model: dict[str, list[ReplicaLoad]] = {}
         self._waiters: dict[str, asyncio.Event] = {}
-        self._turn = 0
 
     # -- changes from the control plane --------------------------------------------------------
 
@@ -93,6 +95,7 @@ class ReplicaTable:
         load = self._loads.pop(replica_id, None)
         if endpoint is not None and load is not None:
             self._unlist(endpoint.model, load)
+        self.router.forget(replica_id)
         return endpoint
 
     def replace(self, endpoints: Iterable[ReplicaEndpoint]) -> None:
@@ -118,6 +121,10 @@ class ReplicaTable:
         """The ready replicas of ``model``."""
         return [self._endpoints[load.replica_id] for load in self._by_model.get(model, ())]
 
+    def loads(self, model: str) -> list[ReplicaLoad]:
+        """The load of each ready replica of ``model`` (live objects: read, do not change)."""
+        return list(self._by_model.get(model, ()))
+
     def models(self) -> set[str]:
         """Models with at least one ready replica."""
         return set(self._by_model)
@@ -130,21 +137,23 @@ class ReplicaTable:
         load = self._loads.get(replica_id)
         return 0 if load is None else load.in_flight
 
-    def pick(self, model: str, exclude: Collection[str] = ()) -> ReplicaEndpoint | None:
-        """The ready replica of ``model`` with the lowest share of its capacity in use.
+    def pick(
+        self, model: str, exclude: Collection[str] = (), prompt: str = "", tokens: Sequence[int] | None = None
+    ) -> ReplicaEndpoint | None:
+        """The ready replica of ``model`` the router chooses for ``prompt`` (:mod:`llmgw.gateway.routing`).
 
-        Ties rotate, so idle replicas share the work; ``exclude`` names replicas
-        this request already failed on.
+        Without a prompt (or under the least-loaded policy): the lowest share of
+        its capacity in use, ties rotating. ``tokens``: the prompt's tokens, for
+        KV-block overlap. ``exclude`` names replicas this request already failed on.
         """
         loads = self._by_model.get(model)
         if not loads:
             return None
         if exclude:
             loads = [load for load in loads if load.replica_id not in exclude]
-        self._turn += 1
         if len(loads) == 1:
             return self._endpoints[loads[0].replica_id] if loads[0].readable else None
-        chosen = least_loaded(loads, self._turn)
+        chosen = self.router.choose(model, loads, prompt, tokens)
         return None if chosen is None else self._endpoints[chosen.replica_id]
 
     def endpoints(self) -> list[ReplicaEndpoint]:

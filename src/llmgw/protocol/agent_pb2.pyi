@@ -533,6 +533,7 @@ class AgentMessage(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     TELEMETRY_FIELD_NUMBER: _builtins.int
     LOGS_FIELD_NUMBER: _builtins.int
+    KV_BLOCKS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -543,6 +544,8 @@ class AgentMessage(_message.Message):
     def telemetry(self) -> Global___Telemetry: ...
     @_builtins.property
     def logs(self) -> Global___LogLines: ...
+    @_builtins.property
+    def kv_blocks(self) -> Global___KvBlocks: ...
     def __init__(
         self,
         *,
@@ -551,16 +554,60 @@ class AgentMessage(_message.Message):
         heartbeat: Global___Heartbeat | None = ...,
         telemetry: Global___Telemetry | None = ...,
         logs: Global___LogLines | None = ...,
+        kv_blocks: Global___KvBlocks | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry", "logs"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry", "logs", "kv_blocks"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___AgentMessage: _TypeAlias = AgentMessage  # noqa: Y015
+
+@_typing.final
+class KvBlocks(_message.Message):
+    """Net changes to one vLLM shard's KV-cache blocks, from its KV events. With
+    reset, what the control plane knew of the shard's blocks is replaced by
+    stored (sent on every new stream, after a gap in the events, a restart or a
+    cleared cache). A block is the integer of its hash's last eight bytes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    RESET_FIELD_NUMBER: _builtins.int
+    STORED_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    HASH_SEED_FIELD_NUMBER: _builtins.int
+    BLOCK_SIZE_FIELD_NUMBER: _builtins.int
+    replica_id: _builtins.str
+    reset: _builtins.bool
+    hash_seed: _builtins.str
+    """the engine's PYTHONHASHSEED (vLLM's NONE_HASH comes from it)"""
+    block_size: _builtins.int
+    @_builtins.property
+    def stored(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        replica_id: _builtins.str = ...,
+        reset: _builtins.bool = ...,
+        stored: _abc.Iterable[_builtins.int] | None = ...,
+        removed: _abc.Iterable[_builtins.int] | None = ...,
+        hash_seed: _builtins.str = ...,
+        block_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "hash_seed", b"hash_seed", "removed", b"removed", "replica_id", b"replica_id", "reset", b"reset", "stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KvBlocks: _TypeAlias = KvBlocks  # noqa: Y015
 
 @_typing.final
 class StartShard(_message.Message):

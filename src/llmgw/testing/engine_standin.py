@@ -167,6 +167,8 @@ class Standin:
         self.waiting = 0
         self.held_blocks = 0
         self.prompt_tokens = 0
+        self.cached_tokens = 0
+        """Prompt tokens found in the block cache (vLLM's prefix_cache_hits)."""
         self.generated_tokens = 0
         self.requests = 0
         self.adapters: OrderedDict[str, str] = OrderedDict()
@@ -188,6 +190,7 @@ class Standin:
             await self.sleep(self.settings.prefill_s * (len(prompt) - cached))
             self.cache.store(prompt)
             self.prompt_tokens += len(prompt)
+            self.cached_tokens += cached
             for index in range(max_tokens):
                 await self.sleep(self.settings.decode_s)
                 self.generated_tokens += 1
@@ -211,6 +214,8 @@ class Standin:
                 ("vllm:num_requests_waiting", "gauge", self.waiting),
                 ("vllm:kv_cache_usage_perc", "gauge", usage),
                 ("vllm:prompt_tokens_total", "counter", self.prompt_tokens),
+                ("vllm:prefix_cache_queries_total", "counter", self.prompt_tokens),
+                ("vllm:prefix_cache_hits_total", "counter", self.cached_tokens),
                 ("vllm:generation_tokens_total", "counter", self.generated_tokens),
             ]
         elif s.engine == "sglang":

@@ -1,0 +1,109 @@
+"""The agent's KV-events relay: follow each vLLM shard's KV events, send net changes up the stream.
+
+For every shard started with a KV-events port (``kv_events`` in its profile),
+:class:`KvReporter` follows the engine's ZMQ socket
+(:class:`llmgw.agent.kv_events.KvEventsFollower`) and sends each net change as
+a ``KvBlocks`` message. A shard that restarts (a new port) or goes is reset;
+on every new stream (:meth:`KvReporter.resend`, from the session's ``on_stream``) each shard's whole mirror is
+sent again as a reset followed by its blocks, so the control plane never
+keeps a stale view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from llmgw.agent.kv_events import BlockChanges, KvEventsFollower
+from llmgw.engines.vllm import HASH_SEED
+from llmgw.protocol import agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+BLOCK_SIZE = 16
+"""vLLM's block size unless the profile's args set --block-size."""
+
+MAX_PER_MESSAGE = 50_000
+"""Block hashes per KvBlocks message (a full copy goes in several)."""
+
+
+class FollowedShard(Protocol):
+    spec: pb.StartShard
+    kv_events_port: int | None
+
+
+def _block_size(spec: pb.StartShard) -> int:
+    args = list(spec.args)
+    for index, arg in enumerate(args):
+        if arg == "--block-size" and index + 1 < len(args) and args[index + 1].isdigit():
+            return int(args[index + 1])
+        if arg.startswith("--block-size=") and arg.partition("=")[2].isdigit():
+            return int(arg.partition("=")[2])
+    return BLOCK_SIZE
+
+
+class KvReporter:
+    """Follows the KV events of the shards in ``shards`` and reports their blocks through ``send``."""
+
+    def __init__(
+        self,
+        shards: Mapping[str, FollowedShard],
+        send: Callable[[pb.AgentMessage], None],
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.shards = shards
+        self.send = send
+        self.host = host
+        self._followed: dict[str, tuple[int, KvEventsFollower, asyncio.Task[None], int]] = {}
+
+    def _message(self, replica_id: str, changes: BlockChanges, block_size: int) -> None:
+        stored = sorted(changes.stored)
+        removed = sorted(changes.removed)
+        first = True
+        while first or stored or removed:
+            part = pb.KvBlocks(replica_id=replica_id, reset=changes.reset and first,
+                               stored=stored[:MAX_PER_MESSAGE], removed=removed[:MAX_PER_MESSAGE],
+                               hash_seed=HASH_SEED, block_size=block_size)  # fmt: skip
+            stored, removed = stored[MAX_PER_MESSAGE:], removed[MAX_PER_MESSAGE:]
+            self.send(pb.AgentMessage(kv_blocks=part))
+            first = False
+
+    def sync(self) -> None:
+        """Follow new shards and new ports; stop following shards that went (their blocks reset)."""
+        wanted = {rid: s for rid, s in self.shards.items() if s.kv_events_port}
+        for replica_id, (followed_port, _, task, size) in list(self._followed.items()):
+            shard = wanted.get(replica_id)
+            if shard is None or shard.kv_events_port != followed_port:
+                task.cancel()
+                del self._followed[replica_id]
+                self._message(replica_id, BlockChanges(reset=True), size)
+        for replica_id, shard in wanted.items():
+            if replica_id in self._followed:
+                continue
+            port = shard.kv_events_port or 0
+            size = _block_size(shard.spec)
+
+            def report(changes: BlockChanges, replica_id: str = replica_id, size: int = size) -> None:
+                self._message(replica_id, changes, size)
+
+            follower = KvEventsFollower(f"tcp://{self.host}:{port}", report, topic="")
+            task = asyncio.get_running_loop().create_task(follower.run(), name=f"kv-events-{replica_id}")
+            self._followed[replica_id] = (port, follower, task, size)
+            self._message(replica_id, BlockChanges(reset=True), size)
+
+    def resend(self) -> None:
+        """A new stream: every followed shard's whole mirror, as a reset and its blocks."""
+        for replica_id, (_, follower, _, size) in self._followed.items():
+            self._message(replica_id, follower.mirror.full_copy(), size)
+
+    async def run(self, period_s: float = 1.0) -> None:
+        """Keep following the shards (checked every ``period_s``) until cancelled."""
+        try:
+            while True:
+                self.sync()
+                await asyncio.sleep(period_s)
+        finally:
+            for _, _, task, _ in self._followed.values():
+                task.cancel()

@@ -1,0 +1,69 @@
+"""A prompt's tokens from a replica's own ``/tokenize``, cached, for KV-block routing.
+
+The router hashes a prompt's tokens as the engine does to find which replica
+holds its leading KV blocks; only the engine's tokenizer gives the same
+tokens. :class:`Tokenizer` asks a ready replica of the model
+(``POST /tokenize`` with the request's ``prompt`` or ``messages``) and keeps
+the answer in a bounded least-recently-used cache keyed by model and prompt
+text. Any failure (no such route, a timeout, a bad answer) gives None: the
+router then falls back to its approximate prefix tree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from llmgw.errors import EngineError
+from llmgw.gateway.replicas import ReplicaEndpoint
+from llmgw.gateway.upstream import Upstream
+
+
+class Tokenizer:
+    """Prompt text → the model's tokens, through a replica's /tokenize, with a bounded cache."""
+
+    def __init__(self, upstream: Upstream, max_entries: int = 4096) -> None:
+        self.upstream = upstream
+        self.max_entries = max_entries
+        self._cache: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
+        self.asked = 0
+        """Calls made to replicas (cache misses)."""
+
+    def cached(self, model: str, prompt: str) -> list[int] | None:
+        tokens = self._cache.get((model, prompt))
+        if tokens is not None:
+            self._cache.move_to_end((model, prompt))
+        return tokens
+
+    async def tokens(
+        self, endpoint: ReplicaEndpoint, prompt: str, request: dict[str, Any], request_id: bytes
+    ) -> list[int] | None:
+        """The tokens of ``request`` (``{"prompt": ...}`` or ``{"messages": ...}``) on its model."""
+        known = self.cached(endpoint.model, prompt)
+        if known is not None:
+            return known
+        self.asked += 1
+        body = json.dumps({"model": request.get("model", endpoint.model), **request}).encode()
+        try:
+            response = await self.upstream.post(endpoint, "/tokenize", body, request_id)
+        except EngineError:
+            return None
+        try:
+            raw = await response.read()
+        except EngineError:
+            response.close()
+            return None
+        response.release()
+        if response.status != 200:
+            return None
+        try:
+            tokens = json.loads(raw)["tokens"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            return None
+        self._cache[(endpoint.model, prompt)] = tokens
+        if len(self._cache) > self.max_entries:
+            self._cache.popitem(last=False)
+        return tokens

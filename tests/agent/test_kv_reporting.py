@@ -1,0 +1,54 @@
+"""The agent's KV reporter: a reset when a shard is first followed, net changes, full copies, gone shards."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+
+from llmgw.agent.kv_reporting import KvReporter
+from llmgw.core.kvblocks import block_key
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.testing.kv_events_publisher import KvEventsPublisher
+
+
+@dataclass
+class FakeShard:
+    spec: pb.StartShard
+    kv_events_port: int | None
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None:
+    port = _port()
+    publisher = KvEventsPublisher(f"tcp://127.0.0.1:{port}", "kv-events", int_hashes=True)
+    sent: asyncio.Queue[pb.KvBlocks] = asyncio.Queue()
+    shards = {"r1": FakeShard(pb.StartShard(replica_id="r1", args=["--block-size", "32"]), port)}
+    reporter = KvReporter(shards, lambda message: sent.put_nowait(message.kv_blocks))
+    try:
+        reporter.sync()
+        first = sent.get_nowait()
+        assert first.replica_id == "r1" and first.reset and first.block_size == 32 and first.hash_seed == "0"
+        digest = bytes(range(32))
+        async with asyncio.timeout(10):
+            while sent.empty():  # until the subscription has reached the publisher
+                publisher.stored([digest], None, [1] * 32)
+                await asyncio.sleep(0.02)
+        change = await sent.get()
+        assert list(change.stored) == [block_key(digest)] and not change.reset
+        reporter.resend()  # a new stream: the whole mirror again
+        copy = sent.get_nowait()
+        assert copy.reset and list(copy.stored) == [block_key(digest)]
+        shards.clear()  # the shard went: its blocks are reset
+        reporter.sync()
+        gone = sent.get_nowait()
+        assert gone.replica_id == "r1" and gone.reset and not gone.stored
+    finally:
+        shards.clear()
+        reporter.sync()
+        publisher.close()
