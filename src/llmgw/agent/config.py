@@ -8,17 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from llmgw import configfiles
+from llmgw.configfiles import ConfigFile, Section
 from llmgw.core.agentsettings import forbidden_keys, merge
 from llmgw.core.catalog import problems_of
 from llmgw.engines.builds import LLAMACPP_TAG, PYPI_URL, RELEASE_API
 from llmgw.engines.pythonbuilds import PYPI_SIMPLE_URL
 from llmgw.errors import ConfigError
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class AgentTls(Section):
@@ -83,7 +81,7 @@ class ShardSettings(Section):
     """Size past which an engine's output file is emptied in place (its lines are in the shard's log)."""
 
 
-class AgentConfig(Section):
+class AgentConfig(ConfigFile):
     node_id: str
     """This node's id; must match its certificate's common name."""
     address: str = "127.0.0.1"
@@ -102,12 +100,6 @@ class AgentConfig(Section):
     ports: Ports = Field(default_factory=Ports)
     engines: EngineSettings = Field(default_factory=EngineSettings)
     shards: ShardSettings = Field(default_factory=ShardSettings)
-
-    _directory: Path = Path(".")
-
-    def path(self, value: str) -> Path:
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else self._directory / p
 
     @property
     def work_path(self) -> Path:
@@ -129,27 +121,13 @@ def settings_path(path: Path) -> Path:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping from ``path``; ConfigError naming the file when it is missing or not a mapping."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(
-            f"no agent configuration at {path}",
-            "write one (see docs/cluster.md) or run 'llmgw up' for a single machine",
-        ) from None
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"cannot read {path}: {error}", "fix the file") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: not a mapping of settings", "fix the file")
-    return data
+    """agent.yaml (or the settings kept beside it) as a mapping; ConfigError naming the file otherwise."""
+    hint = "write one (see docs/cluster.md) or run 'llmgw up' for a single machine"
+    return configfiles.read_yaml(path, hint)
 
 
 def validate(data: dict[str, Any], where: str) -> AgentConfig:
-    try:
-        return AgentConfig.model_validate(data)
-    except ValidationError as error:
-        text = "; ".join(f"{field}: {why}" for field, why in problems_of(error))
-        raise ConfigError(f"{where}: {text}", "fix the fields named") from None
+    return configfiles.validate(AgentConfig, data, where)
 
 
 def settings_problems(data: Any) -> list[tuple[str, str]]:
@@ -215,6 +193,4 @@ def keep_settings(path: Path, settings: dict[str, Any]) -> None:
 
 
 def save_agent_config(config: AgentConfig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    config._directory = path.parent.resolve()
+    configfiles.save(config, path)

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from llmgw.core.catalog import problems_of
-from llmgw.errors import ConfigError
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from llmgw.configfiles import ConfigFile, Section, read_yaml, save, validate
 
 
 class StoreSettings(Section):
@@ -66,7 +59,7 @@ class GatewaySettingsFile(Section):
     """How long a request may take on its engine."""
 
 
-class ServerConfig(Section):
+class ServerConfig(ConfigFile):
     name: str = "cp1"
     """This control plane's name (its certificate's common name)."""
     data_dir: str = "."
@@ -81,14 +74,6 @@ class ServerConfig(Section):
     leadership: LeadershipSettings = Field(default_factory=LeadershipSettings)
     gateway: GatewaySettingsFile = Field(default_factory=GatewaySettingsFile)
 
-    # Where the file was read from; not part of the file.
-    _directory: Path = Path(".")
-
-    def path(self, value: str) -> Path:
-        """A path from the config, relative ones taken from the config's directory."""
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else self._directory / p
-
     @property
     def data_path(self) -> Path:
         return self.path(self.data_dir)
@@ -97,31 +82,12 @@ class ServerConfig(Section):
     def store_url(self) -> str:
         return self.store.url or f"sqlite+aiosqlite:///{self.data_path / 'llmgw.db'}"
 
-    @property
-    def directory(self) -> Path:
-        return self._directory
-
 
 def load_server_config(path: Path) -> ServerConfig:
     """Read server.yaml, naming the file and each bad field when it cannot be used."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"no configuration at {path}", "create one with 'llmgw server init'") from None
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"cannot read {path}: {error}", "fix the file or create it again") from None
-    try:
-        config = ServerConfig.model_validate(data)
-    except ValidationError as error:
-        text = "; ".join(f"{field}: {why}" for field, why in problems_of(error))
-        raise ConfigError(f"{path}: {text}", "fix the fields named") from None
-    config._directory = path.parent.resolve()
-    return config
+    data = read_yaml(path, "create one with 'llmgw server init'")
+    return validate(ServerConfig, data, str(path), path.parent)
 
 
 def save_server_config(config: ServerConfig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    os.replace(temporary, path)
-    config._directory = path.parent.resolve()
+    save(config, path)
