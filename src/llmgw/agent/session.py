@@ -27,6 +27,7 @@ from llmgw.core.devices import NodeInventory
 from llmgw.errors import ChannelClosed
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel
+from llmgw.protocol.devices import device_message
 
 log = logging.getLogger(__name__)
 
@@ -53,20 +54,7 @@ def register_message(
             memory_mb=inventory.memory_mb,
             agent_version=__version__,
             driver_version=inventory.driver_version,
-            devices=[
-                pb.Device(
-                    kind=d.kind,
-                    index=d.index,
-                    name=d.name,
-                    memory_mb=d.memory_mb,
-                    memory_free_mb=d.memory_free_mb,
-                    uuid=d.uuid,
-                    device_class=d.device_class,
-                    mig_profile=d.mig_profile,
-                    unavailable=d.unavailable,
-                )
-                for d in inventory.devices
-            ],
+            devices=[device_message(d) for d in inventory.devices],
             shards=shards,
             engines=engines,
         )

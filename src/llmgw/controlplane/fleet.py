@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from llmgw.controlplane.logreading import LogRequests
 from llmgw.core.backoff import Backoff
-from llmgw.core.devices import Device, NodeInventory
+from llmgw.core.devices import NodeInventory
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import ControlChannel
+from llmgw.protocol.devices import device_of
 
 log = logging.getLogger(__name__)
 
@@ -61,20 +62,7 @@ class ReplicaState:
 
 
 def inventory_of(register: pb.Register) -> NodeInventory:
-    devices = tuple(
-        Device(
-            kind=d.kind,
-            index=d.index,
-            name=d.name,
-            memory_mb=d.memory_mb,
-            memory_free_mb=d.memory_free_mb,
-            uuid=d.uuid,
-            device_class=d.device_class,
-            mig_profile=d.mig_profile,
-            unavailable=d.unavailable,
-        )
-        for d in register.devices
-    )
+    devices = tuple(device_of(d) for d in register.devices)
     return NodeInventory(
         node_id=register.node_id,
         address=register.address,
