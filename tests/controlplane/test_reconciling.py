@@ -323,3 +323,14 @@ async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harnes
         await node.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
         await receive(node, "heartbeat")
     assert given == [("m1", blocks)]
+
+
+def test_replica_keys_are_taken_as_values_by_an_argparse_engine() -> None:
+    """A key starting with ``-`` would be read as an option by vLLM's parser; none may."""
+    from llmgw.controlplane.reconciling import replica_key
+    from llmgw.testing.fake_vllm import _parser
+
+    keys = {replica_key() for _ in range(2000)}
+    assert len(keys) == 2000
+    for key in keys:
+        assert _parser().parse_args(["m", "--api-key", key]).api_key == key

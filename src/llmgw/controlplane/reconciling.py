@@ -200,7 +200,7 @@ class Reconciler:
             id=f"{_slug(model.name)}-{secrets.token_hex(3)}",
             model=model.name,
             node_id=decision.node_id,
-            api_key=secrets.token_urlsafe(24),
+            api_key=replica_key(),
             devices=list(decision.devices),
             memory_mb=model.memory_needed_mb(),
         )
@@ -270,6 +270,16 @@ class Reconciler:
                 )
             except ChannelClosed:
                 pass
+
+
+def replica_key() -> str:
+    """A new replica's own API key.
+
+    It goes on the engine's command line after ``--api-key``; an argument
+    parser such as vLLM's takes a value that starts with ``-`` for an option
+    and refuses to start, so the key always starts with a letter.
+    """
+    return "llmgw-replica-" + secrets.token_urlsafe(24)
 
 
 def _slug(name: str) -> str:
