@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 
 from llmgw.configfiles import ConfigFile, Section, read_yaml, save, validate
+from llmgw.gateway.routing import RoutingSettings
 
 
 class StoreSettings(Section):
@@ -73,6 +74,8 @@ class ServerConfig(ConfigFile):
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     leadership: LeadershipSettings = Field(default_factory=LeadershipSettings)
     gateway: GatewaySettingsFile = Field(default_factory=GatewaySettingsFile)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    """How the router chooses among a model's replicas (policy, saturation, prefix tree size)."""
 
     @property
     def data_path(self) -> Path:

@@ -27,7 +27,8 @@ from llmgw.gateway.app import Gateway
 from llmgw.gateway.catalog_view import ModelEntry
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.loads import LoadReader
-from llmgw.gateway.replicas import ReplicaEndpoint
+from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.mirror.blobs import BlobStore
@@ -105,6 +106,7 @@ class ControlPlane:
                 request_wait_s=config.gateway.request_wait_s,
                 upstream_timeout_s=config.gateway.upstream_timeout_s,
             ),
+            replicas=ReplicaTable(Router(config.routing)),
             on_demand=lambda model: reconciler_box[0].demand(model),
             on_usage=on_usage,
             on_replica_failed=lambda replica_id, reason: log.warning(

@@ -1,0 +1,38 @@
+"""server.yaml: the routing section reaches the router; a bad routing field is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmgw.controlplane.config import load_server_config, save_server_config
+from llmgw.errors import LlmgwError
+
+
+def test_routing_settings_are_read_from_server_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text("name: cp1\nrouting:\n  policy: prefix\n  saturation: 2.5\n")
+    config = load_server_config(path)
+    assert config.routing.policy == "prefix"
+    assert config.routing.saturation == 2.5
+    assert config.routing.load_weight == 0.5  # the default kept
+    save_server_config(config, path)
+    assert load_server_config(path).routing == config.routing
+
+
+def test_an_unknown_policy_is_refused_with_its_field(tmp_path: Path) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text("routing:\n  policy: random\n")
+    with pytest.raises(LlmgwError) as raised:
+        load_server_config(path)
+    assert "routing.policy" in str(raised.value)
+    assert "round-robin" in str(raised.value)
+
+
+def test_a_misspelt_routing_key_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text("routing:\n  saturaton: 2\n")
+    with pytest.raises(LlmgwError) as raised:
+        load_server_config(path)
+    assert "routing.saturaton" in str(raised.value)
