@@ -96,7 +96,11 @@ def _plain_hash(parent: bytes | None, tokens: list[int]) -> bytes:
 
 
 class BlockCache:
-    """A fixed number of KV blocks, keyed by chained block hashes, evicting the least recently used."""
+    """A fixed number of KV blocks, keyed by chained block hashes, evicting the least recently used.
+
+    As in vLLM, the blocks of a sequence age tail first: the first block of a
+    prompt is the last of its blocks to be evicted.
+    """
 
     def __init__(
         self,
@@ -120,22 +124,33 @@ class BlockCache:
             chain.append(parent)
         return chain
 
+    def _touch(self, chain: list[bytes]) -> None:
+        """Make ``chain``'s held blocks the most recently used, its first block last of all.
+
+        vLLM frees a finished request's blocks tail first, so when the cache
+        is full the end of a sequence is evicted before its start and a
+        shared prefix outlives the turns built on it.
+        """
+        for digest in reversed(chain):
+            if digest in self._blocks:
+                self._blocks.move_to_end(digest)
+
     def cached_prefix(self, tokens: list[int]) -> int:
         """Tokens at the start of ``tokens`` whose blocks are cached (and now recently used)."""
-        held = 0
+        held: list[bytes] = []
         for digest in self.hashes(tokens):
             if digest not in self._blocks:
                 break
-            self._blocks.move_to_end(digest)
-            held += 1
-        return held * self.block_size
+            held.append(digest)
+        self._touch(held)
+        return len(held) * self.block_size
 
     def store(self, tokens: list[int]) -> None:
+        chain = self.hashes(tokens)
+        self._touch(chain)
         parent: bytes | None = None
-        for index, digest in enumerate(self.hashes(tokens)):
-            if digest in self._blocks:
-                self._blocks.move_to_end(digest)
-            else:
+        for index, digest in enumerate(chain):
+            if digest not in self._blocks:
                 while len(self._blocks) >= self.num_blocks:
                     evicted, _ = self._blocks.popitem(last=False)
                     self.on_removed([evicted])
@@ -143,6 +158,7 @@ class BlockCache:
                 block = tokens[index * self.block_size : (index + 1) * self.block_size]
                 self.on_stored([digest], parent, block)
             parent = digest
+        self._touch(chain)
 
     def clear(self) -> None:
         self._blocks.clear()
