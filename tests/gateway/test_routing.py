@@ -88,3 +88,35 @@ def test_new_prefixes_spread_over_the_replicas() -> None:
         chosen.add(endpoint.replica_id)
         assert table.pick("m", prompt=f"group {group} " + SYSTEM + " again") == endpoint
     assert chosen == {"r0", "r1", "r2", "r3"}  # no replica caches two groups while another has none
+
+
+def test_a_new_shared_prefix_goes_where_fewer_are_cached_even_if_busier() -> None:
+    table = _table("prefix", replicas=2, capacity=4)
+    by_group = {}
+    for group in range(3):  # r0 and r1 hold one or two groups
+        endpoint = table.pick("m", prompt=f"group {group} " + SYSTEM)
+        assert endpoint is not None
+        by_group[group] = endpoint
+    fewer = next(e for e in (by_group[0], by_group[1]) if list(by_group.values()).count(e) == 1)
+    leases = [table.acquire(fewer) for _ in range(3)]  # busier (0.75), not saturated
+    chosen = table.pick("m", prompt="group 3 " + SYSTEM)
+    assert chosen == fewer  # the cache's share of hot prefixes outweighs a transient load
+    for lease in leases:
+        lease.release()
+
+
+def test_with_many_unshared_prompts_load_decides_a_new_one() -> None:
+    table = _table("prefix", replicas=2, capacity=4)
+    endpoints = {}
+    for n in range(201):  # unshared prompts: r0 and r1 each hold about a hundred
+        endpoint = table.pick("m", prompt=f"{n} unique question " + "in many words " * 10)
+        assert endpoint is not None
+        endpoints[endpoint.replica_id] = endpoint
+    idle, busy = endpoints["r0"], endpoints["r1"]
+    counts = table.router.tree("m").roots
+    if counts["r0"] < counts["r1"]:
+        idle, busy = busy, idle  # the idle one holds more prefixes
+    leases = [table.acquire(busy) for _ in range(3)]
+    assert table.pick("m", prompt="a question never asked " + "in many words " * 10) == idle
+    for lease in leases:
+        lease.release()

@@ -61,9 +61,10 @@ class RoutingSettings(BaseModel):
     takes nothing on affinity: load balance overrides the prefix."""
     load_weight: float = Field(default=0.5, ge=0)
     """How much a replica's utilisation counts against the share of the prompt it holds."""
-    spread_weight: float = Field(default=0.05, ge=0)
-    """For a prompt no replica holds: how much each distinct prefix a replica already caches counts
-    against it (one in-flight request on a replica of capacity 4 counts 0.0625)."""
+    spread_weight: float = Field(default=1.0, ge=0)
+    """For a prompt no replica holds: how much a replica's count of distinct cached prefixes,
+    as a multiple of the replicas' mean, counts against it. At 1.0 one prefix more than the
+    mean of two outweighs the load term up to a utilisation of 1; saturation still overrides."""
     prefix_nodes: int = Field(default=200_000, ge=1)
     """Most nodes in each model's prefix tree (least recently used evicted first)."""
     chunk_chars: int = Field(default=128, ge=1)
@@ -164,7 +165,13 @@ class Router:
         depth, chunks = tree.match(prompt, ids)
         if not depth:
             # A prompt starting like none before: even out the distinct prefixes each replica
-            # caches, so that every replica's share of the hot prefixes fits its cache.
-            spread = self.settings.spread_weight
-            return {r: -spread * count for r, count in tree.roots.items() if r in ids}, "none"
+            # caches, so that every replica's share of the hot prefixes fits its cache. Counted
+            # against the mean, so one more prefix matters where replicas hold a few (shared
+            # system prompts), and hardly where each holds thousands (prompts never shared).
+            counts = {r: count for r, count in tree.roots.items() if r in ids}
+            total = sum(counts.values())
+            if not total:
+                return {}, "none"
+            scale = self.settings.spread_weight * len(ids) / total
+            return {r: -scale * count for r, count in counts.items()}, "none"
         return {replica: count / chunks for replica, count in depth.items()}, "tree"
