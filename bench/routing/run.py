@@ -219,7 +219,12 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def phase(
-    policy: str, rate: float, work: Workload, replicas: Replicas, seed: int, warmup: int,
+    policy: str,
+    rate: float,
+    work: Workload,
+    replicas: Replicas,
+    seed: int,
+    warmup: int,
     tuning: dict[str, float],
 ) -> dict[str, Any]:
     """One policy at one rate on fresh replicas; TTFT over the requests after the first ``warmup``."""
@@ -343,12 +348,24 @@ async def main() -> int:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=1)
     defaults = RoutingSettings()
-    parser.add_argument("--saturation", type=float, default=defaults.saturation,
-                        help="routing.saturation for the prefix and kv policies")
-    parser.add_argument("--load-weight", type=float, default=defaults.load_weight,
-                        help="routing.load_weight for the prefix and kv policies")
-    parser.add_argument("--spread-weight", type=float, default=defaults.spread_weight,
-                        help="routing.spread_weight for the prefix and kv policies")
+    parser.add_argument(
+        "--saturation",
+        type=float,
+        default=defaults.saturation,
+        help="routing.saturation for the prefix and kv policies",
+    )
+    parser.add_argument(
+        "--load-weight",
+        type=float,
+        default=defaults.load_weight,
+        help="routing.load_weight for the prefix and kv policies",
+    )
+    parser.add_argument(
+        "--spread-weight",
+        type=float,
+        default=defaults.spread_weight,
+        help="routing.spread_weight for the prefix and kv policies",
+    )
     parser.add_argument("--decisions-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.decisions_only:
@@ -380,8 +397,11 @@ async def main() -> int:
             base = None
             for policy in args.policies.split(","):
                 warmup = int(args.warmup * len(work.requests))
-                tuning = {"saturation": args.saturation, "load_weight": args.load_weight,
-                          "spread_weight": args.spread_weight}
+                tuning = {
+                    "saturation": args.saturation,
+                    "load_weight": args.load_weight,
+                    "spread_weight": args.spread_weight,
+                }
                 row = await phase(policy, rate, work, replicas, args.seed, warmup, tuning)
                 results.append(row)
                 if policy == "round-robin":
