@@ -23,8 +23,9 @@ from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition
 from llmgw.errors import LlmgwError
+from llmgw.gateway.adapters import AdapterEntry
 from llmgw.gateway.app import Gateway
-from llmgw.gateway.catalog_view import ModelEntry
+from llmgw.gateway.catalog_view import catalog_entries
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaEndpoint
@@ -113,6 +114,7 @@ class ControlPlane:
         )
 
         def on_ready(replica: ReplicaState, base_url: str) -> None:
+            gateway.adapters.set_paths(replica.replica_id, replica.adapter_paths)
             gateway.replicas.set_ready(
                 ReplicaEndpoint(
                     replica_id=replica.replica_id,
@@ -125,14 +127,11 @@ class ControlPlane:
             )
 
         def on_catalog(models: list[ModelDefinition]) -> None:
-            gateway.catalog.replace(
-                ModelEntry(
-                    name=m.name,
-                    on_demand=m.on_demand or m.replicas.min == 0,
-                    created=0,
-                    owner=m.owner or "llmgw",
-                )
+            gateway.catalog.replace(catalog_entries(models))
+            gateway.adapters.replace(
+                AdapterEntry(a.name, m.name, max_loaded=m.profile.max_loaded_adapters)
                 for m in models
+                for a in m.adapters
             )
 
         def on_gone(replica_id: str) -> None:

@@ -182,7 +182,13 @@ async def _forward_adapter(
         raise ApiError(502, f"{error}", "adapter_load_failed") from error
     if endpoint is None:
         gateway.want_replica(base)
-        raise gateway.not_ready_error(base)
+        if await gateway.replicas.wait_ready(base, gateway.settings.request_wait_s):
+            try:
+                endpoint = await adapters.place(exchange.model, exchange.request_id)
+            except AdapterLoadFailed as error:
+                raise ApiError(502, f"{error}", "adapter_load_failed") from error
+        if endpoint is None:
+            raise gateway.not_ready_error(base)
     try:
         await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
     finally:
