@@ -271,6 +271,7 @@ class AdminApi:
                     "on": r.compute,
                     "restarts": r.restarts,
                     "error": r.error,
+                    "adapters": dict(r.adapter_paths),
                 }
                 for r in sorted(self.fleet.replicas.values(), key=lambda r: (r.model, r.replica_id))
             ]

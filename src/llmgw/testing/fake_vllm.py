@@ -17,7 +17,7 @@ import os
 import sys
 
 from llmgw.testing.block_hashing import block_hash, none_hash
-from llmgw.testing.engine_standin import StandinSettings, serve
+from llmgw.testing.engine_standin import StandinSettings, peft_refusal, serve
 
 VERSION = "0.11.0"
 
@@ -70,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def lora_module(value: str) -> tuple[str, str]:
+    """One ``--lora-modules`` value: ``name=path`` or JSON with ``name`` and ``path``."""
+    if value.lstrip().startswith("{"):
+        data = json.loads(value)
+        return str(data.get("name", "")), str(data.get("path", ""))
+    name, _, path = value.partition("=")
+    return name, path
+
+
 def _dashes(argv: list[str]) -> list[str]:
     """vLLM's parser reads ``--max_model_len`` as ``--max-model-len``."""
     out = []
@@ -110,7 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         max_loras=options.max_loras if options.enable_lora else 0,
         runtime_lora=options.enable_lora
         and os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
+        lora_paths_checked=True,
     )
+    if options.lora_modules:
+        if not options.enable_lora:
+            print("vllm serve: error: --lora-modules needs --enable-lora", file=sys.stderr)
+            return 2
+        for module in options.lora_modules:
+            name, path = lora_module(module)
+            refusal = peft_refusal(path) if name and path else "the format is name=path"
+            if refusal:
+                print(f"ValueError: cannot load LoRA module {module!r}: {refusal}", file=sys.stderr)
+                return 1
+            settings.static_loras[name] = path
     if options.prefix_caching_hash_algo == "sha256_cbor":
         root = none_hash()
         settings.hash_block = lambda parent, tokens: block_hash(parent, tokens, root)

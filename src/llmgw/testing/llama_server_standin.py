@@ -6,6 +6,9 @@ accepted and ignored) and speaks the parts of its HTTP API llmgw uses:
 
 - ``GET /health`` without the key: 200 ``{"status":"ok"}``.
 - ``GET /metrics`` with the key: llama-server's Prometheus names.
+- ``GET /lora-adapters`` with the key: the adapters ``--lora FNAME`` and
+  ``--lora-scaled FNAME:SCALE`` loaded at start (each a comma-separated
+  list, each file checked to exist), as ``[{"id", "path", "scale"}]``.
 - ``POST /v1/chat/completions`` and ``/v1/completions`` with the key: a fixed
   answer, or with ``"stream": true`` a stream of :data:`STREAM_CHUNKS` content
   events, a usage-only event when ``stream_options.include_usage`` asks for it,
@@ -162,6 +165,8 @@ class _Connection(asyncio.Protocol):
             return
         if method == b"GET" and path == b"/metrics":
             self._reply(200, self._server.metrics(), keep_alive, b"text/plain; version=0.0.4")
+        elif method == b"GET" and path == b"/lora-adapters":
+            self._reply(200, json.dumps(self._server.adapters()).encode(), keep_alive)
         elif method == b"GET" and path in (b"/v1/models", b"/models"):
             listing = {"object": "list", "data": [{"id": self._server.alias, "object": "model"}]}
             self._reply(200, json.dumps(listing).encode(), keep_alive)
@@ -227,12 +232,20 @@ class _Connection(asyncio.Protocol):
 class StandIn:
     """The server: its key, alias and counters."""
 
-    def __init__(self, api_key: str, alias: str, interval_s: float) -> None:
+    def __init__(
+        self, api_key: str, alias: str, interval_s: float, loras: list[tuple[str, float]] | None = None
+    ) -> None:
         self.authorization = b"Bearer " + api_key.encode()
         self.alias = alias
         self.interval_s = interval_s
         self.requests = 0
         self.running = 0
+        self.loras = loras or []
+        """LoRA adapters loaded at start: (path, scale)."""
+
+    def adapters(self) -> list[dict[str, Any]]:
+        """``GET /lora-adapters``: each adapter's id, path and scale."""
+        return [{"id": i, "path": path, "scale": scale} for i, (path, scale) in enumerate(self.loras)]
 
     def metrics(self) -> bytes:
         return (
@@ -258,15 +271,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--api-key", default="")
     parser.add_argument("-a", "--alias", default="")
+    parser.add_argument("--lora", action="append", default=[])
+    parser.add_argument("--lora-scaled", action="append", default=[])
     args, _ignored = parser.parse_known_args(argv)
     if args.model and not Path(args.model).exists():
         parser.error(f"--model {args.model}: no such file; pass the weights' path as llama-server does")
+    loras: list[tuple[str, float]] = []
+    for value in args.lora:
+        loras += [(item, 1.0) for item in value.split(",")]
+    for value in args.lora_scaled:
+        for item in value.split(","):
+            path, colon, scale = item.partition(":")
+            if not colon:
+                parser.error(f"--lora-scaled {item}: the format is FNAME:SCALE")
+            loras.append((path, float(scale)))
+    for path, _scale in loras:
+        if not Path(path).is_file():
+            parser.error(f"failed to load LoRA adapter {path}: no such file")
+    args.loras = loras
     return args
 
 
 async def serve(args: argparse.Namespace) -> None:
     interval_s = float(os.environ.get("LLMGW_STANDIN_CHUNK_INTERVAL_MS", "0")) / 1000
-    server = StandIn(args.api_key, args.alias or Path(args.model).name, interval_s)
+    server = StandIn(args.api_key, args.alias or Path(args.model).name, interval_s, args.loras)
     loop = asyncio.get_running_loop()
     listening = await loop.create_server(lambda: _Connection(server), args.host, args.port, backlog=1024)
     stop = asyncio.Event()
