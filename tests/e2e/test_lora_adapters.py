@@ -214,15 +214,23 @@ def test_vllm_is_given_an_adapter_at_start_without_a_runtime_limit(lora_cluster:
 
 def test_llamacpp_is_given_every_adapter_at_start_with_its_scale(lora_cluster: Cluster) -> None:
     loaded = engine_get(lora_cluster, GGUF, "/lora-adapters", flag="--alias")
-    scales = {Path(a["path"]).name: a["scale"] for a in loaded}
-    assert scales == {"half.gguf": 0.5, "full.gguf": 1.0}
+    assert [(Path(a["path"]).name, a["scale"]) for a in loaded] == [("half.gguf", 0.5), ("full.gguf", 1.0)]
     argv = engine_argv("--alias", GGUF)
     assert argv[argv.index("--lora-scaled") + 1].endswith("half.gguf:0.5")
     assert argv[argv.index("--lora") + 1].endswith("full.gguf")
-    answer = client(lora_cluster).chat.completions.create(
-        model="ad-gguf-half", messages=[{"role": "user", "content": "hi"}]
-    )
-    assert answer.choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    ("model", "scales"),
+    [("ad-gguf-half", [0.5, 0.0]), ("ad-gguf-full", [0.0, 1.0]), (GGUF, [0.0, 0.0])],
+    ids=["half", "full", "model-alone"],
+)
+def test_llamacpp_applies_only_the_adapter_a_request_names(
+    lora_cluster: Cluster, model: str, scales: list[float]
+) -> None:
+    assert ask(lora_cluster, model)
+    slots = engine_get(lora_cluster, GGUF, "/slots", flag="--alias")
+    assert [entry["scale"] for entry in slots[0]["params"]["lora"]] == scales
 
 
 def test_an_adapter_whose_file_is_not_in_the_mirror_is_refused_by_field(lora_cluster: Cluster) -> None:

@@ -13,7 +13,8 @@ from aiohttp import web
 
 from llmgw.core.catalog import parse_model
 from llmgw.gateway import Gateway, KeyEntry, hash_secret
-from llmgw.gateway.adapters import LOADS, AdapterEntry, AdapterLoadFailed, Adapters
+from llmgw.gateway.adapters import LOADS, AdapterEntry, AdapterLoadFailed, Adapters, adapter_entries
+from llmgw.gateway.bodies import choosing_lora
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.settings import GatewaySettings
@@ -149,3 +150,40 @@ async def test_an_adapters_request_waits_for_its_model_to_start_on_demand(
         assert (await response.json())["choices"][0]["message"]["content"] == " tok0 tok1"
         response.release()
     await gateway.close()
+
+
+def test_llamacpp_requests_name_their_adapter_by_id_and_the_model_alone_turns_all_off() -> None:
+    model = parse_model(
+        {"name": "small", "source": {"sha256": SHA},
+         "adapters": [{"name": "half", "sha256": SHA, "scale": 0.5}, {"name": "full", "sha256": SHA}]}
+    )  # fmt: skip
+    adapters = Adapters(ReplicaTable(), Upstream(GatewaySettings()))
+    adapters.replace(adapter_entries([model]))
+    assert json.loads(adapters.lora_choice("half") or b"") == [{"id": 0, "scale": 0.5}]
+    assert json.loads(adapters.lora_choice("full") or b"") == [{"id": 1, "scale": 1.0}]
+    assert json.loads(adapters.lora_choice("small") or b"") == [{"id": 0, "scale": 0.0}]
+    assert adapters.lora_choice("other") is None
+
+
+def test_vllm_adapters_need_no_lora_field() -> None:
+    config = {"sha256": SHA, "filename": "adapter_config.json"}
+    model = parse_model(
+        {"name": "base", "source": {"sha256": SHA, "format": "safetensors"}, "profile": {"engine": "vllm"},
+         "adapters": [{"name": "sql", "sha256": SHA, "files": [config]}]}
+    )  # fmt: skip
+    adapters = Adapters(ReplicaTable(), Upstream(GatewaySettings()))
+    adapters.replace(adapter_entries([model]))
+    assert adapters.lora_choice("sql") is None and adapters.lora_choice("base") is None
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"model":"m"}', {"model": "m", "lora": [{"id": 1, "scale": 1.0}]}),
+        (b"  {}", {"lora": [{"id": 1, "scale": 1.0}]}),
+        (b'{"model":"m","lora":[{"id":0,"scale":2}]}', {"model": "m", "lora": [{"id": 1, "scale": 1.0}]}),
+    ],
+    ids=["spliced", "empty-object", "replaced"],
+)
+def test_the_lora_field_is_set_whatever_the_client_sent(body: bytes, expected: dict[str, object]) -> None:
+    assert json.loads(choosing_lora(body, b'[{"id":1,"scale":1.0}]')) == expected

@@ -60,14 +60,30 @@ def test_llama_server_loads_each_lora_file_at_its_scale(tmp_path: Path) -> None:
     for file in files:
         file.write_bytes(b"GGUF")
     args = llama_server_standin.parse_args(
-        ["--lora", f"{files[0]},{files[1]}", "--lora-scaled", f"{files[2]}:0.25"]
+        ["--lora", str(files[0]), "--lora-scaled", f"{files[2]}:0.25", "--lora", str(files[1])]
     )
     server = llama_server_standin.StandIn("k", "m", 0, args.loras)
-    assert server.adapters() == [
+    assert server.adapters() == [  # ids in command-line order, as llama-server numbers them
         {"id": 0, "path": str(files[0]), "scale": 1.0},
-        {"id": 1, "path": str(files[1]), "scale": 1.0},
-        {"id": 2, "path": str(files[2]), "scale": 0.25},
+        {"id": 1, "path": str(files[2]), "scale": 0.25},
+        {"id": 2, "path": str(files[1]), "scale": 1.0},
     ]
+
+
+def test_llama_server_takes_comma_separated_lists(tmp_path: Path) -> None:
+    files = [tmp_path / name for name in ("a.gguf", "b.gguf")]
+    for file in files:
+        file.write_bytes(b"GGUF")
+    args = llama_server_standin.parse_args(["--lora-scaled", f"{files[0]}:0.5,{files[1]}:2"])
+    assert args.loras == [(str(files[0]), 0.5), (str(files[1]), 2.0)]
+
+
+def test_a_request_applies_the_adapters_it_names_and_no_others() -> None:
+    server = llama_server_standin.StandIn("k", "m", 0, [("a.gguf", 0.5), ("b.gguf", 1.0)])
+    server.applying(None)
+    assert [e["scale"] for e in server.last_lora] == [0.5, 1.0]  # no lora field: every adapter
+    server.applying([{"id": 1, "scale": 0.75}])
+    assert [e["scale"] for e in server.last_lora] == [0.0, 0.75]
 
 
 def test_llama_server_refuses_a_lora_file_that_is_not_there(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition
 from llmgw.errors import LlmgwError
-from llmgw.gateway.adapters import AdapterEntry
+from llmgw.gateway.adapters import adapter_entries
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.catalog_view import catalog_entries
 from llmgw.gateway.keys import KeyEntry
@@ -128,11 +128,7 @@ class ControlPlane:
 
         def on_catalog(models: list[ModelDefinition]) -> None:
             gateway.catalog.replace(catalog_entries(models))
-            gateway.adapters.replace(
-                AdapterEntry(a.name, m.name, max_loaded=m.profile.max_loaded_adapters)
-                for m in models
-                for a in m.adapters
-            )
+            gateway.adapters.replace(adapter_entries(models))
 
         def on_gone(replica_id: str) -> None:
             gateway.replicas.remove(replica_id)

@@ -6,6 +6,11 @@ many adapters a replica holds at once). An adapter given to the engine at
 start (``max_loaded`` 0: vLLM's ``--lora-modules``, llama.cpp's ``--lora``)
 is served by every replica of its base model: its requests go to any of them.
 
+llama-server applies, to a request without a ``lora`` field, every adapter
+it was given; so a request to a llama.cpp model with adapters names its
+adapter by id (``"lora": [{"id": i, "scale": s}]``, the others at scale 0)
+and a request for the model itself turns them all off (:meth:`Adapters.lora_choice`).
+
 A model with ``max_loaded_adapters`` N runs vLLM with runtime LoRA; its
 adapters' weights are on each replica's node, at the path the replica's agent
 reported (:meth:`Adapters.set_paths`). A request naming one goes to
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from llmgw.core.adapters import AdapterResidency
+from llmgw.core.catalog import ModelDefinition
 from llmgw.errors import EngineError
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.upstream import Upstream
@@ -48,11 +54,33 @@ class AdapterEntry:
     """Where an engine reads its weights (``lora_path``) when its replica reported no path of its own."""
     max_loaded: int = 0
     """Adapters a replica of the base model holds at once; 0: every replica has every adapter from start."""
+    lora_id: int = -1
+    """llama.cpp: the adapter's id in llama-server (its place on the command line); -1 elsewhere."""
+    scale: float = 1.0
+    """llama.cpp: the scale a request for the adapter applies it at."""
 
     @property
     def at_start(self) -> bool:
         """Given to the engine at start: any replica of the base model serves it."""
         return self.max_loaded == 0
+
+
+def adapter_entries(models: Iterable[ModelDefinition]) -> list[AdapterEntry]:
+    """The catalog's adapters as the gateway registers them."""
+    entries = []
+    for model in models:
+        llama = model.profile.engine == "llama.cpp"
+        for index, adapter in enumerate(model.adapters):
+            entries.append(
+                AdapterEntry(
+                    adapter.name,
+                    model.name,
+                    max_loaded=model.profile.max_loaded_adapters,
+                    lora_id=index if llama else -1,
+                    scale=1.0 if adapter.scale is None else adapter.scale,
+                )
+            )
+    return entries
 
 
 class AdapterLoadFailed(EngineError):
@@ -69,6 +97,7 @@ class Adapters:
         self._residency: dict[str, AdapterResidency] = {}
         self._loading: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._paths: dict[str, dict[str, str]] = {}
+        self._choices: dict[str, bytes] = {}
 
     def register(self, name: str, model: str, path: str = "", max_loaded: int = 0) -> None:
         """Make ``name`` an adapter of ``model`` (replicas hold ``max_loaded`` at once; 0: all from start)."""
@@ -81,8 +110,14 @@ class Adapters:
     def replace(self, entries: Iterable[AdapterEntry]) -> None:
         """Make ``entries`` every adapter there is (the catalog changed); what replicas hold is kept."""
         self._entries = {}
+        self._choices = {}
         for entry in entries:
             self.register(entry.name, entry.model, entry.path, entry.max_loaded)
+            if entry.lora_id >= 0:
+                self._entries[entry.name] = entry
+                choice = [{"id": entry.lora_id, "scale": entry.scale}]
+                self._choices[entry.name] = json.dumps(choice, separators=(",", ":")).encode()
+                self._choices.setdefault(entry.model, b'[{"id":0,"scale":0.0}]')  # the model alone: none
         runtime = {e.model for e in self._entries.values() if not e.at_start}
         for model in [m for m in self._residency if m not in runtime]:
             del self._residency[model]
@@ -90,6 +125,10 @@ class Adapters:
     def set_paths(self, replica_id: str, paths: Mapping[str, str]) -> None:
         """Where each adapter's weights are on ``replica_id``'s node, as its agent reported."""
         self._paths[replica_id] = dict(paths)
+
+    def lora_choice(self, model: str) -> bytes | None:
+        """llama.cpp: the ``lora`` field a request for ``model`` (an adapter or its model) carries."""
+        return self._choices.get(model)
 
     def entries(self) -> list[AdapterEntry]:
         """Every registered adapter, by name."""

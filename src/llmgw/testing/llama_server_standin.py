@@ -8,7 +8,10 @@ accepted and ignored) and speaks the parts of its HTTP API llmgw uses:
 - ``GET /metrics`` with the key: llama-server's Prometheus names.
 - ``GET /lora-adapters`` with the key: the adapters ``--lora FNAME`` and
   ``--lora-scaled FNAME:SCALE`` loaded at start (each a comma-separated
-  list, each file checked to exist), as ``[{"id", "path", "scale"}]``.
+  list, each file checked to exist), as ``[{"id", "path", "scale"}]``. A
+  request's ``lora`` field (``[{"id", "scale"}]``) sets the adapters it is
+  answered with, those it leaves out at scale 0; without it, every adapter at
+  its start scale. ``GET /slots`` shows the last request's in ``params.lora``.
 - ``POST /v1/chat/completions`` and ``/v1/completions`` with the key: a fixed
   answer, or with ``"stream": true`` a stream of :data:`STREAM_CHUNKS` content
   events, a usage-only event when ``stream_options.include_usage`` asks for it,
@@ -165,6 +168,9 @@ class _Connection(asyncio.Protocol):
             return
         if method == b"GET" and path == b"/metrics":
             self._reply(200, self._server.metrics(), keep_alive, b"text/plain; version=0.0.4")
+        elif method == b"GET" and path == b"/slots":
+            slot = {"id": 0, "is_processing": False, "params": {"lora": self._server.last_lora}}
+            self._reply(200, json.dumps([slot]).encode(), keep_alive)
         elif method == b"GET" and path == b"/lora-adapters":
             self._reply(200, json.dumps(self._server.adapters()).encode(), keep_alive)
         elif method == b"GET" and path in (b"/v1/models", b"/models"):
@@ -184,6 +190,7 @@ class _Connection(asyncio.Protocol):
             self._reply(*_error(500, f"[json.exception.parse_error] {error}", "server_error"), keep_alive)
             return
         self._server.requests += 1
+        self._server.applying(request.get("lora"))
         if request.get("stream") is True:
             options = request.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -242,6 +249,16 @@ class StandIn:
         self.running = 0
         self.loras = loras or []
         """LoRA adapters loaded at start: (path, scale)."""
+        self.last_lora: list[dict[str, Any]] = []
+        """The adapters the last request was answered with: ``[{"id", "scale"}]``."""
+
+    def applying(self, asked: Any) -> None:
+        """Note the adapters a request is answered with, as llama-server picks them."""
+        scales = [scale for _path, scale in self.loras]
+        if isinstance(asked, list) and asked:
+            chosen = {int(e.get("id", -1)): float(e.get("scale", 0.0)) for e in asked if isinstance(e, dict)}
+            scales = [chosen.get(i, 0.0) for i in range(len(scales))]
+        self.last_lora = [{"id": i, "scale": scale} for i, scale in enumerate(scales)]
 
     def adapters(self) -> list[dict[str, Any]]:
         """``GET /lora-adapters``: each adapter's id, path and scale."""
@@ -260,6 +277,19 @@ class StandIn:
         ).encode()
 
 
+class _Loras(argparse.Action):
+    """``--lora`` and ``--lora-scaled`` into one list, in command-line order (an adapter's id)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), (option, values)])
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="llama-server (llmgw stand-in)",
@@ -271,16 +301,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--api-key", default="")
     parser.add_argument("-a", "--alias", default="")
-    parser.add_argument("--lora", action="append", default=[])
-    parser.add_argument("--lora-scaled", action="append", default=[])
+    parser.add_argument("--lora", dest="loras", action=_Loras, default=[])
+    parser.add_argument("--lora-scaled", dest="loras", action=_Loras, default=[])
     args, _ignored = parser.parse_known_args(argv)
     if args.model and not Path(args.model).exists():
         parser.error(f"--model {args.model}: no such file; pass the weights' path as llama-server does")
     loras: list[tuple[str, float]] = []
-    for value in args.lora:
-        loras += [(item, 1.0) for item in value.split(",")]
-    for value in args.lora_scaled:
+    for option, value in args.loras:
         for item in value.split(","):
+            if option == "--lora":
+                loras.append((item, 1.0))
+                continue
             path, colon, scale = item.partition(":")
             if not colon:
                 parser.error(f"--lora-scaled {item}: the format is FNAME:SCALE")
