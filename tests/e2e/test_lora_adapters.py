@@ -13,6 +13,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -247,3 +249,25 @@ def test_an_adapter_whose_file_is_not_in_the_mirror_is_refused_by_field(lora_clu
     problems = dict(caught.value.problems)  # type: ignore[attr-defined]
     assert "already the name of an adapter of model 'lora-runtime'" in problems["adapters.0.name"]
     assert "in the mirror" in problems["adapters.0.sha256"]
+
+
+def test_model_serve_uploads_an_adapter_folder_and_serves_it(lora_cluster: Cluster, tmp_path: Path) -> None:
+    repository, adapter = tmp_path / "tiny-repo", tmp_path / "tiny-sql"
+    repository.mkdir()
+    (repository / "model.safetensors").write_bytes(b"\0" * 64)
+    (repository / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"\1" * 64)
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw.cli.main", "model", "serve", str(repository), "--adapter",
+         f"tiny-sql={adapter}", "--ctx-size", "1024", "--wait", "60"],
+        env={**os.environ, "LLMGW_URL": lora_cluster.url, "LLMGW_ADMIN_TOKEN": lora_cluster.token},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert ask(lora_cluster, "tiny-sql") == " tok0 tok1"
+    argv = engine_argv("--served-model-name", "tiny-repo")
+    name, _, path = argv[argv.index("--lora-modules") + 1].partition("=")
+    assert name == "tiny-sql" and (Path(path) / "adapter_model.safetensors").read_bytes() == b"\1" * 64
+    assert argv[argv.index("--max-lora-rank") + 1] == "4"
