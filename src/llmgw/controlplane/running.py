@@ -98,7 +98,8 @@ class ControlPlane:
         usage = UsageWriter(UsageLog(store), store.now)
 
         def on_usage(record: UsageRecord) -> None:
-            reconciler_box[0].used(record.model)
+            adapter = gateway.adapters.get(record.model)  # an adapter's requests keep its model in use
+            reconciler_box[0].used(adapter.model if adapter is not None else record.model)
             usage.add(record)
 
         gateway = Gateway(
