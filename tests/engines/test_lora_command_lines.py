@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from llmgw.engines import llamacpp, vllm
 from llmgw.engines.engine import Launch, LaunchAdapter
 
@@ -43,6 +45,12 @@ def test_vllm_with_runtime_adapters_gets_slots_but_no_modules() -> None:
     assert "--lora-modules" not in argv
     assert after(argv, "--max-loras") == ["2"] and after(argv, "--max-lora-rank") == ["8"]
     assert argv.count("--enable-lora") == 1
+
+
+@pytest.mark.parametrize(("rank", "flag"), [(4, "8"), (8, "8"), (9, "16"), (300, "320"), (512, "512")])
+def test_vllm_gets_the_smallest_max_lora_rank_it_takes_that_holds_the_adapters(rank: int, flag: str) -> None:
+    argv = vllm.ENGINE.command_line(Path("vllm"), launch(adapters=(SQL,), max_lora_rank=rank))
+    assert after(argv, "--max-lora-rank") == [flag]
 
 
 def test_vllm_without_adapters_gets_no_rank() -> None:

@@ -195,7 +195,7 @@ class Adapter(Strict):
     scale: float | None = None
     """llama.cpp: how strongly the adapter applies (``--lora-scaled``); None: 1.0."""
     rank: int | None = Field(default=None, ge=1, le=512)
-    """vLLM: the adapter's LoRA rank; the replicas start with ``--max-lora-rank`` of the largest."""
+    """vLLM: the adapter's LoRA rank (PEFT's ``r``); vLLM gets a ``--max-lora-rank`` holding the largest."""
 
     _sha = field_validator("sha256")(_sha256)
 

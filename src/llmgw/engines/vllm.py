@@ -14,7 +14,8 @@ metrics, V1 engine):
   ``vllm:generation_tokens_total``.
 - LoRA at start: ``--enable-lora --lora-modules name=path ...`` (one
   ``name=path`` per adapter, a PEFT folder), ``--max-loras`` the adapters one
-  batch may mix, ``--max-lora-rank`` the largest rank (16 by default); each
+  batch may mix, ``--max-lora-rank`` at least the largest adapter rank, one of
+  1, 8, 16, 32, 64, 128, 256, 320, 512 (16 by default); each
   adapter is then served under its name in ``model`` and listed by
   ``/v1/models`` with ``parent`` the base model.
 - Runtime LoRA: with ``--enable-lora --max-loras N`` and
@@ -41,6 +42,9 @@ KV_EVENTS_TOPIC = "kv-events"
 HASH_ALGO = "sha256_cbor"
 HASH_SEED = "0"
 """PYTHONHASHSEED the agent gives vLLM so block hashes agree across restarts."""
+
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM's ``--max-lora-rank`` takes."""
 
 _PLATFORM = re.compile(r"Automatically detected platform (?P<platform>\w+)")
 
@@ -76,7 +80,7 @@ class VllmEngine:
             argv += ["--enable-lora", "--max-loras", str(len(launch.adapters))]
             argv += ["--lora-modules", *(f"{a.name}={a.path}" for a in launch.adapters)]
         if launch.max_lora_rank and (launch.max_loaded_adapters or launch.adapters):
-            argv += ["--max-lora-rank", str(launch.max_lora_rank)]
+            argv += ["--max-lora-rank", str(max_lora_rank(launch.max_lora_rank))]
         if launch.kv_events_port is not None:
             argv += ["--kv-events-config", json.dumps(kv_events_config(launch.kv_events_port))]
             argv += ["--prefix-caching-hash-algo", HASH_ALGO]
@@ -96,6 +100,11 @@ class VllmEngine:
         if platforms and platforms[-1] != "cuda":
             return Compute(backend="cpu")
         return cuda_devices(launch)
+
+
+def max_lora_rank(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM takes that holds adapters of ``rank``."""
+    return next((allowed for allowed in MAX_LORA_RANKS if allowed >= rank), MAX_LORA_RANKS[-1])
 
 
 def kv_events_config(port: int) -> dict[str, object]:

@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--prefix-caching-hash-algo", choices=["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"])
     add("--enable-lora", action="store_true")
     add("--max-loras", type=int, default=1)
-    add("--max-lora-rank", type=int, default=16)
+    add("--max-lora-rank", type=int, default=16, choices=[1, 8, 16, 32, 64, 128, 256, 320, 512])
     add("--max-cpu-loras", type=int)
     add("--lora-modules", nargs="+")
     add("--kv-events-config")
