@@ -223,16 +223,16 @@ def test_llamacpp_is_given_every_adapter_at_start_with_its_scale(lora_cluster: C
 
 
 @pytest.mark.parametrize(
-    ("model", "scales"),
-    [("ad-gguf-half", [0.5, 0.0]), ("ad-gguf-full", [0.0, 1.0]), (GGUF, [0.0, 0.0])],
+    ("model", "asked"),
+    [("ad-gguf-half", [(0, 0.5)]), ("ad-gguf-full", [(1, 1.0)]), (GGUF, [(0, 0.0)])],
     ids=["half", "full", "model-alone"],
 )
 def test_llamacpp_applies_only_the_adapter_a_request_names(
-    lora_cluster: Cluster, model: str, scales: list[float]
+    lora_cluster: Cluster, model: str, asked: list[tuple[int, float]]
 ) -> None:
     assert ask(lora_cluster, model)
     slots = engine_get(lora_cluster, GGUF, "/slots", flag="--alias")
-    assert [entry["scale"] for entry in slots[0]["params"]["lora"]] == scales
+    assert [(e["id"], e["scale"]) for e in slots[0]["params"]["lora"]] == asked  # the others: scale 0
 
 
 def test_an_adapter_whose_file_is_not_in_the_mirror_is_refused_by_field(lora_cluster: Cluster) -> None:

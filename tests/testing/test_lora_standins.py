@@ -81,9 +81,9 @@ def test_llama_server_takes_comma_separated_lists(tmp_path: Path) -> None:
 def test_a_request_applies_the_adapters_it_names_and_no_others() -> None:
     server = llama_server_standin.StandIn("k", "m", 0, [("a.gguf", 0.5), ("b.gguf", 1.0)])
     server.applying(None)
-    assert [e["scale"] for e in server.last_lora] == [0.5, 1.0]  # no lora field: every adapter
+    assert (server.last_scales, server.last_asked) == ([0.5, 1.0], [])  # no lora field: every adapter
     server.applying([{"id": 1, "scale": 0.75}])
-    assert [e["scale"] for e in server.last_lora] == [0.0, 0.75]
+    assert (server.last_scales, server.last_asked) == ([0.0, 0.75], [{"id": 1, "scale": 0.75}])
 
 
 def test_llama_server_refuses_a_lora_file_that_is_not_there(tmp_path: Path) -> None:

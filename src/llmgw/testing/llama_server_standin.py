@@ -11,7 +11,8 @@ accepted and ignored) and speaks the parts of its HTTP API llmgw uses:
   list, each file checked to exist), as ``[{"id", "path", "scale"}]``. A
   request's ``lora`` field (``[{"id", "scale"}]``) sets the adapters it is
   answered with, those it leaves out at scale 0; without it, every adapter at
-  its start scale. ``GET /slots`` shows the last request's in ``params.lora``.
+  its start scale. ``GET /slots`` shows the last request's ``lora`` field, as
+  sent, in ``params.lora``.
 - ``POST /v1/chat/completions`` and ``/v1/completions`` with the key: a fixed
   answer, or with ``"stream": true`` a stream of :data:`STREAM_CHUNKS` content
   events, a usage-only event when ``stream_options.include_usage`` asks for it,
@@ -169,7 +170,7 @@ class _Connection(asyncio.Protocol):
         if method == b"GET" and path == b"/metrics":
             self._reply(200, self._server.metrics(), keep_alive, b"text/plain; version=0.0.4")
         elif method == b"GET" and path == b"/slots":
-            slot = {"id": 0, "is_processing": False, "params": {"lora": self._server.last_lora}}
+            slot = {"id": 0, "is_processing": False, "params": {"lora": self._server.last_asked}}
             self._reply(200, json.dumps([slot]).encode(), keep_alive)
         elif method == b"GET" and path == b"/lora-adapters":
             self._reply(200, json.dumps(self._server.adapters()).encode(), keep_alive)
@@ -249,16 +250,20 @@ class StandIn:
         self.running = 0
         self.loras = loras or []
         """LoRA adapters loaded at start: (path, scale)."""
-        self.last_lora: list[dict[str, Any]] = []
-        """The adapters the last request was answered with: ``[{"id", "scale"}]``."""
+        self.last_asked: list[dict[str, Any]] = []
+        """The last request's ``lora`` field: ``[{"id", "scale"}]``, empty when it had none."""
+        self.last_scales: list[float] = []
+        """The scale each adapter was applied at for the last request."""
 
     def applying(self, asked: Any) -> None:
         """Note the adapters a request is answered with, as llama-server picks them."""
         scales = [scale for _path, scale in self.loras]
+        self.last_asked = []
         if isinstance(asked, list) and asked:
             chosen = {int(e.get("id", -1)): float(e.get("scale", 0.0)) for e in asked if isinstance(e, dict)}
+            self.last_asked = [{"id": i, "scale": scale} for i, scale in chosen.items()]
             scales = [chosen.get(i, 0.0) for i in range(len(scales))]
-        self.last_lora = [{"id": i, "scale": scale} for i, scale in enumerate(scales)]
+        self.last_scales = scales
 
     def adapters(self) -> list[dict[str, Any]]:
         """``GET /lora-adapters``: each adapter's id, path and scale."""
