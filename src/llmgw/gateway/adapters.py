@@ -113,8 +113,8 @@ class Adapters:
         self._choices = {}
         for entry in entries:
             self.register(entry.name, entry.model, entry.path, entry.max_loaded)
+            self._entries[entry.name] = entry
             if entry.lora_id >= 0:
-                self._entries[entry.name] = entry
                 choice = [{"id": entry.lora_id, "scale": entry.scale}]
                 self._choices[entry.name] = json.dumps(choice, separators=(",", ":")).encode()
                 self._choices.setdefault(entry.model, b'[{"id":0,"scale":0.0}]')  # the model alone: none
