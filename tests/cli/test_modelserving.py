@@ -73,3 +73,45 @@ def test_tp_on_llamacpp_is_refused(tmp_path: Path) -> None:
     gguf.write_text("x")
     with pytest.raises(ValidationFailed, match="tp needs engine"):
         serve(gguf, profile={"tp": 2})
+
+
+def peft_folder(folder: Path, rank: int = 16) -> Path:
+    folder.mkdir()
+    (folder / "adapter_model.safetensors").write_text("x")
+    (folder / "adapter_config.json").write_text(f'{{"peft_type": "LORA", "r": {rank}}}')
+    return folder
+
+
+def test_a_peft_folder_becomes_an_adapter_with_its_rank_and_its_files_are_uploaded(tmp_path: Path) -> None:
+    base = repository(tmp_path / "Qwen3-8B")
+    sql = peft_folder(tmp_path / "sql-lora", rank=32)
+    data, uploads = serve(base, profile={"max_loaded_adapters": 1}, adapters=(("qwen-sql", sql),))
+    assert data["adapters"] == [
+        {"name": "qwen-sql", "sha256": "0" * 64, "filename": "adapter_model.safetensors",
+         "files": [{"sha256": "0" * 64, "filename": "adapter_config.json"}], "rank": 32}
+    ]  # fmt: skip
+    assert uploads[-2:] == [sql / "adapter_model.safetensors", sql / "adapter_config.json"]
+
+
+def test_a_gguf_adapter_goes_with_a_gguf_model(tmp_path: Path) -> None:
+    gguf, lora = tmp_path / "small.gguf", tmp_path / "tone.gguf"
+    gguf.write_text("x")
+    lora.write_text("x")
+    data, uploads = serve(gguf, adapters=(("small-tone", lora),))
+    assert data["adapters"] == [{"name": "small-tone", "sha256": "0" * 64, "filename": "tone.gguf"}]
+    assert uploads == [gguf, lora]
+
+
+def test_a_folder_that_is_no_peft_adapter_is_refused_before_any_upload(tmp_path: Path) -> None:
+    base = repository(tmp_path / "m")
+    with pytest.raises(ValidationFailed) as caught:
+        serve(base, adapters=(("sql", repository(tmp_path / "not-an-adapter")),))
+    assert "adapter_config.json" in dict(caught.value.problems)["--adapter"]
+
+
+def test_a_gguf_adapter_on_vllm_is_refused_by_its_field(tmp_path: Path) -> None:
+    base, lora = repository(tmp_path / "m"), tmp_path / "tone.gguf"
+    lora.write_text("x")
+    with pytest.raises(ValidationFailed) as caught:
+        serve(base, adapters=(("tone", lora),))
+    assert "engine llama.cpp" in dict(caught.value.problems)["adapters.0.filename"]

@@ -21,6 +21,7 @@ from llmgw.store.leases import Fence, Leases
 from llmgw.store.replicas import ReplicaRecord
 
 SHA = "a" * 64
+OTHER_SHA = "b" * 64
 
 
 class FakeClock:
@@ -334,3 +335,45 @@ def test_replica_keys_are_taken_as_values_by_an_argparse_engine() -> None:
     assert len(keys) == 2000
     for key in keys:
         assert _parser().parse_args(["m", "--api-key", key]).api_key == key
+
+
+async def test_a_shard_start_carries_the_models_adapters_and_their_largest_rank(harness: Harness) -> None:
+    config = {"sha256": OTHER_SHA, "filename": "adapter_config.json", "size": 30}
+    await harness.add_model(
+        "m1",
+        source={"sha256": SHA, "format": "safetensors", "size": 100 << 20},
+        profile={"engine": "vllm", "max_loaded_adapters": 1},
+        adapters=[
+            {"name": "sql", "sha256": OTHER_SHA, "size": 10, "files": [config], "rank": 8},
+            {"name": "chat", "sha256": OTHER_SHA, "filename": "w.safetensors", "files": [config], "rank": 32},
+        ],
+    )
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    assert [(a.name, a.filename, a.size) for a in start.adapters] == [
+        ("sql", "adapter_model.safetensors", 10), ("chat", "w.safetensors", 0)
+    ]  # fmt: skip
+    assert [f.filename for f in start.adapters[0].files] == ["adapter_config.json"]
+    assert not start.adapters[0].HasField("scale")
+    assert (start.max_loaded_adapters, start.max_lora_rank) == (1, 32)
+
+
+async def test_the_adapter_paths_a_ready_shard_reports_reach_its_replica(harness: Harness) -> None:
+    await harness.add_model("m1", adapters=[{"name": "tone", "sha256": OTHER_SHA, "scale": 0.5}])
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    assert start.adapters[0].scale == 0.5 and start.adapters[0].filename == "adapter.gguf"
+    status = pb.ShardStatus(
+        replica_id=start.replica_id,
+        state=pb.SHARD_STATE_READY,
+        port=21001,
+        adapter_paths={"tone": "/w/t.gguf"},
+    )
+    await agent.send(pb.AgentMessage(status=status))
+    await agent.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
+    await receive(agent, "heartbeat")
+    assert harness.fleet.replicas[start.replica_id].adapter_paths == {"tone": "/w/t.gguf"}

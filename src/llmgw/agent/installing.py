@@ -1,4 +1,4 @@
-"""What a shard needs on disk before its engine starts: the engine build and the weights."""
+"""What a shard needs on disk before its engine starts: the engine build, the weights, the adapters."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from llmgw.agent.config import AgentConfig
 from llmgw.core.devices import NodeInventory
 from llmgw.engines import builds, pythonbuilds, trtllm
+from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
 from llmgw.mirror.fetching import BlobWriter
 from llmgw.protocol import agent_pb2 as pb
@@ -33,6 +34,8 @@ class Prepared:
     weights: Path
     """The GGUF file, or the folder holding a safetensors repository."""
     projector: Path | None = None
+    adapters: tuple[LaunchAdapter, ...] = ()
+    """Every LoRA adapter of the model on this node (a PEFT folder or a GGUF file)."""
 
 
 class Installer:
@@ -193,11 +196,20 @@ class Installer:
             spec.model, spec.projector_sha256, spec.projector_filename or "mmproj.gguf", spec.projector_size
         )
 
+    async def adapter(self, spec: pb.StartShard, adapter: pb.LoraAdapter) -> LaunchAdapter:
+        """A LoRA adapter fetched (once) like the weights: a GGUF file, or a PEFT folder of its files."""
+        path = await self.blob(spec.model, adapter.sha256, adapter.filename, adapter.size)
+        for extra in adapter.files:
+            await self.blob(spec.model, extra.sha256, extra.filename, extra.size, into=path.parent)
+        scale = adapter.scale if adapter.HasField("scale") else None
+        return LaunchAdapter(adapter.name, path.parent if adapter.files else path, scale)
+
     async def prepare(self, spec: pb.StartShard) -> Prepared:
-        program, weights, projector = await asyncio.gather(
-            self.program(spec.engine), self.weights(spec), self.projector(spec)
+        fetching = asyncio.gather(*(self.adapter(spec, adapter) for adapter in spec.adapters))
+        program, weights, projector, adapters = await asyncio.gather(
+            self.program(spec.engine), self.weights(spec), self.projector(spec), fetching
         )
-        return Prepared(program, weights, projector)
+        return Prepared(program, weights, projector, tuple(adapters))
 
 
 def _operator_binary(path: Path) -> Path:

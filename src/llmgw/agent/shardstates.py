@@ -49,6 +49,8 @@ class ShardRecord:
     restarts: int = 0
     output: str = ""
     """The name of the file in the shard's directory the engine writes to."""
+    adapter_paths: dict[str, str] = field(default_factory=dict)
+    """Each LoRA adapter's folder or file on the node, by name (the router loads runtime ones by it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +63,7 @@ class ShardRecord:
             "compute": json_format.MessageToDict(self.compute, preserving_proto_field_name=True),
             "restarts": self.restarts,
             "output": self.output,
+            "adapter_paths": dict(self.adapter_paths),
         }
 
 
@@ -105,6 +108,7 @@ def read_state(directory: Path) -> ShardRecord:
             compute=compute,
             restarts=int(data.get("restarts", 0)),
             output=str(data.get("output", "")),
+            adapter_paths={str(k): str(v) for k, v in dict(data.get("adapter_paths") or {}).items()},
         )
     except (KeyError, TypeError, ValueError, json_format.ParseError) as error:
         raise CorruptState(f"{path} is corrupt: {error}", hint) from None

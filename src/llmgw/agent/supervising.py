@@ -83,6 +83,8 @@ class Shard:
     follower: asyncio.Task[None] | None = None
     kv_events_port: int | None = None
     """Where the engine publishes its KV events (vLLM with kv_events), while it runs."""
+    adapter_paths: dict[str, str] = field(default_factory=dict)
+    """Each LoRA adapter's folder or file on this node, by name, once fetched."""
 
     @property
     def replica_id(self) -> str:
@@ -102,6 +104,7 @@ class Shard:
             compute=self.compute,
             restarts=self.restarts,
             output=self.output,
+            adapter_paths=self.adapter_paths,
         )
 
     def status(self) -> pb.ShardStatus:
@@ -112,6 +115,7 @@ class Shard:
             compute=self.compute,
             error=self.error,
             restarts=self.restarts,
+            adapter_paths=self.adapter_paths,
         )
 
     def running(self) -> pb.RunningShard:
@@ -122,6 +126,7 @@ class Shard:
             port=self.port,
             compute=self.compute,
             error=self.error,
+            adapter_paths=self.adapter_paths,
         )
 
 
@@ -220,6 +225,7 @@ class Supervisor:
                 command=record.command,
                 start_time=record.start_time,
                 output=record.output,
+                adapter_paths=record.adapter_paths,
             )
             self.shards[shard.replica_id] = shard
             if is_engine(record):
@@ -345,6 +351,7 @@ class Supervisor:
         try:
             check_refusals(shard.spec)
             prepared = await self._prepare(shard.spec)
+            shard.adapter_paths = {a.name: str(a.path) for a in prepared.adapters}
         except LlmgwError as error:
             log.error("shard %s cannot start: %s", shard.replica_id, error)
             self._emit(shard, pb.SHARD_STATE_FAILED, str(error))
@@ -401,6 +408,8 @@ class Supervisor:
             projector=prepared.projector,
             kv_events_port=kv_port,
             max_loaded_adapters=spec.max_loaded_adapters,
+            adapters=() if spec.max_loaded_adapters else prepared.adapters,
+            max_lora_rank=spec.max_lora_rank,
             devices=tuple(spec.devices),
         )
         binary = prepared.program

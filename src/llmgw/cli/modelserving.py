@@ -3,12 +3,16 @@
 A GGUF file runs on llama.cpp (with ``--projector`` for a vision model's
 projector); a safetensors repository folder (``--format safetensors``, its
 config and tokenizer beside the weights) runs on vLLM by default, on the
-class of card and tensor-parallel degree given. The definition is checked
-before anything is uploaded, so a refused flag costs no transfer.
+class of card and tensor-parallel degree given. ``--adapter NAME=PATH`` adds
+a LoRA adapter: a PEFT folder (``adapter_config.json`` beside
+``adapter_model.safetensors``; its rank read from the config) for vLLM, a GGUF
+LoRA file for llama.cpp. The definition is checked before anything is
+uploaded, so a refused flag costs no transfer.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,36 @@ def repository_files(folder: Path) -> tuple[Path, list[Path]]:
     return weights[0], [p for p in files if p != weights[0]]
 
 
+def adapter_entry(name: str, path: Path) -> tuple[dict[str, Any], list[Path]]:
+    """An adapter of the definition (placeholder checksums) and its files to upload, weights first."""
+    if path.is_file():
+        return {"name": name, "sha256": PLACEHOLDER_SHA, "filename": path.name}, [path]
+    if not path.is_dir():
+        raise ValidationFailed([("--adapter", f"{path} is neither a GGUF file nor a PEFT adapter's folder")])
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    weights = [p for p in files if p.name.startswith("adapter_model.")]
+    config = path / "adapter_config.json"
+    if not weights or not config.is_file():
+        raise ValidationFailed(
+            [("--adapter", f"{path} holds no adapter_model.safetensors and adapter_config.json")],
+            "give the folder a PEFT adapter was saved in, or a GGUF LoRA file for llama.cpp",
+        )
+    rest = [p for p in files if p != weights[0]]
+    entry: dict[str, Any] = {
+        "name": name,
+        "sha256": PLACEHOLDER_SHA,
+        "filename": weights[0].name,
+        "files": [{"sha256": PLACEHOLDER_SHA, "filename": p.name} for p in rest],
+    }
+    try:
+        rank = json.loads(config.read_text()).get("r")
+    except (ValueError, OSError, AttributeError):
+        rank = None
+    if isinstance(rank, int) and rank > 0:
+        entry["rank"] = rank
+    return entry, [weights[0], *rest]
+
+
 def definition(
     path: Path,
     *,
@@ -51,6 +85,7 @@ def definition(
     profile: dict[str, Any],
     replicas: dict[str, int],
     on_demand: bool,
+    adapters: tuple[tuple[str, Path], ...] = (),
 ) -> tuple[dict[str, Any], list[Path]]:
     """The model definition (with placeholder checksums) and the files to upload, main file first."""
     fmt = fmt or ("safetensors" if path.is_dir() else "gguf")
@@ -71,13 +106,20 @@ def definition(
     if projector is not None:
         source["projector"] = {"sha256": PLACEHOLDER_SHA, "filename": projector.name}
         uploads.append(projector)
-    data = {
+    data: dict[str, Any] = {
         "name": name or (path.name if path.is_dir() else path.stem),
         "source": source,
         "profile": {"engine": engine or ("llama.cpp" if fmt == "gguf" else "vllm"), **profile},
         "replicas": replicas,
         "on_demand": on_demand,
     }
+    entries = []
+    for adapter_name, adapter_path in adapters:
+        entry, files = adapter_entry(adapter_name, adapter_path)
+        entries.append(entry)
+        uploads += files
+    if entries:
+        data["adapters"] = entries
     parse_model(data)  # refuse before uploading gigabytes
     return data, uploads
 
@@ -88,6 +130,8 @@ def fill_checksums(data: dict[str, Any], uploads: list[Path], admin: AdminClient
     slots = [source, *source.get("files", [])]
     if "projector" in source:
         slots.append(source["projector"])
+    for adapter in data.get("adapters", []):
+        slots += [adapter, *adapter.get("files", [])]
     for slot, file in zip(slots, uploads, strict=True):
         blob = upload(admin, file)
         slot["sha256"], slot["size"] = blob["sha256"], file.stat().st_size
@@ -117,6 +161,12 @@ def model_serve(
     on_demand: bool = typer.Option(
         False, "--on-demand", help="Start when a request arrives; stop when idle."
     ),
+    adapter: list[str] = typer.Option(
+        [], "--adapter", help="A LoRA adapter NAME=PATH: a PEFT folder (vLLM) or GGUF file (repeat for more)."
+    ),
+    max_loaded_adapters: int = typer.Option(
+        0, "--max-loaded-adapters", help="vLLM: adapters a replica holds at once, loaded when asked (0: all)."
+    ),
     arg: list[str] = typer.Option([], "--arg", help="Extra engine argument (repeat for more)."),
     env: list[str] = typer.Option([], "--env", help="Engine tuning variable NAME=VALUE (repeat for more)."),
     wait: float = typer.Option(0, "--wait", help="Seconds to wait for a ready replica (0: return at once)."),
@@ -135,6 +185,14 @@ def model_serve(
         profile["env"] = variables
     if gpu_class:
         profile["gpu_class"] = gpu_class
+    if max_loaded_adapters:
+        profile["max_loaded_adapters"] = max_loaded_adapters
+    pairs = []
+    for item in adapter:
+        adapter_name, sep, adapter_path = item.partition("=")
+        if not sep or not adapter_name or not adapter_path:
+            raise ValidationFailed([("--adapter", f"{item!r} is not NAME=PATH")])
+        pairs.append((adapter_name, Path(adapter_path)))
     low = 0 if on_demand and min_replicas == 1 else min_replicas
     data, uploads = definition(
         path,
@@ -145,6 +203,7 @@ def model_serve(
         profile=profile,
         replicas={"min": low, "max": max_replicas if max_replicas is not None else max(low, 1)},
         on_demand=on_demand,
+        adapters=tuple(pairs),
     )
     admin = client(url, token)
     fill_checksums(data, uploads, admin)

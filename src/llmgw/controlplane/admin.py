@@ -23,7 +23,7 @@ from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import SERVING_STOPPED, Reconciler
 from llmgw.controlplane.settingsapi import add_settings_routes
-from llmgw.core.catalog import parse_model
+from llmgw.core.catalog import ModelDefinition, name_clashes, parse_model
 from llmgw.errors import LlmgwError, NoCapacity, NotFound, Unauthorized, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
@@ -116,6 +116,24 @@ class AdminApi:
             return JSONResponse({"replica": replica_id, "node": node_id, "lines": found})
         first = await anext(batches)
         return StreamingResponse(_lines_of(first, batches), media_type="text/plain; charset=utf-8")
+
+    def _missing_adapter_blobs(self, model: ModelDefinition) -> list[tuple[str, str]]:
+        """``(field, why)`` for each adapter file the mirror does not hold."""
+        problems = []
+        for index, adapter in enumerate(model.adapters):
+            if not self.blobs.has(adapter.sha256):
+                problems.append(
+                    (f"adapters.{index}.sha256", f"no file with sha256 {adapter.sha256[:12]}… in the mirror")
+                )
+            for number, extra in enumerate(adapter.files):
+                if not self.blobs.has(extra.sha256):
+                    problems.append(
+                        (
+                            f"adapters.{index}.files.{number}.sha256",
+                            f"no {extra.filename} with sha256 {extra.sha256[:12]}… in the mirror",
+                        )
+                    )
+        return problems
 
     def app(self) -> FastAPI:
         app = FastAPI(
@@ -253,6 +271,7 @@ class AdminApi:
                     "on": r.compute,
                     "restarts": r.restarts,
                     "error": r.error,
+                    "adapters": dict(r.adapter_paths),
                 }
                 for r in sorted(self.fleet.replicas.values(), key=lambda r: (r.model, r.replica_id))
             ]
@@ -293,9 +312,26 @@ class AdminApi:
                     [("source.sha256", f"no weights with sha256 {model.source.sha256[:12]}… in the mirror")],
                     "import the file first with 'llmgw mirror import FILE'",
                 )
+            others = []
+            for record in await self.store.models.list():
+                try:
+                    others.append(parse_model(record.definition))
+                except ValidationFailed:
+                    continue  # the reconciler reports a stored definition it cannot read
+            problems = name_clashes(model, others) + self._missing_adapter_blobs(model)
+            if problems:
+                raise ValidationFailed(
+                    problems, "rename what clashes; import missing files with 'llmgw mirror import FILE'"
+                )
             definition = model.model_dump(mode="json")
             if not model.source.size:
                 definition["source"]["size"] = self.blobs.path_of(model.source.sha256).stat().st_size
+            for adapter in definition["adapters"]:
+                if not adapter["size"]:
+                    adapter["size"] = self.blobs.path_of(adapter["sha256"]).stat().st_size
+                for extra in adapter["files"]:
+                    if not extra["size"]:
+                        extra["size"] = self.blobs.path_of(extra["sha256"]).stat().st_size
             await self.store.models.add(model.name, definition)
             await self.store.audit.record("admin", "model.add", model.name, definition)
             self.reconciler.wake()

@@ -59,6 +59,8 @@ class ReplicaState:
     compute: str = ""
     next_start: float = 0.0
     backoff: Backoff = field(default_factory=Backoff)
+    adapter_paths: dict[str, str] = field(default_factory=dict)
+    """Each LoRA adapter's folder or file on the replica's node, by name, as its agent reported."""
 
 
 def inventory_of(register: pb.Register) -> NodeInventory:
@@ -181,6 +183,7 @@ class Fleet:
         error: str,
         compute: pb.Compute,
         restarts: int = 0,
+        adapter_paths: dict[str, str] | None = None,
     ) -> ReplicaState | None:
         """Apply a shard's reported state; None when the replica is not one the leader knows."""
         replica = self.replicas.get(replica_id)
@@ -193,6 +196,8 @@ class Fleet:
             replica.compute = describe_compute(compute)
         replica.error = error
         replica.restarts = max(replica.restarts, restarts)
+        if adapter_paths:
+            replica.adapter_paths = dict(adapter_paths)
         if name == "ready":
             replica.backoff.reset()
         self._set_state(replica, name)

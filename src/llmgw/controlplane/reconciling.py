@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.core.catalog import ModelDefinition, parse_model
+from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
 from llmgw.core.mig import Spread
 from llmgw.core.placement import Placed, place
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
@@ -248,6 +248,8 @@ class Reconciler:
             files=[
                 pb.WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
             ],
+            adapters=[lora_adapter(a, model.profile.engine) for a in model.adapters],
+            max_lora_rank=model.max_lora_rank(),
         )
         replica.state = "starting"
         try:
@@ -270,6 +272,20 @@ class Reconciler:
                 )
             except ChannelClosed:
                 pass
+
+
+def lora_adapter(adapter: Adapter, engine: str) -> pb.LoraAdapter:
+    """What a node needs of an adapter to fetch it and give it to the engine."""
+    message = pb.LoraAdapter(
+        name=adapter.name,
+        sha256=adapter.sha256,
+        filename=adapter.weights_filename(engine),
+        size=adapter.size,
+        files=[pb.WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in adapter.files],
+    )
+    if adapter.scale is not None:
+        message.scale = adapter.scale
+    return message
 
 
 def replica_key() -> str:

@@ -23,8 +23,9 @@ from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition
 from llmgw.errors import LlmgwError
+from llmgw.gateway.adapters import adapter_entries
 from llmgw.gateway.app import Gateway
-from llmgw.gateway.catalog_view import ModelEntry
+from llmgw.gateway.catalog_view import catalog_entries
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
@@ -98,7 +99,8 @@ class ControlPlane:
         usage = UsageWriter(UsageLog(store), store.now)
 
         def on_usage(record: UsageRecord) -> None:
-            reconciler_box[0].used(record.model)
+            adapter = gateway.adapters.get(record.model)  # an adapter's requests keep its model in use
+            reconciler_box[0].used(adapter.model if adapter is not None else record.model)
             usage.add(record)
 
         gateway = Gateway(
@@ -115,6 +117,7 @@ class ControlPlane:
         )
 
         def on_ready(replica: ReplicaState, base_url: str) -> None:
+            gateway.adapters.set_paths(replica.replica_id, replica.adapter_paths)
             gateway.replicas.set_ready(
                 ReplicaEndpoint(
                     replica_id=replica.replica_id,
@@ -127,15 +130,8 @@ class ControlPlane:
             )
 
         def on_catalog(models: list[ModelDefinition]) -> None:
-            gateway.catalog.replace(
-                ModelEntry(
-                    name=m.name,
-                    on_demand=m.on_demand or m.replicas.min == 0,
-                    created=0,
-                    owner=m.owner or "llmgw",
-                )
-                for m in models
-            )
+            gateway.catalog.replace(catalog_entries(models))
+            gateway.adapters.replace(adapter_entries(models))
 
         def on_gone(replica_id: str) -> None:
             gateway.replicas.remove(replica_id)

@@ -175,7 +175,13 @@ class NodeSessions:
         reported = set()
         for shard in register.shards:
             replica = self._fleet.observe(
-                node_id, shard.replica_id, shard.state, shard.port, shard.error, shard.compute
+                node_id,
+                shard.replica_id,
+                shard.state,
+                shard.port,
+                shard.error,
+                shard.compute,
+                adapter_paths=dict(shard.adapter_paths),
             )
             if replica is None:
                 log.info("node %s runs %s, which no replica wants: stopping it", node_id, shard.replica_id)
@@ -205,6 +211,7 @@ class NodeSessions:
             status.error,
             status.compute,
             status.restarts,
+            dict(status.adapter_paths),
         )
         if replica is None:
             if status.state not in (pb.SHARD_STATE_STOPPED, pb.SHARD_STATE_FAILED):

@@ -7,7 +7,9 @@ naming every field that is wrong.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import (
@@ -30,6 +32,12 @@ ENGINES = ("llama.cpp", "vllm", "sglang", "trtllm")
 """Engines a profile may name."""
 GGUF_ENGINES = ("llama.cpp",)
 """Engines that run GGUF files; the others run safetensors repositories."""
+ADAPTER_ENGINES = ("llama.cpp", "vllm")
+"""Engines that serve LoRA adapters."""
+PEFT_CONFIG = "adapter_config.json"
+"""The file that makes a folder a PEFT adapter (vLLM reads it beside the weights)."""
+ADAPTER_FILENAMES = {"vllm": "adapter_model.safetensors", "llama.cpp": "adapter.gguf"}
+"""The adapter weights' file name when the definition gives none, by engine."""
 
 
 class Strict(BaseModel):
@@ -166,6 +174,121 @@ class Profile(Strict):
         return self
 
 
+class Adapter(Strict):
+    """A LoRA adapter of the model, served under its own name on the model's replicas.
+
+    vLLM: a PEFT adapter, a folder of ``adapter_model.safetensors`` (the weights,
+    ``sha256``) and ``adapter_config.json`` (in ``files``). llama.cpp: one GGUF
+    LoRA file. Every file is kept in the mirror by sha256, as the model's weights are.
+    """
+
+    name: str
+    """The name clients ask for in ``model`` (unique across the catalog's models and adapters)."""
+    sha256: str
+    """The adapter weights file's sha256, as the mirror keeps it (``llmgw mirror import`` prints it)."""
+    filename: str = ""
+    """The weights file's name; empty: ``adapter_model.safetensors`` (vLLM), ``adapter.gguf`` (llama.cpp)."""
+    size: int = Field(default=0, ge=0)
+    """Bytes; 0 when unknown (the control plane fills it in)."""
+    files: tuple[SourceFile, ...] = ()
+    """vLLM: the rest of the PEFT folder, ``adapter_config.json`` at least."""
+    scale: float | None = None
+    """llama.cpp: how strongly the adapter applies (``--lora-scaled``); None: 1.0."""
+    rank: int | None = Field(default=None, ge=1, le=512)
+    """vLLM: the adapter's LoRA rank (PEFT's ``r``); vLLM gets a ``--max-lora-rank`` holding the largest."""
+
+    _sha = field_validator("sha256")(_sha256)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _model_name(value)
+
+    @field_validator("filename")
+    @classmethod
+    def _filename(cls, value: str) -> str:
+        return _plain_name(value) if value else value
+
+    @field_validator("scale")
+    @classmethod
+    def _scale(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and -100 <= value <= 100):
+            raise ValueError("must be a number between -100 and 100 (1.0 applies the adapter fully)")
+        return value
+
+    def weights_filename(self, engine: str) -> str:
+        """The weights file's name on the node."""
+        return self.filename or ADAPTER_FILENAMES.get(engine, "adapter.gguf")
+
+
+def adapter_problems(engine: str, model_name: str, adapters: Iterable[Adapter]) -> list[tuple[str, str]]:
+    """What is wrong with a model's adapters for its engine: ``(field.path, why)`` pairs."""
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for index, adapter in enumerate(adapters):
+        at = f"adapters.{index}"
+        if engine not in ADAPTER_ENGINES:
+            problems.append((at, f"engine {engine} serves no LoRA adapters; use engine vllm or llama.cpp"))
+            continue
+        if adapter.name == model_name:
+            problems.append((f"{at}.name", "is the model's own name; give the adapter a name of its own"))
+        elif adapter.name in seen:
+            problems.append((f"{at}.name", f"two adapters are called {adapter.name!r}; rename one"))
+        seen.add(adapter.name)
+        filename = adapter.weights_filename(engine)
+        if engine == "llama.cpp":
+            if not filename.endswith(".gguf"):
+                problems.append((f"{at}.filename", "a llama.cpp adapter is one GGUF file: name it *.gguf"))
+            elif "," in filename or ":" in filename:
+                problems.append((f"{at}.filename", "llama-server splits its --lora list at ',' and ':'; "
+                                 "rename the file without them"))  # fmt: skip
+            if adapter.files:
+                problems.append((f"{at}.files", "a llama.cpp adapter is one GGUF file; remove files"))
+            if adapter.rank is not None:
+                problems.append((f"{at}.rank", "rank is vLLM's; llama.cpp reads the file's own"))
+        else:
+            if not filename.endswith((".safetensors", ".bin")):
+                problems.append((f"{at}.filename", "a PEFT adapter's weights are adapter_model.safetensors "
+                                 "(or .bin); a GGUF adapter needs engine llama.cpp"))  # fmt: skip
+            names = [filename, *(f.filename for f in adapter.files)]
+            if PEFT_CONFIG not in names:
+                problems.append((f"{at}.files", f"a PEFT adapter needs its {PEFT_CONFIG}: import it into "
+                                 "the mirror and list it in files"))  # fmt: skip
+            if len(set(names)) != len(names):
+                problems.append((f"{at}.files", "two files of the adapter have the same name"))
+            if adapter.scale is not None:
+                problems.append((f"{at}.scale", "scale is llama.cpp's (--lora-scaled); vLLM applies the "
+                                 "adapter as trained: remove it"))  # fmt: skip
+    return problems
+
+
+def name_clashes(model: ModelDefinition, others: Iterable[ModelDefinition]) -> list[tuple[str, str]]:
+    """Names of ``model`` (its own, its adapters') that another catalog entry already uses."""
+    taken: dict[str, str] = {}
+    for other in others:
+        if other.name == model.name:
+            continue
+        taken[other.name] = f"model {other.name!r}"
+        for adapter in other.adapters:
+            taken[adapter.name] = f"an adapter of model {other.name!r}"
+    problems = []
+    if model.name in taken:
+        problems.append(("name", f"is already the name of {taken[model.name]}; choose another name"))
+    for index, adapter in enumerate(model.adapters):
+        if adapter.name in taken:
+            why = f"is already the name of {taken[adapter.name]}; choose another name"
+            problems.append((f"adapters.{index}.name", why))
+    return problems
+
+
+def _model_name(value: str) -> str:
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValueError(
+            "must start with a letter or digit and hold only letters, digits and . _ : / - (128 at most)"
+        )
+    return value
+
+
 class Replicas(Strict):
     min: int = Field(default=1, ge=0, le=1024)
     """Replicas kept running at all times (0 with on_demand: start when asked)."""
@@ -193,6 +316,9 @@ class ModelDefinition(Strict):
     """Seconds without a request after which an on-demand model's replicas stop."""
     owner: str = ""
     """Who owns the model (empty: the cluster)."""
+    adapters: tuple[Adapter, ...] = ()
+    """LoRA adapters served on the model's replicas, each under its own name: all given to the
+    engine at start, or (vLLM with ``profile.max_loaded_adapters`` N) loaded when first asked for."""
 
     @model_validator(mode="after")
     def _format_fits_engine(self) -> ModelDefinition:
@@ -209,17 +335,18 @@ class ModelDefinition(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(
-                "must start with a letter or digit and hold only letters, digits and . _ : / - (128 at most)"
-            )
-        return value
+        return _model_name(value)
+
+    def max_lora_rank(self) -> int:
+        """The largest rank the adapters declare (0: none declares one)."""
+        return max((a.rank or 0 for a in self.adapters), default=0)
 
     def memory_needed_mb(self) -> int:
         """Memory one replica needs, declared or estimated from the weights' size."""
         if self.profile.memory_mb is not None:
             return self.profile.memory_mb
         total = self.source.size + sum(f.size for f in self.source.files)
+        total += sum(a.size for a in self.adapters)
         return int(total * 1.25 / 2**20) + 256
 
     def wanted_replicas(self, demanded: bool) -> int:
@@ -250,6 +377,10 @@ def parse_model(data: Any) -> ModelDefinition:
     if not isinstance(data, dict):
         raise ValidationFailed([("", "a model definition must be a mapping of fields")])
     try:
-        return ModelDefinition.model_validate(data)
+        model = ModelDefinition.model_validate(data)
     except ValidationError as error:
         raise ValidationFailed(problems_of(error), "fix the fields named and try again") from None
+    problems = adapter_problems(model.profile.engine, model.name, model.adapters)
+    if problems:
+        raise ValidationFailed(problems, "fix the adapters named and try again")
+    return model

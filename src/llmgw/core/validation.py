@@ -99,7 +99,7 @@ SET_BY_LLMGW = {
     "vllm": (
         "--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp",
         "--kv-events-config", "--max-model-len", "--max-num-seqs", "--enable-lora", "--max-loras",
-        "--uds",
+        "--max-lora-rank", "--uds",
     ),
     "sglang": (
         "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",

@@ -21,6 +21,18 @@ from llmgw.errors import ConfigError, EngineUnhealthy
 
 
 @dataclass(frozen=True)
+class LaunchAdapter:
+    """A LoRA adapter on the node, as an engine is given it."""
+
+    name: str
+    """The name requests ask for it by."""
+    path: Path
+    """The PEFT folder (vLLM) or the GGUF LoRA file (llama.cpp)."""
+    scale: float | None = None
+    """llama.cpp: how strongly it applies; None: fully."""
+
+
+@dataclass(frozen=True)
 class Launch:
     """One replica's engine start: what the agent knows when it launches it."""
 
@@ -45,6 +57,10 @@ class Launch:
     """Loopback port the engine publishes KV-cache events on (vLLM with ``kv_events``)."""
     max_loaded_adapters: int = 0
     """vLLM: adapters held at once, loaded at run time."""
+    adapters: tuple[LaunchAdapter, ...] = ()
+    """LoRA adapters given at start (none with ``max_loaded_adapters``: those load at run time)."""
+    max_lora_rank: int = 0
+    """vLLM: the largest adapter rank (``--max-lora-rank``); 0: the engine's default."""
     devices: tuple[int, ...] = ()
     """Cards the engine was given (CUDA indexes)."""
 

@@ -6,6 +6,10 @@ llama.cpp's server):
 - ``GET /health`` answers without the API key: 503 while the model loads,
   200 ``{"status":"ok"}`` once it serves. ``/metrics`` and ``/v1/*`` demand
   the key (401 without it); ``/metrics`` exists only with ``--metrics``.
+- LoRA adapters load at start: ``--lora FNAME`` applies one fully,
+  ``--lora-scaled FNAME:SCALE`` at a scale (both also take comma-separated
+  lists, so a file name must hold no ``,`` or ``:``); ``GET /lora-adapters``
+  lists them with their ids, paths and scales.
 - The library's start-up lines (devices used, layers offloaded, buffers) are
   info messages that llama-server prints only from verbosity 4 on, so the
   engine is started with ``--verbosity 4``; request lines stay quiet.
@@ -216,6 +220,17 @@ def parse_compute(log_text: str) -> Compute:
     return Compute(backend=backend, devices=gpus, layers_offloaded=offloaded, layers_total=total)
 
 
+def lora_arguments(launch: Launch) -> list[str]:
+    """``--lora FILE`` per adapter, ``--lora-scaled FILE:SCALE`` where the adapter has a scale."""
+    argv: list[str] = []
+    for adapter in launch.adapters:
+        if adapter.scale is None:
+            argv += ["--lora", str(adapter.path)]
+        else:
+            argv += ["--lora-scaled", f"{adapter.path}:{adapter.scale:g}"]
+    return argv
+
+
 class LlamaCppEngine:
     """llama-server behind the :class:`~llmgw.engines.engine.Engine` interface."""
 
@@ -244,7 +259,7 @@ class LlamaCppEngine:
         )
         if launch.projector is not None:
             argv[1:1] = ["--mmproj", str(launch.projector)]
-        return argv
+        return argv + lora_arguments(launch)
 
     def environment(self, launch: Launch) -> dict[str, str]:
         return {}

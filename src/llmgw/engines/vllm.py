@@ -12,6 +12,12 @@ metrics, V1 engine):
   ``vllm:kv_cache_usage_perc`` (a 0..1 share despite its name;
   ``vllm:gpu_cache_usage_perc`` before V1), ``vllm:prompt_tokens_total``,
   ``vllm:generation_tokens_total``.
+- LoRA at start: ``--enable-lora --lora-modules name=path ...`` (one
+  ``name=path`` per adapter, a PEFT folder), ``--max-loras`` the adapters one
+  batch may mix, ``--max-lora-rank`` at least the largest adapter rank, one of
+  1, 8, 16, 32, 64, 128, 256, 320, 512 (16 by default); each
+  adapter is then served under its name in ``model`` and listed by
+  ``/v1/models`` with ``parent`` the base model.
 - Runtime LoRA: with ``--enable-lora --max-loras N`` and
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``POST /v1/load_lora_adapter``
   ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
@@ -36,6 +42,9 @@ KV_EVENTS_TOPIC = "kv-events"
 HASH_ALGO = "sha256_cbor"
 HASH_SEED = "0"
 """PYTHONHASHSEED the agent gives vLLM so block hashes agree across restarts."""
+
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM's ``--max-lora-rank`` takes."""
 
 _PLATFORM = re.compile(r"Automatically detected platform (?P<platform>\w+)")
 
@@ -67,6 +76,11 @@ class VllmEngine:
         ]  # fmt: skip
         if launch.max_loaded_adapters:
             argv += ["--enable-lora", "--max-loras", str(launch.max_loaded_adapters)]
+        elif launch.adapters:
+            argv += ["--enable-lora", "--max-loras", str(len(launch.adapters))]
+            argv += ["--lora-modules", *(f"{a.name}={a.path}" for a in launch.adapters)]
+        if launch.max_lora_rank and (launch.max_loaded_adapters or launch.adapters):
+            argv += ["--max-lora-rank", str(max_lora_rank(launch.max_lora_rank))]
         if launch.kv_events_port is not None:
             argv += ["--kv-events-config", json.dumps(kv_events_config(launch.kv_events_port))]
             argv += ["--prefix-caching-hash-algo", HASH_ALGO]
@@ -86,6 +100,11 @@ class VllmEngine:
         if platforms and platforms[-1] != "cuda":
             return Compute(backend="cpu")
         return cuda_devices(launch)
+
+
+def max_lora_rank(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM takes that holds adapters of ``rank``."""
+    return next((allowed for allowed in MAX_LORA_RANKS if allowed >= rank), MAX_LORA_RANKS[-1])
 
 
 def kv_events_config(port: int) -> dict[str, object]:

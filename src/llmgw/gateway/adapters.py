@@ -1,8 +1,19 @@
-"""LoRA adapters loaded at run time: the first request for one loads it, exactly once.
+"""LoRA adapters: the model a request names may be an adapter of a catalog model.
+
+The catalog's adapters are registered here (:meth:`Adapters.replace`, or
+:meth:`Adapters.register` one by one: the adapter's name, its base model, how
+many adapters a replica holds at once). An adapter given to the engine at
+start (``max_loaded`` 0: vLLM's ``--lora-modules``, llama.cpp's ``--lora``)
+is served by every replica of its base model: its requests go to any of them.
+
+llama-server applies, to a request without a ``lora`` field, every adapter
+it was given; so a request to a llama.cpp model with adapters names its
+adapter by id (``"lora": [{"id": i, "scale": s}]``, the others at scale 0)
+and a request for the model itself turns them all off (:meth:`Adapters.lora_choice`).
 
 A model with ``max_loaded_adapters`` N runs vLLM with runtime LoRA; its
-adapters are registered here (:meth:`Adapters.register`: the adapter's name,
-its base model, where its weights are). A request naming an adapter goes to
+adapters' weights are on each replica's node, at the path the replica's agent
+reported (:meth:`Adapters.set_paths`). A request naming one goes to
 a replica of the base model chosen by :class:`llmgw.core.adapters.AdapterResidency`:
 one holding the adapter unless saturated; else one with room, after
 unloading its least recently used idle adapter. The load
@@ -15,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import Counter
 
 from llmgw.core.adapters import AdapterResidency
+from llmgw.core.catalog import ModelDefinition
 from llmgw.errors import EngineError
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.upstream import Upstream
@@ -37,8 +50,37 @@ class AdapterEntry:
     name: str
     model: str
     """The base model whose replicas serve it."""
-    path: str
-    """Where the replica's engine reads its weights (``lora_path``)."""
+    path: str = ""
+    """Where an engine reads its weights (``lora_path``) when its replica reported no path of its own."""
+    max_loaded: int = 0
+    """Adapters a replica of the base model holds at once; 0: every replica has every adapter from start."""
+    lora_id: int = -1
+    """llama.cpp: the adapter's id in llama-server (its place on the command line); -1 elsewhere."""
+    scale: float = 1.0
+    """llama.cpp: the scale a request for the adapter applies it at."""
+
+    @property
+    def at_start(self) -> bool:
+        """Given to the engine at start: any replica of the base model serves it."""
+        return self.max_loaded == 0
+
+
+def adapter_entries(models: Iterable[ModelDefinition]) -> list[AdapterEntry]:
+    """The catalog's adapters as the gateway registers them."""
+    entries = []
+    for model in models:
+        llama = model.profile.engine == "llama.cpp"
+        for index, adapter in enumerate(model.adapters):
+            entries.append(
+                AdapterEntry(
+                    adapter.name,
+                    model.name,
+                    max_loaded=model.profile.max_loaded_adapters,
+                    lora_id=index if llama else -1,
+                    scale=1.0 if adapter.scale is None else adapter.scale,
+                )
+            )
+    return entries
 
 
 class AdapterLoadFailed(EngineError):
@@ -54,13 +96,43 @@ class Adapters:
         self._entries: dict[str, AdapterEntry] = {}
         self._residency: dict[str, AdapterResidency] = {}
         self._loading: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._paths: dict[str, dict[str, str]] = {}
+        self._choices: dict[str, bytes] = {}
 
-    def register(self, name: str, model: str, path: str, max_loaded: int) -> None:
-        """Make ``name`` an adapter of ``model`` (whose replicas hold ``max_loaded`` at once)."""
-        self._entries[name] = AdapterEntry(name, model, path)
-        residency = self._residency.get(model)
-        if residency is None or residency.max_loaded != max_loaded:
-            self._residency[model] = AdapterResidency(max_loaded)
+    def register(self, name: str, model: str, path: str = "", max_loaded: int = 0) -> None:
+        """Make ``name`` an adapter of ``model`` (replicas hold ``max_loaded`` at once; 0: all from start)."""
+        self._entries[name] = AdapterEntry(name, model, path, max_loaded)
+        if max_loaded:
+            residency = self._residency.get(model)
+            if residency is None or residency.max_loaded != max_loaded:
+                self._residency[model] = AdapterResidency(max_loaded)
+
+    def replace(self, entries: Iterable[AdapterEntry]) -> None:
+        """Make ``entries`` every adapter there is (the catalog changed); what replicas hold is kept."""
+        self._entries = {}
+        self._choices = {}
+        for entry in entries:
+            self.register(entry.name, entry.model, entry.path, entry.max_loaded)
+            self._entries[entry.name] = entry
+            if entry.lora_id >= 0:
+                choice = [{"id": entry.lora_id, "scale": entry.scale}]
+                self._choices[entry.name] = json.dumps(choice, separators=(",", ":")).encode()
+                self._choices.setdefault(entry.model, b'[{"id":0,"scale":0.0}]')  # the model alone: none
+        runtime = {e.model for e in self._entries.values() if not e.at_start}
+        for model in [m for m in self._residency if m not in runtime]:
+            del self._residency[model]
+
+    def set_paths(self, replica_id: str, paths: Mapping[str, str]) -> None:
+        """Where each adapter's weights are on ``replica_id``'s node, as its agent reported."""
+        self._paths[replica_id] = dict(paths)
+
+    def lora_choice(self, model: str) -> bytes | None:
+        """llama.cpp: the ``lora`` field a request for ``model`` (an adapter or its model) carries."""
+        return self._choices.get(model)
+
+    def entries(self) -> list[AdapterEntry]:
+        """Every registered adapter, by name."""
+        return sorted(self._entries.values(), key=lambda entry: entry.name)
 
     def get(self, name: str) -> AdapterEntry | None:
         return self._entries.get(name)
@@ -70,6 +142,7 @@ class Adapters:
 
     def forget(self, replica_id: str) -> None:
         """The replica left or restarted: it holds no adapter."""
+        self._paths.pop(replica_id, None)
         for residency in self._residency.values():
             residency.forget(replica_id)
 
@@ -81,6 +154,8 @@ class Adapters:
         :class:`AdapterLoadFailed` when the replica refused the load.
         """
         entry = self._entries[name]
+        if entry.at_start:
+            return self.table.pick(entry.model)
         residency = self._residency[entry.model]
         loads = self.table.loads(entry.model)
         plan = residency.plan(name, loads, saturation=self.table.router.settings.saturation)
@@ -161,7 +236,14 @@ class Adapters:
             await self._post(endpoint, "/v1/unload_lora_adapter", {"lora_name": unload}, request_id)
             UNLOADS.labels(entry.model).inc()
             log.info("adapter %s unloaded from %s to make room", unload, endpoint.replica_id)
-        body = {"lora_name": entry.name, "lora_path": entry.path}
+        path = self._paths.get(endpoint.replica_id, {}).get(entry.name) or entry.path
+        if not path:
+            raise AdapterLoadFailed(
+                f"replica {endpoint.replica_id} reported no path for adapter {entry.name}",
+                hint="the node fetches an adapter with the model's weights; restart the replica "
+                "('llmgw ctl replicas' shows it) if its node was upgraded from an older llmgw",
+            )
+        body = {"lora_name": entry.name, "lora_path": path}
         await self._post(endpoint, "/v1/load_lora_adapter", body, request_id)
         LOADS.labels(entry.model).inc()
         log.info("adapter %s loaded on %s", entry.name, endpoint.replica_id)

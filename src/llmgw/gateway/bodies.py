@@ -6,7 +6,9 @@ exception: a stream whose client did not ask for usage gets
 ``stream_options.include_usage`` added (:func:`asking_for_usage`), so that its
 tokens are counted; the usage-only event this brings is taken out of the
 answer before the client sees it. Where the client sent no ``stream_options``
-that is a splice of bytes, not a new encoding.
+that is a splice of bytes, not a new encoding. Likewise a request to a
+llama.cpp model with LoRA adapters gets the ``lora`` field choosing its
+adapter (:func:`choosing_lora`).
 """
 
 from __future__ import annotations
@@ -89,6 +91,21 @@ def asking_for_usage(body: bytes, facts: RequestFacts) -> bytes:
         return body
     data = json.loads(body)
     data["stream_options"] = {**(options or {}), "include_usage": True}
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def choosing_lora(body: bytes, lora: bytes) -> bytes:
+    """``body`` with its ``lora`` field set to the JSON ``lora`` (llama-server's per-request adapters).
+
+    A splice of bytes when the client sent no ``lora`` of its own; else the field is replaced.
+    """
+    start = len(body) - len(body.lstrip())
+    if b'"lora"' not in body and body[start : start + 1] == b"{":
+        rest = body[start + 1 :]
+        separator = b"" if rest.lstrip().startswith(b"}") else b","
+        return body[: start + 1] + b'"lora":' + lora + separator + rest
+    data = json.loads(body)
+    data["lora"] = json.loads(lora)
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -10,6 +10,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from llmgw.core.catalog import ModelDefinition
+
 
 @dataclass(frozen=True, slots=True)
 class ModelEntry:
@@ -22,9 +24,28 @@ class ModelEntry:
     """Unix time the model entered the catalog (``created`` in ``/v1/models``)."""
     owner: str = "llmgw"
     """Who owns the model (``owned_by`` in ``/v1/models``)."""
+    parent: str = ""
+    """A LoRA adapter's base model (``parent`` in ``/v1/models``, as vLLM lists it); empty for a model."""
 
     def as_openai(self) -> dict[str, object]:
-        return {"id": self.name, "object": "model", "created": self.created, "owned_by": self.owner}
+        listed: dict[str, object] = {
+            "id": self.name, "object": "model", "created": self.created, "owned_by": self.owner
+        }  # fmt: skip
+        if self.parent:
+            listed["parent"] = self.parent
+        return listed
+
+
+def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
+    """What clients may ask for: each model, and each of its LoRA adapters (``parent`` the model)."""
+    entries = []
+    for model in models:
+        on_demand = model.on_demand or model.replicas.min == 0
+        owner = model.owner or "llmgw"
+        entries.append(ModelEntry(name=model.name, on_demand=on_demand, owner=owner))
+        for adapter in model.adapters:
+            entries.append(ModelEntry(name=adapter.name, on_demand=on_demand, owner=owner, parent=model.name))
+    return entries
 
 
 class GatewayCatalog:

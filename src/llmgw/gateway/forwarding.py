@@ -21,7 +21,7 @@ from starlette.types import Receive, Send
 
 from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
-from llmgw.gateway.bodies import RequestFacts
+from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import EVENT_STREAM, JSON, ApiError, normalise_engine_error, sse_error_event
@@ -161,7 +161,17 @@ async def _forward(
             endpoint = table.pick(model, prompt=prompt, tokens=tokens)
         if endpoint is None:
             raise gateway.not_ready_error(model)
+    body = _for_engine(gateway, model, endpoint, body)
     await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
+
+
+def _for_engine(gateway: Gateway, model: str, endpoint: ReplicaEndpoint, body: bytes) -> bytes:
+    """The body as the replica's engine needs it: llama-server is told which adapter to apply."""
+    if endpoint.engine == "llama.cpp":
+        choice = gateway.adapters.lora_choice(model)
+        if choice is not None:
+            return choosing_lora(body, choice)
+    return body
 
 
 async def _forward_adapter(
@@ -182,8 +192,15 @@ async def _forward_adapter(
         raise ApiError(502, f"{error}", "adapter_load_failed") from error
     if endpoint is None:
         gateway.want_replica(base)
-        raise gateway.not_ready_error(base)
+        if await gateway.replicas.wait_ready(base, gateway.settings.request_wait_s):
+            try:
+                endpoint = await adapters.place(exchange.model, exchange.request_id)
+            except AdapterLoadFailed as error:
+                raise ApiError(502, f"{error}", "adapter_load_failed") from error
+        if endpoint is None:
+            raise gateway.not_ready_error(base)
     try:
+        body = _for_engine(gateway, exchange.model, endpoint, body)
         await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
     finally:
         adapters.done(endpoint.replica_id, exchange.model)

@@ -126,12 +126,33 @@ Global___Compute: _TypeAlias = Compute  # noqa: Y015
 class RunningShard(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AdapterPathsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
     COMPUTE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    ADAPTER_PATHS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     model: _builtins.str
     state: Global___ShardState.ValueType
@@ -139,6 +160,10 @@ class RunningShard(_message.Message):
     error: _builtins.str
     @_builtins.property
     def compute(self) -> Global___Compute: ...
+    @_builtins.property
+    def adapter_paths(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """each LoRA adapter's folder or file on this node, by name"""
+
     def __init__(
         self,
         *,
@@ -148,10 +173,11 @@ class RunningShard(_message.Message):
         port: _builtins.int = ...,
         compute: Global___Compute | None = ...,
         error: _builtins.str = ...,
+        adapter_paths: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute", "error", b"error", "model", b"model", "port", b"port", "replica_id", b"replica_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_paths", b"adapter_paths", "compute", b"compute", "error", b"error", "model", b"model", "port", b"port", "replica_id", b"replica_id", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -210,12 +236,33 @@ Global___Register: _TypeAlias = Register  # noqa: Y015
 class ShardStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AdapterPathsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
     COMPUTE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     RESTARTS_FIELD_NUMBER: _builtins.int
+    ADAPTER_PATHS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     state: Global___ShardState.ValueType
     port: _builtins.int
@@ -223,6 +270,12 @@ class ShardStatus(_message.Message):
     restarts: _builtins.int
     @_builtins.property
     def compute(self) -> Global___Compute: ...
+    @_builtins.property
+    def adapter_paths(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Each LoRA adapter's folder (vLLM) or file (llama.cpp) on this node, by name: the
+        router loads a runtime adapter through the engine's API with this path.
+        """
+
     def __init__(
         self,
         *,
@@ -232,10 +285,11 @@ class ShardStatus(_message.Message):
         compute: Global___Compute | None = ...,
         error: _builtins.str = ...,
         restarts: _builtins.int = ...,
+        adapter_paths: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute", "error", b"error", "port", b"port", "replica_id", b"replica_id", "restarts", b"restarts", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_paths", b"adapter_paths", "compute", b"compute", "error", b"error", "port", b"port", "replica_id", b"replica_id", "restarts", b"restarts", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -653,6 +707,8 @@ class StartShard(_message.Message):
     PROJECTOR_FILENAME_FIELD_NUMBER: _builtins.int
     PROJECTOR_SIZE_FIELD_NUMBER: _builtins.int
     FILES_FIELD_NUMBER: _builtins.int
+    ADAPTERS_FIELD_NUMBER: _builtins.int
+    MAX_LORA_RANK_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     model: _builtins.str
     engine: _builtins.str
@@ -675,6 +731,8 @@ class StartShard(_message.Message):
     """a GGUF vision model's projector, fetched beside the weights"""
     projector_filename: _builtins.str
     projector_size: _builtins.int
+    max_lora_rank: _builtins.int
+    """vLLM --max-lora-rank (0: the engine's default)"""
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -684,6 +742,12 @@ class StartShard(_message.Message):
     @_builtins.property
     def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightsFile]:
         """the rest of a safetensors repository, fetched beside the weights"""
+
+    @_builtins.property
+    def adapters(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoraAdapter]:
+        """LoRA adapters, fetched with the weights: given to the engine at start, or (vLLM with
+        max_loaded_adapters) only fetched, for the router to load at run time.
+        """
 
     def __init__(
         self,
@@ -708,14 +772,58 @@ class StartShard(_message.Message):
         projector_filename: _builtins.str = ...,
         projector_size: _builtins.int = ...,
         files: _abc.Iterable[Global___WeightsFile] | None = ...,
+        adapters: _abc.Iterable[Global___LoraAdapter] | None = ...,
+        max_lora_rank: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "model", b"model", "parallel", b"parallel", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "replica_id", b"replica_id", "tp", b"tp", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapters", b"adapters", "api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "max_lora_rank", b"max_lora_rank", "model", b"model", "parallel", b"parallel", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "replica_id", b"replica_id", "tp", b"tp", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartShard: _TypeAlias = StartShard  # noqa: Y015
+
+@_typing.final
+class LoraAdapter(_message.Message):
+    """One LoRA adapter: its weights file (a PEFT folder's adapter_model.safetensors, or a
+    GGUF LoRA file) and, for PEFT, the folder's other files (adapter_config.json).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    SCALE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    sha256: _builtins.str
+    filename: _builtins.str
+    size: _builtins.int
+    scale: _builtins.float
+    """llama.cpp --lora-scaled; absent: 1.0"""
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightsFile]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+        filename: _builtins.str = ...,
+        size: _builtins.int = ...,
+        files: _abc.Iterable[Global___WeightsFile] | None = ...,
+        scale: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_scale", b"_scale", "scale", b"scale"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_scale", b"_scale", "filename", b"filename", "files", b"files", "name", b"name", "scale", b"scale", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__scale: _TypeAlias = _typing.Literal["scale"]  # noqa: Y015
+    _WhichOneofArgType__scale: _TypeAlias = _typing.Literal["_scale", b"_scale"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__scale) -> _WhichOneofReturnType__scale | None: ...
+
+Global___LoraAdapter: _TypeAlias = LoraAdapter  # noqa: Y015
 
 @_typing.final
 class WeightsFile(_message.Message):

@@ -30,6 +30,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -75,6 +76,10 @@ class StandinSettings:
     """vLLM: adapter slots (0: runtime LoRA off)."""
     runtime_lora: bool = False
     """vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING was set."""
+    static_loras: dict[str, str] = field(default_factory=dict)
+    """vLLM: adapters registered at start (``--lora-modules name=path``), by name."""
+    lora_paths_checked: bool = False
+    """vLLM: a runtime load's ``lora_path`` must be a PEFT folder, as the real engine reads it."""
     prefill_s: float = field(
         default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_PREFILL_S", "0.0002"))
     )
@@ -187,7 +192,10 @@ class Standin:
         """Prompt tokens found in the block cache (vLLM's prefix_cache_hits)."""
         self.generated_tokens = 0
         self.requests = 0
-        self.adapters: OrderedDict[str, str] = OrderedDict()
+        self.adapters: OrderedDict[str, str] = OrderedDict(settings.static_loras)
+        """Adapters served (name to path), least recently used first."""
+        self.lora_loads = 0
+        """Runtime adapter loads answered with success."""
 
     # -- serving ------------------------------------------------------------------------------
 
@@ -291,11 +299,12 @@ def build_app(standin: Standin) -> web.Application:
         return web.Response(status=200)
 
     async def models(request: web.Request) -> web.Response:
-        names = [s.served_name, *standin.adapters]
-        data = [
-            {"id": n, "object": "model", "owned_by": s.engine, "max_model_len": s.max_model_len}
-            for n in names
+        data: list[dict[str, Any]] = [
+            {"id": s.served_name, "object": "model", "owned_by": s.engine, "max_model_len": s.max_model_len}
         ]
+        for name, path in standin.adapters.items():
+            data.append({"id": name, "object": "model", "owned_by": s.engine, "root": path,
+                         "parent": s.served_name})  # fmt: skip
         return web.json_response({"object": "list", "data": data})
 
     async def metrics(request: web.Request) -> web.Response:
@@ -386,8 +395,11 @@ def build_app(standin: Standin) -> web.Application:
             return _error(400, f"The lora adapter '{name}' has already been loaded.")
         if len(standin.adapters) >= s.max_loras:
             return _error(400, f"No free LoRA slot: {s.max_loras} adapters are loaded (--max-loras).")
+        if s.lora_paths_checked and (refusal := peft_refusal(str(path))):
+            return _error(400, f"Loading lora {name} failed: {refusal}")
         await standin.sleep(s.load_delay_s)
         standin.adapters[name] = str(path)
+        standin.lora_loads += 1
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
     async def unload_lora(request: web.Request) -> web.Response:
@@ -411,6 +423,18 @@ def build_app(standin: Standin) -> web.Application:
         app.router.add_post("/v1/load_lora_adapter", load_lora)
         app.router.add_post("/v1/unload_lora_adapter", unload_lora)
     return app
+
+
+def peft_refusal(path: str) -> str:
+    """Why ``path`` is no PEFT adapter folder vLLM could load (empty when it is one)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"No adapter found for {path}: not a folder"
+    if not (folder / "adapter_config.json").is_file():
+        return f"No adapter found for {path}: it holds no adapter_config.json"
+    if not any(folder.glob("adapter_model.*")):
+        return f"No adapter found for {path}: it holds no adapter_model.safetensors"
+    return ""
 
 
 def serve(settings: StandinSettings, on_start: Callable[[Standin], object] | None = None) -> None:

@@ -17,7 +17,7 @@ import os
 import sys
 
 from llmgw.testing.block_hashing import block_hash, none_hash
-from llmgw.testing.engine_standin import StandinSettings, serve
+from llmgw.testing.engine_standin import StandinSettings, peft_refusal, serve
 
 VERSION = "0.11.0"
 
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--prefix-caching-hash-algo", choices=["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"])
     add("--enable-lora", action="store_true")
     add("--max-loras", type=int, default=1)
-    add("--max-lora-rank", type=int, default=16)
+    add("--max-lora-rank", type=int, default=16, choices=[1, 8, 16, 32, 64, 128, 256, 320, 512])
     add("--max-cpu-loras", type=int)
     add("--lora-modules", nargs="+")
     add("--kv-events-config")
@@ -68,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     add("--uvicorn-log-level", default="info")
     add("--limit-mm-per-prompt")
     return parser
+
+
+def lora_module(value: str) -> tuple[str, str]:
+    """One ``--lora-modules`` value: ``name=path`` or JSON with ``name`` and ``path``."""
+    if value.lstrip().startswith("{"):
+        data = json.loads(value)
+        return str(data.get("name", "")), str(data.get("path", ""))
+    name, _, path = value.partition("=")
+    return name, path
 
 
 def _dashes(argv: list[str]) -> list[str]:
@@ -110,7 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         max_loras=options.max_loras if options.enable_lora else 0,
         runtime_lora=options.enable_lora
         and os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
+        lora_paths_checked=True,
     )
+    if options.lora_modules:
+        if not options.enable_lora:
+            print("vllm serve: error: --lora-modules needs --enable-lora", file=sys.stderr)
+            return 2
+        for module in options.lora_modules:
+            name, path = lora_module(module)
+            refusal = peft_refusal(path) if name and path else "the format is name=path"
+            if refusal:
+                print(f"ValueError: cannot load LoRA module {module!r}: {refusal}", file=sys.stderr)
+                return 1
+            settings.static_loras[name] = path
     if options.prefix_caching_hash_algo == "sha256_cbor":
         root = none_hash()
         settings.hash_block = lambda parent, tokens: block_hash(parent, tokens, root)

@@ -6,6 +6,13 @@ accepted and ignored) and speaks the parts of its HTTP API llmgw uses:
 
 - ``GET /health`` without the key: 200 ``{"status":"ok"}``.
 - ``GET /metrics`` with the key: llama-server's Prometheus names.
+- ``GET /lora-adapters`` with the key: the adapters ``--lora FNAME`` and
+  ``--lora-scaled FNAME:SCALE`` loaded at start (each a comma-separated
+  list, each file checked to exist), as ``[{"id", "path", "scale"}]``. A
+  request's ``lora`` field (``[{"id", "scale"}]``) sets the adapters it is
+  answered with, those it leaves out at scale 0; without it, every adapter at
+  its start scale. ``GET /slots`` shows the last request's ``lora`` field, as
+  sent, in ``params.lora``.
 - ``POST /v1/chat/completions`` and ``/v1/completions`` with the key: a fixed
   answer, or with ``"stream": true`` a stream of :data:`STREAM_CHUNKS` content
   events, a usage-only event when ``stream_options.include_usage`` asks for it,
@@ -162,6 +169,11 @@ class _Connection(asyncio.Protocol):
             return
         if method == b"GET" and path == b"/metrics":
             self._reply(200, self._server.metrics(), keep_alive, b"text/plain; version=0.0.4")
+        elif method == b"GET" and path == b"/slots":
+            slot = {"id": 0, "is_processing": False, "params": {"lora": self._server.last_asked}}
+            self._reply(200, json.dumps([slot]).encode(), keep_alive)
+        elif method == b"GET" and path == b"/lora-adapters":
+            self._reply(200, json.dumps(self._server.adapters()).encode(), keep_alive)
         elif method == b"GET" and path in (b"/v1/models", b"/models"):
             listing = {"object": "list", "data": [{"id": self._server.alias, "object": "model"}]}
             self._reply(200, json.dumps(listing).encode(), keep_alive)
@@ -179,6 +191,7 @@ class _Connection(asyncio.Protocol):
             self._reply(*_error(500, f"[json.exception.parse_error] {error}", "server_error"), keep_alive)
             return
         self._server.requests += 1
+        self._server.applying(request.get("lora"))
         if request.get("stream") is True:
             options = request.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -227,12 +240,34 @@ class _Connection(asyncio.Protocol):
 class StandIn:
     """The server: its key, alias and counters."""
 
-    def __init__(self, api_key: str, alias: str, interval_s: float) -> None:
+    def __init__(
+        self, api_key: str, alias: str, interval_s: float, loras: list[tuple[str, float]] | None = None
+    ) -> None:
         self.authorization = b"Bearer " + api_key.encode()
         self.alias = alias
         self.interval_s = interval_s
         self.requests = 0
         self.running = 0
+        self.loras = loras or []
+        """LoRA adapters loaded at start: (path, scale)."""
+        self.last_asked: list[dict[str, Any]] = []
+        """The last request's ``lora`` field: ``[{"id", "scale"}]``, empty when it had none."""
+        self.last_scales: list[float] = []
+        """The scale each adapter was applied at for the last request."""
+
+    def applying(self, asked: Any) -> None:
+        """Note the adapters a request is answered with, as llama-server picks them."""
+        scales = [scale for _path, scale in self.loras]
+        self.last_asked = []
+        if isinstance(asked, list) and asked:
+            chosen = {int(e.get("id", -1)): float(e.get("scale", 0.0)) for e in asked if isinstance(e, dict)}
+            self.last_asked = [{"id": i, "scale": scale} for i, scale in chosen.items()]
+            scales = [chosen.get(i, 0.0) for i in range(len(scales))]
+        self.last_scales = scales
+
+    def adapters(self) -> list[dict[str, Any]]:
+        """``GET /lora-adapters``: each adapter's id, path and scale."""
+        return [{"id": i, "path": path, "scale": scale} for i, (path, scale) in enumerate(self.loras)]
 
     def metrics(self) -> bytes:
         return (
@@ -247,6 +282,19 @@ class StandIn:
         ).encode()
 
 
+class _Loras(argparse.Action):
+    """``--lora`` and ``--lora-scaled`` into one list, in command-line order (an adapter's id)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), (option, values)])
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="llama-server (llmgw stand-in)",
@@ -258,15 +306,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--api-key", default="")
     parser.add_argument("-a", "--alias", default="")
+    parser.add_argument("--lora", dest="loras", action=_Loras, default=[])
+    parser.add_argument("--lora-scaled", dest="loras", action=_Loras, default=[])
     args, _ignored = parser.parse_known_args(argv)
     if args.model and not Path(args.model).exists():
         parser.error(f"--model {args.model}: no such file; pass the weights' path as llama-server does")
+    loras: list[tuple[str, float]] = []
+    for option, value in args.loras:
+        for item in value.split(","):
+            if option == "--lora":
+                loras.append((item, 1.0))
+                continue
+            path, colon, scale = item.partition(":")
+            if not colon:
+                parser.error(f"--lora-scaled {item}: the format is FNAME:SCALE")
+            loras.append((path, float(scale)))
+    for path, _scale in loras:
+        if not Path(path).is_file():
+            parser.error(f"failed to load LoRA adapter {path}: no such file")
+    args.loras = loras
     return args
 
 
 async def serve(args: argparse.Namespace) -> None:
     interval_s = float(os.environ.get("LLMGW_STANDIN_CHUNK_INTERVAL_MS", "0")) / 1000
-    server = StandIn(args.api_key, args.alias or Path(args.model).name, interval_s)
+    server = StandIn(args.api_key, args.alias or Path(args.model).name, interval_s, args.loras)
     loop = asyncio.get_running_loop()
     listening = await loop.create_server(lambda: _Connection(server), args.host, args.port, backlog=1024)
     stop = asyncio.Event()
