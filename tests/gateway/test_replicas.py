@@ -100,3 +100,21 @@ async def test_wait_ready_is_false_when_nothing_became_ready_in_time() -> None:
     assert await table.wait_ready("m", timeout_s=0.01) is False
     table.set_ready(replica("a"))
     assert await table.wait_ready("m", timeout_s=0) is True
+
+
+def test_an_engine_reading_adds_only_requests_this_gateway_did_not_send() -> None:
+    table = ReplicaTable()
+    a, b = replica("a", capacity=4), replica("b", capacity=4)
+    table.set_ready(a)
+    table.set_ready(b)
+    ours = [table.acquire(a) for _ in range(3)]
+    table.set_engine_load("a", 3)  # the engine saw exactly our three
+    table.set_engine_load("b", 2)  # two requests someone else sent
+    for lease in ours:
+        lease.release()
+    # A second-old reading of our own requests no longer counts once they ended...
+    assert table.pick("m") == a
+    # ...while the other sender's two on b still do.
+    lease = table.acquire(a)
+    assert table.pick("m") == a  # 1/4 against 2/4
+    lease.release()

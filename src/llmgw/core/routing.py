@@ -15,14 +15,16 @@ class ReplicaLoad:
     """Requests this router has sent and not yet seen end."""
     capacity: int = 1
     """Requests the replica serves at once."""
-    engine_load: int = 0
-    """Requests the engine itself last reported running or waiting (every router's, not only ours)."""
+    others: int = 0
+    """Requests on the engine that this router did not send (other control planes', or clients
+    going to it directly): what it last reported running or waiting, less this router's in
+    flight at that moment. Added to ``in_flight``, never a stale copy of it."""
     readable: bool = True
     """False while the engine's metrics cannot be read: the router sends it nothing (never blind)."""
 
     @property
     def utilisation(self) -> float:
-        return max(self.in_flight, self.engine_load) / max(1, self.capacity)
+        return (self.in_flight + self.others) / max(1, self.capacity)
 
 
 def least_loaded(replicas: Sequence[ReplicaLoad], turn: int = 0) -> ReplicaLoad | None:
@@ -59,7 +61,7 @@ def with_affinity(
         if not load.readable:
             continue
         # utilisation, inlined: this loop runs for every replica on every request
-        busy = load.in_flight if load.in_flight > load.engine_load else load.engine_load
+        busy = load.in_flight + load.others
         used = busy / (load.capacity if load.capacity > 0 else 1)
         if used >= saturation:
             continue

@@ -161,12 +161,16 @@ class ReplicaTable:
         return list(self._endpoints.values())
 
     def set_engine_load(self, replica_id: str, running_and_waiting: int | None) -> None:
-        """What the replica's engine reported (None: its metrics could not be read; route around it)."""
+        """What the replica's engine reported (None: its metrics could not be read; route around it).
+
+        Only the requests beyond this router's own in flight are kept (``others``): this
+        router's count is exact and current, the engine's is a second old.
+        """
         load = self._loads.get(replica_id)
         if load is None:
             return
         load.readable = running_and_waiting is not None
-        load.engine_load = running_and_waiting or 0
+        load.others = max(0, (running_and_waiting or 0) - load.in_flight)
 
     def acquire(self, endpoint: ReplicaEndpoint) -> Lease:
         """Count a request in flight on ``endpoint`` until the lease is released."""
