@@ -90,15 +90,20 @@ async def test_a_directory_without_a_state_file_is_left_alone(tmp_path: Path) ->
     assert supervisor.snapshot() == []
 
 
-async def test_an_adopted_vllm_engine_keeps_its_kv_events_and_replay_ports(tmp_path: Path) -> None:
-    config = kv_events_config(21500, 21501)
+def _live_process(*args: str) -> subprocess.Popen[bytes]:
+    """A process with ``args`` on its command line, up until its stdin closes."""
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()",
-         "--kv-events-config", json.dumps(config)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )  # fmt: skip
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    return child
+
+
+async def test_an_adopted_vllm_engine_keeps_its_kv_events_and_replay_ports(tmp_path: Path) -> None:
+    child = _live_process("--kv-events-config", json.dumps(kv_events_config(21500, 21501)))
     try:
-        assert child.stdout is not None and child.stdout.readline() == b"up\n"
         spec = pb.StartShard(replica_id="r-kv", model="m", engine="vllm", kv_events=True)
         record = ShardRecord(
             spec=spec, command=process_command(child.pid) or [], pid=child.pid,

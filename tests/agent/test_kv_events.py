@@ -96,7 +96,7 @@ def _port() -> int:
 class Engine:
     """A stand-in publisher with a replay socket, the blocks it really holds, and a follower of it."""
 
-    def __init__(self, buffer_steps: int = 10_000) -> None:
+    def __init__(self, buffer_steps: int = 10_000, catch_up_s: float = 2.0) -> None:
         port, replay = _port(), _port()
         self.publisher = KvEventsPublisher(
             f"tcp://127.0.0.1:{port}", "", int_hashes=True,
@@ -106,8 +106,9 @@ class Engine:
         self.seen: list[BlockChanges] = []
         self.reported = asyncio.Event()
         self.follower = KvEventsFollower(
-            f"tcp://127.0.0.1:{port}", self.report, replay_endpoint=f"tcp://127.0.0.1:{replay}"
-        )
+            f"tcp://127.0.0.1:{port}", self.report, replay_endpoint=f"tcp://127.0.0.1:{replay}",
+            catch_up_s=catch_up_s,
+        )  # fmt: skip
         self.task = asyncio.create_task(self.follower.run())
         self.digests = 0
 
@@ -186,6 +187,44 @@ async def test_a_gap_older_than_the_buffer_resets_and_reports_the_whole_mirror()
         assert early and not early & engine.follower.mirror.blocks
     finally:
         await engine.close()
+
+
+async def test_a_lost_last_message_is_caught_up_while_the_socket_is_quiet() -> None:
+    engine = Engine(catch_up_s=0.2)
+    try:
+        await engine.joined()
+        await engine.applied()
+        replayed = engine.follower.gaps_replayed
+        engine.publisher.lose(engine.publisher.sequence)
+        engine.store()  # nothing follows it: no gap shows until the quiet socket's check
+        await engine.applied()
+        assert engine.follower.mirror.blocks == engine.truth
+        assert (engine.follower.gaps_replayed - replayed, engine.follower.gaps_reset) == (1, 0)
+    finally:
+        await engine.close()
+
+
+async def test_a_batch_caught_up_by_replay_is_not_applied_twice() -> None:
+    replay = _port()
+    publisher = KvEventsPublisher(
+        f"tcp://127.0.0.1:{_port()}", "", replay_endpoint=f"tcp://127.0.0.1:{replay}"
+    )
+    seen: list[BlockChanges] = []
+    follower = KvEventsFollower("tcp://127.0.0.1:1", seen.append, replay_endpoint=f"tcp://127.0.0.1:{replay}")
+    try:
+        await follower.catch_up()  # nothing published yet: nothing to do
+        assert (follower.sequence, seen) == (-1, [])
+        publisher.stored([DIGEST], None, [1] * 16)  # batch 0, reaching nobody over PUB
+        publisher.removed([DIGEST])  # batch 1
+        await follower.catch_up()
+        assert follower.sequence == 1 and not seen and follower.gaps_replayed == 1  # stored then removed
+        await follower.receive(
+            _frames(1, msgpack.packb([0.0, [["BlockRemoved", [block_key(DIGEST)], "GPU"]]]))
+        )
+        await follower.receive(_frames(2, _stored(9)))  # batch 1 again over SUB: skipped, not a restart
+        assert seen == [BlockChanges(stored={9})] and follower.gaps_reset == 0
+    finally:
+        publisher.close()
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,9 @@ message that showed the gap. Only when replay cannot fill the gap (the
 buffer starts past it, ends first, answers malformed frames or nothing
 within :data:`REPLAY_TIMEOUT_S`) is the mirror reset: what the lost messages
 said is unknown, so the engine's blocks are known again only as it reports
-them anew.
+them anew. A socket quiet for :data:`CATCH_UP_S` asks the replay socket for
+anything after its last batch: a lost last message shows no gap, and a PUB
+socket drops what it sends before its connection is up.
 """
 
 from __future__ import annotations
@@ -50,8 +52,14 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 """The replay's end marker: -1 as 8 signed big-endian bytes, as vLLM sends it."""
 REPLAY_TIMEOUT_S = 1.0
 """How long a replay may take before the gap resets the mirror."""
+CATCH_UP_S = 2.0
+"""A socket quiet this long has the replay socket asked for anything after its last batch."""
 RECEIVE_QUEUE = 100_000
 """Messages the SUB socket queues (vLLM's PUB high-water mark): what arrives during a replay waits."""
+
+
+Events = list[tuple[str, list[int]]]
+"""One batch's events, decoded: (kind, block keys)."""
 
 
 @dataclass
@@ -160,15 +168,19 @@ class KvEventsFollower:
         topic: str = "",
         replay_endpoint: str | None = None,
         replay_timeout_s: float = REPLAY_TIMEOUT_S,
+        catch_up_s: float = CATCH_UP_S,
     ) -> None:
         self.endpoint = endpoint
         self.topic = topic
         self.on_changes = on_changes
         self.replay_endpoint = replay_endpoint
         self.replay_timeout_s = replay_timeout_s
+        self.catch_up_s = catch_up_s
         self.mirror = BlockMirror()
         self.sequence = -1
         """The last sequence number applied (-1 before the first)."""
+        self._received = -1
+        """The last sequence number that came over the SUB socket."""
         self.gaps_replayed = 0
         """Sequence gaps filled from the engine's replay buffer."""
         self.gaps_reset = 0
@@ -185,21 +197,26 @@ class KvEventsFollower:
             log.warning("KV events from %s: a message of %d frames ignored", self.endpoint, len(frames))
             return
         sequence = int.from_bytes(frames[1], "big")
+        if self._received < sequence <= self.sequence:
+            self._received = sequence  # a catch-up replay applied it already
+            return
+        self._received = sequence
         expected = self.sequence + 1
-        replayed: list[tuple[str, list[int]]] = []
+        replayed: list[Events] = []
         reset = False
         if sequence > expected:
-            batches, why = await self.replay(expected, sequence)
-            if batches is None:
+            batches, why = await self._fetch(expected, sequence - expected)
+            if why or len(batches) < sequence - expected or batches[0][0] != expected:
                 self.gaps_reset += 1
                 reset = True
+                why = why or f"the engine keeps batches from {batches[0][0] if batches else sequence} on"
                 log.warning(
                     "KV events from %s: batches %d to %d were lost and %s; the mirror is reset",
                     self.endpoint, expected, sequence - 1, why,
                 )  # fmt: skip
             else:
                 self.gaps_replayed += 1
-                replayed = [event for batch in batches for event in batch]
+                replayed = [events for _, events in batches]
                 log.info(
                     "KV events from %s: batches %d to %d replayed",
                     self.endpoint, expected, sequence - 1,
@@ -218,19 +235,58 @@ class KvEventsFollower:
             log.warning("KV events from %s: %s; the mirror is reset", self.endpoint, error)
             self.on_changes(self.mirror.reset())
             return
+        self._apply([*replayed, events], reset)
+
+    async def catch_up(self) -> None:
+        """Ask the replay socket for anything after the last batch applied (a quiet socket's check).
+
+        A PUB socket drops what it sends before its connection is up, and a
+        lost last message shows no gap until the next one: this finds both.
+        """
+        if not self.replay_endpoint:
+            return
+        expected = self.sequence + 1
+        batches, why = await self._fetch(expected, None)
+        if why:
+            log.debug("KV events from %s: no catch-up (%s)", self.endpoint, why)
+            return
+        if not batches:
+            return
+        reset = batches[0][0] != expected
+        if reset:
+            self.gaps_reset += 1
+            log.warning(
+                "KV events from %s: batches %d to %d were lost and the engine keeps none of them; "
+                "the mirror is reset",
+                self.endpoint, expected, batches[0][0] - 1,
+            )  # fmt: skip
+        else:
+            self.gaps_replayed += 1
+            log.info(
+                "KV events from %s: batches %d to %d caught up by replay",
+                self.endpoint, expected, batches[-1][0],
+            )  # fmt: skip
+        self.sequence = batches[-1][0]
+        self._apply([events for _, events in batches], reset)
+
+    def _apply(self, batches: list[Events], reset: bool) -> None:
+        """Apply batches in order and report the net change (with ``reset``: the whole mirror)."""
         if reset:
             self.mirror.reset()
-            self.mirror.apply(events)
+        applied = self.mirror.apply([event for events in batches for event in events])
+        if reset:
             self.on_changes(BlockChanges(stored=set(self.mirror.blocks), reset=True))
-            return
-        applied = self.mirror.apply(replayed + events)
-        if applied:
+        elif applied:
             self.on_changes(applied)
 
-    async def replay(self, first: int, stop: int) -> tuple[list[list[tuple[str, list[int]]]] | None, str]:
-        """Batches ``first`` to ``stop - 1``, decoded, from the replay socket; None and why when it cannot."""
+    async def _fetch(self, first: int, count: int | None) -> tuple[list[tuple[int, Events]], str]:
+        """Up to ``count`` batches (all, with None) the replay socket keeps from ``first`` on.
+
+        They come decoded, with their sequence numbers, in order and without
+        holes; the second item says why the answer is unusable ("" when it is).
+        """
         if not self.replay_endpoint:
-            return None, "the engine keeps none for replay"
+            return [], "the engine keeps none for replay"
         import zmq
         import zmq.asyncio
 
@@ -239,26 +295,25 @@ class KvEventsFollower:
         socket.connect(self.replay_endpoint)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.replay_timeout_s
-        batches: list[list[tuple[str, list[int]]]] = []
+        batches: list[tuple[int, Events]] = []
         try:
             await socket.send_multipart([b"", first.to_bytes(8, "big")])
-            while len(batches) < stop - first:
+            while count is None or len(batches) < count:
                 left_ms = max(0, int((deadline - loop.time()) * 1000))
                 if not left_ms or not await socket.poll(left_ms):
-                    return None, f"the replay did not answer within {self.replay_timeout_s:g} s"
+                    return batches, f"the replay did not answer within {self.replay_timeout_s:g} s"
                 frames = await socket.recv_multipart()
                 if len(frames) != 3 or frames[0] != b"" or len(frames[1]) != 8:
-                    return None, f"the replay answered {len(frames)} frames, not [b'', seq, payload]"
+                    return batches, f"the replay answered {len(frames)} frames, not [b'', seq, payload]"
                 if frames[1] == END_SEQ:
-                    return None, f"the replay buffer ends before batch {first + len(batches)}"
+                    break
                 seq = int.from_bytes(frames[1], "big")
-                wanted = first + len(batches)
-                if seq != wanted:
-                    return None, f"the replay buffer holds batch {seq}, not {wanted} (it keeps too few)"
+                if seq < first or (batches and seq != batches[-1][0] + 1):
+                    return batches, f"the replay sent batch {seq} out of order"
                 try:
-                    batches.append(decode_batch(frames[2]))
+                    batches.append((seq, decode_batch(frames[2])))
                 except ValueError as error:
-                    return None, f"replayed batch {seq} cannot be read ({error})"
+                    return batches, f"replayed batch {seq} cannot be read ({error})"
         finally:
             socket.close(0)
         return batches, ""
@@ -284,6 +339,9 @@ class KvEventsFollower:
             return
         try:
             while True:
-                await self.receive(await socket.recv_multipart())
+                if await socket.poll(int(self.catch_up_s * 1000)):
+                    await self.receive(await socket.recv_multipart())
+                else:
+                    await self.catch_up()
         finally:
             socket.close(0)
