@@ -158,7 +158,8 @@ class KvEventsFollower:
     message whose sequence number skips some (the first expected is 0) has the
     missing ones asked of ``replay_endpoint``; they are applied in order, then
     the message that showed the gap. While a replay is under way the SUB
-    socket is not read: what arrives waits in ZMQ's queue, in order.
+    socket is not read: what arrives waits in ZMQ's queue, in order. A socket
+    quiet for ``catch_up_s`` asks for anything newer (:meth:`catch_up`).
     """
 
     def __init__(

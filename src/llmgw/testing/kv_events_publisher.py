@@ -78,7 +78,7 @@ class KvEventsPublisher:
         self.lost: set[int] = set()
         """Sequence numbers not to publish (kept for replay all the same)."""
         self.replays = 0
-        """Replay requests answered."""
+        """Replay requests of the right shape received."""
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
         self._lock = threading.Lock()
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
@@ -142,13 +142,13 @@ class KvEventsPublisher:
             log.warning("Invalid replay request: %s", frames)
             return
         client, _, start = frames
+        self.replays += 1  # before answering: a client that has its answer sees it counted
         first = int.from_bytes(start, "big")
         with self._lock:
             kept = [(seq, payload) for seq, payload in self._buffer if seq >= first]
         for seq, payload in kept:
             router.send_multipart([client, b"", seq.to_bytes(8, "big"), payload])
         router.send_multipart([client, b"", END_SEQ, b""])
-        self.replays += 1
 
     def close(self) -> None:
         self._running = False
