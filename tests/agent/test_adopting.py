@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.shardstates import ShardRecord, process_command, process_start_time, write_state
 from llmgw.agent.supervising import Supervisor
+from llmgw.engines.vllm import kv_events_config
 from llmgw.errors import LlmgwError
 from llmgw.protocol import agent_pb2 as pb
 
@@ -85,3 +88,37 @@ async def test_a_directory_without_a_state_file_is_left_alone(tmp_path: Path) ->
     supervisor, _ = _supervisor(tmp_path, Preparing())
     supervisor.adopt()
     assert supervisor.snapshot() == []
+
+
+def _live_process(*args: str) -> subprocess.Popen[bytes]:
+    """A process with ``args`` on its command line, up until its stdin closes."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    return child
+
+
+async def test_an_adopted_vllm_engine_keeps_its_kv_events_and_replay_ports(tmp_path: Path) -> None:
+    child = _live_process("--kv-events-config", json.dumps(kv_events_config(21500, 21501)))
+    try:
+        spec = pb.StartShard(replica_id="r-kv", model="m", engine="vllm", kv_events=True)
+        record = ShardRecord(
+            spec=spec, command=process_command(child.pid) or [], pid=child.pid,
+            start_time=process_start_time(child.pid) or "", port=21499,
+        )  # fmt: skip
+        write_state(tmp_path / "shards" / "r-kv", record)
+        supervisor, _ = _supervisor(tmp_path, Preparing())
+        supervisor.adopt()
+        shard = supervisor.shards["r-kv"]
+        assert (shard.kv_events_port, shard.kv_replay_port) == (21500, 21501)
+        assert shard.ports == {21499, 21500, 21501}  # none of them handed to another shard
+        for task in (shard.task, shard.follower):
+            assert task is not None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        child.communicate(b"")

@@ -16,6 +16,7 @@ from llmgw.testing.kv_events_publisher import KvEventsPublisher
 class FakeShard:
     spec: pb.StartShard
     kv_events_port: int | None
+    kv_replay_port: int | None = None
 
 
 def _port() -> int:
@@ -25,10 +26,12 @@ def _port() -> int:
 
 
 async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None:
-    port = _port()
-    publisher = KvEventsPublisher(f"tcp://127.0.0.1:{port}", "kv-events", int_hashes=True)
+    port, replay = _port(), _port()
+    publisher = KvEventsPublisher(
+        f"tcp://127.0.0.1:{port}", "kv-events", int_hashes=True, replay_endpoint=f"tcp://127.0.0.1:{replay}"
+    )
     sent: asyncio.Queue[pb.KvBlocks] = asyncio.Queue()
-    shards = {"r1": FakeShard(pb.StartShard(replica_id="r1", args=["--block-size", "32"]), port)}
+    shards = {"r1": FakeShard(pb.StartShard(replica_id="r1", args=["--block-size", "32"]), port, replay)}
     reporter = KvReporter(shards, lambda message: sent.put_nowait(message.kv_blocks))
     try:
         reporter.sync()
@@ -41,6 +44,11 @@ async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None
                 await asyncio.sleep(0.02)
         change = await sent.get()
         assert list(change.stored) == [block_key(digest)] and not change.reset
+        # What went before the engine's connection was up came by replay, not by a reset.
+        follower = reporter.followers["r1"]
+        assert follower.replay_endpoint == f"tcp://127.0.0.1:{replay}" and follower.gaps_reset == 0
+        while not sent.empty():
+            sent.get_nowait()
         reporter.resend()  # a new stream: the whole mirror again
         copy = sent.get_nowait()
         assert copy.reset and list(copy.stored) == [block_key(digest)]

@@ -166,3 +166,50 @@ async def test_the_agent_learns_a_control_plane_that_joins_mid_session(
         while "cp4:8443" not in session.control_planes:
             await asyncio.sleep(0)
     assert session.control_planes == ["cp2:8443", "cp4:8443"]
+
+
+class EndingAsCancelled:
+    """The agent's side of a stream that ends in the very step its session is told to stop."""
+
+    def __init__(self, channel: MemoryChannel[pb.AgentMessage, pb.ControlMessage]) -> None:
+        self.channel = channel
+        self.received = 0
+
+    async def send(self, message: pb.AgentMessage) -> None:
+        await self.channel.send(message)
+
+    async def receive(self) -> pb.ControlMessage:
+        self.received += 1
+        if self.received == 1:
+            return await self.channel.receive()  # the registration's answer
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # the agent stops (SIGTERM) ...
+        raise ChannelClosed("the stream ended", "the control plane stopped")  # ... as the leader stops
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+async def test_a_session_told_to_stop_as_its_stream_ends_stops(tmp_path: Path) -> None:
+    attempts: list[str] = []
+
+    async def connect(target: str) -> EndingAsCancelled:
+        attempts.append(target)
+        agent, control = memory_pair("node1")
+        await control.send(pb.ControlMessage(registered=pb.Registered(leader="cp1", control_planes=[target])))
+        return EndingAsCancelled(agent)
+
+    async def prepare(*args: object) -> None:
+        raise AssertionError("no shard is started in these tests")
+
+    supervisor = Supervisor(tmp_path, ShardSettings(), prepare)  # type: ignore[arg-type]
+    session = AgentSession(
+        NodeInventory("node1", "127.0.0.1", 4, 8192), supervisor, ["cp1:8443"], connect,  # type: ignore[arg-type]
+        backoff=Backoff(base=0.001, factor=2.0, cap=0.01),
+    )  # fmt: skip
+    task = asyncio.create_task(session.run())
+    done, _ = await asyncio.wait({task}, timeout=5)
+    if task not in done:
+        task.cancel()  # (once more: the first was lost)
+    assert task in done and task.cancelled(), f"the session went on: {len(attempts)} connections"

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -225,23 +224,27 @@ def test_vllm_publishes_kv_events_the_router_can_recompute(engines_cluster: Clus
         if "=" in item
     )
     assert environ["PYTHONHASHSEED"] == "0"
+    # The agent listens on the KV-events port; the replay socket gives anyone the batches kept.
+    assert config["replay_endpoint"].startswith("tcp://127.0.0.1:")
     context = zmq.Context()
-    subscriber = context.socket(zmq.SUB)
-    subscriber.setsockopt(zmq.SUBSCRIBE, config["topic"].encode())
-    subscriber.connect(config["endpoint"])
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(config["replay_endpoint"])
     messages = [{"role": "user", "content": " ".join(f"word{i}" for i in range(40))}]
     try:
+        client(engines_cluster).chat.completions.create(model="std-vllm", messages=messages, max_tokens=1)
         stored: list[int] = []
-        deadline = time.monotonic() + 20
-        while not stored and time.monotonic() < deadline:  # a PUB socket drops what precedes the join
-            client(engines_cluster).chat.completions.create(model="std-vllm", messages=messages, max_tokens=1)
-            while subscriber.poll(200):
-                _topic, _sequence, payload = subscriber.recv_multipart()
-                for event in msgpack.unpackb(payload)[1]:
-                    if event[0] == "BlockStored":
-                        stored.extend(event[1])
+        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+        while True:
+            assert dealer.poll(5000), "the replay socket did not answer"
+            _empty, sequence, payload = dealer.recv_multipart()
+            if sequence == (-1).to_bytes(8, "big", signed=True):
+                break
+            for event in msgpack.unpackb(payload)[1]:
+                if event[0] == "BlockStored":
+                    stored.extend(event[1])
     finally:
-        subscriber.close(0)
+        dealer.close(0)
         context.term()
     replica = engines_cluster.wait_ready("std-vllm")
     request = urllib.request.Request(

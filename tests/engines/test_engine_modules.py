@@ -43,8 +43,8 @@ def test_vllm_runtime_lora_turns_on_slots_and_the_runtime_routes() -> None:
     assert vllm.ENGINE.environment(spec) == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
 
 
-def test_vllm_kv_events_publish_on_a_loopback_port_with_stable_hashes() -> None:
-    spec = launch(kv_events_port=21500)
+def test_vllm_kv_events_publish_on_a_loopback_port_with_replay_and_stable_hashes() -> None:
+    spec = launch(kv_events_port=21500, kv_replay_port=21501)
     argv = vllm.ENGINE.command_line(Path("vllm"), spec)
     config = json.loads(flag(argv, "--kv-events-config"))
     assert config == {
@@ -52,9 +52,17 @@ def test_vllm_kv_events_publish_on_a_loopback_port_with_stable_hashes() -> None:
         "publisher": "zmq",
         "endpoint": "tcp://127.0.0.1:21500",
         "topic": "kv-events",
+        "replay_endpoint": "tcp://127.0.0.1:21501",
+        "buffer_steps": 10_000,
     }
     assert flag(argv, "--prefix-caching-hash-algo") == "sha256_cbor"
     assert vllm.ENGINE.environment(spec)["PYTHONHASHSEED"] == "0"
+    assert vllm.kv_events_ports(argv) == (21500, 21501)  # what an adopting agent reads back
+    without_replay = vllm.ENGINE.command_line(Path("vllm"), launch(kv_events_port=21500))
+    assert "replay_endpoint" not in json.loads(flag(without_replay, "--kv-events-config"))
+    assert vllm.kv_events_ports(without_replay) == (21500, None)
+    assert vllm.kv_events_ports(vllm.ENGINE.command_line(Path("vllm"), launch())) == (None, None)
+    assert vllm.kv_events_ports(["vllm", "serve", "--kv-events-config", "{not json"]) == (None, None)
 
 
 def test_sglang_gets_tp_size_and_metrics_turned_on() -> None:

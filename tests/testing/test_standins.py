@@ -155,10 +155,10 @@ async def test_kv_events_arrive_over_zmq_as_vllm_sends_them(
     context = zmq.asyncio.Context()
     subscriber = context.socket(zmq.SUB)
     subscriber.setsockopt(zmq.SUBSCRIBE, b"kv-events")
-    subscriber.connect(f"tcp://127.0.0.1:{port}")
+    subscriber.bind(f"tcp://127.0.0.1:{port}")  # vLLM connects to a non-wildcard endpoint
     received: list[tuple[int, list[object]]] = []
     try:
-        for _ in range(100):  # a PUB socket drops what it sends before the subscriber has joined
+        for _ in range(100):  # a PUB socket drops what it sends before its connection is up
             publisher.cleared()
             if await subscriber.poll(50):
                 break
@@ -182,6 +182,67 @@ async def test_kv_events_arrive_over_zmq_as_vllm_sends_them(
     assert events[0] == ["BlockStored", [wanted], None, [1, 2], 2, None, "GPU"]
     assert events[1][1:3] == [[external(second, int_hashes == "1")], wanted]
     assert events[2] == ["BlockRemoved", [wanted], "GPU"]
+
+
+async def test_kv_events_replay_what_the_stand_in_was_told_to_lose(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMGW_STANDIN_KV_LOSE", "1,2")
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    settings = StandinSettings(
+        engine="vllm", served_name="m", block_size=2, num_blocks=8, prefill_s=0, decode_s=0
+    )
+    engine = Standin(settings)
+    config = {
+        "endpoint": f"tcp://*:{ports[0]}",
+        "replay_endpoint": f"tcp://*:{ports[1]}",
+        "buffer_steps": 3,
+    }
+    publisher = attach(engine, config)  # a wildcard endpoint: the stand-in binds, as vLLM does
+    assert publisher.lost == {1, 2}
+    context = zmq.asyncio.Context()
+    subscriber = context.socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    subscriber.connect(f"tcp://127.0.0.1:{ports[0]}")
+    dealer = context.socket(zmq.DEALER)
+    dealer.connect(f"tcp://127.0.0.1:{ports[1]}")
+    try:
+        for _ in range(100):
+            publisher.cleared()  # sequence 0, then whatever precedes the subscription's arrival
+            if await subscriber.poll(50):
+                break
+        while await subscriber.poll(50):
+            await subscriber.recv_multipart()
+        start = publisher.sequence
+        publisher.lost = {start + 1, start + 2}
+        _ = [t async for t in engine.generate([1, 2, 3, 4, 5, 6, 7, 8], 1)]  # four blocks stored
+        seen = []
+        while await subscriber.poll(200):
+            seen.append(int.from_bytes((await subscriber.recv_multipart())[1], "big"))
+        assert seen == [start, start + 3]
+        await dealer.send_multipart([b"", (start + 1).to_bytes(8, "big")])
+        replayed = []
+        while True:
+            assert await dealer.poll(5000)
+            _, sequence, payload = await dealer.recv_multipart()
+            if sequence == (-1).to_bytes(8, "big", signed=True):
+                break
+            replayed.append((int.from_bytes(sequence, "big"), msgpack.unpackb(payload)[1][0][0]))
+        assert replayed == [
+            (start + 1, "BlockStored"),
+            (start + 2, "BlockStored"),
+            (start + 3, "BlockStored"),
+        ]
+        await dealer.send_multipart([b"", (0).to_bytes(8, "big")])  # older than the 3 kept
+        assert await dealer.poll(5000)
+        assert int.from_bytes((await dealer.recv_multipart())[1], "big") == start + 1
+    finally:
+        subscriber.close(0)
+        dealer.close(0)
+        context.term()
+        publisher.close()
 
 
 def test_canonical_cbor_and_vllm_block_hashes() -> None:

@@ -2,8 +2,9 @@
 
 For every shard started with a KV-events port (``kv_events`` in its profile),
 :class:`KvReporter` follows the engine's ZMQ socket
-(:class:`llmgw.agent.kv_events.KvEventsFollower`) and sends each net change as
-a ``KvBlocks`` message. A shard that restarts (a new port) or goes is reset;
+(:class:`llmgw.agent.kv_events.KvEventsFollower`, listening on the KV-events
+port, asking the engine's replay port for what a gap lost) and sends each net
+change as a ``KvBlocks`` message. A shard that restarts (a new port) or goes is reset;
 on every new stream (:meth:`KvReporter.resend`, from the session's ``on_stream``) each shard's whole mirror is
 sent again as a reset followed by its blocks, so the control plane never
 keeps a stale view.
@@ -29,9 +30,14 @@ MAX_PER_MESSAGE = 50_000
 """Block hashes per KvBlocks message (a full copy goes in several)."""
 
 
+Ports = tuple[int, int | None]
+"""A followed shard's KV-events port and replay port."""
+
+
 class FollowedShard(Protocol):
     spec: pb.StartShard
     kv_events_port: int | None
+    kv_replay_port: int | None
 
 
 def _block_size(spec: pb.StartShard) -> int:
@@ -56,7 +62,12 @@ class KvReporter:
         self.shards = shards
         self.send = send
         self.host = host
-        self._followed: dict[str, tuple[int, KvEventsFollower, asyncio.Task[None], int]] = {}
+        self._followed: dict[str, tuple[Ports, KvEventsFollower, asyncio.Task[None], int]] = {}
+
+    @property
+    def followers(self) -> dict[str, KvEventsFollower]:
+        """The followed shards' followers, by replica (their gap counters among them)."""
+        return {replica_id: followed[1] for replica_id, followed in self._followed.items()}
 
     def _message(self, replica_id: str, changes: BlockChanges, block_size: int) -> None:
         stored = sorted(changes.stored)
@@ -73,24 +84,25 @@ class KvReporter:
     def sync(self) -> None:
         """Follow new shards and new ports; stop following shards that went (their blocks reset)."""
         wanted = {rid: s for rid, s in self.shards.items() if s.kv_events_port}
-        for replica_id, (followed_port, _, task, size) in list(self._followed.items()):
+        for replica_id, (followed_ports, _, task, size) in list(self._followed.items()):
             shard = wanted.get(replica_id)
-            if shard is None or shard.kv_events_port != followed_port:
+            if shard is None or (shard.kv_events_port, shard.kv_replay_port) != followed_ports:
                 task.cancel()
                 del self._followed[replica_id]
                 self._message(replica_id, BlockChanges(reset=True), size)
         for replica_id, shard in wanted.items():
             if replica_id in self._followed:
                 continue
-            port = shard.kv_events_port or 0
+            port, replay_port = shard.kv_events_port or 0, shard.kv_replay_port
             size = _block_size(shard.spec)
 
             def report(changes: BlockChanges, replica_id: str = replica_id, size: int = size) -> None:
                 self._message(replica_id, changes, size)
 
-            follower = KvEventsFollower(f"tcp://{self.host}:{port}", report, topic="")
+            replay = f"tcp://{self.host}:{replay_port}" if replay_port else None
+            follower = KvEventsFollower(f"tcp://{self.host}:{port}", report, topic="", replay_endpoint=replay)
             task = asyncio.get_running_loop().create_task(follower.run(), name=f"kv-events-{replica_id}")
-            self._followed[replica_id] = (port, follower, task, size)
+            self._followed[replica_id] = ((port, replay_port), follower, task, size)
             self._message(replica_id, BlockChanges(reset=True), size)
 
     def resend(self) -> None:

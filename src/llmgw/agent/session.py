@@ -193,6 +193,11 @@ class AgentSession:
             self.current = ""
             with contextlib.suppress(Exception):
                 await channel.close()
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # Python 3.11's TaskGroup drops a cancellation that comes with a child's error (the agent
+            # told to stop as its stream ends): without this the session would reconnect for ever.
+            raise asyncio.CancelledError
         return WORKED if registered else FAILED
 
     def _report_changed_since(self, registering: list[pb.RunningShard]) -> None:

@@ -49,6 +49,7 @@ from llmgw.core.mig import visible_devices
 from llmgw.core.validation import check_args, check_env
 from llmgw.engines import engine as engines
 from llmgw.engines.registry import engine_named
+from llmgw.engines.vllm import kv_events_ports
 from llmgw.errors import LlmgwError
 from llmgw.protocol import agent_pb2 as pb
 
@@ -85,6 +86,13 @@ class Shard:
     """Where the engine publishes its KV events (vLLM with kv_events), while it runs."""
     adapter_paths: dict[str, str] = field(default_factory=dict)
     """Each LoRA adapter's folder or file on this node, by name, once fetched."""
+    kv_replay_port: int | None = None
+    """Where the engine answers KV-event replay requests, beside ``kv_events_port``."""
+
+    @property
+    def ports(self) -> set[int]:
+        """Every port the shard's engine holds (its HTTP port, its KV-events ports)."""
+        return {p for p in (self.port, self.kv_events_port, self.kv_replay_port) if p}
 
     @property
     def replica_id(self) -> str:
@@ -227,6 +235,7 @@ class Supervisor:
                 output=record.output,
                 adapter_paths=record.adapter_paths,
             )
+            shard.kv_events_port, shard.kv_replay_port = kv_events_ports(record.command)
             self.shards[shard.replica_id] = shard
             if is_engine(record):
                 log.info(
@@ -391,10 +400,13 @@ class Supervisor:
         """Run the engine once; True when it became ready before it ended."""
         spec = shard.spec
         engine = engine_named(spec.engine)
-        taken = {s.port for s in self.shards.values() if s is not shard}
+        taken = {port for s in self.shards.values() if s is not shard for port in s.ports}
         shard.port = free_port(*self._ports, taken, self._host)
-        kv_port = free_port(*self._ports, taken | {shard.port}, self._host) if spec.kv_events else None
-        shard.kv_events_port = kv_port
+        kv_port = replay_port = None
+        if spec.kv_events:
+            kv_port = free_port(*self._ports, taken | {shard.port}, self._host)
+            replay_port = free_port(*self._ports, taken | {shard.port, kv_port}, self._host)
+        shard.kv_events_port, shard.kv_replay_port = kv_port, replay_port
         launch = engines.Launch(
             weights=prepared.weights,
             port=shard.port,
@@ -407,6 +419,7 @@ class Supervisor:
             args=tuple(spec.args),
             projector=prepared.projector,
             kv_events_port=kv_port,
+            kv_replay_port=replay_port,
             max_loaded_adapters=spec.max_loaded_adapters,
             adapters=() if spec.max_loaded_adapters else prepared.adapters,
             max_lora_rank=spec.max_lora_rank,

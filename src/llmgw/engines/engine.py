@@ -54,7 +54,9 @@ class Launch:
     projector: Path | None = None
     """A GGUF vision model's projector file."""
     kv_events_port: int | None = None
-    """Loopback port the engine publishes KV-cache events on (vLLM with ``kv_events``)."""
+    """Loopback port the engine publishes KV-cache events to (vLLM with ``kv_events``)."""
+    kv_replay_port: int | None = None
+    """Loopback port the engine answers KV-event replay requests on (vLLM with ``kv_events``)."""
     max_loaded_adapters: int = 0
     """vLLM: adapters held at once, loaded at run time."""
     adapters: tuple[LaunchAdapter, ...] = ()

@@ -23,10 +23,15 @@ metrics, V1 engine):
   ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
   ``{"lora_name"}``.
 - KV events: ``--kv-events-config`` takes JSON (``enable_kv_cache_events``,
-  ``publisher: "zmq"``, ``endpoint``, ``topic``); the ZMQ publisher binds the
-  endpoint and sends msgpack batches. Block hashes are stable across
-  processes only with ``--prefix-caching-hash-algo sha256_cbor`` and a fixed
-  ``PYTHONHASHSEED``.
+  ``publisher: "zmq"``, ``endpoint``, ``topic``, ``replay_endpoint``,
+  ``buffer_steps``). The ZMQ publisher's PUB socket binds an endpoint with a
+  wildcard and connects to any other: with ``tcp://127.0.0.1:PORT`` the
+  agent listens and vLLM connects, so nothing listens beyond loopback. It
+  sends msgpack batches with sequence numbers; with ``replay_endpoint`` a
+  ROUTER socket binds there and answers a DEALER's ``[b"", start_seq]`` with
+  the last ``buffer_steps`` batches from ``start_seq`` on, then an end
+  marker. Block hashes are stable across processes only with
+  ``--prefix-caching-hash-algo sha256_cbor`` and a fixed ``PYTHONHASHSEED``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
 NAME = "vllm"
 KV_EVENTS_TOPIC = "kv-events"
 HASH_ALGO = "sha256_cbor"
+BUFFER_STEPS = 10_000
+"""Batches vLLM keeps for replay (its default)."""
 HASH_SEED = "0"
 """PYTHONHASHSEED the agent gives vLLM so block hashes agree across restarts."""
 
@@ -82,7 +89,8 @@ class VllmEngine:
         if launch.max_lora_rank and (launch.max_loaded_adapters or launch.adapters):
             argv += ["--max-lora-rank", str(max_lora_rank(launch.max_lora_rank))]
         if launch.kv_events_port is not None:
-            argv += ["--kv-events-config", json.dumps(kv_events_config(launch.kv_events_port))]
+            config = kv_events_config(launch.kv_events_port, launch.kv_replay_port)
+            argv += ["--kv-events-config", json.dumps(config)]
             argv += ["--prefix-caching-hash-algo", HASH_ALGO]
         return argv + list(launch.args)
 
@@ -107,14 +115,40 @@ def max_lora_rank(rank: int) -> int:
     return next((allowed for allowed in MAX_LORA_RANKS if allowed >= rank), MAX_LORA_RANKS[-1])
 
 
-def kv_events_config(port: int) -> dict[str, object]:
-    """vLLM's KV events settings publishing on a loopback port."""
-    return {
+def kv_events_config(port: int, replay_port: int | None = None) -> dict[str, object]:
+    """vLLM's KV events settings: publish to a loopback port, answer replays on another."""
+    config: dict[str, object] = {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
         "endpoint": f"tcp://127.0.0.1:{port}",
         "topic": KV_EVENTS_TOPIC,
     }
+    if replay_port is not None:
+        config |= {"replay_endpoint": f"tcp://127.0.0.1:{replay_port}", "buffer_steps": BUFFER_STEPS}
+    return config
+
+
+def kv_events_ports(command: list[str]) -> tuple[int | None, int | None]:
+    """The KV-events and replay ports a ``vllm serve`` command line was given (None where not).
+
+    An agent that adopts a running engine reads them back from the argv it kept.
+    """
+    if "--kv-events-config" not in command[:-1]:
+        return None, None
+    try:
+        config = json.loads(command[command.index("--kv-events-config") + 1])
+    except ValueError:
+        return None, None
+    if not isinstance(config, dict) or not config.get("enable_kv_cache_events"):
+        return None, None
+    return _port(config.get("endpoint")), _port(config.get("replay_endpoint"))
+
+
+def _port(endpoint: object) -> int | None:
+    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+        return None
+    port = endpoint.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
 
 
 ENGINE = VllmEngine()

@@ -5,8 +5,9 @@ dashes, as vLLM does), refuses unknown ones as argparse does (exit 2,
 "unrecognized arguments"), and serves the OpenAI routes, ``/tokenize``,
 ``/metrics`` under vLLM's names, the runtime LoRA routes (with
 ``--enable-lora``, ``--max-loras`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
-and, with ``--kv-events-config``, KV-cache events over ZMQ
-(:mod:`llmgw.testing.kv_events_publisher`).
+and, with ``--kv-events-config``, KV-cache events over ZMQ with vLLM's
+replay socket (:mod:`llmgw.testing.kv_events_publisher`;
+``LLMGW_STANDIN_KV_LOSE`` names batches to lose on the way).
 """
 
 from __future__ import annotations
