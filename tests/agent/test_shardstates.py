@@ -111,3 +111,23 @@ async def test_an_adopted_process_is_waited_for_and_stopped_by_its_pid() -> None
     with pytest.raises(ProcessLookupError):
         adopted.kill()
     assert os.getpid() != child.pid
+
+
+def test_a_script_run_through_its_interpreter_is_the_engine_it_started(tmp_path: Path) -> None:
+    """A console script (vLLM's ``vllm``) shows in /proc behind the interpreter of its #! line."""
+    script = tmp_path / "vllm"
+    script.write_text(f"#!{sys.executable}\nimport time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    script.chmod(0o755)
+    command = [str(script), "serve", "model", "--port", "8000"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
+        started = process_start_time(child.pid)
+        assert started
+        assert process_command(child.pid) == [sys.executable, *command]
+        assert is_engine(_record(pid=child.pid, start_time=started, command=command))
+        assert not is_engine(_record(pid=child.pid, start_time=started, command=[*command[:-1], "8001"]))
+        assert not is_engine(_record(pid=child.pid, start_time=started, command=command[1:]))
+    finally:
+        child.kill()
+        child.wait()

@@ -259,3 +259,39 @@ def test_vllm_publishes_kv_events_the_router_can_recompute(engines_cluster: Clus
         parent = block_hash(parent, tokens[start : start + 16], root)
         expected.append(external(parent, True))
     assert expected and set(expected) <= set(stored)
+
+
+def _listening_pid(port: int) -> int:
+    """The engine process whose command line names ``port`` (an engine stand-in: ``python SCRIPT …``)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if len(argv) > 2 and argv[0] == sys.executable.encode() and str(port).encode() in argv:
+                return int(entry)
+    raise LookupError(f"no engine on port {port}")
+
+
+def test_a_restarted_agent_adopts_the_console_script_engines_it_started(engines_cluster: Cluster) -> None:
+    """vLLM and trtllm-serve are Python console scripts: /proc shows them behind their interpreter."""
+    import signal
+
+    before = {name: engines_cluster.wait_ready(name) for name in MODELS}
+    pids = {name: _listening_pid(replica["port"]) for name, replica in before.items()}
+    engines_cluster.kill("agent-node1", signal.SIGKILL)
+    wait_for(
+        lambda: all(r["state"] != "ready" for n in MODELS for r in engines_cluster.replicas(n)),
+        30,
+        "the control plane saw the node go",
+    )
+    engines_cluster.start_agent("node1")
+    for name, replica in before.items():
+        after = engines_cluster.wait_ready(name, 60)
+        assert (after["port"], after["restarts"]) == (replica["port"], replica["restarts"]), name
+        assert _listening_pid(after["port"]) == pids[name], f"{name}'s engine was started again"
+    answer = client(engines_cluster).chat.completions.create(
+        model="std-vllm", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert answer.choices[0].message.content == " tok0 tok1"

@@ -134,10 +134,34 @@ def process_command(pid: int, proc_root: Path = Path("/proc")) -> list[str] | No
     return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]]
 
 
+def runs_command(actual: list[str], command: list[str]) -> bool:
+    """True when a process whose argv is ``actual`` was started as ``command``.
+
+    A script is run by the interpreter its ``#!`` line names, which the
+    kernel puts before it: ``vllm serve M`` (a Python console script) shows
+    as ``python /…/bin/vllm serve M``, or with the line's one argument
+    (``python -s /…/bin/vllm serve M``).
+    """
+    if not command:
+        return False
+    if actual == command:
+        return True
+    return any(actual[skip:] == command for skip in (1, 2)) and _is_script(command[0])
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(2) == b"#!"
+    except OSError:
+        return False
+
+
 def is_engine(record: ShardRecord, proc_root: Path = Path("/proc")) -> bool:
     """True when the record's pid is still the process it started (alive, same start, same argv)."""
     if record.pid <= 0 or not record.start_time:
         return False
     if process_start_time(record.pid, proc_root) != record.start_time:
         return False
-    return process_command(record.pid, proc_root) == record.command
+    actual = process_command(record.pid, proc_root)
+    return actual is not None and runs_command(actual, record.command)

@@ -344,7 +344,12 @@ async def serve(args: argparse.Namespace) -> None:
 def write_launcher(path: Path, python: str = sys.executable) -> Path:
     """An executable at ``path`` that runs this stand-in with the arguments it is given."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f'#!/bin/sh\nexec "{python}" -m llmgw.testing.llama_server_standin "$@"\n')
+    # A Python script run through its #! line: /proc shows it as ``python PATH args`` and the
+    # agent recognises the engine it started after restarting.
+    path.write_text(
+        f"#!{python}\nimport runpy\n"
+        "runpy.run_module('llmgw.testing.llama_server_standin', run_name='__main__', alter_sys=True)\n"
+    )
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 

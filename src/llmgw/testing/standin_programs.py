@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,21 +23,33 @@ class StandinPrograms:
     trtllm_serve: Path
 
 
-def _write(path: Path, body: str) -> Path:
-    path.write_text("#!/bin/sh\n" + body + "\n")
+def _write(path: Path, python: str, body: str) -> Path:
+    """A Python script run through its ``#!`` line, as a console script such as ``vllm`` is.
+
+    So ``/proc`` shows it as the real one shows (``python /…/vllm serve …``)
+    and the agent recognises an engine it started after restarting.
+    """
+    path.write_text(f"#!{python}\n{body}\n")
     path.chmod(0o755)
     return path
 
 
+def _module(name: str) -> str:
+    return f"import runpy\nrunpy.run_module({name!r}, run_name='__main__', alter_sys=True)"
+
+
 def write_standins(directory: Path, python: str = sys.executable) -> StandinPrograms:
     directory.mkdir(parents=True, exist_ok=True)
-    py = shlex.quote(python)
-    vllm = _write(directory / "vllm", f'exec {py} -m llmgw.testing.fake_vllm "$@"')
+    vllm = _write(directory / "vllm", python, _module("llmgw.testing.fake_vllm"))
     wrapper = _write(
         directory / "python",
-        'if [ "$1" = "-m" ] && [ "$2" = "sglang.launch_server" ]; then shift 2; '
-        f'exec {py} -m llmgw.testing.fake_sglang "$@"; fi\n'
-        f'exec {py} "$@"',
+        python,
+        "import os, runpy, sys\n"
+        "if sys.argv[1:3] == ['-m', 'sglang.launch_server']:\n"
+        "    sys.argv = [sys.argv[0], *sys.argv[3:]]\n"
+        "    runpy.run_module('llmgw.testing.fake_sglang', run_name='__main__', alter_sys=True)\n"
+        "else:\n"
+        f"    os.execv({python!r}, [{python!r}, *sys.argv[1:]])",
     )
-    trtllm = _write(directory / "trtllm-serve", f'exec {py} -m llmgw.testing.fake_trtllm "$@"')
+    trtllm = _write(directory / "trtllm-serve", python, _module("llmgw.testing.fake_trtllm"))
     return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm)
