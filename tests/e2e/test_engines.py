@@ -7,7 +7,6 @@ its load by that engine's metric names.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -41,9 +40,7 @@ def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
     try:
         running.start_server()
         config = b'{"architectures": ["LlamaForCausalLM"]}'
-        blob = running.admin.request(
-            "POST", "/api/mirror/blobs?filename=config.json", data=io.BytesIO(config), length=len(config)
-        )
+        blob = running.upload(filename="config.json", data=config)
         for name, engine in MODELS.items():
             profile: dict[str, object] = {"engine": engine, "ctx_size": 2048, "parallel": 2}
             if engine == "vllm":

@@ -10,7 +10,6 @@ suffix; the repeats go, by KV blocks, to the replica that served it.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import urllib.request
@@ -42,9 +41,7 @@ def kv_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         running.start_server()
         config = b'{"architectures": ["LlamaForCausalLM"]}'
-        blob = running.admin.request(
-            "POST", "/api/mirror/blobs?filename=config.json", data=io.BytesIO(config), length=len(config)
-        )
+        blob = running.upload(filename="config.json", data=config)
         running.admin.request(
             "POST",
             "/api/models",

@@ -9,7 +9,6 @@ from the mirror; the engines check the paths they are given exist.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -37,9 +36,7 @@ LOAD_S = "0.4"
 
 
 def _upload(cluster: Cluster, filename: str, data: bytes) -> dict[str, Any]:
-    blob = cluster.admin.request(
-        "POST", f"/api/mirror/blobs?filename={filename}", data=io.BytesIO(data), length=len(data)
-    )
+    blob = cluster.upload(filename=filename, data=data)
     return {"sha256": blob["sha256"], "filename": filename}
 
 

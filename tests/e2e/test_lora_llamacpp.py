@@ -37,19 +37,10 @@ def lora_llama(
         running.start_server()
         adapters = []
         for name, file in files.items():
-            with file.open("rb") as data:
-                blob = running.admin.request(
-                    "POST", f"/api/mirror/blobs?filename={file.name}", data=data, length=file.stat().st_size
-                )
+            blob = running.upload(file)
             adapters.append({"name": f"{MODEL}-{name}", "sha256": blob["sha256"], "filename": file.name})
         adapters[0]["scale"] = 0.5
-        with model_file.open("rb") as data:
-            blob = running.admin.request(
-                "POST",
-                f"/api/mirror/blobs?filename={model_file.name}",
-                data=data,
-                length=model_file.stat().st_size,
-            )
+        blob = running.upload(model_file)
         running.admin.request(
             "POST",
             "/api/models",

@@ -56,12 +56,7 @@ def root_cluster(engine_user: pwd.struct_passwd, engine_cache: Path, model_file:
     (home / "cluster").chmod(0o755)
     try:
         running.start_server()
-        blob = running.admin.request(
-            "POST",
-            f"/api/mirror/blobs?filename={model_file.name}",
-            data=model_file.open("rb"),
-            length=model_file.stat().st_size,
-        )
+        blob = running.upload(model_file)
         running.admin.request(
             "POST",
             "/api/models",

@@ -7,6 +7,7 @@ production runs, started as a subprocess with its own state directory.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import socket
@@ -156,10 +157,7 @@ class Cluster:
     ) -> str:
         """Import ``weights`` into the mirror and add a model serving them; the weights' sha256."""
         admin = via or self.admin
-        with weights.open("rb") as data:
-            blob = self.admin.request(
-                "POST", f"/api/mirror/blobs?filename={weights.name}", data=data, length=weights.stat().st_size
-            )
+        blob = self.upload(weights)
         definition: dict[str, Any] = {
             "name": name,
             "source": {"sha256": blob["sha256"], "filename": weights.name},
@@ -168,6 +166,17 @@ class Cluster:
             definition["profile"] = profile
         admin.request("POST", "/api/models", definition)
         return str(blob["sha256"])
+
+    def upload(self, file: Path | None = None, *, filename: str = "", data: bytes = b"") -> dict[str, Any]:
+        """Import ``file`` (or ``data`` under ``filename``) into the mirror; the blob's sha256 and size."""
+        if file is not None:
+            with file.open("rb") as body:
+                return self.admin.request(  # type: ignore[no-any-return]
+                    "POST", f"/api/mirror/blobs?filename={file.name}", data=body, length=file.stat().st_size
+                )
+        return self.admin.request(  # type: ignore[no-any-return]
+            "POST", f"/api/mirror/blobs?filename={filename}", data=io.BytesIO(data), length=len(data)
+        )
 
     def create_key(self, name: str = "tests", via: AdminClient | None = None) -> str:
         """A new API key for /v1, kept as :attr:`key`."""
