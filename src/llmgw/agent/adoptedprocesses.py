@@ -14,7 +14,7 @@ import os
 import signal
 from pathlib import Path
 
-from llmgw.agent.shardstates import process_start_time
+from llmgw.agent.shardstates import process_start_time, zombie_start_time
 
 POLL_S = 0.5
 """How often the process is looked for where a pidfd cannot be opened."""
@@ -28,21 +28,38 @@ class AdoptedProcess:
         self._start_time = start_time
         self._proc_root = proc_root
         self.returncode: int | None = None
-        """None while it runs; -1 once it is gone (the exit code belongs to its new parent)."""
+        """None while it runs; once it is gone its exit code when it was this process's child,
+        else -1 (the exit code belongs to its parent)."""
         self._gone = asyncio.Event()
 
     def alive(self) -> bool:
         if self.returncode is not None:
             return False
         if process_start_time(self.pid, self._proc_root) != self._start_time:
-            self.returncode = -1
+            self.returncode = self._reap()
             self._gone.set()
             return False
         return True
 
+    def _reap(self) -> int:
+        """Its exit code if it is this process's child, reaped now; -1 when its parent is another.
+
+        An engine started before the agent re-executed itself (new settings,
+        RestartAgent) is still the agent's child: unreaped it would stay a
+        zombie until the agent ends. Only a zombie with the recorded start time
+        is reaped, never a reused pid.
+        """
+        if zombie_start_time(self.pid, self._proc_root) != self._start_time:
+            return -1
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return -1
+        return os.waitstatus_to_exitcode(status) if pid == self.pid else -1
+
     async def wait(self) -> int:
         if not self.alive():
-            return -1
+            return self.returncode if self.returncode is not None else -1
         loop = asyncio.get_running_loop()
         descriptor = -1
         with contextlib.suppress(OSError, AttributeError):
@@ -59,7 +76,7 @@ class AdoptedProcess:
                 loop.remove_reader(descriptor)
                 os.close(descriptor)
         self._gone.set()
-        return -1
+        return self.returncode if self.returncode is not None else -1
 
     def send_signal(self, signum: int) -> None:
         if not self.alive():

@@ -126,6 +126,18 @@ def process_start_time(pid: int, proc_root: Path = Path("/proc")) -> str | None:
     return fields[19]
 
 
+def zombie_start_time(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The start time of a process that has exited and waits to be reaped; None otherwise."""
+    try:
+        stat = (proc_root / str(pid) / "stat").read_text(errors="replace")
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) < 20 or fields[0] != "Z":
+        return None
+    return fields[19]
+
+
 def process_command(pid: int, proc_root: Path = Path("/proc")) -> list[str] | None:
     try:
         raw = (proc_root / str(pid) / "cmdline").read_bytes()
