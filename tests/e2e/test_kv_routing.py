@@ -110,7 +110,7 @@ def _blocks(replica: dict[str, Any], prompt: str) -> set[int]:
 def _index_holds(cluster: Cluster, blocks: int, what: str) -> None:
     """Wait until the gateway's KV index knows ``blocks`` blocks; the logs when it does not."""
     try:
-        wait_for(lambda: _gateway(cluster, "llmgw_kv_index_blocks") == blocks, 10, what)
+        wait_for(lambda: _gateway(cluster, "llmgw_kv_index_blocks") == blocks, 30, what)
     except TimeoutError as error:
         held = _gateway(cluster, "llmgw_kv_index_blocks")
         raise AssertionError(f"{error}: {held:g} of {blocks}\n{cluster.tails(40)}") from None
