@@ -81,6 +81,29 @@ async def test_model_whose_weights_are_not_mirrored_is_refused(api) -> None:  # 
     assert "mirror import" in answer.json()["error"]["hint"]
 
 
+async def test_every_file_of_a_repository_must_be_mirrored_and_gets_its_size(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    weights, config = await upload(client, b"w" * 10), await upload(client, b"{}")
+    source = {
+        "sha256": weights,
+        "filename": "model.safetensors",
+        "format": "safetensors",
+        "files": [
+            {"sha256": config, "filename": "config.json"},
+            {"sha256": "c" * 64, "filename": "tok.json"},
+        ],
+    }
+    definition = {"name": "repo", "source": source, "profile": {"engine": "vllm"}}
+    refused = await client.post("/api/models", json=definition)
+    assert refused.status_code == 400
+    assert [p["field"] for p in refused.json()["error"]["problems"]] == ["source.files.1.sha256"]
+    assert "tok.json" in refused.json()["error"]["problems"][0]["problem"]
+    source["files"] = source["files"][:1]  # type: ignore[index]
+    added = await client.post("/api/models", json=definition)
+    assert added.status_code == 201
+    assert added.json()["definition"]["source"]["files"][0]["size"] == 2
+
+
 async def test_malformed_definition_json_is_a_400(api) -> None:  # type: ignore[no-untyped-def]
     client, _ = api
     answer = await client.post("/api/models", content=b"{nope", headers={"Content-Type": "application/json"})

@@ -23,7 +23,7 @@ from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import SERVING_STOPPED, Reconciler
 from llmgw.controlplane.settingsapi import add_settings_routes
-from llmgw.core.catalog import ModelDefinition, name_clashes, parse_model
+from llmgw.core.catalog import name_clashes, parse_model
 from llmgw.errors import LlmgwError, NoCapacity, NotFound, Unauthorized, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
@@ -116,24 +116,6 @@ class AdminApi:
             return JSONResponse({"replica": replica_id, "node": node_id, "lines": found})
         first = await anext(batches)
         return StreamingResponse(_lines_of(first, batches), media_type="text/plain; charset=utf-8")
-
-    def _missing_adapter_blobs(self, model: ModelDefinition) -> list[tuple[str, str]]:
-        """``(field, why)`` for each adapter file the mirror does not hold."""
-        problems = []
-        for index, adapter in enumerate(model.adapters):
-            if not self.blobs.has(adapter.sha256):
-                problems.append(
-                    (f"adapters.{index}.sha256", f"no file with sha256 {adapter.sha256[:12]}… in the mirror")
-                )
-            for number, extra in enumerate(adapter.files):
-                if not self.blobs.has(extra.sha256):
-                    problems.append(
-                        (
-                            f"adapters.{index}.files.{number}.sha256",
-                            f"no {extra.filename} with sha256 {extra.sha256[:12]}… in the mirror",
-                        )
-                    )
-        return problems
 
     def app(self) -> FastAPI:
         app = FastAPI(
@@ -307,31 +289,27 @@ class AdminApi:
         @app.post("/api/models", dependencies=auth, status_code=201)
         async def add_model(request: Request) -> dict[str, Any]:
             model = parse_model(await _json_body(request))
-            if not self.blobs.has(model.source.sha256):
-                raise ValidationFailed(
-                    [("source.sha256", f"no weights with sha256 {model.source.sha256[:12]}… in the mirror")],
-                    "import the file first with 'llmgw mirror import FILE'",
-                )
+            definition = model.model_dump(mode="json")
+            files = _mirror_files(definition)
+            missing = [
+                (f"{at}.sha256", _not_in_mirror(entry))
+                for at, entry in files
+                if not self.blobs.has(entry["sha256"])
+            ]
             others = []
             for record in await self.store.models.list():
                 try:
                     others.append(parse_model(record.definition))
                 except ValidationFailed:
                     continue  # the reconciler reports a stored definition it cannot read
-            problems = name_clashes(model, others) + self._missing_adapter_blobs(model)
+            problems = missing + name_clashes(model, others)
             if problems:
                 raise ValidationFailed(
-                    problems, "rename what clashes; import missing files with 'llmgw mirror import FILE'"
+                    problems, "import missing files with 'llmgw mirror import FILE'; rename what clashes"
                 )
-            definition = model.model_dump(mode="json")
-            if not model.source.size:
-                definition["source"]["size"] = self.blobs.path_of(model.source.sha256).stat().st_size
-            for adapter in definition["adapters"]:
-                if not adapter["size"]:
-                    adapter["size"] = self.blobs.path_of(adapter["sha256"]).stat().st_size
-                for extra in adapter["files"]:
-                    if not extra["size"]:
-                        extra["size"] = self.blobs.path_of(extra["sha256"]).stat().st_size
+            for _, entry in files:
+                if not entry["size"]:
+                    entry["size"] = self.blobs.path_of(entry["sha256"]).stat().st_size
             await self.store.models.add(model.name, definition)
             await self.store.audit.record("admin", "model.add", model.name, definition)
             self.reconciler.wake()
@@ -443,3 +421,24 @@ def address_is_local(address: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _not_in_mirror(entry: dict[str, Any]) -> str:
+    return f"no {entry['filename'] or 'file'} with sha256 {entry['sha256'][:12]}… in the mirror"
+
+
+def _mirror_files(definition: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every file a dumped model definition takes from the mirror, with its field path.
+
+    The weights, the projector, the repository's other files, each adapter's
+    weights and other files: the entries themselves, so their sizes can be filled in.
+    """
+    source = definition["source"]
+    files = [("source", source)]
+    if source.get("projector"):
+        files.append(("source.projector", source["projector"]))
+    files += [(f"source.files.{n}", entry) for n, entry in enumerate(source["files"])]
+    for index, adapter in enumerate(definition["adapters"]):
+        files.append((f"adapters.{index}", adapter))
+        files += [(f"adapters.{index}.files.{n}", entry) for n, entry in enumerate(adapter["files"])]
+    return files
