@@ -187,11 +187,6 @@ class KvEventsFollower:
         self.gaps_reset = 0
         """Sequence gaps replay could not fill (each reset the mirror)."""
 
-    @property
-    def gaps(self) -> int:
-        """Sequence gaps seen, replayed or not."""
-        return self.gaps_replayed + self.gaps_reset
-
     async def receive(self, frames: list[bytes]) -> None:
         """Handle one ``[topic, sequence, payload]`` message (replaying what it shows missing)."""
         if len(frames) != 3 or len(frames[1]) != 8:

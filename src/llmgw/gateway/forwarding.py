@@ -186,17 +186,18 @@ async def _forward_adapter(
 ) -> None:
     """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""
     adapters = gateway.adapters
-    try:
-        endpoint = await adapters.place(exchange.model, exchange.request_id)
-    except AdapterLoadFailed as error:
-        raise ApiError(502, f"{error}", "adapter_load_failed") from error
+
+    async def place() -> ReplicaEndpoint | None:
+        try:
+            return await adapters.place(exchange.model, exchange.request_id)
+        except AdapterLoadFailed as error:
+            raise ApiError(502, f"{error}", "adapter_load_failed") from error
+
+    endpoint = await place()
     if endpoint is None:
         gateway.want_replica(base)
         if await gateway.replicas.wait_ready(base, gateway.settings.request_wait_s):
-            try:
-                endpoint = await adapters.place(exchange.model, exchange.request_id)
-            except AdapterLoadFailed as error:
-                raise ApiError(502, f"{error}", "adapter_load_failed") from error
+            endpoint = await place()
         if endpoint is None:
             raise gateway.not_ready_error(base)
     try:
