@@ -114,28 +114,26 @@ def read_state(directory: Path) -> ShardRecord:
         raise CorruptState(f"{path} is corrupt: {error}", hint) from None
 
 
-def process_start_time(pid: int, proc_root: Path = Path("/proc")) -> str | None:
-    """The start time of a live process (``/proc/PID/stat`` field 22); None when gone or a zombie."""
+def _state_and_start(pid: int, proc_root: Path) -> tuple[str, str] | None:
+    """A process's state letter and start time (``/proc/PID/stat`` fields 3 and 22); None when gone."""
     try:
         stat = (proc_root / str(pid) / "stat").read_text(errors="replace")
     except OSError:
         return None
     fields = stat.rpartition(")")[2].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
+    return (fields[0], fields[19]) if len(fields) >= 20 else None
+
+
+def process_start_time(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The start time of a live process; None when gone or a zombie."""
+    found = _state_and_start(pid, proc_root)
+    return found[1] if found is not None and found[0] not in ("Z", "X") else None
 
 
 def zombie_start_time(pid: int, proc_root: Path = Path("/proc")) -> str | None:
     """The start time of a process that has exited and waits to be reaped; None otherwise."""
-    try:
-        stat = (proc_root / str(pid) / "stat").read_text(errors="replace")
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()
-    if len(fields) < 20 or fields[0] != "Z":
-        return None
-    return fields[19]
+    found = _state_and_start(pid, proc_root)
+    return found[1] if found is not None and found[0] == "Z" else None
 
 
 def process_command(pid: int, proc_root: Path = Path("/proc")) -> list[str] | None:

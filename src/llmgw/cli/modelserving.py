@@ -50,7 +50,10 @@ def adapter_entry(name: str, path: Path) -> tuple[dict[str, Any], list[Path]]:
     if path.is_file():
         return {"name": name, "sha256": PLACEHOLDER_SHA, "filename": path.name}, [path]
     if not path.is_dir():
-        raise ValidationFailed([("--adapter", f"{path} is neither a GGUF file nor a PEFT adapter's folder")])
+        raise ValidationFailed(
+            [("--adapter", f"{path} is neither a GGUF file nor a PEFT adapter's folder")],
+            "give the path of a GGUF LoRA file (llama.cpp) or of the folder a PEFT adapter was saved in",
+        )
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     weights = [p for p in files if p.name.startswith("adapter_model.")]
     config = path / "adapter_config.json"
@@ -191,7 +194,9 @@ def model_serve(
     for item in adapter:
         adapter_name, sep, adapter_path = item.partition("=")
         if not sep or not adapter_name or not adapter_path:
-            raise ValidationFailed([("--adapter", f"{item!r} is not NAME=PATH")])
+            raise ValidationFailed(
+                [("--adapter", f"{item!r} is not NAME=PATH")], "write it as --adapter sql-helper=./sql-lora"
+            )
         pairs.append((adapter_name, Path(adapter_path)))
     low = 0 if on_demand and min_replicas == 1 else min_replicas
     data, uploads = definition(
