@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 Cbor = bytes | str | int | None | Sequence["Cbor"]
 
@@ -217,3 +218,18 @@ class KvIndex:
             if not alive <= holders:
                 alive &= holders
         return counts
+
+
+@dataclass(frozen=True)
+class KvBlocksUpdate:
+    """What one replica's engine stored and freed in its KV cache, as the agent reports it."""
+
+    model: str
+    replica_id: str
+    stored: tuple[int, ...] = ()
+    removed: tuple[int, ...] = ()
+    reset: bool = False
+    """True when the engine's events had a gap: forget every block held for this replica first."""
+    hash_seed: str = ""
+    """The engine's PYTHONHASHSEED (vLLM's NONE_HASH comes from it)."""
+    block_size: int = 16
