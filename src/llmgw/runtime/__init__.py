@@ -1,0 +1,1 @@
+"""What every llmgw process runs on: its clock and the supervisor of its long-lived components."""
