@@ -78,7 +78,7 @@ def test_two_adapters_of_one_name_or_the_models_own_name_are_refused() -> None:
 def test_a_peft_adapter_needs_its_config_and_takes_no_scale() -> None:
     found = problems(vllm_model({"name": "sql", "sha256": SHA, "scale": 0.5}))
     assert "adapter_config.json" in found["adapters.0.files"]
-    assert "llama.cpp's" in found["adapters.0.scale"]
+    assert "scale is for engine llama.cpp" in found["adapters.0.scale"]
 
 
 def test_a_gguf_file_on_vllm_is_refused_with_the_engine_that_takes_it() -> None:
@@ -92,7 +92,7 @@ def test_a_llamacpp_adapter_is_one_gguf_file_without_a_rank() -> None:
     )
     assert "*.gguf" in found["adapters.0.filename"]
     assert "remove files" in found["adapters.0.files"]
-    assert "vLLM's" in found["adapters.0.rank"]
+    assert "rank is for engine vllm" in found["adapters.0.rank"]
 
 
 @pytest.mark.parametrize("filename", ["a,b.gguf", "a:b.gguf"])
@@ -104,7 +104,7 @@ def test_a_llamacpp_adapter_file_name_that_would_split_its_flag_is_refused(filen
 @pytest.mark.parametrize("engine", ["sglang", "trtllm"])
 def test_engines_without_lora_refuse_adapters(engine: str) -> None:
     found = problems(vllm_model(peft("sql"), engine=engine))
-    assert found == {"adapters.0": f"engine {engine} serves no LoRA adapters; use engine vllm or llama.cpp"}
+    assert found == {"adapters.0": f"engine {engine} serves no LoRA adapters; use engine llama.cpp or vllm"}
 
 
 def test_an_adapter_named_like_another_model_or_its_adapter_clashes() -> None:

@@ -22,22 +22,24 @@ from pydantic import (
     model_validator,
 )
 
+from llmgw.core.engines import (
+    DEFAULT_ENGINE,
+    ENGINE_NAMES,
+    AdapterShape,
+    EngineCapabilities,
+    WeightsFormat,
+    either,
+    engines_where,
+    find_engine,
+)
 from llmgw.core.mig import Spread, mig_refusal
 from llmgw.core.validation import check_args, check_env
 from llmgw.errors import ValidationFailed
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
-ENGINES = ("llama.cpp", "vllm", "sglang", "trtllm")
-"""Engines a profile may name."""
-GGUF_ENGINES = ("llama.cpp",)
-"""Engines that run GGUF files; the others run safetensors repositories."""
-ADAPTER_ENGINES = ("llama.cpp", "vllm")
-"""Engines that serve LoRA adapters."""
 PEFT_CONFIG = "adapter_config.json"
 """The file that makes a folder a PEFT adapter (vLLM reads it beside the weights)."""
-ADAPTER_FILENAMES = {"vllm": "adapter_model.safetensors", "llama.cpp": "adapter.gguf"}
-"""The adapter weights' file name when the definition gives none, by engine."""
 
 
 class Strict(BaseModel):
@@ -117,8 +119,8 @@ class Source(Strict):
 class Profile(Strict):
     """How to run the model: which engine, on what, with which arguments."""
 
-    engine: str = "llama.cpp"
-    """The inference engine."""
+    engine: str = DEFAULT_ENGINE
+    """The inference engine (a name of :data:`llmgw.core.engines.ENGINES`)."""
     memory_mb: int | None = Field(default=None, gt=0)
     """Memory a replica needs; when unset, 1.25 x the weights + 256 MiB."""
     ctx_size: int = Field(default=4096, gt=0, le=1_048_576)
@@ -141,14 +143,14 @@ class Profile(Strict):
     @field_validator("engine")
     @classmethod
     def _engine(cls, value: str) -> str:
-        if value not in ENGINES:
-            raise ValueError(f"unknown engine {value!r}; known: {', '.join(ENGINES)}")
+        if find_engine(value) is None:
+            raise ValueError(f"unknown engine {value!r}; known: {', '.join(ENGINE_NAMES)}")
         return value
 
     @field_validator("args")
     @classmethod
     def _args(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        refusals = check_args(str(info.data.get("engine", "llama.cpp")), value)
+        refusals = check_args(str(info.data.get("engine", DEFAULT_ENGINE)), value)
         if refusals:
             raise ValueError("; ".join(str(r) for r in refusals))
         return value
@@ -156,19 +158,32 @@ class Profile(Strict):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        refusals = check_env(str(info.data.get("engine", "llama.cpp")), value)
+        refusals = check_env(str(info.data.get("engine", DEFAULT_ENGINE)), value)
         if refusals:
             raise ValueError("; ".join(str(r) for r in refusals))
         return value
 
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        """The row of the profile's engine (a validated profile names a known one)."""
+        caps = find_engine(self.engine)
+        assert caps is not None, f"profile names unknown engine {self.engine!r}"
+        return caps
+
     @model_validator(mode="after")
     def _engine_features(self) -> Profile:
-        if self.kv_events and self.engine != "vllm":
-            raise ValueError(f"kv_events needs engine vllm; {self.engine} publishes none")
-        if self.max_loaded_adapters and self.engine != "vllm":
-            raise ValueError(f"max_loaded_adapters needs engine vllm; {self.engine} loads adapters at start")
-        if self.tp > 1 and self.engine == "llama.cpp":
-            raise ValueError("tp needs engine vllm, sglang or trtllm; llama.cpp splits layers by itself")
+        caps = self.capabilities
+        if self.kv_events and not caps.kv_events:
+            wanted = either(engines_where(lambda row: row.kv_events))
+            raise ValueError(f"kv_events needs engine {wanted}; {self.engine} publishes none")
+        if self.max_loaded_adapters and not caps.runtime_adapters:
+            wanted = either(engines_where(lambda row: row.runtime_adapters))
+            raise ValueError(
+                f"max_loaded_adapters needs engine {wanted}; {self.engine} loads adapters at start"
+            )
+        if self.tp > 1 and not caps.tensor_parallel:
+            wanted = either(engines_where(lambda row: row.tensor_parallel))
+            raise ValueError(f"tp needs engine {wanted}; {self.engine} takes no tensor-parallel degree")
         if self.gpu_class and (refusal := mig_refusal(self.gpu_class, Spread(tp=self.tp))):
             raise ValueError(refusal)
         return self
@@ -217,48 +232,72 @@ class Adapter(Strict):
         return value
 
     def weights_filename(self, engine: str) -> str:
-        """The weights file's name on the node."""
-        return self.filename or ADAPTER_FILENAMES.get(engine, "adapter.gguf")
+        """The weights file's name on the node: the given one, or the engine's adapter shape's."""
+        caps = find_engine(engine)
+        return self.filename or (caps.adapter_shape if caps else AdapterShape.NONE).weights_filename
 
 
 def adapter_problems(engine: str, model_name: str, adapters: Iterable[Adapter]) -> list[tuple[str, str]]:
     """What is wrong with a model's adapters for its engine: ``(field.path, why)`` pairs."""
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
+    caps = find_engine(engine)
     for index, adapter in enumerate(adapters):
         at = f"adapters.{index}"
-        if engine not in ADAPTER_ENGINES:
-            problems.append((at, f"engine {engine} serves no LoRA adapters; use engine vllm or llama.cpp"))
+        if caps is None or not caps.serves_adapters:
+            wanted = either(engines_where(lambda row: row.serves_adapters))
+            problems.append((at, f"engine {engine} serves no LoRA adapters; use engine {wanted}"))
             continue
         if adapter.name == model_name:
             problems.append((f"{at}.name", "is the model's own name; give the adapter a name of its own"))
         elif adapter.name in seen:
             problems.append((f"{at}.name", f"two adapters are called {adapter.name!r}; rename one"))
         seen.add(adapter.name)
-        filename = adapter.weights_filename(engine)
-        if engine == "llama.cpp":
-            if not filename.endswith(".gguf"):
-                problems.append((f"{at}.filename", "a llama.cpp adapter is one GGUF file: name it *.gguf"))
-            elif "," in filename or ":" in filename:
-                problems.append((f"{at}.filename", "llama-server splits its --lora list at ',' and ':'; "
-                                 "rename the file without them"))  # fmt: skip
-            if adapter.files:
-                problems.append((f"{at}.files", "a llama.cpp adapter is one GGUF file; remove files"))
-            if adapter.rank is not None:
-                problems.append((f"{at}.rank", "rank is vLLM's; llama.cpp reads the file's own"))
+        problems += _shape_problems(caps, adapter, at)
+        if adapter.rank is not None and not caps.adapter_ranks:
+            wanted = either(engines_where(lambda row: bool(row.adapter_ranks)))
+            problems.append((f"{at}.rank", f"{caps.title} reads the rank from the adapter file; rank is "
+                             f"for engine {wanted}: remove it"))  # fmt: skip
+        if adapter.scale is not None and not caps.adapter_scale:
+            wanted = either(engines_where(lambda row: row.adapter_scale))
+            problems.append((f"{at}.scale", f"{caps.title} applies the adapter as trained; scale is for "
+                             f"engine {wanted}: remove it"))  # fmt: skip
+    return problems
+
+
+def _shape_problems(caps: EngineCapabilities, adapter: Adapter, at: str) -> list[tuple[str, str]]:
+    """What is wrong with the adapter's files for the shape of adapter its engine takes."""
+    problems: list[tuple[str, str]] = []
+    shape = caps.adapter_shape
+    filename = adapter.weights_filename(caps.name)
+    refused = sorted(set(caps.adapter_filename_refuses) & set(filename))
+    if not filename.endswith(shape.suffixes):
+        if shape is AdapterShape.GGUF_FILE:
+            why = f"a {caps.title} adapter is one GGUF file: name it *.gguf"
         else:
-            if not filename.endswith((".safetensors", ".bin")):
-                problems.append((f"{at}.filename", "a PEFT adapter's weights are adapter_model.safetensors "
-                                 "(or .bin); a GGUF adapter needs engine llama.cpp"))  # fmt: skip
-            names = [filename, *(f.filename for f in adapter.files)]
-            if PEFT_CONFIG not in names:
-                problems.append((f"{at}.files", f"a PEFT adapter needs its {PEFT_CONFIG}: import it into "
-                                 "the mirror and list it in files"))  # fmt: skip
-            if len(set(names)) != len(names):
-                problems.append((f"{at}.files", "two files of the adapter have the same name"))
-            if adapter.scale is not None:
-                problems.append((f"{at}.scale", "scale is llama.cpp's (--lora-scaled); vLLM applies the "
-                                 "adapter as trained: remove it"))  # fmt: skip
+            gguf = either(engines_where(lambda row: row.adapter_shape is AdapterShape.GGUF_FILE))
+            why = (
+                "a PEFT adapter's weights are adapter_model.safetensors (or .bin); "
+                f"a GGUF adapter needs engine {gguf}"
+            )
+        problems.append((f"{at}.filename", why))
+    elif refused:
+        chars = " and ".join(repr(c) for c in refused)
+        problems.append(
+            (
+                f"{at}.filename",
+                f"{caps.title} splits its adapter list at {chars}; rename the file without them",
+            )
+        )
+    if shape is AdapterShape.GGUF_FILE and adapter.files:
+        problems.append((f"{at}.files", f"a {caps.title} adapter is one GGUF file; remove files"))
+    if shape is AdapterShape.PEFT_FOLDER:
+        names = [filename, *(f.filename for f in adapter.files)]
+        if PEFT_CONFIG not in names:
+            why = f"a PEFT adapter needs its {PEFT_CONFIG}: import it into the mirror and list it in files"
+            problems.append((f"{at}.files", why))
+        if len(set(names)) != len(names):
+            problems.append((f"{at}.files", "two files of the adapter have the same name"))
     return problems
 
 
@@ -322,13 +361,13 @@ class ModelDefinition(Strict):
 
     @model_validator(mode="after")
     def _format_fits_engine(self) -> ModelDefinition:
-        gguf = self.profile.engine in GGUF_ENGINES
-        if gguf and self.source.format != "gguf":
-            raise ValueError(f"engine {self.profile.engine} runs GGUF weights, not {self.source.format}")
-        if not gguf and self.source.format != "safetensors":
+        runs = self.profile.capabilities.weights_format
+        given = WeightsFormat(self.source.format)
+        if given is not runs:
+            others = either(engines_where(lambda row: row.weights_format is given))
             raise ValueError(
-                f"engine {self.profile.engine} runs safetensors weights; set source.format: safetensors "
-                "or use engine llama.cpp for GGUF"
+                f"engine {self.profile.engine} runs {runs.label} weights, not {given.label}; set "
+                f"source.format: {runs.value} or use engine {others} for {given.label}"
             )
         return self
 

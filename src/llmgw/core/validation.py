@@ -16,12 +16,18 @@ operator did not put there.
   TensorRT-LLM take both), and for argparse engines an abbreviation of a
   refused flag is refused too (argparse expands ``--trust-remote`` to
   ``--trust-remote-code``).
+
+What differs by engine (the flags llmgw sets, abbreviations, flag-setting
+variables, tuning families, the agent's own variables) is read from the
+engine's row in :mod:`llmgw.core.engines`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from llmgw.core.engines import ENGINES, EngineCapabilities, find_engine
 
 TUNING_FAMILIES = (
     "CUDA_",
@@ -31,13 +37,8 @@ TUNING_FAMILIES = (
     "OPENBLAS_",
     "TORCH_",
     "PYTORCH_",
-    "VLLM_",
-    "SGLANG_",
-    "TRTLLM_",
-    "TLLM_",
-    "GGML_",
-    "LLAMA_ARG_",
     "TOKENIZERS_",
+    *(family for row in ENGINES for family in row.env_families),
 )
 """Prefixes of the environment variables an engine profile may set."""
 
@@ -51,7 +52,7 @@ REFUSED_WORDS = frozenset(
 )  # fmt: skip
 """Words that make a variable name a path, plugin, library, address or credential."""
 
-AGENT_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING"})
+AGENT_ENV = frozenset({"CUDA_VISIBLE_DEVICES", *(name for row in ENGINES for name in row.agent_env)})
 """Variables the agent sets itself."""
 
 READS_OR_LOADS = {
@@ -91,31 +92,6 @@ READS_OR_LOADS = {
 }
 """Flags refused on every engine, and why."""
 
-SET_BY_LLMGW = {
-    "llama.cpp": (
-        "-m", "--model", "-a", "--alias", "--host", "--port", "--api-key", "--metrics",
-        "-lv", "--verbosity", "--log-verbosity", "--mmproj", "--ctx-size", "-c", "--parallel", "-np",
-    ),
-    "vllm": (
-        "--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp",
-        "--kv-events-config", "--max-model-len", "--max-num-seqs", "--enable-lora", "--max-loras",
-        "--max-lora-rank", "--uds",
-    ),
-    "sglang": (
-        "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",
-        "--tp", "--enable-metrics", "--context-length", "--max-running-requests",
-    ),
-    "trtllm": (
-        "--host", "--port", "--tp-size", "--extra-llm-api-options", "--max-seq-len", "--max-batch-size",
-        "--backend",
-    ),
-}  # fmt: skip
-"""Flags llmgw sets on each engine's command line; a profile may not repeat them."""
-
-ARGPARSE_ENGINES = frozenset({"vllm", "sglang"})
-"""Engines whose parser takes an unambiguous prefix of a flag for the flag."""
-
-_LLAMA_ARG = "LLAMA_ARG_"
 _NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
@@ -139,12 +115,13 @@ def _flag(token: str) -> str:
 def check_flag(engine: str, token: str) -> Refusal | None:
     """Why ``token`` (an argument starting with ``-``) may not be given to ``engine``; None when it may."""
     flag = _flag(token)
-    own = {_flag(f) for f in SET_BY_LLMGW.get(engine, ())}
+    row = find_engine(engine)
+    own = {_flag(f) for f in row.own_flags} if row is not None else set()
     if flag in own:
         return Refusal(flag, "llmgw sets it itself; remove it from args")
     if flag in READS_OR_LOADS:
         return Refusal(flag, f"refused because {READS_OR_LOADS[flag]}")
-    if engine in ARGPARSE_ENGINES and flag.startswith("--") and len(flag) > 3:
+    if row is not None and row.abbreviated_flags and flag.startswith("--") and len(flag) > 3:
         for refused in (*READS_OR_LOADS, *own):
             if refused.startswith(flag):
                 return Refusal(flag, f"the engine reads it as {refused}, which is refused")
@@ -172,11 +149,12 @@ def check_env(engine: str, env: dict[str, str]) -> list[Refusal]:
         if name in AGENT_ENV:
             found.append(Refusal(name, "llmgw sets it itself; remove it from env"))
             continue
-        if name.startswith(_LLAMA_ARG):
-            if engine != "llama.cpp":
-                found.append(Refusal(name, f"sets a llama.cpp flag; engine {engine} does not read it"))
+        setter = _flag_setter(name)
+        if setter is not None:
+            if setter.name != engine:
+                found.append(Refusal(name, f"sets a {setter.title} flag; engine {engine} does not read it"))
                 continue
-            flag = "--" + name.removeprefix(_LLAMA_ARG).lower().replace("_", "-")
+            flag = "--" + name.removeprefix(setter.flag_env_prefix).lower().replace("_", "-")
             refusal = check_flag(engine, flag)
             if refusal is not None:
                 found.append(Refusal(name, f"sets {flag}, {refusal.why}"))
@@ -190,6 +168,13 @@ def check_env(engine: str, env: dict[str, str]) -> list[Refusal]:
         if bad:
             found.append(Refusal(name, f"names a path, plugin, library, address or credential ({bad[0]})"))
     return found
+
+
+def _flag_setter(name: str) -> EngineCapabilities | None:
+    """The engine whose flag the variable ``name`` sets (``LLAMA_ARG_*``); None for a plain variable."""
+    return next(
+        (row for row in ENGINES if row.flag_env_prefix and name.startswith(row.flag_env_prefix)), None
+    )
 
 
 def _is_number(token: str) -> bool:

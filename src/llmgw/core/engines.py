@@ -1,0 +1,261 @@
+"""The engines llmgw runs, as facts: one frozen row of :class:`EngineCapabilities` per engine.
+
+The catalog validates a profile against its engine's row (weights format,
+adapters, tensor parallelism, KV events, arguments and environment), the
+gateway reads from it whether a request must name its adapter in the body,
+and the agent reads how the engine is provisioned. Nothing outside this
+module and ``llmgw.engines`` names an engine; everything else asks the row a
+question (``caps.adapter_in_body``, ``caps.adapter_shape is AdapterShape.GGUF_FILE``).
+
+The *behaviour* of an engine (its command line, health, metric names,
+compute parsing, builds) lives in its own module of ``llmgw.engines``, whose
+engine object points at its row here (``capabilities = VLLM``).
+
+Adding an engine (ComfyUI is next) takes exactly two things:
+
+1. Here, one row: a module constant ``COMFYUI = EngineCapabilities(name=...,
+   ...)`` filled in field by field (each field's docstring says what it
+   decides), and that constant added to :data:`ENGINES`.
+2. In ``llmgw/engines/``, one module (``comfyui.py``) whose engine object has
+   ``capabilities = COMFYUI`` and the behaviour of the
+   :class:`llmgw.engines.engine.Engine` protocol, and that object added to
+   ``ENGINES`` in ``llmgw/engines/registry.py``.
+
+The catalog, validation, the agent and the gateway then serve it unchanged;
+``tests/engines/test_capabilities.py`` checks that every row has its module
+and that no other module names an engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+from llmgw.errors import ConfigError
+
+
+class WeightsFormat(StrEnum):
+    """How a model's weights are kept (``source.format`` in the catalog)."""
+
+    GGUF = "gguf"
+    """One GGUF file."""
+    SAFETENSORS = "safetensors"
+    """A repository folder: safetensors weights with their config and tokenizer."""
+
+    @property
+    def label(self) -> str:
+        """The format as people write it."""
+        return "GGUF" if self is WeightsFormat.GGUF else "safetensors"
+
+
+class AdapterShape(Enum):
+    """What a LoRA adapter is on the node, for an engine that serves adapters."""
+
+    NONE = "none"
+    """The engine serves no LoRA adapters."""
+    GGUF_FILE = "gguf-file"
+    """One GGUF LoRA file."""
+    PEFT_FOLDER = "peft-folder"
+    """A PEFT folder: ``adapter_model.safetensors`` (or ``.bin``) beside ``adapter_config.json``."""
+
+    @property
+    def weights_filename(self) -> str:
+        """The adapter weights file's name when the catalog gives none (empty: no adapters)."""
+        return {
+            AdapterShape.GGUF_FILE: "adapter.gguf",
+            AdapterShape.PEFT_FOLDER: "adapter_model.safetensors",
+        }.get(self, "")
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """The endings an adapter weights file of this shape may have."""
+        return {AdapterShape.GGUF_FILE: (".gguf",), AdapterShape.PEFT_FOLDER: (".safetensors", ".bin")}.get(
+            self, ()
+        )
+
+
+class Provisioning(Enum):
+    """How a node comes to have the engine."""
+
+    LLMGW_BUILD = "llmgw-build"
+    """llmgw downloads a release build (or builds it from source) into its cache."""
+    PYTHON_WHEELS = "python-wheels"
+    """llmgw installs the engine's wheels into a virtual environment of its own."""
+    OPERATOR = "operator"
+    """The operator installs it; agent.yaml says where."""
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What llmgw knows of one engine without running it: one row of the table."""
+
+    name: str
+    """The name a profile gives (``profile.engine``) and the registry's key in ``llmgw.engines``."""
+    title: str
+    """The engine's name as people write it, for messages."""
+    weights_format: WeightsFormat
+    """The weights it runs."""
+    provisioning: Provisioning
+    """How a node gets it."""
+    adapter_shape: AdapterShape = AdapterShape.NONE
+    """What a LoRA adapter is for it; NONE: it serves no adapters and the catalog refuses them."""
+    adapter_scale: bool = False
+    """It applies an adapter at a scale (the catalog's ``adapters[].scale``); else scale is refused."""
+    adapter_ranks: tuple[int, ...] = ()
+    """The values its largest-adapter-rank setting takes, smallest first; the catalog's
+    ``adapters[].rank`` is allowed where this is not empty (the engine reads ranks from the files
+    otherwise)."""
+    adapter_filename_refuses: str = ""
+    """Characters an adapter file's name may not hold (the engine splits its adapter list at them)."""
+    runtime_adapters: bool = False
+    """It loads and unloads adapters while serving (``profile.max_loaded_adapters``)."""
+    adapter_in_body: bool = False
+    """The gateway must name the adapter (or none) in each request's body: the engine applies
+    every adapter it was started with to a request that names none."""
+    kv_events: bool = False
+    """It publishes its KV-cache events (``profile.kv_events``)."""
+    tensor_parallel: bool = False
+    """One replica may span several cards by tensor parallelism (``profile.tp`` above 1)."""
+    own_flags: tuple[str, ...] = ()
+    """Flags llmgw sets on its command line: a profile's ``args`` may not repeat them."""
+    abbreviated_flags: bool = False
+    """Its argument parser takes an unambiguous prefix of a flag for the flag (argparse)."""
+    flag_env_prefix: str = ""
+    """Prefix of environment variables that set its flags (checked as the flags they set);
+    empty: none."""
+    env_families: tuple[str, ...] = ()
+    """Prefixes of its own tuning variables a profile's ``env`` may set."""
+    agent_env: tuple[str, ...] = ()
+    """Variables the agent sets for it itself: a profile's ``env`` may not."""
+    health_path: str = "/health"
+    """The route answering 200 once it serves."""
+    metrics_path: str = "/metrics"
+    """The route of its Prometheus metrics."""
+
+    @property
+    def serves_adapters(self) -> bool:
+        return self.adapter_shape is not AdapterShape.NONE
+
+    def max_lora_rank(self, rank: int) -> int:
+        """The smallest value of :attr:`adapter_ranks` holding adapters of ``rank`` (the largest past it)."""
+        if not self.adapter_ranks:
+            raise ValueError(f"{self.title} takes no adapter rank; it reads ranks from the adapter files")
+        return next((allowed for allowed in self.adapter_ranks if allowed >= rank), self.adapter_ranks[-1])
+
+
+LLAMA_CPP = EngineCapabilities(
+    name="llama.cpp",
+    title="llama.cpp",
+    weights_format=WeightsFormat.GGUF,
+    provisioning=Provisioning.LLMGW_BUILD,
+    adapter_shape=AdapterShape.GGUF_FILE,
+    adapter_scale=True,
+    adapter_filename_refuses=",:",
+    adapter_in_body=True,
+    own_flags=(
+        "-m", "--model", "-a", "--alias", "--host", "--port", "--api-key", "--metrics",
+        "-lv", "--verbosity", "--log-verbosity", "--mmproj", "--ctx-size", "-c", "--parallel", "-np",
+    ),
+    flag_env_prefix="LLAMA_ARG_",
+    env_families=("GGML_", "LLAMA_ARG_"),
+)  # fmt: skip
+"""llama-server: GGUF weights, GGUF LoRA files given at start and chosen per request."""
+
+VLLM = EngineCapabilities(
+    name="vllm",
+    title="vLLM",
+    weights_format=WeightsFormat.SAFETENSORS,
+    provisioning=Provisioning.PYTHON_WHEELS,
+    adapter_shape=AdapterShape.PEFT_FOLDER,
+    adapter_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+    runtime_adapters=True,
+    kv_events=True,
+    tensor_parallel=True,
+    own_flags=(
+        "--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp",
+        "--kv-events-config", "--max-model-len", "--max-num-seqs", "--enable-lora", "--max-loras",
+        "--max-lora-rank", "--uds",
+    ),
+    abbreviated_flags=True,
+    env_families=("VLLM_",),
+    agent_env=("PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING"),
+)  # fmt: skip
+"""vLLM's OpenAI server: PEFT adapters (at start or at run time), KV events, tensor parallelism."""
+
+SGLANG = EngineCapabilities(
+    name="sglang",
+    title="SGLang",
+    weights_format=WeightsFormat.SAFETENSORS,
+    provisioning=Provisioning.PYTHON_WHEELS,
+    tensor_parallel=True,
+    own_flags=(
+        "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",
+        "--tp", "--enable-metrics", "--context-length", "--max-running-requests",
+    ),
+    abbreviated_flags=True,
+    env_families=("SGLANG_",),
+)  # fmt: skip
+"""SGLang's server."""
+
+TRTLLM = EngineCapabilities(
+    name="trtllm",
+    title="TensorRT-LLM",
+    weights_format=WeightsFormat.SAFETENSORS,
+    provisioning=Provisioning.OPERATOR,
+    tensor_parallel=True,
+    own_flags=(
+        "--host", "--port", "--tp-size", "--extra-llm-api-options", "--max-seq-len", "--max-batch-size",
+        "--backend",
+    ),
+    env_families=("TRTLLM_", "TLLM_"),
+    metrics_path="/prometheus/metrics",
+)  # fmt: skip
+"""TensorRT-LLM's ``trtllm-serve``, behind llmgw's launcher (click: no abbreviated flags)."""
+
+ENGINES: tuple[EngineCapabilities, ...] = (LLAMA_CPP, VLLM, SGLANG, TRTLLM)
+"""Every engine a profile may name; the first of a weights format is that format's default."""
+
+ENGINE_NAMES: tuple[str, ...] = tuple(row.name for row in ENGINES)
+DEFAULT_ENGINE: str = LLAMA_CPP.name
+"""The engine of a profile that names none."""
+
+_BY_NAME = {row.name: row for row in ENGINES}
+
+
+def find_engine(name: str) -> EngineCapabilities | None:
+    """The row of the engine ``name`` (empty: the default engine); None for an unknown one."""
+    return _BY_NAME.get(name or DEFAULT_ENGINE)
+
+
+def engine_capabilities(name: str) -> EngineCapabilities:
+    """The row of the engine ``name`` (empty: the default engine); ConfigError for an unknown one."""
+    row = find_engine(name)
+    if row is None:
+        raise ConfigError(f"unknown engine {name!r}", hint=f"use one of {', '.join(ENGINE_NAMES)}")
+    return row
+
+
+def adapter_in_body(name: str) -> bool:
+    """Whether a request to engine ``name`` must name its adapter in the body (False when unknown)."""
+    row = find_engine(name)
+    return row is not None and row.adapter_in_body
+
+
+def engines_where(test: Callable[[EngineCapabilities], bool]) -> tuple[str, ...]:
+    """The names of the engines whose row passes ``test``, in the table's order."""
+    return tuple(row.name for row in ENGINES if test(row))
+
+
+def either(names: Iterable[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``: names joined for a message."""
+    listed = list(names)
+    if len(listed) < 2:
+        return "".join(listed)
+    return f"{', '.join(listed[:-1])} or {listed[-1]}"
+
+
+def default_engine_for(weights_format: WeightsFormat | str) -> str:
+    """The engine that runs weights of ``weights_format`` when a definition names none."""
+    wanted = WeightsFormat(weights_format)
+    return next(row.name for row in ENGINES if row.weights_format is wanted)
