@@ -160,3 +160,22 @@ async def test_read_load_sends_the_key_and_parses(serve: Serve, session: aiohttp
     assert (await llamacpp.read_load(session, base, "k")).running == 2
     with pytest.raises(EngineUnhealthy, match="401"):
         await llamacpp.read_load(session, base, "wrong")
+
+
+async def test_read_load_of_metrics_with_bytes_outside_utf8_still_reads(
+    serve: Serve, session: aiohttp.ClientSession
+) -> None:
+    async def metrics(request: web.Request) -> web.Response:
+        body = b'llamacpp:requests_processing{slot="\xff\xfe"} 2\nllamacpp:requests_deferred 1\n'
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    base = await serve(app)
+    load = await llamacpp.read_load(session, base, "k")
+    assert (load.running, load.waiting) == (2, 1)
+
+
+def test_parse_metrics_refuses_an_infinite_count() -> None:
+    with pytest.raises(EngineUnhealthy, match="llamacpp:requests_processing"):
+        parse_metrics("llamacpp:requests_processing +Inf\n")

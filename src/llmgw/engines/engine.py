@@ -4,12 +4,13 @@ An engine module (``llamacpp``, ``vllm``, ``sglang``, ``trtllm``) is one
 object of :class:`Engine`; :func:`llmgw.engines.registry.engine_named` finds
 it by the name a profile gives. The agent launches through it and the router
 reads load through it, so nothing outside ``engines/`` knows an engine's
-flags or metric names.
+flags or metric names. Its facts (formats, adapters, paths, the flags llmgw
+sets) are its row in :mod:`llmgw.core.engines`, which the object points at.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Protocol
 
 import aiohttp
 
+from llmgw.core.engines import EngineCapabilities
+from llmgw.engines import prometheus
 from llmgw.errors import ConfigError, EngineUnhealthy
 
 
@@ -129,6 +132,8 @@ class MetricNames:
 class Engine(Protocol):
     """One engine's facts, as the agent and the router use them."""
 
+    capabilities: EngineCapabilities
+    """The engine's row in :mod:`llmgw.core.engines`."""
     name: str
     health_path: str
     metrics_path: str
@@ -147,38 +152,30 @@ class Engine(Protocol):
         ...
 
 
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+COUNT_LIMIT = 2**53
+"""Counts above this are refused: a float holds every integer only up to here."""
 
 
-def samples(text: str) -> dict[str, list[float]]:
-    """Prometheus text as ``name -> values`` (one per label set); NaN and unreadable lines left out."""
-    values: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        if value == value:
-            values.setdefault(match["name"], []).append(value)
-    return values
-
-
-def parse_load(text: str, names: MetricNames, engine: str = "engine") -> EngineLoad:
-    """Read Prometheus text into an EngineLoad; EngineUnhealthy when a required gauge is missing.
+def parse_load(text: str | bytes, names: MetricNames, engine: str = "engine") -> EngineLoad:
+    """Read Prometheus text into an EngineLoad; EngineUnhealthy when it cannot be one.
 
     Series of one name (ranks, labels) are summed; the KV gauge takes the fullest.
+    Text that is not Prometheus's format, a missing required gauge, and a value
+    that is no count (``+Inf``, ``NaN``, negative, past :data:`COUNT_LIMIT`) or no
+    finite share all make the reading fail, so the replica is routed around.
     """
-    found = samples(text)
+    try:
+        found = prometheus.values_by_name(prometheus.parse(text))
+    except prometheus.MetricsTextError as error:
+        raise EngineUnhealthy(
+            f"{engine} metrics are not Prometheus text: {error}",
+            hint="check the engine's version and that its metrics route serves Prometheus's text format",
+        ) from None
 
-    def first(field_name: str) -> list[float] | None:
+    def first(field_name: str) -> tuple[str, list[float]] | None:
         for name in getattr(names, field_name):
             if name in found:
-                return found[name]
+                return name, found[name]
         return None
 
     for field_name in names.required:
@@ -190,17 +187,43 @@ def parse_load(text: str, names: MetricNames, engine: str = "engine") -> EngineL
             )
 
     def count(field_name: str) -> int:
-        values = first(field_name)
-        return int(sum(values)) if values else 0
+        series = first(field_name)
+        if series is None:
+            return 0
+        name, values = series
+        total = math.fsum(values) if all(math.isfinite(v) for v in values) else math.nan
+        if not 0 <= total <= COUNT_LIMIT:
+            raise EngineUnhealthy(
+                f"{engine} reports {name} = {_shown(values)}, which is not a count",
+                hint="the replica is routed around until its metrics read as counts again; "
+                "check the engine's version",
+            )
+        return int(total)
 
-    kv = first("kv_cache_usage")
+    def share() -> float | None:
+        series = first("kv_cache_usage")
+        if series is None:
+            return None
+        name, values = series
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise EngineUnhealthy(
+                f"{engine} reports {name} = {_shown(values)}, which is not a share of the KV cache",
+                hint="the replica is routed around until its metrics read as numbers again; "
+                "check the engine's version",
+            )
+        return max(values) * names.kv_scale
+
     return EngineLoad(
         running=count("running"),
         waiting=count("waiting"),
-        kv_cache_usage=None if not kv else max(kv) * names.kv_scale,
+        kv_cache_usage=share(),
         prompt_tokens_total=count("prompt_tokens_total"),
         generated_tokens_total=count("generated_tokens_total"),
     )
+
+
+def _shown(values: list[float]) -> str:
+    return " + ".join(repr(v) for v in values[:4]) + (" + ..." if len(values) > 4 else "")
 
 
 def _auth(api_key: str) -> Mapping[str, str]:
@@ -236,7 +259,7 @@ async def read_load(
                     f"{engine.name} at {base_url} answered {response.status} to {engine.metrics_path}",
                     hint="check that its metrics are turned on and it was given the replica's key",
                 )
-            text = await response.text()
+            text = await response.read()
     except (aiohttp.ClientError, TimeoutError, OSError) as error:
         raise EngineUnhealthy(
             f"cannot read {url}: {error or type(error).__name__}",

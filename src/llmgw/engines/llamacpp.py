@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 
+from llmgw.core.engines import LLAMA_CPP
+from llmgw.engines import engine
 from llmgw.engines.engine import Compute, EngineLoad, Launch, MetricNames
-from llmgw.errors import ConfigError, EngineUnhealthy
+from llmgw.errors import ConfigError
 
 __all__ = ["ENGINE", "Compute", "EngineLoad", "command_line", "health", "parse_compute", "parse_metrics"]
 
-NAME = "llama.cpp"
+CAPABILITIES = LLAMA_CPP
+NAME = CAPABILITIES.name
 BINARY = "llama-server"
-HEALTH_PATH = "/health"
-METRICS_PATH = "/metrics"
+HEALTH_PATH = CAPABILITIES.health_path
+METRICS_PATH = CAPABILITIES.metrics_path
 VERBOSITY = 4
 """The lowest verbosity at which llama-server prints where the model's layers went."""
 
@@ -134,59 +138,20 @@ METRICS = {
 current ones; it is read when present.
 """
 
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
+def parse_metrics(text: str | bytes) -> EngineLoad:
+    """Read llama-server's Prometheus text into an EngineLoad; absent counters read as 0.
 
-def parse_metrics(text: str) -> EngineLoad:
-    """Read llama-server's Prometheus text into an EngineLoad; absent counters read as 0."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        try:
-            values[match["name"]] = float(match["value"])
-        except ValueError:
-            continue
-
-    def count(field: str) -> int:
-        value = values.get(METRICS[field], 0.0)
-        return int(value) if value == value else 0  # NaN reads as 0
-
-    kv = values.get(METRICS["kv_cache_usage"])
-    return EngineLoad(
-        running=count("running"),
-        waiting=count("waiting"),
-        kv_cache_usage=kv,
-        prompt_tokens_total=count("prompt_tokens_total"),
-        generated_tokens_total=count("generated_tokens_total"),
-    )
+    EngineUnhealthy for text that is not Prometheus's or a value that is no count.
+    """
+    return engine.parse_load(text, replace(ENGINE.metrics, required=()), NAME)
 
 
 async def read_load(
     session: aiohttp.ClientSession, base_url: str, api_key: str, *, timeout: float = 5.0
 ) -> EngineLoad:
     """Fetch and parse /metrics (it needs the key); EngineUnhealthy when it cannot be read."""
-    url = base_url.rstrip("/") + METRICS_PATH
-    try:
-        async with session.get(
-            url,
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as response:
-            if response.status != 200:
-                raise EngineUnhealthy(
-                    f"llama-server at {base_url} answered {response.status} to {METRICS_PATH}",
-                    hint="check that it was started with --metrics and the replica's key",
-                )
-            return parse_metrics(await response.text())
-    except (aiohttp.ClientError, TimeoutError, OSError) as error:
-        raise EngineUnhealthy(
-            f"cannot read {url}: {error or type(error).__name__}",
-            hint="check that the engine process is running; the agent restarts it when it is not",
-        ) from error
+    return await engine.read_load(ENGINE, session, base_url, api_key, timeout=timeout)
 
 
 _USING_DEVICE = re.compile(r"using device (?P<name>[A-Za-z]+\d+)\b")
@@ -234,6 +199,7 @@ def lora_arguments(launch: Launch) -> list[str]:
 class LlamaCppEngine:
     """llama-server behind the :class:`~llmgw.engines.engine.Engine` interface."""
 
+    capabilities = CAPABILITIES
     name = NAME
     health_path = HEALTH_PATH
     metrics_path = METRICS_PATH

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmgw.core.engines import SGLANG
 from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
 
-NAME = "sglang"
+CAPABILITIES = SGLANG
+NAME = CAPABILITIES.name
 MODULE = "sglang.launch_server"
 
 
 class SglangEngine:
+    capabilities = CAPABILITIES
     name = NAME
-    health_path = "/health"
-    metrics_path = "/metrics"
+    health_path = CAPABILITIES.health_path
+    metrics_path = CAPABILITIES.metrics_path
     metrics = MetricNames(
         running=("sglang:num_running_reqs",),
         waiting=("sglang:num_queue_reqs",),

@@ -26,9 +26,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from llmgw.core.engines import TRTLLM
 from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
 
-NAME = "trtllm"
+CAPABILITIES = TRTLLM
+NAME = CAPABILITIES.name
 LAUNCHER = "llmgw.engines.trtllm_launcher"
 KEY_VARIABLE = "LLMGW_REPLICA_KEY"
 """The launcher reads the replica's key from here (never from its command line)."""
@@ -42,9 +44,10 @@ def serve_program(python: Path) -> Path:
 
 
 class TrtllmEngine:
+    capabilities = CAPABILITIES
     name = NAME
-    health_path = "/health"
-    metrics_path = "/prometheus/metrics"
+    health_path = CAPABILITIES.health_path
+    metrics_path = CAPABILITIES.metrics_path
     metrics = MetricNames(
         running=("trtllm_num_requests_running",),
         waiting=("trtllm_num_requests_waiting",),

@@ -40,9 +40,11 @@ import json
 import re
 from pathlib import Path
 
+from llmgw.core.engines import VLLM
 from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
 
-NAME = "vllm"
+CAPABILITIES = VLLM
+NAME = CAPABILITIES.name
 KV_EVENTS_TOPIC = "kv-events"
 HASH_ALGO = "sha256_cbor"
 BUFFER_STEPS = 10_000
@@ -50,16 +52,17 @@ BUFFER_STEPS = 10_000
 HASH_SEED = "0"
 """PYTHONHASHSEED the agent gives vLLM so block hashes agree across restarts."""
 
-MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+MAX_LORA_RANKS = CAPABILITIES.adapter_ranks
 """The values vLLM's ``--max-lora-rank`` takes."""
 
 _PLATFORM = re.compile(r"Automatically detected platform (?P<platform>\w+)")
 
 
 class VllmEngine:
+    capabilities = CAPABILITIES
     name = NAME
-    health_path = "/health"
-    metrics_path = "/metrics"
+    health_path = CAPABILITIES.health_path
+    metrics_path = CAPABILITIES.metrics_path
     metrics = MetricNames(
         running=("vllm:num_requests_running",),
         waiting=("vllm:num_requests_waiting",),
@@ -112,7 +115,7 @@ class VllmEngine:
 
 def max_lora_rank(rank: int) -> int:
     """The smallest ``--max-lora-rank`` vLLM takes that holds adapters of ``rank``."""
-    return next((allowed for allowed in MAX_LORA_RANKS if allowed >= rank), MAX_LORA_RANKS[-1])
+    return CAPABILITIES.max_lora_rank(rank)
 
 
 def kv_events_config(port: int, replay_port: int | None = None) -> dict[str, object]:
