@@ -168,8 +168,8 @@ def _builds(facts: NodeFacts) -> list[Finding]:
         return [
             Finding(
                 "error",
-                "llama.cpp",
-                "no llama.cpp build is installed",
+                builds.LLAMACPP,
+                f"no {builds.LLAMACPP} build is installed",
                 "run 'llmgw engine install' (the agent also installs one when it first starts a model)",
             )
         ]
@@ -178,13 +178,15 @@ def _builds(facts: NodeFacts) -> list[Finding]:
         return [
             Finding(
                 "warning",
-                "llama.cpp",
+                builds.LLAMACPP,
                 f"only CPU builds are installed ({', '.join(variants)}) on a node with NVIDIA cards",
                 "run 'llmgw engine install' to install a CUDA or Vulkan build for the cards",
             )
         ]
     best = facts.installed_builds[0].build
-    return [Finding("ok", "llama.cpp", f"build {best.key} installed at {facts.installed_builds[0].binary}")]
+    return [
+        Finding("ok", builds.LLAMACPP, f"build {best.key} installed at {facts.installed_builds[0].binary}")
+    ]
 
 
 def diagnose(facts: NodeFacts) -> list[Finding]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from llmgw.agent.config import AgentConfig
 from llmgw.core.devices import NodeInventory
+from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
 from llmgw.engines import builds, pythonbuilds, trtllm
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
@@ -112,9 +113,10 @@ class Installer:
                     "set engines.trtllm.python to the Python of the environment TensorRT-LLM is installed in",
                 )
             return Path(python)
-        if engine not in ("vllm", "sglang"):
+        caps = find_engine(engine)
+        if caps is None or caps.provisioning is not Provisioning.PYTHON_WHEELS:
             raise LlmgwError(
-                f"engine {engine!r} is not available on this node", "use llama.cpp, vllm, sglang or trtllm"
+                f"engine {engine!r} is not available on this node", f"use one of {', '.join(ENGINE_NAMES)}"
             )
         settings = getattr(self._config.engines, engine)
         if settings.program:
@@ -130,7 +132,7 @@ class Installer:
             if engine not in self._python_installed:
                 inventory = self._inventory()
                 capabilities = [pythonbuilds.compute_capability(gpu.name) for gpu in inventory.gpus]
-                listing = pythonbuilds.vllm_builds if engine == "vllm" else pythonbuilds.sglang_builds
+                listing = pythonbuilds.LISTINGS[engine]
                 candidates = listing(
                     driver_version=inventory.driver_version or None,
                     capabilities=capabilities,

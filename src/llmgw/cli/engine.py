@@ -44,12 +44,12 @@ def install_engine(
             console=console,
             transient=True,
         ) as progress:
-            task = progress.add_task("llama.cpp", total=1.0)
+            task = progress.add_task(builds.LLAMACPP, total=1.0)
 
             def show(message: str, fraction: float | None) -> None:
                 progress.update(
                     task,
-                    description=f"llama.cpp: {message}"[:100],
+                    description=f"{builds.LLAMACPP}: {message}"[:100],
                     completed=fraction if fraction is not None else None,
                 )
 

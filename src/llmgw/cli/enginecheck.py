@@ -12,10 +12,11 @@ from llmgw.agent.config import load_agent_config
 from llmgw.agent.discovery import choose_source
 from llmgw.cli.output import console
 from llmgw.cli.up import bundled_model
-from llmgw.engines import builds, checking, pythonbuilds
+from llmgw.core.engines import DEFAULT_ENGINE, ENGINE_NAMES, either
+from llmgw.engines import builds, checking, llamacpp, pythonbuilds, trtllm, vllm
 
 DEFAULT_CACHE = Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw"))
-ENGINES = ("llama.cpp", "vllm", "sglang", "trtllm")
+ENGINES = ENGINE_NAMES
 
 
 def _fail(message: str, fix: str) -> typer.Exit:
@@ -49,7 +50,7 @@ def _python_program(engine: str, cache_dir: Path, configured: str) -> Path:
 
 
 def engine_check(
-    engine: str = typer.Argument("llama.cpp", help="llama.cpp, vllm, sglang or trtllm."),
+    engine: str = typer.Argument(DEFAULT_ENGINE, help=f"{either(ENGINE_NAMES)}."),
     binary: Path | None = typer.Option(
         None, "--bin", help="The build to check (llama-server, vllm, or the Python of SGLang/TensorRT-LLM)."
     ),
@@ -71,7 +72,7 @@ def engine_check(
     if engine not in ENGINES:
         raise _fail(f"no engine {engine!r}", "name one of " + ", ".join(ENGINES))
     agent = load_agent_config(config) if config is not None else None
-    if engine == "llama.cpp":
+    if engine == llamacpp.NAME:
         report = asyncio.run(choose_source(nvidia_smi).read())
         gpu = bool(report and report.cards)
         variant = ""
@@ -84,7 +85,7 @@ def engine_check(
         result = asyncio.run(
             checking.check_llamacpp(binary, model, gpu=gpu, variant=variant, timeout_s=timeout_s)
         )
-    elif engine == "trtllm":
+    elif engine == trtllm.NAME:
         configured = agent.engines.trtllm.python if agent is not None else ""
         python = binary or (Path(configured) if configured else None)
         result = asyncio.run(checking.check_trtllm(python, timeout_s))
@@ -92,7 +93,7 @@ def engine_check(
         settings = getattr(agent.engines, engine) if agent is not None else None
         cache = agent.cache_path if agent is not None else cache_dir
         program = binary or _python_program(engine, cache, settings.program if settings else "")
-        check = checking.check_vllm if engine == "vllm" else checking.check_sglang
+        check = checking.check_vllm if engine == vllm.NAME else checking.check_sglang
         result = asyncio.run(check(program, timeout_s))
     if not result.ok:
         raise _fail(result.found, result.fix)

@@ -24,6 +24,7 @@ from llmgw.cli.ctl import TOKEN, URL, client, model_app
 from llmgw.cli.mirror import upload
 from llmgw.cli.output import console
 from llmgw.core.catalog import parse_model
+from llmgw.core.engines import default_engine_for
 from llmgw.errors import LlmgwError, ValidationFailed
 
 PLACEHOLDER_SHA = "0" * 64
@@ -112,7 +113,7 @@ def definition(
     data: dict[str, Any] = {
         "name": name or (path.name if path.is_dir() else path.stem),
         "source": source,
-        "profile": {"engine": engine or ("llama.cpp" if fmt == "gguf" else "vllm"), **profile},
+        "profile": {"engine": engine or default_engine_for(fmt), **profile},
         "replicas": replicas,
         "on_demand": on_demand,
     }

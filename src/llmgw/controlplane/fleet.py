@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from llmgw.controlplane.logreading import LogRequests
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
+from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import ControlChannel
 from llmgw.protocol.devices import device_of
@@ -49,7 +50,7 @@ class ReplicaState:
     node_id: str
     api_key: str
     capacity: int = 1
-    engine: str = "llama.cpp"
+    engine: str = DEFAULT_ENGINE
     """The engine the replica runs: the router reads its load by that engine's metric names."""
     state: str = "placed"
     """placed → starting → ready; failed; absent (its node has not reported it)."""

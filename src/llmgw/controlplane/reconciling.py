@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
+from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.mig import Spread
 from llmgw.core.placement import Placed, place
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
@@ -134,7 +135,7 @@ class Reconciler:
                         else 1,
                         engine=models[replica_record.model].profile.engine
                         if replica_record.model in models
-                        else "llama.cpp",
+                        else DEFAULT_ENGINE,
                         state="absent",
                     )
                 )

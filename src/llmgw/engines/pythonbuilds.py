@@ -33,7 +33,7 @@ import platform
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,6 +158,10 @@ def sglang_builds(
     ]
 
 
+LISTINGS: dict[str, Callable[..., list[PythonBuild]]] = {"vllm": vllm_builds, "sglang": sglang_builds}
+"""The build listing of each engine llmgw installs from Python wheels, by engine name."""
+
+
 @dataclass(frozen=True)
 class InstalledPythonBuild:
     build: PythonBuild
@@ -188,7 +192,7 @@ def installed_python_builds(cache_dir: Path) -> list[InstalledPythonBuild]:
     for manifest in sorted(Path(cache_dir).glob("engines/*/*/build.json")):
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             record = json.loads(manifest.read_text())["build"]
-            if record.get("engine") in ("vllm", "sglang"):
+            if record.get("engine") in LISTINGS:
                 build = PythonBuild(**record)
                 if item := installed_python_build(cache_dir, build):
                     found.append(item)

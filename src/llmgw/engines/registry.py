@@ -1,7 +1,8 @@
-"""Engines by the name a profile gives them."""
+"""Engines by the name a profile gives them: one object per row of :data:`llmgw.core.engines.ENGINES`."""
 
 from __future__ import annotations
 
+from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.engines import llamacpp, sglang, trtllm, vllm
 from llmgw.engines.engine import Engine
 from llmgw.errors import ConfigError
@@ -15,8 +16,8 @@ ENGINES: dict[str, Engine] = {
 
 
 def engine_named(name: str) -> Engine:
-    """The engine a profile names (empty: llama.cpp); ConfigError for an unknown one."""
-    engine = ENGINES.get(name or llamacpp.NAME)
+    """The engine a profile names (empty: the default engine); ConfigError for an unknown one."""
+    engine = ENGINES.get(name or DEFAULT_ENGINE)
     if engine is None:
         raise ConfigError(f"unknown engine {name!r}", hint=f"use one of {', '.join(ENGINES)}")
     return engine

@@ -69,14 +69,14 @@ def adapter_entries(models: Iterable[ModelDefinition]) -> list[AdapterEntry]:
     """The catalog's adapters as the gateway registers them."""
     entries = []
     for model in models:
-        llama = model.profile.engine == "llama.cpp"
+        in_body = model.profile.capabilities.adapter_in_body
         for index, adapter in enumerate(model.adapters):
             entries.append(
                 AdapterEntry(
                     adapter.name,
                     model.name,
                     max_loaded=model.profile.max_loaded_adapters,
-                    lora_id=index if llama else -1,
+                    lora_id=index if in_body else -1,
                     scale=1.0 if adapter.scale is None else adapter.scale,
                 )
             )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Send
 
+from llmgw.core.engines import adapter_in_body
 from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
@@ -166,8 +167,8 @@ async def _forward(
 
 
 def _for_engine(gateway: Gateway, model: str, endpoint: ReplicaEndpoint, body: bytes) -> bytes:
-    """The body as the replica's engine needs it: llama-server is told which adapter to apply."""
-    if endpoint.engine == "llama.cpp":
+    """The body as the replica's engine needs it: one that takes the adapter in the body is told which."""
+    if adapter_in_body(endpoint.engine):
         choice = gateway.adapters.lora_choice(model)
         if choice is not None:
             return choosing_lora(body, choice)

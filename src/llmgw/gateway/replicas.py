@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
+from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.routing import ReplicaLoad
 from llmgw.gateway.routing import Router
 
@@ -30,7 +31,7 @@ class ReplicaEndpoint:
     """The replica's own key, which its engine demands."""
     capacity: int = 1
     """Requests the replica serves at once (the engine's parallel slots)."""
-    engine: str = "llama.cpp"
+    engine: str = DEFAULT_ENGINE
     """The engine serving it: its load is read by that engine's metric names (gateway/loads.py)."""
 
 
