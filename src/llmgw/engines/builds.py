@@ -37,10 +37,11 @@ from urllib.parse import urljoin
 
 import aiohttp
 
+from llmgw.core.engines import LLAMA_CPP
 from llmgw.engines.sourcebuild import Progress, SourcePin, build_from_source, download, fetch_json, unpack
 from llmgw.errors import BuildError, ChecksumMismatch, DownloadError, LlmgwError
 
-LLAMACPP = "llama.cpp"
+LLAMACPP = LLAMA_CPP.name
 LLAMACPP_TAG = "b11434"
 """The llama.cpp release used on every node (the source pin below is the same version)."""
 RELEASE_API = "https://api.github.com/repos/ggml-org/llama.cpp"
