@@ -21,9 +21,12 @@ Adding an engine (ComfyUI is next) takes exactly two things:
    :class:`llmgw.engines.engine.Engine` protocol, and that object added to
    ``ENGINES`` in ``llmgw/engines/registry.py``.
 
-The catalog, validation, the agent and the gateway then serve it unchanged;
-``tests/engines/test_capabilities.py`` checks that every row has its module
-and that no other module names an engine.
+The catalog, validation, the agent and the gateway then serve it unchanged.
+Only an engine bringing something
+none has yet (a weights format, an adapter shape, a way of provisioning) also
+adds a member to :class:`WeightsFormat`, :class:`AdapterShape` or
+:class:`Provisioning` (a weights format also to ``Source.format`` in
+:mod:`llmgw.core.catalog`) and teaches the code that branches on it.
 """
 
 from __future__ import annotations
