@@ -1,4 +1,4 @@
-"""Every file holding a secret is 0600 whatever the umask; node certificates never pass for a control plane."""
+"""Secret files are 0600 whatever the umask; a node certificate never passes for a control plane."""
 
 from __future__ import annotations
 
