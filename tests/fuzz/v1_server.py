@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from aiohttp import web
 
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
-
 from llmgw.testing.serving import bound_socket, serving
 
 SECRET = "sk-llmgw-fuzz-0123456789"
