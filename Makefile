@@ -12,13 +12,14 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine up test lint unit e2e proto clean bench-gateway bench-routing
+.PHONY: help install engine up test lint unit e2e fuzz proto clean bench-gateway bench-routing
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
 	@echo "make test    install everything, then run lint, type checks, layer contracts and every test"
 	@echo "make unit    tests without the end-to-end ones; make e2e: only those"
 	@echo "make proto   regenerate the agent protocol's Python code"
+	@echo "make fuzz    fuzz /v1 and /api long (FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) examples per test; make test runs fewer)"
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas"
 
@@ -53,6 +54,11 @@ unit: install
 
 e2e: engine
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+FUZZ_EXAMPLES ?= 5000
+
+fuzz: install
+	LLMGW_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -p no:cacheprovider tests/fuzz $(PYTEST_ARGS)
 
 proto: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src --grpc_python_out=src \

@@ -5,7 +5,6 @@ Relative paths in a file are taken from the file's own directory.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llmgw.core.catalog import problems_of
 from llmgw.errors import ConfigError
+from llmgw.runtime.files import PRIVATE_MODE, write_atomically
 
 
 class Section(BaseModel):
@@ -66,9 +66,7 @@ def validate(kind: type[C], data: dict[str, Any], where: str, directory: Path | 
 
 
 def save(config: ConfigFile, path: Path) -> None:
-    """Write ``config`` to ``path`` atomically (a crash leaves the old file or the new, never half)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    os.replace(temporary, path)
+    """Write ``config`` to ``path`` atomically, 0600: a crash leaves the old file or the new, never half."""
+    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    write_atomically(path, text.encode(), mode=PRIVATE_MODE)  # server.yaml holds the store's password
     config._directory = path.parent.resolve()

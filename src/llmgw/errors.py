@@ -16,6 +16,7 @@
     ├── ChecksumMismatch            downloaded bytes differ from their sha256
     ├── DownloadError               a download failed
     ├── NoCapacity                  no node can take a replica
+    ├── StorageFull                 a disk llmgw writes to is full (507)
     ├── ChannelClosed               the agent stream ended
     └── NotLeader                   this control plane does not hold the lease (503)
 
@@ -97,6 +98,12 @@ class DownloadError(LlmgwError):
 
 class NoCapacity(LlmgwError):
     status = 503
+
+
+class StorageFull(LlmgwError):
+    """A disk llmgw writes to (the mirror, a node's weights) is full; nothing half-written is kept."""
+
+    status = 507
 
 
 class ChannelClosed(LlmgwError):

@@ -263,3 +263,36 @@ async def test_a_control_plane_leads_only_once_it_has_read_what_it_keeps_in_memo
     time_.now += cp1.round_s
     await cp1.round()
     assert (cp1.state, cp1.epoch) == (LEADING, 1)
+
+
+async def test_a_leader_frozen_past_its_lease_stops_serving_the_moment_it_thaws(
+    store: Store, time_: Time
+) -> None:
+    cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
+    await cp1.round()
+    assert cp1.serving
+    time_.now += 11  # cp1 frozen (SIGSTOP): no round, no expire(); cp2 takes the lease meanwhile
+    await cp2.round()
+    assert cp2.serving
+    assert cp1.state == LEADING  # thawed, before any round or expiry ran: its state still says leading
+    assert not cp1.serving and not cp1.leading
+    cp1.expire()
+    assert cp1.state == PAUSED and not cp1.serving  # paused, but no round saw the store away lately
+    await cp1.round()
+    assert (cp1.state, cp1.serving, cp2.serving) == (STANDBY, False, True)
+
+
+async def test_a_leader_paused_by_a_store_outage_keeps_serving_while_its_rounds_see_the_outage(
+    store: Store, time_: Time
+) -> None:
+    outage = Outage(Leases(store, time_.skew))
+    cp1 = control_plane(store, time_, "cp1", outage)
+    await cp1.round()
+    outage.out = True
+    for _ in range(9):
+        time_.now += cp1.round_s
+        await cp1.round()
+        assert cp1.serving
+    assert cp1.state == PAUSED
+    time_.now += 10.5  # then no round for a whole lease: nothing says the outage still holds
+    assert not cp1.serving

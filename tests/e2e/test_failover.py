@@ -219,3 +219,22 @@ def test_after_kill_9_of_the_leader_a_standby_leads_and_serves(ha: Cluster) -> N
     assert "written-before" in [m["name"] for m in standby.get("/api/models")]
     assert registered_s < LEASE_S + 10
     assert [e["action"] for e in standby.get("/api/audit?limit=1")] == ["model.add"]
+
+
+def test_a_leader_frozen_past_its_lease_never_answers_leader_200_once_thawed(ha: Cluster) -> None:
+    """SIGSTOP the leader past its lease, let the other lead, SIGCONT it: from its first answer on it
+    says it does not lead, so keepalived never moves the floating address back to a deposed leader."""
+    ha.start_server("cp1")  # killed by the test above: back as a standby
+    wait_for(lambda: ha.leader() == "cp2" and leader_answer(ha, "cp1")[0] == 503, 30, "cp1 stands by")
+    frozen = ha.processes[ha.process_name("cp2")]
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: leader_answer(ha, "cp1")[0] == 200, LEASE_S * 4, "cp1 leads while cp2 is frozen")
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    answers = [leader_answer(ha, "cp2") for _ in range(10)]
+    assert [code for code, _ in answers] == [503] * 10, answers
+    wait_for(lambda: leader_answer(ha, "cp2")[1]["state"] == "standby", LEASE_S * 2, "cp2 stands by")
+    assert leader_answer(ha, "cp1")[0] == 200
+    ha.admin = ha.admin_of("cp1")
+    assert chat(ha, "cp2")  # relayed to the new leader

@@ -40,13 +40,14 @@ def run_up(
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "LLMGW_CACHE": str(cache), "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,  # its own process group, as under make or a supervisor
     )
     printed: dict[str, str] = {}
     output = []
     assert process.stdout is not None
     for line in process.stdout:
         output.append(line)
-        if match := re.match(r"^(OPENAI_BASE_URL|OPENAI_API_KEY)=(\S+)$", line.strip()):
+        if match := re.match(r"^export (OPENAI_BASE_URL|OPENAI_API_KEY)=(\S+)$", line.strip()):
             printed[match[1]] = match[2]
         if len(printed) == 2:
             return process, printed
@@ -54,8 +55,17 @@ def run_up(
 
 
 def stop(process: subprocess.Popen[str]) -> int:
+    """SIGINT to ``up`` alone, as a terminal's Ctrl-C in the foreground."""
     process.send_signal(signal.SIGINT)
     return process.wait(60)
+
+
+def stop_group(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """SIGINT to ``up``'s whole process group at once, as a supervisor sends it: its exit code and output."""
+    os.killpg(process.pid, signal.SIGINT)
+    code = process.wait(60)
+    assert process.stdout is not None
+    return code, process.stdout.read()
 
 
 def ask(printed: dict[str, str]) -> str:
@@ -78,7 +88,8 @@ def test_up_serves_then_stops_and_starts_again_from_the_same_state(
         assert printed["OPENAI_BASE_URL"] == f"http://127.0.0.1:{port}/v1"
         assert ask(printed)
     finally:
-        assert stop(process) == 0
+        code, said = stop_group(process)
+    assert (code, "exited with code" in said) == (0, False), said
     with pytest.raises(openai.APIConnectionError):
         ask(printed)
     again, printed_again = run_up(home, port, agent_port, engine_cache)

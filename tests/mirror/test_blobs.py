@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
 import sys
 import textwrap
-import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from llmgw.errors import NotFound, ValidationFailed
+from llmgw.errors import NotFound, StorageFull, ValidationFailed
 from llmgw.mirror.blobs import BlobInfo, BlobStore
 
 CONTENT = b"GGUF" + bytes(range(256)) * 5000
@@ -190,14 +191,66 @@ def test_a_crash_mid_import_leaves_no_blob_under_its_name(store: BlobStore, tmp_
     assert [path.suffix for path in (store.root / "tmp").iterdir()] == [".partial"]
 
 
-def test_leftovers_of_an_interrupted_import_are_removed_once_old(store: BlobStore) -> None:
+def test_leftovers_are_removed_but_not_a_file_an_import_still_writes(store: BlobStore) -> None:
     tmp = store.root / "tmp"
     tmp.mkdir(parents=True)
-    old, fresh = tmp / "old.partial", tmp / "fresh.partial"
-    old.write_bytes(b"x")
-    fresh.write_bytes(b"y")
-    an_hour_ago = time.time() - 3700
-    os.utime(old, (an_hour_ago, an_hour_ago))
+    crashed, writing = tmp / "crashed.partial", tmp / "writing.partial"
+    crashed.write_bytes(b"x")
+    old_upload = store.root / ".upload-abc123"
+    old_upload.write_bytes(b"z")
+    with writing.open("wb") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # as a running import holds its file
 
-    assert store.remove_leftovers() == 1
-    assert [path.name for path in tmp.iterdir()] == ["fresh.partial"]
+        assert store.remove_leftovers() == 2
+        assert sorted(path.name for path in tmp.iterdir()) == ["writing.partial"]
+        assert not old_upload.exists()
+
+
+async def chunks_of(data: bytes, size: int = 65536) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+async def test_a_streamed_upload_is_stored_under_its_sha256(store: BlobStore) -> None:
+    info = await store.import_stream(chunks_of(CONTENT), "model.gguf", max_bytes=len(CONTENT))
+
+    assert info == BlobInfo(DIGEST, len(CONTENT), "model.gguf")
+    assert store.path_of(DIGEST).read_bytes() == CONTENT
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+async def test_a_streamed_upload_past_its_limit_is_refused_and_leaves_nothing(store: BlobStore) -> None:
+    with pytest.raises(ValidationFailed, match="limit of 1000 bytes") as refused:
+        await store.import_stream(chunks_of(CONTENT, 600), "model.gguf", max_bytes=1000)
+
+    assert "llmgw mirror import" in refused.value.hint
+    assert blobs_in(store) == []
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs: a real filesystem that fills up (the tests run as root, as CI does)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_full_disk_ends_an_import_with_507_and_keeps_nothing(small_disk: Path) -> None:
+    store = BlobStore(small_disk / "mirror")
+
+    with pytest.raises(StorageFull) as full:
+        await store.import_stream(chunks_of(os.urandom(2 << 20)), "big.gguf")
+
+    assert full.value.status == 507
+    assert "is full" in full.value.message and "data_dir" in full.value.hint
+    assert blobs_in(store) == []
+    assert list((store.root / "tmp").iterdir()) == []
+    info = await store.import_stream(chunks_of(b"small"), "small.gguf")  # the room came back
+    assert store.path_of(info.sha256).read_bytes() == b"small"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
-import shutil
 import socket
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from llmgw.controlplane.config import (
 from llmgw.errors import ConfigError
 from llmgw.pki.authority import Authority
 from llmgw.protocol.grpc_transport import SERVER_NAME
+from llmgw.runtime.files import write_private, write_public
 
 app = typer.Typer(help="Create and run a control plane.", no_args_is_help=True)
 
@@ -53,9 +53,7 @@ def initialise(
     )
     authority.issue(name, sans=hosts, usage="both", directory=directory, stem="server")
     token = "llmgw-admin-" + secrets.token_urlsafe(32)
-    token_path = directory / ADMIN_TOKEN_FILE
-    token_path.touch(mode=0o600)
-    token_path.write_text(token + "\n")
+    write_private(directory / ADMIN_TOKEN_FILE, (token + "\n").encode())
     config = ServerConfig(
         name=name,
         admin_token_sha256=hashlib.sha256(token.encode()).hexdigest(),
@@ -111,12 +109,11 @@ def add_control_plane(
         - {"0.0.0.0", ""}
     )
     authority.issue(name, sans=hosts, usage="both", directory=directory, stem="server")
-    for kept in (config.tls.ca, config.tls.ca_key):
-        shutil.copyfile(config.path(kept), directory / Path(kept).name)
+    write_public(directory / Path(config.tls.ca).name, config.path(config.tls.ca).read_bytes())
+    write_private(directory / Path(config.tls.ca_key).name, config.path(config.tls.ca_key).read_bytes())
     token = config.directory / ADMIN_TOKEN_FILE
     if token.exists():
-        (directory / ADMIN_TOKEN_FILE).touch(mode=0o600)
-        shutil.copyfile(token, directory / ADMIN_TOKEN_FILE)
+        write_private(directory / ADMIN_TOKEN_FILE, token.read_bytes())
     added = config.model_copy(deep=True)
     added.name = name
     added.data_dir = "."
@@ -125,16 +122,34 @@ def add_control_plane(
     added.tls = TlsSettings(ca=Path(config.tls.ca).name, ca_key=Path(config.tls.ca_key).name)
     if vip:
         added.leadership.vip = vip
-        (directory / "keepalived.conf").write_text(keepalived)
+        write_private(directory / "keepalived.conf", keepalived.encode())
     save_server_config(added, path)
     return added
 
 
 def issue_node_certificate(config: ServerConfig, node_id: str, out: Path) -> None:
+    """A node's client-only certificate; never under a control plane's name."""
+    planes = {config.name, *asyncio.run(_control_plane_names(config))}
+    if node_id in planes:
+        raise ConfigError(
+            f"{node_id!r} is the name of a control plane of this cluster, not a node",
+            hint="give the node a name of its own (its hostname, say)",
+        )
     authority = Authority.load(config.path(config.tls.ca).parent)
     out.mkdir(parents=True, exist_ok=True)
     authority.issue(node_id, sans=[node_id], usage="client", directory=out, stem="node")
-    shutil.copyfile(config.path(config.tls.ca), out / "ca.crt")
+    write_public(out / "ca.crt", config.path(config.tls.ca).read_bytes())
+
+
+async def _control_plane_names(config: ServerConfig) -> list[str]:
+    from llmgw.store.database import Store
+    from llmgw.store.leases import Leases
+
+    store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
+    try:
+        return [plane.name for plane in await Leases(store).control_planes()]
+    finally:
+        await store.close()
 
 
 def resolve_config(path: Path | None) -> Path:

@@ -9,6 +9,7 @@ a cluster runs; this command only sets them up, starts them and stops them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import signal
 import socket
@@ -53,7 +54,11 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _start(args: list[str], log: Path, *, outlive: bool) -> subprocess.Popen[bytes]:
+    """One process of ``up`` in a session of its own, so that a signal to ``up``'s process group
+    (a terminal's Ctrl-C, a supervisor's ``kill -INT -- -PGID``) reaches ``up`` alone, which then
+    stops its processes in order. Unless they are to ``outlive`` it (``--detach``), they also get
+    SIGTERM if ``up`` itself dies."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         return subprocess.Popen(
@@ -61,7 +66,18 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=None if outlive else _terminate_with_parent,
         )
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux's parent-death signal)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _tail(log: Path, lines: int = 15) -> str:
@@ -210,8 +226,10 @@ def up(
     install_engine()
     logs = home / "logs"
     processes: list[subprocess.Popen[bytes]] = []
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # stop as on Ctrl-C
+        signal.signal(signum, _interrupt)
     try:
-        server = _start(["server", "run", "--config", str(server_yaml)], logs / "server.log")
+        server = _start(["server", "run", "--config", str(server_yaml)], logs / "server.log", outlive=detach)
         processes.append(server)
         admin = AdminClient(
             f"http://127.0.0.1:{config.http.port}", (home / "admin.token").read_text().strip()
@@ -219,12 +237,12 @@ def up(
         _wait("starting the control plane", _healthy(admin), server, logs / "server.log", 60)
         _ensure_model(admin, model, file)
         secret = _ensure_key(admin, home)
-        agent = _start(["agent", "run", "--config", str(agent_yaml)], logs / "agent.log")
+        agent = _start(["agent", "run", "--config", str(agent_yaml)], logs / "agent.log", outlive=detach)
         processes.insert(0, agent)
         _wait(f"serving {model}", _serving(admin, model), agent, logs / "agent.log", timeout)
         console.print(f"[bold green]llmgw is serving {model}[/] (logs in {logs}; Ctrl-C stops it)")
-        print(f"OPENAI_BASE_URL=http://127.0.0.1:{config.http.port}/v1")
-        print(f"OPENAI_API_KEY={secret}", flush=True)
+        print(f"export OPENAI_BASE_URL=http://127.0.0.1:{config.http.port}/v1")
+        print(f"export OPENAI_API_KEY={secret}", flush=True)
         if detach:
             (home / "up.pids").write_text(" ".join(str(p.pid) for p in processes) + "\n")
             processes.clear()
@@ -238,9 +256,12 @@ def up(
             _stop(processes)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _watch(processes: list[subprocess.Popen[bytes]], logs: Path) -> None:
     """Wait for Ctrl-C or SIGTERM; say so if a process ends on its own."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     while True:
         for process in processes:
             if process.poll() is not None:

@@ -14,6 +14,13 @@ it. Three states follow, each reported once through ``on_change``:
 - ``standby``: another control plane leads (or none can be reached); the
   store's fence refuses this process's writes.
 
+Whatever the state says, a control plane serves as leader (answers /leader
+200, keeps agents' streams, answers relays) only on fresh evidence measured
+on its own monotonic clock: leading, a renewal confirmed less than a lease
+ago; paused, a round that saw the store away less than a lease ago. A process
+that was frozen (SIGSTOP, a VM paused) past its lease therefore stops serving
+the moment it thaws, before its first round tells it another leads.
+
 A standby times its next round to the moment the lease it saw lapses, so a
 leader that died silently is replaced one lease after its last renewal.
 A standby that saw the store out of reach leaves the lease alone for one round
@@ -92,6 +99,8 @@ class Leadership:
         self._deadline = 0.0
         self._store_out = False
         self._skip_round = False
+        self._last_round = float("-inf")
+        """When the last round ended (store answered or not), on the monotonic clock."""
         self.holder = ""
         """The control plane leading as of the last round ("" when none)."""
         self.control_planes: list[ControlPlaneRecord] = []
@@ -117,8 +126,11 @@ class Leadership:
 
     @property
     def serving(self) -> bool:
-        """Whether this control plane serves agents and clients itself: leading, or paused in an outage."""
-        return self.state != STANDBY
+        """Whether this control plane serves agents and clients itself: leading on a renewal younger
+        than the lease, or paused in an outage that a round younger than the lease still saw."""
+        if self.state == PAUSED:
+            return self._clock() - self._last_round < self.lease_s
+        return self.leading
 
     @property
     def leader(self) -> ControlPlaneRecord | None:
@@ -185,6 +197,8 @@ class Leadership:
                 self._skip_round = True
             elif self.state == LEADING and self._clock() >= self._deadline:
                 self._set(PAUSED, "the store has not answered for a whole lease")
+        finally:
+            self._last_round = self._clock()
 
     async def _renew(self, started: float) -> None:
         assert self.epoch is not None

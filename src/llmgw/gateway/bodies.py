@@ -91,7 +91,7 @@ def asking_for_usage(body: bytes, facts: RequestFacts) -> bytes:
         return body
     data = json.loads(body)
     data["stream_options"] = {**(options or {}), "include_usage": True}
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return _encoded(data)
 
 
 def choosing_lora(body: bytes, lora: bytes) -> bytes:
@@ -106,7 +106,17 @@ def choosing_lora(body: bytes, lora: bytes) -> bytes:
         return body[: start + 1] + b'"lora":' + lora + separator + rest
     data = json.loads(body)
     data["lora"] = json.loads(lora)
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return _encoded(data)
+
+
+def _encoded(data: Any) -> bytes:
+    """``data`` as compact UTF-8 JSON; escaped to ASCII where it holds lone surrogates (which JSON
+    allows as ``\\ud800`` escapes and UTF-8 cannot carry), as the client must have sent them."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(data, separators=(",", ":")).encode()
 
 
 def model_and_stream(body: bytes) -> RequestFacts:
@@ -119,6 +129,12 @@ def model_and_stream(body: bytes) -> RequestFacts:
         raise ApiError(
             400,
             f"The request body is not valid JSON ({error}); send a JSON object with 'model'.",
+            "invalid_json",
+        ) from None
+    except RecursionError:
+        raise ApiError(
+            400,
+            "The request body nests arrays or objects too deeply to read; send a flatter JSON object.",
             "invalid_json",
         ) from None
     if not isinstance(data, dict):

@@ -6,6 +6,12 @@ same filesystem), then renames it into place, so a crash never leaves a partial
 blob under a final name and a reader never sees one half written. Blobs are
 made read-only; importing the same bytes twice keeps the one copy.
 
+A temporary file is held under an exclusive ``flock`` while it is written, so
+:meth:`BlobStore.remove_leftovers` (run when a control plane starts) removes
+exactly the files no import is writing any more, whichever process left them.
+A full disk ends an import with :class:`~llmgw.errors.StorageFull` (507) and
+its temporary file removed.
+
 The source is copied, not hard-linked: a hard link would share the inode, and
 an edit of the original file would silently change the blob under its digest.
 """
@@ -13,16 +19,20 @@ an edit of the original file would silently change the blob under its digest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import fcntl
 import hashlib
 import os
 import re
-import time
+import shutil
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from llmgw.errors import NotFound, ValidationFailed
+from llmgw.errors import NotFound, StorageFull, ValidationFailed
 
 CHUNK_SIZE = 1 << 20
 """Bytes read or written at a time."""
@@ -130,34 +140,90 @@ class BlobStore:
                 f"cannot import {path}: no such file",
                 hint="give the path of a regular file that exists on this machine",
             )
+        with self._partial() as (temporary, target), path.open("rb") as source:
+            digest = hashlib.sha256()
+            size = 0
+            total = os.fstat(source.fileno()).st_size
+            if progress is not None:
+                progress(0, total)
+            while chunk := source.read(CHUNK_SIZE):
+                digest.update(chunk)
+                self._write(target, chunk)
+                size += len(chunk)
+                if progress is not None:
+                    progress(size, max(total, size))
+            return self._keep(temporary, target, digest.hexdigest(), size, path.name)
+
+    async def import_stream(
+        self, chunks: AsyncIterable[bytes], filename: str, *, max_bytes: int | None = None
+    ) -> BlobInfo:
+        """Store bytes as they arrive (an upload), hashing on the way; nothing is buffered whole.
+
+        More than ``max_bytes`` ends the import with ValidationFailed; a full disk with StorageFull.
+        """
+        with self._partial() as (temporary, target):
+            digest = hashlib.sha256()
+            size = 0
+            async for chunk in chunks:
+                if not chunk:
+                    continue
+                size += len(chunk)
+                if max_bytes is not None and size > max_bytes:
+                    raise ValidationFailed(
+                        [("body", f"the upload passed the mirror's limit of {max_bytes} bytes")],
+                        hint="import files this large on the control plane itself with 'llmgw mirror import'",
+                    )
+                digest.update(chunk)
+                await asyncio.to_thread(self._write, target, chunk)
+            return await asyncio.to_thread(self._keep, temporary, target, digest.hexdigest(), size, filename)
+
+    @contextlib.contextmanager
+    def _partial(self) -> Iterator[tuple[Path, BinaryIO]]:
+        """A new temporary file under ``tmp``, locked while written, removed unless kept."""
         self._tmp.mkdir(parents=True, exist_ok=True)
         temporary = self._tmp / f"{uuid.uuid4().hex}.partial"
         try:
-            digest = hashlib.sha256()
-            size = 0
-            with path.open("rb") as source, temporary.open("wb") as target:
-                total = os.fstat(source.fileno()).st_size
-                if progress is not None:
-                    progress(0, total)
-                while chunk := source.read(CHUNK_SIZE):
-                    digest.update(chunk)
-                    target.write(chunk)
-                    size += len(chunk)
-                    if progress is not None:
-                        progress(size, max(total, size))
-                target.flush()
-                os.fsync(target.fileno())
-            sha256 = digest.hexdigest()
-            final = self._location(sha256)
-            if final.is_file() and final.stat().st_size == size:
-                return BlobInfo(sha256, size, path.name)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            temporary.chmod(0o444)
-            os.replace(temporary, final)
-            fsync_directory(final.parent)
-            return BlobInfo(sha256, size, path.name)
+            with temporary.open("wb") as target:
+                fcntl.flock(target.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                yield temporary, target
+        except OSError as error:
+            self._raise_if_full(error)
+            raise
         finally:
             temporary.unlink(missing_ok=True)
+
+    def _write(self, target: BinaryIO, chunk: bytes) -> None:
+        try:
+            target.write(chunk)
+        except OSError as error:
+            self._raise_if_full(error)
+            raise
+
+    def _raise_if_full(self, error: OSError) -> None:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return
+        free = shutil.disk_usage(self.root).free if self.root.exists() else 0
+        raise StorageFull(
+            f"the mirror's disk at {self.root} is full ({free} bytes free); nothing of this file was kept",
+            hint="free space there, or move the control plane's data_dir to a larger disk, then import again",
+        ) from error
+
+    def _keep(self, temporary: Path, target: BinaryIO, sha256: str, size: int, filename: str) -> BlobInfo:
+        """Move a whole, synced temporary file into place under its digest (blocking)."""
+        try:
+            target.flush()
+            os.fsync(target.fileno())
+        except OSError as error:
+            self._raise_if_full(error)
+            raise
+        final = self._location(sha256)
+        if final.is_file() and final.stat().st_size == size:
+            return BlobInfo(sha256, size, filename)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temporary.chmod(0o444)
+        os.replace(temporary, final)
+        fsync_directory(final.parent)
+        return BlobInfo(sha256, size, filename)
 
     async def read_chunks(
         self, sha256: str, offset: int = 0, chunk_size: int = CHUNK_SIZE
@@ -178,21 +244,20 @@ class BlobStore:
         finally:
             source.close()
 
-    def remove_leftovers(self, older_than_s: float = 3600.0) -> int:
-        """Delete temporary files an interrupted import left behind; how many went.
+    def remove_leftovers(self) -> int:
+        """Delete the temporary files interrupted imports left behind; how many went.
 
-        Only files older than ``older_than_s`` go, so an import still running
-        keeps its own.
+        A file an import is still writing (in any process) is locked and stays.
+        Uploads of older versions (``.upload-*`` in the root) go too.
         """
-        if not self._tmp.is_dir():
-            return 0
+        leftovers = [*self._tmp.glob("*.partial"), *self.root.glob(".upload-*")] if self.root.is_dir() else []
         removed = 0
-        cutoff = time.time() - older_than_s
-        for leftover in self._tmp.glob("*.partial"):
+        for leftover in leftovers:
             try:
-                if leftover.stat().st_mtime < cutoff:
+                with leftover.open("rb") as handle:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                     leftover.unlink()
-                    removed += 1
-            except FileNotFoundError:
+                removed += 1
+            except (BlockingIOError, FileNotFoundError):
                 continue
         return removed

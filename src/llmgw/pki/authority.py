@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from llmgw.errors import ConfigError
-from llmgw.pki.files import write_private, write_public
+from llmgw.runtime.files import write_private, write_public
 
 Usage = Literal["server", "client", "both"]
 
@@ -191,6 +191,20 @@ def common_name_of(cert_pem: bytes) -> str:
         )
     value = names[0].value
     return value if isinstance(value, str) else value.decode()
+
+
+def serves(cert_pem: bytes) -> bool:
+    """True for a certificate issued for server use: a control plane's. Nodes' certificates are client-only.
+
+    The leader answers relayed requests only from such certificates, so a node
+    certificate can never pass for a control plane, whatever its common name.
+    """
+    try:
+        certificate = x509.load_pem_x509_certificate(cert_pem)
+        usages = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except (ValueError, x509.ExtensionNotFound):
+        return False
+    return ExtendedKeyUsageOID.SERVER_AUTH in usages
 
 
 def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
