@@ -19,7 +19,7 @@ from wire_strategies import (
 
 from llmgw.core.agentstream import AgentMessage, ControlMessage
 from llmgw.core.kvblocks import KvBlocksUpdate
-from llmgw.core.nodes import Heartbeat, RestartAgent, SettingsPush
+from llmgw.core.nodes import Heartbeat, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardState, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
@@ -49,7 +49,7 @@ control_messages = st.one_of(
     registereds,
     shard_specs,
     st.builds(StopShard, replica_id=text, reason=text),
-    st.builds(SettingsPush, yaml=text),
+    st.builds(SettingsUpdate, yaml=text),
     st.builds(RestartAgent, reason=text),
     st.builds(Heartbeat, sent_unix_ms=int64),
     st.builds(

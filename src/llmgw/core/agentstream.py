@@ -7,7 +7,7 @@ The protocol package encodes these to the wire and decodes them back
 from __future__ import annotations
 
 from llmgw.core.kvblocks import KvBlocksUpdate
-from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsPush
+from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
@@ -15,7 +15,7 @@ from llmgw.core.telemetry import Telemetry
 AgentMessage = NodeRegistration | ShardStatus | Heartbeat | Telemetry | LogLines | KvBlocksUpdate
 """What an agent sends: its registration first, then reports."""
 
-ControlMessage = Registered | ShardSpec | StopShard | SettingsPush | RestartAgent | Heartbeat | LogRequest
+ControlMessage = Registered | ShardSpec | StopShard | SettingsUpdate | RestartAgent | Heartbeat | LogRequest
 """What the control plane sends: the registration's answer, then commands (a ShardSpec starts a shard)."""
 
 __all__ = ["AgentMessage", "ControlMessage"]

@@ -3,7 +3,7 @@
 An agent opens each stream with a :class:`NodeRegistration` (what the node
 has and which shards it runs); the control plane answers with
 :class:`Registered` (who leads, every control plane to fall back to), and
-later sends :class:`SettingsPush` and :class:`RestartAgent`. Both sides send
+later sends :class:`SettingsUpdate` and :class:`RestartAgent`. Both sides send
 :class:`Heartbeat`.
 """
 
@@ -53,7 +53,7 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
-class SettingsPush:
+class SettingsUpdate:
     """The node's settings as YAML (``agents.default`` merged with ``agents.nodes.<id>``)."""
 
     yaml: str

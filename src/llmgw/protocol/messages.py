@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from llmgw.core.agentstream import AgentMessage, ControlMessage
 from llmgw.core.kvblocks import KvBlocksUpdate
-from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsPush
+from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
@@ -105,7 +105,7 @@ def encode_control_message(message: ControlMessage) -> pb.ControlMessage:
             return pb.ControlMessage(start=encode_shard_spec(message))
         case StopShard():
             return pb.ControlMessage(stop=encode_stop(message))
-        case SettingsPush():
+        case SettingsUpdate():
             return pb.ControlMessage(settings=pb.Settings(yaml=message.yaml))
         case RestartAgent():
             return pb.ControlMessage(restart=pb.RestartAgent(reason=message.reason))
@@ -132,7 +132,7 @@ def decode_control_message(message: pb.ControlMessage) -> ControlMessage | None:
     if kind == "stop":
         return decode_stop(message.stop)
     if kind == "settings":
-        return SettingsPush(yaml=message.settings.yaml)
+        return SettingsUpdate(yaml=message.settings.yaml)
     if kind == "restart":
         return RestartAgent(reason=message.restart.reason)
     if kind == "heartbeat":
