@@ -12,8 +12,8 @@ from llmgw.agent.config import AgentConfig
 from llmgw.agent.installing import BlobFetcher, Installer
 from llmgw.agent.shardstates import ShardRecord, read_state, write_state
 from llmgw.core.devices import NodeInventory
+from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
 from llmgw.errors import ChecksumMismatch
-from llmgw.protocol import agent_pb2 as pb
 
 WEIGHTS = b"lora weights " * 100
 CONFIG = b'{"peft_type": "LORA", "r": 8}'
@@ -45,15 +45,15 @@ def installer(tmp_path: Path, mirror: Mirror) -> Installer:
     return Installer(config, lambda: NodeInventory(node_id="n1"), mirror.fetcher)
 
 
-def peft_spec(weights_sha: str = sha(WEIGHTS)) -> tuple[pb.StartShard, pb.LoraAdapter]:
-    adapter = pb.LoraAdapter(
+def peft_spec(weights_sha: str = sha(WEIGHTS)) -> tuple[ShardSpec, AdapterSpec]:
+    adapter = AdapterSpec(
         name="sql",
         sha256=weights_sha,
         filename="adapter_model.safetensors",
         size=len(WEIGHTS),
-        files=[pb.WeightsFile(sha256=sha(CONFIG), filename="adapter_config.json", size=len(CONFIG))],
+        files=(WeightsFile(sha256=sha(CONFIG), filename="adapter_config.json", size=len(CONFIG)),),
     )
-    return pb.StartShard(model="base", adapters=[adapter]), adapter
+    return ShardSpec(replica_id="r1", model="base", adapters=(adapter,)), adapter
 
 
 async def test_a_peft_adapter_becomes_a_folder_of_its_files(tmp_path: Path) -> None:
@@ -65,10 +65,10 @@ async def test_a_peft_adapter_becomes_a_folder_of_its_files(tmp_path: Path) -> N
 
 
 async def test_a_gguf_adapter_is_its_file_with_its_scale(tmp_path: Path) -> None:
-    adapter = pb.LoraAdapter(
+    adapter = AdapterSpec(
         name="tone", sha256=sha(WEIGHTS), filename="tone.gguf", size=len(WEIGHTS), scale=0.5
     )
-    spec = pb.StartShard(model="small", adapters=[adapter])
+    spec = ShardSpec(replica_id="r1", model="small", adapters=(adapter,))
     fetched = await installer(tmp_path, Mirror(WEIGHTS)).adapter(spec, adapter)
     assert fetched.path.name == "tone.gguf" and fetched.path.read_bytes() == WEIGHTS
     assert fetched.scale == 0.5
@@ -93,6 +93,6 @@ async def test_an_adapter_whose_bytes_do_not_match_is_refused(tmp_path: Path) ->
 
 
 def test_a_shards_adapter_paths_survive_in_its_state_file(tmp_path: Path) -> None:
-    record = ShardRecord(spec=pb.StartShard(replica_id="r1"), adapter_paths={"sql": "/w/weights/aa"})
+    record = ShardRecord(spec=ShardSpec(replica_id="r1"), adapter_paths={"sql": "/w/weights/aa"})
     write_state(tmp_path, record)
     assert read_state(tmp_path).adapter_paths == {"sql": "/w/weights/aa"}

@@ -13,9 +13,9 @@ from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.shardstates import ShardRecord, process_command, process_start_time, write_state
 from llmgw.agent.supervising import Supervisor
+from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
 from llmgw.engines.vllm import kv_events_config
 from llmgw.errors import LlmgwError
-from llmgw.protocol import agent_pb2 as pb
 
 
 class Preparing:
@@ -25,15 +25,15 @@ class Preparing:
         self.asked: list[str] = []
         self.called = asyncio.Event()
 
-    async def __call__(self, spec: pb.StartShard) -> Prepared:
+    async def __call__(self, spec: ShardSpec) -> Prepared:
         self.asked.append(spec.replica_id)
         self.called.set()
         raise LlmgwError("no build here", "a test")
 
 
-def _supervisor(tmp_path: Path, prepare: Preparing) -> tuple[Supervisor, list[pb.ShardStatus]]:
+def _supervisor(tmp_path: Path, prepare: Preparing) -> tuple[Supervisor, list[ShardStatus]]:
     supervisor = Supervisor(tmp_path, ShardSettings(), prepare)
-    reported: list[pb.ShardStatus] = []
+    reported: list[ShardStatus] = []
     supervisor.report = reported.append
     return supervisor, reported
 
@@ -45,10 +45,10 @@ async def test_a_corrupt_state_file_leaves_its_shard_stopped_with_the_reason(tmp
     supervisor, _ = _supervisor(tmp_path, prepare)
     supervisor.adopt()
     [shard] = supervisor.snapshot()
-    assert (shard.replica_id, shard.state) == ("r-bad", pb.SHARD_STATE_STOPPED)
+    assert (shard.replica_id, shard.state) == ("r-bad", ShardState.STOPPED)
     assert "state.json" in shard.error
     assert prepare.asked == []
-    supervisor.start(pb.StartShard(replica_id="r-bad", model="m", engine="llama.cpp"))
+    supervisor.start(ShardSpec(replica_id="r-bad", model="m", engine="llama.cpp"))
     await asyncio.wait_for(prepare.called.wait(), 5)
     assert prepare.asked == ["r-bad"]
 
@@ -69,7 +69,7 @@ def _ended_process() -> tuple[int, list[str], str]:
 
 async def test_a_shard_whose_engine_is_gone_is_started_again_from_its_spec(tmp_path: Path) -> None:
     pid, command, started = _ended_process()
-    spec = pb.StartShard(replica_id="r-gone", model="m", engine="llama.cpp")
+    spec = ShardSpec(replica_id="r-gone", model="m", engine="llama.cpp")
     write_state(
         tmp_path / "shards" / "r-gone",
         ShardRecord(spec=spec, command=command, pid=pid, start_time=started, port=21000),
@@ -80,7 +80,7 @@ async def test_a_shard_whose_engine_is_gone_is_started_again_from_its_spec(tmp_p
     await asyncio.wait_for(prepare.called.wait(), 5)
     assert prepare.asked == ["r-gone"]
     await asyncio.wait_for(supervisor.shards["r-gone"].task, 5)  # type: ignore[arg-type]
-    assert reported[-1].state == pb.SHARD_STATE_FAILED
+    assert reported[-1].state == ShardState.FAILED
 
 
 async def test_a_directory_without_a_state_file_is_left_alone(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def _live_process(*args: str) -> subprocess.Popen[bytes]:
 async def test_an_adopted_vllm_engine_keeps_its_kv_events_and_replay_ports(tmp_path: Path) -> None:
     child = _live_process("--kv-events-config", json.dumps(kv_events_config(21500, 21501)))
     try:
-        spec = pb.StartShard(replica_id="r-kv", model="m", engine="vllm", kv_events=True)
+        spec = ShardSpec(replica_id="r-kv", model="m", engine="vllm", kv_events=True)
         record = ShardRecord(
             spec=spec, command=process_command(child.pid) or [], pid=child.pid,
             start_time=process_start_time(child.pid) or "", port=21499,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from llmgw.agent.compute import compute_of, memory_held, refusal
 from llmgw.agent.nvidia_smi import NvidiaSmi
+from llmgw.core.shards import Compute as ShardCompute
 from llmgw.engines.engine import Compute
 from llmgw.engines.llamacpp import parse_compute
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.testing.fake_nvidia_smi import H100_80G, FakeProcess, install_fake_nvidia_smi
 
 ENGINE, CHILD, FOREIGN = 5001, 5002, 7777
@@ -34,19 +34,19 @@ async def test_memory_per_card_is_what_the_shards_processes_hold(tmp_path: Path)
 async def test_silent_output_takes_its_cards_from_nvidia_smi(tmp_path: Path) -> None:
     held = memory_held(await _report(tmp_path), {ENGINE, CHILD})
     compute = compute_of(parse_compute("main: server is listening\n"), held)
-    assert compute == pb.Compute(backend="cuda", devices=[0, 1], memory_mb=16000)
+    assert compute == ShardCompute(backend="cuda", devices=(0, 1), memory_mb=16000)
 
 
 async def test_the_engines_word_on_devices_and_layers_wins_with_memory_from_the_cards(tmp_path: Path) -> None:
     output = "load_tensors: offloaded 31/31 layers to GPU\nload_tensors: CUDA0 model buffer size = 90 MiB\n"
     held = memory_held(await _report(tmp_path), {ENGINE})
-    assert compute_of(parse_compute(output), held) == pb.Compute(
-        backend="cuda", devices=[0], layers_offloaded=31, memory_mb=9000
+    assert compute_of(parse_compute(output), held) == ShardCompute(
+        backend="cuda", devices=(0,), layers_offloaded=31, memory_mb=9000
     )
 
 
 def test_without_cards_nor_word_a_shard_computes_on_the_cpu() -> None:
-    assert compute_of(Compute(), None) == pb.Compute(backend="cpu")
+    assert compute_of(Compute(), None) == ShardCompute(backend="cpu")
     assert memory_held(None, {1}) is None
 
 

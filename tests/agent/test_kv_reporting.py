@@ -7,14 +7,15 @@ import socket
 from dataclasses import dataclass
 
 from llmgw.agent.kv_reporting import KvReporter
-from llmgw.core.kvblocks import block_key
-from llmgw.protocol import agent_pb2 as pb
+from llmgw.core.agentstream import AgentMessage
+from llmgw.core.kvblocks import KvBlocksUpdate, block_key
+from llmgw.core.shards import ShardSpec
 from llmgw.testing.kv_events_publisher import KvEventsPublisher
 
 
 @dataclass
 class FakeShard:
-    spec: pb.StartShard
+    spec: ShardSpec
     kv_events_port: int | None
     kv_replay_port: int | None = None
 
@@ -30,13 +31,25 @@ async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None
     publisher = KvEventsPublisher(
         f"tcp://127.0.0.1:{port}", "kv-events", int_hashes=True, replay_endpoint=f"tcp://127.0.0.1:{replay}"
     )
-    sent: asyncio.Queue[pb.KvBlocks] = asyncio.Queue()
-    shards = {"r1": FakeShard(pb.StartShard(replica_id="r1", args=["--block-size", "32"]), port, replay)}
-    reporter = KvReporter(shards, lambda message: sent.put_nowait(message.kv_blocks))
+    sent: asyncio.Queue[KvBlocksUpdate] = asyncio.Queue()
+    shards = {
+        "r1": FakeShard(ShardSpec(replica_id="r1", model="m", args=("--block-size", "32")), port, replay)
+    }
+
+    def take(message: AgentMessage) -> None:
+        assert isinstance(message, KvBlocksUpdate)
+        sent.put_nowait(message)
+
+    reporter = KvReporter(shards, take)
     try:
         reporter.sync()
         first = sent.get_nowait()
-        assert first.replica_id == "r1" and first.reset and first.block_size == 32 and first.hash_seed == "0"
+        assert (
+            (first.model, first.replica_id) == ("m", "r1")
+            and first.reset
+            and first.block_size == 32
+            and first.hash_seed == "0"
+        )
         digest = bytes(range(32))
         async with asyncio.timeout(10):
             while sent.empty():  # until the subscription has reached the publisher

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import signal
 import subprocess
@@ -21,17 +23,18 @@ from llmgw.agent.shardstates import (
     read_state,
     write_state,
 )
-from llmgw.protocol import agent_pb2 as pb
+from llmgw.core.shards import Compute, ShardSpec
+from llmgw.protocol.shards import shard_spec_bytes
 
 
 def _record(**changes: object) -> ShardRecord:
     record = ShardRecord(
-        spec=pb.StartShard(replica_id="r-1", model="m", api_key="sk-replica", devices=[0, 1]),
+        spec=ShardSpec(replica_id="r-1", model="m", api_key="sk-replica", devices=(0, 1)),
         command=["/bin/engine", "--port", "21000"],
         pid=4242,
         start_time="123",
         port=21000,
-        compute=pb.Compute(backend="cuda", devices=[0, 1], layers_offloaded=31, memory_mb=9000),
+        compute=Compute(backend="cuda", devices=(0, 1), layers_offloaded=31, memory_mb=9000),
         restarts=2,
         output="output-2.log",
     )
@@ -55,6 +58,17 @@ def test_a_state_file_reads_back_what_was_written_and_only_its_owner_reads_it(tm
     )
     assert (tmp_path / "state.json").stat().st_mode & 0o777 == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_state_file_an_earlier_agent_wrote_is_read_back(tmp_path: Path) -> None:
+    """Earlier agents left a compute's empty fields out and wrote its memory as a string."""
+    spec = base64.b64encode(shard_spec_bytes(ShardSpec(replica_id="r-1", model="m"))).decode()
+    earlier = {"format": 1, "spec": spec, "command": ["/bin/engine"], "pid": 7, "start_time": "9", "port": 1,
+               "compute": {"backend": "cuda", "devices": [0], "memory_mb": "9000"}}  # fmt: skip
+    (tmp_path / "state.json").write_text(json.dumps(earlier))
+    back = read_state(tmp_path)
+    assert back.spec == ShardSpec(replica_id="r-1", model="m")
+    assert back.compute == Compute(backend="cuda", devices=(0,), memory_mb=9000)
 
 
 @pytest.mark.parametrize(

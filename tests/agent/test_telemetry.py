@@ -9,8 +9,8 @@ from prometheus_client import generate_latest
 
 from llmgw.agent.nvml import open_nvml
 from llmgw.agent.telemetry import Sampler, card_of_pci, descendants, parse_parent_pid, parse_xid_lines
+from llmgw.core.telemetry import Telemetry
 from llmgw.observability.gpu_metrics import GpuMetrics
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.testing.fake_nvidia_smi import (
     A100_80G_MIG,
     H100_80G,
@@ -87,9 +87,9 @@ async def test_a_mig_instance_has_its_own_memory_and_no_utilisation() -> None:
 
     assert [s.device for s in telemetry.samples] == [1000, 1001, 1002]
     first = telemetry.samples[0]
-    assert not first.HasField("utilization_percent")
+    assert first.utilization_percent is None
     assert (first.memory_total_mb, first.memory_used_mb) == (40192, 13)
-    assert first.HasField("temperature_c") and first.HasField("ecc_uncorrected")
+    assert first.temperature_c is not None and first.ecc_uncorrected is not None
 
 
 async def test_processes_that_are_not_the_agents_engines_are_reported_per_device() -> None:
@@ -217,7 +217,7 @@ async def test_the_sampler_publishes_until_cancelled() -> None:
     published: list[int] = []
     two = asyncio.Event()
 
-    def publish(telemetry: pb.Telemetry) -> None:
+    def publish(telemetry: Telemetry) -> None:
         published.append(len(telemetry.samples))
         if len(published) == 2:
             two.set()

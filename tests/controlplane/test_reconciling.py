@@ -13,6 +13,7 @@ from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.sessions import NodeSessions
+from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.errors import ChannelClosed
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair
@@ -308,8 +309,8 @@ async def test_a_new_leader_adopts_the_shards_its_nodes_report(harness: Harness)
 
 
 async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harness: Harness) -> None:
-    given: list[tuple[str, pb.KvBlocks]] = []
-    harness.sessions.on_kv_blocks = lambda model, blocks: given.append((model, blocks))
+    given: list[KvBlocksUpdate] = []
+    harness.sessions.on_kv_blocks = given.append
     await harness.add_model("m1")
     agent = await harness.connect("node1")
     other = await harness.connect("node2", memory_mb=1)
@@ -323,7 +324,7 @@ async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harnes
     for node in (other, agent):  # a heartbeat answered: what was sent before it was handled
         await node.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
         await receive(node, "heartbeat")
-    assert given == [("m1", blocks)]
+    assert given == [KvBlocksUpdate(model="m1", replica_id=start.replica_id, stored=(1, 2), reset=True)]
 
 
 def test_replica_keys_are_taken_as_values_by_an_argparse_engine() -> None:

@@ -22,9 +22,9 @@ from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding, call_app
 from llmgw.controlplane.running import refuse_when_stopped
+from llmgw.core.relays import RelayChunk, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.mirror.blobs import BlobStore
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.store import Fence, Leases, Store
 
 TOKEN = "llmgw-admin-test"
@@ -62,7 +62,7 @@ async def planes(tmp_path: Path) -> AsyncIterator[dict[str, Plane]]:
 
 
 def standby_client(planes: dict[str, Plane], calls: list[str], wait_s: float = 5) -> httpx.AsyncClient:
-    async def relay(address: str, request: pb.RelayRequest, connect_s: float) -> AsyncIterator[pb.RelayChunk]:
+    async def relay(address: str, request: RelayRequest, connect_s: float) -> AsyncIterator[RelayChunk]:
         calls.append(address)
         plane = planes[address.split(":")[0]]
         async for chunk in plane.answering.answer("cp2", request):
@@ -90,13 +90,13 @@ async def test_a_standby_relays_api_calls_to_the_leader(planes: dict[str, Plane]
 async def test_the_leader_refuses_a_certificate_naming_no_listed_control_plane(
     planes: dict[str, Plane],
 ) -> None:
-    request = pb.RelayRequest(method="GET", path="/api/status")
+    request = RelayRequest(method="GET", path="/api/status")
     with pytest.raises(Unauthorized, match="names no control plane"):
         await anext(planes["cp1"].answering.answer("node1", request))
 
 
 async def test_a_standby_refuses_to_answer_a_relay(planes: dict[str, Plane]) -> None:
-    request = pb.RelayRequest(method="GET", path="/api/status")
+    request = RelayRequest(method="GET", path="/api/status")
     with pytest.raises(NotLeader):
         await anext(planes["cp2"].answering.answer("cp1", request))
 
@@ -104,11 +104,9 @@ async def test_a_standby_refuses_to_answer_a_relay(planes: dict[str, Plane]) -> 
 async def test_a_standby_holds_a_request_while_no_one_leads_and_serves_it_once_it_leads(
     planes: dict[str, Plane],
 ) -> None:
-    async def unreachable(
-        address: str, request: pb.RelayRequest, connect_s: float
-    ) -> AsyncIterator[pb.RelayChunk]:
+    async def unreachable(address: str, request: RelayRequest, connect_s: float) -> AsyncIterator[RelayChunk]:
         raise ChannelClosed(f"cannot reach the control plane at {address}", "waiting")
-        yield pb.RelayChunk()  # pragma: no cover - makes this a generator
+        yield RelayChunk()  # pragma: no cover - makes this a generator
 
     cp2 = planes["cp2"]
     front = StandbyForwarding(cp2.app, cp2.leadership, unreachable, 10)
@@ -128,11 +126,9 @@ async def test_a_standby_holds_a_request_while_no_one_leads_and_serves_it_once_i
 
 
 async def test_a_standby_answers_503_when_no_one_leads_within_the_wait(planes: dict[str, Plane]) -> None:
-    async def unreachable(
-        address: str, request: pb.RelayRequest, connect_s: float
-    ) -> AsyncIterator[pb.RelayChunk]:
+    async def unreachable(address: str, request: RelayRequest, connect_s: float) -> AsyncIterator[RelayChunk]:
         raise ChannelClosed(f"cannot reach the control plane at {address}", "waiting")
-        yield pb.RelayChunk()  # pragma: no cover - makes this a generator
+        yield RelayChunk()  # pragma: no cover - makes this a generator
 
     front = StandbyForwarding(planes["cp2"].app, planes["cp2"].leadership, unreachable, 0.2)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front), base_url="http://cp2") as client:
@@ -166,11 +162,11 @@ async def test_stop_and_start_set_serving_and_the_gateway_refuses_posts_while_st
 
 
 async def _local(plane: Plane, method: str, path: str, body: Any = None) -> Any:
-    request = pb.RelayRequest(
+    request = RelayRequest(
         method=method,
         path=path,
-        headers=[pb.HttpHeader(name="authorization", value=f"Bearer {TOKEN}")]
-        + ([pb.HttpHeader(name="content-type", value="application/json")] if body is not None else []),
+        headers=(("authorization", f"Bearer {TOKEN}"),)
+        + ((("content-type", "application/json"),) if body is not None else ()),
         body=json.dumps(body).encode() if body is not None else b"",
     )
     chunks = [chunk async for chunk in call_app(plane.app, request)]

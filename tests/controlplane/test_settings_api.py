@@ -17,9 +17,12 @@ from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.core.devices import NodeInventory
+from llmgw.core.nodes import NodeRegistration
 from llmgw.mirror.blobs import BlobStore
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, memory_pair
+from llmgw.protocol.links import control_link
 from llmgw.store.database import Store
 
 TOKEN = "llmgw-admin-test"
@@ -34,7 +37,8 @@ class Setup:
 
     def attach(self, node_id: str) -> AgentChannel:
         agent, control = memory_pair(node_id)
-        self.fleet.attach(pb.Register(node_id=node_id, address="127.0.0.1", cpu_cores=1), control)
+        inventory = NodeInventory(node_id=node_id, address="127.0.0.1", cpu_cores=1, memory_mb=0)
+        self.fleet.attach(NodeRegistration(inventory), control_link(control))
         return agent
 
 

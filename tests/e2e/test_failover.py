@@ -23,8 +23,8 @@ import openai
 import pytest
 
 from llmgw.cli.up import DEFAULT_MODEL
+from llmgw.core.relays import RelayChunk, RelayRequest
 from llmgw.errors import Unauthorized
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.postgres import PostgresServer, StoreCut
@@ -117,9 +117,9 @@ def test_a_stream_through_a_standby_arrives_in_chunks(ha: Cluster) -> None:
 def test_the_leader_refuses_a_relay_from_a_certificate_naming_no_control_plane(ha: Cluster) -> None:
     node = ha.home / "nodes" / "node1"
     tls = TlsFiles(node / "ca.crt", node / "node.crt", node / "node.key")
-    request = pb.RelayRequest(method="GET", path="/api/status", headers=[])
+    request = RelayRequest(method="GET", path="/api/status")
 
-    async def relay() -> list[pb.RelayChunk]:
+    async def relay() -> list[RelayChunk]:
         address = f"127.0.0.1:{ha.planes['cp1'].agent_server.port}"
         return [chunk async for chunk in GrpcConnector(address, tls).relay(request)]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from llmgw.agent.gpus import GpuReport, processes_by_device
+from llmgw.core.shards import Compute
 from llmgw.engines import engine as engines
-from llmgw.protocol import agent_pb2 as pb
 
 NO_USABLE_GPU = "no usable GPU found"
 
@@ -36,25 +36,25 @@ def memory_held(report: GpuReport | None, pids: Collection[int]) -> dict[int, in
     return held
 
 
-def compute_of(parsed: engines.Compute, held: dict[int, int] | None) -> pb.Compute:
+def compute_of(parsed: engines.Compute, held: dict[int, int] | None) -> Compute:
     """The shard's compute: the engine's word on devices and layers, nvidia-smi's on memory."""
     if parsed.devices and parsed.backend != "cpu":
         devices = [device_index(name) for name in parsed.devices]
         memory = sum(held.get(d, 0) for d in devices) if held else 0
-        return pb.Compute(
+        return Compute(
             backend=parsed.backend,
-            devices=devices,
+            devices=tuple(devices),
             layers_offloaded=parsed.layers_offloaded or 0,
             memory_mb=memory,
         )
     if held:
-        return pb.Compute(
+        return Compute(
             backend="cuda",
-            devices=sorted(held),
+            devices=tuple(sorted(held)),
             layers_offloaded=parsed.layers_offloaded or 0,
             memory_mb=sum(held.values()),
         )
-    return pb.Compute(backend="cpu", layers_offloaded=parsed.layers_offloaded or 0)
+    return Compute(backend="cpu", layers_offloaded=parsed.layers_offloaded or 0)
 
 
 def refusal(output: str, parsed: engines.Compute, given: Collection[int]) -> str:

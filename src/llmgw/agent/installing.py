@@ -13,11 +13,11 @@ from pathlib import Path
 from llmgw.agent.config import AgentConfig
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
+from llmgw.core.shards import AdapterSpec, ShardSpec
 from llmgw.engines import builds, pythonbuilds, trtllm
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
 from llmgw.mirror.fetching import BlobWriter
-from llmgw.protocol import agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class Installer:
                 self._python_installed[engine] = found.program
             return self._python_installed[engine]
 
-    async def weights(self, spec: pb.StartShard) -> Path:
+    async def weights(self, spec: ShardSpec) -> Path:
         """The GGUF file, or the folder of a safetensors repository with every file of it inside."""
         filename = spec.weights_filename or "model.gguf"
         path = await self.blob(spec.model, spec.weights_sha256, filename, spec.weights_size)
@@ -191,22 +191,21 @@ class Installer:
                 "check that the control plane's mirror holds them ('llmgw mirror list')",
             )
 
-    async def projector(self, spec: pb.StartShard) -> Path | None:
+    async def projector(self, spec: ShardSpec) -> Path | None:
         if not spec.projector_sha256:
             return None
         return await self.blob(
             spec.model, spec.projector_sha256, spec.projector_filename or "mmproj.gguf", spec.projector_size
         )
 
-    async def adapter(self, spec: pb.StartShard, adapter: pb.LoraAdapter) -> LaunchAdapter:
+    async def adapter(self, spec: ShardSpec, adapter: AdapterSpec) -> LaunchAdapter:
         """A LoRA adapter fetched (once) like the weights: a GGUF file, or a PEFT folder of its files."""
         path = await self.blob(spec.model, adapter.sha256, adapter.filename, adapter.size)
         for extra in adapter.files:
             await self.blob(spec.model, extra.sha256, extra.filename, extra.size, into=path.parent)
-        scale = adapter.scale if adapter.HasField("scale") else None
-        return LaunchAdapter(adapter.name, path.parent if adapter.files else path, scale)
+        return LaunchAdapter(adapter.name, path.parent if adapter.files else path, adapter.scale)
 
-    async def prepare(self, spec: pb.StartShard) -> Prepared:
+    async def prepare(self, spec: ShardSpec) -> Prepared:
         fetching = asyncio.gather(*(self.adapter(spec, adapter) for adapter in spec.adapters))
         program, weights, projector, adapters = await asyncio.gather(
             self.program(spec.engine), self.weights(spec), self.projector(spec), fetching

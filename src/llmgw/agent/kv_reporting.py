@@ -4,7 +4,7 @@ For every shard started with a KV-events port (``kv_events`` in its profile),
 :class:`KvReporter` follows the engine's ZMQ socket
 (:class:`llmgw.agent.kv_events.KvEventsFollower`, listening on the KV-events
 port, asking the engine's replay port for what a gap lost) and sends each net
-change as a ``KvBlocks`` message. A shard that restarts (a new port) or goes is reset;
+change as a :class:`~llmgw.core.kvblocks.KvBlocksUpdate`. A shard that restarts (a new port) or goes is reset;
 on every new stream (:meth:`KvReporter.resend`, from the session's ``on_stream``) each shard's whole mirror is
 sent again as a reset followed by its blocks, so the control plane never
 keeps a stale view.
@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from llmgw.agent.kv_events import BlockChanges, KvEventsFollower
+from llmgw.core.agentstream import AgentMessage
+from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.shards import ShardSpec
 from llmgw.engines.vllm import HASH_SEED
-from llmgw.protocol import agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ BLOCK_SIZE = 16
 """vLLM's block size unless the profile's args set --block-size."""
 
 MAX_PER_MESSAGE = 50_000
-"""Block hashes per KvBlocks message (a full copy goes in several)."""
+"""Block hashes per update (a full copy goes in several)."""
 
 
 Ports = tuple[int, int | None]
@@ -35,12 +37,12 @@ Ports = tuple[int, int | None]
 
 
 class FollowedShard(Protocol):
-    spec: pb.StartShard
+    spec: ShardSpec
     kv_events_port: int | None
     kv_replay_port: int | None
 
 
-def _block_size(spec: pb.StartShard) -> int:
+def _block_size(spec: ShardSpec) -> int:
     args = list(spec.args)
     for index, arg in enumerate(args):
         if arg == "--block-size" and index + 1 < len(args) and args[index + 1].isdigit():
@@ -56,13 +58,14 @@ class KvReporter:
     def __init__(
         self,
         shards: Mapping[str, FollowedShard],
-        send: Callable[[pb.AgentMessage], None],
+        send: Callable[[AgentMessage], None],
         host: str = "127.0.0.1",
     ) -> None:
         self.shards = shards
         self.send = send
         self.host = host
         self._followed: dict[str, tuple[Ports, KvEventsFollower, asyncio.Task[None], int]] = {}
+        self._models: dict[str, str] = {}
 
     @property
     def followers(self) -> dict[str, KvEventsFollower]:
@@ -74,11 +77,12 @@ class KvReporter:
         removed = sorted(changes.removed)
         first = True
         while first or stored or removed:
-            part = pb.KvBlocks(replica_id=replica_id, reset=changes.reset and first,
-                               stored=stored[:MAX_PER_MESSAGE], removed=removed[:MAX_PER_MESSAGE],
-                               hash_seed=HASH_SEED, block_size=block_size)  # fmt: skip
+            part = KvBlocksUpdate(model=self._models.get(replica_id, ""), replica_id=replica_id,
+                                  reset=changes.reset and first, stored=tuple(stored[:MAX_PER_MESSAGE]),
+                                  removed=tuple(removed[:MAX_PER_MESSAGE]), hash_seed=HASH_SEED,
+                                  block_size=block_size)  # fmt: skip
             stored, removed = stored[MAX_PER_MESSAGE:], removed[MAX_PER_MESSAGE:]
-            self.send(pb.AgentMessage(kv_blocks=part))
+            self.send(part)
             first = False
 
     def sync(self) -> None:
@@ -90,11 +94,13 @@ class KvReporter:
                 task.cancel()
                 del self._followed[replica_id]
                 self._message(replica_id, BlockChanges(reset=True), size)
+                self._models.pop(replica_id, None)
         for replica_id, shard in wanted.items():
             if replica_id in self._followed:
                 continue
             port, replay_port = shard.kv_events_port or 0, shard.kv_replay_port
             size = _block_size(shard.spec)
+            self._models[replica_id] = shard.spec.model
 
             def report(changes: BlockChanges, replica_id: str = replica_id, size: int = size) -> None:
                 self._message(replica_id, changes, size)

@@ -11,7 +11,8 @@ import asyncio
 from collections.abc import Callable
 
 from llmgw.agent.engineoutput import ShardLog
-from llmgw.protocol import agent_pb2 as pb
+from llmgw.core.agentstream import AgentMessage
+from llmgw.core.shardlogs import LogLines, LogRequest
 
 BATCH_LINES = 500
 
@@ -20,7 +21,7 @@ class LogServing:
     """Serves LogRequests from shards' logs; answers go out through ``send``."""
 
     def __init__(
-        self, node_id: str, log_of: Callable[[str], ShardLog | None], send: Callable[[pb.AgentMessage], None]
+        self, node_id: str, log_of: Callable[[str], ShardLog | None], send: Callable[[AgentMessage], None]
     ) -> None:
         self._node_id = node_id
         self._log_of = log_of
@@ -28,11 +29,9 @@ class LogServing:
         self._following: dict[str, asyncio.Task[None]] = {}
 
     def _answer(self, request_id: str, lines: list[str], *, end: bool = False, error: str = "") -> None:
-        self._send(
-            pb.AgentMessage(logs=pb.LogLines(request_id=request_id, lines=lines, end=end, error=error))
-        )
+        self._send(LogLines(request_id=request_id, lines=tuple(lines), end=end, error=error))
 
-    def handle(self, request: pb.LogRequest) -> None:
+    def handle(self, request: LogRequest) -> None:
         if request.cancel:
             task = self._following.pop(request.request_id, None)
             if task is not None:

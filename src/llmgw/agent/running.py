@@ -21,7 +21,6 @@ from llmgw.agent.restarting import Restarting, command_line, start_again
 from llmgw.agent.session import AgentSession
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 
@@ -110,7 +109,7 @@ async def sample_cards(
     """Send the cards' telemetry to the control plane; nvidia-smi's full report every minute."""
     full = NvidiaSmi(config.nvidia_smi) if not isinstance(gpus, NvidiaSmi) else None
     sampler = Sampler(gpus, lambda: descendants(os.getpid()) | supervisor.engine_pids(), full_report=full)
-    await sampler.run(lambda telemetry: session.send(pb.AgentMessage(telemetry=telemetry)))
+    await sampler.run(session.send)
 
 
 async def run_until_signalled(config_path: Path) -> None:

@@ -22,12 +22,15 @@ from collections.abc import Awaitable, Callable
 from llmgw import __version__
 from llmgw.agent.logserving import LogServing
 from llmgw.agent.supervising import Supervisor
+from llmgw.core.agentstream import AgentMessage
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
+from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsUpdate
+from llmgw.core.shardlogs import LogRequest
+from llmgw.core.shards import RunningShard, ShardSpec, ShardStatus, StopShard
 from llmgw.errors import ChannelClosed
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel
-from llmgw.protocol.devices import device_message
+from llmgw.protocol.links import AgentLink, agent_link
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +44,6 @@ UNREACHABLE_MEMORY_S = 15.0
 the lease of a leader that died still names it until it lapses."""
 
 WORKED, STANDBY, FAILED = "worked", "standby", "failed"
-
-
-def register_message(
-    inventory: NodeInventory, shards: list[pb.RunningShard], engines: list[str]
-) -> pb.AgentMessage:
-    return pb.AgentMessage(
-        register=pb.Register(
-            node_id=inventory.node_id,
-            address=inventory.address,
-            cpu_cores=inventory.cpu_cores,
-            memory_mb=inventory.memory_mb,
-            agent_version=__version__,
-            driver_version=inventory.driver_version,
-            devices=[device_message(d) for d in inventory.devices],
-            shards=shards,
-            engines=engines,
-        )
-    )
 
 
 class AgentSession:
@@ -85,7 +70,7 @@ class AgentSession:
         self._connect = connect
         self._engines = engines
         self._backoff = backoff or Backoff(base=0.5, factor=2.0, cap=15.0)
-        self._outbox: asyncio.Queue[pb.AgentMessage] = asyncio.Queue()
+        self._outbox: asyncio.Queue[AgentMessage] = asyncio.Queue()
         self.connected = asyncio.Event()
         supervisor.report = self._report
         self.current: str = ""
@@ -100,14 +85,14 @@ class AgentSession:
         self.on_stream: Callable[[], None] = lambda: None
         """Called on each new stream once registered (the KV reporter sends its full copies)."""
 
-    def send(self, message: pb.AgentMessage) -> None:
+    def send(self, message: AgentMessage) -> None:
         """Queue a message (telemetry) for the control plane; dropped while not connected."""
         if self.connected.is_set():
             self._outbox.put_nowait(message)
 
-    def _report(self, status: pb.ShardStatus) -> None:
+    def _report(self, status: ShardStatus) -> None:
         if self.connected.is_set():
-            self._outbox.put_nowait(pb.AgentMessage(status=status))
+            self._outbox.put_nowait(status)
 
     def _target(self, turn: int) -> str:
         if self._next:
@@ -142,40 +127,49 @@ class AgentSession:
                 log.info("reconnecting in %.1f s", delay)
                 await asyncio.sleep(delay)
 
-    def _learn(self, registered: pb.Registered) -> None:
+    def _learn(self, registered: Registered) -> None:
         for address in registered.control_planes:
             if address and address not in self.control_planes:
                 log.info("learnt of control plane %s", address)
                 self.control_planes.append(address)
         self.leader = registered.leader
 
-    async def _serve(self, channel: AgentChannel, target: str) -> str:
+    def _registration(self, shards: list[RunningShard]) -> NodeRegistration:
+        return NodeRegistration(
+            inventory=self._inventory,
+            shards=tuple(shards),
+            engines=tuple(self._engines()),
+            agent_version=__version__,
+        )
+
+    async def _serve(self, wire: AgentChannel, target: str) -> str:
         """One session: WORKED once the leader accepted the registration, STANDBY when pointed on."""
         self._outbox = asyncio.Queue()
         registered = False
+        channel = agent_link(wire)
         try:
             registering = self._supervisor.snapshot()
-            await channel.send(register_message(self._inventory, registering, self._engines()))
+            await channel.send(self._registration(registering))
             answer = await channel.receive()
-            if answer.WhichOneof("kind") != "registered":
-                log.warning("%s answered the registration with %s", target, answer.WhichOneof("kind"))
+            if not isinstance(answer, Registered):
+                log.warning("%s answered the registration with %s", target, type(answer).__name__)
                 return FAILED
-            self._learn(answer.registered)
-            if answer.registered.standby:
-                leader = answer.registered.leader_address
+            self._learn(answer)
+            if answer.standby:
+                leader = answer.leader_address
                 failed_at = self._failed_at.get(leader)
                 believed = failed_at is None or self._clock() - failed_at > UNREACHABLE_MEMORY_S
                 self._next = leader if leader and leader != target and believed else target
                 log.info(
                     "%s stands by; %s",
                     target,
-                    f"the leader is {answer.registered.leader} at {leader}" if leader else "no leader yet",
+                    f"the leader is {answer.leader} at {leader}" if leader else "no leader yet",
                 )
                 return STANDBY
             registered = True
             self.current = target
             self._failed_at.clear()
-            log.info("registered with %s (leader %s)", target, answer.registered.leader)
+            log.info("registered with %s (leader %s)", target, answer.leader)
             self.connected.set()
             self._report_changed_since(registering)
             self.on_stream()
@@ -200,40 +194,38 @@ class AgentSession:
             raise asyncio.CancelledError
         return WORKED if registered else FAILED
 
-    def _report_changed_since(self, registering: list[pb.RunningShard]) -> None:
+    def _report_changed_since(self, registering: list[RunningShard]) -> None:
         """Report each shard whose state moved on while the registration was answered (C2.2)."""
         told = {shard.replica_id: shard.state for shard in registering}
         for shard in list(self._supervisor.shards.values()):
             if told.get(shard.replica_id) != shard.state:
                 self._report(shard.status())
 
-    async def _send_loop(self, channel: AgentChannel) -> None:
+    async def _send_loop(self, channel: AgentLink) -> None:
         while True:
             message = await self._outbox.get()
             await channel.send(message)
 
-    async def _receive_loop(self, channel: AgentChannel) -> None:
+    async def _receive_loop(self, channel: AgentLink) -> None:
         while True:
             message = await channel.receive()
-            kind = message.WhichOneof("kind")
-            if kind == "start":
-                log.info("start shard %s (%s)", message.start.replica_id, message.start.model)
-                self._supervisor.start(message.start)
-            elif kind == "stop":
-                task = asyncio.create_task(
-                    self._supervisor.stop(message.stop.replica_id, message.stop.reason)
-                )
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
-            elif kind == "heartbeat":
-                pass
-            elif kind == "registered":
-                self._learn(message.registered)  # the control planes changed
-            elif kind == "logs":
-                self._logs.handle(message.logs)
-            elif kind == "settings" and self._on_settings is not None:
-                self._on_settings(message.settings.yaml)
-            elif kind == "restart" and self._on_restart is not None:
-                self._on_restart(message.restart.reason or "the control plane asked (RestartAgent)")
-            else:
-                log.info("ignoring %s from the control plane", kind)
+            match message:
+                case ShardSpec():
+                    log.info("start shard %s (%s)", message.replica_id, message.model)
+                    self._supervisor.start(message)
+                case StopShard():
+                    task = asyncio.create_task(self._supervisor.stop(message.replica_id, message.reason))
+                    self._stopping.add(task)
+                    task.add_done_callback(self._stopping.discard)
+                case Heartbeat():
+                    pass
+                case Registered():
+                    self._learn(message)  # the control planes changed
+                case LogRequest():
+                    self._logs.handle(message)
+                case SettingsUpdate() if self._on_settings is not None:
+                    self._on_settings(message.yaml)
+                case RestartAgent() if self._on_restart is not None:
+                    self._on_restart(message.reason or "the control plane asked (RestartAgent)")
+                case _:
+                    log.info("ignoring %s from the control plane", type(message).__name__)

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
-
+from llmgw.core.shards import Compute, ShardSpec
 from llmgw.errors import LlmgwError
-from llmgw.protocol import agent_pb2 as pb
+from llmgw.protocol.shards import shard_spec_bytes, shard_spec_from_bytes
 
 STATE_FILE = "state.json"
 FORMAT = 1
@@ -38,14 +37,14 @@ class CorruptState(LlmgwError):
 class ShardRecord:
     """One shard's state as kept on disk."""
 
-    spec: pb.StartShard
+    spec: ShardSpec
     command: list[str] = field(default_factory=list)
     """The engine's argv as it was started; an adopted shard keeps it."""
     pid: int = 0
     start_time: str = ""
     """Field 22 of ``/proc/PID/stat``: the process's start in clock ticks since boot."""
     port: int = 0
-    compute: pb.Compute = field(default_factory=pb.Compute)
+    compute: Compute = field(default_factory=Compute)
     restarts: int = 0
     output: str = ""
     """The name of the file in the shard's directory the engine writes to."""
@@ -55,12 +54,12 @@ class ShardRecord:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "spec": base64.b64encode(self.spec.SerializeToString()).decode(),
+            "spec": base64.b64encode(shard_spec_bytes(self.spec)).decode(),
             "command": list(self.command),
             "pid": self.pid,
             "start_time": self.start_time,
             "port": self.port,
-            "compute": json_format.MessageToDict(self.compute, preserving_proto_field_name=True),
+            "compute": _compute_json(self.compute),
             "restarts": self.restarts,
             "output": self.output,
             "adapter_paths": dict(self.adapter_paths),
@@ -91,11 +90,10 @@ def read_state(directory: Path) -> ShardRecord:
     try:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not a format {FORMAT} shard state")
-        spec = pb.StartShard()
-        spec.ParseFromString(base64.b64decode(data["spec"], validate=True))
+        spec = shard_spec_from_bytes(base64.b64decode(data["spec"], validate=True))
         if not spec.replica_id:
             raise ValueError("its spec names no replica")
-        compute = json_format.ParseDict(data.get("compute") or {}, pb.Compute())
+        compute = _compute_of(data.get("compute") or {})
         command = data["command"]
         if not isinstance(command, list) or not all(isinstance(part, str) for part in command):
             raise ValueError("command is not a list of strings")
@@ -110,8 +108,30 @@ def read_state(directory: Path) -> ShardRecord:
             output=str(data.get("output", "")),
             adapter_paths={str(k): str(v) for k, v in dict(data.get("adapter_paths") or {}).items()},
         )
-    except (KeyError, TypeError, ValueError, json_format.ParseError) as error:
+    except (KeyError, TypeError, ValueError) as error:
         raise CorruptState(f"{path} is corrupt: {error}", hint) from None
+
+
+def _compute_json(compute: Compute) -> dict[str, Any]:
+    return {
+        "backend": compute.backend,
+        "devices": list(compute.devices),
+        "layers_offloaded": compute.layers_offloaded,
+        "memory_mb": compute.memory_mb,
+    }
+
+
+def _compute_of(data: Any) -> Compute:
+    """A compute as :func:`_compute_json` wrote it, or as earlier agents did (fields left out when
+    empty, ``memory_mb`` as a string)."""
+    if not isinstance(data, dict):
+        raise ValueError("compute is not a mapping")
+    return Compute(
+        backend=str(data.get("backend", "")),
+        devices=tuple(int(d) for d in data.get("devices") or ()),
+        layers_offloaded=int(data.get("layers_offloaded", 0)),
+        memory_mb=int(data.get("memory_mb", 0)),
+    )
 
 
 def _state_and_start(pid: int, proc_root: Path) -> tuple[str, str] | None:

@@ -46,32 +46,32 @@ from llmgw.agent.shardstates import (
 from llmgw.agent.telemetry import descendants
 from llmgw.core.backoff import Backoff
 from llmgw.core.mig import visible_devices
+from llmgw.core.shards import Compute, RunningShard, ShardSpec, ShardState, ShardStatus
 from llmgw.core.validation import check_args, check_env
 from llmgw.engines import engine as engines
 from llmgw.engines.registry import engine_named
 from llmgw.engines.vllm import kv_events_ports
 from llmgw.errors import LlmgwError
-from llmgw.protocol import agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.25
 LOG_TAIL_BYTES = 2000
 
-Prepare = Callable[[pb.StartShard], Awaitable[Prepared]]
+Prepare = Callable[[ShardSpec], Awaitable[Prepared]]
 """Returns what a shard's engine starts from, installing and fetching as needed."""
-Report = Callable[[pb.ShardStatus], None]
+Report = Callable[[ShardStatus], None]
 
 
 @dataclass
 class Shard:
-    spec: pb.StartShard
+    spec: ShardSpec
     directory: Path
-    state: pb.ShardState.ValueType = pb.SHARD_STATE_STARTING
+    state: ShardState = ShardState.STARTING
     port: int = 0
     error: str = ""
     restarts: int = 0
-    compute: pb.Compute = field(default_factory=pb.Compute)
+    compute: Compute = field(default_factory=Compute)
     process: asyncio.subprocess.Process | AdoptedProcess | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
@@ -115,26 +115,26 @@ class Shard:
             adapter_paths=self.adapter_paths,
         )
 
-    def status(self) -> pb.ShardStatus:
-        return pb.ShardStatus(
+    def status(self) -> ShardStatus:
+        return ShardStatus(
             replica_id=self.replica_id,
             state=self.state,
             port=self.port,
             compute=self.compute,
             error=self.error,
             restarts=self.restarts,
-            adapter_paths=self.adapter_paths,
+            adapter_paths=dict(self.adapter_paths),
         )
 
-    def running(self) -> pb.RunningShard:
-        return pb.RunningShard(
+    def running(self) -> RunningShard:
+        return RunningShard(
             replica_id=self.replica_id,
             model=self.spec.model,
             state=self.state,
             port=self.port,
             compute=self.compute,
             error=self.error,
-            adapter_paths=self.adapter_paths,
+            adapter_paths=dict(self.adapter_paths),
         )
 
 
@@ -192,7 +192,7 @@ class Supervisor:
         """util-linux's setsid: the engine leaves the agent's session after its exec, not in the
         agent's spawning child (which shares the agent's memory until it execs)."""
 
-    def snapshot(self) -> list[pb.RunningShard]:
+    def snapshot(self) -> list[RunningShard]:
         return [shard.running() for shard in self.shards.values()]
 
     def engine_pids(self) -> set[int]:
@@ -218,9 +218,9 @@ class Supervisor:
             except CorruptState as error:
                 log.error("shard %s left stopped: %s", directory.name, error)
                 self.shards[directory.name] = Shard(
-                    spec=pb.StartShard(replica_id=directory.name),
+                    spec=ShardSpec(replica_id=directory.name),
                     directory=directory,
-                    state=pb.SHARD_STATE_STOPPED,
+                    state=ShardState.STOPPED,
                     error=str(error),
                 )
                 continue
@@ -274,17 +274,17 @@ class Supervisor:
         except OSError as error:
             log.error("shard %s: cannot write its state file: %s", shard.replica_id, error)
 
-    def _emit(self, shard: Shard, state: pb.ShardState.ValueType, error: str = "") -> None:
+    def _emit(self, shard: Shard, state: ShardState, error: str = "") -> None:
         shard.state = state
         shard.error = error
         self.report(shard.status())
 
-    def start(self, spec: pb.StartShard) -> None:
+    def start(self, spec: ShardSpec) -> None:
         """Start a shard, or leave one already running for that replica as it is."""
         existing = self.shards.get(spec.replica_id)
         if existing is not None and not existing.stopping:
             ended = existing.task is None or existing.task.done()
-            if ended and existing.state in (pb.SHARD_STATE_FAILED, pb.SHARD_STATE_STOPPED):
+            if ended and existing.state.ended:
                 del self.shards[spec.replica_id]
             else:
                 self.report(existing.status())
@@ -306,7 +306,7 @@ class Supervisor:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self.shards.pop(replica_id, None)
-        self._emit(shard, pb.SHARD_STATE_STOPPED, reason)
+        self._emit(shard, ShardState.STOPPED, reason)
         shutil.rmtree(shard.directory, ignore_errors=True)
 
     async def stop_all(self) -> None:
@@ -340,30 +340,30 @@ class Supervisor:
             raise
         except Exception as error:
             log.exception("shard %s failed unexpectedly", shard.replica_id)
-            self._emit(shard, pb.SHARD_STATE_FAILED, f"unexpected error in the agent: {error!r}")
+            self._emit(shard, ShardState.FAILED, f"unexpected error in the agent: {error!r}")
 
     async def _run_shard(self, shard: Shard, adopted: bool) -> None:
-        self._emit(shard, pb.SHARD_STATE_STARTING)
+        self._emit(shard, ShardState.STARTING)
         if adopted:
             try:
                 await self._watch(shard, engine_named(shard.spec.engine), _launch_of(shard.spec, shard.port))
             except LlmgwError as error:
                 log.error("shard %s failed: %s", shard.replica_id, error)
-                self._emit(shard, pb.SHARD_STATE_FAILED, str(error))
+                self._emit(shard, ShardState.FAILED, str(error))
                 return
             if shard.stopping:
                 return
             shard.restarts += 1
             reason = f"adopted engine ended: {_tail(shard.log_path)}"
             log.warning("shard %s: %s; starting it again", shard.replica_id, reason)
-            self._emit(shard, pb.SHARD_STATE_STARTING, reason)
+            self._emit(shard, ShardState.STARTING, reason)
         try:
             check_refusals(shard.spec)
             prepared = await self._prepare(shard.spec)
             shard.adapter_paths = {a.name: str(a.path) for a in prepared.adapters}
         except LlmgwError as error:
             log.error("shard %s cannot start: %s", shard.replica_id, error)
-            self._emit(shard, pb.SHARD_STATE_FAILED, str(error))
+            self._emit(shard, ShardState.FAILED, str(error))
             return
         backoff = Backoff(self._settings.restart_backoff_s, 2.0, self._settings.restart_backoff_max_s)
         quick_failures = 0
@@ -372,7 +372,7 @@ class Supervisor:
                 ready = await self._launch_once(shard, prepared)
             except LlmgwError as error:
                 log.error("shard %s cannot start: %s", shard.replica_id, error)
-                self._emit(shard, pb.SHARD_STATE_FAILED, str(error))
+                self._emit(shard, ShardState.FAILED, str(error))
                 return
             if shard.stopping:
                 return
@@ -387,13 +387,13 @@ class Supervisor:
                     quick_failures,
                     reason,
                 )
-                self._emit(shard, pb.SHARD_STATE_FAILED, reason)
+                self._emit(shard, ShardState.FAILED, reason)
                 return
             if ready:
                 backoff.reset()
             delay = backoff.next_delay()
             log.warning("shard %s: %s; restarting in %.1f s", shard.replica_id, reason, delay)
-            self._emit(shard, pb.SHARD_STATE_STARTING, reason)
+            self._emit(shard, ShardState.STARTING, reason)
             await asyncio.sleep(delay)
 
     async def _launch_once(self, shard: Shard, prepared: Prepared) -> bool:
@@ -455,7 +455,7 @@ class Supervisor:
                 **(user.spawn_options() if user else {"cwd": shard.directory}),
             )
         except OSError as error:
-            self._emit(shard, pb.SHARD_STATE_FAILED, f"cannot start {binary}: {error.strerror}")
+            self._emit(shard, ShardState.FAILED, f"cannot start {binary}: {error.strerror}")
             shard.stopping = True
             return False
         finally:
@@ -467,7 +467,7 @@ class Supervisor:
         if previous is not None:
             previous.unlink(missing_ok=True)
         self._save(shard)
-        self._emit(shard, pb.SHARD_STATE_STARTING)
+        self._emit(shard, ShardState.STARTING)
         return await self._watch(shard, engine, launch)
 
     async def _watch(self, shard: Shard, engine: engines.Engine, launch: engines.Launch) -> bool:
@@ -485,7 +485,7 @@ class Supervisor:
                 await self._terminate(shard)
                 raise LlmgwError(failure, "")
             self._save(shard)
-            self._emit(shard, pb.SHARD_STATE_READY)
+            self._emit(shard, ShardState.READY)
         elif process.returncode is None and not shard.stopping:
             log.error(
                 "shard %s not healthy after %.0f s: stopping its engine",
@@ -540,7 +540,7 @@ class Supervisor:
                     await ended
 
 
-def _launch_of(spec: pb.StartShard, port: int) -> engines.Launch:
+def _launch_of(spec: ShardSpec, port: int) -> engines.Launch:
     """What an adopted engine was launched with, as far as reading its compute needs."""
     return engines.Launch(
         weights=Path(spec.weights_filename or "."),
@@ -552,7 +552,7 @@ def _launch_of(spec: pb.StartShard, port: int) -> engines.Launch:
     )
 
 
-def check_refusals(spec: pb.StartShard) -> None:
+def check_refusals(spec: ShardSpec) -> None:
     """Check the profile's args and env again on the node (C4.5); LlmgwError naming each refusal."""
     engine = engine_named(spec.engine)
     refusals = check_args(engine.name, list(spec.args)) + check_env(engine.name, dict(spec.env))

@@ -1,7 +1,7 @@
 """Telemetry: what the cards are doing, sampled, and what else holds them.
 
 Every ``interval_s`` the :class:`Sampler` reads the cards through its
-:class:`~llmgw.agent.gpus.GpuSource` and makes a ``Telemetry`` message: per
+:class:`~llmgw.agent.gpus.GpuSource` and makes a :class:`~llmgw.core.telemetry.Telemetry`: per
 device (a card, or a MIG instance with its card's heat, power and ECC and no
 utilisation) the utilisation, memory and memory bandwidth in use, SM clock
 and uncorrected ECC errors, and the processes on each device that are none of
@@ -13,6 +13,7 @@ the NVLink error counters and the Xid lines the kernel logged since the last.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from llmgw.agent.gpus import Card, GpuReport, GpuSource, devices_of, processes_by_device
 from llmgw.core.mig import device_label, mig_number
-from llmgw.protocol import agent_pb2 as pb
+from llmgw.core.telemetry import DeviceSample, ForeignProcess, NvLinkErrors, Telemetry, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -60,54 +61,50 @@ def card_of_pci(cards: Collection[Card], address: str) -> int:
     return -1
 
 
-def samples_of(report: GpuReport) -> list[pb.DeviceSample]:
+def samples_of(report: GpuReport) -> list[DeviceSample]:
     """One sample per placement device; MIG instances carry no utilisation."""
     classes = {d.index: d.device_class for d in devices_of(report)}
     samples = []
     for card in report.cards:
-        shared = {
-            "sm_clock_mhz": card.sm_clock_mhz,
-            "ecc_uncorrected": card.ecc_uncorrected,
-            "temperature_c": card.temperature_c,
-            "power_w": card.power_w,
-        }
-        shared_set = {k: v for k, v in shared.items() if v is not None}
+        shared = DeviceSample(
+            device=card.index,
+            uuid=card.uuid,
+            device_class=classes.get(card.index, ""),
+            memory_used_mb=card.memory_mb - card.memory_free_mb,
+            memory_total_mb=card.memory_mb,
+            sm_clock_mhz=card.sm_clock_mhz,
+            ecc_uncorrected=card.ecc_uncorrected,
+            temperature_c=card.temperature_c,
+            power_w=card.power_w,
+        )
         if card.mig_enabled and card.instances:
             for instance in card.instances:
                 number = mig_number(card.index, instance.index)
                 samples.append(
-                    pb.DeviceSample(
+                    dataclasses.replace(
+                        shared,
                         device=number,
                         uuid=instance.uuid,
                         device_class=classes.get(number, ""),
                         memory_used_mb=instance.memory_mb - instance.memory_free_mb,
                         memory_total_mb=instance.memory_mb,
-                        **shared_set,  # type: ignore[arg-type]
                     )
                 )
             continue
-        readings = {
-            "utilization_percent": card.utilization_percent,
-            "memory_bandwidth_percent": card.memory_bandwidth_percent,
-        }
         samples.append(
-            pb.DeviceSample(
-                device=card.index,
-                uuid=card.uuid,
-                device_class=classes.get(card.index, ""),
-                memory_used_mb=card.memory_mb - card.memory_free_mb,
-                memory_total_mb=card.memory_mb,
-                **{k: v for k, v in readings.items() if v is not None},
-                **shared_set,  # type: ignore[arg-type]
+            dataclasses.replace(
+                shared,
+                utilization_percent=card.utilization_percent,
+                memory_bandwidth_percent=card.memory_bandwidth_percent,
             )
         )
     return samples
 
 
-def foreign_processes(report: GpuReport, own_pids: Collection[int]) -> list[pb.ForeignProcess]:
+def foreign_processes(report: GpuReport, own_pids: Collection[int]) -> list[ForeignProcess]:
     """Processes on each device that are none of this agent's engines (nor their children)."""
     return [
-        pb.ForeignProcess(device=device, pid=process.pid, name=process.name, used_mb=process.used_mb)
+        ForeignProcess(device=device, pid=process.pid, name=process.name, used_mb=process.used_mb)
         for device, processes in processes_by_device(report).items()
         for process in processes
         if process.pid not in own_pids
@@ -159,7 +156,7 @@ async def read_dmesg(timeout: float = 10.0) -> str:
 
 
 class Sampler:
-    """Makes ``Telemetry`` messages from a card reader, the engines' pids and the kernel log."""
+    """Makes :class:`Telemetry` samples from a card reader, the engines' pids and the kernel log."""
 
     def __init__(
         self,
@@ -184,22 +181,20 @@ class Sampler:
         self._next_full = float("-inf")
         self._seen_xids: deque[str] = deque(maxlen=4096)
 
-    async def sample(self) -> pb.Telemetry | None:
-        """One ``Telemetry`` message, a full one when a minute has passed; None without cards."""
+    async def sample(self) -> Telemetry | None:
+        """One sample, a full one when a minute has passed; None without cards."""
         report = await self.source.read()
         if report is None:
             return None
-        telemetry = pb.Telemetry(
-            sampled_unix_ms=int(self.wall_clock() * 1000),
-            samples=samples_of(report),
-            reader=report.reader,
-        )
+        sampled_unix_ms = int(self.wall_clock() * 1000)
         own = set(self.own_pids())
         foreign = {(f.device, f.pid): f for f in foreign_processes(report, own)}
+        nvlink: list[NvLinkErrors] = []
+        xids: list[XidEvent] = []
         now = self.clock()
-        if now >= self._next_full:
+        full = now >= self._next_full
+        if full:
             self._next_full = now + self.full_every_s
-            telemetry.full = True
             if self.full_report is not None:
                 self.last_full = await self.full_report.read()
                 if self.last_full is not None:
@@ -207,24 +202,29 @@ class Sampler:
                         foreign.setdefault((process.device, process.pid), process)
             for card, links in sorted((await self.source.nvlink_errors()).items()):
                 for link, counters in sorted(links.items()):
-                    telemetry.nvlink.append(pb.NvLinkErrors(card=card, link=link, counters=counters))
-            telemetry.xids.extend(await self._new_xids(report))
-        telemetry.foreign.extend(foreign.values())
-        return telemetry
+                    nvlink.append(NvLinkErrors(card=card, link=link, counters=dict(counters)))
+            xids.extend(await self._new_xids(report))
+        return Telemetry(
+            sampled_unix_ms=sampled_unix_ms,
+            samples=tuple(samples_of(report)),
+            foreign=tuple(foreign.values()),
+            full=full,
+            nvlink=tuple(nvlink),
+            xids=tuple(xids),
+            reader=report.reader,
+        )
 
-    async def _new_xids(self, report: GpuReport) -> list[pb.XidEvent]:
+    async def _new_xids(self, report: GpuReport) -> list[XidEvent]:
         events = []
         for address, xid, line in parse_xid_lines(await self.kernel_log()):
             if line in self._seen_xids:
                 continue
             self._seen_xids.append(line)
-            events.append(pb.XidEvent(card=card_of_pci(report.cards, address), xid=xid, line=line))
+            events.append(XidEvent(card=card_of_pci(report.cards, address), xid=xid, line=line))
         return events
 
-    async def run(
-        self, publish: Callable[[pb.Telemetry], None], interval_s: float = SAMPLE_INTERVAL_S
-    ) -> None:
-        """Sample every ``interval_s`` and hand each message to ``publish``, until cancelled."""
+    async def run(self, publish: Callable[[Telemetry], None], interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        """Sample every ``interval_s`` and hand each sample to ``publish``, until cancelled."""
         while True:
             started = self.clock()
             try:
@@ -238,7 +238,7 @@ class Sampler:
             await asyncio.sleep(max(0.0, interval_s - (self.clock() - started)))
 
 
-def _log_news(telemetry: pb.Telemetry) -> None:
+def _log_news(telemetry: Telemetry) -> None:
     """Xid lines and foreign processes are worth a line in the agent's log too."""
     for event in telemetry.xids:
         log.warning("card %d: Xid %d in the kernel log: %s", event.card, event.xid, event.line)

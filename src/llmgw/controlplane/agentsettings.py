@@ -23,9 +23,9 @@ from llmgw.core.agentsettings import (
     key_problem,
     node_settings,
 )
+from llmgw.core.nodes import SettingsUpdate
 from llmgw.errors import ChannelClosed, LlmgwError
-from llmgw.protocol import agent_pb2 as pb
-from llmgw.protocol.channels import ControlChannel
+from llmgw.protocol.links import ControlLink
 from llmgw.store.database import Store
 
 log = logging.getLogger(__name__)
@@ -79,10 +79,10 @@ class SettingsPush:
         node = await self._store.settings.get(NODE_PREFIX + node_id, {})
         return yaml.safe_dump(node_settings(default, node), sort_keys=True)
 
-    async def send(self, node_id: str, channel: ControlChannel) -> None:
+    async def send(self, node_id: str, channel: ControlLink) -> None:
         """Send one node its settings (ChannelClosed when its stream has ended)."""
         text = await self.settings_of(node_id)
-        await channel.send(pb.ControlMessage(settings=pb.Settings(yaml=text)))
+        await channel.send(SettingsUpdate(yaml=text))
 
     def changed(self) -> None:
         """Agents' settings changed: send every connected node its settings after the delay."""

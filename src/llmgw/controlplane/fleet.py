@@ -17,25 +17,18 @@ from llmgw.controlplane.logreading import LogRequests
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import DEFAULT_ENGINE
-from llmgw.protocol import agent_pb2 as pb
-from llmgw.protocol.channels import ControlChannel
-from llmgw.protocol.devices import device_of
+from llmgw.core.nodes import NodeRegistration
+from llmgw.core.shards import Compute, ReplicaPhase, ShardState
+from llmgw.core.telemetry import Telemetry
+from llmgw.protocol.links import ControlLink
 
 log = logging.getLogger(__name__)
-
-STATE_NAMES: dict[int, str] = {
-    pb.SHARD_STATE_UNSPECIFIED: "unknown",
-    pb.SHARD_STATE_STARTING: "starting",
-    pb.SHARD_STATE_READY: "ready",
-    pb.SHARD_STATE_FAILED: "failed",
-    pb.SHARD_STATE_STOPPED: "stopped",
-}
 
 
 @dataclass
 class NodeState:
     inventory: NodeInventory
-    channel: ControlChannel
+    channel: ControlLink
     engines: tuple[str, ...] = ()
     connected_at: float = field(default_factory=time.time)
     last_heard: float = field(default_factory=time.monotonic)
@@ -52,8 +45,7 @@ class ReplicaState:
     capacity: int = 1
     engine: str = DEFAULT_ENGINE
     """The engine the replica runs: the router reads its load by that engine's metric names."""
-    state: str = "placed"
-    """placed → starting → ready; failed; absent (its node has not reported it)."""
+    state: ReplicaPhase = ReplicaPhase.PLACED
     port: int = 0
     error: str = ""
     restarts: int = 0
@@ -62,28 +54,6 @@ class ReplicaState:
     backoff: Backoff = field(default_factory=Backoff)
     adapter_paths: dict[str, str] = field(default_factory=dict)
     """Each LoRA adapter's folder or file on the replica's node, by name, as its agent reported."""
-
-
-def inventory_of(register: pb.Register) -> NodeInventory:
-    devices = tuple(device_of(d) for d in register.devices)
-    return NodeInventory(
-        node_id=register.node_id,
-        address=register.address,
-        cpu_cores=register.cpu_cores,
-        memory_mb=register.memory_mb,
-        devices=devices,
-        driver_version=register.driver_version,
-    )
-
-
-def describe_compute(compute: pb.Compute) -> str:
-    if not compute.backend:
-        return ""
-    if compute.backend == "cpu":
-        return "cpu"
-    devices = ",".join(str(d) for d in compute.devices)
-    where = f"{compute.backend}:{devices}" if devices else compute.backend
-    return f"{where} {compute.memory_mb} MiB" if compute.memory_mb else where
 
 
 class Fleet:
@@ -105,15 +75,15 @@ class Fleet:
         self._on_gone = on_gone
 
     # nodes -----------------------------------------------------------------
-    def attach(self, register: pb.Register, channel: ControlChannel) -> NodeState | None:
+    def attach(self, registration: NodeRegistration, channel: ControlLink) -> NodeState | None:
         """Record a node's new session; returns the session it replaces, if any."""
-        old = self.nodes.get(register.node_id)
-        self.nodes[register.node_id] = NodeState(
-            inventory=inventory_of(register), channel=channel, engines=tuple(register.engines)
+        old = self.nodes.get(registration.node_id)
+        self.nodes[registration.node_id] = NodeState(
+            inventory=registration.inventory, channel=channel, engines=registration.engines
         )
         return old
 
-    def detach(self, node_id: str, channel: ControlChannel) -> bool:
+    def detach(self, node_id: str, channel: ControlLink) -> bool:
         """Forget a node whose session ended (unless a newer session replaced it)."""
         node = self.nodes.get(node_id)
         if node is None or node.channel is not channel:
@@ -123,11 +93,13 @@ class Fleet:
         for replica in self.replicas.values():
             if replica.node_id != node_id:
                 continue
-            if replica.state == "ready" and self.node_grace_s > 0:
-                replica.state = "absent"  # still in the router: requests go on while the agent restarts
+            if replica.state is ReplicaPhase.READY and self.node_grace_s > 0:
+                replica.state = (
+                    ReplicaPhase.ABSENT
+                )  # still in the router: requests go on while the agent restarts
                 kept.append(replica.replica_id)
             else:
-                self._set_state(replica, "absent")
+                self._set_state(replica, ReplicaPhase.ABSENT)
         if kept:
             asyncio.get_running_loop().call_later(self.node_grace_s, self._drop_if_gone, node_id, kept)
         return True
@@ -136,11 +108,11 @@ class Fleet:
         """Take a gone node's replicas out of the router unless the node came back and reported them."""
         for replica_id in replica_ids:
             replica = self.replicas.get(replica_id)
-            if replica is not None and replica.state == "absent":
+            if replica is not None and replica.state is ReplicaPhase.ABSENT:
                 log.info("node %s is still gone: %s leaves the router", node_id, replica_id)
                 self._on_gone(replica_id)
 
-    def apply_telemetry(self, node_id: str, telemetry: pb.Telemetry) -> bool:
+    def apply_telemetry(self, node_id: str, telemetry: Telemetry) -> bool:
         """Take each card's free memory from what processes other than llmgw's engines hold there.
 
         This replaces the registration's verdict, so a card comes back into
@@ -179,10 +151,10 @@ class Fleet:
         self,
         node_id: str,
         replica_id: str,
-        state: int,
+        state: ShardState,
         port: int,
         error: str,
-        compute: pb.Compute,
+        compute: Compute,
         restarts: int = 0,
         adapter_paths: dict[str, str] | None = None,
     ) -> ReplicaState | None:
@@ -190,24 +162,24 @@ class Fleet:
         replica = self.replicas.get(replica_id)
         if replica is None or replica.node_id != node_id:
             return None
-        name = STATE_NAMES.get(state, "unknown")
+        phase = ReplicaPhase.of_shard(state)
         if port:
             replica.port = port
         if compute.backend:
-            replica.compute = describe_compute(compute)
+            replica.compute = compute.describe()
         replica.error = error
         replica.restarts = max(replica.restarts, restarts)
         if adapter_paths:
             replica.adapter_paths = dict(adapter_paths)
-        if name == "ready":
+        if phase is ReplicaPhase.READY:
             replica.backoff.reset()
-        self._set_state(replica, name)
+        self._set_state(replica, phase)
         return replica
 
-    def _set_state(self, replica: ReplicaState, state: str) -> None:
+    def _set_state(self, replica: ReplicaState, state: ReplicaPhase) -> None:
         replica.state = state
         node = self.nodes.get(replica.node_id)
-        if state == "ready" and node is not None and replica.port:
+        if state is ReplicaPhase.READY and node is not None and replica.port:
             self._on_ready(replica, f"http://{node.inventory.address}:{replica.port}")
         else:
             self._on_gone(replica.replica_id)

@@ -14,9 +14,9 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
-from llmgw.protocol import agent_pb2 as pb
-from llmgw.protocol.channels import ControlChannel
+from llmgw.protocol.links import ControlLink
 
 ANSWER_TIMEOUT_S = 10.0
 """How long a node may take to answer a request for lines."""
@@ -28,9 +28,9 @@ class LogRequests:
     """Requests for logs waiting on their nodes' answers."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, asyncio.Queue[pb.LogLines]] = {}
+        self._waiting: dict[str, asyncio.Queue[LogLines]] = {}
 
-    def deliver(self, answer: pb.LogLines) -> None:
+    def deliver(self, answer: LogLines) -> None:
         """Hand an agent's LogLines to the request waiting for it (dropped when it is gone)."""
         queue = self._waiting.get(answer.request_id)
         if queue is not None:
@@ -38,7 +38,7 @@ class LogRequests:
 
     async def read(
         self,
-        channel: ControlChannel,
+        channel: ControlLink,
         replica_id: str,
         lines: int,
         follow: bool,
@@ -49,9 +49,9 @@ class LogRequests:
         ``attached`` says whether the node's session is still ``channel``'s.
         """
         request_id = uuid.uuid4().hex
-        queue: asyncio.Queue[pb.LogLines] = asyncio.Queue()
+        queue: asyncio.Queue[LogLines] = asyncio.Queue()
         self._waiting[request_id] = queue
-        request = pb.LogRequest(request_id=request_id, replica_id=replica_id, lines=lines, follow=follow)
+        request = LogRequest(request_id=request_id, replica_id=replica_id, lines=lines, follow=follow)
         try:
             await _send(channel, request)
             answered = False
@@ -79,12 +79,12 @@ class LogRequests:
             self._waiting.pop(request_id, None)
             if follow:
                 with contextlib.suppress(LlmgwError):
-                    await _send(channel, pb.LogRequest(request_id=request_id, cancel=True))
+                    await _send(channel, LogRequest(request_id=request_id, cancel=True))
 
 
-async def _send(channel: ControlChannel, request: pb.LogRequest) -> None:
+async def _send(channel: ControlLink, request: LogRequest) -> None:
     try:
-        await channel.send(pb.ControlMessage(logs=request))
+        await channel.send(request)
     except ChannelClosed:
         raise LlmgwError(
             "the node running that replica has gone", "check the node with 'llmgw ctl nodes'"

@@ -19,8 +19,8 @@ from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.mig import Spread
 from llmgw.core.placement import Placed, place
+from llmgw.core.shards import AdapterSpec, ReplicaPhase, ShardSpec, StopShard, WeightsFile
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.store.database import Store
 from llmgw.store.replicas import ReplicaRecord
 
@@ -136,7 +136,7 @@ class Reconciler:
                         engine=models[replica_record.model].profile.engine
                         if replica_record.model in models
                         else DEFAULT_ENGINE,
-                        state="absent",
+                        state=ReplicaPhase.ABSENT,
                     )
                 )
         return models, placed
@@ -162,8 +162,7 @@ class Reconciler:
         if len(mine) >= want:
             self.unplaced.pop(model.name, None)
         if len(mine) > want:
-            order = {"failed": 0, "absent": 1, "placed": 2, "starting": 3, "ready": 4}
-            for replica in sorted(mine, key=lambda r: order.get(r.state, 0))[: len(mine) - want]:
+            for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
                 await self._remove(replica, "no longer wanted" if want else "idle")
             return
         for _ in range(want - len(mine)):
@@ -173,7 +172,9 @@ class Reconciler:
         for replica in self._fleet.of_model(model.name):
             if replica.node_id not in self._fleet.nodes:
                 continue
-            if replica.state == "absent" or (replica.state == "failed" and now >= replica.next_start):
+            if replica.state is ReplicaPhase.ABSENT or (
+                replica.state is ReplicaPhase.FAILED and now >= replica.next_start
+            ):
                 await self._start(replica, model)
 
     async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
@@ -226,17 +227,17 @@ class Reconciler:
         node = self._fleet.nodes.get(replica.node_id)
         if node is None:
             return
-        start = pb.StartShard(
+        start = ShardSpec(
             replica_id=replica.replica_id,
             model=model.name,
             engine=model.profile.engine,
             weights_sha256=model.source.sha256,
             weights_filename=model.source.filename,
             weights_size=model.source.size,
-            args=list(model.profile.args),
+            args=tuple(model.profile.args),
             env=dict(model.profile.env),
             api_key=replica.api_key,
-            devices=list(devices),
+            devices=devices,
             ctx_size=model.profile.ctx_size,
             parallel=model.profile.parallel,
             tp=model.profile.tp,
@@ -246,17 +247,17 @@ class Reconciler:
             projector_sha256=model.source.projector.sha256 if model.source.projector else "",
             projector_filename=model.source.projector.filename if model.source.projector else "",
             projector_size=model.source.projector.size if model.source.projector else 0,
-            files=[
-                pb.WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
-            ],
-            adapters=[lora_adapter(a, model.profile.engine) for a in model.adapters],
+            files=tuple(
+                WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
+            ),
+            adapters=tuple(lora_adapter(a, model.profile.engine) for a in model.adapters),
             max_lora_rank=model.max_lora_rank(),
         )
-        replica.state = "starting"
+        replica.state = ReplicaPhase.STARTING
         try:
-            await node.channel.send(pb.ControlMessage(start=start))
+            await node.channel.send(start)
         except ChannelClosed:
-            replica.state = "absent"
+            replica.state = ReplicaPhase.ABSENT
 
     async def _remove(self, replica: ReplicaState, reason: str) -> None:
         node = self._fleet.nodes.get(replica.node_id)
@@ -268,25 +269,21 @@ class Reconciler:
             pass
         if node is not None:
             try:
-                await node.channel.send(
-                    pb.ControlMessage(stop=pb.StopShard(replica_id=replica.replica_id, reason=reason))
-                )
+                await node.channel.send(StopShard(replica_id=replica.replica_id, reason=reason))
             except ChannelClosed:
                 pass
 
 
-def lora_adapter(adapter: Adapter, engine: str) -> pb.LoraAdapter:
+def lora_adapter(adapter: Adapter, engine: str) -> AdapterSpec:
     """What a node needs of an adapter to fetch it and give it to the engine."""
-    message = pb.LoraAdapter(
+    return AdapterSpec(
         name=adapter.name,
         sha256=adapter.sha256,
         filename=adapter.weights_filename(engine),
         size=adapter.size,
-        files=[pb.WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in adapter.files],
+        files=tuple(WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in adapter.files),
+        scale=adapter.scale,
     )
-    if adapter.scale is not None:
-        message.scale = adapter.scale
-    return message
 
 
 def replica_key() -> str:

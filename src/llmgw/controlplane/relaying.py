@@ -23,15 +23,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from llmgw.controlplane.leadership import Leadership
+from llmgw.core.relays import Headers, RelayChunk, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
-from llmgw.protocol import agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 ASGIApp = Callable[
     [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]
 ]
-Relayer = Callable[[str, pb.RelayRequest, float], AsyncIterator[pb.RelayChunk]]
+Relayer = Callable[[str, RelayRequest, float], AsyncIterator[RelayChunk]]
 """Relays a request to the control plane whose agent server is at the given address
 (giving up on reaching it after the given seconds)."""
 
@@ -55,7 +55,7 @@ class RelayAnswering:
         self._app = app
         self._leadership = leadership
 
-    async def answer(self, peer: str, request: pb.RelayRequest) -> AsyncIterator[pb.RelayChunk]:
+    async def answer(self, peer: str, request: RelayRequest) -> AsyncIterator[RelayChunk]:
         listed = {plane.name for plane in self._leadership.control_planes}
         if peer not in listed:
             log.warning("refused a relayed %s %s from certificate %r", request.method, request.path, peer)
@@ -69,7 +69,7 @@ class RelayAnswering:
             yield chunk
 
 
-async def call_app(app: ASGIApp, request: pb.RelayRequest) -> AsyncIterator[pb.RelayChunk]:
+async def call_app(app: ASGIApp, request: RelayRequest) -> AsyncIterator[RelayChunk]:
     """Run one HTTP request through an ASGI app in this process, streaming the answer as chunks."""
     path, _, query = request.path.partition("?")
     scope: dict[str, Any] = {
@@ -82,7 +82,9 @@ async def call_app(app: ASGIApp, request: pb.RelayRequest) -> AsyncIterator[pb.R
         "raw_path": path.encode(),
         "query_string": query.encode(),
         "root_path": "",
-        "headers": [(h.name.lower().encode("latin-1"), h.value.encode("latin-1")) for h in request.headers],
+        "headers": [
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in request.headers
+        ],
         "client": ("127.0.0.1", 0),
         "server": ("127.0.0.1", 0),
     }
@@ -109,26 +111,26 @@ async def call_app(app: ASGIApp, request: pb.RelayRequest) -> AsyncIterator[pb.R
 
     task = asyncio.create_task(run())
     try:
-        status, headers, started = 500, [], False
+        status, started = 500, False
+        headers: Headers = ()
         while (message := await messages.get()) is not None:
             if message["type"] == "http.response.start":
                 status = message["status"]
-                headers = [
-                    pb.HttpHeader(name=k.decode("latin-1"), value=v.decode("latin-1"))
-                    for k, v in message.get("headers", [])
-                ]
+                headers = tuple(
+                    (k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])
+                )
             elif message["type"] == "http.response.body":
                 data = message.get("body", b"")
                 if not started:
                     started = True
-                    yield pb.RelayChunk(status=status, headers=headers, data=data)
+                    yield RelayChunk(status=status, headers=headers, data=data)
                 elif data:
-                    yield pb.RelayChunk(data=data)
+                    yield RelayChunk(data=data)
                 if not message.get("more_body", False):
                     break
         if not started:
             body = json.dumps({"error": {"message": "the leader failed to answer", "hint": "see its log"}})
-            yield pb.RelayChunk(status=500, data=body.encode())
+            yield RelayChunk(status=500, data=body.encode())
     finally:
         finished.set()
         if not task.done():
@@ -163,14 +165,14 @@ class StandbyForwarding:
 
     async def _forward(self, scope: dict[str, Any], body: bytes, send: Any, deadline: float) -> None:
         query = scope.get("query_string", b"").decode("latin-1")
-        request = pb.RelayRequest(
+        request = RelayRequest(
             method=scope["method"],
             path=scope["path"] + (f"?{query}" if query else ""),
-            headers=[
-                pb.HttpHeader(name=k.decode("latin-1"), value=v.decode("latin-1"))
+            headers=tuple(
+                (k.decode("latin-1"), v.decode("latin-1"))
                 for k, v in scope["headers"]
                 if k.decode("latin-1").lower() not in HOP_BY_HOP
-            ],
+            ),
             body=body,
         )
         while True:
@@ -190,9 +192,9 @@ class StandbyForwarding:
                                     "type": "http.response.start",
                                     "status": chunk.status,
                                     "headers": [
-                                        (h.name.encode("latin-1"), h.value.encode("latin-1"))
-                                        for h in chunk.headers
-                                        if h.name.lower() not in HOP_BY_HOP
+                                        (name.encode("latin-1"), value.encode("latin-1"))
+                                        for name, value in chunk.headers
+                                        if name.lower() not in HOP_BY_HOP
                                     ],
                                 }
                             )

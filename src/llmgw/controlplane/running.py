@@ -22,6 +22,7 @@ from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition
+from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.errors import LlmgwError
 from llmgw.gateway.adapters import adapter_entries
 from llmgw.gateway.app import Gateway
@@ -33,7 +34,6 @@ from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.mirror.blobs import BlobStore
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
@@ -186,9 +186,9 @@ class ControlPlane:
         sessions = NodeSessions(store, fleet, reconciler, leadership, settings_push)
         leader_work.sessions = sessions
 
-        def on_kv_blocks(model: str, blocks: pb.KvBlocks) -> None:
+        def on_kv_blocks(blocks: KvBlocksUpdate) -> None:
             router = gateway.replicas.router
-            router.set_block_hashing(model, blocks.hash_seed, blocks.block_size or 16)
+            router.set_block_hashing(blocks.model, blocks.hash_seed, blocks.block_size)
             if blocks.reset:
                 router.kv.clear(blocks.replica_id)
             router.kv.stored(blocks.replica_id, blocks.stored)

@@ -13,10 +13,15 @@ from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet, NodeState
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered
+from llmgw.core.shardlogs import LogLines
+from llmgw.core.shards import ReplicaPhase, ShardStatus, StopShard
+from llmgw.core.telemetry import Telemetry
 from llmgw.errors import ChannelClosed, LlmgwError
 from llmgw.observability.gpu_metrics import GpuMetrics, process_gpu_metrics
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import ControlChannel
+from llmgw.protocol.links import ControlLink, control_link
 from llmgw.store.database import Store
 
 log = logging.getLogger(__name__)
@@ -44,15 +49,16 @@ class NodeSessions:
         self._gpu_metrics = gpu_metrics or process_gpu_metrics()
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
-        self.on_kv_blocks: Callable[[str, pb.KvBlocks], None] = lambda model, blocks: None
-        """Given a node's KV-block changes for one of its own replicas (the router mirrors them)."""
+        self.on_kv_blocks: Callable[[KvBlocksUpdate], None] = lambda update: None
+        """Given a node's KV-block changes for one of its own replicas, its model named (the router
+        mirrors them)."""
 
-    def _registered(self) -> pb.Registered:
+    def _registered(self) -> Registered:
         leadership = self._leadership
         leader = leadership.leader
-        return pb.Registered(
+        return Registered(
             leader=leadership.holder,
-            control_planes=[p.agent_address for p in leadership.control_planes if p.agent_address],
+            control_planes=tuple(p.agent_address for p in leadership.control_planes if p.agent_address),
             standby=not leadership.serving,
             leader_address=leader.agent_address if leader else "",
         )
@@ -61,13 +67,13 @@ class NodeSessions:
         """Tell every connected agent the control planes there are now (one joined or left)."""
         if not self._leadership.serving:
             return
-        message = pb.ControlMessage(registered=self._registered())
+        message = self._registered()
         for node_id, node in list(self._fleet.nodes.items()):
             task = asyncio.create_task(self._tell(node_id, node.channel, message))
             self._telling.add(task)
             task.add_done_callback(self._telling.discard)
 
-    async def _tell(self, node_id: str, channel: ControlChannel, message: pb.ControlMessage) -> None:
+    async def _tell(self, node_id: str, channel: ControlLink, message: Registered) -> None:
         try:
             await channel.send(message)
         except ChannelClosed:
@@ -81,14 +87,15 @@ class NodeSessions:
             count += 1
         return count
 
-    async def serve(self, channel: ControlChannel) -> None:
+    async def serve(self, wire: ControlChannel) -> None:
         """Run one node's session until its stream ends (or this control plane stops leading)."""
         task = asyncio.current_task()
         assert task is not None
+        channel = control_link(wire)
         if not self._leadership.serving:
             with contextlib.suppress(ChannelClosed, TimeoutError):
                 await asyncio.wait_for(channel.receive(), REGISTER_TIMEOUT_S)
-                await channel.send(pb.ControlMessage(registered=self._registered()))
+                await channel.send(self._registered())
             return
         self._serving.add(task)
         try:
@@ -100,18 +107,17 @@ class NodeSessions:
         finally:
             self._serving.discard(task)
 
-    async def _serve(self, channel: ControlChannel) -> None:
+    async def _serve(self, channel: ControlLink) -> None:
         try:
-            first = await asyncio.wait_for(channel.receive(), REGISTER_TIMEOUT_S)
+            register = await asyncio.wait_for(channel.receive(), REGISTER_TIMEOUT_S)
         except (TimeoutError, ChannelClosed):
             log.warning("a stream from %s ended before it registered", channel.peer)
             return
-        if first.WhichOneof("kind") != "register":
+        if not isinstance(register, NodeRegistration):
             log.warning(
-                "%s sent %s before registering; closing its stream", channel.peer, first.WhichOneof("kind")
+                "%s sent %s before registering; closing its stream", channel.peer, type(register).__name__
             )
             return
-        register = first.register
         if register.node_id != channel.peer:
             log.warning(
                 "refused a registration as node %r from a certificate issued to %r: "
@@ -130,18 +136,18 @@ class NodeSessions:
         log.info(
             "node %s registered from %s: %d cores, %d MiB, %d cards, %d shards",
             node_id,
-            register.address,
-            register.cpu_cores,
-            register.memory_mb,
+            register.inventory.address,
+            register.inventory.cpu_cores,
+            register.inventory.memory_mb,
             len(node.inventory.gpus),
             len(register.shards),
         )
         try:
-            await self._store.nodes.upsert(node_id, register.address, _inventory_dict(node))
+            await self._store.nodes.upsert(node_id, register.inventory.address, _inventory_dict(node))
         except LlmgwError as error:
             log.warning("could not record node %s in the store: %s", node_id, error)
         try:
-            await channel.send(pb.ControlMessage(registered=self._registered()))
+            await channel.send(self._registered())
             if self._settings is not None:
                 await self._settings.send(node_id, channel)
             await self._adopt(node_id, register, channel)
@@ -149,28 +155,28 @@ class NodeSessions:
             while True:
                 message = await channel.receive()
                 node.last_heard = time.monotonic()
-                kind = message.WhichOneof("kind")
-                if kind == "status":
-                    await self._on_status(node_id, message.status, channel)
-                elif kind == "logs":
-                    self._fleet.logs.deliver(message.logs)
-                elif kind == "telemetry":
-                    self._gpu_metrics.update(node_id, message.telemetry)
-                    if self._fleet.apply_telemetry(node_id, message.telemetry):
-                        self._reconciler.wake()
-                elif kind == "kv_blocks":
-                    self._on_kv_blocks(node_id, message.kv_blocks)
-                elif kind == "heartbeat":
-                    await channel.send(
-                        pb.ControlMessage(heartbeat=pb.Heartbeat(sent_unix_ms=int(time.time() * 1000)))
-                    )
+                match message:
+                    case ShardStatus():
+                        await self._on_status(node_id, message, channel)
+                    case LogLines():
+                        self._fleet.logs.deliver(message)
+                    case Telemetry():
+                        self._gpu_metrics.update(node_id, message)
+                        if self._fleet.apply_telemetry(node_id, message):
+                            self._reconciler.wake()
+                    case KvBlocksUpdate():
+                        self._on_kv_blocks(node_id, message)
+                    case Heartbeat():
+                        await channel.send(Heartbeat(sent_unix_ms=int(time.time() * 1000)))
+                    case NodeRegistration():
+                        log.warning("node %s registered again on the same stream: ignored", node_id)
         except ChannelClosed as closed:
             log.info("node %s left: %s", node_id, closed.message)
         finally:
             if self._fleet.detach(node_id, channel):
                 self._reconciler.wake()
 
-    async def _adopt(self, node_id: str, register: pb.Register, channel: ControlChannel) -> None:
+    async def _adopt(self, node_id: str, register: NodeRegistration, channel: ControlLink) -> None:
         """Take in the shards a node says it runs; stop the ones no replica wants."""
         reported = set()
         for shard in register.shards:
@@ -185,24 +191,20 @@ class NodeSessions:
             )
             if replica is None:
                 log.info("node %s runs %s, which no replica wants: stopping it", node_id, shard.replica_id)
-                await channel.send(
-                    pb.ControlMessage(
-                        stop=pb.StopShard(replica_id=shard.replica_id, reason="not in the catalog")
-                    )
-                )
+                await channel.send(StopShard(replica_id=shard.replica_id, reason="not in the catalog"))
             else:
                 reported.add(shard.replica_id)
         for replica in self._fleet.replicas.values():
             if replica.node_id == node_id and replica.replica_id not in reported:
-                replica.state = "absent"
+                replica.state = ReplicaPhase.ABSENT
 
-    def _on_kv_blocks(self, node_id: str, blocks: pb.KvBlocks) -> None:
-        replica = self._fleet.replicas.get(blocks.replica_id)
+    def _on_kv_blocks(self, node_id: str, update: KvBlocksUpdate) -> None:
+        replica = self._fleet.replicas.get(update.replica_id)
         if replica is None or replica.node_id != node_id:
             return  # only a node's own replicas: never another node's blocks
-        self.on_kv_blocks(replica.model, blocks)
+        self.on_kv_blocks(dataclasses.replace(update, model=replica.model))
 
-    async def _on_status(self, node_id: str, status: pb.ShardStatus, channel: ControlChannel) -> None:
+    async def _on_status(self, node_id: str, status: ShardStatus, channel: ControlLink) -> None:
         replica = self._fleet.observe(
             node_id,
             status.replica_id,
@@ -214,12 +216,8 @@ class NodeSessions:
             dict(status.adapter_paths),
         )
         if replica is None:
-            if status.state not in (pb.SHARD_STATE_STOPPED, pb.SHARD_STATE_FAILED):
-                await channel.send(
-                    pb.ControlMessage(
-                        stop=pb.StopShard(replica_id=status.replica_id, reason="unknown replica")
-                    )
-                )
+            if not status.state.ended:
+                await channel.send(StopShard(replica_id=status.replica_id, reason="unknown replica"))
             return
         log.info(
             "replica %s of %s on %s: %s%s",
@@ -229,7 +227,7 @@ class NodeSessions:
             replica.state,
             f" ({replica.error})" if replica.error else "",
         )
-        if replica.state == "failed":
+        if replica.state is ReplicaPhase.FAILED:
             self._reconciler.failed(replica)
 
 

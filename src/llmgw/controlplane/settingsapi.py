@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, setting_problems
 from llmgw.controlplane.fleet import Fleet
 from llmgw.core.agentsettings import is_agent_key
+from llmgw.core.nodes import RestartAgent
 from llmgw.errors import ChannelClosed, NotFound, ValidationFailed
-from llmgw.protocol import agent_pb2 as pb
 from llmgw.store.database import Store
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def add_settings_routes(
         sent = []
         for node_id, node in sorted(fleet.nodes.items()):
             try:
-                await node.channel.send(pb.ControlMessage(restart=pb.RestartAgent(reason=body.reason)))
+                await node.channel.send(RestartAgent(reason=body.reason))
             except ChannelClosed as error:
                 log.warning("could not ask node %s to restart: %s", node_id, error)
                 continue

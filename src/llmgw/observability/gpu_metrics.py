@@ -1,4 +1,4 @@
-"""Prometheus metrics per card, from ``Telemetry`` messages.
+"""Prometheus metrics per card, from the telemetry samples nodes send.
 
 Each device is labelled with its node, its number as views show it (``3`` or
 ``0/mig1``) and its class. Readings a device does not give (utilisation on a
@@ -11,7 +11,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from llmgw.core.mig import device_label
-from llmgw.protocol import agent_pb2 as pb
+from llmgw.core.telemetry import Telemetry
 
 _DEVICE = ("node", "device", "device_class")
 _SAMPLED = {
@@ -69,13 +69,13 @@ class GpuMetrics:
             gauge.labels(*labels).set(value)
         self._labels[node][name] = set(values)
 
-    def update(self, node: str, telemetry: pb.Telemetry) -> None:
-        """Set the gauges from one message of ``node``."""
+    def update(self, node: str, telemetry: Telemetry) -> None:
+        """Set the gauges from one sample of ``node``."""
         for field, gauge in self._gauges.items():
             values: dict[tuple[str, ...], float] = {
                 (node, device_label(s.device), s.device_class): float(getattr(s, field))
                 for s in telemetry.samples
-                if field in ("memory_used_mb", "memory_total_mb") or s.HasField(field)  # type: ignore[arg-type]
+                if getattr(s, field) is not None
             }
             self._replace(node, field, gauge, values)
         foreign: dict[tuple[str, ...], float] = {}

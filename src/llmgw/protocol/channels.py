@@ -5,6 +5,9 @@ sends :class:`AgentMessage` and receives :class:`ControlMessage`; the control
 plane's side the other way round. ``receive`` raises
 :class:`~llmgw.errors.ChannelClosed` once the stream has ended, whichever side
 ended it.
+
+Channels carry the protocol's messages: the agent and the control plane wrap
+theirs in a :mod:`~llmgw.protocol.links` link and see only core types.
 """
 
 from __future__ import annotations

@@ -16,10 +16,17 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
+from llmgw.core.relays import RelayChunk, RelayRequest
 from llmgw.errors import ChannelClosed, ConfigError, NotFound, NotLeader, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol import agent_pb2_grpc as pb_grpc
 from llmgw.protocol.channels import ControlChannel
+from llmgw.protocol.relays import (
+    decode_relay_chunk,
+    decode_relay_request,
+    encode_relay_chunk,
+    encode_relay_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,7 @@ class TlsFiles:
 
 SessionHandler = Callable[[ControlChannel], Awaitable[None]]
 BlobProvider = Callable[[str, int], AsyncIterator[bytes]]
-RelayHandler = Callable[[str, pb.RelayRequest], AsyncIterator[pb.RelayChunk]]
+RelayHandler = Callable[[str, RelayRequest], AsyncIterator[RelayChunk]]
 """Answers a relayed HTTP request, given the caller certificate's common name."""
 
 
@@ -133,9 +140,9 @@ class _Servicer(pb_grpc.AgentServiceServicer):
             return
         first = True
         try:
-            async for chunk in relay(_common_name(context), request):
+            async for chunk in relay(_common_name(context), decode_relay_request(request)):
                 first = False
-                yield chunk
+                yield encode_relay_chunk(chunk)
         except Unauthorized as error:
             if first:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{error.message}; {error.hint}")
@@ -306,7 +313,7 @@ class GrpcConnector:
         finally:
             await channel.close(grace=None)
 
-    async def relay(self, request: pb.RelayRequest, connect_s: float = 3.0) -> AsyncIterator[pb.RelayChunk]:
+    async def relay(self, request: RelayRequest, connect_s: float = 3.0) -> AsyncIterator[RelayChunk]:
         """Pass an HTTP request to the control plane at the target and stream its answer back.
 
         :class:`ChannelClosed` when it cannot be reached, :class:`NotLeader`
@@ -330,8 +337,8 @@ class RelayClient:
         self._channels: dict[str, aio.Channel] = {}
 
     async def relay(
-        self, target: str, request: pb.RelayRequest, connect_s: float = 3.0
-    ) -> AsyncIterator[pb.RelayChunk]:
+        self, target: str, request: RelayRequest, connect_s: float = 3.0
+    ) -> AsyncIterator[RelayChunk]:
         """Like :meth:`GrpcConnector.relay`; a channel that failed is dropped and made anew next time."""
         kept = self._channels.get(target)
         channel: aio.Channel = kept if kept is not None else GrpcConnector(target, self._tls)._channel()
@@ -352,17 +359,19 @@ class RelayClient:
 
 
 async def _relay_over(
-    channel: aio.Channel, target: str, request: pb.RelayRequest, connect_s: float
-) -> AsyncIterator[pb.RelayChunk]:
+    channel: aio.Channel, target: str, request: RelayRequest, connect_s: float
+) -> AsyncIterator[RelayChunk]:
     try:
         await asyncio.wait_for(channel.channel_ready(), connect_s)
     except (TimeoutError, grpc.RpcError, aio.UsageError):
         # UsageError: another relay over this kept channel failed and closed it meanwhile.
         raise ChannelClosed(f"cannot reach the control plane at {target}", "waiting for a leader") from None
     try:
-        stream = pb_grpc.AgentServiceStub(channel).Relay(request)  # type: ignore[no-untyped-call]
+        stream = pb_grpc.AgentServiceStub(channel).Relay(  # type: ignore[no-untyped-call]
+            encode_relay_request(request)
+        )
         async for chunk in stream:
-            yield chunk
+            yield decode_relay_chunk(chunk)
     except aio.UsageError:
         raise ChannelClosed(f"the channel to {target} closed under this relay", "retrying") from None
     except aio.AioRpcError as error:
