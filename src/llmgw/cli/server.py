@@ -143,7 +143,8 @@ def resolve_config(path: Path | None) -> Path:
     found = find_server_config()
     if found is None:
         raise ConfigError(
-            "no server.yaml found", "pass --config, set LLMGW_CONFIG, or create one with 'llmgw server init'"
+            "no server.yaml found",
+            "pass --config, set LLMGW_SERVER_CONFIG, or create one with 'llmgw server init'",
         )
     return found
 
@@ -180,7 +181,7 @@ def init(
 @app.command()
 def run(
     config: Path = typer.Option(
-        None, "--config", "-c", help="server.yaml (default: $LLMGW_CONFIG, the 'up' home, /etc/llmgw)."
+        None, "--config", "-c", help="server.yaml (default: $LLMGW_SERVER_CONFIG, the 'up' home, /etc/llmgw)."
     ),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
     log_json: bool = typer.Option(False, "--log-json", help="Log one JSON object per line."),
