@@ -10,12 +10,18 @@ import httpx
 import pytest
 
 from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.api.models import StatusView
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.core.health import ComponentHealth, ComponentState
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
 
 TOKEN = "llmgw-admin-test"
+COMPONENTS = [
+    ComponentHealth("reconciler", ComponentState.RUNNING),
+    ComponentHealth("load-reader", ComponentState.RESTARTING, 3, "OSError: refused", 1_700_000_000.5),
+]
 
 
 @pytest.fixture
@@ -35,6 +41,7 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, list[int
         reconciler=Reconciler(store, fleet),
         blobs=BlobStore(tmp_path / "mirror"),
         on_keys_changed=keys_changed,
+        components=lambda: COMPONENTS,
     )
     transport = httpx.ASGITransport(app=admin.app())
     async with httpx.AsyncClient(
@@ -155,3 +162,70 @@ async def test_unknown_admin_route_is_a_404_naming_the_docs(api) -> None:  # typ
     client, _ = api
     answer = await client.get("/api/nothing")
     assert answer.status_code == 404 and "/api/docs" in answer.json()["error"]["hint"]
+
+
+async def test_status_shows_each_supervised_component_with_its_last_error(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.get("/api/status")
+    assert answer.status_code == 200
+    assert answer.json()["components"][1] == {
+        "name": "load-reader",
+        "state": "restarting",
+        "restarts": 3,
+        "last_error": "OSError: refused",
+        "last_error_at": 1_700_000_000.5,
+    }
+    status = StatusView.model_validate(answer.json())
+    assert [c.state for c in status.components] == [ComponentState.RUNNING, ComponentState.RESTARTING]
+
+
+async def test_status_without_components_given_lists_none(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
+    fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
+
+    async def keys_changed() -> None:
+        pass
+
+    admin = AdminApi(
+        name="cp1",
+        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
+        store=store,
+        fleet=fleet,
+        reconciler=Reconciler(store, fleet),
+        blobs=BlobStore(tmp_path / "mirror"),
+        on_keys_changed=keys_changed,
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=admin.app()),
+        base_url="http://cp",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ) as client:
+        answer = await client.get("/api/status")
+    await store.close()
+    assert answer.json()["components"] == []
+
+
+async def test_an_invalid_query_parameter_is_a_400_in_the_error_shape(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.get("/api/audit", params={"limit": "many"})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["problems"][0]["field"] == "query.limit"
+
+
+async def test_a_model_definition_that_is_not_an_object_is_a_400(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.post("/api/models", json=["m1"])
+    assert answer.status_code == 400
+    assert answer.json()["error"]["problems"] == [{"field": "", "problem": "must be a JSON object"}]
+
+
+async def test_models_list_their_typed_definition_and_keys_their_times(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    sha = await upload(client)
+    await client.post("/api/models", json={"name": "m1", "source": {"sha256": sha}})
+    await client.post("/api/keys", json={"name": "app"})
+    listed = (await client.get("/api/models")).json()[0]
+    assert listed["definition"]["profile"]["engine"] == "llama.cpp"
+    assert (listed["replicas"], listed["ready"], listed["problem"]) == (0, 0, "")
+    key = (await client.get("/api/keys")).json()[0]
+    assert key["created_at"].startswith("20") and key["revoked_at"] is None

@@ -1,20 +1,56 @@
-"""A small client of the admin API for the commands (synchronous: the CLI edge)."""
+"""A small client of the admin API for the commands (synchronous: the CLI edge).
+
+Each typed method answers with the models of :mod:`llmgw.controlplane.api.models`,
+parsed, so commands read attributes; :meth:`AdminClient.request` stays for
+callers that want the plain JSON.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
+from urllib.parse import quote, urlencode
 
-from llmgw.cli.paths import find_server_config
-from llmgw.controlplane.config import load_server_config
-from llmgw.errors import ConfigError, LlmgwError, NotFound, Unauthorized, ValidationFailed
+from pydantic import JsonValue, TypeAdapter, ValidationError
+
+from llmgw.cli.targets import resolve_target
+from llmgw.controlplane.api.models import (
+    AuditEntry,
+    BlobImported,
+    BlobView,
+    KeyCreated,
+    KeyView,
+    ModelEntry,
+    ModelView,
+    NodeView,
+    ReplicaLogs,
+    ReplicaView,
+    RestartAnswer,
+    ServingView,
+    SettingChange,
+    Settings,
+    SettingView,
+    StatusView,
+)
+from llmgw.errors import LlmgwError, NotFound, Unauthorized, ValidationFailed
 
 UPLOAD_CHUNK = 1 << 20
+
+T = TypeVar("T")
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    """A (kept) validator of ``kind``: a model, or a list of them."""
+    if kind not in _ADAPTERS:
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind]
 
 
 class AdminClient:
@@ -27,28 +63,102 @@ class AdminClient:
     def from_environment(
         cls, url: str | None = None, token: str | None = None, config: Path | None = None
     ) -> AdminClient:
-        """URL and token from flags, then ``LLMGW_URL``/``LLMGW_ADMIN_TOKEN``, then server.yaml."""
-        url = url or os.environ.get("LLMGW_URL")
-        token = token or os.environ.get("LLMGW_ADMIN_TOKEN")
-        if not (url and token):
-            path = config or find_server_config()
-            if path is None:
-                raise ConfigError(
-                    "no control plane to talk to",
-                    "pass --url and --token, set LLMGW_URL and LLMGW_ADMIN_TOKEN, or run 'llmgw up'",
-                )
-            loaded = load_server_config(path)
-            host = "127.0.0.1" if loaded.http.host in ("0.0.0.0", "") else loaded.http.host
-            url = url or f"http://{host}:{loaded.http.port}"
-            if not token:
-                try:
-                    token = (path.parent / "admin.token").read_text().strip()
-                except OSError as error:
-                    raise ConfigError(
-                        f"cannot read the admin token beside {path}: {error.strerror}",
-                        "set LLMGW_ADMIN_TOKEN or run as a user who can read it",
-                    ) from None
-        return cls(url, token)
+        """URL and token from flags, the environment, the client config's context, or server.yaml."""
+        target = resolve_target(url, token, server_config=config)
+        return cls(target.url, target.token)
+
+    # typed calls
+
+    def status(self) -> StatusView:
+        return self._get(StatusView, "/api/status")
+
+    def set_serving(self, stopped: bool) -> ServingView:
+        return self._call(ServingView, "PUT", "/api/serving", {"stopped": stopped})
+
+    def nodes(self) -> list[NodeView]:
+        return self._get(list[NodeView], "/api/nodes")
+
+    def replicas(self) -> list[ReplicaView]:
+        return self._get(list[ReplicaView], "/api/replicas")
+
+    def replica_logs(self, replica_id: str, lines: int) -> ReplicaLogs:
+        return self._get(ReplicaLogs, f"/api/replicas/{quote(replica_id)}/logs?lines={lines}")
+
+    def follow_replica_logs(self, replica_id: str, lines: int) -> Iterator[str]:
+        return self.stream(f"/api/replicas/{quote(replica_id)}/logs?lines={lines}&follow=true")
+
+    def models(self) -> list[ModelView]:
+        return self._get(list[ModelView], "/api/models")
+
+    def model(self, name: str) -> ModelEntry:
+        return self._get(ModelEntry, f"/api/models/{quote(name)}")
+
+    def add_model(self, definition: dict[str, Any]) -> ModelEntry:
+        return self._call(ModelEntry, "POST", "/api/models", definition)
+
+    def remove_model(self, name: str) -> None:
+        self.request("DELETE", f"/api/models/{quote(name)}")
+
+    def keys(self) -> list[KeyView]:
+        return self._get(list[KeyView], "/api/keys")
+
+    def create_key(self, name: str, owner: str = "") -> KeyCreated:
+        return self._call(KeyCreated, "POST", "/api/keys", {"name": name, "owner": owner})
+
+    def revoke_key(self, key: str) -> None:
+        self.request("DELETE", f"/api/keys/{quote(key)}")
+
+    def blobs(self) -> list[BlobView]:
+        return self._get(list[BlobView], "/api/mirror/blobs")
+
+    def upload_blob(
+        self, filename: str, data: BinaryIO, length: int, progress: Callable[[int], None] | None = None
+    ) -> BlobImported:
+        path = "/api/mirror/blobs?" + urlencode({"filename": filename})
+        answer = self.request("POST", path, data=data, length=length, progress=progress)
+        return self._parse(BlobImported, "POST", path, answer)
+
+    def settings(self) -> dict[str, JsonValue]:
+        return self._get(Settings, "/api/settings").root
+
+    def setting(self, key: str) -> SettingView:
+        return self._get(SettingView, _setting_path(key))
+
+    def set_setting(self, key: str, value: JsonValue) -> SettingView:
+        return self._call(SettingView, "PUT", _setting_path(key), {"value": value})
+
+    def unset_setting(self, key: str) -> None:
+        self.request("DELETE", _setting_path(key))
+
+    def settings_history(self, key: str | None, limit: int) -> list[SettingChange]:
+        query = {"limit": limit} | ({"key": key} if key else {})
+        return self._get(list[SettingChange], "/api/settings-history?" + urlencode(query))
+
+    def restart_agents(self, reason: str) -> RestartAnswer:
+        return self._call(RestartAnswer, "POST", "/api/agents/restart", {"reason": reason})
+
+    def audit(self, limit: int) -> list[AuditEntry]:
+        return self._get(list[AuditEntry], f"/api/audit?limit={limit}")
+
+    def _get(self, kind: type[T], path: str) -> T:
+        return self._call(kind, "GET", path)
+
+    def _call(self, kind: type[T], method: str, path: str, body: Any = None) -> T:
+        return self._parse(kind, method, path, self.request(method, path, body))
+
+    def _parse(self, kind: type[T], method: str, path: str, answer: Any) -> T:
+        try:
+            parsed: T = _adapter(kind).validate_python(answer)
+        except ValidationError as error:
+            raise LlmgwError(
+                f"the control plane at {self.url} answered {method} {path.split('?')[0]} with a shape "
+                f"this llmgw does not read: {error.errors()[0]['msg']} at "
+                f"{'.'.join(str(p) for p in error.errors()[0]['loc']) or 'the top'}",
+                "run the same llmgw version here as on the control plane ('llmgw version')",
+            ) from None
+        return parsed
+
+    # plain JSON
 
     def request(
         self,
@@ -103,7 +213,11 @@ class AdminClient:
                 yield raw.decode(errors="replace").rstrip("\n")
 
 
-def _chunks(data: BinaryIO, progress: Callable[[int], None] | None):  # type: ignore[no-untyped-def]
+def _setting_path(key: str) -> str:
+    return "/api/settings/" + quote(key, safe=".-_")
+
+
+def _chunks(data: BinaryIO, progress: Callable[[int], None] | None) -> Iterator[bytes]:
     while chunk := data.read(UPLOAD_CHUNK):
         if progress:
             progress(len(chunk))

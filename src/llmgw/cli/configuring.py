@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import typer
 import yaml
 
-from llmgw.cli.adminclient import AdminClient
-from llmgw.cli.output import console, table
+from llmgw.cli.options import AS_JSON, TOKEN, URL, client
+from llmgw.cli.output import console, print_json, table
 from llmgw.errors import ValidationFailed
 
 config_app = typer.Typer(
@@ -19,17 +18,6 @@ config_app = typer.Typer(
     "and agents.nodes.<id>: everything agent.yaml says but node_id, control_planes, address and tls.",
     no_args_is_help=True,
 )
-
-URL = typer.Option(None, "--url", help="Control plane URL (default: $LLMGW_URL or server.yaml).")
-TOKEN = typer.Option(None, "--token", help="Admin token (default: $LLMGW_ADMIN_TOKEN or admin.token).")
-
-
-def _client(url: str | None, token: str | None) -> AdminClient:
-    return AdminClient.from_environment(url, token)
-
-
-def _path(key: str) -> str:
-    return "/api/settings/" + quote(key, safe=".-_")
 
 
 def _show(value: Any) -> str:
@@ -41,8 +29,8 @@ def config_set(
     key: str = typer.Argument(..., help="The setting, e.g. agents.default or agents.nodes.gpu1."),
     value: str = typer.Argument(None, help="Its value as YAML, e.g. 'shards: {stop_grace_s: 30}'."),
     file: Path = typer.Option(None, "--file", "-f", help="Read the value from this YAML file."),
-    url: str = URL,
-    token: str = TOKEN,
+    url: str | None = URL,
+    token: str | None = TOKEN,
 ) -> None:
     """Set a setting; agents' settings are checked as agent.yaml is and reach the nodes a second later."""
     if (value is None) == (file is None):
@@ -51,31 +39,41 @@ def config_set(
         parsed = yaml.safe_load(file.read_text() if file is not None else value)
     except (OSError, yaml.YAMLError) as error:
         raise ValidationFailed([("value", f"not YAML: {error}")], "write the value as YAML") from None
-    _client(url, token).request("PUT", _path(key), {"value": parsed})
+    client(url, token).set_setting(key, parsed)
     console.print(f"set {key}")
 
 
 @config_app.command("get")
 def config_get(
-    key: str = typer.Argument(..., help="The setting."), url: str = URL, token: str = TOKEN
+    key: str = typer.Argument(..., help="The setting."),
+    url: str | None = URL,
+    token: str | None = TOKEN,
+    as_json: bool = AS_JSON,
 ) -> None:
     """Print a setting's value as YAML."""
-    print(_show(_client(url, token).get(_path(key))["value"]))
+    got = client(url, token).setting(key)
+    if as_json:
+        print_json(got)
+    else:
+        print(_show(got.value))
 
 
 @config_app.command("unset")
 def config_unset(
-    key: str = typer.Argument(..., help="The setting."), url: str = URL, token: str = TOKEN
+    key: str = typer.Argument(..., help="The setting."), url: str | None = URL, token: str | None = TOKEN
 ) -> None:
     """Remove a setting (its history stays)."""
-    _client(url, token).request("DELETE", _path(key))
+    client(url, token).unset_setting(key)
     console.print(f"removed {key}")
 
 
 @config_app.command("list")
-def config_list(url: str = URL, token: str = TOKEN) -> None:
+def config_list(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS_JSON) -> None:
     """Every setting that is set, with its value."""
-    values = _client(url, token).get("/api/settings")
+    values = client(url, token).settings()
+    if as_json:
+        print_json(values)
+        return
     table(["KEY", "VALUE"], [(key, json.dumps(value)) for key, value in values.items()])
 
 
@@ -83,16 +81,24 @@ def config_list(url: str = URL, token: str = TOKEN) -> None:
 def config_history(
     key: str = typer.Argument(None, help="One setting (default: every setting)."),
     limit: int = typer.Option(50, "--limit", "-n", help="How many changes, newest first."),
-    url: str = URL,
-    token: str = TOKEN,
+    url: str | None = URL,
+    token: str | None = TOKEN,
+    as_json: bool = AS_JSON,
 ) -> None:
     """Changes of the settings, newest first: when, who, what."""
-    query = f"?limit={limit}" + (f"&key={quote(key)}" if key else "")
-    rows = _client(url, token).get("/api/settings-history" + query)
+    rows = client(url, token).settings_history(key, limit)
+    if as_json:
+        print_json(rows)
+        return
     table(
         ["AT", "ACTOR", "KEY", "VALUE"],
         [
-            (c["at"][:19], c["actor"], c["key"], "(removed)" if c["deleted"] else json.dumps(c["value"]))
+            (
+                c.at.strftime("%Y-%m-%d %H:%M:%S"),
+                c.actor,
+                c.key,
+                "(removed)" if c.deleted else json.dumps(c.value),
+            )
             for c in rows
         ],
     )
@@ -100,8 +106,8 @@ def config_history(
 
 def restart(
     reason: str = typer.Option("llmgw restart", help="Why, for the agents' logs and the audit."),
-    url: str = URL,
-    token: str = TOKEN,
+    url: str | None = URL,
+    token: str | None = TOKEN,
 ) -> None:
     """Restart every connected agent over its stream (RestartAgent); engines keep serving.
 
@@ -109,6 +115,5 @@ def restart(
     agents: this command does not restart control planes (not over ssh
     either); restart each with its service manager where it runs.
     """
-    answer = _client(url, token).request("POST", "/api/agents/restart", {"reason": reason})
-    restarted = answer["restarted"]
+    restarted = client(url, token).restart_agents(reason).restarted
     console.print(f"asked {len(restarted)} agents to restart: {', '.join(restarted) or 'none connected'}")

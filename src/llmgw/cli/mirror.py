@@ -9,7 +9,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from llmgw.cli.adminclient import AdminClient
-from llmgw.cli.output import console, table
+from llmgw.cli.options import AS_JSON, TOKEN, URL, client
+from llmgw.cli.output import console, print_json, table
 from llmgw.errors import ValidationFailed
 
 app = typer.Typer(help="Weights kept by sha256 on the control plane.", no_args_is_help=True)
@@ -32,32 +33,27 @@ def upload(admin: AdminClient, file: Path, *, show_progress: bool = True) -> dic
     ) as progress:
         task = progress.add_task(f"uploading {file.name}", total=size)
         with file.open("rb") as handle:
-            answer = admin.request(
-                "POST",
-                f"/api/mirror/blobs?filename={file.name}",
-                data=handle,
-                length=size,
-                progress=lambda n: progress.advance(task, n),
-            )
-    return answer  # type: ignore[no-any-return]
+            answer = admin.upload_blob(file.name, handle, size, progress=lambda n: progress.advance(task, n))
+    return answer.model_dump()
 
 
 @app.command("import")
 def import_file(
     file: Path = typer.Argument(..., help="The file to import (e.g. a GGUF)."),
-    url: str = typer.Option(None, "--url"),
-    token: str = typer.Option(None, "--token"),
+    url: str | None = URL,
+    token: str | None = TOKEN,
 ) -> None:
     """Import a file into the mirror; prints its sha256 for model definitions."""
-    answer = upload(AdminClient.from_environment(url, token), file)
+    answer = upload(client(url, token), file)
     console.print(f"imported {file.name}: {answer['size']} bytes")
     print(f"sha256:{answer['sha256']}")
 
 
 @app.command("list")
-def list_blobs(url: str = typer.Option(None, "--url"), token: str = typer.Option(None, "--token")) -> None:
+def list_blobs(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS_JSON) -> None:
     """List what the mirror holds."""
-    rows = AdminClient.from_environment(url, token).get("/api/mirror/blobs")
-    table(
-        ["SHA256", "SIZE", "FILE", "KIND"], [(b["sha256"], b["size"], b["filename"], b["kind"]) for b in rows]
-    )
+    rows = client(url, token).blobs()
+    if as_json:
+        print_json(rows)
+        return
+    table(["SHA256", "SIZE", "FILE", "KIND"], [(b.sha256, b.size, b.filename, b.kind) for b in rows])

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.table import Table
 
@@ -35,6 +36,11 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
     for row in rows:
         out.add_row(*("" if value is None else str(value) for value in row))
     console.print(out)
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` (models, lists of them, plain data) as indented JSON on stdout, nothing else."""
+    sys.stdout.write(json.dumps(to_jsonable_python(value, by_alias=True), indent=2) + "\n")
 
 
 class _JsonFormatter(logging.Formatter):

@@ -1,33 +1,56 @@
-"""Where the commands look for configuration when not told."""
+"""Where the commands look for configuration when not told.
+
+Each function takes the environment it reads (``os.environ`` unless given),
+so a caller can say where to look without touching the process's own.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 SYSTEM_DIR = Path("/etc/llmgw")
 
 
-def up_home() -> Path:
-    """The data directory of ``llmgw up``: ``$LLMGW_HOME`` or ``~/.local/share/llmgw/up``."""
-    if os.environ.get("LLMGW_HOME"):
-        return Path(os.environ["LLMGW_HOME"]).expanduser()
-    base = Path(os.environ.get("XDG_DATA_HOME", "~/.local/share")).expanduser()
+def _home(environ: Mapping[str, str]) -> Path:
+    return Path(environ["HOME"]) if environ.get("HOME") else Path.home()
+
+
+def _expand(value: str, environ: Mapping[str, str]) -> Path:
+    if value == "~" or value.startswith("~/"):
+        return _home(environ) / value[2:]
+    return Path(value)
+
+
+def up_home(environ: Mapping[str, str] = os.environ) -> Path:
+    """The data directory of ``llmgw up``: ``$LLMGW_HOME`` or ``$XDG_DATA_HOME/llmgw/up``."""
+    if environ.get("LLMGW_HOME"):
+        return _expand(environ["LLMGW_HOME"], environ)
+    base = _expand(environ.get("XDG_DATA_HOME") or "~/.local/share", environ)
     return base / "llmgw" / "up"
 
 
-def server_config_candidates() -> list[Path]:
+def server_config_candidates(environ: Mapping[str, str] = os.environ) -> list[Path]:
     """server.yaml files tried in order: ``$LLMGW_CONFIG``, the ``up`` home, /etc/llmgw."""
     out = []
-    if os.environ.get("LLMGW_CONFIG"):
-        out.append(Path(os.environ["LLMGW_CONFIG"]).expanduser())
-    out.append(up_home() / "server.yaml")
+    if environ.get("LLMGW_CONFIG"):
+        out.append(_expand(environ["LLMGW_CONFIG"], environ))
+    out.append(up_home(environ) / "server.yaml")
     out.append(SYSTEM_DIR / "server.yaml")
     return out
 
 
-def find_server_config() -> Path | None:
-    for candidate in server_config_candidates():
+def find_server_config(environ: Mapping[str, str] = os.environ) -> Path | None:
+    for candidate in server_config_candidates(environ):
         if candidate.exists():
             return candidate
     return None
+
+
+def client_config_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """The client config (contexts): ``$LLMGW_CLIENT_CONFIG`` or ``$XDG_CONFIG_HOME/llmgw/config.yaml``."""
+    if environ.get("LLMGW_CLIENT_CONFIG"):
+        return _expand(environ["LLMGW_CLIENT_CONFIG"], environ)
+    base = _expand(environ.get("XDG_CONFIG_HOME") or "~/.config", environ)
+    return base / "llmgw" / "config.yaml"

@@ -158,7 +158,8 @@ def resolve_config(path: Path | None) -> Path:
     found = find_server_config()
     if found is None:
         raise ConfigError(
-            "no server.yaml found", "pass --config, set LLMGW_CONFIG, or create one with 'llmgw server init'"
+            "no server.yaml found",
+            "pass --config, set LLMGW_CONFIG, or create one with 'llmgw server init'",
         )
     return found
 

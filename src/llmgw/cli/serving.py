@@ -10,25 +10,30 @@ from __future__ import annotations
 
 import typer
 
-from llmgw.cli.ctl import TOKEN, URL, client, show_status
-from llmgw.cli.output import console
+from llmgw.cli.ctl import show_status
+from llmgw.cli.options import AS_JSON, TOKEN, URL, client
+from llmgw.cli.output import console, print_json
 
 
-def stop(url: str = URL, token: str = TOKEN) -> None:
+def stop(url: str | None = URL, token: str | None = TOKEN) -> None:
     """Stop serving: every model to no replicas, /v1 answers 503 system_stopped; everything keeps running."""
-    client(url, token).request("PUT", "/api/serving", {"stopped": True})
+    client(url, token).set_serving(stopped=True)
     console.print("stopped: every replica is being stopped; 'llmgw start' serves again")
 
 
-def start(url: str = URL, token: str = TOKEN) -> None:
+def start(url: str | None = URL, token: str | None = TOKEN) -> None:
     """Serve again after 'llmgw stop': every model is placed again as it asks."""
-    client(url, token).request("PUT", "/api/serving", {"stopped": False})
+    client(url, token).set_serving(stopped=False)
     console.print("serving: every model is placed again as it asks")
 
 
-def status(url: str = URL, token: str = TOKEN) -> None:
+def status(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS_JSON) -> None:
     """The cluster's summary, saying when it is stopped and which control plane leads."""
-    show_status(client(url, token).get("/api/status"))
+    answer = client(url, token).status()
+    if as_json:
+        print_json(answer)
+    else:
+        show_status(answer)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,151 @@
+"""``llmgw ctl model`` (also ``llmgw model``): list, add and remove the catalog's models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.mirror import upload
+from llmgw.cli.options import AS_JSON, TOKEN, URL, client
+from llmgw.cli.output import console, print_json, table
+from llmgw.errors import ValidationFailed
+
+model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
+
+
+def list_models(admin: AdminClient, as_json: bool = False) -> None:
+    """Print the catalog: engine, replicas wanted, ready of running, on demand, weights."""
+    rows = admin.models()
+    if as_json:
+        print_json(rows)
+        return
+    out = []
+    for m in rows:
+        d = m.definition
+        if d is None:
+            out.append((m.name, "?", "?", f"{m.ready}/{m.replicas}", "?", m.problem))
+            continue
+        out.append(
+            (
+                m.name,
+                d.profile.engine,
+                f"{d.replicas.min}/{d.replicas.max}",
+                f"{m.ready}/{m.replicas}",
+                "yes" if d.on_demand else "no",
+                d.source.sha256[:12],
+            )
+        )
+    table(["MODEL", "ENGINE", "REPLICAS (min/max)", "READY", "ON DEMAND", "WEIGHTS"], out)
+
+
+@model_app.command("list")
+def model_list(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS_JSON) -> None:
+    """List the catalog."""
+    list_models(client(url, token), as_json)
+
+
+@model_app.command("add")
+def model_add(
+    name: str = typer.Argument(None, help="The model's name (not needed with --definition)."),
+    definition: Path = typer.Option(None, "--definition", "-f", help="A YAML or JSON model definition."),
+    weights: str = typer.Option(None, "--weights", help="sha256 of weights already in the mirror."),
+    file: Path = typer.Option(None, "--file", help="A GGUF file to import into the mirror and serve."),
+    min_replicas: int = typer.Option(
+        None, "--min", help="Replicas kept running (default 1; 0 with --on-demand)."
+    ),
+    max_replicas: int = typer.Option(None, "--max", help="Replicas at most (default: --min, at least 1)."),
+    on_demand: bool = typer.Option(
+        False, "--on-demand", help="Start when a request arrives; stop when idle."
+    ),
+    idle_timeout: int = typer.Option(
+        600, "--idle-timeout", help="Seconds idle before an on-demand model stops."
+    ),
+    ctx_size: int = typer.Option(4096, "--ctx-size", help="Context length."),
+    parallel: int = typer.Option(4, "--parallel", help="Requests one replica serves at once."),
+    memory_mb: int = typer.Option(
+        None, "--memory-mb", help="Memory a replica needs (default: from the weights)."
+    ),
+    arg: list[str] = typer.Option([], "--arg", help="Extra engine argument (repeat for more)."),
+    url: str | None = URL,
+    token: str | None = TOKEN,
+) -> None:
+    """Add a model to the catalog, from flags or a definition file."""
+    admin = client(url, token)
+    if definition is not None:
+        data = _from_file(definition, name)
+    else:
+        if file is not None:
+            _check_flags(name, weights or "file")
+            weights = upload(admin, file)["sha256"]
+        data = _from_flags(
+            name,
+            weights,
+            file.name if file else "model.gguf",
+            min_replicas,
+            max_replicas,
+            on_demand,
+            idle_timeout,
+            {"ctx_size": ctx_size, "parallel": parallel, "args": list(arg)}
+            | ({"memory_mb": memory_mb} if memory_mb is not None else {}),
+        )
+    added = admin.add_model(data)
+    console.print(f"added model [bold]{added.name}[/]; 'llmgw ctl replicas' shows it starting")
+
+
+def _from_file(path: Path, name: str | None) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ValidationFailed([("--definition", f"cannot read {path}: {error}")], "fix the file") from None
+    if name and isinstance(data, dict):
+        data["name"] = name
+    return data if isinstance(data, dict) else {"": data}
+
+
+def _check_flags(name: str | None, weights: str | None) -> None:
+    problems = []
+    if not name:
+        problems.append(("name", "required (or give --definition FILE)"))
+    if not weights:
+        problems.append(
+            ("--weights", "give --weights SHA256 of a mirrored file, or --file PATH to import one")
+        )
+    if problems:
+        raise ValidationFailed(problems, "see 'llmgw ctl model add --help'")
+
+
+def _from_flags(
+    name: str | None,
+    weights: str | None,
+    filename: str,
+    min_replicas: int | None,
+    max_replicas: int | None,
+    on_demand: bool,
+    idle_timeout: int,
+    profile: dict[str, Any],
+) -> dict[str, Any]:
+    _check_flags(name, weights)
+    low = min_replicas if min_replicas is not None else (0 if on_demand else 1)
+    return {
+        "name": name,
+        "source": {"sha256": weights, "filename": filename},
+        "profile": profile,
+        "replicas": {"min": low, "max": max_replicas if max_replicas is not None else max(low, 1)},
+        "on_demand": on_demand,
+        "idle_timeout_s": idle_timeout,
+    }
+
+
+@model_app.command("remove")
+def model_remove(
+    name: str = typer.Argument(..., help="The model to remove."),
+    url: str | None = URL,
+    token: str | None = TOKEN,
+) -> None:
+    """Remove a model; its replicas stop."""
+    client(url, token).remove_model(name)
+    console.print(f"removed model {name}")

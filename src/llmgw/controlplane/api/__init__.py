@@ -1,0 +1,7 @@
+"""The admin API (``/api``): one router per resource, typed by :mod:`llmgw.controlplane.api.models`.
+
+Every route takes the one :class:`~llmgw.controlplane.api.state.AdminState`
+through FastAPI's ``Depends`` and answers errors as
+``{"error": {"message", "hint", "problems"?}}``; :mod:`llmgw.controlplane.admin`
+puts the routers together into the app.
+"""

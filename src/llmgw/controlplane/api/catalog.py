@@ -1,0 +1,122 @@
+"""``/api/models``: the model catalog. A definition is added only when every file it names is mirrored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from pydantic import ValidationError
+
+from llmgw.controlplane.api.errors import declared
+from llmgw.controlplane.api.models import ModelEntry, ModelView
+from llmgw.controlplane.api.state import AUTH, State
+from llmgw.core.catalog import ModelDefinition, adapter_problems, name_clashes, parse_model, problems_of
+from llmgw.errors import LlmgwError, ValidationFailed
+from llmgw.mirror.blobs import BlobStore
+
+router = APIRouter(prefix="/api", tags=["models"], dependencies=AUTH, responses=declared(401, 503))
+
+
+@router.get("/models", response_model=list[ModelView])
+async def list_models(state: State) -> list[ModelView]:
+    """Every model in the catalog with its replicas, those ready, and why it is unplaced (if it is)."""
+    out = []
+    for record in await state.store.models.list():
+        mine = state.fleet.of_model(record.name)
+        definition, problem = _stored(record.definition)
+        out.append(
+            ModelView(
+                name=record.name,
+                definition=definition,
+                replicas=len(mine),
+                ready=sum(1 for r in mine if r.state == "ready"),
+                unplaced=state.reconciler.unplaced.get(record.name, ""),
+                problem=problem,
+            )
+        )
+    return out
+
+
+@router.get("/models/{name:path}", response_model=ModelEntry, responses=declared(404))
+async def get_model(name: str, state: State) -> ModelEntry:
+    """One model's definition."""
+    record = await state.store.models.get(name)
+    definition, problem = _stored(record.definition)
+    if definition is None:
+        raise LlmgwError(problem, f"remove the model ('llmgw ctl model remove {name}') and add it again")
+    return ModelEntry(name=record.name, definition=definition)
+
+
+@router.post("/models", status_code=201, response_model=ModelEntry, responses=declared(400, 409))
+async def add_model(model: ModelDefinition, state: State) -> ModelEntry:
+    """Add a model; the reconciler places its replicas. Its weights (and every other file) must be
+    in the mirror already, and its name may not clash with another model's or adapter's."""
+    problems = adapter_problems(model.profile.engine, model.name, model.adapters)
+    if problems:
+        raise ValidationFailed(problems, "fix the adapters named and try again")
+    definition = model.model_dump(mode="json")
+    files = _mirror_files(definition)
+    missing = [
+        (f"{at}.sha256", _not_in_mirror(entry)) for at, entry in files if not state.blobs.has(entry["sha256"])
+    ]
+    others = []
+    for record in await state.store.models.list():
+        try:
+            others.append(parse_model(record.definition))
+        except ValidationFailed:
+            continue  # the reconciler reports a stored definition it cannot read
+    problems = missing + name_clashes(model, others)
+    if problems:
+        raise ValidationFailed(
+            problems, "import missing files with 'llmgw mirror import FILE'; rename what clashes"
+        )
+    _fill_sizes(files, state.blobs)
+    await state.store.models.add(model.name, definition)
+    await state.store.audit.record("admin", "model.add", model.name, definition)
+    state.reconciler.wake()
+    return ModelEntry(name=model.name, definition=ModelDefinition.model_validate(definition))
+
+
+@router.delete("/models/{name:path}", status_code=204, response_class=Response, responses=declared(404))
+async def remove_model(name: str, state: State) -> Response:
+    """Remove a model; its replicas stop."""
+    await state.store.models.remove(name)
+    await state.store.audit.record("admin", "model.remove", name)
+    state.reconciler.wake()
+    return Response(status_code=204)
+
+
+def _stored(definition: dict[str, Any]) -> tuple[ModelDefinition | None, str]:
+    """A stored definition read back, or why it no longer reads."""
+    try:
+        return ModelDefinition.model_validate(definition), ""
+    except ValidationError as error:
+        text = "; ".join(f"{f}: {why}" if f else why for f, why in problems_of(error))
+        return None, f"the stored definition does not read: {text}"
+
+
+def _fill_sizes(files: list[tuple[str, dict[str, Any]]], blobs: BlobStore) -> None:
+    for _, entry in files:
+        if not entry["size"]:
+            entry["size"] = blobs.path_of(entry["sha256"]).stat().st_size
+
+
+def _not_in_mirror(entry: dict[str, Any]) -> str:
+    return f"no {entry['filename'] or 'file'} with sha256 {entry['sha256'][:12]}… in the mirror"
+
+
+def _mirror_files(definition: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every file a dumped model definition takes from the mirror, with its field path.
+
+    The weights, the projector, the repository's other files, each adapter's
+    weights and other files: the entries themselves, so their sizes can be filled in.
+    """
+    source = definition["source"]
+    files = [("source", source)]
+    if source.get("projector"):
+        files.append(("source.projector", source["projector"]))
+    files += [(f"source.files.{n}", entry) for n, entry in enumerate(source["files"])]
+    for index, adapter in enumerate(definition["adapters"]):
+        files.append((f"adapters.{index}", adapter))
+        files += [(f"adapters.{index}.files.{n}", entry) for n, entry in enumerate(adapter["files"])]
+    return files

@@ -1,0 +1,105 @@
+"""How the admin API answers an error: ``{"error": {"message", "hint", "problems"?}}``.
+
+Every :class:`~llmgw.errors.LlmgwError` a route raises and every request
+that does not validate is answered in that shape (:func:`add_error_handlers`);
+:func:`declared` puts the shape into the OpenAPI description of a route.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from llmgw.controlplane.api.models import ErrorBody
+from llmgw.errors import LlmgwError, ValidationFailed
+
+ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+
+WHY = {
+    400: "The request is invalid: each field at fault is named in problems.",
+    401: "The admin token is missing or wrong.",
+    404: "The thing named does not exist.",
+    409: "The thing already exists.",
+    503: "Not available now (the store is out of reach, or this control plane does not lead).",
+}
+
+
+def declared(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of a route or router answering these error statuses."""
+    return {status: {"model": ErrorBody, "description": WHY[status]} for status in statuses}
+
+
+def error_response(
+    status: int, message: str, hint: str = "", problems: list[tuple[str, str]] | None = None
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"message": message, "hint": hint}}
+    if problems:
+        body["error"]["problems"] = [{"field": f, "problem": p} for f, p in problems]
+    return JSONResponse(body, status_code=status)
+
+
+def request_problems(error: RequestValidationError) -> list[tuple[str, str]]:
+    """Each invalid field of a request as ``(field.path, why)``, worded as the catalog words them."""
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"] if p != "body")
+        kind = item["type"]
+        if kind == "json_invalid":
+            field, why = "body", f"not valid JSON: {item.get('ctx', {}).get('error', item['msg'])}"
+        elif kind == "extra_forbidden":
+            why = "unknown field; remove it or check its spelling"
+        elif kind == "missing":
+            why = "required"
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
+            why = "must be a JSON object"
+        else:
+            why = str(item["msg"]).removeprefix("Value error, ")
+        problems.append((field, why))
+    return problems
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(LlmgwError)
+    async def _llmgw_error(request: Request, error: LlmgwError) -> JSONResponse:
+        problems = error.problems if isinstance(error, ValidationFailed) else None
+        return error_response(error.status, error.message, error.hint, problems)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = request_problems(error)
+        text = "; ".join(f"{f}: {p}" if f else p for f, p in problems)
+        return error_response(400, f"invalid request: {text}", "fix the fields named", problems)
+
+
+def describe_400_not_422(app: FastAPI) -> None:
+    """Make ``app``'s OpenAPI say what the API answers to an invalid request: 400 (never 422).
+
+    FastAPI declares a 422 on every route with parameters; the handler above answers
+    400 in the error shape instead, so the description says so.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = build()
+        for methods in document.get("paths", {}).values():
+            for operation in methods.values():
+                responses = operation.get("responses", {})
+                if responses.pop("422", None) is not None and "400" not in responses:
+                    responses["400"] = {
+                        "description": WHY[400],
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}
+                        },
+                    }
+        schemas = document.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        app.openapi_schema = document
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]

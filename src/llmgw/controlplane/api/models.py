@@ -1,0 +1,266 @@
+"""The admin API's request and answer shapes, one pydantic model each.
+
+The server declares them on its routes (so ``/api/openapi.json`` describes
+every route) and the command line parses its answers into them (so ``ctl``
+reads attributes, not dictionary keys). Answers ignore fields they do not
+know, so an older client still reads a newer control plane; requests refuse
+them, naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, RootModel
+
+from llmgw.core.catalog import ModelDefinition
+from llmgw.core.health import ComponentState
+
+
+class RequestModel(BaseModel):
+    """A request body: unknown fields are refused by name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class AnswerModel(BaseModel):
+    """An answer body: unknown fields are ignored (a newer control plane may add some)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+# errors
+
+
+class Problem(AnswerModel):
+    field: str
+    """The field at fault, as a dotted path (empty: the whole body)."""
+    problem: str
+    """What is wrong with it."""
+
+
+class ErrorDetail(AnswerModel):
+    message: str
+    """What was wrong."""
+    hint: str = ""
+    """What to do about it."""
+    problems: list[Problem] | None = None
+    """Each field at fault (400 answers only)."""
+
+
+class ErrorBody(AnswerModel):
+    """Every error answer of the admin API."""
+
+    error: ErrorDetail
+
+
+# status, serving, leadership
+
+
+class Health(AnswerModel):
+    status: str = "ok"
+
+
+class LeaderView(AnswerModel):
+    """``/leader``: 200 while this control plane leads, 503 with the same body otherwise."""
+
+    leader: bool
+    name: str
+    state: str
+    holder: str
+
+
+class ControlPlaneView(AnswerModel):
+    name: str
+    role: str
+    """``leader`` or ``standby``."""
+    http: str
+    agents: str
+    seen_ago_s: float
+
+
+class ComponentView(AnswerModel):
+    """A supervised component of the answering control plane."""
+
+    name: str
+    state: ComponentState
+    restarts: int = 0
+    last_error: str = ""
+    """The last failure, as ``Type: message`` (empty: none yet)."""
+    last_error_at: float | None = None
+    """When it failed last, as a Unix timestamp."""
+
+
+class StatusView(AnswerModel):
+    """The cluster's summary as the answering control plane sees it."""
+
+    name: str
+    """The control plane that answered."""
+    version: str
+    leader: str
+    """The lease holder (empty while a failover is under way)."""
+    standbys: list[str]
+    control_planes: list[ControlPlaneView] = []
+    vip: str = ""
+    vip_on_leader: bool = False
+    stopped: bool = False
+    """``llmgw stop`` is in force: no replicas, /v1 answers 503."""
+    uptime_s: int = 0
+    nodes: int = 0
+    models: int = 0
+    replicas: int = 0
+    replicas_ready: int = 0
+    reconcile_error: str = ""
+    unplaced: dict[str, str] = {}
+    """Why each model the reconciler cannot place is unplaced."""
+    components: list[ComponentView] = []
+
+
+class ServingRequest(RequestModel):
+    stopped: bool
+    """true: ``llmgw stop``; false: ``llmgw start``."""
+
+
+class ServingView(AnswerModel):
+    stopped: bool
+
+
+# nodes and replicas
+
+
+class GpuView(AnswerModel):
+    index: int
+    name: str
+    device_class: str = Field(validation_alias="class", serialization_alias="class")
+    memory_mb: int
+
+
+class NodeView(AnswerModel):
+    id: str
+    connected: bool
+    address: str
+    cpu_cores: int
+    memory_mb: int
+    gpus: list[GpuView]
+    engines: list[str]
+    replicas: int
+
+
+class ReplicaView(AnswerModel):
+    id: str
+    model: str
+    node: str
+    state: str
+    """placed, starting, ready, failed, absent."""
+    port: int
+    on: str
+    """Where it computes (e.g. ``cuda:0 16000 MiB``, ``cpu``); empty until ready."""
+    restarts: int
+    error: str
+    adapters: dict[str, str] = {}
+    """Each LoRA adapter's path on the node, by name."""
+
+
+class ReplicaLogs(AnswerModel):
+    replica: str
+    node: str
+    lines: list[str]
+
+
+# catalog
+
+
+class ModelEntry(AnswerModel):
+    name: str
+    definition: ModelDefinition
+
+
+class ModelView(AnswerModel):
+    name: str
+    definition: ModelDefinition | None
+    """The stored definition (null when it no longer reads; ``problem`` says why)."""
+    replicas: int
+    ready: int
+    unplaced: str = ""
+    problem: str = ""
+
+
+# keys
+
+
+class KeyRequest(RequestModel):
+    name: str = Field(min_length=1, max_length=100)
+    owner: str = ""
+
+
+class KeyView(AnswerModel):
+    id: str
+    name: str
+    prefix: str
+    owner: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class KeyCreated(AnswerModel):
+    id: str
+    name: str
+    key: str
+    """The secret, shown this once."""
+
+
+# mirror
+
+
+class BlobView(AnswerModel):
+    sha256: str
+    size: int
+    filename: str
+    kind: str
+
+
+class BlobImported(AnswerModel):
+    sha256: str
+    size: int
+    filename: str
+
+
+# settings, audit, agents
+
+
+class Settings(RootModel[dict[str, JsonValue]]):
+    """Every setting that is set, by key."""
+
+
+class SettingRequest(RequestModel):
+    value: JsonValue
+
+
+class SettingView(AnswerModel):
+    key: str
+    value: JsonValue
+
+
+class SettingChange(AnswerModel):
+    key: str
+    value: JsonValue
+    deleted: bool
+    at: datetime
+    actor: str
+
+
+class AuditEntry(AnswerModel):
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: dict[str, JsonValue]
+
+
+class RestartRequest(RequestModel):
+    reason: str = Field(default="llmgw restart", max_length=200)
+
+
+class RestartAnswer(AnswerModel):
+    restarted: list[str]
+    """The nodes asked to restart."""

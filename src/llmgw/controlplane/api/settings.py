@@ -1,0 +1,70 @@
+"""``/api/settings``: the cluster's settings, each change kept with its history and audited.
+
+A change of agents' settings (``agents.default``, ``agents.nodes.<id>``) is
+checked as agent.yaml is and sent to the nodes a second later (C2.4).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from llmgw.controlplane.agentsettings import setting_problems
+from llmgw.controlplane.api.errors import declared
+from llmgw.controlplane.api.models import SettingChange, SettingRequest, Settings, SettingView
+from llmgw.controlplane.api.state import AUTH, State
+from llmgw.core.agentsettings import is_agent_key
+from llmgw.errors import NotFound, ValidationFailed
+
+router = APIRouter(prefix="/api", tags=["settings"], dependencies=AUTH, responses=declared(401, 503))
+
+_MISSING = object()
+
+
+@router.get("/settings", response_model=Settings)
+async def list_settings(state: State) -> Settings:
+    """Every setting that is set, by key."""
+    return Settings(await state.store.settings.all())
+
+
+@router.get("/settings-history", response_model=list[SettingChange])
+async def history(state: State, key: str | None = None, limit: int = 100) -> list[SettingChange]:
+    """The last changes (of ``key``, or of every setting), newest first."""
+    return [
+        SettingChange(key=c.key, value=c.value, deleted=c.deleted, at=c.changed_at, actor=c.actor)
+        for c in await state.store.settings.history(key, max(0, min(limit, 10_000)))
+    ]
+
+
+@router.get("/settings/{key:path}", response_model=SettingView, responses=declared(404))
+async def get_setting(key: str, state: State) -> SettingView:
+    """One setting's value."""
+    value = await state.store.settings.get(key, _MISSING)
+    if value is _MISSING:
+        raise NotFound(f"setting {key!r} is not set", "list the settings with 'llmgw ctl config list'")
+    return SettingView(key=key, value=value)
+
+
+@router.put("/settings/{key:path}", response_model=SettingView, responses=declared(400))
+async def set_setting(key: str, body: SettingRequest, state: State) -> SettingView:
+    """Set ``key`` to the body's ``value``; agents' settings are checked as agent.yaml is."""
+    problems = setting_problems(key, body.value, state.check_agent_settings)
+    if problems:
+        raise ValidationFailed(
+            [(f"{key}.{field}" if field not in ("key", "value") else field, why) for field, why in problems],
+            "fix or remove the keys named; node_id, control_planes, address and tls stay in agent.yaml",
+        )
+    await state.store.settings.set(key, body.value, "admin")
+    await state.store.audit.record("admin", "setting.set", key, {"value": body.value})
+    if state.settings_push is not None and is_agent_key(key):
+        state.settings_push.changed()
+    return SettingView(key=key, value=body.value)
+
+
+@router.delete("/settings/{key:path}", status_code=204, response_class=Response)
+async def delete_setting(key: str, state: State) -> Response:
+    """Remove a setting (its history stays)."""
+    await state.store.settings.delete(key, "admin")
+    await state.store.audit.record("admin", "setting.delete", key)
+    if state.settings_push is not None and is_agent_key(key):
+        state.settings_push.changed()
+    return Response(status_code=204)
