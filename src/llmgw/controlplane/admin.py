@@ -8,6 +8,7 @@ import json
 import socket
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import SERVING_STOPPED, Reconciler
 from llmgw.controlplane.settingsapi import add_settings_routes
 from llmgw.core.catalog import name_clashes, parse_model
+from llmgw.core.health import ComponentHealth
 from llmgw.errors import LlmgwError, NoCapacity, NotFound, Unauthorized, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
@@ -67,7 +69,11 @@ class AdminApi:
         leadership: Leadership | None = None,
         settings_push: SettingsPush | None = None,
         check_agent_settings: SettingsCheck = forbidden_only,
+        components: Callable[[], Sequence[ComponentHealth]] = list,
+        vip: str = "",
     ) -> None:
+        self.components = components
+        """The process supervisor's health list, shown by /api/status."""
         self.settings_push = settings_push
         self.check_agent_settings = check_agent_settings
         self.name = name
@@ -78,7 +84,7 @@ class AdminApi:
         self.blobs = blobs
         self.on_keys_changed = on_keys_changed
         self.leadership = leadership
-        self.vip = ""
+        self.vip = vip
         self.started = time.time()
 
     def check_token(self, request: Request) -> None:
@@ -198,6 +204,16 @@ class AdminApi:
                 "replicas_ready": sum(1 for r in replicas if r.state == "ready"),
                 "reconcile_error": self.reconciler.last_error,
                 "unplaced": dict(self.reconciler.unplaced),
+                "components": [
+                    {
+                        "name": c.name,
+                        "state": str(c.state),
+                        "restarts": c.restarts,
+                        "last_error": c.last_error,
+                        "last_error_at": c.last_error_at,
+                    }
+                    for c in self.components()
+                ],
             }
 
         @app.put("/api/serving", dependencies=auth)

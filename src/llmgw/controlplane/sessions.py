@@ -35,6 +35,7 @@ class NodeSessions:
         leadership: Leadership,
         settings: SettingsPush | None = None,
         gpu_metrics: GpuMetrics | None = None,
+        on_kv_blocks: Callable[[str, pb.KvBlocks], None] = lambda model, blocks: None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -44,7 +45,7 @@ class NodeSessions:
         self._gpu_metrics = gpu_metrics or process_gpu_metrics()
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
-        self.on_kv_blocks: Callable[[str, pb.KvBlocks], None] = lambda model, blocks: None
+        self.on_kv_blocks = on_kv_blocks
         """Given a node's KV-block changes for one of its own replicas (the router mirrors them)."""
 
     def _registered(self) -> pb.Registered:

@@ -35,6 +35,7 @@ from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
 from llmgw.gateway.keys import KeyEntry, KeyRing
+from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.settings import GatewaySettings
@@ -119,6 +120,8 @@ class Gateway:
         """LoRA adapters loaded at run time on their base model's replicas."""
         self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters)
         """The one way the control plane changes what the gateway knows."""
+        self.loads = LoadReader(self.replicas)
+        """Reads the ready replicas' load from their engines: the process runs :meth:`LoadReader.run`."""
 
     @property
     def stopped(self) -> bool:
