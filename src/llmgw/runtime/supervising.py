@@ -60,7 +60,9 @@ class ComponentFailed(LlmgwError):
 
 
 def describe(error: BaseException) -> str:
-    """An exception as ``Type: message``."""
+    """An exception as ``Type: message`` (a group of one: the exception it holds)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
