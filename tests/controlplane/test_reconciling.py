@@ -41,6 +41,7 @@ class Harness:
     sessions: NodeSessions
     clock: FakeClock
     ready: dict[str, str] = field(default_factory=dict)
+    kv_blocks: list[KvBlocksUpdate] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def connect(
@@ -85,8 +86,15 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
         Leases(store), Fence("cp1"), Identity("cp1", "127.0.0.1:8443", "http://127.0.0.1:8080")
     )
     await leadership.round()
-    sessions = NodeSessions(store, fleet, reconciler, leadership)
-    h = Harness(store, fleet, reconciler, sessions, clock, ready)
+    kv_blocks: list[KvBlocksUpdate] = []
+    sessions = NodeSessions(
+        store,
+        fleet,
+        reconciler,
+        leadership,
+        on_kv_blocks=kv_blocks.append,
+    )
+    h = Harness(store, fleet, reconciler, sessions, clock, ready, kv_blocks)
     yield h
     for task in h.tasks:
         task.cancel()
@@ -309,8 +317,6 @@ async def test_a_new_leader_adopts_the_shards_its_nodes_report(harness: Harness)
 
 
 async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harness: Harness) -> None:
-    given: list[KvBlocksUpdate] = []
-    harness.sessions.on_kv_blocks = given.append
     await harness.add_model("m1")
     agent = await harness.connect("node1")
     other = await harness.connect("node2", memory_mb=1)
@@ -324,7 +330,9 @@ async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harnes
     for node in (other, agent):  # a heartbeat answered: what was sent before it was handled
         await node.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
         await receive(node, "heartbeat")
-    assert given == [KvBlocksUpdate(model="m1", replica_id=start.replica_id, stored=(1, 2), reset=True)]
+    assert harness.kv_blocks == [
+        KvBlocksUpdate(model="m1", replica_id=start.replica_id, stored=(1, 2), reset=True)
+    ]
 
 
 def test_replica_keys_are_taken_as_values_by_an_argparse_engine() -> None:

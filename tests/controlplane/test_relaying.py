@@ -18,12 +18,13 @@ import pytest
 
 from llmgw.controlplane.admin import AdminApi, address_is_local
 from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.httpserving import route_by_prefix
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding, call_app
-from llmgw.controlplane.running import refuse_when_stopped
 from llmgw.core.relays import RelayChunk, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
+from llmgw.gateway.app import Gateway
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store import Fence, Leases, Store
 
@@ -33,6 +34,7 @@ TOKEN = "llmgw-admin-test"
 class Plane:
     def __init__(self, store: Store, name: str, tmp_path: Path) -> None:
         fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
+        self.gateway = Gateway()
         self.leadership = Leadership(
             Leases(store), Fence(name), Identity(name, f"{name}:8443", f"http://{name}:8080"), lease_s=30
         )
@@ -41,7 +43,7 @@ class Plane:
             token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
             store=store,
             fleet=fleet,
-            reconciler=Reconciler(store, fleet),
+            reconciler=Reconciler(store, fleet, on_stopped=self.gateway.feed.set_stopped),
             blobs=BlobStore(tmp_path / name),
             on_keys_changed=lambda: asyncio.sleep(0),
             leadership=self.leadership,
@@ -152,12 +154,14 @@ async def test_stop_and_start_set_serving_and_the_gateway_refuses_posts_while_st
     cp1 = planes["cp1"]
     assert (await _local(cp1, "PUT", "/api/serving", {"stopped": True})) == {"stopped": True}
     assert (await _local(cp1, "GET", "/api/status"))["stopped"] is True
-    refusing = refuse_when_stopped(cp1.app, lambda: cp1.admin.reconciler.stopped)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=refusing), base_url="http://x") as client:
+    served = route_by_prefix(cp1.gateway.asgi_app(), cp1.app)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://x") as client:
         answer = await client.post("/v1/chat/completions", json={})
-    assert (answer.status_code, answer.json()["error"]["code"]) == (503, "system_stopped")
-    await _local(cp1, "PUT", "/api/serving", {"stopped": False})
-    assert (await _local(cp1, "GET", "/api/status"))["stopped"] is False
+        assert (answer.status_code, answer.json()["error"]["code"]) == (503, "system_stopped")
+        await _local(cp1, "PUT", "/api/serving", {"stopped": False})
+        assert (await _local(cp1, "GET", "/api/status"))["stopped"] is False
+        answer = await client.post("/v1/chat/completions", json={})
+        assert answer.json()["error"]["code"] == "invalid_api_key"  # served again: the key is checked
     assert [e["action"] for e in await _local(cp1, "GET", "/api/audit")] == ["serving.start", "serving.stop"]
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
 
+from llmgw.core.health import ComponentState
 from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+from llmgw.runtime.supervising import RestartSettings, Supervisor
+from llmgw.testing.clock import FakeClock
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 
 Start = Callable[[Standin], Awaitable[str]]
@@ -111,3 +115,102 @@ async def test_metrics_of_the_wrong_engine_count_as_unreadable(start: Start) -> 
         assert table.pick("m") is None
     finally:
         await reader.close()
+
+
+def metrics_app(body: bytes) -> web.Application:
+    """An engine whose /metrics answers ``body`` as it is."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+@pytest.fixture
+async def serve_metrics() -> AsyncIterator[Callable[[bytes], Awaitable[str]]]:
+    runners: list[web.AppRunner] = []
+
+    async def run(body: bytes) -> str:
+        runner = web.AppRunner(metrics_app(body))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    yield run
+    for runner in runners:
+        await runner.cleanup()
+
+
+VLLM_GAUGES = b"vllm:num_requests_running %s\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (VLLM_GAUGES % b"+Inf", "which is not a count"),
+        (VLLM_GAUGES % b"NaN", "num_requests_running"),
+        (b"\xff\xfe\x00binary\x80\x81", "not Prometheus text"),
+    ],
+)
+async def test_a_gauge_that_is_no_count_or_binary_metrics_make_only_that_replica_unreadable(
+    start: Start, serve_metrics: Callable[[bytes], Awaitable[str]], body: bytes, why: str
+) -> None:
+    table = ReplicaTable()
+    table.set_ready(ReplicaEndpoint("odd", "m", await serve_metrics(body), KEY, capacity=4, engine="vllm"))
+    table.set_ready(
+        ReplicaEndpoint("fine", "m", await start(standin("vllm")), KEY, capacity=4, engine="vllm")
+    )
+    reader = LoadReader(table)
+    try:
+        await reader.read_once()
+        assert why in reader.readings["odd"].error and reader.readings["odd"].load is None
+        assert reader.readings["fine"].load is not None
+        assert {table.pick("m").replica_id for _ in range(4)} == {"fine"}  # type: ignore[union-attr]
+    finally:
+        await reader.close()
+
+
+async def until(condition: Callable[[], bool], turns: int = 1000) -> None:
+    """Let the loop run until ``condition`` holds (a bounded number of turns, no wall-clock wait)."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition never held")
+
+
+class BrokenOnce(ReplicaTable):
+    """A table whose first listing fails: an error inside the reader itself, not one replica's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed = 0
+
+    def endpoints(self) -> list[ReplicaEndpoint]:
+        self.listed += 1
+        if self.listed == 1:
+            raise RuntimeError("table broken")
+        return super().endpoints()
+
+
+async def test_a_reader_that_fails_is_logged_shown_in_health_and_runs_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    table = BrokenOnce()
+    reader = LoadReader(table, clock=clock)
+    supervisor = Supervisor(clock, RestartSettings(backoff_s=1.0))
+    supervisor.add("load-reader", reader.run)
+    with caplog.at_level(logging.ERROR):
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(supervisor.run())
+            await until(lambda: supervisor.health()[0].state == ComponentState.RESTARTING)
+            assert supervisor.health()[0].last_error == "RuntimeError: table broken"
+            await clock.advance(1.0)
+            await until(lambda: table.listed == 2)
+            assert supervisor.health()[0].state == ComponentState.RUNNING
+            supervisor.shutdown()
+    assert any(r.exc_info and "load-reader" in r.getMessage() for r in caplog.records)

@@ -92,13 +92,27 @@ async def test_a_body_over_the_limit_is_refused_with_413(gateway: Gateway) -> No
 async def test_a_stopped_cluster_answers_every_post_with_503_system_stopped(
     gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
-    gateway.stopped = True
+    gateway.feed.replica_ready(engine.endpoint)
+    gateway.feed.set_stopped(True)
     with pytest.raises(openai.APIStatusError) as caught:
         await client.embeddings.create(model=MODEL, input="hi")
     assert caught.value.status_code == 503
     assert caught.value.code == "system_stopped"
+    assert "llmgw start" in caught.value.body["hint"]  # type: ignore[index]
     assert engine.requests == []
+
+
+async def test_a_stopped_cluster_refuses_a_post_to_any_v1_path_and_serves_again_when_started(
+    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+) -> None:
+    gateway.feed.replica_ready(engine.endpoint)
+    gateway.feed.set_stopped(True)
+    async with http.post("/v1/images/edits", json={}, headers=AUTH) as response:
+        error = (await response.json())["error"]
+        assert (response.status, error["code"], error["type"]) == (503, "system_stopped", "server_error")
+    gateway.feed.set_stopped(False)
+    async with http.post("/v1/embeddings", json={"model": MODEL, "input": "hi"}, headers=AUTH) as response:
+        assert response.status == 200
 
 
 async def test_an_unknown_route_is_404_and_a_wrong_method_405(http: aiohttp.ClientSession) -> None:

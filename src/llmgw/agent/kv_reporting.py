@@ -7,7 +7,10 @@ port, asking the engine's replay port for what a gap lost) and sends each net
 change as a :class:`~llmgw.core.kvblocks.KvBlocksUpdate`. A shard that restarts (a new port) or goes is reset;
 on every new stream (:meth:`KvReporter.resend`, from the session's ``on_stream``) each shard's whole mirror is
 sent again as a reset followed by its blocks, so the control plane never
-keeps a stale view.
+keeps a stale view. A follower that fails ends :meth:`KvReporter.run` with its
+error (the process supervisor logs it and runs the reporter again, which
+follows every shard anew, each from a reset): no shard is left unfollowed
+silently.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from llmgw.agent.kv_events import BlockChanges, KvEventsFollower
+from llmgw.agent.kv_events import BlockChanges, BlockMirror, KvEventsFollower
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.shards import ShardSpec
 from llmgw.engines.vllm import HASH_SEED
+from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,25 @@ MAX_PER_MESSAGE = 50_000
 
 Ports = tuple[int, int | None]
 """A followed shard's KV-events port and replay port."""
+
+
+class Follower(Protocol):
+    """One shard's KV-events follower (:class:`~llmgw.agent.kv_events.KvEventsFollower`)."""
+
+    @property
+    def mirror(self) -> BlockMirror: ...
+    async def run(self) -> None: ...
+
+
+class FollowerFactory(Protocol):
+    def __call__(
+        self,
+        endpoint: str,
+        on_changes: Callable[[BlockChanges], None],
+        *,
+        topic: str,
+        replay_endpoint: str | None,
+    ) -> Follower: ...
 
 
 class FollowedShard(Protocol):
@@ -60,15 +83,19 @@ class KvReporter:
         shards: Mapping[str, FollowedShard],
         send: Callable[[AgentMessage], None],
         host: str = "127.0.0.1",
+        follow: FollowerFactory = KvEventsFollower,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.shards = shards
         self.send = send
         self.host = host
-        self._followed: dict[str, tuple[Ports, KvEventsFollower, asyncio.Task[None], int]] = {}
+        self._follow = follow
+        self._clock = clock
+        self._followed: dict[str, tuple[Ports, Follower, asyncio.Task[None], int]] = {}
         self._models: dict[str, str] = {}
 
     @property
-    def followers(self) -> dict[str, KvEventsFollower]:
+    def followers(self) -> dict[str, Follower]:
         """The followed shards' followers, by replica (their gap counters among them)."""
         return {replica_id: followed[1] for replica_id, followed in self._followed.items()}
 
@@ -86,7 +113,16 @@ class KvReporter:
             first = False
 
     def sync(self) -> None:
-        """Follow new shards and new ports; stop following shards that went (their blocks reset)."""
+        """Follow new shards and new ports; stop following shards that went (their blocks reset).
+
+        A follower that failed raises its error here, its replica named in a note.
+        """
+        for replica_id, (_, _, task, _) in self._followed.items():
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                error = task.exception()
+                assert error is not None
+                error.add_note(f"while following the KV events of replica {replica_id}")
+                raise error
         wanted = {rid: s for rid, s in self.shards.items() if s.kv_events_port}
         for replica_id, (followed_ports, _, task, size) in list(self._followed.items()):
             shard = wanted.get(replica_id)
@@ -106,7 +142,7 @@ class KvReporter:
                 self._message(replica_id, changes, size)
 
             replay = f"tcp://{self.host}:{replay_port}" if replay_port else None
-            follower = KvEventsFollower(f"tcp://{self.host}:{port}", report, topic="", replay_endpoint=replay)
+            follower = self._follow(f"tcp://{self.host}:{port}", report, topic="", replay_endpoint=replay)
             task = asyncio.get_running_loop().create_task(follower.run(), name=f"kv-events-{replica_id}")
             self._followed[replica_id] = ((port, replay_port), follower, task, size)
             self._message(replica_id, BlockChanges(reset=True), size)
@@ -117,11 +153,12 @@ class KvReporter:
             self._message(replica_id, follower.mirror.full_copy(), size)
 
     async def run(self, period_s: float = 1.0) -> None:
-        """Keep following the shards (checked every ``period_s``) until cancelled."""
+        """Keep following the shards (checked every ``period_s``) until cancelled or a follower fails."""
         try:
             while True:
                 self.sync()
-                await asyncio.sleep(period_s)
+                await self._clock.sleep(period_s)
         finally:
-            for _, _, task, _ in self._followed.values():
+            followed, self._followed = self._followed, {}  # a run again follows every shard anew
+            for _, _, task, _ in followed.values():
                 task.cancel()

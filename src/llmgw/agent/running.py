@@ -1,4 +1,27 @@
-"""Wiring of one agent process: discovery, installer, supervisor, session."""
+"""Wiring of one agent process: its parts built once each in order, its long-lived work supervised.
+
+::
+
+    discovery -> links to the control planes -> installer -> shards (engines)
+              -> session -> KV reporter -> telemetry
+
+Every long-lived task is a component of one process supervisor
+(:mod:`llmgw.runtime.supervising`), restarted with backoff when it fails, its
+failure logged with the traceback and kept in the supervisor's health list:
+
+================  ========  ==============================================
+component         policy    what
+================  ========  ==============================================
+``session``       RESTART   the stream to the leading control plane
+``kv-events``     RESTART   vLLM shards' KV events up the stream
+``config-watch``  RESTART   agent.yaml edited: start again (when asked)
+``telemetry``     RESTART   the cards' telemetry (on a node with cards)
+================  ========  ==============================================
+
+A FATAL component's failure ends :func:`run_agent` with
+:class:`~llmgw.runtime.supervising.ComponentFailed`, which the CLI turns into
+exit code 1.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +30,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from llmgw.agent.config import AgentConfig, kept_settings, load_agent_config
@@ -23,15 +46,51 @@ from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
 from llmgw.protocol.channels import AgentChannel
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.runtime import supervising
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 3.0
 """How long to wait for one control plane's TLS channel before trying the next."""
 
+Fetch = Callable[[str, int], AsyncIterator[bytes]]
 
-async def run_agent(config: AgentConfig, stop: asyncio.Event, restarting: Restarting | None = None) -> None:
-    """Run until ``stop``; when ``restarting`` asks, start this same command again, engines serving."""
+
+class ControlPlaneLinks:
+    """The agent's TLS links: its stream to a control plane, and blob fetches from the one it reached last."""
+
+    def __init__(self, tls: TlsFiles, control_planes: list[str]) -> None:
+        self._tls = tls
+        self._control_planes = control_planes
+        self.current = ""
+        """The control plane the last stream was opened to ("" before any)."""
+
+    async def connect(self, target: str) -> AgentChannel:
+        channel = await GrpcConnector(target, self._tls).connect(timeout_s=CONNECT_TIMEOUT_S)
+        self.current = target
+        return channel
+
+    def fetcher(self) -> Fetch:
+        """Fetches blobs (weights, builds) from the control plane reached last, else the first configured."""
+        target = self.current or self._control_planes[0]
+        tls = self._tls
+
+        def fetch(sha256: str, offset: int) -> AsyncIterator[bytes]:
+            return GrpcConnector(target, tls).fetch(sha256, offset)
+
+        return fetch
+
+
+async def run_agent(
+    config: AgentConfig,
+    stop: asyncio.Event,
+    restarting: Restarting | None = None,
+    components: supervising.Supervisor | None = None,
+) -> None:
+    """Run until ``stop``; when ``restarting`` asks, start this same command again, engines serving.
+
+    ``components``: the process supervisor (its :meth:`health` is the agent's components' state).
+    """
     gpus = choose_source(config.nvidia_smi)
     inventory = await discover(config.node_id, config.address, gpus_from=gpus)
     log.info(
@@ -43,19 +102,10 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event, restarting: Restar
     )
     tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
     tls.read()
-    session_box: list[AgentSession] = []
-
-    def fetcher():  # type: ignore[no-untyped-def]
-        target = session_box[0].current or config.control_planes[0]
-
-        def fetch(sha256: str, offset: int) -> AsyncIterator[bytes]:
-            return GrpcConnector(target, tls).fetch(sha256, offset)
-
-        return fetch
-
-    installer = Installer(config, lambda: inventory, fetcher)
+    links = ControlPlaneLinks(tls, config.control_planes)
+    installer = Installer(config, lambda: inventory, links.fetcher)
     config.work_path.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor(
+    shards = Supervisor(
         config.work_path,
         config.shards,
         installer.prepare,
@@ -65,50 +115,59 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event, restarting: Restar
         gpus=gpus if inventory.gpus else None,
         engine_user=engine_user(config.run_as, config.work_path),
     )
-    supervisor.adopt()
-
-    async def connect(target: str) -> AgentChannel:
-        return await GrpcConnector(target, tls).connect(timeout_s=CONNECT_TIMEOUT_S)
-
+    shards.adopt()
     session = AgentSession(
         inventory,
-        supervisor,
+        shards,
         config.control_planes,
-        connect,
+        links.connect,
         engines=installer.installed_engines,
         on_settings=restarting.on_settings if restarting else None,
         on_restart=restarting.request if restarting else None,
     )
-    session_box.append(session)
-    kv_reporter = KvReporter(supervisor.shards, session.send)
-    session.on_stream = kv_reporter.resend
-    running = [
-        asyncio.create_task(session.run(), name="agent-session"),
-        asyncio.create_task(kv_reporter.run(), name="agent-kv-events"),
-    ]
+    kv_reporter = KvReporter(shards.shards, session.send)
+    session.on_each_stream(kv_reporter.resend)
+
+    components = components if components is not None else supervising.Supervisor()
+    components.add("session", session.run)
+    components.add("kv-events", kv_reporter.run)
     if restarting is not None:
-        running.append(asyncio.create_task(restarting.watch_file(), name="agent-config-watch"))
+        components.add("config-watch", restarting.watch_file)
     if inventory.gpus:
-        running.append(
-            asyncio.create_task(sample_cards(gpus, config, session, supervisor), name="agent-telemetry")
-        )
+        components.add("telemetry", lambda: sample_cards(gpus, config, session, shards))
     try:
-        await stop.wait()
+        await run_components(components, stop)
     finally:
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        failed = [h for h in components.health() if h.restarts]
+        if failed:
+            log.warning(
+                "components that failed while the agent ran: %s",
+                "; ".join(f"{h.name} ({h.restarts} restarts, last: {h.last_error})" for h in failed),
+            )
         if restarting is not None and restarting.reason:
             start_again(command_line())  # never returns: the engines stay, the next agent adopts them
-        await supervisor.stop_all()
+        await shards.stop_all()
+
+
+async def run_components(components: supervising.Supervisor, stop: asyncio.Event) -> None:
+    """Run the components until ``stop``; ComponentFailed as it is when a FATAL one fails."""
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            running = tasks.create_task(components.run(), name="components")
+            stopping = tasks.create_task(stop.wait(), name="stop")
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            components.shutdown()
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
 
 
 async def sample_cards(
-    gpus: GpuSource, config: AgentConfig, session: AgentSession, supervisor: Supervisor
+    gpus: GpuSource, config: AgentConfig, session: AgentSession, shards: Supervisor
 ) -> None:
     """Send the cards' telemetry to the control plane; nvidia-smi's full report every minute."""
     full = NvidiaSmi(config.nvidia_smi) if not isinstance(gpus, NvidiaSmi) else None
-    sampler = Sampler(gpus, lambda: descendants(os.getpid()) | supervisor.engine_pids(), full_report=full)
+    sampler = Sampler(gpus, lambda: descendants(os.getpid()) | shards.engine_pids(), full_report=full)
     await sampler.run(session.send)
 
 

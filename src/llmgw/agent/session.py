@@ -85,6 +85,10 @@ class AgentSession:
         self.on_stream: Callable[[], None] = lambda: None
         """Called on each new stream once registered (the KV reporter sends its full copies)."""
 
+    def on_each_stream(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` on each new stream once registered (the KV reporter sends its full copies)."""
+        self.on_stream = listener
+
     def send(self, message: AgentMessage) -> None:
         """Queue a message (telemetry) for the control plane; dropped while not connected."""
         if self.connected.is_set():
@@ -101,6 +105,11 @@ class AgentSession:
         return self.control_planes[turn % len(self.control_planes)]
 
     async def run(self) -> None:
+        """Stay connected until cancelled: a stream that ends (ChannelClosed) is opened again.
+
+        Any other error ends the run; the process supervisor logs it, shows it in the
+        agent's health and runs the session again after its backoff.
+        """
         turn = 0
         while True:
             target = self._target(turn)

@@ -68,6 +68,7 @@ class AdminApi:
         settings_push: SettingsPush | None = None,
         check_agent_settings: SettingsCheck = forbidden_only,
         components: Callable[[], Sequence[ComponentHealth]] = no_components,
+        vip: str = "",
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -81,6 +82,7 @@ class AdminApi:
             settings_push=settings_push,
             check_agent_settings=check_agent_settings,
             components=components,
+            vip=vip,
         )
 
     @property
@@ -91,10 +93,6 @@ class AdminApi:
     def vip(self) -> str:
         """The floating address kept on the leader (empty: none), shown by /api/status."""
         return self.state.vip
-
-    @vip.setter
-    def vip(self, address: str) -> None:
-        self.state.vip = address
 
     def app(self) -> FastAPI:
         app = FastAPI(

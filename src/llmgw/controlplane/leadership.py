@@ -104,10 +104,11 @@ class Leadership:
         self.holder = ""
         """The control plane leading as of the last round ("" when none)."""
         self.control_planes: list[ControlPlaneRecord] = []
+        """Every control plane announced, as of the last round (a change counts in :attr:`generation`)."""
         self._lapses_in = 0.0
         self._changed = asyncio.Event()
         self.generation = 0
-        """Grows by one at every change of state or leader."""
+        """Grows by one at every change of state, of leader or of the control planes there are."""
 
     @property
     def round_s(self) -> float:
@@ -180,6 +181,7 @@ class Leadership:
             known = {p.agent_address for p in self.control_planes}
             self.control_planes = planes
             if known and {p.agent_address for p in planes} != known:
+                self._notify()  # watchers (the leader's duties) tell the agents
                 self._on_planes()
             holder = lease.holder if lease.held else ""
             self._lapses_in = lease.expires_in_s if holder else 0.0
@@ -237,7 +239,10 @@ class Leadership:
         if self.state == LEADING and self._clock() >= self._deadline:
             self._set(PAUSED, "the lease was not renewed in time")
 
-    async def run(self) -> None:
+    async def run(self, me: Identity | None = None) -> None:
+        """Take part in leadership until cancelled; ``me``: where this process is reached, once it listens."""
+        if me is not None:
+            self.me = me
         while True:
             await self.round()
             await asyncio.sleep(self.next_round_in())

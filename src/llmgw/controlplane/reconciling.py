@@ -14,6 +14,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
@@ -45,6 +46,8 @@ class Reconciler:
         on_catalog: Callable[[list[ModelDefinition]], None] = lambda models: None,
         clock: Callable[[], float] = time.monotonic,
         may_act: Callable[[], bool] = lambda: True,
+        demand: ModelDemand | None = None,
+        on_stopped: Callable[[bool], None] = lambda stopped: None,
     ) -> None:
         self._store = store
         self._may_act = may_act
@@ -55,13 +58,24 @@ class Reconciler:
         self._in_flight = in_flight
         self._on_catalog = on_catalog
         self._clock = clock
-        self._wake = asyncio.Event()
-        self._last_used: dict[str, float] = {}
+        demand = demand if demand is not None else ModelDemand(clock)
+        self._wake = demand.woken
+        self._last_used = demand.last_used
+        self._on_stopped = on_stopped
+        self._stopped = False
         self.last_error = ""
         self.unplaced: dict[str, str] = {}
         """Models that could not be placed, with every node's reason."""
-        self.stopped = False
+
+    @property
+    def stopped(self) -> bool:
         """``serving.stopped`` as of the last pass: every model wants no replicas (``llmgw stop``)."""
+        return self._stopped
+
+    @stopped.setter
+    def stopped(self, stopped: bool) -> None:
+        self._stopped = stopped
+        self._on_stopped(stopped)  # the gateway refuses requests while stopped
 
     # signals from elsewhere --------------------------------------------------
     def wake(self) -> None:
@@ -89,10 +103,16 @@ class Reconciler:
         self.wake()
 
     # the loop -----------------------------------------------------------------
-    async def run(self) -> None:
+    async def run(self, may_act: Callable[[], bool] | None = None) -> None:
+        """Pass every ``interval_s`` (or when woken) while ``may_act`` says this process leads.
+
+        Only the store's errors are caught here; anything else ends the run, and the
+        process supervisor logs it and runs the reconciler again.
+        """
+        may_act = may_act or self._may_act
         while True:
             try:
-                if self._may_act():  # leads now (the loop is also stopped the moment the lease is lost)
+                if may_act():  # leads now (the loop is also stopped the moment the lease is lost)
                     await self.pass_once()
                 self.last_error = ""
             except LlmgwError as error:

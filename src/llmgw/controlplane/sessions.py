@@ -40,6 +40,7 @@ class NodeSessions:
         leadership: Leadership,
         settings: SettingsPush | None = None,
         gpu_metrics: GpuMetrics | None = None,
+        on_kv_blocks: Callable[[KvBlocksUpdate], None] = lambda update: None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -49,7 +50,7 @@ class NodeSessions:
         self._gpu_metrics = gpu_metrics or process_gpu_metrics()
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
-        self.on_kv_blocks: Callable[[KvBlocksUpdate], None] = lambda update: None
+        self.on_kv_blocks = on_kv_blocks
         """Given a node's KV-block changes for one of its own replicas, its model named (the router
         mirrors them)."""
 

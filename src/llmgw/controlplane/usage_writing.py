@@ -111,14 +111,19 @@ class UsageWriter:
             self._sums.setdefault(key, _Sum()).merge(taken)
 
     async def run(self) -> None:
-        """Write every ``interval_s`` until cancelled; then write what waits once more."""
+        """Write every ``interval_s`` until cancelled; then write what waits once more.
+
+        A failure other than the store's ends the run with the sums kept (the process
+        supervisor runs it again); only a stop writes the last sums.
+        """
         try:
             while True:
                 await asyncio.sleep(self.interval_s)
                 await self.flush()
-        finally:
+        except asyncio.CancelledError:
             if self._sums:
                 await asyncio.shield(self._final_flush())
+            raise
 
     async def _final_flush(self) -> None:
         try:

@@ -2,17 +2,19 @@
 
 ::
 
+    any POST under /v1 while stopped -> 503 system_stopped
     POST /v1/chat/completions | /v1/completions | /v1/embeddings
-        stopped? -> 503 system_stopped
         key (in memory) -> 401 invalid_api_key
         body: JSON object with "model" -> 400 / 413
         model in the catalog -> 404 model_not_found
         forwarding.forward(): replica (on demand, bounded wait -> 503), proxy, usage
     GET  /v1/models, /v1/models/{id}   the catalog, for any valid key
 
-Every answer carries ``x-request-id`` (the client's, or a new one), and every
-error is in OpenAI's shape. The app works mounted (``Mount("/v1", app)``, or at
-the root) and served directly, where it answers lifespan events too.
+The control plane changes what the gateway knows only through
+:attr:`Gateway.feed` (:class:`~llmgw.gateway.feeding.GatewayFeed`). Every
+answer carries ``x-request-id`` (the client's, or a new one), and every error
+is in OpenAI's shape. The app works mounted (``Mount("/v1", app)``, or at the
+root) and served directly, where it answers lifespan events too.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from llmgw.gateway import metrics
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.bodies import asking_for_usage, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
+from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
 from llmgw.gateway.keys import KeyEntry, KeyRing
+from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.settings import GatewaySettings
@@ -46,6 +50,7 @@ FORWARDED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embedding
 
 OnDemand = Callable[[str], None]
 OnUsage = Callable[[UsageRecord], None]
+OnUsed = Callable[[str], None]
 OnReplicaFailed = Callable[[str, str], None]
 
 
@@ -79,11 +84,12 @@ class Gateway:
     """The ``/v1`` data path: keys, catalog view and ready replicas, all in memory.
 
     The control plane keeps :attr:`keys`, :attr:`catalog` and :attr:`replicas`
-    current and sets the hooks; hooks are called on the event loop and must
-    not block (hand the work to a queue or a task):
+    current through :attr:`feed` and passes the hooks in; hooks are called on
+    the event loop and must not block (hand the work to a queue or a task):
 
     - ``on_demand(model)``: a request wants a model with no ready replica.
     - ``on_usage(record)``: a request a replica answered has ended.
+    - ``on_used(model)``: such a request kept a catalog model in use (an adapter's base model).
     - ``on_replica_failed(replica_id, reason)``: a replica could not be reached.
     """
 
@@ -96,6 +102,7 @@ class Gateway:
         catalog: GatewayCatalog | None = None,
         on_demand: OnDemand | None = None,
         on_usage: OnUsage | None = None,
+        on_used: OnUsed | None = None,
         on_replica_failed: OnReplicaFailed | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
@@ -104,14 +111,22 @@ class Gateway:
         self.catalog = catalog if catalog is not None else GatewayCatalog()
         self.on_demand: OnDemand = on_demand or _ignore
         self.on_usage: OnUsage = on_usage or _ignore
+        self.on_used: OnUsed = on_used or _ignore
         self.on_replica_failed: OnReplicaFailed = on_replica_failed or _ignore
-        self.stopped = False
-        """When True (``llmgw stop``) every POST answers 503 ``system_stopped``."""
         self.upstream = Upstream(self.settings)
         self.tokenizer = Tokenizer(self.upstream)
         """Prompt tokens from a replica's /tokenize, for KV-block routing."""
         self.adapters = Adapters(self.replicas, self.upstream)
         """LoRA adapters loaded at run time on their base model's replicas."""
+        self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters)
+        """The one way the control plane changes what the gateway knows."""
+        self.loads = LoadReader(self.replicas)
+        """Reads the ready replicas' load from their engines: the process runs :meth:`LoadReader.run`."""
+
+    @property
+    def stopped(self) -> bool:
+        """Whether ``llmgw stop`` holds: every POST answers 503 ``system_stopped``."""
+        return self.feed.stopped
 
     def asgi_app(self) -> ASGIApp:
         """The ASGI app serving ``/v1`` (the gateway itself is that app)."""
@@ -131,6 +146,7 @@ class Gateway:
 
     def report_usage(self, record: UsageRecord) -> None:
         try:
+            self.on_used(self.feed.served_model(record.model))
             self.on_usage(record)
         except Exception:
             log.exception("on_usage hook failed for %s", record)
@@ -200,16 +216,17 @@ class Gateway:
     ) -> None:
         path = _route_path(scope)
         method: str = scope["method"]
+        if method == "POST" and self.feed.stopped:
+            raise ApiError(
+                503,
+                "The system is stopped: no model is served.",
+                "system_stopped",
+                hint="an administrator starts it again with `llmgw start`",
+            )
         if path in FORWARDED:
             if method != "POST":
                 raise ApiError(
                     405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
-                )
-            if self.stopped:
-                raise ApiError(
-                    503,
-                    "The cluster is stopped by its operator; it answers again after `llmgw start`.",
-                    "system_stopped",
                 )
             exchange.key = self._authenticate(authorization)
             body = await read_body(receive, length, self.settings.max_body_bytes)

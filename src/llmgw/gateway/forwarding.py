@@ -25,7 +25,13 @@ from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
-from llmgw.gateway.responses import EVENT_STREAM, JSON, ApiError, normalise_engine_error, sse_error_event
+from llmgw.gateway.responses import (
+    EVENT_STREAM,
+    ApiError,
+    normalise_engine_error,
+    send_bytes,
+    sse_error_event,
+)
 from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
 
@@ -330,18 +336,7 @@ async def _relay_whole(
     exchange.status = status
     exchange.finished = True
     exchange.response_started = True
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", content_type.encode("latin-1")),
-                (b"content-length", str(len(body)).encode()),
-                (b"x-request-id", exchange.request_id),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_bytes(send, status, body, exchange.request_id, content_type.encode("latin-1"))
 
 
 async def _relay_error(gateway: Gateway, exchange: Exchange, send: Send, response: UpstreamResponse) -> None:
@@ -361,18 +356,7 @@ async def _relay_error(gateway: Gateway, exchange: Exchange, send: Send, respons
     exchange.status = status
     exchange.finished = True
     exchange.response_started = True
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", JSON),
-                (b"content-length", str(len(body)).encode()),
-                (b"x-request-id", exchange.request_id),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_bytes(send, status, body, exchange.request_id)
 
 
 async def _relay_stream(

@@ -5,8 +5,10 @@ router's table, by the names of the engine that serves it (vLLM, SGLang,
 TensorRT-LLM, llama.cpp: see ``llmgw.engines``), and hands the table the
 requests the engine reports running and waiting. A replica whose metrics
 cannot be read — unreachable, an error status, text without its engine's
-gauges — is marked unreadable and routed around until a later read succeeds:
-the router never routes to a replica blind.
+gauges, ``+Inf`` or NaN gauges, bytes that are not text, anything — is marked
+unreadable with the reason and routed around until a later read succeeds: the
+router never routes to a replica blind, and one replica's failure never stops
+the reader (which runs under the process supervisor, restarted if it fails).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from llmgw.engines.engine import EngineLoad, read_load
 from llmgw.engines.registry import engine_named
 from llmgw.errors import LlmgwError
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +52,12 @@ class LoadReading:
 class LoadReader:
     """Reads engines' metrics into a :class:`ReplicaTable`."""
 
-    def __init__(self, table: ReplicaTable, settings: LoadSettings | None = None) -> None:
+    def __init__(
+        self, table: ReplicaTable, settings: LoadSettings | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.table = table
         self.settings = settings or LoadSettings()
+        self._clock = clock
         self.readings: dict[str, LoadReading] = {}
         self._session: aiohttp.ClientSession | None = None
 
@@ -72,10 +78,15 @@ class LoadReader:
             load = await read_load(
                 engine, self._session, endpoint.base_url, endpoint.api_key, timeout=self.settings.timeout_s
             )
-        except LlmgwError as error:
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # whatever one replica answers, the others are still read
+            why = str(error) or type(error).__name__
+            if not isinstance(error, LlmgwError):
+                why = f"its metrics cannot be parsed ({type(error).__name__}: {error})"
             if reading.failures == 0:
-                log.warning("replica %s: routed around, load unreadable: %s", endpoint.replica_id, error)
-            reading.load, reading.error, reading.failures = None, str(error), reading.failures + 1
+                log.warning("replica %s: routed around, load unreadable: %s", endpoint.replica_id, why)
+            reading.load, reading.error, reading.failures = None, why, reading.failures + 1
             self.table.set_engine_load(endpoint.replica_id, None)
             return
         if reading.failures:
@@ -87,10 +98,10 @@ class LoadReader:
         """Read every ``interval_s`` until cancelled."""
         try:
             while True:
-                started = asyncio.get_running_loop().time()
+                started = self._clock.monotonic()
                 await self.read_once()
-                elapsed = asyncio.get_running_loop().time() - started
-                await asyncio.sleep(max(0.0, self.settings.interval_s - elapsed))
+                elapsed = self._clock.monotonic() - started
+                await self._clock.sleep(max(0.0, self.settings.interval_s - elapsed))
         finally:
             await self.close()
 

@@ -1,7 +1,8 @@
 """Answers in the shapes OpenAI clients expect, written straight to ASGI ``send``.
 
 Every error the gateway gives is ``{"error": {"message", "type", "param",
-"code"}}``; :class:`ApiError` carries one from where it is found to where it is
+"code"}}`` (plus ``hint``, what to do, where one is given); :func:`send_bytes`
+sends every whole answer; :class:`ApiError` carries one from where it is found to where it is
 sent, and :func:`normalise_engine_error` turns an engine's own error body
 (llama-server, vLLM, SGLang, TensorRT-LLM, FastAPI, plain text) into it.
 """
@@ -35,8 +36,12 @@ def error_type(status: int) -> str:
     return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
-def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> bytes:
-    error = {"message": message, "type": type_, "param": param, "code": code}
+def error_body(
+    message: str, type_: str, code: str | None = None, param: str | None = None, hint: str = ""
+) -> bytes:
+    error: dict[str, str | None] = {"message": message, "type": type_, "param": param, "code": code}
+    if hint:
+        error["hint"] = hint
     return json.dumps({"error": error}, separators=(",", ":")).encode()
 
 
@@ -50,10 +55,11 @@ class ApiError(LlmgwError):
         code: str | None = None,
         param: str | None = None,
         *,
+        hint: str = "",
         retry_after: int | None = None,
         headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, hint)
         self.status = status
         self.code = code
         self.param = param
@@ -61,7 +67,7 @@ class ApiError(LlmgwError):
         self.headers = headers
 
     def body(self) -> bytes:
-        return error_body(self.message, error_type(self.status), self.code, self.param)
+        return error_body(self.message, error_type(self.status), self.code, self.param, self.hint)
 
     def header_list(self) -> list[tuple[bytes, bytes]]:
         headers = list(self.headers)
@@ -78,7 +84,7 @@ async def send_bytes(
     content_type: bytes = JSON,
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    """Send a whole answer in one body message."""
+    """Send a whole answer in one body message: the one place a whole response is written."""
     out = [
         (b"content-type", content_type),
         (b"content-length", str(len(body)).encode()),

@@ -1,0 +1,223 @@
+"""The control plane's parts, built once each in dependency order, with every long-lived one supervised.
+
+::
+
+    store -> demand, usage -> gateway -> fleet -> reconciler -> leadership
+          -> agents' sessions -> leader duties -> admin API -> servers (HTTP, agents)
+
+Each part is handed what it needs when it is built: no part refers to one
+built after it, and none is changed after construction. The gateway is fed
+through its one inbound interface (``gateway.feed``). Every long-lived task
+runs in the process :class:`~llmgw.runtime.supervising.Supervisor`:
+
+=================  ========  =================================================
+component          policy    what
+=================  ========  =================================================
+``http``           FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
+``load-reader``    RESTART   engines' load into the router
+``usage-writer``   RESTART   usage sums into the store
+``leader-duties``  RESTART   starts/stops the reconciler as leadership changes
+``reconciler``     RESTART   leader only (started by ``leader-duties``)
+``leadership``     RESTART   added by :mod:`~llmgw.controlplane.running` once
+                             the HTTP port is known
+=================  ========  =================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
+from llmgw.controlplane.config import ServerConfig
+from llmgw.controlplane.demand import ModelDemand
+from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.httpserving import HttpServer, route_by_prefix
+from llmgw.controlplane.leaderduties import LeaderDuties
+from llmgw.controlplane.leadership import Identity, Leadership
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
+from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.errors import LlmgwError
+from llmgw.gateway.app import Gateway
+from llmgw.gateway.feeding import GatewayFeed
+from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+from llmgw.gateway.routing import Router
+from llmgw.gateway.settings import GatewaySettings
+from llmgw.mirror.blobs import BlobStore
+from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
+from llmgw.runtime.supervising import Policy, Supervisor
+from llmgw.store.database import Store
+from llmgw.store.leases import Fence, Leases
+from llmgw.store.usage import UsageLog
+
+log = logging.getLogger(__name__)
+
+
+def replica_ready_to(feed: GatewayFeed) -> Callable[[ReplicaState, str], None]:
+    """The fleet's ``on_ready``: a ready replica enters the gateway's table."""
+
+    def ready(replica: ReplicaState, base_url: str) -> None:
+        endpoint = ReplicaEndpoint(
+            replica_id=replica.replica_id,
+            model=replica.model,
+            base_url=base_url,
+            api_key=replica.api_key,
+            capacity=replica.capacity,
+            engine=replica.engine,
+        )
+        feed.replica_ready(endpoint, replica.adapter_paths)
+
+    return ready
+
+
+class KeyLoading:
+    """Reads the active API keys from the store into the gateway (at start, on leading, on a change)."""
+
+    def __init__(self, store: Store, feed: GatewayFeed) -> None:
+        self._store = store
+        self._feed = feed
+
+    async def reload(self) -> None:
+        keys = await self._store.keys.active()
+        self._feed.keys_replaced(
+            KeyEntry(key_id=k.id, name=k.name, secret_hash=k.secret_hash, owner=k.owner) for k in keys
+        )
+
+
+@dataclass(frozen=True)
+class ControlPlaneParts:
+    """What the running control plane holds on to after the build."""
+
+    store: Store
+    gateway: Gateway
+    reconciler: Reconciler
+    leadership: Leadership
+    sessions: NodeSessions
+    admin: AdminApi
+    agent_server: AgentServer
+    http: HttpServer
+
+
+def _log_unreachable(replica_id: str, reason: str) -> None:
+    log.warning("replica %s unreachable: %s", replica_id, reason)
+
+
+async def wire(
+    config: ServerConfig,
+    check_agent_settings: SettingsCheck,
+    supervisor: Supervisor,
+    closing: contextlib.AsyncExitStack,
+) -> ControlPlaneParts:
+    """Build every part in dependency order; ``closing`` closes them (in reverse) when the process ends."""
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    fence = Fence(config.name)
+    store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
+    store.fence = fence  # the store's documented way in: every write then checks the lease
+    closing.push_async_callback(store.close)
+    blobs = BlobStore(config.data_path / "mirror")
+    demand = ModelDemand()
+    usage = UsageWriter(UsageLog(store), store.now)
+
+    gateway = Gateway(
+        GatewaySettings(
+            request_wait_s=config.gateway.request_wait_s, upstream_timeout_s=config.gateway.upstream_timeout_s
+        ),
+        replicas=ReplicaTable(Router(config.routing)),
+        on_demand=demand.want,
+        on_used=demand.used,
+        on_usage=usage.add,
+        on_replica_failed=_log_unreachable,
+    )
+    closing.push_async_callback(gateway.close)
+    feed = gateway.feed
+
+    fleet = Fleet(on_ready=replica_ready_to(feed), on_gone=feed.replica_gone)
+    reconciler = Reconciler(
+        store,
+        fleet,
+        interval_s=config.reconcile.interval_s,
+        backoff_s=config.reconcile.restart_backoff_s,
+        backoff_max_s=config.reconcile.restart_backoff_max_s,
+        on_catalog=feed.catalog_replaced,
+        in_flight=feed.in_flight,
+        demand=demand,
+        on_stopped=feed.set_stopped,
+    )
+    keys = KeyLoading(store, feed)
+    try:
+        await keys.reload()
+    except LlmgwError as error:
+        log.warning("could not load the API keys yet: %s", error)
+    settings_push = SettingsPush(store, fleet)
+    closing.push_async_callback(settings_push.close)
+
+    async def before_leading() -> None:
+        """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves."""
+        await keys.reload()
+        await reconciler.load()
+
+    leadership = Leadership(
+        Leases(store),
+        fence,
+        Identity(config.name, "", ""),
+        lease_s=config.leadership.lease_s,
+        before_leading=before_leading,
+    )
+    closing.push_async_callback(leadership.resign)
+    sessions = NodeSessions(
+        store,
+        fleet,
+        reconciler,
+        leadership,
+        settings_push,
+        on_kv_blocks=feed.kv_blocks,
+    )
+    duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler"])
+    admin = AdminApi(
+        name=config.name,
+        token_sha256=config.admin_token_sha256,
+        store=store,
+        fleet=fleet,
+        reconciler=reconciler,
+        blobs=blobs,
+        on_keys_changed=keys.reload,
+        leadership=leadership,
+        settings_push=settings_push,
+        check_agent_settings=check_agent_settings,
+        components=supervisor.health,
+        vip=config.leadership.vip,
+    )
+
+    async def blob_chunks(sha256: str, offset: int) -> AsyncIterator[bytes]:
+        async for chunk in blobs.read_chunks(sha256, offset):
+            yield chunk
+
+    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
+    local = route_by_prefix(gateway.asgi_app(), admin.app())
+    answering = RelayAnswering(local, leadership)
+    relays = RelayClient(tls)
+    closing.push_async_callback(relays.close)
+    front = StandbyForwarding(local, leadership, relays.relay, config.gateway.request_wait_s)
+    agent_server = AgentServer(
+        sessions.serve,
+        blob_chunks,
+        tls,
+        config.agent_server.host,
+        config.agent_server.port,
+        relay=answering.answer,
+    )
+    closing.push_async_callback(agent_server.stop)
+    http = HttpServer(front, config.http.host, config.http.port)
+
+    supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
+    supervisor.add("load-reader", gateway.loads.run)
+    supervisor.add("usage-writer", usage.run)
+    supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
+    supervisor.add("leader-duties", duties.follow)
+    return ControlPlaneParts(store, gateway, reconciler, leadership, sessions, admin, agent_server, http)

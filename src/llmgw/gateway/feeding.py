@@ -1,0 +1,89 @@
+"""The one way in: what the control plane tells the gateway, and the little it asks back.
+
+The gateway serves from memory that the control plane keeps current; every
+change comes through :class:`GatewayFeed` (``gateway.feed``), so nothing
+outside ``llmgw.gateway`` reaches into the replica table, the router's KV
+index, the adapters or the key ring:
+
+- a replica ready (with the adapter files its node holds) or gone;
+- the catalog replaced (models and their adapters);
+- the API keys replaced;
+- a replica's KV-block changes (:class:`~llmgw.core.kvblocks.KvBlocksUpdate`);
+- serving stopped or started (``llmgw stop`` / ``llmgw start``).
+
+Every method runs on the event loop and returns at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from llmgw.core.catalog import ModelDefinition
+from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.gateway.adapters import Adapters, adapter_entries
+from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
+from llmgw.gateway.keys import KeyEntry, KeyRing
+from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+
+
+class GatewayFeed:
+    """Changes to the gateway's keys, catalog, replicas, KV index and stopped flag."""
+
+    def __init__(
+        self, keys: KeyRing, catalog: GatewayCatalog, replicas: ReplicaTable, adapters: Adapters
+    ) -> None:
+        self._keys = keys
+        self._catalog = catalog
+        self._replicas = replicas
+        self._adapters = adapters
+        self.stopped = False
+        """When True (``llmgw stop``) every POST under ``/v1`` answers 503 ``system_stopped``."""
+
+    # -- changes -----------------------------------------------------------------------------------
+
+    def replica_ready(
+        self, endpoint: ReplicaEndpoint, adapter_paths: Mapping[str, str] | None = None
+    ) -> None:
+        """``endpoint`` serves (or serves again); ``adapter_paths``: adapter name -> file on its node."""
+        self._adapters.set_paths(endpoint.replica_id, dict(adapter_paths or {}))
+        self._replicas.set_ready(endpoint)
+
+    def replica_gone(self, replica_id: str) -> None:
+        """The replica left: no new request goes to it; requests on it finish there."""
+        self._replicas.remove(replica_id)
+        self._adapters.forget(replica_id)
+
+    def catalog_replaced(self, models: Iterable[ModelDefinition]) -> None:
+        """The catalog as it is now: ``/v1/models`` and the adapters requests may name."""
+        models = list(models)
+        self._catalog.replace(catalog_entries(models))
+        self._adapters.replace(adapter_entries(models))
+
+    def keys_replaced(self, keys: Iterable[KeyEntry]) -> None:
+        """The API keys that are valid now (every other key is refused from the next request)."""
+        self._keys.replace(keys)
+
+    def kv_blocks(self, update: KvBlocksUpdate) -> None:
+        """A replica's engine stored or freed KV blocks: the router mirrors them."""
+        router = self._replicas.router
+        router.set_block_hashing(update.model, update.hash_seed, update.block_size or 16)
+        if update.reset:
+            router.kv.clear(update.replica_id)
+        router.kv.stored(update.replica_id, update.stored)
+        router.kv.removed(update.replica_id, update.removed)
+
+    def set_stopped(self, stopped: bool) -> None:
+        """``llmgw stop`` (True) or ``llmgw start`` (False)."""
+        self.stopped = stopped
+
+    # -- questions from the control plane ----------------------------------------------------------
+
+    def in_flight(self, model: str) -> int:
+        """Requests this gateway has on ``model``'s ready replicas now."""
+        replicas = self._replicas
+        return sum(replicas.in_flight(endpoint.replica_id) for endpoint in replicas.ready(model))
+
+    def served_model(self, name: str) -> str:
+        """The catalog model a request for ``name`` keeps in use: an adapter's base model, else ``name``."""
+        adapter = self._adapters.get(name)
+        return adapter.model if adapter is not None else name
