@@ -22,7 +22,7 @@ from llmgw.controlplane.httpserving import route_by_prefix
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding, call_app
-from llmgw.core.relays import RelayChunk, RelayRequest
+from llmgw.core.relays import RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.app import Gateway
 from llmgw.mirror.blobs import BlobStore
@@ -67,7 +67,7 @@ def standby_client(planes: dict[str, Plane], calls: list[str], wait_s: float = 5
     async def relay(address: str, request: RelayRequest, connect_s: float) -> AsyncIterator[RelayChunk]:
         calls.append(address)
         plane = planes[address.split(":")[0]]
-        async for chunk in plane.answering.answer("cp2", request):
+        async for chunk in plane.answering.answer(RelayPeer("cp2", control_plane=True), request):
             yield chunk
 
     front = StandbyForwarding(planes["cp2"].app, planes["cp2"].leadership, relay, wait_s)
@@ -94,13 +94,21 @@ async def test_the_leader_refuses_a_certificate_naming_no_listed_control_plane(
 ) -> None:
     request = RelayRequest(method="GET", path="/api/status")
     with pytest.raises(Unauthorized, match="names no control plane"):
-        await anext(planes["cp1"].answering.answer("node1", request))
+        await anext(planes["cp1"].answering.answer(RelayPeer("node1", control_plane=True), request))
+
+
+async def test_the_leader_refuses_a_node_certificate_even_under_a_control_planes_name(
+    planes: dict[str, Plane],
+) -> None:
+    request = RelayRequest(method="GET", path="/api/status")
+    with pytest.raises(Unauthorized, match="'cp2' is a node's"):
+        await anext(planes["cp1"].answering.answer(RelayPeer("cp2", control_plane=False), request))
 
 
 async def test_a_standby_refuses_to_answer_a_relay(planes: dict[str, Plane]) -> None:
     request = RelayRequest(method="GET", path="/api/status")
     with pytest.raises(NotLeader):
-        await anext(planes["cp2"].answering.answer("cp1", request))
+        await anext(planes["cp2"].answering.answer(RelayPeer("cp1", control_plane=True), request))
 
 
 async def test_a_standby_holds_a_request_while_no_one_leads_and_serves_it_once_it_leads(

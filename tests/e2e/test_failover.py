@@ -25,6 +25,7 @@ import pytest
 from llmgw.cli.up import DEFAULT_MODEL
 from llmgw.core.relays import RelayChunk, RelayRequest
 from llmgw.errors import Unauthorized
+from llmgw.pki.authority import Authority
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.postgres import PostgresServer, StoreCut
@@ -114,17 +115,29 @@ def test_a_stream_through_a_standby_arrives_in_chunks(ha: Cluster) -> None:
     assert len(pieces) > 1
 
 
-def test_the_leader_refuses_a_relay_from_a_certificate_naming_no_control_plane(ha: Cluster) -> None:
-    node = ha.home / "nodes" / "node1"
-    tls = TlsFiles(node / "ca.crt", node / "node.crt", node / "node.key")
+def relay_with(ha: Cluster, directory: Path, stem: str) -> list[RelayChunk]:
+    tls = TlsFiles(directory / "ca.crt", directory / f"{stem}.crt", directory / f"{stem}.key")
     request = RelayRequest(method="GET", path="/api/status")
 
     async def relay() -> list[RelayChunk]:
         address = f"127.0.0.1:{ha.planes['cp1'].agent_server.port}"
         return [chunk async for chunk in GrpcConnector(address, tls).relay(request)]
 
-    with pytest.raises(Unauthorized, match="names no control plane the store lists"):
-        asyncio.run(relay())
+    return asyncio.run(relay())
+
+
+def test_the_leader_refuses_a_relay_from_a_node_certificate(ha: Cluster) -> None:
+    with pytest.raises(Unauthorized, match="'node1' is a node's"):
+        relay_with(ha, ha.home / "nodes" / "node1", "node")
+
+
+def test_a_node_certificate_under_a_control_planes_name_cannot_relay(ha: Cluster, tmp_path: Path) -> None:
+    """Even one issued by the cluster's CA (as an older node-cert would) passes for no control plane."""
+    authority = Authority.load(ha.home)
+    authority.issue("cp2", sans=["cp2"], usage="client", directory=tmp_path, stem="node")
+    (tmp_path / "ca.crt").write_bytes((ha.home / "ca.crt").read_bytes())
+    with pytest.raises(Unauthorized, match="'cp2' is a node's"):
+        relay_with(ha, tmp_path, "node")
 
 
 def test_a_store_outage_hangs_no_request_and_the_leader_keeps_leading(ha: Cluster) -> None:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from llmgw.controlplane.leadership import Leadership
-from llmgw.core.relays import Headers, RelayChunk, RelayRequest
+from llmgw.core.relays import Headers, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -55,12 +55,15 @@ class RelayAnswering:
         self._app = app
         self._leadership = leadership
 
-    async def answer(self, peer: str, request: RelayRequest) -> AsyncIterator[RelayChunk]:
+    async def answer(self, peer: RelayPeer, request: RelayRequest) -> AsyncIterator[RelayChunk]:
         listed = {plane.name for plane in self._leadership.control_planes}
-        if peer not in listed:
-            log.warning("refused a relayed %s %s from certificate %r", request.method, request.path, peer)
+        if not peer.control_plane or peer.name not in listed:
+            log.warning(
+                "refused a relayed %s %s from certificate %r", request.method, request.path, peer.name
+            )
+            kind = "names no control plane the store lists" if peer.control_plane else "is a node's"
             raise Unauthorized(
-                f"the certificate {peer!r} names no control plane the store lists",
+                f"the certificate {peer.name!r} {kind}",
                 "only control planes relay; add one with 'llmgw server add'",
             )
         if not self._leadership.serving:

@@ -121,6 +121,8 @@ async def wire(
     store.fence = fence  # the store's documented way in: every write then checks the lease
     closing.push_async_callback(store.close)
     blobs = BlobStore(config.data_path / "mirror")
+    if removed := blobs.remove_leftovers():
+        log.info("removed %d files that interrupted mirror imports left", removed)
     demand = ModelDemand()
     usage = UsageWriter(UsageLog(store), store.now)
 

@@ -11,6 +11,15 @@ Headers = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
+class RelayPeer:
+    """Who relays: its certificate's common name, and whether that certificate was issued for server
+    use, as only control planes' are (a node's certificate is for client use alone)."""
+
+    name: str
+    control_plane: bool
+
+
+@dataclass(frozen=True)
 class RelayRequest:
     method: str
     path: str

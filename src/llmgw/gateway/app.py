@@ -267,7 +267,7 @@ class Gateway:
             raise ApiError(
                 401,
                 "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'; "
-                "an administrator issues keys with `llmgw key create`.",
+                "an administrator issues keys with `llmgw ctl key create NAME`.",
                 "invalid_api_key",
             )
         scheme, _, secret = authorization.partition(b" ")

@@ -16,8 +16,9 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from llmgw.core.relays import RelayChunk, RelayRequest
+from llmgw.core.relays import RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, ConfigError, NotFound, NotLeader, Unauthorized
+from llmgw.pki.authority import serves
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol import agent_pb2_grpc as pb_grpc
 from llmgw.protocol.channels import ControlChannel
@@ -76,13 +77,19 @@ class TlsFiles:
 
 SessionHandler = Callable[[ControlChannel], Awaitable[None]]
 BlobProvider = Callable[[str, int], AsyncIterator[bytes]]
-RelayHandler = Callable[[str, RelayRequest], AsyncIterator[RelayChunk]]
-"""Answers a relayed HTTP request, given the caller certificate's common name."""
+RelayHandler = Callable[[RelayPeer, RelayRequest], AsyncIterator[RelayChunk]]
+"""Answers a relayed HTTP request, given who sent it (by its certificate)."""
 
 
 def _common_name(context: aio.ServicerContext) -> str:  # type: ignore[type-arg,unused-ignore]
     names = context.auth_context().get("x509_common_name") or [b"?"]
     return str(names[0].decode())
+
+
+def _relay_peer(context: aio.ServicerContext) -> RelayPeer:  # type: ignore[type-arg,unused-ignore]
+    """The caller by its certificate: a control plane's is issued for server use, a node's is not."""
+    pem = (context.auth_context().get("x509_pem_cert") or [b""])[0]
+    return RelayPeer(_common_name(context), serves(pem))
 
 
 class _ServerChannel:
@@ -140,7 +147,7 @@ class _Servicer(pb_grpc.AgentServiceServicer):
             return
         first = True
         try:
-            async for chunk in relay(_common_name(context), decode_relay_request(request)):
+            async for chunk in relay(_relay_peer(context), decode_relay_request(request)):
                 first = False
                 yield encode_relay_chunk(chunk)
         except Unauthorized as error:

@@ -24,6 +24,7 @@ WHY = {
     404: "The thing named does not exist.",
     409: "The thing already exists.",
     503: "Not available now (the store is out of reach, or this control plane does not lead).",
+    507: "The disk the mirror writes to is full: nothing of the upload was kept.",
 }
 
 

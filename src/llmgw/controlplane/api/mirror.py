@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from fastapi import APIRouter, Request
 
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import BlobImported, BlobView
 from llmgw.controlplane.api.state import AUTH, State
-from llmgw.errors import ValidationFailed
 
 router = APIRouter(prefix="/api", tags=["mirror"], dependencies=AUTH, responses=declared(401, 503))
 
@@ -38,21 +34,13 @@ async def list_blobs(state: State) -> list[BlobView]:
     "/mirror/blobs",
     status_code=201,
     response_model=BlobImported,
-    responses=declared(400),
+    responses=declared(400, 507),
     openapi_extra=BINARY_BODY,
 )
 async def upload_blob(request: Request, state: State, filename: str = "model.gguf") -> BlobImported:
-    """Import the body's bytes as weights; the answer's sha256 is what a model definition names."""
-    state.blobs.root.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=state.blobs.root, prefix=".upload-", delete=True) as handle:
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BLOB_BYTES:
-                raise ValidationFailed([("body", "larger than 256 GiB")], "split the upload")
-            handle.write(chunk)
-        handle.flush()
-        info = await state.blobs.import_file(Path(handle.name))
+    """Import the body's bytes as weights, stored as they arrive (507 when the mirror's disk is full);
+    the answer's sha256 is what a model definition names."""
+    info = await state.blobs.import_stream(request.stream(), filename, max_bytes=MAX_BLOB_BYTES)
     await state.store.blobs.add(info.sha256, info.size, filename, "weights")
     await state.store.audit.record("admin", "mirror.import", info.sha256, {"filename": filename})
     return BlobImported(sha256=info.sha256, size=info.size, filename=filename)
