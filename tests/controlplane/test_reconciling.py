@@ -19,17 +19,10 @@ from llmgw.protocol.channels import memory_pair
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
 from llmgw.store.replicas import ReplicaRecord
+from llmgw.testing.clock import FakeClock
 
 SHA = "a" * 64
 OTHER_SHA = "b" * 64
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -235,7 +228,7 @@ async def test_failed_replica_is_started_again_only_after_its_backoff(harness: H
     await harness.reconciler.pass_once()
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(receive(agent, "start"), 0.3)
-    harness.clock.now += 6
+    await harness.clock.advance(6)
     await harness.reconciler.pass_once()
     assert (await receive(agent, "start")).start.replica_id == start.replica_id
 
@@ -257,7 +250,7 @@ async def test_on_demand_model_starts_when_asked_and_stops_when_idle(harness: Ha
     harness.reconciler.demand("lazy")
     await harness.reconciler.pass_once()
     start = (await receive(agent, "start")).start
-    harness.clock.now += 61
+    await harness.clock.advance(61)
     await harness.reconciler.pass_once()
     assert (await receive(agent, "stop")).stop.replica_id == start.replica_id
     assert await harness.store.replicas.list() == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from datetime import UTC, datetime
 
 
 class FakeClock:
@@ -21,6 +22,10 @@ class FakeClock:
 
     def time(self) -> float:
         return self._monotonic + self._offset
+
+    def utcnow(self) -> datetime:
+        """The wall time as an aware UTC datetime: what a store that stamps records on this clock writes."""
+        return datetime.fromtimestamp(self.time(), UTC)
 
     def __call__(self) -> float:
         """The monotonic time: a FakeClock also serves where a ``Callable[[], float]`` is taken."""
