@@ -20,6 +20,7 @@ from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
 from llmgw.store.replicas import ReplicaRecord
 from llmgw.testing.clock import FakeClock
+from llmgw.testing.eventually import eventually
 
 SHA = "a" * 64
 OTHER_SHA = "b" * 64
@@ -175,9 +176,7 @@ async def test_node_that_leaves_takes_its_replicas_out_of_the_table_after_its_gr
     await asyncio.wait_for(harness.tasks[0], 5)
     assert harness.fleet.replicas[start.replica_id].state == "absent"
     assert harness.ready == {start.replica_id: "http://127.0.0.1:21001"}  # engines outlive their agent
-    async with asyncio.timeout(5):
-        while harness.ready:
-            await asyncio.sleep(0.01)
+    await eventually(lambda: not harness.ready, message="the replica leaves the router's table")
 
 
 async def test_reconnected_node_without_the_shard_is_told_to_start_it_again(harness: Harness) -> None:
