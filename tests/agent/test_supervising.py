@@ -121,7 +121,8 @@ async def running(tmp_path: Path, launcher: FakeLauncher) -> AsyncIterator[Runni
 
 
 def start(running: Running) -> None:
-    running.supervisor.start(pb.StartShard(replica_id="r1", model="m", engine="llama.cpp", api_key="sk-replica"))
+    spec = pb.StartShard(replica_id="r1", model="m", engine="llama.cpp", api_key="sk-replica")
+    running.supervisor.start(spec)
 
 
 async def test_the_engine_is_spawned_with_its_command_line_and_output(running: Running) -> None:
