@@ -13,6 +13,7 @@ import zmq.asyncio
 
 from llmgw.agent.kv_events import END_SEQ, BlockChanges, BlockMirror, KvEventsFollower, decode_batch
 from llmgw.core.kvblocks import block_key
+from llmgw.testing.eventually import eventually
 from llmgw.testing.kv_events_publisher import KvEventsPublisher
 
 DIGEST = bytes(range(32))
@@ -130,10 +131,12 @@ class Engine:
 
     async def joined(self) -> None:
         """Publish until the follower has seen something (a PUB drops what precedes the connection)."""
-        async with asyncio.timeout(10):
-            while self.follower.sequence < 0:
-                self.store()
-                await asyncio.sleep(0.02)
+
+        def seen() -> bool:
+            self.store()
+            return self.follower.sequence >= 0
+
+        await eventually(seen, timeout_s=10, interval_s=0.02, message="the follower sees a published block")
 
     async def applied(self) -> None:
         """Until the follower has handled everything published (each batch here changes something)."""
@@ -300,10 +303,12 @@ async def test_following_a_real_publisher() -> None:
     task = asyncio.create_task(follower.run())
     try:
         # A PUB socket drops what it sends before the connection is up: send until one is seen.
-        async with asyncio.timeout(10):
-            while got.empty():
-                publisher.stored([DIGEST], None, [1] * 16)
-                await asyncio.sleep(0.02)
+
+        def seen() -> bool:
+            publisher.stored([DIGEST], None, [1] * 16)
+            return not got.empty()
+
+        await eventually(seen, timeout_s=10, interval_s=0.02, message="the follower sees a published block")
         first = await got.get()
         assert block_key(DIGEST) in first.stored
         publisher.removed([DIGEST])

@@ -10,6 +10,7 @@ from llmgw.agent.kv_reporting import KvReporter
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.kvblocks import KvBlocksUpdate, block_key
 from llmgw.core.shards import ShardSpec
+from llmgw.testing.eventually import eventually
 from llmgw.testing.kv_events_publisher import KvEventsPublisher
 
 
@@ -51,10 +52,13 @@ async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None
             and first.hash_seed == "0"
         )
         digest = bytes(range(32))
-        async with asyncio.timeout(10):
-            while sent.empty():  # until the subscription has reached the publisher
-                publisher.stored([digest], None, [1] * 32)
-                await asyncio.sleep(0.02)
+
+        def reported() -> bool:
+            publisher.stored([digest], None, [1] * 32)
+            return not sent.empty()
+
+        # until the subscription has reached the publisher
+        await eventually(reported, timeout_s=10, interval_s=0.02, message="a stored block is reported")
         change = await sent.get()
         assert list(change.stored) == [block_key(digest)] and not change.reset
         # What went before the engine's connection was up came by replay, not by a reset.

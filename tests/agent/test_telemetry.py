@@ -11,6 +11,7 @@ from llmgw.agent.nvml import open_nvml
 from llmgw.agent.telemetry import Sampler, card_of_pci, descendants, parse_parent_pid, parse_xid_lines
 from llmgw.core.telemetry import Telemetry
 from llmgw.observability.gpu_metrics import GpuMetrics
+from llmgw.testing.clock import FakeClock
 from llmgw.testing.fake_nvidia_smi import (
     A100_80G_MIG,
     H100_80G,
@@ -31,14 +32,6 @@ XID_LOG = (
 )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class KernelLog:
     def __init__(self, text: str = "") -> None:
         self.text = text
@@ -50,13 +43,13 @@ class KernelLog:
 def sampler(system: FakeSystem, own: set[int] | None = None, log: KernelLog | None = None) -> Sampler:
     nvml = open_nvml(FakeNvml(system))
     assert nvml is not None
-    clock = Clock()
+    clock = FakeClock()
     made = Sampler(
         nvml,
         lambda: own or set(),
         kernel_log=log or KernelLog(),
         clock=clock,
-        wall_clock=lambda: 1700000000.0,
+        wall_clock=clock.time,
     )
     made.clock = clock
     return made
@@ -113,7 +106,7 @@ async def test_a_foreign_process_that_lets_go_leaves_the_next_sample() -> None:
     library = FakeNvml(FakeSystem((FakeCard("NVIDIA H100 80GB HBM3", 81559, processes=stranger),)))
     nvml = open_nvml(library)
     assert nvml is not None
-    made = Sampler(nvml, kernel_log=KernelLog(), clock=Clock())
+    made = Sampler(nvml, kernel_log=KernelLog(), clock=FakeClock())
 
     held = await made.sample()
     library.cards = FakeSystem((FakeCard("NVIDIA H100 80GB HBM3", 81559),)).numbered()
@@ -129,12 +122,12 @@ async def test_every_minute_the_sample_is_full_with_nvlink_and_new_xids() -> Non
     log = KernelLog(XID_LOG)
     made = sampler(FakeSystem((card, H100_80G)), log=log)
     clock = made.clock
-    assert isinstance(clock, Clock)
+    assert isinstance(clock, FakeClock)
 
     first = await made.sample()
-    clock.now = 30.0
+    await clock.advance(30.0)
     between = await made.sample()
-    clock.now = 61.0
+    await clock.advance(31.0)
     log.text += (
         "[ 7000.5] NVRM: Xid (PCI:0000:07:00): 31, pid=1, name=x, Ch 00000010, intr 10000000. MMU Fault\n"
     )

@@ -11,19 +11,7 @@ from llmgw.controlplane.leadership import LEADING, PAUSED, STANDBY, Identity, Le
 from llmgw.errors import NotLeader, StoreUnavailable
 from llmgw.store import Fence, Leases, LeaseState, Store
 from llmgw.store.leases import ControlPlaneRecord
-
-
-class Time:
-    """One fake time for both the database's clock (as skew) and the processes' monotonic clocks."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def skew(self) -> float:
-        return self.now - 1000.0
+from llmgw.testing.clock import FakeClock
 
 
 class Outage:
@@ -63,8 +51,9 @@ class Outage:
 
 
 @pytest.fixture
-def time_() -> Time:
-    return Time()
+def time_() -> FakeClock:
+    """One fake time for the processes' monotonic clocks and, as how far it moved, the database's."""
+    return FakeClock()
 
 
 @pytest.fixture
@@ -76,10 +65,10 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
         await store.close()
 
 
-def control_plane(store: Store, time_: Time, name: str, leases: object | None = None) -> Leadership:
+def control_plane(store: Store, time_: FakeClock, name: str, leases: object | None = None) -> Leadership:
     changes: list[str] = []
     leadership = Leadership(
-        leases or Leases(store, time_.skew),  # type: ignore[arg-type]
+        leases or Leases(store, time_.elapsed),  # type: ignore[arg-type]
         Fence(name),
         Identity(name, f"{name}:8443", f"http://{name}:8080"),
         lease_s=10,
@@ -90,7 +79,7 @@ def control_plane(store: Store, time_: Time, name: str, leases: object | None = 
     return leadership
 
 
-async def test_the_first_control_plane_leads_and_the_second_stands_by(store: Store, time_: Time) -> None:
+async def test_the_first_control_plane_leads_and_the_second_stands_by(store: Store, time_: FakeClock) -> None:
     cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
     await cp1.round()
     await cp2.round()
@@ -99,34 +88,36 @@ async def test_the_first_control_plane_leads_and_the_second_stands_by(store: Sto
     assert [p.name for p in cp2.control_planes] == ["cp1", "cp2"]
 
 
-async def test_a_renewing_leader_keeps_the_lease_through_many_rounds(store: Store, time_: Time) -> None:
+async def test_a_renewing_leader_keeps_the_lease_through_many_rounds(store: Store, time_: FakeClock) -> None:
     cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
     for _ in range(20):
         await cp1.round()
         await cp2.round()
-        time_.now += cp1.round_s
+        await time_.advance(cp1.round_s)
         cp1.expire()
     assert (cp1.state, cp2.state, cp1.epoch) == (LEADING, STANDBY, 1)
     assert cp1.changes == [LEADING]  # type: ignore[attr-defined]
 
 
-async def test_a_standby_leads_once_a_silent_leader_s_lease_lapses(store: Store, time_: Time) -> None:
+async def test_a_standby_leads_once_a_silent_leader_s_lease_lapses(store: Store, time_: FakeClock) -> None:
     cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
     await cp1.round()
-    time_.now += 9.9
+    await time_.advance(9.9)
     await cp2.round()
     assert cp2.state == STANDBY
-    time_.now += 0.2
+    await time_.advance(0.2)
     await cp2.round()
     assert (cp2.state, cp2.epoch) == (LEADING, 2)
 
 
-async def test_a_deposed_leader_stands_down_and_its_writes_are_refused(store: Store, time_: Time) -> None:
+async def test_a_deposed_leader_stands_down_and_its_writes_are_refused(
+    store: Store, time_: FakeClock
+) -> None:
     cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
     await cp1.round()
     fence = cp1._fence
     store.fence = fence
-    time_.now += 11  # cp1 slept through its lease
+    await time_.advance(11)  # cp1 slept through its lease
     await cp2.round()
     with pytest.raises(NotLeader):
         await store.audit.record("cp1", "model.add", "m")  # still believes it leads: refused by the store
@@ -136,14 +127,14 @@ async def test_a_deposed_leader_stands_down_and_its_writes_are_refused(store: St
 
 
 async def test_the_leader_pauses_when_the_store_is_away_for_a_lease_and_leads_again_after(
-    store: Store, time_: Time
+    store: Store, time_: FakeClock
 ) -> None:
-    outage = Outage(Leases(store, time_.skew))
+    outage = Outage(Leases(store, time_.elapsed))
     cp1 = control_plane(store, time_, "cp1", outage)
     await cp1.round()
     outage.out = True
     for _ in range(9):  # 30 s without the store
-        time_.now += cp1.round_s
+        await time_.advance(cp1.round_s)
         await cp1.round()
     assert cp1.state == PAUSED and not cp1.leading
     outage.out = False
@@ -152,28 +143,28 @@ async def test_the_leader_pauses_when_the_store_is_away_for_a_lease_and_leads_ag
 
 
 async def test_a_standby_leaves_the_lease_alone_for_one_round_after_the_store_returns(
-    store: Store, time_: Time
+    store: Store, time_: FakeClock
 ) -> None:
-    leader_view, standby_view = Outage(Leases(store, time_.skew)), Outage(Leases(store, time_.skew))
+    leader_view, standby_view = Outage(Leases(store, time_.elapsed)), Outage(Leases(store, time_.elapsed))
     cp1 = control_plane(store, time_, "cp1", leader_view)
     cp2 = control_plane(store, time_, "cp2", standby_view)
     await cp1.round()
     await cp2.round()
     leader_view.out = standby_view.out = True
     for _ in range(9):  # 30 s: the lease lapsed for everyone
-        time_.now += cp1.round_s
+        await time_.advance(cp1.round_s)
         await cp1.round()
         await cp2.round()
     leader_view.out = standby_view.out = False
     await cp2.round()  # the standby happens to ask first
     await cp1.round()
     assert (cp1.state, cp2.state, cp1.epoch) == (LEADING, STANDBY, 1)
-    time_.now += cp1.round_s
+    await time_.advance(cp1.round_s)
     await cp2.round()
     assert cp2.state == STANDBY
 
 
-async def test_resigning_frees_the_lease_at_once(store: Store, time_: Time) -> None:
+async def test_resigning_frees_the_lease_at_once(store: Store, time_: FakeClock) -> None:
     cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
     await cp1.round()
     await cp1.resign()
@@ -181,14 +172,14 @@ async def test_resigning_frees_the_lease_at_once(store: Store, time_: Time) -> N
     assert (cp1.state, cp2.state) == (STANDBY, LEADING)
 
 
-async def test_two_control_planes_never_lead_at_once_under_churn(store: Store, time_: Time) -> None:
+async def test_two_control_planes_never_lead_at_once_under_churn(store: Store, time_: FakeClock) -> None:
     planes = [control_plane(store, time_, f"cp{i}") for i in range(3)]
     for plane in planes:
         await plane.round()
     for _ in range(6):
         stalled = next(p for p in planes if p.epoch is not None)  # the leader stalls for 12 s
         for _step in range(4):
-            time_.now += 4.0
+            await time_.advance(4.0)
             for plane in planes:
                 if plane is not stalled:
                     await plane.round()
@@ -200,7 +191,7 @@ async def test_two_control_planes_never_lead_at_once_under_churn(store: Store, t
 
 
 async def test_under_churn_the_audit_log_shows_one_leader_per_epoch_in_order(
-    tmp_path: Path, time_: Time
+    tmp_path: Path, time_: FakeClock
 ) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
     stores = [await Store.open(url) for _ in range(3)]
@@ -211,7 +202,7 @@ async def test_under_churn_the_audit_log_shows_one_leader_per_epoch_in_order(
             store.fence = fence
             planes.append(
                 Leadership(
-                    Leases(store, time_.skew),
+                    Leases(store, time_.elapsed),
                     fence,
                     Identity(f"cp{index}", "", ""),
                     lease_s=10,
@@ -220,7 +211,7 @@ async def test_under_churn_the_audit_log_shows_one_leader_per_epoch_in_order(
             )
         refused = 0
         for step in range(40):
-            time_.now += 4.0
+            await time_.advance(4.0)
             for index, plane in enumerate(planes):
                 if (step // 4) % 3 != index:  # each plane in turn sleeps through 16 s
                     await plane.round()
@@ -242,7 +233,7 @@ async def test_under_churn_the_audit_log_shows_one_leader_per_epoch_in_order(
 
 
 async def test_a_control_plane_leads_only_once_it_has_read_what_it_keeps_in_memory(
-    store: Store, time_: Time
+    store: Store, time_: FakeClock
 ) -> None:
     failures = [StoreUnavailable("the store did not answer within 5 s", hint="check the database")]
 
@@ -251,7 +242,7 @@ async def test_a_control_plane_leads_only_once_it_has_read_what_it_keeps_in_memo
             raise failures.pop()
 
     cp1 = Leadership(
-        Leases(store, time_.skew),
+        Leases(store, time_.elapsed),
         Fence("cp1"),
         Identity("cp1", "", ""),
         lease_s=10,
@@ -260,18 +251,18 @@ async def test_a_control_plane_leads_only_once_it_has_read_what_it_keeps_in_memo
     )
     await cp1.round()
     assert (cp1.state, cp1.epoch) == (STANDBY, 1)  # holds the lease, does not lead yet
-    time_.now += cp1.round_s
+    await time_.advance(cp1.round_s)
     await cp1.round()
     assert (cp1.state, cp1.epoch) == (LEADING, 1)
 
 
 async def test_a_leader_frozen_past_its_lease_stops_serving_the_moment_it_thaws(
-    store: Store, time_: Time
+    store: Store, time_: FakeClock
 ) -> None:
     cp1, cp2 = control_plane(store, time_, "cp1"), control_plane(store, time_, "cp2")
     await cp1.round()
     assert cp1.serving
-    time_.now += 11  # cp1 frozen (SIGSTOP): no round, no expire(); cp2 takes the lease meanwhile
+    await time_.advance(11)  # cp1 frozen (SIGSTOP): no round, no expire(); cp2 takes the lease meanwhile
     await cp2.round()
     assert cp2.serving
     assert cp1.state == LEADING  # thawed, before any round or expiry ran: its state still says leading
@@ -283,16 +274,16 @@ async def test_a_leader_frozen_past_its_lease_stops_serving_the_moment_it_thaws(
 
 
 async def test_a_leader_paused_by_a_store_outage_keeps_serving_while_its_rounds_see_the_outage(
-    store: Store, time_: Time
+    store: Store, time_: FakeClock
 ) -> None:
-    outage = Outage(Leases(store, time_.skew))
+    outage = Outage(Leases(store, time_.elapsed))
     cp1 = control_plane(store, time_, "cp1", outage)
     await cp1.round()
     outage.out = True
     for _ in range(9):
-        time_.now += cp1.round_s
+        await time_.advance(cp1.round_s)
         await cp1.round()
         assert cp1.serving
     assert cp1.state == PAUSED
-    time_.now += 10.5  # then no round for a whole lease: nothing says the outage still holds
+    await time_.advance(10.5)  # then no round for a whole lease: nothing says the outage still holds
     assert not cp1.serving

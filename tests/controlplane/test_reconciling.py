@@ -20,17 +20,11 @@ from llmgw.protocol.channels import memory_pair
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
 from llmgw.store.replicas import ReplicaRecord
+from llmgw.testing.clock import FakeClock
+from llmgw.testing.eventually import eventually
 
 SHA = "a" * 64
 OTHER_SHA = "b" * 64
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -191,9 +185,7 @@ async def test_node_that_leaves_takes_its_replicas_out_of_the_table_after_its_gr
     await asyncio.wait_for(harness.tasks[0], 5)
     assert harness.fleet.replicas[start.replica_id].state == "absent"
     assert harness.ready == {start.replica_id: "http://127.0.0.1:21001"}  # engines outlive their agent
-    async with asyncio.timeout(5):
-        while harness.ready:
-            await asyncio.sleep(0.01)
+    await eventually(lambda: not harness.ready, message="the replica leaves the router's table")
 
 
 async def test_reconnected_node_without_the_shard_is_told_to_start_it_again(harness: Harness) -> None:
@@ -244,7 +236,7 @@ async def test_failed_replica_is_started_again_only_after_its_backoff(harness: H
     await harness.reconciler.pass_once()
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(receive(agent, "start"), 0.3)
-    harness.clock.now += 6
+    await harness.clock.advance(6)
     await harness.reconciler.pass_once()
     assert (await receive(agent, "start")).start.replica_id == start.replica_id
 
@@ -266,7 +258,7 @@ async def test_on_demand_model_starts_when_asked_and_stops_when_idle(harness: Ha
     harness.reconciler.demand("lazy")
     await harness.reconciler.pass_once()
     start = (await receive(agent, "start")).start
-    harness.clock.now += 61
+    await harness.clock.advance(61)
     await harness.reconciler.pass_once()
     assert (await receive(agent, "stop")).stop.replica_id == start.replica_id
     assert await harness.store.replicas.list() == []

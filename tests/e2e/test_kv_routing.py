@@ -111,7 +111,7 @@ def _index_holds(cluster: Cluster, blocks: int, what: str) -> None:
     """Wait until the gateway's KV index knows ``blocks`` blocks; the logs when it does not."""
     try:
         wait_for(lambda: _gateway(cluster, "llmgw_kv_index_blocks") == blocks, 30, what)
-    except TimeoutError as error:
+    except AssertionError as error:
         held = _gateway(cluster, "llmgw_kv_index_blocks")
         raise AssertionError(f"{error}: {held:g} of {blocks}\n{cluster.tails(40)}") from None
 

@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 
 from llmgw.engines import builds, llamacpp
+from llmgw.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -65,13 +66,16 @@ async def test_real_llama_server_turns_healthy_and_demands_its_key(tmp_path: Pat
         process = await asyncio.create_subprocess_exec(*argv, stdout=output, stderr=output)
     try:
         async with aiohttp.ClientSession() as session:
-            for _ in range(600):
-                if await llamacpp.health(session, base, KEY):
-                    break
-                assert process.returncode is None, f"llama-server exited:\n{log.read_text()[-3000:]}"
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail(f"llama-server did not turn healthy in 60 s:\n{log.read_text()[-3000:]}")
+
+            async def healthy() -> bool:
+                if process.returncode is not None:
+                    pytest.fail(f"llama-server exited:\n{log.read_text()[-3000:]}")
+                return await llamacpp.health(session, base, KEY)
+
+            try:
+                await eventually(healthy, timeout_s=60, interval_s=0.1, message="llama-server turns healthy")
+            except AssertionError as error:
+                pytest.fail(f"{error}\n{log.read_text()[-3000:]}")
 
             body = {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 4}
             url = f"{base}/v1/chat/completions"

@@ -20,6 +20,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.upstream import Upstream
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
+from llmgw.testing.eventually import eventually
 
 from .conftest import SECRET, serving
 
@@ -139,9 +140,7 @@ async def test_an_adapters_request_waits_for_its_model_to_start_on_demand(
     async with serving(gateway.asgi_app()) as base, aiohttp.ClientSession() as http:
         headers = {"Authorization": f"Bearer {SECRET}"}
         asking = asyncio.create_task(http.post(f"{base}/v1/chat/completions", json=body, headers=headers))
-        async with asyncio.timeout(5):
-            while not wanted:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: wanted, message="the gateway wants a replica of the base model")
         assert wanted == ["base"] and not asking.done()
         gateway.replicas.set_ready(ReplicaEndpoint("r0", "base", url, "k", capacity=8, engine="vllm"))
         async with asyncio.timeout(5):

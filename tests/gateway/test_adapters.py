@@ -16,6 +16,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.upstream import Upstream
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
+from llmgw.testing.eventually import eventually
 
 from .conftest import SECRET, serving
 
@@ -65,9 +66,8 @@ async def test_many_requests_at_once_load_an_adapter_once(replica: tuple[Standin
     adapters, upstream = _adapters(url)
     before = LOADS.labels("base")._value.get()
     placing = [asyncio.create_task(adapters.place("a", b"req")) for _ in range(8)]
-    async with asyncio.timeout(5):
-        while gate.waits == 0:  # the one load is in the engine now; the other seven wait on it
-            await asyncio.sleep(0.01)
+    # the one load is in the engine now; the other seven wait on it
+    await eventually(lambda: gate.waits, message="the adapter's load reaches the engine")
     assert not any(task.done() for task in placing)
     gate.opened.set()
     endpoints = await asyncio.gather(*placing)
@@ -127,9 +127,8 @@ async def test_requests_naming_an_adapter_through_the_gateway(replica: tuple[Sta
                 return response.status
 
         asking = [asyncio.create_task(ask()) for _ in range(5)]
-        async with asyncio.timeout(5):
-            while gate.waits == 0:  # the load is in the engine; every request waits on it
-                await asyncio.sleep(0.01)
+        # the load is in the engine; every request waits on it
+        await eventually(lambda: gate.waits, message="the adapter's load reaches the engine")
         gate.opened.set()
         assert await asyncio.gather(*asking) == [200] * 5
         residency = gateway.adapters.residency("base")

@@ -15,6 +15,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.runtime.supervising import RestartSettings, Supervisor
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
+from llmgw.testing.eventually import eventually
 
 Start = Callable[[Standin], Awaitable[str]]
 KEY = "sk-replica"
@@ -53,8 +54,8 @@ async def busy(engine: Standin, requests: int) -> list[asyncio.Task[None]]:
             pass
 
     tasks = [asyncio.create_task(one()) for _ in range(requests)]
-    while engine.running < min(requests, engine.settings.max_running):
-        await asyncio.sleep(0.01)
+    running = min(requests, engine.settings.max_running)
+    await eventually(lambda: engine.running >= running, message=f"{running} requests running on the engine")
     return tasks
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from llmgw.gateway import GatewaySettings, ReplicaEndpoint
 from llmgw.gateway.upstream import Unreachable, Upstream, UpstreamDropped, UpstreamTimeout
+from llmgw.testing.eventually import eventually
 
 from .conftest import WAIT, closed_port
 
@@ -118,12 +119,9 @@ async def test_an_idle_connection_the_engine_closes_leaves_the_pool(upstream: Up
     (pool,) = upstream._pools.values()
     assert len(pool) == 1
     await engine.stop()  # closes the idle connection from the engine's side
-    await asyncio.wait_for(_until(lambda: not pool), WAIT)
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: not pool, timeout_s=WAIT, message="the pool drops the connection the engine closed"
+    )
 
 
 async def test_chunked_and_close_delimited_bodies_are_read_whole(upstream: Upstream) -> None:
@@ -179,7 +177,7 @@ async def test_an_answer_larger_than_the_buffer_arrives_whole_after_reading_paus
     big = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB: reading pauses past HIGH_WATER, resumes as read
     engine = await engine_with(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big))
     response = await asyncio.wait_for(upstream.post(endpoint(engine.port), "/v1/x", b"{}", b"id"), WAIT)
-    await asyncio.wait_for(_until(lambda: response._paused), WAIT)  # nobody read: the engine is held back
+    await eventually(lambda: response._paused, timeout_s=WAIT, message="nobody read: the engine is held back")
     pieces = [piece async for piece in response.iter_any()]
     response.release()
     assert b"".join(pieces) == big

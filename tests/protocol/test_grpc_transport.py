@@ -1,4 +1,7 @@
-"""The agent stream over real gRPC with mutual TLS: messages, peers, refusals, shutdown, blobs."""
+"""The agent stream over real gRPC with mutual TLS: registration, peers, refusals, shutdown, blobs.
+
+What every channel does (order, closing) is checked in test_channel_conformance.py.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +9,14 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
+from cluster_pki import Pki
 
 from llmgw.errors import ChannelClosed, NotFound
-from llmgw.pki.authority import Authority
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel
-from llmgw.protocol.grpc_transport import SERVER_NAME, AgentServer, GrpcConnector, RelayClient, TlsFiles
+from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, RelayClient, TlsFiles
 
 WAIT_S = 5.0
 """Bound on waits that must end promptly; only reached when a test fails."""
@@ -79,37 +81,6 @@ class Blobs:
 
 Connect = Callable[[TlsFiles], Awaitable[AgentChannel]]
 """Opens an agent stream to the test's server with the given certificates."""
-
-
-@dataclass(frozen=True)
-class Pki:
-    authority: Authority
-    server: TlsFiles
-    node: TlsFiles
-    stranger: TlsFiles
-    """A node certificate with the right CA file but signed by another CA."""
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    authority = Authority.create(tmp_path / "ca")
-    ca = authority.certificate_path
-    server_cert, server_key = authority.issue(
-        "cp1", sans=[SERVER_NAME, "127.0.0.1"], usage="both", directory=tmp_path / "cp1", stem="server"
-    )
-    node_cert, node_key = authority.issue(
-        "node-1", sans=[], usage="client", directory=tmp_path / "n1", stem="node"
-    )
-    other = Authority.create(tmp_path / "other-ca")
-    stranger_cert, stranger_key = other.issue(
-        "node-1", sans=[], usage="client", directory=tmp_path / "stranger", stem="node"
-    )
-    return Pki(
-        authority=authority,
-        server=TlsFiles(ca, server_cert, server_key),
-        node=TlsFiles(ca, node_cert, node_key),
-        stranger=TlsFiles(ca, stranger_cert, stranger_key),
-    )
 
 
 @pytest.fixture
@@ -178,17 +149,6 @@ async def test_register_goes_up_and_registered_comes_down(
     assert [m.register.memory_mb for m in sessions.received] == [32768]
 
 
-async def test_messages_arrive_in_order_both_ways(connect: Connect, sessions: Sessions, pki: Pki) -> None:
-    agent = await connect(pki.node)
-
-    for n in range(5):
-        await agent.send(register(f"n{n}"))
-    answers = [await asyncio.wait_for(agent.receive(), WAIT_S) for _ in range(5)]
-
-    assert [a.registered.leader for a in answers] == [f"echo:n{n}" for n in range(5)]
-    assert [m.register.node_id for m in sessions.received] == [f"n{n}" for n in range(5)]
-
-
 async def test_the_server_knows_the_node_by_its_certificates_common_name(
     connect: Connect, sessions: Sessions, pki: Pki
 ) -> None:
@@ -240,26 +200,6 @@ async def test_a_session_handler_that_returns_ends_the_agents_stream(
 
     with pytest.raises(ChannelClosed, match="ended the stream"):
         await asyncio.wait_for(agent.receive(), WAIT_S)
-
-
-async def test_an_agent_closing_its_stream_ends_the_servers_receive(
-    connect: Connect, sessions: Sessions, pki: Pki
-) -> None:
-    agent = await connect(pki.node)
-    await agent.send(register())
-    await asyncio.wait_for(agent.receive(), WAIT_S)
-
-    await agent.close()
-
-    await asyncio.wait_for(sessions.ended.wait(), WAIT_S)
-
-
-async def test_an_agent_cannot_send_after_closing(connect: Connect, pki: Pki) -> None:
-    agent = await connect(pki.node)
-    await agent.close()
-
-    with pytest.raises(ChannelClosed):
-        await agent.send(register())
 
 
 async def test_fetch_streams_a_blobs_bytes(server: AgentServer, blobs: Blobs, pki: Pki) -> None:

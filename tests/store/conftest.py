@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
-from store_fakes import FakeClock
 
 from llmgw.store import Store
 from llmgw.testing import postgres
+from llmgw.testing.clock import FakeClock
 
 POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES_URL", "")
 WITH_POSTGRES = os.environ.get("LLMGW_TEST_POSTGRES", "1") != "0" and (

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from store_fakes import FakeClock
-
 from llmgw.store import Store
+from llmgw.testing.clock import FakeClock
 
 
 async def test_a_recorded_action_reads_back(store: Store, clock: FakeClock) -> None:
     entry = await store.audit.record("alice", "models.add", "smollm2", {"profiles": 1})
     assert await store.audit.list() == [entry]
     assert (entry.at, entry.actor, entry.action, entry.target, entry.detail) == (
-        clock.now,
+        clock.utcnow(),
         "alice",
         "models.add",
         "smollm2",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from store_fakes import FakeClock
 
 from llmgw.errors import NotFound, ValidationFailed
 from llmgw.store import Store
+from llmgw.testing.clock import FakeClock
 
 SHA = "ab" * 32
 
@@ -18,13 +18,13 @@ async def test_an_added_blob_reads_back(store: Store, clock: FakeClock) -> None:
         94_000_000_000,
         "model.gguf",
         "weights",
-        clock.now,
+        clock.utcnow(),
     )
 
 
 async def test_adding_a_known_blob_again_keeps_the_first_record(store: Store, clock: FakeClock) -> None:
     first = await store.blobs.add(SHA, 10, "model.gguf", "weights")
-    clock.advance(5)
+    await clock.advance(5)
     assert await store.blobs.add(SHA, 10, "other.gguf", "weights") == first
     assert await store.blobs.list() == [first]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from store_fakes import FakeClock
 
 from llmgw.errors import Conflict, NotFound
 from llmgw.store import Store
+from llmgw.testing.clock import FakeClock
 
 DEFINITION = {"source": {"sha256": "a" * 64, "filename": "m.gguf"}, "profiles": [{"engine": "llama.cpp"}]}
 
@@ -18,7 +18,7 @@ async def test_an_added_model_reads_back_with_its_definition(store: Store, clock
     read = await store.models.get("smollm2")
     assert read == added
     assert read.definition == DEFINITION
-    assert read.created_at == read.updated_at == clock.now
+    assert read.created_at == read.updated_at == clock.utcnow()
 
 
 async def test_adding_an_existing_name_raises_conflict(store: Store) -> None:
@@ -37,7 +37,8 @@ async def test_put_adds_a_model_that_does_not_exist(store: Store) -> None:
 
 async def test_put_replaces_the_definition_and_keeps_created_at(store: Store, clock: FakeClock) -> None:
     first = await store.models.add("smollm2", DEFINITION)
-    later = clock.advance(60)
+    await clock.advance(60)
+    later = clock.utcnow()
     replaced = await store.models.put("smollm2", {"replaced": True})
     assert replaced.definition == {"replaced": True}
     assert replaced.created_at == first.created_at

@@ -17,14 +17,16 @@ from sqlalchemy import Connection, inspect, text
 from llmgw.errors import ConfigError, StoreError, StoreUnavailable
 from llmgw.store import Store
 from llmgw.store.tables import Base
+from llmgw.testing.eventually import eventually
 
 
 async def worker_threads_finished() -> None:
     """Wait for aiosqlite's thread of a failed connection, which reports its stop to the loop."""
-    for _ in range(100):
-        if not any("_connection_worker_thread" in thread.name for thread in threading.enumerate()):
-            return
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: not any("_connection_worker_thread" in thread.name for thread in threading.enumerate()),
+        timeout_s=5,
+        message="aiosqlite's worker thread ends",
+    )
 
 
 TABLES = {"models", "replicas", "nodes", "api_keys", "settings", "settings_history", "audit", "blobs"}

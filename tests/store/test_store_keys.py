@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from store_fakes import FakeClock
 
 from llmgw.errors import Conflict, NotFound
 from llmgw.store import Store, hash_secret
+from llmgw.testing.clock import FakeClock
 
 
 async def test_a_secret_is_sk_llmgw_and_40_url_safe_characters(store: Store) -> None:
@@ -65,7 +65,7 @@ async def test_a_revoked_key_leaves_the_active_ones_and_the_default_list(
     kept, _ = await store.keys.create("kept")
     gone, _ = await store.keys.create("gone")
     revoked = await store.keys.revoke(gone.id)
-    assert revoked.revoked_at == clock.now
+    assert revoked.revoked_at == clock.utcnow()
     assert [key.id for key in await store.keys.active()] == [kept.id]
     assert [key.id for key in await store.keys.list()] == [kept.id]
     assert {key.id for key in await store.keys.list(include_revoked=True)} == {kept.id, gone.id}

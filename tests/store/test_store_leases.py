@@ -6,26 +6,13 @@ import pytest
 
 from llmgw.errors import NotLeader
 from llmgw.store import Fence, Leases, Store
-
-
-class Skew:
-    """Seconds added to the database's clock: lets a lease lapse without waiting."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def __call__(self) -> float:
-        return self.seconds
+from llmgw.testing.clock import FakeClock
 
 
 @pytest.fixture
-def skew() -> Skew:
-    return Skew()
-
-
-@pytest.fixture
-def leases(store: Store, skew: Skew) -> Leases:
-    return Leases(store, skew)
+def leases(store: Store, clock: FakeClock) -> Leases:
+    """Leases on the database's clock, pushed on by as far as ``clock`` moves."""
+    return Leases(store, clock.elapsed)
 
 
 async def test_the_first_control_plane_takes_the_lease_at_epoch_one(leases: Leases) -> None:
@@ -35,26 +22,28 @@ async def test_the_first_control_plane_takes_the_lease_at_epoch_one(leases: Leas
     assert 9 < state.expires_in_s <= 10
 
 
-async def test_a_held_lease_is_not_taken_by_another(leases: Leases, skew: Skew) -> None:
+async def test_a_held_lease_is_not_taken_by_another(leases: Leases, clock: FakeClock) -> None:
     await leases.acquire("cp1", 10)
-    skew.seconds = 9.5
+    await clock.advance(9.5)
     assert await leases.acquire("cp2", 10) is None
     assert (await leases.current()).holder == "cp1"
 
 
-async def test_a_lapsed_lease_goes_to_the_next_asker_with_a_new_epoch(leases: Leases, skew: Skew) -> None:
+async def test_a_lapsed_lease_goes_to_the_next_asker_with_a_new_epoch(
+    leases: Leases, clock: FakeClock
+) -> None:
     await leases.acquire("cp1", 10)
-    skew.seconds = 10.5
+    await clock.advance(10.5)
     assert await leases.acquire("cp2", 10) == 2
     assert not await leases.renew("cp1", 1, 10)
     assert (await leases.current()).holder == "cp2"
 
 
-async def test_renewing_keeps_the_lease_from_lapsing(leases: Leases, skew: Skew) -> None:
+async def test_renewing_keeps_the_lease_from_lapsing(leases: Leases, clock: FakeClock) -> None:
     epoch = await leases.acquire("cp1", 10)
     assert epoch is not None
-    for step in range(1, 6):
-        skew.seconds = step * 4.0
+    for _ in range(5):
+        await clock.advance(4.0)
         assert await leases.renew("cp1", epoch, 10)
         assert await leases.acquire("cp2", 10) is None
     assert (await leases.current()).epoch == epoch
@@ -75,10 +64,10 @@ async def test_the_holder_writes_under_its_fence(store: Store, leases: Leases) -
     assert [e.action for e in await store.audit.list()] == ["model.add"]
 
 
-async def test_a_deposed_leader_cannot_write(store: Store, leases: Leases, skew: Skew) -> None:
+async def test_a_deposed_leader_cannot_write(store: Store, leases: Leases, clock: FakeClock) -> None:
     epoch = await leases.acquire("cp1", 10)
     store.fence = Fence("cp1", epoch)
-    skew.seconds = 11
+    await clock.advance(11)
     assert await leases.acquire("cp2", 10) == 2
     with pytest.raises(NotLeader, match="lost the lease"):
         await store.audit.record("admin", "model.add", "m")
@@ -103,10 +92,10 @@ async def test_the_lease_itself_is_written_outside_the_fence(store: Store, lease
     await leases.announce("cp1", "127.0.0.1:8443", "http://127.0.0.1:8080")
 
 
-async def test_control_planes_announce_themselves(leases: Leases, skew: Skew) -> None:
+async def test_control_planes_announce_themselves(leases: Leases, clock: FakeClock) -> None:
     await leases.announce("cp2", "10.0.0.2:8443", "http://10.0.0.2:8080")
     await leases.announce("cp1", "10.0.0.1:8443", "http://10.0.0.1:8080")
-    skew.seconds = 3
+    await clock.advance(3)
     await leases.announce("cp1", "10.0.0.9:8443", "http://10.0.0.9:8080")
     planes = await leases.control_planes()
     assert [(p.name, p.agent_address) for p in planes] == [("cp1", "10.0.0.9:8443"), ("cp2", "10.0.0.2:8443")]

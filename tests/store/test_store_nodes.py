@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import pytest
-from store_fakes import FakeClock
 
 from llmgw.errors import NotFound
 from llmgw.store import Store
+from llmgw.testing.clock import FakeClock
 
 INVENTORY = {"devices": [{"index": 0, "memory_mb": 81920}], "memory_mb": 262144}
 
 
 async def test_a_new_node_is_first_and_last_seen_now(store: Store, clock: FakeClock) -> None:
     node = await store.nodes.upsert("node-1", "10.0.0.5:7001", INVENTORY)
-    assert node.first_seen == node.last_seen == clock.now
+    assert node.first_seen == node.last_seen == clock.utcnow()
     assert await store.nodes.get("node-1") == node
 
 
 async def test_a_known_node_keeps_first_seen_and_takes_the_new_report(store: Store, clock: FakeClock) -> None:
     first = await store.nodes.upsert("node-1", "10.0.0.5:7001", INVENTORY)
-    later = clock.advance(30)
+    await clock.advance(30)
+    later = clock.utcnow()
     again = await store.nodes.upsert("node-1", "10.0.0.6:7001", {"devices": []})
     assert again.first_seen == first.first_seen
     assert again.last_seen == later

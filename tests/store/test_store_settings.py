@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from store_fakes import FakeClock
 
 from llmgw.errors import NotFound
 from llmgw.store import Store
+from llmgw.testing.clock import FakeClock
 
 
 async def test_an_unset_key_reads_as_the_default(store: Store) -> None:
@@ -21,11 +21,11 @@ async def test_a_set_value_reads_back(store: Store) -> None:
 
 async def test_every_change_is_recorded_with_its_actor_newest_first(store: Store, clock: FakeClock) -> None:
     await store.settings.set("limit", 1, actor="alice")
-    clock.advance(1)
+    await clock.advance(1)
     await store.settings.set("limit", 2, actor="bob")
     history = await store.settings.history("limit")
     assert [(change.value, change.actor) for change in history] == [(2, "bob"), (1, "alice")]
-    assert history[0].changed_at == clock.now
+    assert history[0].changed_at == clock.utcnow()
     assert await store.settings.get("limit") == 2
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from store_fakes import FakeClock
-
 from llmgw.store import Store
 from llmgw.store.usage import UsageEntry, UsageLog, UsageTotal
+from llmgw.testing.clock import FakeClock
 
 
 def entry(clock: FakeClock, key: str, model: str, requests: int, prompt: int, completion: int) -> UsageEntry:
-    return UsageEntry(clock.now, key, model, requests, 1, prompt, completion, 12)
+    return UsageEntry(clock.utcnow(), key, model, requests, 1, prompt, completion, 12)
 
 
 async def test_batches_are_summed_per_key_and_model(store: Store, clock: FakeClock) -> None:
@@ -28,9 +27,10 @@ async def test_batches_are_summed_per_key_and_model(store: Store, clock: FakeClo
 async def test_totals_since_leave_out_older_batches(store: Store, clock: FakeClock) -> None:
     log = UsageLog(store)
     await log.append([entry(clock, "k1", "chat", 1, 10, 3)])
-    clock.advance(3600)
+    await clock.advance(3600)
     await log.append([entry(clock, "k1", "chat", 1, 4, 4)])
-    assert await log.totals(since=clock.now - timedelta(minutes=1)) == [UsageTotal("k1", "chat", 1, 1, 4, 4)]
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert await log.totals(since=since) == [UsageTotal("k1", "chat", 1, 1, 4, 4)]
 
 
 async def test_an_empty_batch_writes_nothing(store: Store) -> None:

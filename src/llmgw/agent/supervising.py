@@ -6,6 +6,9 @@ too many crashes in a row without becoming ready report it FAILED (the
 control plane then starts it again later). Stopping sends SIGTERM, waits the
 grace period, then SIGKILL.
 
+Engines are spawned through a :data:`~llmgw.agent.launching.Launcher` (real
+processes in production) and time is read from a
+:class:`~llmgw.runtime.clock.Clock`, the seams its unit tests drive.
 Engines run in their own session and outlive the agent: each shard keeps a
 state file (:mod:`llmgw.agent.shardstates`), and an agent that starts again
 adopts the engines still running (:meth:`Supervisor.adopt`), health-checks
@@ -34,6 +37,15 @@ from llmgw.agent.engineoutput import OutputFollower, ShardLog, open_output
 from llmgw.agent.engineuser import EngineUser
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Prepared
+from llmgw.agent.launching import (
+    EngineProcess,
+    EngineSpawn,
+    Launcher,
+    SubprocessLauncher,
+    cancelled,
+    done_within,
+    ended_within,
+)
 from llmgw.agent.shardstates import (
     STATE_FILE,
     CorruptState,
@@ -52,6 +64,7 @@ from llmgw.engines import engine as engines
 from llmgw.engines.registry import engine_named
 from llmgw.engines.vllm import kv_events_ports
 from llmgw.errors import LlmgwError
+from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +85,7 @@ class Shard:
     error: str = ""
     restarts: int = 0
     compute: Compute = field(default_factory=Compute)
-    process: asyncio.subprocess.Process | AdoptedProcess | None = None
+    process: EngineProcess | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     command: list[str] = field(default_factory=list)
@@ -176,6 +189,8 @@ class Supervisor:
         device_uuids: dict[int, str] | None = None,
         gpus: GpuSource | None = None,
         engine_user: EngineUser | None = None,
+        launcher: Launcher | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._work_dir = work_dir
         self._engine_user = engine_user
@@ -188,9 +203,8 @@ class Supervisor:
         self.shards: dict[str, Shard] = {}
         self.report: Report = lambda status: None
         self._http: aiohttp.ClientSession | None = None
-        self._setsid = shutil.which("setsid")
-        """util-linux's setsid: the engine leaves the agent's session after its exec, not in the
-        agent's spawning child (which shares the agent's memory until it execs)."""
+        self._launch = launcher or SubprocessLauncher()
+        self._clock = clock
 
     def snapshot(self) -> list[RunningShard]:
         return [shard.running() for shard in self.shards.values()]
@@ -320,9 +334,7 @@ class Supervisor:
             return
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), self._settings.stop_grace_s)
-        except TimeoutError:
+        if not await ended_within(process, self._settings.stop_grace_s, self._clock):
             log.warning(
                 "shard %s did not stop within %.0f s of SIGTERM: killing it",
                 shard.replica_id,
@@ -394,7 +406,7 @@ class Supervisor:
             delay = backoff.next_delay()
             log.warning("shard %s: %s; restarting in %.1f s", shard.replica_id, reason, delay)
             self._emit(shard, ShardState.STARTING, reason)
-            await asyncio.sleep(delay)
+            await self._clock.sleep(delay)
 
     async def _launch_once(self, shard: Shard, prepared: Prepared) -> bool:
         """Run the engine once; True when it became ready before it ended."""
@@ -444,16 +456,15 @@ class Supervisor:
             hint = "place the replica again ('llmgw ctl replicas' shows where it went)"
             raise LlmgwError(str(error), hint) from None
         descriptor = open_output(shard.log_path)
+        spawn = EngineSpawn(
+            command,
+            env,
+            descriptor,
+            cwd=None if user else shard.directory,
+            options=user.spawn_options() if user else {},
+        )
         try:
-            shard.process = await asyncio.create_subprocess_exec(
-                *([self._setsid, "--", *command] if self._setsid else command),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=descriptor,
-                stderr=descriptor,
-                env=env,
-                start_new_session=self._setsid is None,
-                **(user.spawn_options() if user else {"cwd": shard.directory}),
-            )
+            shard.process = await self._launch(spawn)
         except OSError as error:
             self._emit(shard, ShardState.FAILED, f"cannot start {binary}: {error.strerror}")
             shard.stopping = True
@@ -524,20 +535,16 @@ class Supervisor:
         process = shard.process
         assert process is not None
         base = f"http://{self._host}:{shard.port}"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.health_timeout_s
+        deadline = self._clock.monotonic() + self._settings.health_timeout_s
         ended = asyncio.ensure_future(process.wait())
         try:
-            while not ended.done() and not shard.stopping and loop.time() < deadline:
+            while not ended.done() and not shard.stopping and self._clock.monotonic() < deadline:
                 if await engines.health(engine, self._http, base, shard.spec.api_key):
                     return True
-                await asyncio.wait({ended}, timeout=HEALTH_POLL_S)
+                await done_within(ended, HEALTH_POLL_S, self._clock)
             return False
         finally:
-            if not ended.done():
-                ended.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ended
+            await cancelled(ended)
 
 
 def _launch_of(spec: ShardSpec, port: int) -> engines.Launch:

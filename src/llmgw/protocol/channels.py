@@ -2,9 +2,19 @@
 
 A :class:`Channel` is one side of a bidirectional stream. The agent's side
 sends :class:`AgentMessage` and receives :class:`ControlMessage`; the control
-plane's side the other way round. ``receive`` raises
-:class:`~llmgw.errors.ChannelClosed` once the stream has ended, whichever side
-ended it.
+plane's side the other way round.
+
+The contract every implementation keeps (``llmgw.testing.channel_conformance``
+checks it, for the in-memory pair and for gRPC):
+
+- what one side sends arrives at the other, in order, both ways;
+- ``peer`` names the other end;
+- ``close`` on either side ends the stream for both: ``receive`` on either
+  side, one already waiting included, raises
+  :class:`~llmgw.errors.ChannelClosed` once the messages sent before the end
+  are taken in; ``send`` raises it on the side that closed and on a side that
+  has seen the end;
+- ``close`` may be called again, on either side, and does nothing more.
 
 Channels carry the protocol's messages: the agent and the control plane wrap
 theirs in a :mod:`~llmgw.protocol.links` link and see only core types.

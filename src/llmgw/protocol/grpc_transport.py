@@ -8,6 +8,7 @@ silently dead peer is noticed within keepalive time + timeout (5 s + 3 s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -86,52 +87,133 @@ def _common_name(context: aio.ServicerContext) -> str:  # type: ignore[type-arg,
     return str(names[0].decode())
 
 
+_END = object()
+"""Put in a channel's inbox when its stream has ended (the reason is kept on the channel)."""
+
+
 def _relay_peer(context: aio.ServicerContext) -> RelayPeer:  # type: ignore[type-arg,unused-ignore]
     """The caller by its certificate: a control plane's is issued for server use, a node's is not."""
     pem = (context.auth_context().get("x509_pem_cert") or [b""])[0]
     return RelayPeer(_common_name(context), serves(pem))
 
 
-class _ServerChannel:
-    """The control plane's side of one agent's gRPC stream."""
+INBOX = 64
+"""Messages read ahead of ``receive``; a full inbox stops the reading (flow control then holds the peer)."""
 
-    def __init__(self, context: aio.ServicerContext) -> None:  # type: ignore[type-arg,unused-ignore]
-        self._context = context
+CLOSE_GRACE_S = 1.0
+"""How long an agent closing its stream waits for the control plane to take in what it sent before."""
+
+
+class _StreamChannel:
+    """Both sides of a gRPC stream: a task reads ahead into an inbox, so that closing can wake a receive.
+
+    ``receive`` raises :class:`ChannelClosed` once the stream has ended, from
+    either side, after the messages that came before the end; ``send`` raises
+    it once this side has closed or seen the end (the contract of
+    :mod:`llmgw.protocol.channels`).
+    """
+
+    def __init__(self, peer: str, hint: str) -> None:
+        self._peer = peer
+        self._hint = hint
         self._closed = False
-        self._peer = _common_name(context)
+        self._why = f"the stream with {peer} is closed"
+        self._inbox: asyncio.Queue[object] = asyncio.Queue(INBOX)
+        self._ended = asyncio.Event()
+        """Set once the stream has ended: this side closed it, or the reader saw its end."""
+        self._reader = asyncio.create_task(self._read_ahead())
 
     @property
     def peer(self) -> str:
         return self._peer
 
-    async def send(self, message: pb.ControlMessage) -> None:
-        if self._closed:
-            raise ChannelClosed(f"the stream to {self._peer} is closed", "the agent reconnects")
+    async def _read(self) -> object:
+        raise NotImplementedError
+
+    async def _write(self, message: object) -> None:
+        raise NotImplementedError
+
+    async def _read_ahead(self) -> None:
         try:
-            await self._context.write(message)
-        except (grpc.RpcError, RuntimeError) as error:
+            while True:
+                message = await self._read()
+                if message is aio.EOF:
+                    self._why = f"{self._peer} ended the stream"
+                    break
+                await self._inbox.put(message)
+        except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
+            self._why = f"the stream with {self._peer} ended: {_describe(error)}"
+        except asyncio.CancelledError:  # closed here, or the call cancelled under the read
+            self._ended.set()
+            with contextlib.suppress(asyncio.QueueFull):
+                self._inbox.put_nowait(_END)
+            raise
+        self._ended.set()
+        await self._inbox.put(_END)
+
+    def _closed_error(self) -> ChannelClosed:
+        return ChannelClosed(self._why, self._hint)
+
+    async def _send(self, message: object) -> None:
+        if self._closed:
+            raise self._closed_error()
+        try:
+            await self._write(message)
+        except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
             self._closed = True
-            raise ChannelClosed(
-                f"the stream to {self._peer} ended: {error}", "the agent reconnects"
-            ) from None
+            self._why = f"the stream to {self._peer} ended: {_describe(error)}"
+            raise self._closed_error() from None
+
+    async def _receive(self) -> object:
+        if self._closed:
+            raise self._closed_error()
+        item = await self._inbox.get()
+        if item is _END:
+            self._closed = True
+            raise self._closed_error()
+        return item
+
+    def _end_here(self) -> bool:
+        """Mark this side closed and wake a receive waiting on it; False when it was closed already.
+
+        The reader goes on: on the agent's side, cancelling a read would cancel
+        the call before the control plane has read what was sent.
+        """
+        if self._closed and self._ended.is_set():
+            return False
+        self._closed = True
+        self._ended.set()
+        with contextlib.suppress(asyncio.QueueFull):
+            self._inbox.put_nowait(_END)  # a waiting receive means an empty inbox: this always fits then
+        return True
+
+
+class _ServerChannel(_StreamChannel):
+    """The control plane's side of one agent's gRPC stream; closing it (or the agent's end) ends the call."""
+
+    def __init__(self, context: aio.ServicerContext) -> None:  # type: ignore[type-arg,unused-ignore]
+        self._context = context
+        super().__init__(_common_name(context), "the agent reconnects")
+
+    async def _read(self) -> object:
+        return await self._context.read()
+
+    async def _write(self, message: object) -> None:
+        await self._context.write(message)
+
+    async def send(self, message: pb.ControlMessage) -> None:
+        await self._send(message)
 
     async def receive(self) -> pb.AgentMessage:
-        if self._closed:
-            raise ChannelClosed(f"the stream from {self._peer} is closed", "the agent reconnects")
-        try:
-            message = await self._context.read()
-        except (grpc.RpcError, RuntimeError) as error:
-            self._closed = True
-            raise ChannelClosed(
-                f"the stream from {self._peer} ended: {error}", "the agent reconnects"
-            ) from None
-        if message is aio.EOF:
-            self._closed = True
-            raise ChannelClosed(f"{self._peer} closed its stream", "the agent reconnects")
-        return message  # type: ignore[no-any-return]
+        return await self._receive()  # type: ignore[return-value]
 
     async def close(self) -> None:
-        self._closed = True
+        if self._end_here():
+            self._why = f"the stream with {self._peer} was closed here"
+            self._reader.cancel()
+
+    async def ended(self) -> None:
+        await self._ended.wait()
 
 
 class _Servicer(pb_grpc.AgentServiceServicer):
@@ -139,6 +221,8 @@ class _Servicer(pb_grpc.AgentServiceServicer):
         self._handler = handler
         self._blobs = blobs
         self._relay = relay
+        self._sessions: set[asyncio.Future[None]] = set()
+        """Handlers still running after their stream ended (kept so they are not collected)."""
 
     async def Relay(self, request, context):  # type: ignore[no-untyped-def]
         relay = self._relay
@@ -160,7 +244,29 @@ class _Servicer(pb_grpc.AgentServiceServicer):
             raise
 
     async def Connect(self, request_iterator, context):  # type: ignore[no-untyped-def]
-        await self._handler(_ServerChannel(context))
+        """Run the session handler; the call ends when it returns or when the stream has ended."""
+        channel = _ServerChannel(context)
+        handler: asyncio.Future[None] = asyncio.ensure_future(self._handler(channel))
+        ended = asyncio.ensure_future(channel.ended())
+        try:
+            await asyncio.wait({handler, ended}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            handler.cancel()
+            await channel.close()
+            raise
+        finally:
+            ended.cancel()
+        if handler.done():
+            await channel.close()
+            handler.result()
+        else:  # the agent ended the stream: the handler takes in what came before, then learns of the end
+            self._sessions.add(handler)
+            handler.add_done_callback(self._session_done)
+
+    def _session_done(self, handler: asyncio.Future[None]) -> None:
+        self._sessions.discard(handler)
+        if not handler.cancelled() and handler.exception() is not None:
+            log.error("a session handler failed after its stream ended", exc_info=handler.exception())
 
     async def FetchBlob(self, request, context):  # type: ignore[no-untyped-def]
         first = True
@@ -220,50 +326,38 @@ class AgentServer:
             self._server = None
 
 
-class _ClientChannel:
+class _ClientChannel(_StreamChannel):
     """The agent's side of its gRPC stream."""
 
     def __init__(self, channel: aio.Channel, call: aio.StreamStreamCall, target: str) -> None:  # type: ignore[type-arg,unused-ignore]
         self._channel = channel
         self._call = call
-        self._target = target
-        self._closed = False
+        super().__init__(target, "reconnecting")
 
-    @property
-    def peer(self) -> str:
-        return self._target
+    async def _read(self) -> object:
+        return await self._call.read()
+
+    async def _write(self, message: object) -> None:
+        await self._call.write(message)
 
     async def send(self, message: pb.AgentMessage) -> None:
-        if self._closed:
-            raise ChannelClosed(f"the stream to {self._target} is closed", "reconnecting")
-        try:
-            await self._call.write(message)
-        except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
-            self._closed = True
-            raise ChannelClosed(
-                f"the stream to {self._target} ended: {_describe(error)}", "reconnecting"
-            ) from None
+        await self._send(message)
 
     async def receive(self) -> pb.ControlMessage:
-        if self._closed:
-            raise ChannelClosed(f"the stream from {self._target} is closed", "reconnecting")
-        try:
-            message = await self._call.read()
-        except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
-            self._closed = True
-            raise ChannelClosed(
-                f"the stream from {self._target} ended: {_describe(error)}", "reconnecting"
-            ) from None
-        if message is aio.EOF:
-            self._closed = True
-            raise ChannelClosed(f"{self._target} ended the stream", "reconnecting")
-        return message  # type: ignore[no-any-return]
+        return await self._receive()  # type: ignore[return-value]
 
     async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        """End the stream: say so to the control plane, give it a moment to read what came before, then go."""
+        if self._end_here():
+            self._why = f"the stream with {self._peer} was closed here"
+            with contextlib.suppress(grpc.RpcError, aio.UsageError, RuntimeError, TimeoutError):
+                async with asyncio.timeout(CLOSE_GRACE_S):
+                    await self._call.done_writing()
+                    await self._call.code()
             self._call.cancel()
-        await self._channel.close(grace=None)
+            self._reader.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._channel.close(grace=None), CLOSE_GRACE_S)
 
 
 def _describe(error: BaseException) -> str:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, select
 
 from llmgw.errors import NotFound, ValidationFailed
-from llmgw.store.tables import BlobRow, dialect_insert, rowcount
+from llmgw.store.tables import BlobRow, rowcount
+from llmgw.store.upserting import upsert
 
 if TYPE_CHECKING:
     from llmgw.store.database import Store
@@ -57,13 +58,8 @@ class Blobs:
         if problems:
             raise ValidationFailed(problems)
         async with self._store.session() as session:
-            dialect = session.get_bind().dialect.name
-            insert = dialect_insert(dialect, BlobRow).values(
-                sha256=sha256, size=size, filename=filename, kind=kind, created_at=self._store.now()
-            )
-            await session.execute(insert.on_conflict_do_nothing(index_elements=[BlobRow.sha256]))
-            row = await session.get(BlobRow, sha256)
-            assert row is not None
+            values = {"sha256": sha256, "size": size, "filename": filename, "kind": kind}
+            row = await upsert(session, BlobRow, {**values, "created_at": self._store.now()}, key="sha256")
             return _record(row)
 
     async def get(self, sha256: str) -> BlobRecord:

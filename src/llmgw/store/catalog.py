@@ -15,7 +15,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from llmgw.errors import Conflict, NotFound
-from llmgw.store.tables import ModelRow, dialect_insert, rowcount
+from llmgw.store.tables import ModelRow, rowcount
+from llmgw.store.upserting import upsert
 
 if TYPE_CHECKING:
     from llmgw.store.database import Store
@@ -56,19 +57,8 @@ class Catalog:
         """Add the model, or replace the definition of the one of that name (keeping its ``created_at``)."""
         now = self._store.now()
         async with self._store.session() as session:
-            dialect = session.get_bind().dialect.name
-            insert = dialect_insert(dialect, ModelRow).values(
-                name=name, definition=dict(definition), created_at=now, updated_at=now
-            )
-            upsert = insert.on_conflict_do_update(
-                index_elements=[ModelRow.name],
-                set_={"definition": insert.excluded.definition, "updated_at": insert.excluded.updated_at},
-            )
-            await session.execute(upsert)
-            row = await session.scalar(
-                select(ModelRow).where(ModelRow.name == name).execution_options(populate_existing=True)
-            )
-            assert row is not None
+            values = {"name": name, "definition": dict(definition), "created_at": now, "updated_at": now}
+            row = await upsert(session, ModelRow, values, key="name", update=("definition", "updated_at"))
             return _record(row)
 
     async def get(self, name: str) -> ModelRecord:

@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
+from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.audit import AuditLog
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
@@ -73,17 +74,13 @@ REFUSED_STATES = {"28", "3D"}
 UNAVAILABLE_STATES = {"08", "53", "57"}
 """SQLSTATE classes of a database that cannot serve now: connection lost, out of resources, shutting down."""
 
-Clock = Callable[[], datetime]
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
 
 class Store:
     """The database behind a control plane, with one repository per kind of record."""
 
-    def __init__(self, engine: AsyncEngine, url: URL, *, timeout_s: float, clock: Clock = _utcnow) -> None:
+    def __init__(
+        self, engine: AsyncEngine, url: URL, *, timeout_s: float, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.engine = engine
         self.url = url
         self.timeout_s = timeout_s
@@ -128,7 +125,7 @@ class Store:
         """
         parsed = _parse(url)
         engine = _create_engine(parsed, timeout_s)
-        store = cls(engine, parsed, timeout_s=timeout_s, clock=clock or _utcnow)
+        store = cls(engine, parsed, timeout_s=timeout_s, clock=clock or SYSTEM_CLOCK)
         try:
             async with store.bounded(), _migration_lock(), engine.begin() as connection:
                 await connection.run_sync(_migrate)
@@ -156,8 +153,8 @@ class Store:
         return self.url.render_as_string(hide_password=True)
 
     def now(self) -> datetime:
-        """The time the store stamps on records (the injected clock, UTC by default)."""
-        return self.clock()
+        """The time the store stamps on records: the injected clock's wall time (the system's by default)."""
+        return datetime.fromtimestamp(self.clock.time(), UTC)
 
     async def ping(self) -> None:
         """Check that the database answers; raises :class:`StoreUnavailable` when it does not."""

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from llmgw.errors import NotFound
-from llmgw.store.tables import NodeRow, dialect_insert
+from llmgw.store.tables import NodeRow
+from llmgw.store.upserting import upsert
 
 if TYPE_CHECKING:
     from llmgw.store.database import Store
@@ -48,23 +49,15 @@ class Nodes:
         """
         now = self._store.now()
         async with self._store.session() as session:
-            dialect = session.get_bind().dialect.name
-            insert = dialect_insert(dialect, NodeRow).values(
-                id=node_id, address=address, inventory=dict(inventory), first_seen=now, last_seen=now
-            )
-            upsert = insert.on_conflict_do_update(
-                index_elements=[NodeRow.id],
-                set_={
-                    "address": insert.excluded.address,
-                    "inventory": insert.excluded.inventory,
-                    "last_seen": insert.excluded.last_seen,
-                },
-            )
-            await session.execute(upsert)
-            row = await session.scalar(
-                select(NodeRow).where(NodeRow.id == node_id).execution_options(populate_existing=True)
-            )
-            assert row is not None
+            values = {
+                "id": node_id,
+                "address": address,
+                "inventory": dict(inventory),
+                "first_seen": now,
+                "last_seen": now,
+            }
+            updated = ("address", "inventory", "last_seen")
+            row = await upsert(session, NodeRow, values, key="id", update=updated)
             return _record(row)
 
     async def get(self, node_id: str) -> NodeRecord:

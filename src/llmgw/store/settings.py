@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import null, select
 
 from llmgw.errors import NotFound
-from llmgw.store.tables import SettingChangeRow, SettingRow, dialect_insert
+from llmgw.store.tables import SettingChangeRow, SettingRow
+from llmgw.store.upserting import upsert
 
 if TYPE_CHECKING:
     from llmgw.store.database import Store
@@ -52,14 +53,8 @@ class StoredSettings:
         """Set ``key`` to ``value`` (any JSON value) and record the change."""
         now = self._store.now()
         async with self._store.session() as session:
-            dialect = session.get_bind().dialect.name
-            insert = dialect_insert(dialect, SettingRow).values(key=key, value=value, updated_at=now)
-            await session.execute(
-                insert.on_conflict_do_update(
-                    index_elements=[SettingRow.key],
-                    set_={"value": insert.excluded.value, "updated_at": insert.excluded.updated_at},
-                )
-            )
+            values = {"key": key, "value": value, "updated_at": now}
+            await upsert(session, SettingRow, values, key="key", update=("value", "updated_at"))
             session.add(SettingChangeRow(key=key, value=value, changed_at=now, actor=actor))
 
     async def delete(self, key: str, actor: str) -> None:

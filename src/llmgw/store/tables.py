@@ -29,7 +29,6 @@ from sqlalchemy import (
     TypeDecorator,
     text,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -217,15 +216,6 @@ class ControlPlaneRow(Base):
     agent_address: Mapped[str] = mapped_column(String(512), nullable=False)
     http_address: Mapped[str] = mapped_column(String(512), nullable=False)
     seen_s: Mapped[float] = mapped_column(Float, nullable=False)
-
-
-def dialect_insert(dialect_name: str, table: type[Base]) -> postgresql.Insert | sqlite.Insert:
-    """An ``INSERT`` that knows ``ON CONFLICT`` on both SQLite and PostgreSQL."""
-    if dialect_name == "postgresql":
-        return postgresql.insert(table)
-    if dialect_name == "sqlite":
-        return sqlite.insert(table)
-    raise ValueError(f"the store does not support {dialect_name!r} databases")
 
 
 def rowcount(result: Result[Any]) -> int:

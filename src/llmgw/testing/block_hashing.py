@@ -9,8 +9,10 @@ images or cache salt). KV events publish a hash either as the 32-byte digest
 or, with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (on by default), as the
 integer of its last eight bytes read big-endian.
 
-The encoder below covers what those tuples hold: byte and text strings,
-integers, None and arrays, each in its shortest canonical form.
+The CBOR encoder is core's (:func:`llmgw.core.kvblocks.cbor`, checked against
+cbor2); this stand-in's independence from core lies in its chaining: it
+builds each block's tuple and hashes it the plain way, never through
+:class:`~llmgw.core.kvblocks.BlockHasher`'s memo or fast path.
 """
 
 from __future__ import annotations
@@ -19,32 +21,9 @@ import hashlib
 import os
 from collections.abc import Sequence
 
-Cbor = bytes | str | int | None | Sequence["Cbor"]
+from llmgw.core.kvblocks import Cbor, cbor
 
-
-def _head(major: int, value: int) -> bytes:
-    if value < 24:
-        return bytes([major << 5 | value])
-    for info, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
-        if value < 1 << (8 * size):
-            return bytes([major << 5 | info]) + value.to_bytes(size, "big")
-    raise ValueError("integer too large for CBOR")
-
-
-def cbor(value: Cbor) -> bytes:
-    """Canonical CBOR of ``value``."""
-    if value is None:
-        return b"\xf6"
-    if isinstance(value, bool):
-        return b"\xf5" if value else b"\xf4"
-    if isinstance(value, int):
-        return _head(0, value) if value >= 0 else _head(1, -1 - value)
-    if isinstance(value, bytes):
-        return _head(2, len(value)) + value
-    if isinstance(value, str):
-        data = value.encode()
-        return _head(3, len(data)) + data
-    return _head(4, len(value)) + b"".join(cbor(item) for item in value)
+__all__ = ["Cbor", "block_hash", "cbor", "external", "none_hash", "sha256_cbor"]
 
 
 def sha256_cbor(value: Cbor) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from datetime import UTC, datetime
 
 
 class FakeClock:
@@ -12,6 +13,7 @@ class FakeClock:
 
     def __init__(self, monotonic: float = 1000.0, wall: float = 1_700_000_000.0) -> None:
         self._monotonic = monotonic
+        self._started = monotonic
         self._offset = wall - monotonic
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
@@ -21,6 +23,14 @@ class FakeClock:
 
     def time(self) -> float:
         return self._monotonic + self._offset
+
+    def elapsed(self) -> float:
+        """Seconds this clock has moved: what a test adds to a clock it cannot move (the database's)."""
+        return self._monotonic - self._started
+
+    def utcnow(self) -> datetime:
+        """The wall time as an aware UTC datetime: what a store that stamps records on this clock writes."""
+        return datetime.fromtimestamp(self.time(), UTC)
 
     def __call__(self) -> float:
         """The monotonic time: a FakeClock also serves where a ``Callable[[], float]`` is taken."""

@@ -13,12 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llmgw.agent.config import AgentConfig, save_agent_config
 from llmgw.agent.shardstates import is_engine, read_state
@@ -26,6 +25,9 @@ from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.server import add_control_plane, initialise, issue_node_certificate
 from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.errors import LlmgwError
+from llmgw.testing.eventually import eventually_sync
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -34,17 +36,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.2) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(LlmgwError, OSError):
-            last = condition()
-            if last:
-                return last
-        time.sleep(interval_s)
-    raise TimeoutError(f"{what}: not within {timeout_s:.0f} s (last: {last!r})")
+def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
+    """:func:`~llmgw.testing.eventually.eventually_sync` as end-to-end tests call it.
+
+    A process not answering yet (``OSError``) or answering with an error
+    (:class:`LlmgwError`) means "not yet"; :class:`AssertionError` names
+    ``what`` after ``timeout_s``.
+    """
+    return eventually_sync(
+        condition, timeout_s=timeout_s, interval_s=interval_s, message=what, ignoring=(LlmgwError, OSError)
+    )
 
 
 def engine_pid(port: int, program: bytes = b"llama-server") -> int:
@@ -223,9 +224,11 @@ class Cluster:
             return next((r for r in self.replicas(model) if r["state"] == "ready"), None)
 
         try:
-            return wait_for(ready, timeout_s, f"a replica of {model} is ready")  # type: ignore[no-any-return]
-        except TimeoutError as error:
-            raise TimeoutError(f"{error}\n--- logs ---\n{self.tails()}") from None
+            found = wait_for(ready, timeout_s, f"a replica of {model} is ready")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n--- logs ---\n{self.tails()}") from None
+        assert found is not None
+        return found
 
     def tails(self, lines: int = 25) -> str:
         out = []

@@ -1,0 +1,199 @@
+"""The shard supervisor through its seams: engines from a fake launcher, time on a fake clock.
+
+Each engine here never becomes healthy (nothing listens on its port), so a
+shard's life is decided by how its fake process ends and how the clock moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from llmgw.agent.config import ShardSettings
+from llmgw.agent.installing import Prepared
+from llmgw.agent.launching import EngineSpawn
+from llmgw.agent.supervising import Supervisor
+from llmgw.protocol import agent_pb2 as pb
+from llmgw.testing.clock import FakeClock
+from llmgw.testing.eventually import eventually
+
+GRACE_S = 10.0
+SETTINGS = ShardSettings(
+    stop_grace_s=GRACE_S,
+    max_quick_restarts=5,
+    restart_backoff_s=1.0,
+    restart_backoff_max_s=30.0,
+    health_timeout_s=600.0,
+)
+
+
+class FakeEngine:
+    """An engine process as the supervisor sees it: a pid, an end, and the signals it was sent."""
+
+    def __init__(self, pid: int, clock: FakeClock, ends_on: tuple[int, ...]) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.signals: list[tuple[signal.Signals, float]] = []
+        self._clock = clock
+        self._ends_on = ends_on
+        self._ended = asyncio.Event()
+
+    def end(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+    async def wait(self) -> int:
+        await self._ended.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        self.signals.append((signal.Signals(signum), self._clock.monotonic()))
+        if signum in self._ends_on or signum == signal.SIGKILL:
+            self.end(-signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+@dataclass
+class FakeLauncher:
+    """Starts :class:`FakeEngine` s: ones that crash at once, or ones that run until signalled."""
+
+    clock: FakeClock
+    crash: bool = False
+    ends_on: tuple[int, ...] = (signal.SIGTERM,)
+    """The signals a running engine ends on (SIGKILL always ends it)."""
+    engines: list[FakeEngine] = field(default_factory=list)
+    spawned_at: list[float] = field(default_factory=list)
+    spawns: list[EngineSpawn] = field(default_factory=list)
+
+    async def __call__(self, spawn: EngineSpawn) -> FakeEngine:
+        engine = FakeEngine(40_000 + len(self.engines), self.clock, self.ends_on)
+        if self.crash:
+            engine.end(1)
+        self.engines.append(engine)
+        self.spawned_at.append(self.clock.monotonic())
+        self.spawns.append(spawn)
+        return engine
+
+
+@dataclass
+class Running:
+    supervisor: Supervisor
+    launcher: FakeLauncher
+    clock: FakeClock
+    statuses: list[pb.ShardStatus]
+
+    def states(self) -> list[str]:
+        return [pb.ShardState.Name(status.state) for status in self.statuses]
+
+    def crashes(self) -> int:
+        return sum(1 for status in self.statuses if status.error.startswith("engine exited with code 1"))
+
+
+async def _prepare(spec: pb.StartShard) -> Prepared:
+    return Prepared(program=Path("/opt/llama.cpp/llama-server"), weights=Path("/models/m.gguf"))
+
+
+@pytest.fixture
+def launcher() -> FakeLauncher:
+    return FakeLauncher(FakeClock())
+
+
+@pytest.fixture
+async def running(tmp_path: Path, launcher: FakeLauncher) -> AsyncIterator[Running]:
+    supervisor = Supervisor(tmp_path, SETTINGS, _prepare, launcher=launcher, clock=launcher.clock)
+    statuses: list[pb.ShardStatus] = []
+    supervisor.report = statuses.append
+    yield Running(supervisor, launcher, launcher.clock, statuses)
+    for engine in launcher.engines:
+        if engine.returncode is None:
+            engine.end(0)
+    await supervisor.stop_all()
+
+
+def start(running: Running) -> None:
+    spec = pb.StartShard(replica_id="r1", model="m", engine="llama.cpp", api_key="sk-replica")
+    running.supervisor.start(spec)
+
+
+async def test_the_engine_is_spawned_with_its_command_line_and_output(running: Running) -> None:
+    start(running)
+    await eventually(lambda: running.launcher.spawns, message="the engine is spawned")
+
+    (spawn,) = running.launcher.spawns
+    assert spawn.command[0] == "/opt/llama.cpp/llama-server"
+    assert "/models/m.gguf" in spawn.command
+    assert spawn.cwd == running.supervisor.shards["r1"].directory
+    assert running.supervisor.shards["r1"].process is running.launcher.engines[0]
+
+
+async def test_five_quick_failures_in_a_row_fail_the_shard(running: Running) -> None:
+    running.launcher.crash = True
+    start(running)
+
+    for crashes, delay in enumerate((1.0, 2.0, 4.0, 8.0), start=1):
+        await eventually(lambda n=crashes: running.crashes() == n, message=f"crash {crashes} is reported")
+        await running.clock.advance(delay)
+    await eventually(lambda: running.states()[-1] == "SHARD_STATE_FAILED", message="the shard fails")
+
+    assert len(running.launcher.engines) == 5
+    assert running.statuses[-1].error.startswith("engine exited with code 1")
+    assert running.supervisor.shards["r1"].restarts == 5
+    await running.clock.advance(3600)
+    assert len(running.launcher.engines) == 5, "a failed shard is not started again by the agent"
+
+
+async def test_restarts_back_off_doubling_from_the_base_delay(running: Running) -> None:
+    running.launcher.crash = True
+    start(running)
+    started = running.clock.monotonic()
+
+    for crashes, delay in enumerate((1.0, 2.0, 4.0), start=1):
+        await eventually(lambda n=crashes: running.crashes() == n, message=f"crash {crashes} is reported")
+        await running.clock.advance(delay - 0.01)
+        assert len(running.launcher.engines) == crashes, f"restarted before {delay} s"
+        await running.clock.advance(0.01)
+        await eventually(lambda n=crashes: len(running.launcher.engines) == n + 1, message="the restart")
+
+    assert [at - started for at in running.launcher.spawned_at] == pytest.approx([0.0, 1.0, 3.0, 7.0])
+
+
+async def test_stopping_sends_sigterm_waits_the_grace_then_sigkill(running: Running) -> None:
+    running.launcher.ends_on = ()  # an engine that ignores SIGTERM
+    start(running)
+    await eventually(lambda: running.launcher.engines, message="the engine is spawned")
+    (engine,) = running.launcher.engines
+    asked = running.clock.monotonic()
+
+    stopping = asyncio.create_task(running.supervisor.stop("r1", "idle"))
+    await eventually(lambda: engine.signals, message="the engine is sent a signal")
+    await running.clock.advance(GRACE_S - 0.1)
+    assert [sig for sig, _ in engine.signals] == [signal.SIGTERM], "killed before the grace ended"
+    await running.clock.advance(0.1)
+    await asyncio.wait_for(stopping, 5)
+
+    assert engine.signals == [(signal.SIGTERM, asked), (signal.SIGKILL, asked + GRACE_S)]
+    assert running.states()[-1] == "SHARD_STATE_STOPPED"
+    assert "r1" not in running.supervisor.shards
+
+
+async def test_an_engine_that_ends_on_sigterm_is_not_killed(running: Running) -> None:
+    start(running)
+    await eventually(lambda: running.launcher.engines, message="the engine is spawned")
+    (engine,) = running.launcher.engines
+
+    await asyncio.wait_for(running.supervisor.stop("r1", "idle"), 5)
+
+    assert [sig for sig, _ in engine.signals] == [signal.SIGTERM]
+    assert engine.returncode == -signal.SIGTERM
+    assert running.states()[-1] == "SHARD_STATE_STOPPED"
+    assert len(running.launcher.engines) == 1, "a stopped shard is not restarted"
