@@ -18,7 +18,8 @@ from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.launching import EngineSpawn
 from llmgw.agent.supervising import Supervisor
-from llmgw.protocol import agent_pb2 as pb
+from llmgw.core.engines import LLAMA_CPP
+from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.eventually import eventually
 
@@ -90,16 +91,16 @@ class Running:
     supervisor: Supervisor
     launcher: FakeLauncher
     clock: FakeClock
-    statuses: list[pb.ShardStatus]
+    statuses: list[ShardStatus]
 
-    def states(self) -> list[str]:
-        return [pb.ShardState.Name(status.state) for status in self.statuses]
+    def states(self) -> list[ShardState]:
+        return [status.state for status in self.statuses]
 
     def crashes(self) -> int:
         return sum(1 for status in self.statuses if status.error.startswith("engine exited with code 1"))
 
 
-async def _prepare(spec: pb.StartShard) -> Prepared:
+async def _prepare(spec: ShardSpec) -> Prepared:
     return Prepared(program=Path("/opt/llama.cpp/llama-server"), weights=Path("/models/m.gguf"))
 
 
@@ -111,7 +112,7 @@ def launcher() -> FakeLauncher:
 @pytest.fixture
 async def running(tmp_path: Path, launcher: FakeLauncher) -> AsyncIterator[Running]:
     supervisor = Supervisor(tmp_path, SETTINGS, _prepare, launcher=launcher, clock=launcher.clock)
-    statuses: list[pb.ShardStatus] = []
+    statuses: list[ShardStatus] = []
     supervisor.report = statuses.append
     yield Running(supervisor, launcher, launcher.clock, statuses)
     for engine in launcher.engines:
@@ -121,7 +122,7 @@ async def running(tmp_path: Path, launcher: FakeLauncher) -> AsyncIterator[Runni
 
 
 def start(running: Running) -> None:
-    spec = pb.StartShard(replica_id="r1", model="m", engine="llama.cpp", api_key="sk-replica")
+    spec = ShardSpec(replica_id="r1", model="m", engine=LLAMA_CPP.name, api_key="sk-replica")
     running.supervisor.start(spec)
 
 
@@ -143,7 +144,7 @@ async def test_five_quick_failures_in_a_row_fail_the_shard(running: Running) -> 
     for crashes, delay in enumerate((1.0, 2.0, 4.0, 8.0), start=1):
         await eventually(lambda n=crashes: running.crashes() == n, message=f"crash {crashes} is reported")
         await running.clock.advance(delay)
-    await eventually(lambda: running.states()[-1] == "SHARD_STATE_FAILED", message="the shard fails")
+    await eventually(lambda: running.states()[-1] == ShardState.FAILED, message="the shard fails")
 
     assert len(running.launcher.engines) == 5
     assert running.statuses[-1].error.startswith("engine exited with code 1")
@@ -182,7 +183,7 @@ async def test_stopping_sends_sigterm_waits_the_grace_then_sigkill(running: Runn
     await asyncio.wait_for(stopping, 5)
 
     assert engine.signals == [(signal.SIGTERM, asked), (signal.SIGKILL, asked + GRACE_S)]
-    assert running.states()[-1] == "SHARD_STATE_STOPPED"
+    assert running.states()[-1] == ShardState.STOPPED
     assert "r1" not in running.supervisor.shards
 
 
@@ -195,5 +196,5 @@ async def test_an_engine_that_ends_on_sigterm_is_not_killed(running: Running) ->
 
     assert [sig for sig, _ in engine.signals] == [signal.SIGTERM]
     assert engine.returncode == -signal.SIGTERM
-    assert running.states()[-1] == "SHARD_STATE_STOPPED"
+    assert running.states()[-1] == ShardState.STOPPED
     assert len(running.launcher.engines) == 1, "a stopped shard is not restarted"
