@@ -6,18 +6,15 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
-import uvicorn
 from aiohttp import web
 from multidict import CIMultiDict
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
-from starlette.types import ASGIApp
 
 from llmgw.gateway import (
     Gateway,
@@ -28,6 +25,7 @@ from llmgw.gateway import (
     UsageRecord,
     hash_secret,
 )
+from llmgw.testing.serving import bound_socket, serving
 
 SECRET = "sk-llmgw-test-0123456789"
 MODEL = "tiny-chat"
@@ -37,15 +35,6 @@ WAIT = 5.0
 """Upper bound for awaiting an event that must happen."""
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
-
-
-def bound_socket() -> socket.socket:
-    """A listening socket on a free loopback port: clients may connect before the server runs."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    return sock
 
 
 def closed_port() -> int:
@@ -228,24 +217,6 @@ class Hooks:
 
     def on_replica_failed(self, replica_id: str, reason: str) -> None:
         self.failed.append((replica_id, reason))
-
-
-@asynccontextmanager
-async def serving(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``app`` with uvicorn (httptools) on a free loopback port; yields its base URL."""
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, lifespan="off", log_level="warning", http="httptools", timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 @pytest.fixture
