@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import typer
 
-from llmgw.cli.ctl import show_status
-from llmgw.cli.options import AS_JSON, TOKEN, URL, client
-from llmgw.cli.output import console, print_json
+from llmgw.cli.ctl import status
+from llmgw.cli.options import TOKEN, URL, client
+from llmgw.cli.output import console
 
 
 def stop(url: str | None = URL, token: str | None = TOKEN) -> None:
@@ -25,15 +25,6 @@ def start(url: str | None = URL, token: str | None = TOKEN) -> None:
     """Serve again after 'llmgw stop': every model is placed again as it asks."""
     client(url, token).set_serving(stopped=False)
     console.print("serving: every model is placed again as it asks")
-
-
-def status(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS_JSON) -> None:
-    """The cluster's summary, saying when it is stopped and which control plane leads."""
-    answer = client(url, token).status()
-    if as_json:
-        print_json(answer)
-    else:
-        show_status(answer)
 
 
 def register(app: typer.Typer) -> None:
