@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ CRASHED = "the agent ended on them before it registered (it crashed or was kille
 class SettingsTrial:
     """The fallback files beside agent.yaml at ``config_path``."""
 
-    def __init__(self, config_path: Path, clock: Any = time.time) -> None:
+    def __init__(self, config_path: Path, clock: Callable[[], float] = time.time) -> None:
         self._path = config_path
         self._clock = clock
         self.trying = False
