@@ -29,6 +29,9 @@ class Sink:
             raise StoreUnavailable("the database is down", "start it")
         self.batches.append(list(entries))
 
+    async def append_missing(self, entries: Sequence[UsageEntry]) -> int:
+        raise AssertionError("without a spill nothing is replayed")
+
 
 def record(key: str = "key1", model: str = "chat", prompt: int = 5, status: int = 200) -> UsageRecord:
     return UsageRecord(

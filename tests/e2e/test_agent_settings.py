@@ -17,6 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from llmgw.agent.config import kept_settings
 from llmgw.cli import ctl
 from llmgw.cli.main import app
 from llmgw.cli.up import DEFAULT_MODEL
@@ -136,4 +137,42 @@ def test_an_edited_agent_yaml_is_refused_when_it_does_not_load_and_restarts_the_
     path.write_text(good.replace("restart_backoff_s: 1.0", "restart_backoff_s: 2.0"))
     restarted(cluster, f"{path} changed", registrations)
     cluster.wait_ready(DEFAULT_MODEL, 60)
+    assert engine_pid(cluster.replicas(DEFAULT_MODEL)[0]["port"]) == pid
+
+
+def test_settings_the_agent_cannot_start_on_are_refused_and_it_serves_on_its_last_good_ones(
+    cluster: Cluster,
+) -> None:
+    before = cluster.wait_ready(DEFAULT_MODEL)
+    pid = engine_pid(before["port"])
+    good = cluster.admin.get("/api/settings").get("agents.nodes.node1") or {}
+    with requests_meanwhile(cluster) as failures:
+        answer = CliRunner().invoke(
+            ctl.app,
+            ["config", "set", "agents.nodes.node1", yaml.safe_dump({**good, "work_dir": "/proc/llmgw"}),
+             *_options(cluster)],
+        )  # fmt: skip
+        assert answer.exit_code == 0, answer.output
+        wait_for(
+            lambda: "could not start on the control plane's settings" in _log(cluster),
+            60,
+            "the agent goes back",
+        )
+        wait_for(
+            lambda: "declined the control plane's settings" in _log(cluster), 60, "it declines them again"
+        )
+        cluster.wait_ready(DEFAULT_MODEL, 60)
+    assert failures == []
+    assert cluster.processes["agent-node1"].poll() is None, "the agent ended instead of going back"
+    assert engine_pid(cluster.replicas(DEFAULT_MODEL)[0]["port"]) == pid
+    assert kept_settings(_node(cluster) / "agent.yaml") == good
+    shown = CliRunner().invoke(ctl.app, ["status", *_options(cluster)], env={"COLUMNS": "300"})
+    assert "refused settings on node1" in shown.output, shown.output
+    assert "work_dir=/proc/llmgw" in shown.output and "No such file or directory" in shown.output
+    # the operator puts the good settings back: the refusal is withdrawn, nothing restarts
+    answer = CliRunner().invoke(
+        ctl.app, ["config", "set", "agents.nodes.node1", yaml.safe_dump(good), *_options(cluster)]
+    )
+    assert answer.exit_code == 0, answer.output
+    wait_for(lambda: cluster.admin.get("/api/status")["refused_settings"] == {}, 60, "the refusal goes")
     assert engine_pid(cluster.replicas(DEFAULT_MODEL)[0]["port"]) == pid

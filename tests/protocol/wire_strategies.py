@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from llmgw.core.devices import Device, NodeInventory
 from llmgw.core.kvblocks import KvBlocksUpdate
-from llmgw.core.nodes import NodeRegistration, Registered
+from llmgw.core.nodes import NodeRegistration, Registered, SettingsRefusal
 from llmgw.core.shards import (
     AdapterSpec,
     Compute,
@@ -117,6 +117,7 @@ registrations = st.builds(
     shards=st.lists(running_shards, **small).map(tuple),
     engines=st.lists(text, **small).map(tuple),
     agent_version=text,
+    refused_settings=st.none() | st.builds(SettingsRefusal, settings=text, reason=text, refused_at=real),
 )
 registereds = st.builds(
     Registered,

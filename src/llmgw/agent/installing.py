@@ -1,4 +1,9 @@
-"""What a shard needs on disk before its engine starts: the engine build, the weights, the adapters."""
+"""What a shard needs on disk before its engine starts: the engine build, the weights, the adapters.
+
+Weights are fetched once per sha256 and reused only when they still hash to
+it; a model of several files gets a folder of its own, named by its files'
+digests (:mod:`llmgw.agent.weightfiles`).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw.agent import weightfiles
 from llmgw.agent.config import AgentConfig
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
-from llmgw.core.shards import AdapterSpec, ShardSpec
+from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
 from llmgw.engines import builds, pythonbuilds, trtllm
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
@@ -151,17 +157,27 @@ class Installer:
         path = await self.blob(spec.model, spec.weights_sha256, filename, spec.weights_size)
         if spec.weights_format != "safetensors":
             return path
-        for extra in spec.files:
-            await self.blob(spec.model, extra.sha256, extra.filename, extra.size, into=path.parent)
-        return path.parent
+        return await self.folder(spec.model, path, spec.weights_sha256, spec.files)
 
-    async def blob(self, model: str, sha: str, filename: str, size: int, *, into: Path | None = None) -> Path:
-        """A mirrored file fetched (once) into ``weights/<sha>/``, or into the folder ``into``."""
+    async def folder(self, model: str, main: Path, main_sha: str, files: tuple[WeightsFile, ...]) -> Path:
+        """The folder of ``main`` and ``files``, each fetched (once) by its sha256, named by their digests."""
+        fetched = [(main.name, main_sha, main)]
+        for extra in files:
+            path = await self.blob(model, extra.sha256, extra.filename, extra.size)
+            fetched.append((extra.filename, extra.sha256, path))
+        return await asyncio.to_thread(weightfiles.model_folder, self._weights_dir, fetched)
+
+    @property
+    def _weights_dir(self) -> Path:
+        return self._config.work_path / "weights"
+
+    async def blob(self, model: str, sha: str, filename: str, size: int) -> Path:
+        """A mirrored file fetched once into ``weights/<sha>/``; one found there is reused if it matches."""
         lock = self._weights_locks.setdefault(sha, asyncio.Lock())
         async with lock:
-            directory = into or self._config.work_path / "weights" / sha
+            directory = self._weights_dir / sha
             final = directory / filename
-            if final.exists():
+            if await asyncio.to_thread(weightfiles.reusable, final, sha):
                 return final
             directory.mkdir(parents=True, exist_ok=True)
             error: LlmgwError | None = None
@@ -179,6 +195,7 @@ class Installer:
                     async for chunk in self._fetch()(sha, offset):
                         await writer.write(chunk)
                     await writer.finish()
+                    await asyncio.to_thread(weightfiles.remember_digest, final, sha)
                     return final
                 except ChecksumMismatch:
                     raise
@@ -201,9 +218,10 @@ class Installer:
     async def adapter(self, spec: ShardSpec, adapter: AdapterSpec) -> LaunchAdapter:
         """A LoRA adapter fetched (once) like the weights: a GGUF file, or a PEFT folder of its files."""
         path = await self.blob(spec.model, adapter.sha256, adapter.filename, adapter.size)
-        for extra in adapter.files:
-            await self.blob(spec.model, extra.sha256, extra.filename, extra.size, into=path.parent)
-        return LaunchAdapter(adapter.name, path.parent if adapter.files else path, adapter.scale)
+        if not adapter.files:
+            return LaunchAdapter(adapter.name, path, adapter.scale)
+        folder = await self.folder(spec.model, path, adapter.sha256, adapter.files)
+        return LaunchAdapter(adapter.name, folder, adapter.scale)
 
     async def prepare(self, spec: ShardSpec) -> Prepared:
         fetching = asyncio.gather(*(self.adapter(spec, adapter) for adapter in spec.adapters))

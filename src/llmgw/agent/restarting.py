@@ -7,6 +7,11 @@ An edited agent.yaml that loads restarts the agent too; one that does not is
 refused with the reason logged, and the agent keeps running on the old one.
 RestartAgent (C2.6) restarts it as it is. Engines keep serving throughout:
 the next agent adopts them (C2.2).
+
+Settings the agent could not start on (:mod:`llmgw.agent.settingstrial`) are
+declined when the control plane sends them again; once it sends others, the
+refusal is withdrawn (and the agent registers again to say so, when the new
+settings are those it runs on already).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import yaml
 
 from llmgw.agent.config import keep_settings, kept_settings, load_agent_config, settings_problems
+from llmgw.agent.settingstrial import SettingsTrial
 from llmgw.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -33,9 +39,14 @@ WATCH_S = 1.0
 class Restarting:
     """Decides when the agent starts again, and on what."""
 
-    def __init__(self, config_path: Path, restart: Callable[[str], None]) -> None:
+    def __init__(
+        self, config_path: Path, restart: Callable[[str], None], trial: SettingsTrial | None = None
+    ) -> None:
         self._path = config_path
         self._restart = restart
+        self._trial = trial
+        self.on_withdrawn: Callable[[], None] = lambda: None
+        """Called when the refusal is withdrawn and the agent does not restart (it registers again)."""
         self._loaded = self._read_file()
         self._settings = kept_settings(config_path)
         self._refused = self._loaded
@@ -66,6 +77,8 @@ class Restarting:
             text = "; ".join(f"{field}: {why}" for field, why in problems)
             log.error("refused the control plane's settings: %s; fix them with 'llmgw ctl config set'", text)
             return
+        if self._declined(settings):
+            return
         if settings == self._settings:
             log.info("the control plane's settings are those the agent runs on")
             return
@@ -77,6 +90,26 @@ class Restarting:
         keep_settings(self._path, settings)
         self._settings = settings
         self.request("the control plane's settings changed")
+
+    def _declined(self, settings: dict[str, Any]) -> bool:
+        """True for settings the agent could not start on; other settings withdraw that refusal."""
+        if self._trial is None:
+            return False
+        refusal = self._trial.refusal()
+        if refusal is None:
+            return False
+        if settings == self._trial.refused():
+            log.error(
+                "declined the control plane's settings: the agent could not start on them (%s) and runs on "
+                "its last good ones; fix them with 'llmgw ctl config set'",
+                refusal.reason,
+            )
+            return True
+        self._trial.withdraw()
+        log.info("the control plane sent other settings than those refused: the refusal is withdrawn")
+        if settings == self._settings:
+            self.on_withdrawn()
+        return False
 
     def check_file(self) -> None:
         """Restart on an edited agent.yaml that loads; refuse (once, logged) one that does not."""

@@ -42,6 +42,7 @@ from llmgw.agent.kv_reporting import KvReporter
 from llmgw.agent.nvidia_smi import NvidiaSmi
 from llmgw.agent.restarting import Restarting, command_line, start_again
 from llmgw.agent.session import AgentSession
+from llmgw.agent.settingstrial import SettingsTrial
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
 from llmgw.protocol.channels import AgentChannel
@@ -86,10 +87,12 @@ async def run_agent(
     stop: asyncio.Event,
     restarting: Restarting | None = None,
     components: supervising.Supervisor | None = None,
+    trial: SettingsTrial | None = None,
 ) -> None:
     """Run until ``stop``; when ``restarting`` asks, start this same command again, engines serving.
 
     ``components``: the process supervisor (its :meth:`health` is the agent's components' state).
+    ``trial``: the settings on trial, good once the agent registers; its refusal goes in each registration.
     """
     gpus = choose_source(config.nvidia_smi)
     inventory = await discover(config.node_id, config.address, gpus_from=gpus)
@@ -124,7 +127,11 @@ async def run_agent(
         engines=installer.installed_engines,
         on_settings=restarting.on_settings if restarting else None,
         on_restart=restarting.request if restarting else None,
+        refusal=trial.refusal if trial else lambda: None,
+        on_registered=trial.on_registered if trial else lambda: None,
     )
+    if restarting is not None:
+        restarting.on_withdrawn = session.register_again
     kv_reporter = KvReporter(shards.shards, session.send)
     session.on_each_stream(kv_reporter.resend)
 
@@ -145,6 +152,8 @@ async def run_agent(
                 "; ".join(f"{h.name} ({h.restarts} restarts, last: {h.last_error})" for h in failed),
             )
         if restarting is not None and restarting.reason:
+            if trial is not None:
+                trial.stopped()
             start_again(command_line())  # never returns: the engines stay, the next agent adopts them
         await shards.stop_all()
 
@@ -172,14 +181,27 @@ async def sample_cards(
 
 
 async def run_until_signalled(config_path: Path) -> None:
-    """Run the agent of ``config_path`` until SIGINT or SIGTERM; it starts itself again when asked."""
-    config = load_agent_config(config_path)
-    kept = kept_settings(config_path)
-    if kept:
-        log.info("running with the control plane's settings: %s", json.dumps(kept, sort_keys=True))
+    """Run the agent of ``config_path`` until SIGINT or SIGTERM; it starts itself again when asked.
+
+    New settings from the control plane are on trial (:mod:`llmgw.agent.settingstrial`): an agent
+    that fails to start on them goes back to the last good ones and starts again on those.
+    """
+    trial = SettingsTrial(config_path)
+    trial.begin()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    restarting = Restarting(config_path, lambda reason: stop.set())
-    await run_agent(config, stop, restarting)
+    try:
+        config = load_agent_config(config_path)
+        kept = kept_settings(config_path)
+        if kept:
+            log.info("running with the control plane's settings: %s", json.dumps(kept, sort_keys=True))
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        restarting = Restarting(config_path, lambda reason: stop.set(), trial)
+        await run_agent(config, stop, restarting, trial=trial)
+    except Exception as error:
+        if trial.fail(error) is not None:
+            start_again(command_line())  # on the last good settings; never returns
+        raise
+    finally:
+        trial.stopped()

@@ -25,7 +25,14 @@ from llmgw.agent.supervising import Supervisor
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
-from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsUpdate
+from llmgw.core.nodes import (
+    Heartbeat,
+    NodeRegistration,
+    Registered,
+    RestartAgent,
+    SettingsRefusal,
+    SettingsUpdate,
+)
 from llmgw.core.shardlogs import LogRequest
 from llmgw.core.shards import RunningShard, ShardSpec, ShardStatus, StopShard
 from llmgw.errors import ChannelClosed
@@ -61,7 +68,14 @@ class AgentSession:
         clock: Callable[[], float] = time.monotonic,
         on_settings: Callable[[str], None] | None = None,
         on_restart: Callable[[str], None] | None = None,
+        refusal: Callable[[], SettingsRefusal | None] = lambda: None,
+        on_registered: Callable[[], None] = lambda: None,
     ) -> None:
+        self._refusal = refusal
+        """The settings the agent went back from, told in each registration."""
+        self._on_registered = on_registered
+        """Called once a leader has accepted a registration (the settings it runs on are good)."""
+        self._channel: AgentLink | None = None
         self._on_settings = on_settings
         self._on_restart = on_restart
         self._inventory = inventory
@@ -149,7 +163,17 @@ class AgentSession:
             shards=tuple(shards),
             engines=tuple(self._engines()),
             agent_version=__version__,
+            refused_settings=self._refusal(),
         )
+
+    def register_again(self) -> None:
+        """End the stream so that the next one registers afresh (what the registration tells changed)."""
+        channel = self._channel
+        if channel is not None:
+            log.info("registering again: what the registration tells changed")
+            task = asyncio.create_task(channel.close())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     async def _serve(self, wire: AgentChannel, target: str) -> str:
         """One session: WORKED once the leader accepted the registration, STANDBY when pointed on."""
@@ -179,6 +203,8 @@ class AgentSession:
             self.current = target
             self._failed_at.clear()
             log.info("registered with %s (leader %s)", target, answer.leader)
+            self._on_registered()
+            self._channel = channel
             self.connected.set()
             self._report_changed_since(registering)
             self.on_stream()
@@ -191,6 +217,7 @@ class AgentSession:
         except* ChannelClosed as group:
             log.warning("session with %s ended: %s", target, group.exceptions[0])
         finally:
+            self._channel = None
             self.connected.clear()
             self._logs.cancel_all()
             self.current = ""

@@ -68,6 +68,10 @@ def show_status(s: StatusView, now: float | None = None) -> None:
     ]
     rows += [("reconciler", s.reconcile_error)] if s.reconcile_error else []
     rows += [(f"cannot place {model}", why) for model, why in s.unplaced.items()]
+    rows += [
+        (f"refused settings on {node}", f"{r.keys}: {r.reason} (runs on its last good settings)")
+        for node, r in s.refused_settings.items()
+    ]
     at = time.time() if now is None else now
     rows += [
         (f"component {c.name}", describe_component(c, at)) for c in s.components if c.state in WORTH_SHOWING
@@ -94,7 +98,7 @@ def nodes(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS_J
         print_json(rows)
         return
     table(
-        ["NODE", "CONNECTED", "ADDRESS", "CPU", "MEMORY", "GPUS", "REPLICAS", "ENGINES"],
+        ["NODE", "CONNECTED", "ADDRESS", "CPU", "MEMORY", "GPUS", "REPLICAS", "ENGINES", "REFUSED SETTINGS"],
         [
             (
                 n.id,
@@ -105,6 +109,7 @@ def nodes(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS_J
                 ", ".join(f"{g.index}:{g.device_class}" for g in n.gpus) or "-",
                 n.replicas,
                 "; ".join(n.engines),
+                f"{n.refused_settings.keys}: {n.refused_settings.reason}" if n.refused_settings else "-",
             )
             for n in rows
         ],

@@ -17,7 +17,7 @@ from llmgw.controlplane.logreading import LogRequests
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import DEFAULT_ENGINE
-from llmgw.core.nodes import NodeRegistration
+from llmgw.core.nodes import NodeRegistration, SettingsRefusal
 from llmgw.core.shards import Compute, ReplicaPhase, ShardState
 from llmgw.core.telemetry import Telemetry
 from llmgw.protocol.links import ControlLink
@@ -30,6 +30,8 @@ class NodeState:
     inventory: NodeInventory
     channel: ControlLink
     engines: tuple[str, ...] = ()
+    refused_settings: SettingsRefusal | None = None
+    """Settings the node's agent could not start on, as it registered (it runs on its last good ones)."""
     connected_at: float = field(default_factory=time.time)
     last_heard: float = field(default_factory=time.monotonic)
 
@@ -79,7 +81,10 @@ class Fleet:
         """Record a node's new session; returns the session it replaces, if any."""
         old = self.nodes.get(registration.node_id)
         self.nodes[registration.node_id] = NodeState(
-            inventory=registration.inventory, channel=channel, engines=registration.engines
+            inventory=registration.inventory,
+            channel=channel,
+            engines=registration.engines,
+            refused_settings=registration.refused_settings,
         )
         return old
 

@@ -4,9 +4,15 @@ The gateway reports each answered request through its ``on_usage`` hook;
 :meth:`UsageWriter.add` only adds it to a running sum per key and model (a
 dictionary lookup and a few additions). :meth:`UsageWriter.run` writes those
 sums every ``interval_s`` in one INSERT, a row per key and model, however many
-requests they count. When the store cannot take them, the sums stay and keep
-growing until a write succeeds: nothing is lost, memory stays bounded by the
-number of keys and models, and no request waits.
+requests they count; no request waits.
+
+With a :class:`~llmgw.controlplane.usage_spilling.UsageSpill` (as the control
+plane runs it), memory holds at most ``max_sums`` sums: past that, and
+whenever the store refuses a write, the sums go to the spill file on disk,
+fsynced once per interval. The writer gives the file back to the store at
+start and as soon as the store takes writes again, so a store outage and a
+crash lose nothing that reached the file, and nothing is counted twice.
+Without a spill, refused sums stay in memory until a write succeeds.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
+from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.errors import LlmgwError
 from llmgw.gateway.usage import UsageRecord
 from llmgw.store.usage import UsageEntry
@@ -28,6 +35,8 @@ class UsageSink(Protocol):
     """Where sums go: :class:`llmgw.store.usage.UsageLog`."""
 
     async def append(self, entries: Sequence[UsageEntry]) -> None: ...
+
+    async def append_missing(self, entries: Sequence[UsageEntry]) -> int: ...
 
 
 class _Sum:
@@ -48,14 +57,31 @@ class _Sum:
 class UsageWriter:
     """Sums usage records per key and model and writes the sums in batches."""
 
-    def __init__(self, sink: UsageSink, clock: Callable[[], datetime], *, interval_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        sink: UsageSink,
+        clock: Callable[[], datetime],
+        *,
+        interval_s: float = 5.0,
+        spill: UsageSpill | None = None,
+        max_sums: int = 10_000,
+    ) -> None:
         self._sink = sink
         self._clock = clock
         self.interval_s = interval_s
         """Seconds between writes; each write holds a row per key and model used meanwhile."""
         self._sums: dict[tuple[str, str], _Sum] = {}
+        self._spill = spill
+        self.max_sums = max_sums
+        """With a spill: the most sums (keys times models) held in memory; more go to disk."""
+        self._last_at: datetime | None = None
         self.written = 0
         """Requests whose usage is stored so far."""
+
+    @property
+    def held(self) -> int:
+        """Sums (one per key and model) held in memory now."""
+        return len(self._sums)
 
     @property
     def pending(self) -> int:
@@ -74,14 +100,26 @@ class UsageWriter:
         total.prompt += record.prompt_tokens
         total.completion += record.completion_tokens
         total.duration_s += record.duration_s
+        if self._spill is not None and len(self._sums) >= self.max_sums:
+            self._spill_sums()
 
-    async def flush(self) -> bool:
-        """Write the sums; False when the store refused them (they wait for the next flush)."""
-        if not self._sums:
-            return True
-        sums, self._sums = self._sums, {}
+    def _stamp(self) -> datetime:
+        """Now, later than any entry stamped before: an entry's time, key and model name it once."""
         at = self._clock()
-        entries = [
+        if self._last_at is not None and at <= self._last_at:
+            at = self._last_at + timedelta(microseconds=1)
+        self._last_at = at
+        return at
+
+    def _spill_sums(self) -> None:
+        """Move the sums in memory to the spill file (synced at the next flush)."""
+        if self._spill is not None:
+            sums, self._sums = self._sums, {}
+            self._spill.write(self._entries(sums))
+
+    def _entries(self, sums: dict[tuple[str, str], _Sum]) -> list[UsageEntry]:
+        at = self._stamp()
+        return [
             UsageEntry(
                 at=at,
                 key_id=key_id,
@@ -94,17 +132,57 @@ class UsageWriter:
             )
             for (key_id, model), s in sums.items()
         ]
+
+    async def replay(self) -> bool:
+        """Give what waits in the spill file to the store; False when the store refused it."""
+        if self._spill is None or not self._spill.waiting():
+            return True
         try:
+            await self._spill.replay(self._sink)
+        except LlmgwError as error:
+            log.warning("usage kept on disk waits for the store: %s", error)
+            return False
+        return True
+
+    async def flush(self) -> bool:
+        """Write the sums; False when the store refused them (they wait for the next flush).
+
+        With a spill, what waits in its file is given back first, and refused sums go there.
+        """
+        replayed = await self.replay()
+        if not self._sums:
+            self._sync()
+            return replayed
+        sums, self._sums = self._sums, {}
+        entries = self._entries(sums)
+        try:
+            if not replayed:
+                raise LlmgwError("the store did not take the usage kept on disk")
             await self._sink.append(entries)
         except LlmgwError as error:
-            self._merge_back(sums)
-            log.warning("usage not written (%d requests wait): %s", self.pending, error)
+            if self._spill is not None:  # as stamped: had the store kept them after all, replay skips them
+                self._spill.write(entries)
+                self._sync()
+                log.warning("usage not written, kept on disk (%s): %s", self._spill.path, error)
+            else:
+                self._merge_back(sums)
+                log.warning("usage not written (%d requests wait): %s", self.pending, error)
             return False
         except BaseException:  # cancelled mid-write (shutdown): the final flush writes them
             self._merge_back(sums)
             raise
         self.written += sum(e.requests for e in entries)
+        self._sync()
         return True
+
+    def close(self) -> None:
+        """Close the spill file (what was written to it synced)."""
+        if self._spill is not None:
+            self._spill.close()
+
+    def _sync(self) -> None:
+        if self._spill is not None:
+            self._spill.sync()
 
     def _merge_back(self, sums: dict[tuple[str, str], _Sum]) -> None:
         for key, taken in sums.items():  # with what arrived meanwhile
@@ -117,6 +195,7 @@ class UsageWriter:
         supervisor runs it again); only a stop writes the last sums.
         """
         try:
+            await self.replay()  # what an earlier process kept on disk
             while True:
                 await asyncio.sleep(self.interval_s)
                 await self.flush()

@@ -41,6 +41,7 @@ from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.errors import LlmgwError
 from llmgw.gateway.app import Gateway
@@ -124,7 +125,8 @@ async def wire(
     if removed := blobs.remove_leftovers():
         log.info("removed %d files that interrupted mirror imports left", removed)
     demand = ModelDemand()
-    usage = UsageWriter(UsageLog(store), store.now)
+    usage = UsageWriter(UsageLog(store), store.now, spill=UsageSpill(config.data_path))
+    closing.callback(usage.close)
 
     gateway = Gateway(
         GatewaySettings(

@@ -3,16 +3,41 @@
 An agent opens each stream with a :class:`NodeRegistration` (what the node
 has and which shards it runs); the control plane answers with
 :class:`Registered` (who leads, every control plane to fall back to), and
-later sends :class:`SettingsUpdate` and :class:`RestartAgent`. Both sides send
+later sends :class:`SettingsUpdate` and :class:`RestartAgent`. A registration
+carries the :class:`SettingsRefusal` of settings the agent could not start on. Both sides send
 :class:`Heartbeat`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from llmgw.core.devices import NodeInventory
 from llmgw.core.shards import RunningShard
+
+
+@dataclass(frozen=True)
+class SettingsRefusal:
+    """Settings the agent went back from: it could not start on them, and runs on the last good ones."""
+
+    settings: str
+    """The refused settings, as YAML."""
+    reason: str
+    """Why the agent could not start on them (``Type: message``)."""
+    refused_at: float = 0.0
+    """When the agent went back, as a Unix timestamp."""
+
+
+def flat_settings(settings: Any, prefix: str = "") -> str:
+    """Settings as ``work_dir=/x, shards.stop_grace_s=2`` (``none`` when empty)."""
+    if not isinstance(settings, dict):
+        return f"{prefix.rstrip('.')}={settings}" if prefix else str(settings)
+    parts = [
+        flat_settings(value, f"{prefix}{key}.") if isinstance(value, dict) else f"{prefix}{key}={value}"
+        for key, value in sorted(settings.items())
+    ]
+    return ", ".join(parts) or "none"
 
 
 @dataclass(frozen=True)
@@ -25,6 +50,8 @@ class NodeRegistration:
     engines: tuple[str, ...] = ()
     """Engines and versions the node can run, ``llama.cpp b11434 cpu``."""
     agent_version: str = ""
+    refused_settings: SettingsRefusal | None = None
+    """Settings from the control plane the agent could not start on (it runs on its last good ones)."""
 
     @property
     def node_id(self) -> str:

@@ -196,6 +196,7 @@ class Register(_message.Message):
     AGENT_VERSION_FIELD_NUMBER: _builtins.int
     DRIVER_VERSION_FIELD_NUMBER: _builtins.int
     ENGINES_FIELD_NUMBER: _builtins.int
+    REFUSED_SETTINGS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     """where the control plane reaches this node's engines"""
@@ -211,6 +212,10 @@ class Register(_message.Message):
     def engines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """engines and versions this node can run, "llama.cpp b11434 cpu" """
 
+    @_builtins.property
+    def refused_settings(self) -> Global___SettingsRefusal:
+        """Settings from the control plane the agent could not start on; unset when none."""
+
     def __init__(
         self,
         *,
@@ -223,14 +228,47 @@ class Register(_message.Message):
         agent_version: _builtins.str = ...,
         driver_version: _builtins.str = ...,
         engines: _abc.Iterable[_builtins.str] | None = ...,
+        refused_settings: Global___SettingsRefusal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["refused_settings", b"refused_settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_version", b"agent_version", "cpu_cores", b"cpu_cores", "devices", b"devices", "driver_version", b"driver_version", "engines", b"engines", "memory_mb", b"memory_mb", "node_id", b"node_id", "shards", b"shards"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_version", b"agent_version", "cpu_cores", b"cpu_cores", "devices", b"devices", "driver_version", b"driver_version", "engines", b"engines", "memory_mb", b"memory_mb", "node_id", b"node_id", "refused_settings", b"refused_settings", "shards", b"shards"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Register: _TypeAlias = Register  # noqa: Y015
+
+@_typing.final
+class SettingsRefusal(_message.Message):
+    """Settings the agent went back from: it could not start on them and runs on
+    the last settings it registered with.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    REFUSED_UNIX_S_FIELD_NUMBER: _builtins.int
+    settings: _builtins.str
+    """the refused settings, YAML"""
+    reason: _builtins.str
+    """why the agent could not start on them"""
+    refused_unix_s: _builtins.float
+    """when it went back"""
+    def __init__(
+        self,
+        *,
+        settings: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        refused_unix_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "refused_unix_s", b"refused_unix_s", "settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SettingsRefusal: _TypeAlias = SettingsRefusal  # noqa: Y015
 
 @_typing.final
 class ShardStatus(_message.Message):

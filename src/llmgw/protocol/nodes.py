@@ -7,7 +7,7 @@ control plane's side).
 from __future__ import annotations
 
 from llmgw.core.devices import NodeInventory
-from llmgw.core.nodes import NodeRegistration, Registered
+from llmgw.core.nodes import NodeRegistration, Registered, SettingsRefusal
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.devices import device_message, device_of
 from llmgw.protocol.shards import decode_running_shard, encode_running_shard
@@ -25,6 +25,24 @@ def encode_registration(registration: NodeRegistration) -> pb.Register:
         shards=[encode_running_shard(s) for s in registration.shards],
         agent_version=registration.agent_version,
         engines=list(registration.engines),
+        refused_settings=encode_refusal(registration.refused_settings),
+    )
+
+
+def encode_refusal(refusal: SettingsRefusal | None) -> pb.SettingsRefusal | None:
+    if refusal is None:
+        return None
+    return pb.SettingsRefusal(
+        settings=refusal.settings, reason=refusal.reason, refused_unix_s=refusal.refused_at
+    )
+
+
+def decode_refusal(message: pb.Register) -> SettingsRefusal | None:
+    if not message.HasField("refused_settings"):
+        return None
+    refused = message.refused_settings
+    return SettingsRefusal(
+        settings=refused.settings, reason=refused.reason, refused_at=refused.refused_unix_s
     )
 
 
@@ -42,6 +60,7 @@ def decode_registration(message: pb.Register) -> NodeRegistration:
         shards=tuple(decode_running_shard(s) for s in message.shards),
         engines=tuple(message.engines),
         agent_version=message.agent_version,
+        refused_settings=decode_refusal(message),
     )
 
 

@@ -5,6 +5,11 @@ its records in memory and hands over one :class:`UsageEntry` per key and model
 each flush, in one :meth:`UsageLog.append`. A row covers the time since the
 flush before it (``at`` is when it was written), so rows stay few however many
 requests there are.
+
+Sums kept on the control plane's disk while the store was away come back
+through :meth:`UsageLog.append_missing`: an entry's ``at``, key and model name
+it (the writer never stamps two entries of a key and model with one ``at``),
+so an entry already stored is never stored twice.
 """
 
 from __future__ import annotations
@@ -61,21 +66,22 @@ class UsageLog:
         """Store ``entries`` in one statement and one transaction."""
         if not entries:
             return
-        rows = [
-            {
-                "at": e.at,
-                "key_id": e.key_id,
-                "model": e.model,
-                "requests": e.requests,
-                "failed": e.failed,
-                "prompt_tokens": e.prompt_tokens,
-                "completion_tokens": e.completion_tokens,
-                "duration_ms": e.duration_ms,
-            }
-            for e in entries
-        ]
         async with self._store.session() as session:
-            await session.execute(insert(UsageRow), rows)
+            await session.execute(insert(UsageRow), _rows(entries))
+
+    async def append_missing(self, entries: Sequence[UsageEntry]) -> int:
+        """Store the ``entries`` not stored yet (by ``at``, key and model), in one transaction; how many."""
+        if not entries:
+            return 0
+        async with self._store.session() as session:
+            query = select(UsageRow.at, UsageRow.key_id, UsageRow.model).where(
+                UsageRow.at.in_(sorted({e.at for e in entries}))
+            )
+            stored = {(at, key_id, model) for at, key_id, model in await session.execute(query)}
+            missing = [e for e in entries if (e.at, e.key_id, e.model) not in stored]
+            if missing:
+                await session.execute(insert(UsageRow), _rows(missing))
+        return len(missing)
 
     async def totals(self, since: datetime | None = None) -> list[UsageTotal]:
         """Requests and tokens per key and model (written since ``since`` when given), by key then model."""
@@ -95,3 +101,19 @@ class UsageLog:
                 UsageTotal(key_id, model, int(requests), int(failed), int(prompt), int(completion))
                 for key_id, model, requests, failed, prompt, completion in await session.execute(query)
             ]
+
+
+def _rows(entries: Sequence[UsageEntry]) -> list[dict[str, object]]:
+    return [
+        {
+            "at": e.at,
+            "key_id": e.key_id,
+            "model": e.model,
+            "requests": e.requests,
+            "failed": e.failed,
+            "prompt_tokens": e.prompt_tokens,
+            "completion_tokens": e.completion_tokens,
+            "duration_ms": e.duration_ms,
+        }
+        for e in entries
+    ]

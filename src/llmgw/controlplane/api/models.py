@@ -91,6 +91,19 @@ class ComponentView(AnswerModel):
     """When it failed last, as a Unix timestamp."""
 
 
+class RefusedSettingsView(AnswerModel):
+    """Settings from the control plane a node's agent could not start on; it runs on its last good ones."""
+
+    settings: str
+    """The refused settings, as YAML."""
+    keys: str
+    """The refused settings flattened, ``work_dir=/proc/x, shards.stop_grace_s=2``."""
+    reason: str
+    """Why the agent could not start on them."""
+    refused_at: float
+    """When the agent went back, as a Unix timestamp."""
+
+
 class StatusView(AnswerModel):
     """The cluster's summary as the answering control plane sees it."""
 
@@ -114,6 +127,8 @@ class StatusView(AnswerModel):
     unplaced: dict[str, str] = {}
     """Why each model the reconciler cannot place is unplaced."""
     components: list[ComponentView] = []
+    refused_settings: dict[str, RefusedSettingsView] = {}
+    """Per node: settings its agent could not start on (fix them with ``llmgw ctl config set``)."""
 
 
 class ServingRequest(RequestModel):
@@ -144,6 +159,8 @@ class NodeView(AnswerModel):
     gpus: list[GpuView]
     engines: list[str]
     replicas: int
+    refused_settings: RefusedSettingsView | None = None
+    """Settings its agent could not start on (it runs on its last good ones); null when none."""
 
 
 class ReplicaView(AnswerModel):

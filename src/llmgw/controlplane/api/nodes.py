@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import yaml
 from fastapi import APIRouter
 
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import GpuView, NodeView
+from llmgw.controlplane.api.models import GpuView, NodeView, RefusedSettingsView
 from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.fleet import Fleet
+from llmgw.core.nodes import SettingsRefusal, flat_settings
 
 router = APIRouter(prefix="/api", tags=["nodes"], dependencies=AUTH, responses=declared(401, 503))
 
@@ -33,6 +36,30 @@ async def nodes(state: State) -> list[NodeView]:
                 ],
                 engines=list(live.engines) if live else [],
                 replicas=sum(1 for r in state.fleet.replicas.values() if r.node_id == node_id),
+                refused_settings=refused_view(live.refused_settings) if live else None,
             )
         )
+    return out
+
+
+def refused_view(refusal: SettingsRefusal | None) -> RefusedSettingsView | None:
+    """A node's refused settings as the API shows them; None when there are none."""
+    if refusal is None:
+        return None
+    try:
+        keys = flat_settings(yaml.safe_load(refusal.settings))
+    except yaml.YAMLError:
+        keys = refusal.settings
+    return RefusedSettingsView(
+        settings=refusal.settings, keys=keys, reason=refusal.reason, refused_at=refusal.refused_at
+    )
+
+
+def refusals(fleet: Fleet) -> dict[str, RefusedSettingsView]:
+    """Each connected node's refused settings, by node id (nodes without any left out)."""
+    out = {}
+    for node_id, node in sorted(fleet.nodes.items()):
+        view = refused_view(node.refused_settings)
+        if view is not None:
+            out[node_id] = view
     return out

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from llmgw import __version__
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
+from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
 from llmgw.controlplane.reconciling import SERVING_STOPPED
 from llmgw.store.leases import ControlPlaneRecord
@@ -96,6 +97,7 @@ async def status(state: State) -> StatusView:
             )
             for c in state.components()
         ],
+        refused_settings=refusals(state.fleet),
     )
 
 
