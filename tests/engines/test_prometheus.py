@@ -164,3 +164,9 @@ def test_any_values_give_a_load_or_a_failed_reading(running: list[float], share:
     except EngineUnhealthy:
         return
     assert isinstance(load, EngineLoad) and load.running >= 0
+
+
+def test_counts_whose_sum_would_overflow_fail_the_reading_instead_of_raising() -> None:
+    text = 'vllm:num_requests_running{a="1"} 1.7e308\nvllm:num_requests_running{a="2"} 1.7e308\n'
+    with pytest.raises(EngineUnhealthy, match="which is not a count"):
+        parse_load(text + "vllm:num_requests_waiting 0\n", vllm.ENGINE.metrics, "vllm")

@@ -191,7 +191,9 @@ def parse_load(text: str | bytes, names: MetricNames, engine: str = "engine") ->
         if series is None:
             return 0
         name, values = series
-        total = math.fsum(values) if all(math.isfinite(v) for v in values) else math.nan
+        # each series within the limit first: their exact sum then cannot overflow
+        in_range = all(math.isfinite(v) and 0 <= v <= COUNT_LIMIT for v in values)
+        total = math.fsum(values) if in_range else math.nan
         if not 0 <= total <= COUNT_LIMIT:
             raise EngineUnhealthy(
                 f"{engine} reports {name} = {_shown(values)}, which is not a count",
