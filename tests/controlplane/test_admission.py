@@ -105,7 +105,7 @@ async def test_an_api_request_without_the_token_is_refused_before_its_body_is_re
     assert status == 401
     assert body["error"]["message"] == "missing or wrong admin token"
     assert "admin.token" in body["error"]["hint"]
-    assert headers[b"connection"] == b"close"
+    assert headers[b"www-authenticate"] == b"Bearer"
     assert client.chunks_taken == 0 and app.calls == 0
 
 
@@ -136,11 +136,10 @@ async def test_an_authorised_request_reaches_the_app_with_its_body(client: Clien
 async def test_a_content_length_past_the_limit_is_answered_413_without_reading(
     client: Client, app: BodyReader
 ) -> None:
-    status, body, headers = await client.request("POST", "/api/models", [b"x"], length=LIMIT + 1)
+    status, body, _ = await client.request("POST", "/api/models", [b"x"], length=LIMIT + 1)
     assert status == 413
     assert f"({LIMIT} bytes)" in body["error"]["message"]
     assert "http.api_body_max_bytes" in body["error"]["hint"]
-    assert headers[b"connection"] == b"close"
     assert client.chunks_taken == 0 and app.calls == 0
 
 

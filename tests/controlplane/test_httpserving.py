@@ -141,6 +141,57 @@ async def test_the_next_head_on_a_kept_alive_connection_has_the_head_timeout_too
     writer.close()
 
 
+async def test_a_body_answered_unread_is_read_and_dropped_so_the_client_sees_the_answer(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    size = 4 << 20  # more than the sockets' buffers hold
+    writer.write(b"POST / HTTP/1.1\r\nHost: cp1\r\nContent-Length: %d\r\n\r\n" % size)
+    writer.write(b"x" * size)
+    await writer.drain()  # every byte is taken, though the app never reads one
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.write(REQUEST)
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+async def test_a_client_asking_to_close_sees_the_answer_to_a_body_read_unread_then_the_close(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    size = 4 << 20
+    writer.write(b"POST / HTTP/1.1\r\nHost: cp1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % size)
+    writer.write(b"x" * size)
+    await writer.drain()  # no reset: the server takes every byte before it closes
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    assert await seconds_until_closed(reader, MARGIN_S) < MARGIN_S
+    assert server.guard.timed_out == 0
+    writer.close()
+
+
+async def test_a_client_asking_to_close_after_a_plain_request_is_closed_once_answered(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\nHost: cp1\r\nConnection: close\r\n\r\n")
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    assert await seconds_until_closed(reader, MARGIN_S) < MARGIN_S
+    await eventually(lambda: not server.server_state.connections, message="the connection is gone")
+    writer.close()
+
+
+async def test_the_rest_of_a_body_answered_unread_must_come_within_the_head_timeout(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    writer.write(b"POST / HTTP/1.1\r\nHost: cp1\r\nContent-Length: 1000\r\n\r\n")
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.write(b"x" * 10)
+    assert await seconds_until_closed(reader, HEAD_TIMEOUT_S + MARGIN_S) < HEAD_TIMEOUT_S + MARGIN_S
+    assert server.guard.timed_out == 1
+    writer.close()
+
+
 async def test_a_slow_request_under_way_is_not_cut_by_the_head_timeout(server: HttpServer, app: App) -> None:
     app.hold.clear()
     reader, writer = await connect(server)

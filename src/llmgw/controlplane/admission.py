@@ -14,8 +14,10 @@ which reads a body whole before it passes it on:
   app behind then sees the client go away). Uploads into the mirror
   (``POST /api/mirror/blobs``) stream into it with a limit of their own.
 
-Both answers close the connection, so that a body that was not read is not
-sent in vain. Each ``/api`` route still checks the token itself
+Neither answer closes the connection: a client still sending the body it
+was refused would see a reset rather than the answer. The server reads the
+rest and drops it, for no longer than ``http.header_timeout_s``
+(:mod:`llmgw.controlplane.httpserving`), then closes. Each ``/api`` route still checks the token itself
 (:func:`llmgw.controlplane.api.state.check_token`): requests a standby relays
 reach the leader's app through the agent port, not through this layer.
 """
@@ -59,11 +61,7 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
 
 async def _answer(send: Callable[[Any], Awaitable[None]], status: int, message: str, hint: str) -> None:
     body = json.dumps({"error": {"message": message, "hint": hint}}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -77,7 +75,7 @@ class BodyTooLarge:
         self.message = f"the request body is larger than the admin API accepts ({limit} bytes)"
         self.hint = (
             "send a smaller body; weights go into the mirror with 'llmgw mirror import' "
-            "(POST /api/mirror/blobs), which has no such limit; http.api_body_max_bytes in "
+            "(POST /api/mirror/blobs), which has a limit of its own; http.api_body_max_bytes in "
             "server.yaml sets this one"
         )
 

@@ -15,7 +15,11 @@ gRPC server shares:
   ``http.header_timeout_s`` of the connection opening, or of the head's first
   byte on a kept-alive connection; otherwise the connection is closed
   (uvicorn times out only idle keep-alive connections, and not one that never
-  sent a byte);
+  sent a byte). The same time bounds the rest of a body the app answered
+  without reading (a 401, a 413): it is read and dropped, so the client sees
+  the answer rather than a reset (also when it asked for ``Connection:
+  close``, which uvicorn alone would honour at once), then the connection is
+  closed;
 - at most ``http.max_connections`` are open. Past it a new connection takes the
   place of the one idle longest (waiting for its head, or kept alive between
   requests), so slow clients cannot lock others out; only when every connection
@@ -120,6 +124,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.timeout_keep_alive = self.guard.keep_alive_s  # type: ignore[assignment]  # a float is fine
         self._head_timer: asyncio.TimerHandle | None = None
+        self._close_once_done = False
+        """The client asked to close (``Connection: close``, HTTP/1.0): once answered and its body read."""
+        self._body_done = False
+        """The request's body has been read whole (by the app, or dropped after the answer)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -139,7 +147,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self.cycle is None or self.cycle.response_complete:
-            self._await_head()  # the first bytes of the next request on a kept-alive connection
+            self._await_head()  # the next request's head, or the rest of a body answered unread
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -150,10 +158,25 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self.guard.idle.pop(self, None)
         super().on_headers_complete()
+        self._body_done = False
+        if self.cycle is not None and self.cycle.scope is self.scope and not self.cycle.keep_alive:
+            # uvicorn would close as soon as the answer is sent, resetting a client still sending
+            # its body: close once both are done instead (the rest of the body within the head timeout)
+            self.cycle.keep_alive = True
+            self._close_once_done = True
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._body_done = True
+        if self._close_once_done and self.cycle is not None and self.cycle.response_complete:
+            self.transport.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.timeout_keep_alive_task is not None:  # kept alive, with nothing under way: idle
+        if self._close_once_done:
+            if self._body_done:
+                self.transport.close()
+        elif self.timeout_keep_alive_task is not None:  # kept alive, with nothing under way: idle
             self.guard.idle[self] = None
 
     def _await_head(self) -> None:
