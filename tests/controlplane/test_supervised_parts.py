@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.config import HttpSettings
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.httpserving import HttpServer
 from llmgw.controlplane.leaderduties import LeaderDuties
@@ -165,7 +166,7 @@ async def test_readiness_is_set_once_the_http_server_listens_and_it_stops_gracef
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    server = HttpServer(app, "127.0.0.1", 0)
+    server = HttpServer(app, HttpSettings(port=0))
     supervisor = Supervisor()
     supervisor.add("http", server.serve_until_stopped, Policy.FATAL)
     async with asyncio.TaskGroup() as tasks:
@@ -180,11 +181,11 @@ async def test_readiness_is_set_once_the_http_server_listens_and_it_stops_gracef
 
 
 async def test_a_port_that_cannot_be_bound_fails_the_http_component_with_what_to_do() -> None:
-    first = HttpServer(Gateway().asgi_app(), "127.0.0.1", 0)
+    first = HttpServer(Gateway().asgi_app(), HttpSettings(port=0))
     async with asyncio.TaskGroup() as tasks:
         serving = tasks.create_task(first.serve_until_stopped())
         await first.listening.wait()
-        second = HttpServer(Gateway().asgi_app(), "127.0.0.1", first.port)
+        second = HttpServer(Gateway().asgi_app(), HttpSettings(port=first.port))
         with pytest.raises(ConfigError, match="cannot serve HTTP") as caught:
             await second.serve_until_stopped()
         assert "free that port" in caught.value.hint and not second.listening.is_set()

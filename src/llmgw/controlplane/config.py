@@ -21,6 +21,19 @@ class HttpSettings(Section):
     host: str = "127.0.0.1"
     """Address the gateway (/v1), admin API (/api) and /metrics listen on."""
     port: int = Field(default=8080, ge=0, le=65535)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """A connection whose request head (request line and headers) has not arrived whole this long
+    after the connection opened, or after the head's first byte, is closed."""
+    keep_alive_s: float = Field(default=75.0, gt=0)
+    """An idle keep-alive connection (no request under way) is closed after this long."""
+    max_connections: int = Field(default=4096, ge=1)
+    """Most HTTP connections held open at once. Past it, a new connection takes the place of the
+    one idle longest (waiting for its request head, or kept alive between requests); when every
+    connection has a request under way, the new one is answered 503 and closed. Descriptors stay
+    bounded: the process raises its soft descriptor limit (``ulimit -n``) to leave room for it."""
+    api_body_max_bytes: int = Field(default=8 << 20, ge=1024)
+    """Largest request body ``/api`` accepts (413 past it); uploads into the mirror
+    (``POST /api/mirror/blobs``) have their own limit and ``/v1`` its own (32 MiB)."""
 
 
 class AgentServerSettings(Section):

@@ -5,18 +5,49 @@ startup is complete (no loop polling ``started``); :meth:`HttpServer.serve_until
 runs it as a component of the process supervisor, turning a socket that cannot
 be bound into an error that says what to do, and :meth:`HttpServer.stop` ends it
 gracefully (requests in flight finish).
+
+Connections are bounded at the edge (:class:`GuardedHttpProtocol`, uvicorn's
+httptools protocol with two additions), so that clients that open sockets and
+send little or nothing cannot hold the process's descriptors, which the agents'
+gRPC server shares:
+
+- a request head (request line and headers) must arrive whole within
+  ``http.header_timeout_s`` of the connection opening, or of the head's first
+  byte on a kept-alive connection; otherwise the connection is closed
+  (uvicorn times out only idle keep-alive connections, and not one that never
+  sent a byte). The same time bounds the rest of a body the app answered
+  without reading (a 401, a 413): it is read and dropped, so the client sees
+  the answer rather than a reset (also when it asked for ``Connection:
+  close``, which uvicorn alone would honour at once), then the connection is
+  closed;
+- at most ``http.max_connections`` are open. Past it a new connection takes the
+  place of the one idle longest (waiting for its head, or kept alive between
+  requests), so slow clients cannot lock others out; only when every connection
+  has a request under way is the new one answered 503 and closed. uvicorn's own
+  ``limit_concurrency`` is not used: it answers 503 only once a request head has
+  arrived, so connections that never finish one are not bounded by it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
+import resource
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from llmgw.controlplane.config import HttpSettings
 from llmgw.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DESCRIPTORS_BESIDE_HTTP = 1024
+"""Descriptors kept free beside the HTTP connections: agents' streams, engines, the store, files."""
 
 ASGIApp = Callable[
     [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]
@@ -35,23 +66,182 @@ def route_by_prefix(gateway: ASGIApp, other: ASGIApp) -> ASGIApp:
     return app
 
 
-class HttpServer(uvicorn.Server):
-    """uvicorn serving ``app`` on ``host:port`` (0: any free port); the process wiring owns the signals."""
+class ConnectionGuard:
+    """One server's connection limits, and its idle connections, the one idle longest first."""
 
-    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
+    def __init__(self, settings: HttpSettings) -> None:
+        self.header_timeout_s = settings.header_timeout_s
+        self.keep_alive_s = settings.keep_alive_s
+        self.max_connections = settings.max_connections
+        self.idle: dict[GuardedHttpProtocol, None] = {}
+        """Connections without a request under way (waiting for a head, or kept alive), oldest first."""
+        self.timed_out = 0
+        """Connections closed because their request head did not arrive in time."""
+        self.evicted = 0
+        """Idle connections closed to make room for a new one."""
+        self.refused = 0
+        """New connections answered 503 because every connection had a request under way."""
+
+    def make_room(self, newcomer: GuardedHttpProtocol) -> bool:
+        """Close the connection idle longest (never ``newcomer``); False when none is idle."""
+        for connection in self.idle:
+            if connection is not newcomer:
+                del self.idle[connection]
+                self.evicted += 1
+                connection.transport.close()
+                return True
+        return False
+
+
+def _refusal(max_connections: int) -> bytes:
+    body = json.dumps(
+        {
+            "error": {
+                "message": f"this control plane holds its most HTTP connections ({max_connections}), "
+                "each with a request under way",
+                "hint": "try again shortly; if this load is expected, raise http.max_connections "
+                "in server.yaml",
+                "type": "service_unavailable",
+            }
+        }
+    ).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a request-head timeout and a cap on connections.
+
+    :attr:`guard` is set on a subclass made for each server (:func:`guarded_protocol`).
+    """
+
+    guard: ClassVar[ConnectionGuard]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timeout_keep_alive = self.guard.keep_alive_s  # type: ignore[assignment]  # a float is fine
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._close_once_done = False
+        """The client asked to close (``Connection: close``, HTTP/1.0): once answered and its body read."""
+        self._body_done = False
+        """The request's body has been read whole (by the app, or dropped after the answer)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.guard.idle[self] = None
+        self._await_head()
+        if len(self.connections) > self.guard.max_connections and not self.guard.make_room(self):
+            self.guard.refused += 1
+            del self.guard.idle[self]
+            self._stop_head_timer()
+            transport.write(_refusal(self.guard.max_connections))
+            transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        self.guard.idle.pop(self, None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.cycle is None or self.cycle.response_complete:
+            self._await_head()  # the next request's head, or the rest of a body answered unread
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        self._await_head()  # a request pipelined behind another
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._stop_head_timer()
+        self.guard.idle.pop(self, None)
+        super().on_headers_complete()
+        self._body_done = False
+        if self.cycle is not None and self.cycle.scope is self.scope and not self.cycle.keep_alive:
+            # uvicorn would close as soon as the answer is sent, resetting a client still sending
+            # its body: close once both are done instead (the rest of the body within the head timeout)
+            self.cycle.keep_alive = True
+            self._close_once_done = True
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._body_done = True
+        if self._close_once_done and self.cycle is not None and self.cycle.response_complete:
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._close_once_done:
+            if self._body_done:
+                self.transport.close()
+        elif self.timeout_keep_alive_task is not None:  # kept alive, with nothing under way: idle
+            self.guard.idle[self] = None
+
+    def _await_head(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.guard.header_timeout_s, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        self.guard.timed_out += 1
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False  # a pipelined head is late: close once the answer under way is sent
+        elif not self.transport.is_closing():
+            self.transport.close()
+
+
+def guarded_protocol(guard: ConnectionGuard) -> type[GuardedHttpProtocol]:
+    """The protocol class uvicorn builds each of one server's connections with."""
+    return type("GuardedHttpProtocol", (GuardedHttpProtocol,), {"guard": guard})
+
+
+def raise_descriptor_limit(wanted: int) -> int:
+    """Raise this process's soft descriptor limit to ``wanted`` (as far as the hard limit allows).
+
+    The limit after; a warning says what to do when it stays below ``wanted``.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "this process may open %d descriptors, fewer than http.max_connections needs (%d): "
+            "raise its limit (LimitNOFILE= in the systemd unit, or ulimit -n) or lower http.max_connections",
+            soft,
+            wanted,
+        )
+    return soft
+
+
+class HttpServer(uvicorn.Server):
+    """uvicorn serving ``app`` on ``settings.host:settings.port`` (0: any free port), with its connection
+    limits; the process wiring owns the signals."""
+
+    def __init__(self, app: ASGIApp, settings: HttpSettings) -> None:
+        self.guard = ConnectionGuard(settings)
+        """This server's connection limits and counts."""
         super().__init__(
             uvicorn.Config(
                 app,
-                host=host,
-                port=port,
+                host=settings.host,
+                port=settings.port,
                 loop="none",
-                http="httptools",
+                http=guarded_protocol(self.guard),
                 lifespan="off",
                 log_level="warning",
                 access_log=False,
-                timeout_keep_alive=75,
             )
         )
+        self._max_connections = settings.max_connections
         self.listening = asyncio.Event()
         """Set once the socket is bound and the server accepts connections."""
         self.ended = asyncio.Event()
@@ -67,6 +257,7 @@ class HttpServer(uvicorn.Server):
         yield
 
     async def startup(self, sockets: Any = None) -> None:
+        raise_descriptor_limit(self._max_connections + DESCRIPTORS_BESIDE_HTTP)
         await super().startup(sockets)
         if self.started:
             self.listening.set()

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.demand import ModelDemand
@@ -217,7 +218,9 @@ async def wire(
         relay=answering.answer,
     )
     closing.push_async_callback(agent_server.stop)
-    http = HttpServer(front, config.http.host, config.http.port)
+    # the token and the body limit are checked before a standby's relaying reads a body
+    edge = Admission(front, config.admin_token_sha256, config.http.api_body_max_bytes)
+    http = HttpServer(edge, config.http)
 
     supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
     supervisor.add("load-reader", gateway.loads.run)

@@ -1,0 +1,251 @@
+"""The HTTP server's connection limits, on a real loopback socket: head timeout, idle timeout, the cap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from llmgw.controlplane.config import HttpSettings
+from llmgw.controlplane.httpserving import HttpServer, raise_descriptor_limit
+from llmgw.testing.eventually import eventually
+
+HEAD_TIMEOUT_S = 0.4
+KEEP_ALIVE_S = 0.6
+MARGIN_S = 1.5
+REQUEST = b"GET / HTTP/1.1\r\nHost: cp1\r\n\r\n"
+
+
+class App:
+    """Answers 200; while :attr:`hold` is clear, requests wait for it (a request under way)."""
+
+    def __init__(self) -> None:
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.under_way = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.under_way += 1
+        await self.hold.wait()
+        self.under_way -= 1
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+
+
+@pytest.fixture
+def app() -> App:
+    return App()
+
+
+@pytest.fixture
+async def server(app: App, request: pytest.FixtureRequest) -> AsyncIterator[HttpServer]:
+    settings = HttpSettings(
+        port=0,
+        header_timeout_s=HEAD_TIMEOUT_S,
+        keep_alive_s=KEEP_ALIVE_S,
+        max_connections=getattr(request, "param", 100),
+    )
+    server = HttpServer(app, settings)
+    serving = asyncio.create_task(server.serve_until_stopped())
+    await server.listening.wait()
+    yield server
+    app.hold.set()
+    await server.stop()
+    await serving
+
+
+async def connect(server: HttpServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def seconds_until_closed(reader: asyncio.StreamReader, within_s: float) -> float:
+    """How long until the server closes the connection (read returns EOF, or it resets)."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(within_s):
+            while await reader.read(65536):
+                pass
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+async def answer(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(v)
+        for k, _, v in (line.partition(b": ") for line in head.split(b"\r\n"))
+        if k.lower() == b"content-length"
+    )
+    return head + await reader.readexactly(length)
+
+
+async def test_a_connection_sending_half_a_request_head_is_closed_after_the_head_timeout(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\nHost: cp1\r\nX-Slow: ")
+    waited = await seconds_until_closed(reader, HEAD_TIMEOUT_S + MARGIN_S)
+    assert HEAD_TIMEOUT_S * 0.8 <= waited < HEAD_TIMEOUT_S + MARGIN_S
+    assert server.guard.timed_out == 1
+    writer.close()
+
+
+async def test_a_connection_that_sends_nothing_is_closed_after_the_head_timeout(server: HttpServer) -> None:
+    reader, writer = await connect(server)
+    waited = await seconds_until_closed(reader, HEAD_TIMEOUT_S + MARGIN_S)
+    assert waited < HEAD_TIMEOUT_S + MARGIN_S and server.guard.timed_out == 1
+    writer.close()
+
+
+async def test_a_head_trickled_byte_by_byte_is_cut_off_though_bytes_keep_coming(server: HttpServer) -> None:
+    reader, writer = await connect(server)
+    started = time.monotonic()
+
+    async def trickle() -> None:
+        for byte in b"GET / HTTP/1.1\r\nHost: cp1\r\nX-Slow: " + b"a" * 1000:
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+
+    trickling = asyncio.create_task(trickle())
+    await seconds_until_closed(reader, HEAD_TIMEOUT_S + MARGIN_S)
+    trickling.cancel()
+    assert time.monotonic() - started < HEAD_TIMEOUT_S + MARGIN_S
+    writer.close()
+
+
+async def test_a_kept_alive_connection_is_answered_then_closed_once_idle(server: HttpServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(REQUEST)
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.write(REQUEST)  # a second request on the same connection, long after the first head began
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    waited = await seconds_until_closed(reader, KEEP_ALIVE_S + MARGIN_S)
+    assert KEEP_ALIVE_S * 0.8 <= waited < KEEP_ALIVE_S + MARGIN_S
+    assert server.guard.timed_out == 0
+    writer.close()
+
+
+async def test_the_next_head_on_a_kept_alive_connection_has_the_head_timeout_too(server: HttpServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(REQUEST)
+    await answer(reader)
+    writer.write(b"GET / HTTP/1.1\r\n")
+    await seconds_until_closed(reader, HEAD_TIMEOUT_S + MARGIN_S)
+    assert server.guard.timed_out == 1
+    writer.close()
+
+
+async def test_a_body_answered_unread_is_read_and_dropped_so_the_client_sees_the_answer(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    size = 4 << 20  # more than the sockets' buffers hold
+    writer.write(b"POST / HTTP/1.1\r\nHost: cp1\r\nContent-Length: %d\r\n\r\n" % size)
+    writer.write(b"x" * size)
+    await writer.drain()  # every byte is taken, though the app never reads one
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.write(REQUEST)
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+async def test_a_client_asking_to_close_sees_the_answer_to_a_body_read_unread_then_the_close(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    size = 4 << 20
+    writer.write(b"POST / HTTP/1.1\r\nHost: cp1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % size)
+    writer.write(b"x" * size)
+    await writer.drain()  # no reset: the server takes every byte before it closes
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    assert await seconds_until_closed(reader, MARGIN_S) < MARGIN_S
+    assert server.guard.timed_out == 0
+    writer.close()
+
+
+async def test_a_client_asking_to_close_after_a_plain_request_is_closed_once_answered(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\nHost: cp1\r\nConnection: close\r\n\r\n")
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    assert await seconds_until_closed(reader, MARGIN_S) < MARGIN_S
+    await eventually(lambda: not server.server_state.connections, message="the connection is gone")
+    writer.close()
+
+
+async def test_the_rest_of_a_body_answered_unread_must_come_within_the_head_timeout(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    writer.write(b"POST / HTTP/1.1\r\nHost: cp1\r\nContent-Length: 1000\r\n\r\n")
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.write(b"x" * 10)
+    assert await seconds_until_closed(reader, HEAD_TIMEOUT_S + MARGIN_S) < HEAD_TIMEOUT_S + MARGIN_S
+    assert server.guard.timed_out == 1
+    writer.close()
+
+
+async def test_a_slow_request_under_way_is_not_cut_by_the_head_timeout(server: HttpServer, app: App) -> None:
+    app.hold.clear()
+    reader, writer = await connect(server)
+    writer.write(REQUEST)
+    await asyncio.sleep(HEAD_TIMEOUT_S * 2)  # the time that passes is what this test is about
+    app.hold.set()
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+@pytest.mark.parametrize("server", [3], indirect=True)
+async def test_past_the_cap_a_new_connection_takes_the_place_of_the_one_idle_longest(
+    server: HttpServer,
+) -> None:
+    idle = []
+    for count in range(1, 4):  # one at a time, so that the server holds them in this order
+        idle.append(await connect(server))
+        await eventually(
+            lambda n=count: len(server.server_state.connections) == n, message=f"{count} accepted"
+        )
+    reader, writer = await connect(server)
+    writer.write(REQUEST)
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    assert await seconds_until_closed(idle[0][0], 1.0) < 1.0
+    assert server.guard.evicted == 1
+    assert len(server.server_state.connections) <= 3
+    for _, other in [*idle, (reader, writer)]:
+        other.close()
+
+
+@pytest.mark.parametrize("server", [2], indirect=True)
+async def test_past_the_cap_with_every_connection_busy_a_new_one_is_answered_503(
+    server: HttpServer, app: App
+) -> None:
+    app.hold.clear()
+    busy = [await connect(server) for _ in range(2)]
+    for _, writer in busy:
+        writer.write(REQUEST)
+    await eventually(lambda: app.under_way == 2, message="both requests under way")
+    reader, writer = await connect(server)
+    refused = await answer(reader)
+    assert refused.startswith(b"HTTP/1.1 503")
+    error = json.loads(refused.partition(b"\r\n\r\n")[2])["error"]
+    assert "(2)" in error["message"] and "http.max_connections" in error["hint"]
+    assert server.guard.refused == 1
+    app.hold.set()
+    for busy_reader, _ in busy:
+        assert (await answer(busy_reader)).startswith(b"HTTP/1.1 200")
+    for _, other in [*busy, (reader, writer)]:
+        other.close()
+
+
+def test_the_soft_descriptor_limit_is_raised_for_the_connections_as_far_as_the_hard_one_allows() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = soft + 16 if hard == resource.RLIM_INFINITY else min(soft + 16, hard)
+    assert raise_descriptor_limit(wanted) >= wanted
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= wanted
