@@ -49,7 +49,7 @@ async def get_setting(key: str, state: State) -> SettingView:
     return SettingView(key=key, value=value)
 
 
-@router.put("/settings/{key:path}", response_model=SettingView, responses=declared(400))
+@router.put("/settings/{key:path}", response_model=SettingView, responses=declared(400, 404))
 async def set_setting(key: str, body: SettingRequest, state: State) -> SettingView:
     """Set ``key`` to the body's ``value``; agents' settings are checked as agent.yaml is."""
     checked_text("key", key)
