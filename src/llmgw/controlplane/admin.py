@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from llmgw import __version__
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
@@ -49,6 +52,20 @@ ROUTERS = (
     agents.router,
     audit.router,
 )
+
+
+UNKNOWN = "/api/{rest:path}"
+"""The route that answers every /api path no other route takes."""
+
+
+def methods_on(request: Request) -> list[str]:
+    """The methods the routes on ``request``'s path take (empty: no route has that path)."""
+    found: set[str] = set()
+    for router in (status.probes, *ROUTERS):
+        for route in router.routes:
+            if isinstance(route, APIRoute) and route.matches(request.scope)[0] is not Match.NONE:
+                found |= route.methods or set()
+    return sorted(found)
 
 
 class AdminApi:
@@ -109,10 +126,11 @@ class AdminApi:
         for router in ROUTERS:
             app.include_router(router)
 
-        @app.api_route(
-            "/api/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False
-        )
-        async def unknown(rest: str) -> None:
+        @app.api_route(UNKNOWN, methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
+        async def unknown(rest: str, request: Request) -> None:
+            allowed = methods_on(request)
+            if allowed:
+                raise HTTPException(405, headers={"Allow": ", ".join(allowed)})
             raise NotFound(f"no admin route /api/{rest}", "see /api/docs for the routes")
 
         return app

@@ -6,6 +6,7 @@ import logging
 
 from fastapi import APIRouter
 
+from llmgw.controlplane.api.columns import AUDIT_TARGET
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import RestartAnswer, RestartRequest
 from llmgw.controlplane.api.state import AUTH, State
@@ -28,5 +29,8 @@ async def restart_agents(body: RestartRequest, state: State) -> RestartAnswer:
             log.warning("could not ask node %s to restart: %s", node_id, error)
             continue
         sent.append(node_id)
-    await state.store.audit.record("admin", "agents.restart", ",".join(sent), {"reason": body.reason})
+    target = ",".join(sent)
+    if len(target) > AUDIT_TARGET:
+        target = f"{len(sent)} nodes"
+    await state.store.audit.record("admin", "agents.restart", target, {"reason": body.reason, "nodes": sent})
     return RestartAnswer(restarted=sent)

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import ValidationError
 
+from llmgw.controlplane.api.columns import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ModelEntry, ModelView
 from llmgw.controlplane.api.state import AUTH, State
@@ -37,9 +38,10 @@ async def list_models(state: State) -> list[ModelView]:
     return out
 
 
-@router.get("/models/{name:path}", response_model=ModelEntry, responses=declared(404))
+@router.get("/models/{name:path}", response_model=ModelEntry, responses=declared(400, 404))
 async def get_model(name: str, state: State) -> ModelEntry:
     """One model's definition."""
+    checked_text("name", name)
     record = await state.store.models.get(name)
     definition, problem = _stored(record.definition)
     if definition is None:
@@ -77,9 +79,10 @@ async def add_model(model: ModelDefinition, state: State) -> ModelEntry:
     return ModelEntry(name=model.name, definition=ModelDefinition.model_validate(definition))
 
 
-@router.delete("/models/{name:path}", status_code=204, response_class=Response, responses=declared(404))
+@router.delete("/models/{name:path}", status_code=204, response_class=Response, responses=declared(400, 404))
 async def remove_model(name: str, state: State) -> Response:
     """Remove a model; its replicas stop."""
+    checked_text("name", name)
     await state.store.models.remove(name)
     await state.store.audit.record("admin", "model.remove", name)
     state.reconciler.wake()

@@ -1,17 +1,21 @@
 """How the admin API answers an error: ``{"error": {"message", "hint", "problems"?}}``.
 
-Every :class:`~llmgw.errors.LlmgwError` a route raises and every request
-that does not validate is answered in that shape (:func:`add_error_handlers`);
-:func:`declared` puts the shape into the OpenAPI description of a route.
+Every :class:`~llmgw.errors.LlmgwError` a route raises, every request that
+does not validate or whose body does not read (nested too deep, not UTF-8),
+every method a route does not take, and any exception nothing else caught (a
+500) is answered in that shape (:func:`add_error_handlers`); :func:`declared`
+puts the shape into the OpenAPI description of a route.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from llmgw.controlplane.api.models import ErrorBody
 from llmgw.errors import LlmgwError, ValidationFailed
@@ -21,7 +25,7 @@ ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/E
 WHY = {
     400: "The request is invalid: each field at fault is named in problems.",
     401: "The admin token is missing or wrong.",
-    404: "The thing named does not exist.",
+    404: "The thing named does not exist (or no route takes the path).",
     409: "The thing already exists.",
     503: "Not available now (the store is out of reach, or this control plane does not lead).",
     507: "The disk the mirror writes to is full: nothing of the upload was kept.",
@@ -34,12 +38,49 @@ def declared(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 def error_response(
-    status: int, message: str, hint: str = "", problems: list[tuple[str, str]] | None = None
+    status: int,
+    message: str,
+    hint: str = "",
+    problems: list[tuple[str, str]] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body: dict[str, Any] = {"error": {"message": message, "hint": hint}}
     if problems:
         body["error"]["problems"] = [{"field": f, "problem": p} for f, p in problems]
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def http_error_response(request: Request, error: HTTPException) -> JSONResponse:
+    """Starlette's and FastAPI's own refusals in the API's shape: a body that does not read, a method
+    the route does not take."""
+    if error.status_code == 400 and error.__cause__ is not None:
+        why = (
+            "nested too deeply to read; nest the JSON less deeply"
+            if isinstance(error.__cause__, RecursionError)
+            else "could not be read as JSON in UTF-8"
+        )
+        return error_response(
+            400, f"invalid request: body: {why}", "fix the body and send it again", [("body", why)]
+        )
+    if error.status_code == 405:
+        return error_response(
+            405,
+            f"{request.method} is not allowed on {request.url.path}",
+            "see /api/docs for the methods each route takes",
+            headers=error.headers,
+        )
+    if error.status_code == 404:
+        return error_response(404, f"no route {request.url.path}", "see /api/docs for the routes")
+    return error_response(error.status_code, str(error.detail), "see /api/docs", headers=error.headers)
+
+
+def unexpected_error_response(error: Exception) -> JSONResponse:
+    """An exception nothing else caught: a 500 in the API's shape (the server logs its traceback)."""
+    return error_response(
+        500,
+        f"the control plane failed to answer: {type(error).__name__}",
+        "this is a bug in llmgw; report it with the control plane's log around this time",
+    )
 
 
 def request_problems(error: RequestValidationError) -> list[tuple[str, str]]:
@@ -67,6 +108,14 @@ def add_error_handlers(app: FastAPI) -> None:
     async def _llmgw_error(request: Request, error: LlmgwError) -> JSONResponse:
         problems = error.problems if isinstance(error, ValidationFailed) else None
         return error_response(error.status, error.message, error.hint, problems)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return http_error_response(request, error)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        return unexpected_error_response(error)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, error: RequestValidationError) -> JSONResponse:

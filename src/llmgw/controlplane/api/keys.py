@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from llmgw.controlplane.api.columns import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import KeyCreated, KeyRequest, KeyView
 from llmgw.controlplane.api.state import AUTH, State
@@ -27,7 +28,7 @@ async def list_keys(state: State) -> list[KeyView]:
     ]
 
 
-@router.post("/keys", status_code=201, response_model=KeyCreated, responses=declared(400))
+@router.post("/keys", status_code=201, response_model=KeyCreated, responses=declared(400, 409))
 async def create_key(body: KeyRequest, state: State) -> KeyCreated:
     """Create a key; the answer holds its secret, which is never shown again."""
     record, secret = await state.store.keys.create(body.name, body.owner)
@@ -36,9 +37,10 @@ async def create_key(body: KeyRequest, state: State) -> KeyCreated:
     return KeyCreated(id=record.id, name=record.name, key=secret)
 
 
-@router.delete("/keys/{key}", status_code=204, response_class=Response, responses=declared(404))
+@router.delete("/keys/{key}", status_code=204, response_class=Response, responses=declared(400, 404))
 async def revoke_key(key: str, state: State) -> Response:
     """Revoke a key (by id or name) at once."""
+    checked_text("key", key)
     await state.store.keys.revoke(key)
     await state.store.audit.record("admin", "key.revoke", key)
     await state.on_keys_changed()

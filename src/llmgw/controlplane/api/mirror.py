@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
 
+from fastapi import APIRouter, Query, Request
+
+from llmgw.controlplane.api.columns import BLOB_FILENAME, checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import BlobImported, BlobView
 from llmgw.controlplane.api.state import AUTH, State
@@ -19,6 +22,11 @@ BINARY_BODY = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
+
+
+Filename = Annotated[
+    str, Query(min_length=1, max_length=BLOB_FILENAME, description="The file's name, as listings show it.")
+]
 
 
 @router.get("/mirror/blobs", response_model=list[BlobView])
@@ -37,9 +45,10 @@ async def list_blobs(state: State) -> list[BlobView]:
     responses=declared(400, 507),
     openapi_extra=BINARY_BODY,
 )
-async def upload_blob(request: Request, state: State, filename: str = "model.gguf") -> BlobImported:
+async def upload_blob(request: Request, state: State, filename: Filename = "model.gguf") -> BlobImported:
     """Import the body's bytes as weights, stored as they arrive (507 when the mirror's disk is full);
     the answer's sha256 is what a model definition names."""
+    checked_text("query.filename", filename)
     info = await state.blobs.import_stream(request.stream(), filename, max_bytes=MAX_BLOB_BYTES)
     await state.store.blobs.add(info.sha256, info.size, filename, "weights")
     await state.store.audit.record("admin", "mirror.import", info.sha256, {"filename": filename})

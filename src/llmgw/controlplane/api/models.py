@@ -10,9 +10,11 @@ them, naming the field.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, RootModel
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, RootModel
 
+from llmgw.controlplane.api.columns import KEY_NAME, KEY_OWNER, keepable, unicode_only
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.health import ComponentState
 
@@ -206,8 +208,8 @@ class ModelView(AnswerModel):
 
 
 class KeyRequest(RequestModel):
-    name: str = Field(min_length=1, max_length=100)
-    owner: str = ""
+    name: Annotated[str, Field(min_length=1, max_length=KEY_NAME), AfterValidator(keepable)]
+    owner: Annotated[str, Field(max_length=KEY_OWNER), AfterValidator(keepable)] = ""
 
 
 class KeyView(AnswerModel):
@@ -250,7 +252,8 @@ class Settings(RootModel[dict[str, JsonValue]]):
 
 
 class SettingRequest(RequestModel):
-    value: JsonValue
+    value: Annotated[JsonValue, AfterValidator(unicode_only)]
+    """Any JSON; a setting of a known type (``serving.stopped``: a bool) takes that type only."""
 
 
 class SettingView(AnswerModel):

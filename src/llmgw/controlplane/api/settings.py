@@ -9,10 +9,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from llmgw.controlplane.agentsettings import setting_problems
+from llmgw.controlplane.api.columns import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import SettingChange, SettingRequest, Settings, SettingView
 from llmgw.controlplane.api.state import AUTH, State
 from llmgw.core.agentsettings import is_agent_key
+from llmgw.core.settingtypes import value_problem
 from llmgw.errors import NotFound, ValidationFailed
 
 router = APIRouter(prefix="/api", tags=["settings"], dependencies=AUTH, responses=declared(401, 503))
@@ -29,6 +31,8 @@ async def list_settings(state: State) -> Settings:
 @router.get("/settings-history", response_model=list[SettingChange])
 async def history(state: State, key: str | None = None, limit: int = 100) -> list[SettingChange]:
     """The last changes (of ``key``, or of every setting), newest first."""
+    if key is not None:
+        checked_text("query.key", key)
     return [
         SettingChange(key=c.key, value=c.value, deleted=c.deleted, at=c.changed_at, actor=c.actor)
         for c in await state.store.settings.history(key, max(0, min(limit, 10_000)))
@@ -38,16 +42,22 @@ async def history(state: State, key: str | None = None, limit: int = 100) -> lis
 @router.get("/settings/{key:path}", response_model=SettingView, responses=declared(404))
 async def get_setting(key: str, state: State) -> SettingView:
     """One setting's value."""
+    checked_text("key", key)
     value = await state.store.settings.get(key, _MISSING)
     if value is _MISSING:
         raise NotFound(f"setting {key!r} is not set", "list the settings with 'llmgw ctl config list'")
     return SettingView(key=key, value=value)
 
 
-@router.put("/settings/{key:path}", response_model=SettingView, responses=declared(400))
+@router.put("/settings/{key:path}", response_model=SettingView, responses=declared(400, 404))
 async def set_setting(key: str, body: SettingRequest, state: State) -> SettingView:
     """Set ``key`` to the body's ``value``; agents' settings are checked as agent.yaml is."""
+    checked_text("key", key)
     problems = setting_problems(key, body.value, state.check_agent_settings)
+    if not problems and (why := value_problem(key, body.value)):
+        raise ValidationFailed(
+            [("value", why)], 'send the value as the type named (a bool: {"value": false})'
+        )
     if problems:
         raise ValidationFailed(
             [(f"{key}.{field}" if field not in ("key", "value") else field, why) for field, why in problems],
@@ -60,9 +70,10 @@ async def set_setting(key: str, body: SettingRequest, state: State) -> SettingVi
     return SettingView(key=key, value=body.value)
 
 
-@router.delete("/settings/{key:path}", status_code=204, response_class=Response)
+@router.delete("/settings/{key:path}", status_code=204, response_class=Response, responses=declared(400, 404))
 async def delete_setting(key: str, state: State) -> Response:
     """Remove a setting (its history stays)."""
+    checked_text("key", key)
     await state.store.settings.delete(key, "admin")
     await state.store.audit.record("admin", "setting.delete", key)
     if state.settings_push is not None and is_agent_key(key):

@@ -60,7 +60,7 @@ async def status(state: State) -> StatusView:
     """Which control plane leads, which stand by, counts, what cannot be placed, supervised components."""
     models = await state.store.models.list()
     replicas = list(state.fleet.replicas.values())
-    stopped = bool(await state.store.settings.get(SERVING_STOPPED, False))
+    stopped = await state.store.settings.get(SERVING_STOPPED, False) is True
     leader = state.leadership.holder if state.leadership else state.name
     return StatusView(
         name=state.name,

@@ -1,0 +1,58 @@
+"""The types of the cluster settings llmgw itself reads: ``serving.stopped`` is a bool.
+
+A setting changed through ``/api/settings`` must hold a value of its type, or
+it is refused naming the value: JSON's ``"false"`` is a string, and a string
+read as a flag is true, so ``{"value": "false"}`` would stop the cluster.
+Settings llmgw does not read itself take any JSON; agents' settings are
+checked as agent.yaml is (:mod:`llmgw.core.agentsettings`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+SERVING_STOPPED = "serving.stopped"
+"""``llmgw stop`` is in force while true (``/api/serving`` sets it)."""
+
+
+@dataclass(frozen=True)
+class SettingType:
+    """What one setting holds."""
+
+    words: str
+    """The type as the refusal names it, with an example."""
+    accepts: Callable[[Any], bool]
+
+
+def _is_bool(value: Any) -> bool:
+    return value is True or value is False
+
+
+TYPES: dict[str, SettingType] = {
+    SERVING_STOPPED: SettingType("a JSON bool (true or false, without quotes)", _is_bool),
+}
+
+
+def json_kind(value: Any) -> str:
+    """The JSON type of ``value``, as a person reads it: a string, a number, an object..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def value_problem(key: str, value: Any) -> str:
+    """Why ``value`` is not of ``key``'s type (empty: it is, or ``key`` takes any JSON)."""
+    kind = TYPES.get(key)
+    if kind is None or kind.accepts(value):
+        return ""
+    return f"{key} takes {kind.words}, not {json_kind(value)}"
