@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from llmgw.controlplane.admin import AdminApi, address_is_local
-from llmgw.controlplane.asgi_calls import call_app
+from llmgw.controlplane.asgi_calls import AnswerBrokeOff, call_app
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.httpserving import route_by_prefix
 from llmgw.controlplane.leadership import Identity, Leadership
@@ -367,6 +367,18 @@ async def test_a_long_body_already_sent_to_a_leader_that_failed_is_answered_503_
         )
     assert answer.status_code == 503
     assert answer.json()["error"]["hint"] == "send the request again"
+
+
+async def test_an_answer_the_leaders_app_breaks_off_is_not_taken_for_whole() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        raise RuntimeError("the app failed mid-answer")
+
+    chunks = call_app(app, RelayRequest("GET", "/api/status"), _given())
+    assert (await anext(chunks)).data == b"part"
+    with pytest.raises(AnswerBrokeOff, match="broke off"):
+        await anext(chunks)
 
 
 async def _local(plane: Plane, method: str, path: str, body: Any = None) -> Any:

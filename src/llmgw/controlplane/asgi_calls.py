@@ -144,10 +144,12 @@ async def call_app(
         ended.set()
         while not messages.empty():  # unblock an app waiting to send
             messages.get_nowait()
-        await asyncio.wait({task}, timeout=DISCONNECT_GRACE_S)
-        if not task.done():
-            task.cancel()
-            await asyncio.wait({task})
+        try:
+            await asyncio.wait({task}, timeout=DISCONNECT_GRACE_S)
+        finally:  # also when the caller is cancelled again meanwhile: the app never outlives the call
+            if not task.done():
+                task.cancel()
+        await asyncio.wait({task})
         if not task.cancelled() and task.exception() is not None:
             log.error(
                 "answering a relayed %s %s failed", request.method, request.path, exc_info=task.exception()
