@@ -1,7 +1,8 @@
 """Standbys relay /api and /v1 to the leader; the leader answers only listed control planes while it leads.
 
 Two control planes share one SQLite store; the relay between them is a
-function here (over gRPC in production, tested end to end).
+function here (over gRPC in production: tests/protocol/test_grpc_relaying.py,
+and end to end in tests/e2e/test_relaying.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,13 @@ import httpx
 import pytest
 
 from llmgw.controlplane.admin import AdminApi, address_is_local
+from llmgw.controlplane.asgi_calls import AnswerBrokeOff, call_app
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.httpserving import route_by_prefix
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding, call_app
-from llmgw.core.relays import RelayChunk, RelayPeer, RelayRequest
+from llmgw.controlplane.relaying import REPLAY_LIMIT, RelayAnswering, StandbyForwarding
+from llmgw.core.relays import RelayChunk, RelayInHand, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.app import Gateway
 from llmgw.mirror.blobs import BlobStore
@@ -63,14 +65,25 @@ async def planes(tmp_path: Path) -> AsyncIterator[dict[str, Plane]]:
     await store.close()
 
 
-def standby_client(planes: dict[str, Plane], calls: list[str], wait_s: float = 5) -> httpx.AsyncClient:
-    async def relay(address: str, request: RelayRequest, connect_s: float) -> AsyncIterator[RelayChunk]:
-        calls.append(address)
-        plane = planes[address.split(":")[0]]
-        async for chunk in plane.answering.answer(RelayPeer("cp2", control_plane=True), request):
+def in_process(
+    planes: dict[str, Plane], calls: list[str] | None = None, answering: RelayAnswering | None = None
+) -> Any:
+    """A relay from cp2 to the plane at the address, within this process (``answering`` in its place)."""
+
+    async def relay(
+        address: str, request: RelayRequest, body: AsyncIterable[bytes], connect_s: float
+    ) -> AsyncIterator[RelayChunk]:
+        if calls is not None:
+            calls.append(address)
+        leader = answering or planes[address.split(":")[0]].answering
+        async for chunk in leader.answer(RelayPeer("cp2", control_plane=True), RelayInHand(request, body)):
             yield chunk
 
-    front = StandbyForwarding(planes["cp2"].app, planes["cp2"].leadership, relay, wait_s)
+    return relay
+
+
+def standby_client(planes: dict[str, Plane], calls: list[str], wait_s: float = 5) -> httpx.AsyncClient:
+    front = StandbyForwarding(planes["cp2"].app, planes["cp2"].leadership, in_process(planes, calls), wait_s)
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=front),
         base_url="http://cp2",
@@ -92,7 +105,7 @@ async def test_a_standby_relays_api_calls_to_the_leader(planes: dict[str, Plane]
 async def test_the_leader_refuses_a_certificate_naming_no_listed_control_plane(
     planes: dict[str, Plane],
 ) -> None:
-    request = RelayRequest(method="GET", path="/api/status")
+    request = RelayInHand(RelayRequest(method="GET", path="/api/status"))
     with pytest.raises(Unauthorized, match="names no control plane"):
         await anext(planes["cp1"].answering.answer(RelayPeer("node1", control_plane=True), request))
 
@@ -100,21 +113,23 @@ async def test_the_leader_refuses_a_certificate_naming_no_listed_control_plane(
 async def test_the_leader_refuses_a_node_certificate_even_under_a_control_planes_name(
     planes: dict[str, Plane],
 ) -> None:
-    request = RelayRequest(method="GET", path="/api/status")
+    request = RelayInHand(RelayRequest(method="GET", path="/api/status"))
     with pytest.raises(Unauthorized, match="'cp2' is a node's"):
         await anext(planes["cp1"].answering.answer(RelayPeer("cp2", control_plane=False), request))
 
 
 async def test_a_standby_refuses_to_answer_a_relay(planes: dict[str, Plane]) -> None:
-    request = RelayRequest(method="GET", path="/api/status")
+    request = RelayInHand(RelayRequest(method="GET", path="/api/status"))
     with pytest.raises(NotLeader):
         await anext(planes["cp2"].answering.answer(RelayPeer("cp1", control_plane=True), request))
 
 
-async def test_a_standby_holds_a_request_while_no_one_leads_and_serves_it_once_it_leads(
+async def test_a_standby_holds_a_request_and_its_body_while_no_one_leads_and_serves_it_once_it_leads(
     planes: dict[str, Plane],
 ) -> None:
-    async def unreachable(address: str, request: RelayRequest, connect_s: float) -> AsyncIterator[RelayChunk]:
+    async def unreachable(
+        address: str, request: RelayRequest, body: AsyncIterable[bytes], connect_s: float
+    ) -> AsyncIterator[RelayChunk]:
         raise ChannelClosed(f"cannot reach the control plane at {address}", "waiting")
         yield RelayChunk()  # pragma: no cover - makes this a generator
 
@@ -125,18 +140,20 @@ async def test_a_standby_holds_a_request_while_no_one_leads_and_serves_it_once_i
         base_url="http://cp2",
         headers={"Authorization": f"Bearer {TOKEN}"},
     ) as client:
-        pending = asyncio.create_task(client.get("/api/status"))
+        pending = asyncio.create_task(client.post("/api/keys", json={"name": "held"}))
         await asyncio.sleep(0.05)
         assert not pending.done()
         await planes["cp1"].leadership.resign()
         await cp2.leadership.round()
         answer = await asyncio.wait_for(pending, 5)
-    assert answer.status_code == 200
-    assert answer.json()["name"] == answer.json()["leader"] == "cp2"
+    assert answer.status_code == 201
+    assert [k["name"] for k in await _local(cp2, "GET", "/api/keys")] == ["held"]
 
 
 async def test_a_standby_answers_503_when_no_one_leads_within_the_wait(planes: dict[str, Plane]) -> None:
-    async def unreachable(address: str, request: RelayRequest, connect_s: float) -> AsyncIterator[RelayChunk]:
+    async def unreachable(
+        address: str, request: RelayRequest, body: AsyncIterable[bytes], connect_s: float
+    ) -> AsyncIterator[RelayChunk]:
         raise ChannelClosed(f"cannot reach the control plane at {address}", "waiting")
         yield RelayChunk()  # pragma: no cover - makes this a generator
 
@@ -173,15 +190,210 @@ async def test_stop_and_start_set_serving_and_the_gateway_refuses_posts_while_st
     assert [e["action"] for e in await _local(cp1, "GET", "/api/audit")] == ["serving.start", "serving.stop"]
 
 
+LARGE = 64 << 20
+"""The largest body relayed each way through a standby here: twice the gateway's limit on /v1."""
+
+
+def generated(size: int, piece: int = 1 << 20) -> AsyncIterator[bytes]:
+    async def pieces() -> AsyncIterator[bytes]:
+        block = hashlib.sha256(b"relay").digest() * (piece // 32)
+        for start in range(0, size, piece):
+            yield block[: min(piece, size - start)]
+
+    return pieces()
+
+
+class Client:
+    """A client of the standby, driven by hand: its messages, what it was sent, and when it leaves."""
+
+    def __init__(self, *messages: dict[str, Any]) -> None:
+        self.messages = list(messages)
+        self.sent: list[dict[str, Any]] = []
+        self.leaves = asyncio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        if self.messages:
+            message = self.messages.pop(0)
+            if message["type"] == "wait":
+                await message["for"].wait()
+                return await self.receive()
+            return message
+        await self.leaves.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+
+def body(data: bytes, more: bool = False) -> dict[str, Any]:
+    return {"type": "http.request", "body": data, "more_body": more}
+
+
+def http_scope(method: str, path: str) -> dict[str, Any]:
+    return {"type": "http", "method": method, "path": path, "query_string": b"", "headers": []}
+
+
+class LeaderApp:
+    """The leader's app in these tests: it records what its receive gives, answers in two parts, and
+    then waits on receive for its client to go away."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.first_body = asyncio.Event()
+        self.answering = asyncio.Event()
+        self.done = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            while True:
+                message = await receive()
+                self.received.append(message)
+                self.first_body.set()
+                if message["type"] == "http.disconnect":
+                    return
+                if not message.get("more_body", False):
+                    break
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"first", "more_body": True})
+            self.answering.set()
+            self.received.append(await receive())
+        finally:
+            self.done.set()
+
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.received)
+
+    def ends(self) -> list[tuple[str, bool]]:
+        """How each message ended: its type, and whether more body was to come."""
+        return [(m["type"], m.get("more_body", False)) for m in self.received if m.get("body", b"") == b""]
+
+
+def standby_front(planes: dict[str, Plane], app: LeaderApp) -> StandbyForwarding:
+    answering = RelayAnswering(app, planes["cp1"].leadership)
+    return StandbyForwarding(
+        planes["cp2"].app, planes["cp2"].leadership, in_process(planes, answering=answering), 5
+    )
+
+
+async def test_a_client_leaving_the_standby_is_a_disconnect_at_the_leaders_app(
+    planes: dict[str, Plane],
+) -> None:
+    app, client = LeaderApp(), Client(body(b"{}"))
+    relaying = asyncio.create_task(
+        standby_front(planes, app)(http_scope("POST", "/v1/chat/completions"), client.receive, client.send)
+    )
+    await asyncio.wait_for(app.answering.wait(), 5)
+    client.leaves.set()
+
+    await asyncio.wait_for(app.done.wait(), 5)
+    await asyncio.wait_for(relaying, 5)
+    assert app.body() == b"{}"
+    assert app.ends() == [("http.request", False), ("http.disconnect", False)]
+
+
+async def test_a_body_cut_off_by_the_client_is_a_disconnect_at_the_leaders_app(
+    planes: dict[str, Plane],
+) -> None:
+    app, client = LeaderApp(), Client(body(b"part", more=True), {"type": "http.disconnect"})
+    await asyncio.wait_for(
+        standby_front(planes, app)(http_scope("POST", "/api/mirror/blobs"), client.receive, client.send), 5
+    )
+
+    assert app.body() == b"part"
+    assert app.ends() == [("http.disconnect", False)]
+
+
+async def test_the_body_reaches_the_leaders_app_while_the_client_still_sends_it(
+    planes: dict[str, Plane],
+) -> None:
+    app = LeaderApp()
+    client = Client(body(b"one", more=True), {"type": "wait", "for": app.first_body}, body(b"two"))
+    relaying = asyncio.create_task(
+        standby_front(planes, app)(http_scope("POST", "/v1/completions"), client.receive, client.send)
+    )
+
+    await asyncio.wait_for(app.answering.wait(), 5)  # held whole, the body would never reach the app
+    client.leaves.set()
+    await asyncio.wait_for(relaying, 5)
+    assert app.body() == b"onetwo"
+
+
+async def test_a_large_upload_through_a_standby_reaches_the_leaders_mirror(planes: dict[str, Plane]) -> None:
+    expected = hashlib.sha256()
+    async for piece in generated(LARGE):
+        expected.update(piece)
+    async with standby_client(planes, []) as client:
+        answer = await client.post("/api/mirror/blobs?filename=large.gguf", content=generated(LARGE))
+
+    assert answer.status_code == 201, answer.text
+    assert (answer.json()["size"], answer.json()["sha256"]) == (LARGE, expected.hexdigest())
+
+
+async def test_a_large_answer_through_a_standby_streams_back(planes: dict[str, Plane]) -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        async for piece in generated(LARGE, 4 << 20):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    answering = RelayAnswering(app, planes["cp1"].leadership)
+    front = StandbyForwarding(
+        planes["cp2"].app, planes["cp2"].leadership, in_process(planes, answering=answering), 5
+    )
+    size = 0
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front), base_url="http://cp2") as client:
+        async with client.stream("GET", "/api/large") as answer:
+            async for data in answer.aiter_raw():
+                size += len(data)
+    assert size == LARGE
+
+
+async def test_a_long_body_already_sent_to_a_leader_that_failed_is_answered_503_to_send_again(
+    planes: dict[str, Plane],
+) -> None:
+    async def failing(
+        address: str, request: RelayRequest, body: AsyncIterable[bytes], connect_s: float
+    ) -> AsyncIterator[RelayChunk]:
+        async for _ in body:
+            pass
+        raise ChannelClosed(f"relaying to {address} failed", "retrying")
+        yield RelayChunk()  # pragma: no cover - makes this a generator
+
+    front = StandbyForwarding(planes["cp2"].app, planes["cp2"].leadership, failing, 5)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front), base_url="http://cp2") as client:
+        answer = await asyncio.wait_for(
+            client.post("/v1/completions", content=generated(2 * REPLAY_LIMIT)), 5
+        )
+    assert answer.status_code == 503
+    assert answer.json()["error"]["hint"] == "send the request again"
+
+
+async def test_an_answer_the_leaders_app_breaks_off_is_not_taken_for_whole() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        raise RuntimeError("the app failed mid-answer")
+
+    chunks = call_app(app, RelayRequest("GET", "/api/status"), _given())
+    assert (await anext(chunks)).data == b"part"
+    with pytest.raises(AnswerBrokeOff, match="broke off"):
+        await anext(chunks)
+
+
 async def _local(plane: Plane, method: str, path: str, body: Any = None) -> Any:
     request = RelayRequest(
         method=method,
         path=path,
         headers=(("authorization", f"Bearer {TOKEN}"),)
         + ((("content-type", "application/json"),) if body is not None else ()),
-        body=json.dumps(body).encode() if body is not None else b"",
     )
-    chunks = [chunk async for chunk in call_app(plane.app, request)]
+    chunks = [
+        chunk
+        async for chunk in call_app(
+            plane.app, request, _given(json.dumps(body).encode() if body is not None else b"")
+        )
+    ]
     assert chunks[0].status < 400, chunks[0]
     return json.loads(b"".join(c.data for c in chunks))
 
@@ -189,3 +401,8 @@ async def _local(plane: Plane, method: str, path: str, body: Any = None) -> Any:
 def test_a_floating_address_is_local_only_where_it_is_bound() -> None:
     assert address_is_local("127.0.0.1")
     assert not address_is_local("192.0.2.77/32")  # TEST-NET-1: on no interface here
+
+
+async def _given(*pieces: bytes) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece

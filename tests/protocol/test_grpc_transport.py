@@ -6,7 +6,6 @@ What every channel does (order, closing) is checked in test_channel_conformance.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -16,7 +15,7 @@ from cluster_pki import Pki
 from llmgw.errors import ChannelClosed, NotFound
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel
-from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, RelayClient, TlsFiles
+from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, TlsFiles
 
 WAIT_S = 5.0
 """Bound on waits that must end promptly; only reached when a test fails."""
@@ -232,26 +231,3 @@ async def test_a_client_from_another_ca_cannot_fetch_blobs(
     with pytest.raises(ChannelClosed):
         await asyncio.wait_for(fetch_all(server, pki.stranger, BLOB_SHA), WAIT_S)
     assert blobs.asked == []
-
-
-async def test_concurrent_relays_to_a_dead_leader_each_end_in_channel_closed(pki: Pki) -> None:
-    """One failing relay closes the kept channel; the others over it still fail as ChannelClosed."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{probe.getsockname()[1]}"
-    relays = RelayClient(pki.server)
-    request = pb.RelayRequest(method="POST", path="/api/keys", body=b"{}")
-
-    async def one(connect_s: float) -> BaseException | None:
-        try:
-            async for _ in relays.relay(dead, request, connect_s):
-                pass
-        except Exception as error:
-            return error
-        return None
-
-    try:
-        outcomes = await asyncio.wait_for(asyncio.gather(*(one(0.2 + i * 0.1) for i in range(5))), WAIT_S * 2)
-    finally:
-        await relays.close()
-    assert [type(outcome) for outcome in outcomes] == [ChannelClosed] * 5

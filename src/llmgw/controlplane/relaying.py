@@ -2,37 +2,42 @@
 
 Nodes and replicas live in the leader's memory, so a standby's own view is
 empty: it relays each request over gRPC with mutual TLS (its server
-certificate is issued for client use too). The leader answers only a
-certificate naming a control plane the store lists, and only while it leads,
-by running the request through its own ASGI app in this process.
+certificate is issued for client use too), one call per request. The call
+streams both ways: the head, then the body as the client sends it (never
+held whole), then the answer as the leader's app writes it. The leader
+answers only a certificate naming a control plane the store lists, and only
+while it leads, by running the request through its own ASGI app in this
+process. A client that goes away from the standby cancels the call, which the
+leader's app sees as ``http.disconnect`` (so the gateway cancels the engine's
+request as it does for a client of its own).
 
 While no control plane leads (a failover), a standby holds the request,
 up to the gateway's wait for ``/v1/`` or :data:`API_WAIT_S` for ``/api/``,
 and relays it (or serves it itself) as soon as someone leads: a client sees
-a slow answer rather than an error.
+a slow answer rather than an error. The body's first :data:`REPLAY_LIMIT`
+bytes are kept for that; a request whose longer body was already on its way
+to a leader that then failed is answered 503, to be sent again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from llmgw.controlplane.asgi_calls import ASGIApp, call_app
 from llmgw.controlplane.leadership import Leadership
-from llmgw.core.relays import Headers, RelayChunk, RelayPeer, RelayRequest
+from llmgw.core.relays import IncomingRelay, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
+from llmgw.store.leases import ControlPlaneRecord
 
 log = logging.getLogger(__name__)
 
-ASGIApp = Callable[
-    [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]
-]
-Relayer = Callable[[str, RelayRequest, float], AsyncIterator[RelayChunk]]
-"""Relays a request to the control plane whose agent server is at the given address
+Relayer = Callable[[str, RelayRequest, AsyncIterable[bytes], float], AsyncIterator[RelayChunk]]
+"""Relays a request and its body to the control plane whose agent server is at the given address
 (giving up on reaching it after the given seconds)."""
 
 API_WAIT_S = 15.0
@@ -40,6 +45,9 @@ API_WAIT_S = 15.0
 
 RELAY_CONNECT_S = 1.0
 """How long a standby waits for the leader's agent port before it counts the leader unreachable."""
+
+REPLAY_LIMIT = 1 << 20
+"""Body bytes a standby keeps so that it can send them again when the leader fails before answering."""
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "host", "proxy-connection"}
 
@@ -55,12 +63,11 @@ class RelayAnswering:
         self._app = app
         self._leadership = leadership
 
-    async def answer(self, peer: RelayPeer, request: RelayRequest) -> AsyncIterator[RelayChunk]:
+    async def answer(self, peer: RelayPeer, incoming: IncomingRelay) -> AsyncIterator[RelayChunk]:
+        """Check the sender's certificate and this control plane's leadership, then read the request."""
         listed = {plane.name for plane in self._leadership.control_planes}
         if not peer.control_plane or peer.name not in listed:
-            log.warning(
-                "refused a relayed %s %s from certificate %r", request.method, request.path, peer.name
-            )
+            log.warning("refused a relayed request from certificate %r", peer.name)
             kind = "names no control plane the store lists" if peer.control_plane else "is a node's"
             raise Unauthorized(
                 f"the certificate {peer.name!r} {kind}",
@@ -68,78 +75,75 @@ class RelayAnswering:
             )
         if not self._leadership.serving:
             raise NotLeader(f"control plane {self._leadership.me.name} does not lead", "ask the leader")
-        async for chunk in call_app(self._app, request):
+        request = await incoming.head()
+        async for chunk in call_app(self._app, request, incoming.body()):
             yield chunk
 
 
-async def call_app(app: ASGIApp, request: RelayRequest) -> AsyncIterator[RelayChunk]:
-    """Run one HTTP request through an ASGI app in this process, streaming the answer as chunks."""
-    path, _, query = request.path.partition("?")
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": request.method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": [
-            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in request.headers
-        ],
-        "client": ("127.0.0.1", 0),
-        "server": ("127.0.0.1", 0),
-    }
-    messages: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    finished = asyncio.Event()
-    body_given = False
+class _ClientGone(Exception):
+    """The standby's client went away while its body was being relayed."""
 
-    async def receive() -> dict[str, Any]:
-        nonlocal body_given
-        if not body_given:
-            body_given = True
-            return {"type": "http.request", "body": request.body, "more_body": False}
-        await finished.wait()
-        return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
-        await messages.put(message)
+class _ClientBody:
+    """A client's request body, read from ``receive`` only as fast as a relay sends it on."""
 
-    async def run() -> None:
-        try:
-            await app(scope, receive, send)
-        finally:
-            await messages.put(None)
+    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        self._receive = receive
+        self._kept: list[bytes] = []
+        self._kept_bytes = 0
+        self.replayable = True
+        """Every byte read so far is kept: the body can be sent again from its start."""
+        self.whole = asyncio.Event()
+        self.gone = False
 
-    task = asyncio.create_task(run())
-    try:
-        status, started = 500, False
-        headers: Headers = ()
-        while (message := await messages.get()) is not None:
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = tuple(
-                    (k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])
-                )
-            elif message["type"] == "http.response.body":
-                data = message.get("body", b"")
-                if not started:
-                    started = True
-                    yield RelayChunk(status=status, headers=headers, data=data)
-                elif data:
-                    yield RelayChunk(data=data)
-                if not message.get("more_body", False):
-                    break
-        if not started:
-            body = json.dumps({"error": {"message": "the leader failed to answer", "hint": "see its log"}})
-            yield RelayChunk(status=500, data=body.encode())
-    finally:
-        finished.set()
-        if not task.done():
-            task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body from its start: the kept bytes, then the rest as the client sends it."""
+        for data in list(self._kept):
+            yield data
+        while not self.whole.is_set():
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.gone = True
+                raise _ClientGone("the client went away")
+            data = message.get("body", b"")
+            if self.replayable:
+                self._kept_bytes += len(data)
+                self._kept.append(data)
+                if self._kept_bytes > REPLAY_LIMIT:
+                    self._kept.clear()
+                    self.replayable = False
+            if not message.get("more_body", False):
+                self.whole.set()
+            if data:
+                yield data
+
+    def receive_from_start(self) -> Callable[[], Awaitable[dict[str, Any]]]:
+        """An ASGI ``receive`` giving the body from its start, then what the client's gives."""
+        chunks = self.chunks()
+        over = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal over
+            if over:
+                return await self._receive()
+            try:
+                data = await anext(chunks)
+            except StopAsyncIteration:
+                over = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            except _ClientGone:
+                over = True
+                return {"type": "http.disconnect"}
+            return {"type": "http.request", "body": data, "more_body": True}
+
+        return receive
+
+    async def disconnected(self) -> None:
+        """Returns once the client went away after sending its whole body."""
+        await self.whole.wait()
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self.gone = True
 
 
 class StandbyForwarding:
@@ -155,18 +159,10 @@ class StandbyForwarding:
         if scope["type"] != "http" or not relayed_paths(scope["path"]) or self._leadership.serving:
             await self._local(scope, receive, send)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
         wait_s = self._v1_wait_s if scope["path"].startswith("/v1") else API_WAIT_S
-        await self._forward(scope, bytes(body), send, time.monotonic() + wait_s)
+        await self._forward(scope, _ClientBody(receive), send, time.monotonic() + wait_s)
 
-    async def _forward(self, scope: dict[str, Any], body: bytes, send: Any, deadline: float) -> None:
+    async def _forward(self, scope: dict[str, Any], body: _ClientBody, send: Any, deadline: float) -> None:
         query = scope.get("query_string", b"").decode("latin-1")
         request = RelayRequest(
             method=scope["method"],
@@ -176,43 +172,26 @@ class StandbyForwarding:
                 for k, v in scope["headers"]
                 if k.decode("latin-1").lower() not in HOP_BY_HOP
             ),
-            body=body,
         )
         while True:
             seen = self._leadership.generation
+            if not body.replayable:
+                await _answer(
+                    send,
+                    503,
+                    "the leader changed while this request's body was on its way to it",
+                    "send the request again",
+                )
+                return
             if self._leadership.serving:
-                await self._local(scope, _replay(body), send)
+                await self._local(scope, body.receive_from_start(), send)
                 return
             leader = self._leadership.leader
             if leader is not None and leader.name != self._leadership.me.name:
-                started = False
-                try:
-                    async for chunk in self._relay(leader.agent_address, request, RELAY_CONNECT_S):
-                        if not started:
-                            started = True
-                            await send(
-                                {
-                                    "type": "http.response.start",
-                                    "status": chunk.status,
-                                    "headers": [
-                                        (name.encode("latin-1"), value.encode("latin-1"))
-                                        for name, value in chunk.headers
-                                        if name.lower() not in HOP_BY_HOP
-                                    ],
-                                }
-                            )
-                        await send({"type": "http.response.body", "body": chunk.data, "more_body": True})
-                    if started:
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
-                        return
-                except Unauthorized as error:
-                    await _answer(send, 502, error.message, error.hint)
+                if await self._relay_watched(leader, request, body, send):
                     return
-                except (ChannelClosed, NotLeader) as error:
-                    if started:
-                        log.warning("relay to %s broke off: %s", leader.name, error)
-                        return
-                    log.info("relay to %s failed (%s); waiting for a leader", leader.name, error.message)
+                if not body.replayable:
+                    continue  # answered at once: waiting would not help
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 await _answer(
@@ -224,19 +203,63 @@ class StandbyForwarding:
                 return
             await self._leadership.wait_changed(min(remaining, self._leadership.round_s), seen)
 
+    async def _relay_watched(
+        self, leader: ControlPlaneRecord, request: RelayRequest, body: _ClientBody, send: Any
+    ) -> bool:
+        """Relay while watching for the client to go away (which cancels the relay); False when the
+        leader could not answer and the request may wait for another."""
+        relaying = asyncio.ensure_future(self._relay_once(leader, request, body, send))
+        watching = asyncio.ensure_future(body.disconnected())
+        try:
+            await asyncio.wait({relaying, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watching.cancel()
+            if not relaying.done():
+                relaying.cancel()
+            await asyncio.wait({relaying, watching})
+        if relaying.cancelled():
+            log.info("the client of a relayed %s %s went away", request.method, request.path)
+            return True
+        return relaying.result()
 
-def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
-    given = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.Event().wait()
-        return {"type": "http.disconnect"}
-
-    return receive
+    async def _relay_once(
+        self, leader: ControlPlaneRecord, request: RelayRequest, body: _ClientBody, send: Any
+    ) -> bool:
+        started = False
+        try:
+            async for chunk in self._relay(leader.agent_address, request, body.chunks(), RELAY_CONNECT_S):
+                if not started:
+                    started = True
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": chunk.status,
+                            "headers": [
+                                (name.encode("latin-1"), value.encode("latin-1"))
+                                for name, value in chunk.headers
+                                if name.lower() not in HOP_BY_HOP
+                            ],
+                        }
+                    )
+                if chunk.data:
+                    await send({"type": "http.response.body", "body": chunk.data, "more_body": True})
+            if started:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return True
+            log.warning(
+                "%s ended a relayed %s %s without answering", leader.name, request.method, request.path
+            )
+        except Unauthorized as error:
+            await _answer(send, 502, error.message, error.hint)
+            return True
+        except _ClientGone:
+            return True
+        except (ChannelClosed, NotLeader) as error:
+            if started or body.gone:
+                log.warning("relay to %s broke off: %s", leader.name, error)
+                return True  # the client sees the answer cut off
+            log.info("relay to %s failed (%s); waiting for a leader", leader.name, error.message)
+        return False
 
 
 async def _answer(send: Any, status: int, message: str, hint: str) -> None:

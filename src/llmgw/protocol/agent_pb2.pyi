@@ -1133,16 +1133,24 @@ Global___HttpHeader: _TypeAlias = HttpHeader  # noqa: Y015
 
 @_typing.final
 class RelayRequest(_message.Message):
+    """One message of a relayed request: the first carries the head (method, path,
+    headers); each may carry body bytes (at most RELAY_CHUNK, 256 KiB); the last
+    has end set. A call whose requests stop without end was cut off: the
+    leader's app sees the client disconnect.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     METHOD_FIELD_NUMBER: _builtins.int
     PATH_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
     BODY_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
     method: _builtins.str
     path: _builtins.str
     """with the query string"""
     body: _builtins.bytes
+    end: _builtins.bool
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HttpHeader]: ...
     def __init__(
@@ -1152,10 +1160,11 @@ class RelayRequest(_message.Message):
         path: _builtins.str = ...,
         headers: _abc.Iterable[Global___HttpHeader] | None = ...,
         body: _builtins.bytes = ...,
+        end: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "headers", b"headers", "method", b"method", "path", b"path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "end", b"end", "headers", b"headers", "method", b"method", "path", b"path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1163,7 +1172,9 @@ Global___RelayRequest: _TypeAlias = RelayRequest  # noqa: Y015
 
 @_typing.final
 class RelayChunk(_message.Message):
-    """The first chunk carries status and headers; every chunk may carry body bytes."""
+    """The first chunk carries status and headers; every chunk may carry body bytes
+    (at most RELAY_CHUNK).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 

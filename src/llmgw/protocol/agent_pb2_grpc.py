@@ -44,7 +44,7 @@ class AgentServiceStub:
                 request_serializer=llmgw_dot_protocol_dot_agent__pb2.BlobRequest.SerializeToString,
                 response_deserializer=llmgw_dot_protocol_dot_agent__pb2.BlobChunk.FromString,
                 _registered_method=True)
-        self.Relay = channel.unary_stream(
+        self.Relay = channel.stream_stream(
                 '/llmgw.agent.v1.AgentService/Relay',
                 request_serializer=llmgw_dot_protocol_dot_agent__pb2.RelayRequest.SerializeToString,
                 response_deserializer=llmgw_dot_protocol_dot_agent__pb2.RelayChunk.FromString,
@@ -69,9 +69,12 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Relay(self, request, context):
-        """A standby passes an HTTP request (/api/, /v1/) to the leader; the
-        leader answers only a control plane's certificate, and only while it leads.
+    def Relay(self, request_iterator, context):
+        """A standby passes an HTTP request (/api/, /v1/) to the leader, streaming
+        both ways: the request's head, its body in chunks as the client sends
+        them, then an end; the answer in chunks as the leader's app writes them.
+        The leader answers only a control plane's certificate, and only while it
+        leads. A standby whose client went away cancels the call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -90,7 +93,7 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     request_deserializer=llmgw_dot_protocol_dot_agent__pb2.BlobRequest.FromString,
                     response_serializer=llmgw_dot_protocol_dot_agent__pb2.BlobChunk.SerializeToString,
             ),
-            'Relay': grpc.unary_stream_rpc_method_handler(
+            'Relay': grpc.stream_stream_rpc_method_handler(
                     servicer.Relay,
                     request_deserializer=llmgw_dot_protocol_dot_agent__pb2.RelayRequest.FromString,
                     response_serializer=llmgw_dot_protocol_dot_agent__pb2.RelayChunk.SerializeToString,
@@ -161,7 +164,7 @@ class AgentService:
             _registered_method=True)
 
     @staticmethod
-    def Relay(request,
+    def Relay(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -171,8 +174,8 @@ class AgentService:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
             '/llmgw.agent.v1.AgentService/Relay',
             llmgw_dot_protocol_dot_agent__pb2.RelayRequest.SerializeToString,

@@ -10,25 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from grpc import aio
 
-from llmgw.core.relays import RelayChunk, RelayPeer, RelayRequest
+from llmgw.core.relays import IncomingRelay, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, ConfigError, NotFound, NotLeader, Unauthorized
 from llmgw.pki.authority import serves
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol import agent_pb2_grpc as pb_grpc
 from llmgw.protocol.channels import ControlChannel
-from llmgw.protocol.relays import (
-    decode_relay_chunk,
-    decode_relay_request,
-    encode_relay_chunk,
-    encode_relay_request,
-)
+from llmgw.protocol.grpc_relaying import KeptRelayChannels, RelayCall, relay_over
+from llmgw.protocol.grpc_relaying import describe as _describe
+from llmgw.protocol.relays import encode_relay_chunks
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +35,10 @@ SERVER_NAME = "llmgw-control-plane"
 KEEPALIVE_TIME_MS = 5000
 KEEPALIVE_TIMEOUT_MS = 3000
 BLOB_CHUNK = 1 << 20
+MAX_MESSAGE_BYTES = 16 << 20
+"""The largest message either side sends or takes, set on both so no default (gRPC's 4 MiB receive)
+applies unseen. Every message stays far below it: blob chunks are 1 MiB and relayed bodies cross in
+pieces of 256 KiB (``protocol/relays.py``), so this bounds a broken peer, never a body's size."""
 
 _CLIENT_OPTIONS = [
     ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
@@ -45,7 +46,8 @@ _CLIENT_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.ssl_target_name_override", SERVER_NAME),
-    ("grpc.max_receive_message_length", 16 << 20),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.enable_retries", 0),
 ]
 _SERVER_OPTIONS = [
@@ -54,7 +56,8 @@ _SERVER_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 4000),
     ("grpc.http2.max_ping_strikes", 0),
-    ("grpc.max_send_message_length", 16 << 20),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
 
 
@@ -78,8 +81,9 @@ class TlsFiles:
 
 SessionHandler = Callable[[ControlChannel], Awaitable[None]]
 BlobProvider = Callable[[str, int], AsyncIterator[bytes]]
-RelayHandler = Callable[[RelayPeer, RelayRequest], AsyncIterator[RelayChunk]]
-"""Answers a relayed HTTP request, given who sent it (by its certificate)."""
+RelayHandler = Callable[[RelayPeer, IncomingRelay], AsyncIterator[RelayChunk]]
+"""Answers a relayed HTTP request, given who sent it (by its certificate), reading the request only
+once it accepts the sender."""
 
 
 def _common_name(context: aio.ServicerContext) -> str:  # type: ignore[type-arg,unused-ignore]
@@ -224,16 +228,19 @@ class _Servicer(pb_grpc.AgentServiceServicer):
         self._sessions: set[asyncio.Future[None]] = set()
         """Handlers still running after their stream ended (kept so they are not collected)."""
 
-    async def Relay(self, request, context):  # type: ignore[no-untyped-def]
+    async def Relay(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        """Answer one relayed request; each is a call of its own, so its failure ends no other."""
         relay = self._relay
         if relay is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this control plane relays nothing")
             return
+        peer = _relay_peer(context)
         first = True
         try:
-            async for chunk in relay(_relay_peer(context), decode_relay_request(request)):
-                first = False
-                yield encode_relay_chunk(chunk)
+            async for chunk in relay(peer, RelayCall(context, peer.name)):
+                for message in encode_relay_chunks(chunk):
+                    first = False
+                    yield message
         except Unauthorized as error:
             if first:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{error.message}; {error.hint}")
@@ -360,12 +367,6 @@ class _ClientChannel(_StreamChannel):
             await asyncio.wait_for(self._channel.close(grace=None), CLOSE_GRACE_S)
 
 
-def _describe(error: BaseException) -> str:
-    if isinstance(error, aio.AioRpcError):
-        return f"{error.code().name}: {error.details()}"
-    return str(error) or type(error).__name__
-
-
 class GrpcConnector:
     """Opens an agent's stream to one control plane."""
 
@@ -414,74 +415,28 @@ class GrpcConnector:
         finally:
             await channel.close(grace=None)
 
-    async def relay(self, request: RelayRequest, connect_s: float = 3.0) -> AsyncIterator[RelayChunk]:
-        """Pass an HTTP request to the control plane at the target and stream its answer back.
+    async def relay(
+        self, request: RelayRequest, body: AsyncIterable[bytes] | None = None, connect_s: float = 3.0
+    ) -> AsyncIterator[RelayChunk]:
+        """Pass an HTTP request (and its body, streamed) to the control plane at the target and
+        stream its answer back.
 
-        :class:`ChannelClosed` when it cannot be reached, :class:`NotLeader`
-        when it does not lead, :class:`Unauthorized` when it refuses this
-        process's certificate. One channel for this request only: a standby
-        relaying many keeps one with :class:`RelayClient`.
+        :class:`ChannelClosed` when it cannot be reached or the call breaks,
+        :class:`NotLeader` when it does not lead, :class:`Unauthorized` when
+        it refuses this process's certificate; whatever ``body`` raises
+        cancels the call and is raised here. One channel for this request
+        only: a standby relaying many keeps one with :class:`RelayClient`.
         """
         channel = self._channel()
         try:
-            async for chunk in _relay_over(channel, self.target, request, connect_s):
+            async for chunk in relay_over(channel, self.target, request, body, connect_s):
                 yield chunk
         finally:
             await channel.close(grace=None)
 
 
-class RelayClient:
-    """A standby's relays to the leader, over one kept channel per control plane."""
+class RelayClient(KeptRelayChannels):
+    """A standby's relays to the leader over kept channels, with this process's certificates."""
 
     def __init__(self, tls: TlsFiles) -> None:
-        self._tls = tls
-        self._channels: dict[str, aio.Channel] = {}
-
-    async def relay(
-        self, target: str, request: RelayRequest, connect_s: float = 3.0
-    ) -> AsyncIterator[RelayChunk]:
-        """Like :meth:`GrpcConnector.relay`; a channel that failed is dropped and made anew next time."""
-        kept = self._channels.get(target)
-        channel: aio.Channel = kept if kept is not None else GrpcConnector(target, self._tls)._channel()
-        self._channels[target] = channel
-        try:
-            async for chunk in _relay_over(channel, target, request, connect_s):
-                yield chunk
-        except ChannelClosed:
-            if self._channels.get(target) is channel:
-                del self._channels[target]
-            await channel.close(grace=None)
-            raise
-
-    async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close(grace=None)
-
-
-async def _relay_over(
-    channel: aio.Channel, target: str, request: RelayRequest, connect_s: float
-) -> AsyncIterator[RelayChunk]:
-    try:
-        await asyncio.wait_for(channel.channel_ready(), connect_s)
-    except (TimeoutError, grpc.RpcError, aio.UsageError):
-        # UsageError: another relay over this kept channel failed and closed it meanwhile.
-        raise ChannelClosed(f"cannot reach the control plane at {target}", "waiting for a leader") from None
-    try:
-        stream = pb_grpc.AgentServiceStub(channel).Relay(  # type: ignore[no-untyped-call]
-            encode_relay_request(request)
-        )
-        async for chunk in stream:
-            yield decode_relay_chunk(chunk)
-    except aio.UsageError:
-        raise ChannelClosed(f"the channel to {target} closed under this relay", "retrying") from None
-    except aio.AioRpcError as error:
-        code = error.code()
-        if code == grpc.StatusCode.PERMISSION_DENIED:
-            raise Unauthorized(
-                f"the control plane at {target} refused the relay: {error.details()}",
-                "give this control plane a certificate with 'llmgw server add'",
-            ) from None
-        if code == grpc.StatusCode.FAILED_PRECONDITION:
-            raise NotLeader(f"{target} does not lead: {error.details()}", "waiting for a leader") from None
-        raise ChannelClosed(f"relaying to {target} failed: {_describe(error)}", "retrying") from None
+        super().__init__(lambda target: GrpcConnector(target, tls)._channel())
