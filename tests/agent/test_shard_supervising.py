@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.launching import EngineSpawn
 from llmgw.agent.supervising import Supervisor
-from llmgw.core.engines import LLAMA_CPP
+from llmgw.core.engines import LLAMA_CPP, SGLANG, VLLM, EngineCapabilities
 from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.eventually import eventually
@@ -135,6 +136,28 @@ async def test_the_engine_is_spawned_with_its_command_line_and_output(running: R
     assert "/models/m.gguf" in spawn.command
     assert spawn.cwd == running.supervisor.shards["r1"].directory
     assert running.supervisor.shards["r1"].process is running.launcher.engines[0]
+
+
+@pytest.mark.parametrize("engine", [LLAMA_CPP, SGLANG, VLLM])
+async def test_the_key_reaches_the_engine_by_file_or_variable_never_by_its_command_line(
+    running: Running, engine: EngineCapabilities
+) -> None:
+    spec = ShardSpec(replica_id="r1", model="m", engine=engine.name, api_key="sk-replica")
+    running.supervisor.start(spec)
+    await eventually(lambda: running.launcher.spawns, message="the engine is spawned")
+
+    (spawn,) = running.launcher.spawns
+    assert not any("sk-replica" in arg for arg in spawn.command)
+    source = engine.key_input
+    if source.in_file:
+        path = Path(spawn.command[spawn.command.index(source.name) + 1])
+        assert path.parent == running.supervisor.shards["r1"].directory
+        text, mode = await asyncio.to_thread(lambda: (path.read_text(), path.stat().st_mode))
+        assert text == source.file_text("sk-replica")
+        assert stat.S_IMODE(mode) == 0o600
+        assert source.name not in spawn.env
+    else:
+        assert spawn.env[source.name] == "sk-replica"
 
 
 async def test_five_quick_failures_in_a_row_fail_the_shard(running: Running) -> None:

@@ -45,6 +45,7 @@ from llmgw.agent.launching import (
     cancelled,
     done_within,
     ended_within,
+    write_key_file,
 )
 from llmgw.agent.shardstates import (
     STATE_FILE,
@@ -419,6 +420,19 @@ class Supervisor:
             kv_port = free_port(*self._ports, taken | {shard.port}, self._host)
             replay_port = free_port(*self._ports, taken | {shard.port, kv_port}, self._host)
         shard.kv_events_port, shard.kv_replay_port = kv_port, replay_port
+        user = self._engine_user
+        try:
+            key_file = write_key_file(
+                shard.directory,
+                engine.capabilities.key_input,
+                spec.api_key,
+                (user.uid, user.gid) if user else None,
+            )
+        except OSError as error:
+            raise LlmgwError(
+                f"cannot write the replica's key file in {shard.directory}: {error.strerror}",
+                "check that the agent's work_dir is writable by the agent",
+            ) from None
         launch = engines.Launch(
             weights=prepared.weights,
             port=shard.port,
@@ -436,6 +450,7 @@ class Supervisor:
             adapters=() if spec.max_loaded_adapters else prepared.adapters,
             max_lora_rank=spec.max_lora_rank,
             devices=tuple(spec.devices),
+            key_file=key_file,
         )
         binary = prepared.program
         command = engine.command_line(binary, launch)
@@ -443,7 +458,6 @@ class Supervisor:
         shard.output = f"output-{shard.restarts}.log"
         if previous == shard.log_path:
             previous = None
-        user = self._engine_user
         env = {
             **os.environ,
             **(user.environment() if user else {}),
