@@ -7,6 +7,7 @@ shard's life is decided by how its fake process ends and how the clock moves.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import stat
 from collections.abc import AsyncIterator
@@ -76,8 +77,11 @@ class FakeLauncher:
     engines: list[FakeEngine] = field(default_factory=list)
     spawned_at: list[float] = field(default_factory=list)
     spawns: list[EngineSpawn] = field(default_factory=list)
+    says: bytes = b""
+    """What each engine writes to its output as it starts."""
 
     async def __call__(self, spawn: EngineSpawn) -> FakeEngine:
+        os.write(spawn.output, self.says)
         engine = FakeEngine(40_000 + len(self.engines), self.clock, self.ends_on)
         if self.crash:
             engine.end(1)
@@ -158,6 +162,17 @@ async def test_the_key_reaches_the_engine_by_file_or_variable_never_by_its_comma
         assert source.name not in spawn.env
     else:
         assert spawn.env[source.name] == "sk-replica"
+
+
+async def test_a_key_the_engine_printed_before_it_crashed_is_blanked_in_the_reason(running: Running) -> None:
+    running.launcher.crash = True
+    running.launcher.says = b"server_args=ServerArgs(api_key='sk-replica')\n"
+    start(running)
+
+    await eventually(lambda: running.crashes() == 1, message="the crash is reported")
+
+    reason = running.statuses[-1].error
+    assert "sk-replica" not in reason and "api_key='**********'" in reason
 
 
 async def test_five_quick_failures_in_a_row_fail_the_shard(running: Running) -> None:

@@ -41,7 +41,7 @@ class ReplicaState:
     replica_id: str
     model: str
     node_id: str
-    api_key: str
+    api_key: str = field(repr=False)
     capacity: int = 1
     engine: str = DEFAULT_ENGINE
     """The engine the replica runs: the router reads its load by that engine's metric names."""
