@@ -5,8 +5,11 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 from llmgw.agent.launching import write_key_file
 from llmgw.core.engines import LLAMA_CPP, SGLANG, VLLM
+from llmgw.errors import LlmgwError
 
 
 def test_a_key_file_is_written_0600_in_the_shards_directory(tmp_path: Path) -> None:
@@ -38,3 +41,10 @@ def test_a_key_written_again_replaces_the_file_whole(tmp_path: Path) -> None:
 def test_an_engine_reading_a_variable_gets_no_file(tmp_path: Path) -> None:
     assert write_key_file(tmp_path, VLLM.key_input, "sk-1") is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_key_file_that_cannot_be_written_says_where_and_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "r1").write_text("a file where the shard's directory should be")
+
+    with pytest.raises(LlmgwError, match=r"cannot write the replica's key file in .*r1.*writable"):
+        write_key_file(tmp_path / "r1", LLAMA_CPP.key_input, "sk-1")

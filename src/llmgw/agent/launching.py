@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmgw.core.engines import KeyInput
+from llmgw.errors import LlmgwError
 from llmgw.runtime.clock import Clock
 from llmgw.runtime.files import write_private
 
@@ -75,13 +76,20 @@ def write_key_file(
 
     The file is created 0600 and renamed into place whole
     (:func:`~llmgw.runtime.files.write_private`), then handed to ``owner``, so
-    only the agent and the engine's user can ever read it.
+    only the agent and the engine's user can ever read it. LlmgwError when it
+    cannot be written.
     """
     if not source.in_file:
         return None
-    path = write_private(directory / source.filename, source.file_text(key).encode())
-    if owner is not None:
-        chown(path, *owner)
+    try:
+        path = write_private(directory / source.filename, source.file_text(key).encode())
+        if owner is not None:
+            chown(path, *owner)
+    except OSError as error:
+        raise LlmgwError(
+            f"cannot write the replica's key file in {directory}: {error.strerror}",
+            "check that the agent's work_dir is writable by the agent and on a disk with room",
+        ) from None
     return path
 
 

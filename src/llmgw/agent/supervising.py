@@ -429,18 +429,8 @@ class Supervisor:
             replay_port = free_port(*self._ports, taken | {shard.port, kv_port}, self._host)
         shard.kv_events_port, shard.kv_replay_port = kv_port, replay_port
         user = self._engine_user
-        try:
-            key_file = write_key_file(
-                shard.directory,
-                engine.capabilities.key_input,
-                spec.api_key,
-                (user.uid, user.gid) if user else None,
-            )
-        except OSError as error:
-            raise LlmgwError(
-                f"cannot write the replica's key file in {shard.directory}: {error.strerror}",
-                "check that the agent's work_dir is writable by the agent",
-            ) from None
+        owner = (user.uid, user.gid) if user else None
+        key_file = write_key_file(shard.directory, engine.capabilities.key_input, spec.api_key, owner)
         launch = engines.Launch(
             weights=prepared.weights,
             port=shard.port,
