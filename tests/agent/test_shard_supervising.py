@@ -7,7 +7,9 @@ shard's life is decided by how its fake process ends and how the clock moves.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.launching import EngineSpawn
 from llmgw.agent.supervising import Supervisor
-from llmgw.core.engines import LLAMA_CPP
+from llmgw.core.engines import LLAMA_CPP, SGLANG, VLLM, EngineCapabilities
 from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.eventually import eventually
@@ -75,8 +77,11 @@ class FakeLauncher:
     engines: list[FakeEngine] = field(default_factory=list)
     spawned_at: list[float] = field(default_factory=list)
     spawns: list[EngineSpawn] = field(default_factory=list)
+    says: bytes = b""
+    """What each engine writes to its output as it starts."""
 
     async def __call__(self, spawn: EngineSpawn) -> FakeEngine:
+        os.write(spawn.output, self.says)
         engine = FakeEngine(40_000 + len(self.engines), self.clock, self.ends_on)
         if self.crash:
             engine.end(1)
@@ -135,6 +140,39 @@ async def test_the_engine_is_spawned_with_its_command_line_and_output(running: R
     assert "/models/m.gguf" in spawn.command
     assert spawn.cwd == running.supervisor.shards["r1"].directory
     assert running.supervisor.shards["r1"].process is running.launcher.engines[0]
+
+
+@pytest.mark.parametrize("engine", [LLAMA_CPP, SGLANG, VLLM])
+async def test_the_key_reaches_the_engine_by_file_or_variable_never_by_its_command_line(
+    running: Running, engine: EngineCapabilities
+) -> None:
+    spec = ShardSpec(replica_id="r1", model="m", engine=engine.name, api_key="sk-replica")
+    running.supervisor.start(spec)
+    await eventually(lambda: running.launcher.spawns, message="the engine is spawned")
+
+    (spawn,) = running.launcher.spawns
+    assert not any("sk-replica" in arg for arg in spawn.command)
+    source = engine.key_input
+    if source.in_file:
+        path = Path(spawn.command[spawn.command.index(source.name) + 1])
+        assert path.parent == running.supervisor.shards["r1"].directory
+        text, mode = await asyncio.to_thread(lambda: (path.read_text(), path.stat().st_mode))
+        assert text == source.file_text("sk-replica")
+        assert stat.S_IMODE(mode) == 0o600
+        assert source.name not in spawn.env
+    else:
+        assert spawn.env[source.name] == "sk-replica"
+
+
+async def test_a_key_the_engine_printed_before_it_crashed_is_blanked_in_the_reason(running: Running) -> None:
+    running.launcher.crash = True
+    running.launcher.says = b"server_args=ServerArgs(api_key='sk-replica')\n"
+    start(running)
+
+    await eventually(lambda: running.crashes() == 1, message="the crash is reported")
+
+    reason = running.statuses[-1].error
+    assert "sk-replica" not in reason and "api_key='**********'" in reason
 
 
 async def test_five_quick_failures_in_a_row_fail_the_shard(running: Running) -> None:

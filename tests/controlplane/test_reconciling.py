@@ -14,7 +14,7 @@ from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.core.kvblocks import KvBlocksUpdate
-from llmgw.errors import ChannelClosed
+from llmgw.errors import ChannelClosed, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair
 from llmgw.store.database import Store
@@ -327,15 +327,64 @@ async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harnes
     ]
 
 
-def test_replica_keys_are_taken_as_values_by_an_argparse_engine() -> None:
-    """A key starting with ``-`` would be read as an option by vLLM's parser; none may."""
+def test_replica_keys_are_read_back_whole_from_an_engines_key_file(tmp_path: Path) -> None:
+    """A key starting with ``#`` would be a comment in llama-server's key file; none may."""
     from llmgw.controlplane.reconciling import replica_key
-    from llmgw.testing.fake_vllm import _parser
+    from llmgw.core.engines import LLAMA_CPP
+    from llmgw.testing.llama_server_standin import parse_args
 
-    keys = {replica_key() for _ in range(2000)}
-    assert len(keys) == 2000
+    keys = {replica_key() for _ in range(500)}
+    assert len(keys) == 500
+    path = tmp_path / "api-key"
     for key in keys:
-        assert _parser().parse_args(["m", "--api-key", key]).api_key == key
+        path.write_text(LLAMA_CPP.key_input.file_text(key))
+        assert parse_args(["--api-key-file", str(path)]).api_keys == [key]
+
+
+async def test_a_node_may_fetch_only_the_files_of_the_replicas_placed_on_it(harness: Harness) -> None:
+    await harness.add_model(
+        "m1", source={"sha256": SHA, "size": 100 << 20, "projector": {"sha256": OTHER_SHA}}
+    )
+    agent = await harness.connect("node1")
+    other = await harness.connect("node2", memory_mb=1)
+    await receive(agent, "registered")
+    await receive(other, "registered")
+    await harness.reconciler.pass_once()
+    await receive(agent, "start")
+
+    harness.fleet.check_fetch("node1", SHA)
+    harness.fleet.check_fetch("node1", OTHER_SHA)
+    with pytest.raises(Unauthorized, match="node node2 runs no replica with the file aaaaaaaaaaaa"):
+        harness.fleet.check_fetch("node2", SHA)
+    with pytest.raises(Unauthorized, match="may not fetch it"):
+        harness.fleet.check_fetch("node1", "c" * 64)
+
+
+async def test_a_new_leader_lets_nodes_fetch_the_files_of_replicas_placed_before(harness: Harness) -> None:
+    await harness.add_model("m")
+    await harness.store.replicas.add(
+        ReplicaRecord(id="m-abc123", model="m", node_id="node1", api_key="k", devices=[], memory_mb=100)
+    )
+    with pytest.raises(Unauthorized):
+        harness.fleet.check_fetch("node1", SHA)
+
+    await harness.reconciler.load()  # what a control plane reads before it starts leading
+
+    harness.fleet.check_fetch("node1", SHA)  # a fetch under way at the failover goes on
+
+
+async def test_a_removed_replica_takes_its_nodes_fetch_rights_with_it(harness: Harness) -> None:
+    await harness.add_model("m1")
+    agent = await harness.connect("node1")
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    await receive(agent, "start")
+    await harness.store.models.remove("m1")
+
+    await harness.reconciler.pass_once()
+
+    with pytest.raises(Unauthorized):
+        harness.fleet.check_fetch("node1", SHA)
 
 
 async def test_a_shard_start_carries_the_models_adapters_and_their_largest_rank(harness: Harness) -> None:

@@ -57,12 +57,25 @@ def test_tuning_flags_and_values_pass() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["NCCL_NET_PLUGIN", "CUDA_INJECTION64_PATH", "VLLM_HOST_IP", "VLLM_RPC_BASE_PATH", "VLLM_API_KEY"]
+    "name",
+    ["NCCL_NET_PLUGIN", "CUDA_INJECTION64_PATH", "VLLM_HOST_IP", "VLLM_RPC_BASE_PATH", "VLLM_S3_SECRET"],
 )
 def test_env_names_of_paths_plugins_addresses_and_credentials_are_refused(name: str) -> None:
     refusals = check_env("vllm", {name: "x"})
     assert [r.what for r in refusals] == [name]
     assert "path, plugin, library, address or credential" in refusals[0].why
+
+
+@pytest.mark.parametrize(("engine", "name"), [("vllm", "VLLM_API_KEY"), ("trtllm", "LLMGW_REPLICA_KEY")])
+def test_the_variable_carrying_the_replica_key_is_the_agents_own(engine: str, name: str) -> None:
+    refusals = check_env(engine, {name: "x"})
+    assert [(r.what, r.why) for r in refusals] == [(name, "llmgw sets it itself; remove it from env")]
+
+
+@pytest.mark.parametrize(("engine", "flag"), [("llama.cpp", "--api-key-file"), ("sglang", "--config")])
+def test_the_flag_naming_the_key_file_is_the_agents_own(engine: str, flag: str) -> None:
+    refusals = check_args(engine, [flag, "/tmp/k"])
+    assert [(r.what, r.why) for r in refusals] == [(flag, "llmgw sets it itself; remove it from args")]
 
 
 def test_env_outside_the_tuning_families_is_refused() -> None:

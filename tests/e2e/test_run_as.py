@@ -103,3 +103,11 @@ def test_an_agent_running_as_root_runs_its_engine_as_the_run_as_user(
     )
     assert answer.choices[0].message.content
     assert f"engines run as {USER}" in root_cluster.log("agent-node1").read_text()
+    key_file = Path(argv_of(pid)[argv_of(pid).index("--api-key-file") + 1])
+    assert key_file.parent == root_cluster.home / "nodes" / "node1" / "work" / "shards" / replica["id"]
+    assert key_file.stat().st_uid == engine_user.pw_uid, "the engine's user owns its key file"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def argv_of(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from llmgw.core.engines import LLAMA_CPP, SGLANG
 from llmgw.engines import llamacpp, sglang, trtllm, vllm
 from llmgw.engines.engine import Launch, parse_load
 from llmgw.engines.registry import engine_named
@@ -15,8 +17,13 @@ from llmgw.errors import ConfigError, EngineUnhealthy
 WEIGHTS = Path("/work/weights/abc")
 
 
+KEY_FILE = Path("/work/shards/r1/api-key")
+
+
 def launch(**changes: object) -> Launch:
-    base: dict[str, object] = {"weights": WEIGHTS, "port": 21001, "api_key": "sk-replica", "model": "qwen"}
+    base: dict[str, object] = {
+        "weights": WEIGHTS, "port": 21001, "api_key": "sk-replica", "model": "qwen", "key_file": KEY_FILE,
+    }  # fmt: skip
     return Launch(**(base | changes))  # type: ignore[arg-type]
 
 
@@ -24,10 +31,12 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def test_vllm_serves_the_folder_under_the_catalog_name_with_the_replica_key() -> None:
-    argv = vllm.ENGINE.command_line(Path("/v/bin/vllm"), launch(tp=2, ctx_size=8192, parallel=16))
+def test_vllm_serves_the_folder_under_the_catalog_name_with_the_replica_key_in_its_environment() -> None:
+    spec = launch(tp=2, ctx_size=8192, parallel=16)
+    argv = vllm.ENGINE.command_line(Path("/v/bin/vllm"), spec)
     assert argv[:3] == ["/v/bin/vllm", "serve", str(WEIGHTS)]
-    assert flag(argv, "--api-key") == "sk-replica"
+    assert "sk-replica" not in " ".join(argv) and "--api-key" not in argv
+    assert vllm.ENGINE.environment(spec) == {"VLLM_API_KEY": "sk-replica"}
     assert flag(argv, "--served-model-name") == "qwen"
     assert flag(argv, "--tensor-parallel-size") == "2"
     assert flag(argv, "--max-model-len") == "8192"
@@ -40,7 +49,7 @@ def test_vllm_runtime_lora_turns_on_slots_and_the_runtime_routes() -> None:
     spec = launch(max_loaded_adapters=3)
     argv = vllm.ENGINE.command_line(Path("vllm"), spec)
     assert "--enable-lora" in argv and flag(argv, "--max-loras") == "3"
-    assert vllm.ENGINE.environment(spec) == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    assert vllm.ENGINE.environment(spec)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
 def test_vllm_kv_events_publish_on_a_loopback_port_with_replay_and_stable_hashes() -> None:
@@ -73,8 +82,33 @@ def test_sglang_gets_tp_size_and_metrics_turned_on() -> None:
     assert flag(argv, "--model-path") == str(WEIGHTS)
     assert flag(argv, "--tp-size") == "4" and "--tp" not in argv
     assert "--enable-metrics" in argv
-    assert flag(argv, "--api-key") == "sk-replica"
+    assert flag(argv, "--config") == str(KEY_FILE)
+    assert "sk-replica" not in " ".join(argv) and "--api-key" not in argv
     assert argv[-2:] == ["--mem-fraction-static", "0.8"]
+
+
+def test_llamacpp_reads_its_key_from_the_file_the_agent_wrote() -> None:
+    argv = llamacpp.ENGINE.command_line(Path("llama-server"), launch())
+    assert flag(argv, "--api-key-file") == str(KEY_FILE)
+    assert "sk-replica" not in " ".join(argv) and "--api-key" not in argv
+
+
+@pytest.mark.parametrize("name", ["sglang", "llama.cpp"])
+def test_an_engine_reading_its_key_from_a_file_refuses_to_start_without_one(name: str) -> None:
+    with pytest.raises(ConfigError, match="reads its key from a file"):
+        engine_named(name).command_line(Path("x"), launch(key_file=None))
+
+
+def test_key_files_hold_the_key_as_each_engine_reads_it() -> None:
+    assert LLAMA_CPP.key_input.file_text("k-1") == "k-1\n"  # llama.cpp: one key a line
+    assert yaml.safe_load(SGLANG.key_input.file_text("k-1")) == {"api-key": "k-1"}  # SGLang's --config
+    assert SGLANG.key_input.filename.endswith(".yaml")  # SGLang refuses any other suffix
+    with pytest.raises(ValueError, match="one line"):
+        LLAMA_CPP.key_input.file_text("k\n#")
+
+
+def test_the_key_never_shows_in_a_launch_printed_for_a_log() -> None:
+    assert "sk-replica" not in repr(launch())
 
 
 def test_trtllm_runs_behind_the_launcher_with_the_key_in_its_environment_only() -> None:

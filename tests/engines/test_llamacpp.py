@@ -30,7 +30,9 @@ def _data(name: str) -> str:
 
 
 def _argv(**overrides: object) -> list[str]:
-    options: dict[str, object] = {"port": 9001, "api_key": "k-1", "ctx_size": 4096, "parallel": 2}
+    options: dict[str, object] = {
+        "port": 9001, "key_file": Path("/s/r1/api-key"), "ctx_size": 4096, "parallel": 2,
+    }  # fmt: skip
     options.update(overrides)
     return command_line(Path("/opt/llama-server"), Path("/w/model.gguf"), **options)  # type: ignore[arg-type]
 
@@ -39,12 +41,13 @@ def _value(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
-def test_command_line_starts_the_binary_on_the_weights_with_the_replica_key() -> None:
+def test_command_line_starts_the_binary_on_the_weights_with_the_replica_key_file() -> None:
     argv = _argv()
     assert argv[0] == "/opt/llama-server"
     assert _value(argv, "--model") == "/w/model.gguf"
     assert (_value(argv, "--host"), _value(argv, "--port")) == ("127.0.0.1", "9001")
-    assert _value(argv, "--api-key") == "k-1"
+    assert _value(argv, "--api-key-file") == "/s/r1/api-key"
+    assert "--api-key" not in argv
     assert (_value(argv, "--ctx-size"), _value(argv, "--parallel")) == ("4096", "2")
     assert "--metrics" in argv and "--no-webui" in argv
 
@@ -70,9 +73,9 @@ def test_command_line_refuses_extra_args_that_override_its_own_flags(flag: str) 
         _argv(args=[flag, "x"])
 
 
-def test_command_line_refuses_an_empty_key() -> None:
-    with pytest.raises(ConfigError, match="API key"):
-        _argv(api_key="")
+def test_command_line_refuses_an_empty_key_file() -> None:
+    with pytest.raises(ConfigError, match="API key file"):
+        _argv(key_file=Path())
 
 
 def test_parse_metrics_reads_an_idle_server() -> None:

@@ -18,7 +18,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from llmgw.core.engines import LLAMA_CPP
 from llmgw.engines import builds, llamacpp
+from llmgw.runtime.files import write_private
 from llmgw.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e
@@ -56,8 +58,9 @@ def _free_port() -> int:
 
 async def test_real_llama_server_turns_healthy_and_demands_its_key(tmp_path: Path) -> None:
     binary, model, port = _binary(), _model(), _free_port()
+    key_file = write_private(tmp_path / "api-key", LLAMA_CPP.key_input.file_text(KEY).encode())
     argv = llamacpp.command_line(
-        binary, model, port=port, api_key=KEY, ctx_size=2048, parallel=1,
+        binary, model, port=port, key_file=key_file, ctx_size=2048, parallel=1,
         args=shlex.split(os.environ.get("LLMGW_LLAMA_ARGS", "")),
     )  # fmt: skip
     log = tmp_path / "llama-server.log"

@@ -19,6 +19,7 @@ def launch(**changes: object) -> Launch:
         "port": 21001,
         "api_key": "sk-replica",
         "model": "base",
+        "key_file": Path("/w/shards/r1/api-key"),
     }
     return Launch(**(base | changes))  # type: ignore[arg-type]
 
@@ -35,7 +36,8 @@ def test_vllm_registers_every_adapter_at_start_and_lets_a_batch_mix_them_all() -
     assert after(argv, "--lora-modules", 2) == ["sql=/w/weights/aa", "chat=/w/weights/bb"]
     assert after(argv, "--max-loras") == ["2"]
     assert after(argv, "--max-lora-rank") == ["32"]
-    assert vllm.ENGINE.environment(spec) == {}  # no runtime loading: the adapters are fixed
+    # no runtime loading: the adapters are fixed
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in vllm.ENGINE.environment(spec)
 
 
 def test_vllm_with_runtime_adapters_gets_slots_but_no_modules() -> None:

@@ -32,7 +32,7 @@ def grpc_pairs(pki: Pki) -> PairFactory:
             await arrived.put(channel)
             await released.wait()  # the stream lasts until the pair is done with, or a side closes it
 
-        async def no_blobs(sha256: str, offset: int) -> AsyncIterator[bytes]:
+        async def no_blobs(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
             return
             yield b""  # pragma: no cover - makes this a generator
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 from cluster_pki import Pki
 
-from llmgw.errors import ChannelClosed, NotFound
+from llmgw.errors import ChannelClosed, NotFound, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel
 from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, TlsFiles
@@ -30,6 +30,8 @@ BLOB = bytes(range(256)) * 12_000
 BLOB_CHUNK = 1 << 20
 HALF_BLOB_SHA = "cd" * 32
 """A blob whose provider fails after its first chunk."""
+NOT_SENT_SHA = "ce" * 32
+"""A blob the asking node was sent no shard with."""
 
 
 @dataclass
@@ -63,12 +65,17 @@ class Sessions:
 
 @dataclass
 class Blobs:
-    """The server's blob provider: one blob in chunks, one that fails midway, the rest not found."""
+    """The server's blob provider: one blob in chunks, one that fails midway, one the node was never
+    sent, the rest not found."""
 
     asked: list[tuple[str, int]] = field(default_factory=list)
+    callers: list[str] = field(default_factory=list)
 
-    async def __call__(self, sha256: str, offset: int) -> AsyncIterator[bytes]:
+    async def __call__(self, node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
         self.asked.append((sha256, offset))
+        self.callers.append(node_id)
+        if sha256 == NOT_SENT_SHA:
+            raise Unauthorized(f"node {node_id} runs no replica with the file {sha256[:12]}…", "place one")
         if sha256 == HALF_BLOB_SHA:
             yield BLOB[:BLOB_CHUNK]
             raise NotFound(f"blob {sha256} vanished")
@@ -204,6 +211,14 @@ async def test_a_session_handler_that_returns_ends_the_agents_stream(
 async def test_fetch_streams_a_blobs_bytes(server: AgentServer, blobs: Blobs, pki: Pki) -> None:
     assert await fetch_all(server, pki.node, BLOB_SHA) == BLOB
     assert blobs.asked == [(BLOB_SHA, 0)]
+    assert blobs.callers == ["node-1"], "the provider is told which node asks, by its certificate"
+
+
+async def test_a_blob_the_node_was_never_sent_is_refused_with_the_reason(
+    server: AgentServer, pki: Pki
+) -> None:
+    with pytest.raises(Unauthorized, match="node node-1 runs no replica with the file cececececece"):
+        await fetch_all(server, pki.node, NOT_SENT_SHA)
 
 
 async def test_fetch_resumes_from_an_offset(server: AgentServer, blobs: Blobs, pki: Pki) -> None:

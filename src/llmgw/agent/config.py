@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from llmgw import configfiles
 from llmgw.configfiles import ConfigFile, Section
@@ -85,7 +85,8 @@ class AgentConfig(ConfigFile):
     node_id: str
     """This node's id; must match its certificate's common name."""
     address: str = "127.0.0.1"
-    """Where control planes reach this node's engines."""
+    """Where control planes reach this node's engines, and the one address engines listen on
+    (never a wildcard: docs/cluster.md, "Replica keys and engines' ports")."""
     control_planes: list[str] = Field(min_length=1)
     """Control planes' agent ports, ``host:port``; the leader tells the agent about the others."""
     work_dir: str = "work"
@@ -100,6 +101,16 @@ class AgentConfig(ConfigFile):
     ports: Ports = Field(default_factory=Ports)
     engines: EngineSettings = Field(default_factory=EngineSettings)
     shards: ShardSettings = Field(default_factory=ShardSettings)
+
+    @field_validator("address")
+    @classmethod
+    def _one_address(cls, address: str) -> str:
+        if address.strip("[]") in ("", "0.0.0.0", "::", "*"):
+            raise ValueError(
+                f"{address!r} is every address: engines would listen on all of them; give the one "
+                "address control planes reach this node at (127.0.0.1 when they run on this machine)"
+            )
+        return address
 
     @property
     def work_path(self) -> Path:

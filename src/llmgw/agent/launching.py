@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llmgw.core.engines import KeyInput
+from llmgw.errors import LlmgwError
 from llmgw.runtime.clock import Clock
+from llmgw.runtime.files import write_private
 
 
 class EngineProcess(Protocol):
@@ -56,6 +60,37 @@ class EngineSpawn:
 
 Launcher = Callable[[EngineSpawn], Awaitable[EngineProcess]]
 """Starts one engine process; OSError when it cannot."""
+
+Owner = tuple[int, int]
+"""The uid and gid a key file is handed to (the engine's user, where engines run as another)."""
+
+
+def write_key_file(
+    directory: Path,
+    source: KeyInput,
+    key: str,
+    owner: Owner | None = None,
+    chown: Callable[[Path, int, int], None] = os.chown,
+) -> Path | None:
+    """Write the replica's key where its engine reads it; the file's path, or None (a variable).
+
+    The file is created 0600 and renamed into place whole
+    (:func:`~llmgw.runtime.files.write_private`), then handed to ``owner``, so
+    only the agent and the engine's user can ever read it. LlmgwError when it
+    cannot be written.
+    """
+    if not source.in_file:
+        return None
+    try:
+        path = write_private(directory / source.filename, source.file_text(key).encode())
+        if owner is not None:
+            chown(path, *owner)
+    except OSError as error:
+        raise LlmgwError(
+            f"cannot write the replica's key file in {directory}: {error.strerror}",
+            "check that the agent's work_dir is writable by the agent and on a disk with room",
+        ) from None
+    return path
 
 
 class SubprocessLauncher:

@@ -33,7 +33,7 @@ import aiohttp
 from llmgw.agent.adoptedprocesses import AdoptedProcess
 from llmgw.agent.compute import compute_of, memory_held, refusal
 from llmgw.agent.config import ShardSettings
-from llmgw.agent.engineoutput import OutputFollower, ShardLog, open_output
+from llmgw.agent.engineoutput import OutputFollower, ShardLog, blanked, open_output
 from llmgw.agent.engineuser import EngineUser
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Prepared
@@ -45,6 +45,7 @@ from llmgw.agent.launching import (
     cancelled,
     done_within,
     ended_within,
+    write_key_file,
 )
 from llmgw.agent.shardstates import (
     STATE_FILE,
@@ -95,6 +96,8 @@ class Shard:
     """The current process's output file, in the shard's directory."""
     log: ShardLog = field(default_factory=ShardLog)
     follower: asyncio.Task[None] | None = None
+    reader: OutputFollower | None = None
+    """What ``follower`` runs: read once more before READY, so no key printed at start is left."""
     kv_events_port: int | None = None
     """Where the engine publishes its KV events (vLLM with kv_events), while it runs."""
     adapter_paths: dict[str, str] = field(default_factory=dict)
@@ -165,14 +168,15 @@ def free_port(first: int, last: int, taken: set[int], host: str = "127.0.0.1") -
     raise LlmgwError(f"no free port in {first}-{last}", "widen ports.first/ports.last in agent.yaml")
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, key: str) -> str:
+    """The last lines of an engine's output, for a report: its key blanked (not yet blanked on disk)."""
     try:
         with path.open("rb") as handle:
             handle.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
             lines = handle.read().decode(errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return " | ".join(lines[-3:])
+    return blanked(" | ".join(lines[-3:]), (key,))
 
 
 class Supervisor:
@@ -278,8 +282,13 @@ class Supervisor:
         if shard.follower is not None:
             shard.follower.cancel()
         follower = OutputFollower(
-            shard.log_path, shard.log, self._settings.output_max_bytes, shard.replica_id
+            shard.log_path,
+            shard.log,
+            self._settings.output_max_bytes,
+            shard.replica_id,
+            secrets=(shard.spec.api_key,),
         )
+        shard.reader = follower
         shard.follower = asyncio.create_task(follower.run(), name=f"output-{shard.replica_id}")
 
     def _save(self, shard: Shard) -> None:
@@ -366,7 +375,7 @@ class Supervisor:
             if shard.stopping:
                 return
             shard.restarts += 1
-            reason = f"adopted engine ended: {_tail(shard.log_path)}"
+            reason = f"adopted engine ended: {_tail(shard.log_path, shard.spec.api_key)}"
             log.warning("shard %s: %s; starting it again", shard.replica_id, reason)
             self._emit(shard, ShardState.STARTING, reason)
         try:
@@ -389,7 +398,7 @@ class Supervisor:
             if shard.stopping:
                 return
             code = shard.process.returncode if shard.process else None
-            reason = f"engine exited with code {code}: {_tail(shard.log_path)}"
+            reason = f"engine exited with code {code}: {_tail(shard.log_path, shard.spec.api_key)}"
             quick_failures = 0 if ready else quick_failures + 1
             shard.restarts += 1
             if quick_failures >= self._settings.max_quick_restarts:
@@ -419,6 +428,9 @@ class Supervisor:
             kv_port = free_port(*self._ports, taken | {shard.port}, self._host)
             replay_port = free_port(*self._ports, taken | {shard.port, kv_port}, self._host)
         shard.kv_events_port, shard.kv_replay_port = kv_port, replay_port
+        user = self._engine_user
+        owner = (user.uid, user.gid) if user else None
+        key_file = write_key_file(shard.directory, engine.capabilities.key_input, spec.api_key, owner)
         launch = engines.Launch(
             weights=prepared.weights,
             port=shard.port,
@@ -436,6 +448,7 @@ class Supervisor:
             adapters=() if spec.max_loaded_adapters else prepared.adapters,
             max_lora_rank=spec.max_lora_rank,
             devices=tuple(spec.devices),
+            key_file=key_file,
         )
         binary = prepared.program
         command = engine.command_line(binary, launch)
@@ -443,7 +456,6 @@ class Supervisor:
         shard.output = f"output-{shard.restarts}.log"
         if previous == shard.log_path:
             previous = None
-        user = self._engine_user
         env = {
             **os.environ,
             **(user.environment() if user else {}),
@@ -490,6 +502,9 @@ class Supervisor:
         assert process is not None
         ready = await self._wait_healthy(shard, engine)
         if ready:
+            if shard.reader is not None:
+                with contextlib.suppress(OSError):
+                    shard.reader.poll()  # the key printed at start is blanked before the replica serves
             failure = await self._read_compute(shard, engine, launch)
             if failure:
                 log.error("shard %s: %s", shard.replica_id, failure)

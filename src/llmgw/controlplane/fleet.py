@@ -18,8 +18,9 @@ from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.nodes import NodeRegistration, SettingsRefusal
-from llmgw.core.shards import Compute, ReplicaPhase, ShardState
+from llmgw.core.shards import Compute, ReplicaPhase, ShardSpec, ShardState
 from llmgw.core.telemetry import Telemetry
+from llmgw.errors import Unauthorized
 from llmgw.protocol.links import ControlLink
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class ReplicaState:
     replica_id: str
     model: str
     node_id: str
-    api_key: str
+    api_key: str = field(repr=False)
     capacity: int = 1
     engine: str = DEFAULT_ENGINE
     """The engine the replica runs: the router reads its load by that engine's metric names."""
@@ -56,6 +57,16 @@ class ReplicaState:
     backoff: Backoff = field(default_factory=Backoff)
     adapter_paths: dict[str, str] = field(default_factory=dict)
     """Each LoRA adapter's folder or file on the replica's node, by name, as its agent reported."""
+    blobs: frozenset[str] = frozenset()
+    """The sha256 of every mirrored file its shard fetches (:func:`shard_blobs`): what its node may fetch."""
+
+
+def shard_blobs(spec: ShardSpec) -> frozenset[str]:
+    """Every mirrored file a shard fetches: weights, the repository's other files, projector, adapters."""
+    found = {spec.weights_sha256, spec.projector_sha256, *(f.sha256 for f in spec.files)}
+    for adapter in spec.adapters:
+        found |= {adapter.sha256, *(f.sha256 for f in adapter.files)}
+    return frozenset(found - {""})
 
 
 class Fleet:
@@ -141,6 +152,20 @@ class Fleet:
         if changed:
             node.inventory = dataclasses.replace(node.inventory, devices=tuple(devices))
         return changed
+
+    def check_fetch(self, node_id: str, sha256: str) -> None:
+        """Unauthorized unless ``sha256`` is a file of a shard placed on ``node_id`` (FetchBlob).
+
+        A node's certificate fetches only what its own replicas run, never
+        another model's weights or adapters from the mirror.
+        """
+        if any(r.node_id == node_id and sha256 in r.blobs for r in self.replicas.values()):
+            return
+        raise Unauthorized(
+            f"node {node_id} runs no replica with the file {sha256[:12]}…, so it may not fetch it",
+            "a node fetches only the weights, files and adapters of the replicas placed on it "
+            "('llmgw ctl replicas' shows where each one runs)",
+        )
 
     # replicas --------------------------------------------------------------
     def track(self, replica: ReplicaState) -> None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from llmgw.controlplane.demand import ModelDemand
-from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
 from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.mig import Spread
@@ -159,6 +159,9 @@ class Reconciler:
                         state=ReplicaPhase.ABSENT,
                     )
                 )
+        for replica in self._fleet.replicas.values():
+            if not replica.blobs and replica.model in models:  # placed before a failover: its files
+                replica.blobs = shard_blobs(shard_spec(replica, models[replica.model]))
         return models, placed
 
     async def pass_once(self) -> None:
@@ -247,32 +250,8 @@ class Reconciler:
         node = self._fleet.nodes.get(replica.node_id)
         if node is None:
             return
-        start = ShardSpec(
-            replica_id=replica.replica_id,
-            model=model.name,
-            engine=model.profile.engine,
-            weights_sha256=model.source.sha256,
-            weights_filename=model.source.filename,
-            weights_size=model.source.size,
-            args=tuple(model.profile.args),
-            env=dict(model.profile.env),
-            api_key=replica.api_key,
-            devices=devices,
-            ctx_size=model.profile.ctx_size,
-            parallel=model.profile.parallel,
-            tp=model.profile.tp,
-            kv_events=model.profile.kv_events,
-            max_loaded_adapters=model.profile.max_loaded_adapters,
-            weights_format=model.source.format,
-            projector_sha256=model.source.projector.sha256 if model.source.projector else "",
-            projector_filename=model.source.projector.filename if model.source.projector else "",
-            projector_size=model.source.projector.size if model.source.projector else 0,
-            files=tuple(
-                WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
-            ),
-            adapters=tuple(lora_adapter(a, model.profile.engine) for a in model.adapters),
-            max_lora_rank=model.max_lora_rank(),
-        )
+        start = shard_spec(replica, model, devices)
+        replica.blobs = shard_blobs(start)  # what its node may fetch from the mirror
         replica.state = ReplicaPhase.STARTING
         try:
             await node.channel.send(start)
@@ -294,6 +273,36 @@ class Reconciler:
                 pass
 
 
+def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = ()) -> ShardSpec:
+    """The StartShard a replica's node is sent: the model's files, profile and the replica's key."""
+    return ShardSpec(
+        replica_id=replica.replica_id,
+        model=model.name,
+        engine=model.profile.engine,
+        weights_sha256=model.source.sha256,
+        weights_filename=model.source.filename,
+        weights_size=model.source.size,
+        args=tuple(model.profile.args),
+        env=dict(model.profile.env),
+        api_key=replica.api_key,
+        devices=devices,
+        ctx_size=model.profile.ctx_size,
+        parallel=model.profile.parallel,
+        tp=model.profile.tp,
+        kv_events=model.profile.kv_events,
+        max_loaded_adapters=model.profile.max_loaded_adapters,
+        weights_format=model.source.format,
+        projector_sha256=model.source.projector.sha256 if model.source.projector else "",
+        projector_filename=model.source.projector.filename if model.source.projector else "",
+        projector_size=model.source.projector.size if model.source.projector else 0,
+        files=tuple(
+            WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
+        ),
+        adapters=tuple(lora_adapter(a, model.profile.engine) for a in model.adapters),
+        max_lora_rank=model.max_lora_rank(),
+    )
+
+
 def lora_adapter(adapter: Adapter, engine: str) -> AdapterSpec:
     """What a node needs of an adapter to fetch it and give it to the engine."""
     return AdapterSpec(
@@ -309,9 +318,9 @@ def lora_adapter(adapter: Adapter, engine: str) -> AdapterSpec:
 def replica_key() -> str:
     """A new replica's own API key.
 
-    It goes on the engine's command line after ``--api-key``; an argument
-    parser such as vLLM's takes a value that starts with ``-`` for an option
-    and refuses to start, so the key always starts with a letter.
+    Engines read it from a file or a variable (never their command line);
+    it is one line that starts with a letter (a line starting with ``#`` is a
+    comment in llama-server's key file).
     """
     return "llmgw-replica-" + secrets.token_urlsafe(24)
 

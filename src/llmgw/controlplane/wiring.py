@@ -199,7 +199,8 @@ async def wire(
         vip=config.leadership.vip,
     )
 
-    async def blob_chunks(sha256: str, offset: int) -> AsyncIterator[bytes]:
+    async def blob_chunks(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
+        fleet.check_fetch(node_id, sha256)  # a node gets only the files of its own replicas
         async for chunk in blobs.read_chunks(sha256, offset):
             yield chunk
 

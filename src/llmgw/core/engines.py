@@ -23,14 +23,16 @@ Adding an engine (ComfyUI is next) takes exactly two things:
 
 The catalog, validation, the agent and the gateway then serve it unchanged.
 Only an engine bringing something
-none has yet (a weights format, an adapter shape, a way of provisioning) also
-adds a member to :class:`WeightsFormat`, :class:`AdapterShape` or
-:class:`Provisioning` (a weights format also to ``Source.format`` in
-:mod:`llmgw.core.catalog`) and teaches the code that branches on it.
+none has yet (a weights format, an adapter shape, a way of provisioning, a way
+of taking its key) also adds a member to :class:`WeightsFormat`,
+:class:`AdapterShape`, :class:`Provisioning` or :class:`KeyPassing` (a weights
+format also to ``Source.format`` in :mod:`llmgw.core.catalog`) and teaches the
+code that branches on it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum, StrEnum
@@ -89,6 +91,44 @@ class Provisioning(Enum):
     """The operator installs it; agent.yaml says where."""
 
 
+class KeyPassing(Enum):
+    """How an engine is handed its replica's key: never on its command line (``ps`` shows that to all)."""
+
+    FILE = "file"
+    """A 0600 file holding the key on one line, named by a flag (llama-server's ``--api-key-file``)."""
+    CONFIG_FILE = "config-file"
+    """A 0600 YAML file of settings holding the key under a setting's name, named by a flag
+    (SGLang's ``--config``)."""
+    ENV = "env"
+    """An environment variable (vLLM's ``VLLM_API_KEY``): ``/proc/<pid>/environ`` is readable by the
+    engine's own user and root only."""
+
+
+@dataclass(frozen=True)
+class KeyInput:
+    """Where an engine reads its replica's key from."""
+
+    passing: KeyPassing
+    name: str
+    """The flag naming the file (FILE, CONFIG_FILE) or the variable (ENV)."""
+    filename: str = ""
+    """FILE, CONFIG_FILE: the file's name in the shard's directory (SGLang wants ``.yaml``)."""
+    setting: str = ""
+    """CONFIG_FILE: the setting that holds the key."""
+
+    @property
+    def in_file(self) -> bool:
+        return self.passing is not KeyPassing.ENV
+
+    def file_text(self, key: str) -> str:
+        """The key file's text: the key alone on its line, or one YAML setting (a JSON string is YAML)."""
+        if "\n" in key or "\r" in key:
+            raise ValueError("a replica key is one line")
+        if self.passing is KeyPassing.CONFIG_FILE:
+            return f"{self.setting}: {json.dumps(key)}\n"
+        return key + "\n"
+
+
 @dataclass(frozen=True)
 class EngineCapabilities:
     """What llmgw knows of one engine without running it: one row of the table."""
@@ -101,6 +141,8 @@ class EngineCapabilities:
     """The weights it runs."""
     provisioning: Provisioning
     """How a node gets it."""
+    key_input: KeyInput
+    """How the agent hands it the replica's key (a file or a variable, never an argument)."""
     adapter_shape: AdapterShape = AdapterShape.NONE
     """What a LoRA adapter is for it; NONE: it serves no adapters and the catalog refuses them."""
     adapter_scale: bool = False
@@ -152,12 +194,13 @@ LLAMA_CPP = EngineCapabilities(
     title="llama.cpp",
     weights_format=WeightsFormat.GGUF,
     provisioning=Provisioning.LLMGW_BUILD,
+    key_input=KeyInput(KeyPassing.FILE, "--api-key-file", filename="api-key"),
     adapter_shape=AdapterShape.GGUF_FILE,
     adapter_scale=True,
     adapter_filename_refuses=",:",
     adapter_in_body=True,
     own_flags=(
-        "-m", "--model", "-a", "--alias", "--host", "--port", "--api-key", "--metrics",
+        "-m", "--model", "-a", "--alias", "--host", "--port", "--api-key", "--api-key-file", "--metrics",
         "-lv", "--verbosity", "--log-verbosity", "--mmproj", "--ctx-size", "-c", "--parallel", "-np",
     ),
     flag_env_prefix="LLAMA_ARG_",
@@ -170,6 +213,7 @@ VLLM = EngineCapabilities(
     title="vLLM",
     weights_format=WeightsFormat.SAFETENSORS,
     provisioning=Provisioning.PYTHON_WHEELS,
+    key_input=KeyInput(KeyPassing.ENV, "VLLM_API_KEY"),
     adapter_shape=AdapterShape.PEFT_FOLDER,
     adapter_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
     runtime_adapters=True,
@@ -182,7 +226,7 @@ VLLM = EngineCapabilities(
     ),
     abbreviated_flags=True,
     env_families=("VLLM_",),
-    agent_env=("PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING"),
+    agent_env=("PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_API_KEY"),
 )  # fmt: skip
 """vLLM's OpenAI server: PEFT adapters (at start or at run time), KV events, tensor parallelism."""
 
@@ -191,10 +235,11 @@ SGLANG = EngineCapabilities(
     title="SGLang",
     weights_format=WeightsFormat.SAFETENSORS,
     provisioning=Provisioning.PYTHON_WHEELS,
+    key_input=KeyInput(KeyPassing.CONFIG_FILE, "--config", filename="api-key.yaml", setting="api-key"),
     tensor_parallel=True,
     own_flags=(
         "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",
-        "--tp", "--enable-metrics", "--context-length", "--max-running-requests",
+        "--tp", "--enable-metrics", "--context-length", "--max-running-requests", "--config",
     ),
     abbreviated_flags=True,
     env_families=("SGLANG_",),
@@ -206,12 +251,14 @@ TRTLLM = EngineCapabilities(
     title="TensorRT-LLM",
     weights_format=WeightsFormat.SAFETENSORS,
     provisioning=Provisioning.OPERATOR,
+    key_input=KeyInput(KeyPassing.ENV, "LLMGW_REPLICA_KEY"),
     tensor_parallel=True,
     own_flags=(
         "--host", "--port", "--tp-size", "--extra-llm-api-options", "--max-seq-len", "--max-batch-size",
         "--backend",
     ),
     env_families=("TRTLLM_", "TLLM_"),
+    agent_env=("LLMGW_REPLICA_KEY",),
     metrics_path="/prometheus/metrics",
 )  # fmt: skip
 """TensorRT-LLM's ``trtllm-serve``, behind llmgw's launcher (click: no abbreviated flags)."""

@@ -111,8 +111,8 @@ class ShardSpec:
     projector_size: int = 0
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    api_key: str = ""
-    """The replica's own key; only the router and the agent know it."""
+    api_key: str = field(default="", repr=False)
+    """The replica's own key; only the router and the agent know it (never in a repr, so never in a log)."""
     devices: tuple[int, ...] = ()
     ctx_size: int = 0
     parallel: int = 0

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import aiohttp
 
-from llmgw.core.engines import EngineCapabilities
+from llmgw.core.engines import EngineCapabilities, KeyPassing
 from llmgw.engines import prometheus
 from llmgw.errors import ConfigError, EngineUnhealthy
 
@@ -42,8 +42,9 @@ class Launch:
     weights: Path
     """The GGUF file, or the folder holding a safetensors repository."""
     port: int
-    api_key: str
-    """The replica's own key; the engine demands it on every request."""
+    api_key: str = field(repr=False)
+    """The replica's own key; the engine demands it on every request. Never on a command line:
+    the engine reads it from :attr:`key_file` or a variable (its row's ``key_input``)."""
     model: str
     """The name the engine serves the model under (the catalog's name)."""
     host: str = "127.0.0.1"
@@ -68,6 +69,8 @@ class Launch:
     """vLLM: the largest adapter rank (``--max-lora-rank``); 0: the engine's default."""
     devices: tuple[int, ...] = ()
     """Cards the engine was given (CUDA indexes)."""
+    key_file: Path | None = None
+    """The 0600 file the agent wrote the key into, for an engine that reads it from a file."""
 
     def checked(self, engine: str) -> None:
         """ConfigError unless the key and port can start an engine."""
@@ -77,6 +80,28 @@ class Launch:
             )
         if not 0 < self.port < 65536:
             raise ConfigError(f"port {self.port} is out of range", hint="use a port between 1 and 65535")
+
+
+def key_arguments(capabilities: EngineCapabilities, launch: Launch) -> list[str]:
+    """The flag naming the key file (``--api-key-file PATH``); none for an engine reading a variable.
+
+    ConfigError when the engine reads its key from a file and none was written.
+    """
+    source = capabilities.key_input
+    if not source.in_file:
+        return []
+    if launch.key_file is None:
+        raise ConfigError(
+            f"{capabilities.title} reads its key from a file and none was given",
+            hint="the agent writes the replica's key file into the shard's directory before it starts it",
+        )
+    return [source.name, str(launch.key_file)]
+
+
+def key_environment(capabilities: EngineCapabilities, launch: Launch) -> dict[str, str]:
+    """The variable holding the key, for an engine that reads it from one; empty otherwise."""
+    source = capabilities.key_input
+    return {source.name: launch.api_key} if source.passing is KeyPassing.ENV else {}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@ llama.cpp's server):
 - ``GET /health`` answers without the API key: 503 while the model loads,
   200 ``{"status":"ok"}`` once it serves. ``/metrics`` and ``/v1/*`` demand
   the key (401 without it); ``/metrics`` exists only with ``--metrics``.
+- ``--api-key-file FNAME`` reads the keys from a file, one per line (empty
+  lines and lines starting with ``#`` skipped; ``common/arg.cpp``), so the
+  key stays off the command line; ``--api-key`` would show it to ``ps``.
 - LoRA adapters load at start: ``--lora FNAME`` applies one fully,
   ``--lora-scaled FNAME:SCALE`` at a scale (both also take comma-separated
   lists, so a file name must hold no ``,`` or ``:``); ``GET /lora-adapters``
@@ -63,7 +66,7 @@ def command_line(
     weights: Path,
     *,
     port: int,
-    api_key: str,
+    key_file: Path,
     ctx_size: int,
     parallel: int,
     args: Sequence[str] = (),
@@ -71,10 +74,11 @@ def command_line(
     gpu_layers: int | None = None,
     alias: str | None = None,
 ) -> list[str]:
-    """The argv that starts ``llama-server`` for one replica, guarded by its key."""
-    if not api_key:
+    """The argv that starts ``llama-server`` for one replica, guarded by the key in ``key_file``."""
+    if key_file == Path():
         raise ConfigError(
-            "llama-server needs an API key", hint="pass the replica's key; every engine is started with one"
+            "llama-server needs an API key file",
+            hint="write the replica's key into a 0600 file; every engine is started with one",
         )
     if not 0 < port < 65536:
         raise ConfigError(f"port {port} is out of range", hint="use a port between 1 and 65535")
@@ -95,7 +99,7 @@ def command_line(
         "--model", str(weights),
         "--host", host,
         "--port", str(port),
-        "--api-key", api_key,
+        CAPABILITIES.key_input.name, str(key_file),
         "--metrics",
         "--ctx-size", str(ctx_size),
         "--parallel", str(parallel),
@@ -212,11 +216,13 @@ class LlamaCppEngine:
     )
 
     def command_line(self, program: Path, launch: Launch) -> list[str]:
+        launch.checked(NAME)
+        _flag, key_file = engine.key_arguments(CAPABILITIES, launch)
         argv = command_line(
             program,
             launch.weights,
             port=launch.port,
-            api_key=launch.api_key,
+            key_file=Path(key_file),
             ctx_size=launch.ctx_size,
             parallel=launch.parallel,
             args=launch.args,

@@ -3,9 +3,18 @@
 Facts of the real server this module relies on (SGLang's documented server
 arguments and production metrics):
 
-- ``--model-path``, ``--host``, ``--port``, ``--api-key``,
-  ``--served-model-name``, ``--tp-size`` (``--tp`` is only argparse's
-  abbreviation), ``--context-length``, ``--max-running-requests``.
+- ``--model-path``, ``--host``, ``--port``, ``--served-model-name``,
+  ``--tp-size`` (``--tp`` is only argparse's abbreviation),
+  ``--context-length``, ``--max-running-requests``.
+- The key: SGLang reads it from ``--api-key`` and from no environment
+  variable. ``--config FILE.yaml`` (``ConfigArgumentMerger``) reads settings
+  from a YAML file (``api-key: KEY``) and merges them into the arguments
+  inside the process, so llmgw writes the key into a 0600 YAML file in the
+  shard's directory and passes ``--config`` (one only: SGLang refuses a
+  second). SGLang logs ``server_args=ServerArgs(..., api_key='...')`` at
+  start; the agent blanks the key out of the output file
+  (:mod:`llmgw.agent.engineoutput`).
+- With a key, every route but ``/health*`` and ``/metrics*`` demands it.
 - ``/metrics`` exists only with ``--enable-metrics``; a server without it
   answers 404 and would be routed to blind.
 - Names: ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
@@ -19,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.core.engines import SGLANG
-from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
+from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices, key_arguments
 
 CAPABILITIES = SGLANG
 NAME = CAPABILITIES.name
@@ -47,7 +56,7 @@ class SglangEngine:
             "--model-path", str(launch.weights),
             "--host", launch.host,
             "--port", str(launch.port),
-            "--api-key", launch.api_key,
+            *key_arguments(CAPABILITIES, launch),
             "--served-model-name", launch.model,
             "--tp-size", str(launch.tp),
             "--context-length", str(launch.ctx_size),

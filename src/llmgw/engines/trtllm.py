@@ -27,12 +27,12 @@ import sys
 from pathlib import Path
 
 from llmgw.core.engines import TRTLLM
-from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
+from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices, key_environment
 
 CAPABILITIES = TRTLLM
 NAME = CAPABILITIES.name
 LAUNCHER = "llmgw.engines.trtllm_launcher"
-KEY_VARIABLE = "LLMGW_REPLICA_KEY"
+KEY_VARIABLE = CAPABILITIES.key_input.name
 """The launcher reads the replica's key from here (never from its command line)."""
 OPTIONS = {"return_perf_metrics": True, "enable_iter_perf_stats": True}
 """What the launcher writes into the options file: turns on the Prometheus endpoint's metrics."""
@@ -77,7 +77,7 @@ class TrtllmEngine:
         ]  # fmt: skip
 
     def environment(self, launch: Launch) -> dict[str, str]:
-        return {KEY_VARIABLE: launch.api_key}
+        return key_environment(CAPABILITIES, launch)
 
     def parse_compute(self, log_text: str, launch: Launch) -> Compute:
         return cuda_devices(launch)

@@ -4,7 +4,8 @@
 
 It refuses to start without the replica's key (``LLMGW_REPLICA_KEY``), writes
 an options file turning on the metrics the router reads, starts trtllm-serve
-on a private loopback port, and answers ``H:P`` itself: ``/health`` for
+on a private loopback port (without the key in its environment: it has no use
+for it), and answers ``H:P`` itself: ``/health`` for
 anyone, everything else only with ``Authorization: Bearer <key>``, relayed as
 it streams. It ends when trtllm-serve ends (with its exit code) and passes
 SIGTERM on.
@@ -77,6 +78,7 @@ async def _run(options: argparse.Namespace, serve_args: list[str], key: str) -> 
         "--host", "127.0.0.1",
         "--port", str(inner),
         "--extra_llm_api_options", OPTIONS_FILE,
+        env={name: value for name, value in os.environ.items() if name != KEY_VARIABLE},
     )  # fmt: skip
     loop = asyncio.get_running_loop()
 

@@ -3,10 +3,15 @@
 Facts of the real server this module relies on (vLLM's documented CLI and
 metrics, V1 engine):
 
-- ``vllm serve <model>`` with ``--host``, ``--port``, ``--api-key``,
+- ``vllm serve <model>`` with ``--host``, ``--port``,
   ``--served-model-name``, ``--tensor-parallel-size``, ``--max-model-len``,
-  ``--max-num-seqs``. ``--api-key`` guards the ``/v1`` routes; ``/health``,
-  ``/metrics`` and ``/tokenize`` answer without it.
+  ``--max-num-seqs``. The key is read from ``VLLM_API_KEY`` when
+  ``--api-key`` is not given; llmgw never gives ``--api-key``, which ``ps``
+  would show and ``vllm serve`` logs among its "non-default args". The key
+  guards the routes under ``/v1`` only (its AuthenticationMiddleware):
+  ``/health``, ``/metrics``, ``/tokenize``, ``/detokenize``, ``/version``,
+  ``/ping``, ``/invocations`` and the other routes outside ``/v1`` answer
+  without it (docs/cluster.md, "Engines' ports").
 - ``GET /health`` is 200 once the engine serves.
 - ``/metrics``: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
   ``vllm:kv_cache_usage_perc`` (a 0..1 share despite its name;
@@ -41,7 +46,7 @@ import re
 from pathlib import Path
 
 from llmgw.core.engines import VLLM
-from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices
+from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices, key_environment
 
 CAPABILITIES = VLLM
 NAME = CAPABILITIES.name
@@ -78,7 +83,6 @@ class VllmEngine:
             str(program), "serve", str(launch.weights),
             "--host", launch.host,
             "--port", str(launch.port),
-            "--api-key", launch.api_key,
             "--served-model-name", launch.model,
             "--tensor-parallel-size", str(launch.tp),
             "--max-model-len", str(launch.ctx_size),
@@ -98,7 +102,7 @@ class VllmEngine:
         return argv + list(launch.args)
 
     def environment(self, launch: Launch) -> dict[str, str]:
-        env: dict[str, str] = {}
+        env = key_environment(CAPABILITIES, launch)
         if launch.max_loaded_adapters:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         if launch.kv_events_port is not None:

@@ -80,7 +80,9 @@ class TlsFiles:
 
 
 SessionHandler = Callable[[ControlChannel], Awaitable[None]]
-BlobProvider = Callable[[str, int], AsyncIterator[bytes]]
+BlobProvider = Callable[[str, str, int], AsyncIterator[bytes]]
+"""A blob's bytes for ``(node, sha256, offset)``: the node by its certificate's name. NotFound for a
+blob the mirror lacks, Unauthorized for one that node was never sent (answered PERMISSION_DENIED)."""
 RelayHandler = Callable[[RelayPeer, IncomingRelay], AsyncIterator[RelayChunk]]
 """Answers a relayed HTTP request, given who sent it (by its certificate), reading the request only
 once it accepts the sender."""
@@ -278,12 +280,16 @@ class _Servicer(pb_grpc.AgentServiceServicer):
     async def FetchBlob(self, request, context):  # type: ignore[no-untyped-def]
         first = True
         try:
-            async for data in self._blobs(request.sha256, request.offset):
+            async for data in self._blobs(_common_name(context), request.sha256, request.offset):
                 yield pb.BlobChunk(data=data, size=0)
                 first = False
         except NotFound as error:
             if first:
                 await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
+            raise
+        except Unauthorized as error:
+            if first:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{error.message}; {error.hint}")
             raise
 
 
@@ -408,6 +414,11 @@ class GrpcConnector:
             if error.code() == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(
                     error.details() or f"blob {sha256} not found", "import it with 'llmgw mirror import FILE'"
+                ) from None
+            if error.code() == grpc.StatusCode.PERMISSION_DENIED:
+                raise Unauthorized(
+                    f"{self.target} refused blob {sha256[:12]}…: {error.details()}",
+                    "a node fetches only the files of the shards its control plane sent it",
                 ) from None
             raise ChannelClosed(
                 f"fetching {sha256[:12]} from {self.target} failed: {_describe(error)}", "retrying"

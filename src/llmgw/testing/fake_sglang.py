@@ -2,12 +2,20 @@
 
 Metrics are served only with ``--enable-metrics`` (404 otherwise, as SGLang);
 ``--max-total-tokens`` sizes the token pool (``sglang:token_usage``).
+``--config FILE.yaml`` is read as SGLang's ``ConfigArgumentMerger`` reads it
+(one file only, ``.yaml``/``.yml``, a mapping of flag names to values, merged
+before the command line's arguments, which win). Like SGLang, it prints
+``server_args=ServerArgs(...)`` at start, the API key among them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+import yaml
 
 from llmgw.testing.engine_standin import StandinSettings, serve
 
@@ -46,8 +54,56 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with the settings of its ``--config`` file put first, as SGLang merges them.
+
+    ValueError with SGLang's messages for a second ``--config``, a missing
+    path, a file that is not YAML or not found, or one that holds no mapping.
+    """
+    places = [i for i, arg in enumerate(argv) if arg == "--config"]
+    if not places:
+        return argv
+    if len(places) > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    at = places[0]
+    if at == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    path = Path(argv[at + 1])
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"Config file must be YAML format, got: {path.suffix}")
+    if not path.exists():
+        raise ValueError(f"Config file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError("Config file must contain a dictionary at root level")
+    store_true = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
+    merged: list[str] = []
+    for key, value in data.items():
+        flag = f"--{key}"
+        if isinstance(value, bool):
+            if key.replace("-", "_") not in store_true:
+                merged += [flag, str(value).lower()]
+            elif value:
+                merged.append(flag)
+        elif isinstance(value, list):
+            merged += [flag, *map(str, value)] if value else []
+        elif isinstance(value, dict):
+            merged += [flag, json.dumps(value)]
+        else:
+            merged += [flag, str(value)]
+    return merged + argv[:at] + argv[at + 2 :]
+
+
 def main(argv: list[str] | None = None) -> int:
-    options = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        merged = merge_config(parser, sys.argv[1:] if argv is None else argv)
+    except ValueError as error:
+        print(f"ValueError: {error}", file=sys.stderr)
+        return 1
+    options = parser.parse_args(merged)
+    fields = ", ".join(f"{name}={value!r}" for name, value in vars(options).items())
+    print(f"server_args=ServerArgs({fields})", flush=True)
     max_len = options.context_length or 4096
     settings = StandinSettings(
         engine="sglang",

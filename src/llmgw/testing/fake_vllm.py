@@ -7,7 +7,9 @@ dashes, as vLLM does), refuses unknown ones as argparse does (exit 2,
 ``--enable-lora``, ``--max-loras`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
 and, with ``--kv-events-config``, KV-cache events over ZMQ with vLLM's
 replay socket (:mod:`llmgw.testing.kv_events_publisher`;
-``LLMGW_STANDIN_KV_LOSE`` names batches to lose on the way).
+``LLMGW_STANDIN_KV_LOSE`` names batches to lose on the way). Its key comes
+from ``--api-key`` or else ``VLLM_API_KEY`` and guards the routes under
+``/v1`` only, and it prints its "non-default args" at start, as vLLM does.
 """
 
 from __future__ import annotations
@@ -99,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] != ["serve"]:
         print("usage: vllm {serve,chat,complete,bench,collect-env,run-batch} ...", file=sys.stderr)
         return 2
-    options = _parser().parse_args(_dashes(argv[1:]))
+    parser = _parser()
+    options = parser.parse_args(_dashes(argv[1:]))
+    changed = {k: v for k, v in vars(options).items() if v != parser.get_default(k)}
+    print(f"INFO: non-default args: {changed}", flush=True)  # as vllm serve logs them
     model = options.model_tag or options.model
     if not model:
         print("vllm serve: error: the model is missing (vllm serve MODEL)", file=sys.stderr)

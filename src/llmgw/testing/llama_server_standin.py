@@ -1,8 +1,12 @@
 """A stand-in for ``llama-server`` that answers at once: for benchmarks and tests of llmgw's own path.
 
 It takes llama-server's command line (the flags llmgw's agent passes: ``--model``,
-``--host``, ``--port``, ``--api-key``, ``--alias``, ``--metrics``, ...; others are
-accepted and ignored) and speaks the parts of its HTTP API llmgw uses:
+``--host``, ``--port``, ``--api-key-file``, ``--alias``, ``--metrics``, ...; others are
+accepted and ignored) and speaks the parts of its HTTP API llmgw uses. Its keys
+come as llama-server's do: ``--api-key KEY`` (comma-separated), ``LLAMA_API_KEY``,
+and ``--api-key-file FNAME`` (one key a line; empty lines and lines starting
+with ``#`` skipped; a file that cannot be opened ends it); with none, every
+request is served.
 
 - ``GET /health`` without the key: 200 ``{"status":"ok"}``.
 - ``GET /metrics`` with the key: llama-server's Prometheus names.
@@ -164,7 +168,7 @@ class _Connection(asyncio.Protocol):
         if method == b"GET" and path == b"/health":
             self._reply(200, b'{"status":"ok"}', keep_alive)
             return
-        if self._auth != self._server.authorization:
+        if self._server.authorizations and self._auth not in self._server.authorizations:
             self._reply(*_error(401, "Invalid API Key", "authentication_error"), keep_alive)
             return
         if method == b"GET" and path == b"/metrics":
@@ -241,9 +245,15 @@ class StandIn:
     """The server: its key, alias and counters."""
 
     def __init__(
-        self, api_key: str, alias: str, interval_s: float, loras: list[tuple[str, float]] | None = None
+        self,
+        api_keys: str | list[str],
+        alias: str,
+        interval_s: float,
+        loras: list[tuple[str, float]] | None = None,
     ) -> None:
-        self.authorization = b"Bearer " + api_key.encode()
+        keys = [api_keys] if isinstance(api_keys, str) else api_keys
+        self.authorizations = frozenset(b"Bearer " + key.encode() for key in keys if key)
+        """What a request's Authorization header must be (any may); empty: no key demanded."""
         self.alias = alias
         self.interval_s = interval_s
         self.requests = 0
@@ -304,7 +314,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-m", "--model", default="")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--api-key", default="")
+    parser.add_argument("--api-key", default=os.environ.get("LLAMA_API_KEY", ""))
+    parser.add_argument("--api-key-file", default="")
     parser.add_argument("-a", "--alias", default="")
     parser.add_argument("--lora", dest="loras", action=_Loras, default=[])
     parser.add_argument("--lora-scaled", dest="loras", action=_Loras, default=[])
@@ -325,12 +336,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if not Path(path).is_file():
             parser.error(f"failed to load LoRA adapter {path}: no such file")
     args.loras = loras
+    args.api_keys = [key for key in args.api_key.split(",") if key]
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).read_text().split("\n")
+        except OSError:
+            parser.error(f"error: failed to open file '{args.api_key_file}'")
+        args.api_keys += [line for line in lines if line and not line.startswith("#")]
     return args
 
 
 async def serve(args: argparse.Namespace) -> None:
     interval_s = float(os.environ.get("LLMGW_STANDIN_CHUNK_INTERVAL_MS", "0")) / 1000
-    server = StandIn(args.api_key, args.alias or Path(args.model).name, interval_s, args.loras)
+    server = StandIn(args.api_keys, args.alias or Path(args.model).name, interval_s, args.loras)
     loop = asyncio.get_running_loop()
     listening = await loop.create_server(lambda: _Connection(server), args.host, args.port, backlog=1024)
     stop = asyncio.Event()
