@@ -105,3 +105,20 @@ def test_server_add_refuses_a_vip_that_is_no_address(cluster: ServerConfig, tmp_
             agent_port=2,
             vip="vip",
         )
+
+
+def test_server_add_keeps_the_clusters_http_limits(cluster: ServerConfig, tmp_path: Path) -> None:
+    cluster.http.header_timeout_s = 3.5
+    cluster.http.max_connections = 900
+    add_control_plane(
+        cluster,
+        tmp_path / "cp2",
+        name="cp2",
+        http_host="10.0.0.11",
+        http_port=8081,
+        agent_host="10.0.0.11",
+        agent_port=8443,
+    )
+    added = load_server_config(tmp_path / "cp2" / "server.yaml")
+    assert (added.http.host, added.http.port) == ("10.0.0.11", 8081)
+    assert (added.http.header_timeout_s, added.http.max_connections) == (3.5, 900)

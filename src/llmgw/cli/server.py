@@ -117,8 +117,9 @@ def add_control_plane(
     added = config.model_copy(deep=True)
     added.name = name
     added.data_dir = "."
-    added.http = HttpSettings(host=http_host, port=http_port)
-    added.agent_server = AgentServerSettings(host=agent_host, port=agent_port)
+    # the cluster's own limits and timeouts carry over; only where this one listens differs
+    added.http = config.http.model_copy(update={"host": http_host, "port": http_port})
+    added.agent_server = config.agent_server.model_copy(update={"host": agent_host, "port": agent_port})
     added.tls = TlsSettings(ca=Path(config.tls.ca).name, ca_key=Path(config.tls.ca_key).name)
     if vip:
         added.leadership.vip = vip

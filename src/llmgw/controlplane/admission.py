@@ -24,11 +24,11 @@ reach the leader's app through the agent port, not through this layer.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from llmgw.controlplane.api.state import WRONG_TOKEN, WRONG_TOKEN_HINT, token_matches
 
 ASGIApp = Callable[
     [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]
@@ -39,13 +39,6 @@ PUBLIC_API_PATHS = frozenset({"/api/docs", "/api/openapi.json"})
 
 UNBOUNDED = frozenset({("POST", "/api/mirror/blobs")})
 """Requests whose body is not bounded here: uploads stream into the mirror, which has its own limit."""
-
-
-def token_matches(authorization: str, token_sha256: str) -> bool:
-    """Whether an ``Authorization`` header carries the admin token (``Bearer <token>``) of that sha256."""
-    token = authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else ""
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    return bool(token) and hmac.compare_digest(digest, token_sha256)
 
 
 def _wants_token(path: str) -> bool:
@@ -96,12 +89,7 @@ class Admission:
         if _wants_token(path) and not token_matches(
             _header(scope, b"authorization") or "", self._token_sha256
         ):
-            await _answer(
-                send,
-                401,
-                "missing or wrong admin token",
-                "send 'Authorization: Bearer <token>' with the token in admin.token beside server.yaml",
-            )
+            await _answer(send, 401, WRONG_TOKEN, WRONG_TOKEN_HINT)
             return
         if (scope["method"], path) in UNBOUNDED:
             await self._app(scope, receive, send)

@@ -220,6 +220,7 @@ class Leadership:
         self.epoch = epoch
         self._fence.epoch = epoch
         self._deadline = started + self.lease_s
+        self.holder = self.me.name  # before leading is announced: whoever it wakes sees the new leader
         await self._lead(f"took the lease at epoch {epoch}")
 
     async def _lead(self, why: str) -> None:

@@ -20,6 +20,7 @@ from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.mig import Spread
 from llmgw.core.placement import Placed, place
+from llmgw.core.settingtypes import SERVING_STOPPED
 from llmgw.core.shards import AdapterSpec, ReplicaPhase, ShardSpec, StopShard, WeightsFile
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
 from llmgw.store.database import Store
@@ -27,7 +28,6 @@ from llmgw.store.replicas import ReplicaRecord
 
 log = logging.getLogger(__name__)
 
-SERVING_STOPPED = "serving.stopped"
 """The setting ``llmgw stop`` sets and ``llmgw start`` clears."""
 
 
@@ -139,7 +139,7 @@ class Reconciler:
         """Read the desired state: the catalog (handed to the gateway) and the replicas placed,
         which the fleet tracks from then on. A new leader does this before it accepts agents,
         so the shards they report are adopted, never taken for strays."""
-        self.stopped = bool(await self._store.settings.get(SERVING_STOPPED, False))
+        self.stopped = await self._store.settings.get(SERVING_STOPPED, False) is True  # a JSON bool only
         models = await self.load_catalog()
         placed = await self._store.replicas.list()
         for replica_record in placed:

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ServingRequest, ServingView
 from llmgw.controlplane.api.state import AUTH, State
-from llmgw.controlplane.reconciling import SERVING_STOPPED
+from llmgw.core.settingtypes import SERVING_STOPPED
 
 router = APIRouter(prefix="/api", tags=["serving"], dependencies=AUTH, responses=declared(400, 401, 503))
 

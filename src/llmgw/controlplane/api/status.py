@@ -14,7 +14,7 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
 from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
-from llmgw.controlplane.reconciling import SERVING_STOPPED
+from llmgw.core.settingtypes import SERVING_STOPPED
 from llmgw.store.leases import ControlPlaneRecord
 
 probes = APIRouter(tags=["probes"])
