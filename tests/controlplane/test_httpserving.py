@@ -222,6 +222,27 @@ async def test_past_the_cap_a_new_connection_takes_the_place_of_the_one_idle_lon
         other.close()
 
 
+@pytest.mark.parametrize("server", [3], indirect=True)
+async def test_past_the_cap_a_connection_with_part_of_a_head_goes_before_older_quiet_ones(
+    server: HttpServer,
+) -> None:
+    """A head arriving in pieces is slowloris's mark; a client's just connected (its head not read yet)
+    or kept alive stays."""
+    quiet = [await connect(server), await connect(server)]
+    await eventually(lambda: len(server.server_state.connections) == 2, message="2 accepted")
+    slow_reader, slow_writer = await connect(server)
+    slow_writer.write(b"GET / HTTP/1.1\r\nHost: cp1\r\nX-Slow: ")
+    await eventually(lambda: len(server.guard.partial) == 1, message="a partial head held")
+    reader, writer = await connect(server)
+    writer.write(REQUEST)
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    assert await seconds_until_closed(slow_reader, 1.0) < 1.0
+    # the two older, quiet ones kept, beside the newcomer kept alive after its answer
+    assert (server.guard.evicted, len(server.guard.idle), len(server.guard.partial)) == (1, 3, 0)
+    for _, other in [*quiet, (slow_reader, slow_writer), (reader, writer)]:
+        other.close()
+
+
 @pytest.mark.parametrize("server", [2], indirect=True)
 async def test_past_the_cap_with_every_connection_busy_a_new_one_is_answered_503(
     server: HttpServer, app: App

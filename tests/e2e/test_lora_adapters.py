@@ -129,10 +129,10 @@ def engine_argv(flag: str, value: str) -> list[str]:
 
 
 def engine_get(cluster: Cluster, model: str, path: str, flag: str = "--served-model-name") -> Any:
-    """GET ``path`` from ``model``'s engine itself, with the replica's key from its command line."""
-    argv = engine_argv(flag, model)
+    """GET ``path`` from ``model``'s engine itself, with the replica's key from its shard's state."""
+    engine_argv(flag, model)  # its engine runs
     port = cluster.wait_ready(model)["port"]
-    key = argv[argv.index("--api-key") + 1]
+    key = cluster.engine_key(port)
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {key}"}
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -78,7 +77,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def engine_processing(ha: Cluster) -> int:
     """The stand-in's ``llamacpp:requests_processing``: the requests it is answering now."""
     port = ha.wait_ready(MODEL, 10)["port"]
-    key = _engine_key(port)
+    key = ha.engine_key(port)
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
         connection.request("GET", "/metrics", headers={"Authorization": f"Bearer {key}"})
@@ -87,20 +86,6 @@ def engine_processing(ha: Cluster) -> int:
         connection.close()
     line = next(line for line in text.splitlines() if line.startswith("llamacpp:requests_processing "))
     return int(float(line.split()[1]))
-
-
-def _engine_key(port: int) -> str:
-    """The engine's --api-key, read from the command line of the process serving ``port``."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if "--port" in argv and "--api-key" in argv and argv[argv.index("--port") + 1] == str(port):
-            return argv[argv.index("--api-key") + 1]
-    raise LookupError(f"no engine on port {port}")
 
 
 def start_stream(ha: Cluster, name: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:

@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import resource
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar
 
@@ -74,7 +75,11 @@ class ConnectionGuard:
         self.keep_alive_s = settings.keep_alive_s
         self.max_connections = settings.max_connections
         self.idle: dict[GuardedHttpProtocol, None] = {}
-        """Connections without a request under way (waiting for a head, or kept alive), oldest first."""
+        """Connections without a request under way and no byte of one yet (new, or kept alive),
+        oldest first."""
+        self.partial: dict[GuardedHttpProtocol, None] = {}
+        """Connections with part of a request head, oldest first: a head that comes in pieces is
+        slowloris's mark (a client's head nearly always arrives whole), so these go first."""
         self.timed_out = 0
         """Connections closed because their request head did not arrive in time."""
         self.evicted = 0
@@ -83,14 +88,41 @@ class ConnectionGuard:
         """New connections answered 503 because every connection had a request under way."""
 
     def make_room(self, newcomer: GuardedHttpProtocol) -> bool:
-        """Close the connection idle longest (never ``newcomer``); False when none is idle."""
-        for connection in self.idle:
-            if connection is not newcomer:
-                del self.idle[connection]
+        """Close the connection with part of a head for the longest, else the one idle longest (never
+        ``newcomer``); False when every connection has a request under way."""
+        for waiting in (self.partial, self.idle):
+            for connection in waiting:
+                if connection is newcomer or (waiting is self.idle and _head_waiting(connection)):
+                    continue
+                del waiting[connection]
                 self.evicted += 1
                 connection.transport.close()
                 return True
         return False
+
+    def busy(self, connection: GuardedHttpProtocol) -> None:
+        """``connection`` has a whole request head: it is no candidate to close any more."""
+        self.idle.pop(connection, None)
+        self.partial.pop(connection, None)
+
+
+def _head_waiting(connection: GuardedHttpProtocol) -> bool:
+    """Whether a whole request head already waits in the connection's socket, not read yet: in a burst
+    of new connections the server accepts many before it reads any, and a client's whole head (unlike
+    a slow one's piece) marks a connection about to be served, never one to close."""
+    sock = connection.transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        with socket.fromfd(sock.fileno(), socket.AF_INET, socket.SOCK_STREAM) as peeking:
+            waiting = peeking.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:  # nothing waiting (EAGAIN), or the socket is gone
+        return False
+    return b"\r\n\r\n" in waiting
+
+
+_PEEK_BYTES = 16384
+"""How much of a waiting head is looked at (a head longer than this counts as not whole)."""
 
 
 def _refusal(max_connections: int) -> bytes:
@@ -135,19 +167,22 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._await_head()
         if len(self.connections) > self.guard.max_connections and not self.guard.make_room(self):
             self.guard.refused += 1
-            del self.guard.idle[self]
+            self.guard.busy(self)
             self._stop_head_timer()
             transport.write(_refusal(self.guard.max_connections))
             transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
-        self.guard.idle.pop(self, None)
+        self.guard.busy(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.cycle is None or self.cycle.response_complete:
             self._await_head()  # the next request's head, or the rest of a body answered unread
+            if self in self.guard.idle:  # a head begins (whole, it leaves both at once)
+                del self.guard.idle[self]
+                self.guard.partial[self] = None
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -156,7 +191,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._stop_head_timer()
-        self.guard.idle.pop(self, None)
+        self.guard.busy(self)
         super().on_headers_complete()
         self._body_done = False
         if self.cycle is not None and self.cycle.scope is self.scope and not self.cycle.keep_alive:

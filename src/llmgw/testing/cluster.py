@@ -250,6 +250,16 @@ class Cluster:
         self.processes.clear()
         self.stop_orphaned_engines()
 
+    def engine_key(self, port: int) -> str:
+        """The key of the replica whose engine serves ``port``, from its shard's state file on its node
+        (engines take it from a key file or their environment, never their command line)."""
+        for directory in self.home.glob("nodes/*/work/shards/*"):
+            with contextlib.suppress(LlmgwError):
+                record = read_state(directory)
+                if record.port == port:
+                    return record.spec.api_key
+        raise LookupError(f"no shard of this cluster serves port {port}")
+
     def stop_orphaned_engines(self) -> None:
         """Stop engines left by an agent that was killed and not started again (they outlive it)."""
         for directory in self.home.glob("nodes/*/work/shards/*"):
