@@ -540,7 +540,7 @@ class Supervisor:
             f"engine stopped answering its health check for {self._settings.liveness_s:g} s "
             f"(shards.liveness_s): killed with SIGKILL"
         )
-        log.error("shard %s: %s; starting it again", shard.replica_id, shard.killed)
+        log.error("shard %s: %s", shard.replica_id, shard.killed)
         self._emit(shard, ShardState.STARTING, shard.killed)
         process = shard.process
         assert process is not None
