@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -481,3 +482,21 @@ async def test_a_new_leader_moves_the_replicas_of_a_node_that_never_registers(ha
 
     assert (await receive(other, "start")).start.model == "m"
     assert [r.node_id for r in await harness.store.replicas.list()] == ["node2"]
+
+
+async def test_a_control_plane_that_leads_again_gives_away_nodes_their_grace_anew(harness: Harness) -> None:
+    harness.fleet.node_grace_s = 15
+    agent, first, (other,) = await _ready_on(harness, "node1", others=("node2",))
+    await _leave(harness, agent)
+    await harness.clock.advance(100)  # away while another control plane led, say: no pass ran here
+    running = asyncio.create_task(harness.reconciler.run())
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(receive(other, "start"), 0.3)
+        await harness.clock.advance(15)
+        harness.reconciler.wake()
+        assert (await receive(other, "start")).start.replica_id != first.replica_id
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running

@@ -141,6 +141,13 @@ class Fleet:
         ]
         return min(due, default=None)
 
+    def restart_grace(self) -> None:
+        """Give every away node its whole grace from now: this control plane starts leading, and
+        agents that followed another leader meanwhile have yet to reconnect."""
+        now = self._clock()
+        for node_id in self.away_since:
+            self.away_since[node_id] = now
+
     def moved_away(self, replica: ReplicaState) -> None:
         """``replica`` was placed again elsewhere: forget it, and remember its node runs a stray."""
         self.moved[replica.replica_id] = replica.node_id

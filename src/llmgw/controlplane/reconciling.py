@@ -113,6 +113,7 @@ class Reconciler:
         process supervisor logs it and runs the reconciler again.
         """
         may_act = may_act or self._may_act
+        self._fleet.restart_grace()  # leading (again): nodes away until now get their grace anew
         while True:
             try:
                 if may_act():  # leads now (the loop is also stopped the moment the lease is lost)
