@@ -1,7 +1,8 @@
 """The shard supervisor through its seams: engines from a fake launcher, time on a fake clock.
 
-Each engine here never becomes healthy (nothing listens on its port), so a
-shard's life is decided by how its fake process ends and how the clock moves.
+Most engines here never become healthy (nothing listens on its port), so a
+shard's life is decided by how its fake process ends and how the clock moves;
+an :class:`AnsweringEngine` answers its health check until it is frozen.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
@@ -32,6 +34,7 @@ SETTINGS = ShardSettings(
     restart_backoff_s=1.0,
     restart_backoff_max_s=30.0,
     health_timeout_s=600.0,
+    liveness_s=30.0,
 )
 
 
@@ -236,3 +239,122 @@ async def test_an_engine_that_ends_on_sigterm_is_not_killed(running: Running) ->
     assert engine.returncode == -signal.SIGTERM
     assert running.states()[-1] == ShardState.STOPPED
     assert len(running.launcher.engines) == 1, "a stopped shard is not restarted"
+
+
+class AnsweringEngine(FakeEngine):
+    """A FakeEngine that answers its health check on its port, and hangs once frozen (as SIGSTOP does)."""
+
+    def __init__(self, pid: int, clock: FakeClock, ends_on: tuple[int, ...], port: int) -> None:
+        super().__init__(pid, clock, ends_on)
+        self.port = port
+        self.checks = 0
+        self.frozen = False
+        self.thawed = asyncio.Event()
+        self.runner = web.AppRunner(web.Application(), shutdown_timeout=0.1)
+        self.runner.app.router.add_get("/health", self._health)
+
+    async def serve(self) -> None:
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        self.checks += 1
+        if self.frozen:
+            await self.thawed.wait()
+        return web.Response(status=200 if self.returncode is None else 503)
+
+    def end(self, code: int) -> None:
+        super().end(code)
+        self.thawed.set()
+
+
+@dataclass
+class AnsweringLauncher(FakeLauncher):
+    async def __call__(self, spawn: EngineSpawn) -> FakeEngine:
+        port = int(spawn.command[spawn.command.index("--port") + 1])
+        engine = AnsweringEngine(40_000 + len(self.engines), self.clock, self.ends_on, port)
+        await engine.serve()
+        self.engines.append(engine)
+        self.spawned_at.append(self.clock.monotonic())
+        self.spawns.append(spawn)
+        return engine
+
+
+@pytest.fixture
+async def answering(tmp_path: Path) -> AsyncIterator[Running]:
+    """A supervisor whose engines answer; the first one freezes the moment it is reported ready."""
+    launcher = AnsweringLauncher(FakeClock())
+    supervisor = Supervisor(tmp_path, SETTINGS, _prepare, launcher=launcher, clock=launcher.clock)
+    statuses: list[ShardStatus] = []
+
+    def report(status: ShardStatus) -> None:
+        statuses.append(status)
+        if status.state == ShardState.READY and len(launcher.engines) == 1:
+            launcher.engines[0].frozen = True  # type: ignore[attr-defined]
+
+    supervisor.report = report
+    yield Running(supervisor, launcher, launcher.clock, statuses)
+    for engine in launcher.engines:
+        if engine.returncode is None:
+            engine.end(0)
+    await supervisor.stop_all()
+    for engine in launcher.engines:
+        await engine.runner.cleanup()  # type: ignore[attr-defined]
+
+
+async def _frozen_when_ready(running: Running) -> tuple[AnsweringEngine, float]:
+    """The first engine, ready, frozen, with its first liveness check hanging; when it was ready."""
+    start(running)
+    await eventually(lambda: ShardState.READY in running.states(), message="the shard is ready")
+    ready_at = running.clock.monotonic()
+    engine = running.launcher.engines[0]
+    assert isinstance(engine, AnsweringEngine)
+    await eventually(lambda: engine.checks == 2, message="a liveness check reaches the frozen engine")
+    return engine, ready_at
+
+
+async def test_a_ready_engine_that_stops_answering_is_reported_not_ready_killed_and_restarted(
+    answering: Running,
+) -> None:
+    engine, ready_at = await _frozen_when_ready(answering)
+
+    await answering.clock.advance(SETTINGS.liveness_s - 0.1)
+    assert engine.signals == [] and answering.states()[-1] == ShardState.READY
+    await answering.clock.advance(0.1)
+    await eventually(lambda: engine.signals, message="the frozen engine is signalled")
+
+    assert engine.signals == [(signal.SIGKILL, ready_at + SETTINGS.liveness_s)], "SIGKILL, not SIGTERM"
+    after = answering.statuses[answering.states().index(ShardState.READY) + 1]
+    assert after.state == ShardState.STARTING
+    assert "stopped answering its health check for 30 s" in after.error
+    await answering.clock.advance(SETTINGS.restart_backoff_s)
+    await eventually(lambda: answering.states().count(ShardState.READY) == 2, message="ready again")
+    assert len(answering.launcher.engines) == 2 and answering.launcher.engines[1].signals == []
+    assert answering.supervisor.shards["r1"].restarts == 1
+
+
+async def test_an_engine_that_answers_again_within_its_liveness_is_left_running(answering: Running) -> None:
+    engine, _ = await _frozen_when_ready(answering)
+
+    await answering.clock.advance(SETTINGS.liveness_s - 1)
+    engine.thawed.set()
+
+    async def checked_again() -> bool:
+        await answering.clock.advance(0.1)
+        return engine.checks >= 3
+
+    await eventually(checked_again, message="the engine is checked again after it answered")
+    await answering.clock.advance(SETTINGS.liveness_s - 3)
+
+    assert engine.signals == [] and engine.returncode is None
+    assert answering.states()[-1] == ShardState.READY
+
+
+async def test_an_engine_still_starting_is_allowed_its_start_up_time(running: Running) -> None:
+    start(running)
+    await eventually(lambda: running.launcher.engines, message="the engine is spawned")
+
+    await running.clock.advance(SETTINGS.liveness_s * 4)
+
+    assert running.launcher.engines[0].signals == [], "liveness applies only once the shard was ready"
+    assert len(running.launcher.engines) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
         on_ready=lambda r, url: ready.__setitem__(r.replica_id, url),
         on_gone=lambda replica_id: ready.pop(replica_id, None),
         node_grace_s=0.05,
+        clock=clock,
     )
     reconciler = Reconciler(store, fleet, backoff_s=5, clock=clock)
     leadership = Leadership(
@@ -427,3 +429,123 @@ async def test_the_adapter_paths_a_ready_shard_reports_reach_its_replica(harness
     await agent.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
     await receive(agent, "heartbeat")
     assert harness.fleet.replicas[start.replica_id].adapter_paths == {"tone": "/w/t.gguf"}
+
+
+async def _ready_on(harness: Harness, node_id: str, others: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    """One replica of m1 ready on ``node_id`` (``others`` connected after): its stream, start, others'."""
+    await harness.add_model("m1")
+    agent = await harness.connect(node_id)
+    await receive(agent, "registered")
+    await harness.reconciler.pass_once()
+    start = (await receive(agent, "start")).start
+    status = pb.ShardStatus(replica_id=start.replica_id, state=pb.SHARD_STATE_READY, port=21001)
+    await agent.send(pb.AgentMessage(status=status))
+    await eventually(lambda: start.replica_id in harness.ready, message="the replica is ready")
+    streams = []
+    for other in others:
+        streams.append(await harness.connect(other))
+        await receive(streams[-1], "registered")
+    return agent, start, streams
+
+
+async def _leave(harness: Harness, agent, index: int = 0) -> None:  # type: ignore[no-untyped-def]
+    await agent.close()
+    await asyncio.wait_for(harness.tasks[index], 5)
+
+
+async def test_a_replica_of_a_node_gone_past_its_grace_is_placed_on_another_node(harness: Harness) -> None:
+    harness.fleet.node_grace_s = 15
+    agent, first, (other,) = await _ready_on(harness, "node1", others=("node2",))
+    await _leave(harness, agent)
+    await harness.clock.advance(14.9)
+    await harness.reconciler.pass_once()
+    with pytest.raises(TimeoutError):  # within the grace: the node may be an agent restarting
+        await asyncio.wait_for(receive(other, "start"), 0.2)
+    assert harness.fleet.next_loss_s() == pytest.approx(0.1)
+
+    await harness.clock.advance(0.1)
+    await harness.reconciler.pass_once()
+
+    moved = (await receive(other, "start")).start
+    assert moved.model == "m1" and moved.replica_id != first.replica_id
+    assert moved.api_key != first.api_key
+    assert [(r.id, r.node_id) for r in await harness.store.replicas.list()] == [(moved.replica_id, "node2")]
+    assert first.replica_id not in harness.fleet.replicas
+    assert first.replica_id not in harness.ready, "the lost node's replica is no longer routed"
+    assert harness.fleet.next_loss_s() is None
+
+
+async def test_a_lost_node_that_comes_back_is_told_to_stop_its_stray(harness: Harness) -> None:
+    harness.fleet.node_grace_s = 15
+    agent, first, (other,) = await _ready_on(harness, "node1", others=("node2",))
+    await _leave(harness, agent)
+    await harness.clock.advance(16)
+    await harness.reconciler.pass_once()
+    moved = (await receive(other, "start")).start
+
+    stray = pb.RunningShard(replica_id=first.replica_id, model="m1", state=pb.SHARD_STATE_READY, port=21001)
+    back = await harness.connect("node1", shards=[stray])
+
+    stop = (await receive(back, "stop")).stop
+    assert stop.replica_id == first.replica_id
+    assert "moved to another node" in stop.reason
+    assert first.replica_id not in harness.fleet.replicas and first.replica_id not in harness.ready
+    await harness.reconciler.pass_once()
+    assert [(r.id, r.node_id) for r in await harness.store.replicas.list()] == [(moved.replica_id, "node2")]
+
+
+async def test_a_replica_no_other_node_can_take_waits_for_its_node(harness: Harness) -> None:
+    harness.fleet.node_grace_s = 15
+    agent, first, _ = await _ready_on(harness, "node1")
+    small = await harness.connect("node2", memory_mb=1)
+    await receive(small, "registered")
+    await _leave(harness, agent)
+    await harness.clock.advance(60)
+    await harness.reconciler.pass_once()
+    assert [r.id for r in await harness.store.replicas.list()] == [first.replica_id]
+
+    running = pb.RunningShard(replica_id=first.replica_id, model="m1", state=pb.SHARD_STATE_READY, port=21001)
+    back = await harness.connect("node1", shards=[running])
+    await receive(back, "registered")
+
+    assert harness.fleet.replicas[first.replica_id].state == "ready"
+    assert harness.ready == {first.replica_id: "http://127.0.0.1:21001"}
+
+
+async def test_a_new_leader_moves_the_replicas_of_a_node_that_never_registers(harness: Harness) -> None:
+    harness.fleet.node_grace_s = 15
+    await harness.add_model("m")
+    await harness.store.replicas.add(
+        ReplicaRecord(id="m-abc123", model="m", node_id="node1", api_key="k", devices=[], memory_mb=100)
+    )
+    await harness.reconciler.load()  # the node's grace starts when this leader learns of its replica
+    other = await harness.connect("node2")
+    await receive(other, "registered")
+    await harness.clock.advance(10)
+    await harness.reconciler.pass_once()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(receive(other, "start"), 0.2)
+
+    await harness.clock.advance(5)
+    await harness.reconciler.pass_once()
+
+    assert (await receive(other, "start")).start.model == "m"
+    assert [r.node_id for r in await harness.store.replicas.list()] == ["node2"]
+
+
+async def test_a_control_plane_that_leads_again_gives_away_nodes_their_grace_anew(harness: Harness) -> None:
+    harness.fleet.node_grace_s = 15
+    agent, first, (other,) = await _ready_on(harness, "node1", others=("node2",))
+    await _leave(harness, agent)
+    await harness.clock.advance(100)  # away while another control plane led, say: no pass ran here
+    running = asyncio.create_task(harness.reconciler.run())
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(receive(other, "start"), 0.3)
+        await harness.clock.advance(15)
+        harness.reconciler.wake()
+        assert (await receive(other, "start")).start.replica_id != first.replica_id
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running

@@ -71,6 +71,9 @@ class EngineSettings(Section):
 class ShardSettings(Section):
     health_timeout_s: float = 300.0
     """How long an engine may take to become healthy before it counts as failed."""
+    liveness_s: float = Field(default=30.0, ge=0)
+    """How long a ready engine may go without answering its health check before it is killed
+    (SIGKILL) and started again; 0 never. Its start-up is bounded by ``health_timeout_s`` instead."""
     stop_grace_s: float = 10.0
     """Seconds between SIGTERM and SIGKILL when an engine stops."""
     max_quick_restarts: int = 5

@@ -1,10 +1,12 @@
 """Supervising shards: engine processes started, health-checked, restarted and stopped.
 
 Each shard runs one task: prepare (engine build, weights) → launch → wait for
-health → READY → wait for the process; a crash restarts it with backoff, and
-too many crashes in a row without becoming ready report it FAILED (the
-control plane then starts it again later). Stopping sends SIGTERM, waits the
-grace period, then SIGKILL.
+health → READY → keep health-checking until the process ends; a crash
+restarts it with backoff, and too many crashes in a row without becoming
+ready report it FAILED (the control plane then starts it again later). A
+ready engine that does not answer its health check for ``liveness_s`` (a
+frozen process) is reported not ready at once, killed with SIGKILL and
+restarted. Stopping sends SIGTERM, waits the grace period, then SIGKILL.
 
 Engines are spawned through a :data:`~llmgw.agent.launching.Launcher` (real
 processes in production) and time is read from a
@@ -28,22 +30,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-
 from llmgw.agent.adoptedprocesses import AdoptedProcess
 from llmgw.agent.compute import compute_of, memory_held, refusal
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.engineoutput import OutputFollower, ShardLog, blanked, open_output
 from llmgw.agent.engineuser import EngineUser
 from llmgw.agent.gpus import GpuSource
+from llmgw.agent.healthchecking import HealthChecks
 from llmgw.agent.installing import Prepared
 from llmgw.agent.launching import (
     EngineProcess,
     EngineSpawn,
     Launcher,
     SubprocessLauncher,
-    cancelled,
-    done_within,
     ended_within,
     write_key_file,
 )
@@ -69,7 +68,6 @@ from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
-HEALTH_POLL_S = 0.25
 LOG_TAIL_BYTES = 2000
 
 Prepare = Callable[[ShardSpec], Awaitable[Prepared]]
@@ -104,6 +102,8 @@ class Shard:
     """Each LoRA adapter's folder or file on this node, by name, once fetched."""
     kv_replay_port: int | None = None
     """Where the engine answers KV-event replay requests, beside ``kv_events_port``."""
+    killed: str = ""
+    """Why the agent killed the current engine (it stopped answering), for the restart's reason."""
 
     @property
     def ports(self) -> set[int]:
@@ -206,9 +206,9 @@ class Supervisor:
         self._host = host
         self.shards: dict[str, Shard] = {}
         self.report: Report = lambda status: None
-        self._http: aiohttp.ClientSession | None = None
         self._launch = launcher or SubprocessLauncher()
         self._clock = clock
+        self._health = HealthChecks(settings, clock, host)
 
     def snapshot(self) -> list[RunningShard]:
         return [shard.running() for shard in self.shards.values()]
@@ -334,8 +334,7 @@ class Supervisor:
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(replica_id, "agent stopping") for replica_id in list(self.shards)))
-        if self._http is not None:
-            await self._http.close()
+        await self._health.close()
 
     async def _terminate(self, shard: Shard) -> None:
         process = shard.process
@@ -375,7 +374,7 @@ class Supervisor:
             if shard.stopping:
                 return
             shard.restarts += 1
-            reason = f"adopted engine ended: {_tail(shard.log_path, shard.spec.api_key)}"
+            reason = _killed(shard) or f"adopted engine ended: {_tail(shard.log_path, shard.spec.api_key)}"
             log.warning("shard %s: %s; starting it again", shard.replica_id, reason)
             self._emit(shard, ShardState.STARTING, reason)
         try:
@@ -398,7 +397,10 @@ class Supervisor:
             if shard.stopping:
                 return
             code = shard.process.returncode if shard.process else None
-            reason = f"engine exited with code {code}: {_tail(shard.log_path, shard.spec.api_key)}"
+            reason = (
+                _killed(shard)
+                or f"engine exited with code {code}: {_tail(shard.log_path, shard.spec.api_key)}"
+            )
             quick_failures = 0 if ready else quick_failures + 1
             shard.restarts += 1
             if quick_failures >= self._settings.max_quick_restarts:
@@ -500,7 +502,11 @@ class Supervisor:
         """
         process = shard.process
         assert process is not None
-        ready = await self._wait_healthy(shard, engine)
+
+        def stopping() -> bool:
+            return shard.stopping
+
+        ready = await self._health.first_answer(engine, process, shard.port, shard.spec.api_key, stopping)
         if ready:
             if shard.reader is not None:
                 with contextlib.suppress(OSError):
@@ -512,6 +518,8 @@ class Supervisor:
                 raise LlmgwError(failure, "")
             self._save(shard)
             self._emit(shard, ShardState.READY)
+            if not await self._health.stays_live(engine, process, shard.port, shard.spec.api_key, stopping):
+                await self._kill_unanswering(shard)
         elif process.returncode is None and not shard.stopping:
             log.error(
                 "shard %s not healthy after %.0f s: stopping its engine",
@@ -544,22 +552,24 @@ class Supervisor:
         shard.compute = compute_of(parsed, memory_held(report, pids))
         return ""
 
-    async def _wait_healthy(self, shard: Shard, engine: engines.Engine) -> bool:
-        if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+    async def _kill_unanswering(self, shard: Shard) -> None:
+        """Report the shard not ready (the router stops sending to it), then SIGKILL its engine."""
+        shard.killed = (
+            f"engine stopped answering its health check for {self._settings.liveness_s:g} s "
+            f"(shards.liveness_s): killed with SIGKILL"
+        )
+        log.error("shard %s: %s", shard.replica_id, shard.killed)
+        self._emit(shard, ShardState.STARTING, shard.killed)
         process = shard.process
         assert process is not None
-        base = f"http://{self._host}:{shard.port}"
-        deadline = self._clock.monotonic() + self._settings.health_timeout_s
-        ended = asyncio.ensure_future(process.wait())
-        try:
-            while not ended.done() and not shard.stopping and self._clock.monotonic() < deadline:
-                if await engines.health(engine, self._http, base, shard.spec.api_key):
-                    return True
-                await done_within(ended, HEALTH_POLL_S, self._clock)
-            return False
-        finally:
-            await cancelled(ended)
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()  # a stopped (SIGSTOP) process acts on SIGTERM only once continued
+
+
+def _killed(shard: Shard) -> str:
+    """Why the agent killed the shard's last engine, once (empty when it ended by itself)."""
+    reason, shard.killed = shard.killed, ""
+    return reason
 
 
 def _launch_of(spec: ShardSpec, port: int) -> engines.Launch:

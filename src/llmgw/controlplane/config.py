@@ -57,6 +57,9 @@ class ReconcileSettings(Section):
     restart_backoff_s: float = 2.0
     """First delay before a failed replica is started again; doubles up to ``restart_backoff_max_s``."""
     restart_backoff_max_s: float = 60.0
+    node_grace_s: float = Field(default=15.0, ge=0)
+    """Seconds a node may be away (agent restarting) with its ready replicas still routed; past them
+    its replicas are placed on other nodes and, should it come back, its engines for them stopped."""
 
 
 class LeadershipSettings(Section):

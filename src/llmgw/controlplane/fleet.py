@@ -2,6 +2,14 @@
 
 Desired state (the catalog, which replica goes where) lives in the store;
 this is rebuilt from agents' registrations after a restart or failover.
+
+A node without a session is *away* from the moment its stream ended (or,
+for a node this leader never saw, from when it first tracked one of its
+replicas). For ``node_grace_s`` its ready replicas stay routable, since its
+engines outlive an agent restart; past that it is *lost*: the reconciler
+moves its replicas to other nodes, and the replicas it moved are remembered
+so that, should the node come back, the engines it still runs for them are
+stopped as strays and never adopted.
 """
 
 from __future__ import annotations
@@ -77,11 +85,18 @@ class Fleet:
         on_ready: Callable[[ReplicaState, str], None],
         on_gone: Callable[[str], None],
         node_grace_s: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node_grace_s = node_grace_s
-        """How long a gone node's ready replicas stay routable: its engines outlive an agent restart."""
+        """How long a gone node's ready replicas stay routable: its engines outlive an agent restart.
+        Past it the node is lost and its replicas are placed elsewhere."""
         self.nodes: dict[str, NodeState] = {}
         self.replicas: dict[str, ReplicaState] = {}
+        self.away_since: dict[str, float] = {}
+        """Nodes without a session that replicas are placed on, with when (``clock``) they went away."""
+        self.moved: dict[str, str] = {}
+        """Replicas moved off a lost node, by id, with that node: its engine there is a stray."""
+        self._clock = clock
         self.logs = LogRequests()
         """Requests for shards' logs waiting on their nodes' answers."""
         self._on_ready = on_ready
@@ -91,6 +106,7 @@ class Fleet:
     def attach(self, registration: NodeRegistration, channel: ControlLink) -> NodeState | None:
         """Record a node's new session; returns the session it replaces, if any."""
         old = self.nodes.get(registration.node_id)
+        self.away_since.pop(registration.node_id, None)
         self.nodes[registration.node_id] = NodeState(
             inventory=registration.inventory,
             channel=channel,
@@ -105,6 +121,7 @@ class Fleet:
         if node is None or node.channel is not channel:
             return False
         del self.nodes[node_id]
+        self.away_since[node_id] = self._clock()
         kept = []
         for replica in self.replicas.values():
             if replica.node_id != node_id:
@@ -119,6 +136,50 @@ class Fleet:
         if kept:
             asyncio.get_running_loop().call_later(self.node_grace_s, self._drop_if_gone, node_id, kept)
         return True
+
+    def away_for(self, node_id: str) -> float:
+        """Seconds ``node_id`` has been without a session (0 while it has one)."""
+        if node_id in self.nodes:
+            return 0.0
+        return self._clock() - self.away_since.setdefault(node_id, self._clock())
+
+    def lost(self, node_id: str) -> bool:
+        """Whether ``node_id`` has been away longer than the grace: its replicas belong elsewhere."""
+        return node_id not in self.nodes and self.away_for(node_id) >= self.node_grace_s
+
+    def next_loss_s(self) -> float | None:
+        """Seconds until the next away node with replicas is lost; None when no node is due to be."""
+        holding = {r.node_id for r in self.replicas.values()}
+        due = [
+            self.node_grace_s - self.away_for(node_id)
+            for node_id in list(self.away_since)
+            if node_id in holding and not self.lost(node_id)
+        ]
+        return min(due, default=None)
+
+    def restart_grace(self) -> None:
+        """Give every away node its whole grace from now: this control plane starts leading, and
+        agents that followed another leader meanwhile have yet to reconnect."""
+        now = self._clock()
+        for node_id in self.away_since:
+            self.away_since[node_id] = now
+
+    def moved_away(self, replica: ReplicaState) -> None:
+        """``replica`` was placed again elsewhere: forget it, and remember its node runs a stray."""
+        self.moved[replica.replica_id] = replica.node_id
+        self.forget(replica.replica_id)
+
+    def stray(self, node_id: str, replica_id: str) -> bool:
+        """Whether ``node_id`` runs ``replica_id`` although it was moved away; forgets it once told."""
+        if self.moved.get(replica_id) != node_id:
+            return False
+        del self.moved[replica_id]
+        return True
+
+    def returned(self, node_id: str) -> None:
+        """``node_id`` registered and its strays were stopped: forget what was moved off it."""
+        for replica_id in [r for r, node in self.moved.items() if node == node_id]:
+            del self.moved[replica_id]
 
     def _drop_if_gone(self, node_id: str, replica_ids: list[str]) -> None:
         """Take a gone node's replicas out of the router unless the node came back and reported them."""
@@ -170,6 +231,8 @@ class Fleet:
     # replicas --------------------------------------------------------------
     def track(self, replica: ReplicaState) -> None:
         self.replicas[replica.replica_id] = replica
+        if replica.node_id not in self.nodes:
+            self.away_since.setdefault(replica.node_id, self._clock())  # a new leader's grace starts now
 
     def forget(self, replica_id: str) -> ReplicaState | None:
         replica = self.replicas.pop(replica_id, None)

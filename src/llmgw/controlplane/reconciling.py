@@ -3,7 +3,10 @@
 Each pass reads the catalog and the replicas placed (desired state, in the
 store) and the fleet (observed state, in memory), then places new replicas,
 starts the ones their node is not running, restarts failed ones with backoff,
-stops the ones no longer wanted and stops idle on-demand models.
+stops the ones no longer wanted and stops idle on-demand models. A replica
+whose node has been away past the fleet's grace is placed again on another
+node (a new replica, with its own key) and the old one forgotten; the node,
+should it come back, is told to stop the stray engine.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ class Reconciler:
         process supervisor logs it and runs the reconciler again.
         """
         may_act = may_act or self._may_act
+        self._fleet.restart_grace()  # leading (again): nodes away until now get their grace anew
         while True:
             try:
                 if may_act():  # leads now (the loop is also stopped the moment the lease is lost)
@@ -119,8 +123,12 @@ class Reconciler:
                 self.last_error = str(error)
                 log.warning("reconcile pass failed: %s", error)
             self._wake.clear()
+            wait_s = self._interval_s
+            loss_s = self._fleet.next_loss_s()  # pass again as soon as an away node is lost
+            if loss_s is not None:
+                wait_s = min(wait_s, max(loss_s, 0.01))
             try:
-                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+                await asyncio.wait_for(self._wake.wait(), wait_s)
             except TimeoutError:
                 pass
 
@@ -191,6 +199,7 @@ class Reconciler:
         for _ in range(want - len(mine)):
             if not await self._place(model, placed):
                 break
+        await self._replace_lost(model, placed)
         now = self._clock()
         for replica in self._fleet.of_model(model.name):
             if replica.node_id not in self._fleet.nodes:
@@ -199,6 +208,31 @@ class Reconciler:
                 replica.state is ReplicaPhase.FAILED and now >= replica.next_start
             ):
                 await self._start(replica, model)
+
+    async def _replace_lost(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
+        """Place each replica of ``model`` on a lost node again elsewhere, then forget the old one.
+
+        A replica no other node can take stays where it is, so the node coming back resumes it.
+        """
+        for replica in self._fleet.of_model(model.name):
+            if not self._fleet.lost(replica.node_id):
+                continue
+            if not await self._place(model, placed):
+                return
+            log.warning(
+                "node %s gone for %.0f s (more than %.0f s): replica %s of %s placed again elsewhere",
+                replica.node_id,
+                self._fleet.away_for(replica.node_id),
+                self._fleet.node_grace_s,
+                replica.replica_id,
+                model.name,
+            )
+            self._fleet.moved_away(replica)
+            placed[:] = [p for p in placed if p.id != replica.replica_id]
+            try:
+                await self._store.replicas.remove(replica.replica_id)
+            except NotFound:
+                pass
 
     async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
         nodes = [n.inventory for n in self._fleet.nodes.values()]

@@ -191,10 +191,16 @@ class NodeSessions:
                 adapter_paths=dict(shard.adapter_paths),
             )
             if replica is None:
-                log.info("node %s runs %s, which no replica wants: stopping it", node_id, shard.replica_id)
-                await channel.send(StopShard(replica_id=shard.replica_id, reason="not in the catalog"))
+                reason = (
+                    "moved to another node while this one was away"
+                    if self._fleet.stray(node_id, shard.replica_id)
+                    else "not in the catalog"
+                )
+                log.info("node %s runs %s (%s): stopping it", node_id, shard.replica_id, reason)
+                await channel.send(StopShard(replica_id=shard.replica_id, reason=reason))
             else:
                 reported.add(shard.replica_id)
+        self._fleet.returned(node_id)
         for replica in self._fleet.replicas.values():
             if replica.node_id == node_id and replica.replica_id not in reported:
                 replica.state = ReplicaPhase.ABSENT

@@ -142,7 +142,11 @@ async def wire(
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
 
-    fleet = Fleet(on_ready=replica_ready_to(feed), on_gone=feed.replica_gone)
+    fleet = Fleet(
+        on_ready=replica_ready_to(feed),
+        on_gone=feed.replica_gone,
+        node_grace_s=config.reconcile.node_grace_s,
+    )
     reconciler = Reconciler(
         store,
         fleet,
