@@ -7,6 +7,10 @@ import sys
 
 # gRPC's core logs every fork it sees at INFO; the agent forks engines all the time.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+# llmgw forks only to exec (engines, builds): gRPC's fork handlers are not wanted, and the child's
+# one has aborted an engine's start ("next_worker->state == KICKED" in ev_epoll1_linux.cc) before
+# its exec. Set before grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import typer
 
