@@ -167,13 +167,11 @@ async def test_prometheus_metrics_are_per_device_and_leave_out_what_is_not_read(
     metrics.update("gpu-1", telemetry)
     text = generate_latest(metrics.registry).decode()
 
-    assert 'llmgw_gpu_utilization_percent{device="0",device_class="h100-80g",node="gpu-1"} 0.0' in text
+    assert 'llmgw_gpu_utilization_ratio{device="0",device_class="h100-80g",node="gpu-1"} 0.0' in text
     assert 'device="1/mig0"' in text
-    assert 'llmgw_gpu_utilization_percent{device="1/mig0"' not in text
-    assert (
-        'llmgw_gpu_memory_total_mib{device="1/mig2",device_class="a100-80g-mig-1g.10gb",node="gpu-1"} 9728.0'
-        in text
-    )
+    assert 'llmgw_gpu_utilization_ratio{device="1/mig0"' not in text
+    mig = {"node": "gpu-1", "device": "1/mig2", "device_class": "a100-80g-mig-1g.10gb"}
+    assert metrics.registry.get_sample_value("llmgw_gpu_memory_total_bytes", mig) == 9728 << 20
 
 
 async def test_devices_a_node_stops_reporting_leave_the_metrics() -> None:

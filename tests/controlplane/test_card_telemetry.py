@@ -84,8 +84,8 @@ async def test_a_card_comes_back_into_placement_when_a_foreign_process_lets_go(c
         await reconciler.pass_once()
         assert await store.replicas.list() == []
         assert (
-            registry.get_sample_value("llmgw_gpu_foreign_memory_mib", {"node": "gpu1", "device": "0"})
-            == 22000
+            registry.get_sample_value("llmgw_gpu_foreign_memory_bytes", {"node": "gpu1", "device": "0"})
+            == 22000 << 20
         )
 
         await agent.send(telemetry(foreign_mb=0))

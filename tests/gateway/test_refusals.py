@@ -191,8 +191,8 @@ async def test_models_lists_the_catalog_for_a_valid_key(
         assert response.status == 401
 
 
-async def test_requests_are_counted_by_model_and_status(client: AsyncOpenAI) -> None:
-    labels = {"model": "", "status": "404"}
+async def test_requests_are_counted_by_model_project_and_status(client: AsyncOpenAI) -> None:
+    labels = {"model": "", "project": "user:alice", "code": "404"}
     before = REGISTRY.get_sample_value("llmgw_gateway_requests_total", labels) or 0.0
     with pytest.raises(openai.NotFoundError):
         await client.chat.completions.create(model="nope", messages=MESSAGES)

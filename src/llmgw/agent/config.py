@@ -84,6 +84,14 @@ class ShardSettings(Section):
     """Size past which an engine's output file is emptied in place (its lines are in the shard's log)."""
 
 
+class MetricsSettings(Section):
+    host: str = "127.0.0.1"
+    """Where the agent serves its Prometheus metrics (``/metrics``): loopback unless a scraper
+    elsewhere reads them."""
+    port: int = Field(default=9464, ge=0, le=65535)
+    """The metrics port (0: serve no metrics). Each agent on one machine needs its own."""
+
+
 class AgentConfig(ConfigFile):
     node_id: str
     """This node's id; must match its certificate's common name."""
@@ -104,6 +112,7 @@ class AgentConfig(ConfigFile):
     ports: Ports = Field(default_factory=Ports)
     engines: EngineSettings = Field(default_factory=EngineSettings)
     shards: ShardSettings = Field(default_factory=ShardSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @field_validator("address")
     @classmethod

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmgw.agent import weightfiles
+from llmgw.agent import metrics, weightfiles
 from llmgw.agent.config import AgentConfig
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
@@ -92,6 +92,7 @@ class Installer:
                     release_api=self._config.engines.llamacpp.release_api,
                     pypi_url=self._config.engines.llamacpp.pypi_url,
                 )
+                metrics.BUILDS_INSTALLED.labels(builds.LLAMACPP).inc()
                 log.info(
                     "engine build: %s %s %s at %s",
                     self._installed.build.engine,
@@ -148,6 +149,7 @@ class Installer:
                     candidates, self._config.cache_path, index_url=settings.index_url, progress=_log_progress
                 )
                 log.info("engine build: %s %s at %s", engine, found.build.key, found.program)
+                metrics.BUILDS_INSTALLED.labels(engine).inc()
                 self._python_installed[engine] = found.program
             return self._python_installed[engine]
 
@@ -194,6 +196,7 @@ class Installer:
                 try:
                     async for chunk in self._fetch()(sha, offset):
                         await writer.write(chunk)
+                        metrics.WEIGHTS_FETCHED_BYTES.inc(len(chunk))
                     await writer.finish()
                     await asyncio.to_thread(weightfiles.remember_digest, final, sha)
                     return final

@@ -44,6 +44,7 @@ from typing import Any
 
 import msgpack
 
+from llmgw.agent import metrics
 from llmgw.core.kvblocks import block_key
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,7 @@ class KvEventsFollower:
             batches, why = await self._fetch(expected, sequence - expected)
             if why or len(batches) < sequence - expected or batches[0][0] != expected:
                 self.gaps_reset += 1
+                metrics.KV_RESETS.inc()
                 reset = True
                 why = why or f"the engine keeps batches from {batches[0][0] if batches else sequence} on"
                 log.warning(
@@ -212,6 +214,7 @@ class KvEventsFollower:
                 )  # fmt: skip
             else:
                 self.gaps_replayed += 1
+                metrics.KV_GAPS_REPLAYED.inc()
                 replayed = [events for _, events in batches]
                 log.info(
                     "KV events from %s: batches %d to %d replayed",
@@ -219,6 +222,7 @@ class KvEventsFollower:
                 )  # fmt: skip
         elif sequence < expected:
             self.gaps_reset += 1
+            metrics.KV_RESETS.inc()
             reset = True
             log.warning(
                 "KV events from %s: batch %d after %d (the engine started over); the mirror is reset",
@@ -251,6 +255,7 @@ class KvEventsFollower:
         reset = batches[0][0] != expected
         if reset:
             self.gaps_reset += 1
+            metrics.KV_RESETS.inc()
             log.warning(
                 "KV events from %s: batches %d to %d were lost and the engine keeps none of them; "
                 "the mirror is reset",
@@ -258,6 +263,7 @@ class KvEventsFollower:
             )  # fmt: skip
         else:
             self.gaps_replayed += 1
+            metrics.KV_GAPS_REPLAYED.inc()
             log.info(
                 "KV events from %s: batches %d to %d caught up by replay",
                 self.endpoint, expected, batches[-1][0],

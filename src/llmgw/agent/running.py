@@ -16,6 +16,7 @@ component         policy    what
 ``kv-events``     RESTART   vLLM shards' KV events up the stream
 ``config-watch``  RESTART   agent.yaml edited: start again (when asked)
 ``telemetry``     RESTART   the cards' telemetry (on a node with cards)
+``metrics``       RESTART   ``/metrics`` on ``metrics.host:port`` (unless port 0)
 ================  ========  ==============================================
 
 A FATAL component's failure ends :func:`run_agent` with
@@ -39,12 +40,14 @@ from llmgw.agent.engineuser import engine_user
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
 from llmgw.agent.kv_reporting import KvReporter
+from llmgw.agent.metrics import publishing_gpus, serve_metrics
 from llmgw.agent.nvidia_smi import NvidiaSmi
 from llmgw.agent.restarting import Restarting, command_line, start_again
 from llmgw.agent.session import AgentSession
 from llmgw.agent.settingstrial import SettingsTrial
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
+from llmgw.observability import logcontext
 from llmgw.protocol.channels import AgentChannel
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 from llmgw.runtime import supervising
@@ -94,6 +97,7 @@ async def run_agent(
     ``components``: the process supervisor (its :meth:`health` is the agent's components' state).
     ``trial``: the settings on trial, good once the agent registers; its refusal goes in each registration.
     """
+    logcontext.NODE.set(config.node_id)  # every log line of this agent names its node
     gpus = choose_source(config.nvidia_smi)
     inventory = await discover(config.node_id, config.address, gpus_from=gpus)
     log.info(
@@ -142,6 +146,8 @@ async def run_agent(
         components.add("config-watch", restarting.watch_file)
     if inventory.gpus:
         components.add("telemetry", lambda: sample_cards(gpus, config, session, shards))
+    if config.metrics.port:
+        components.add("metrics", lambda: serve_metrics(config.metrics.host, config.metrics.port))
     try:
         await run_components(components, stop)
     finally:
@@ -177,7 +183,7 @@ async def sample_cards(
     """Send the cards' telemetry to the control plane; nvidia-smi's full report every minute."""
     full = NvidiaSmi(config.nvidia_smi) if not isinstance(gpus, NvidiaSmi) else None
     sampler = Sampler(gpus, lambda: descendants(os.getpid()) | shards.engine_pids(), full_report=full)
-    await sampler.run(session.send)
+    await sampler.run(publishing_gpus(config.node_id, session.send))
 
 
 async def run_until_signalled(config_path: Path) -> None:

@@ -46,6 +46,7 @@ from llmgw.agent.launching import (
     ended_within,
     write_key_file,
 )
+from llmgw.agent.metrics import engine_started
 from llmgw.agent.shardstates import (
     STATE_FILE,
     CorruptState,
@@ -64,6 +65,7 @@ from llmgw.engines import engine as engines
 from llmgw.engines.registry import engine_named
 from llmgw.engines.vllm import kv_events_ports
 from llmgw.errors import LlmgwError
+from llmgw.observability import logcontext
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
@@ -354,6 +356,7 @@ class Supervisor:
 
     async def _supervise(self, shard: Shard, adopted: bool = False) -> None:
         """Run a shard's life; an unexpected error fails the shard with its reason, never silently."""
+        logcontext.about(model=shard.spec.model, replica=shard.replica_id)  # the shard task's log lines
         try:
             await self._run_shard(shard, adopted)
         except asyncio.CancelledError:
@@ -488,6 +491,7 @@ class Supervisor:
         shard.command = command
         shard.start_time = process_start_time(shard.process.pid) or ""
         log.info("shard %s: engine pid %d on port %d", shard.replica_id, shard.process.pid, shard.port)
+        engine_started(spec.engine, again=shard.restarts > 0)
         self._follow(shard)
         if previous is not None:
             previous.unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmgw.errors import LlmgwError, ValidationFailed
+from llmgw.observability import logcontext
 
 console = Console()
 errors = Console(stderr=True)
@@ -43,23 +44,32 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(to_jsonable_python(value, by_alias=True), indent=2) + "\n")
 
 
-class _JsonFormatter(logging.Formatter):
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message; the context's fields where set
+    (request id, project, model, replica, node: :mod:`llmgw.observability.logcontext`); a record's
+    own ``fields`` (``extra={"fields": {...}}``, as the access log gives); the exception."""
+
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        entry.update(logcontext.fields())
+        own = getattr(record, "fields", None)
+        if isinstance(own, dict):
+            entry.update(own)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+        return json.dumps(entry, default=str)
 
 
 def setup_logging(level: str = "info", as_json: bool = False) -> None:
     handler = logging.StreamHandler()
     if as_json:
-        handler.setFormatter(_JsonFormatter())
+        handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     root = logging.getLogger()

@@ -74,6 +74,8 @@ class GatewaySettingsFile(Section):
     """How long a request waits for a replica to become ready before a 503."""
     upstream_timeout_s: float = 600.0
     """How long a request may take on its engine."""
+    access_log: bool = False
+    """Log one line per /v1 request (logger ``llmgw.access``): status, duration, tokens. Off costs nothing."""
 
 
 class ServerConfig(ConfigFile):

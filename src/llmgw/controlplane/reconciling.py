@@ -51,6 +51,7 @@ class Reconciler:
         may_act: Callable[[], bool] = lambda: True,
         demand: ModelDemand | None = None,
         on_stopped: Callable[[bool], None] = lambda stopped: None,
+        on_pass: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._store = store
         self._may_act = may_act
@@ -65,6 +66,8 @@ class Reconciler:
         self._wake = demand.woken
         self._last_used = demand.last_used
         self._on_stopped = on_stopped
+        self._on_pass = on_pass
+        """Told each pass's duration in seconds (the reconcile-duration metric)."""
         self._stopped = False
         self.last_error = ""
         self.unplaced: dict[str, str] = {}
@@ -117,7 +120,9 @@ class Reconciler:
         while True:
             try:
                 if may_act():  # leads now (the loop is also stopped the moment the lease is lost)
+                    started = time.perf_counter()
                     await self.pass_once()
+                    self._on_pass(time.perf_counter() - started)
                 self.last_error = ""
             except LlmgwError as error:
                 self.last_error = str(error)

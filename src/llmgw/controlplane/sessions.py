@@ -19,6 +19,7 @@ from llmgw.core.shardlogs import LogLines
 from llmgw.core.shards import ReplicaPhase, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
 from llmgw.errors import ChannelClosed, LlmgwError
+from llmgw.observability import logcontext
 from llmgw.observability.gpu_metrics import GpuMetrics, process_gpu_metrics
 from llmgw.protocol.channels import ControlChannel
 from llmgw.protocol.links import ControlLink, control_link
@@ -130,6 +131,7 @@ class NodeSessions:
             await channel.close()
             return
         node_id = register.node_id
+        logcontext.NODE.set(node_id)  # the session's log lines name its node
         replaced = self._fleet.attach(register, channel)
         if replaced is not None:
             await replaced.channel.close()

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
+from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
@@ -122,6 +123,7 @@ async def wire(
     store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
     store.fence = fence  # the store's documented way in: every write then checks the lease
     closing.push_async_callback(store.close)
+    watch_store(store.engine)
     blobs = BlobStore(config.data_path / "mirror")
     if removed := blobs.remove_leftovers():
         log.info("removed %d files that interrupted mirror imports left", removed)
@@ -131,7 +133,9 @@ async def wire(
 
     gateway = Gateway(
         GatewaySettings(
-            request_wait_s=config.gateway.request_wait_s, upstream_timeout_s=config.gateway.upstream_timeout_s
+            request_wait_s=config.gateway.request_wait_s,
+            upstream_timeout_s=config.gateway.upstream_timeout_s,
+            access_log=config.gateway.access_log,
         ),
         replicas=ReplicaTable(Router(config.routing)),
         on_demand=demand.want,
@@ -157,6 +161,7 @@ async def wire(
         in_flight=feed.in_flight,
         demand=demand,
         on_stopped=feed.set_stopped,
+        on_pass=observe_pass,
     )
     keys = KeyLoading(store, feed)
     try:
@@ -179,6 +184,7 @@ async def wire(
         before_leading=before_leading,
     )
     closing.push_async_callback(leadership.resign)
+    closing.callback(register_cluster(fleet, leadership))
     sessions = NodeSessions(
         store,
         fleet,

@@ -42,8 +42,11 @@ from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream
 from llmgw.gateway.usage import UsageRecord
+from llmgw.observability import logcontext
 
 log = logging.getLogger(__name__)
+access = logging.getLogger("llmgw.access")
+"""One line per /v1 request when ``access_log`` is set."""
 
 FORWARDED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 """Paths answered by a replica."""
@@ -78,6 +81,31 @@ def _request_id(given: bytes | None) -> bytes:
     if given and len(given) <= 128 and given.isascii():
         return given
     return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}".encode()
+
+
+def _log_access(scope: Scope, exchange: Exchange, duration_s: float) -> None:
+    """The access log's line for one request (the request's context fields ride with it)."""
+    method: str = scope["method"]
+    path: str = scope["path"]
+    access.info(
+        "%s %s %d %.3fs tokens %d+%d",
+        method,
+        path,
+        exchange.status,
+        duration_s,
+        exchange.prompt_tokens,
+        exchange.completion_tokens,
+        extra={
+            "fields": {
+                "method": method,
+                "path": path,
+                "status": exchange.status,
+                "duration_s": round(duration_s, 6),
+                "prompt_tokens": exchange.prompt_tokens,
+                "completion_tokens": exchange.completion_tokens,
+            }
+        },
+    )
 
 
 class Gateway:
@@ -188,6 +216,7 @@ class Gateway:
             elif name == b"content-length":
                 length = value
         exchange = Exchange(_request_id(given_id))
+        logcontext.REQUEST_ID.set(exchange.request_id.decode("latin-1"))
         metrics.InFlight.value += 1
         try:
             await self._serve(scope, receive, send, exchange, authorization, length)
@@ -203,7 +232,17 @@ class Gateway:
                 await send_bytes(send, 500, body, exchange.request_id)
         finally:
             metrics.InFlight.value -= 1
-            metrics.observe(exchange.model, exchange.status, exchange.elapsed())
+            duration_s = exchange.elapsed()
+            metrics.observe(
+                exchange.model,
+                metrics.project_of(exchange.key),
+                exchange.status,
+                duration_s,
+                exchange.prompt_tokens,
+                exchange.completion_tokens,
+            )
+            if self.settings.access_log:
+                _log_access(scope, exchange, duration_s)
 
     async def _serve(
         self,
@@ -229,6 +268,7 @@ class Gateway:
                     405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
                 )
             exchange.key = self._authenticate(authorization)
+            logcontext.PROJECT.set(metrics.project_of(exchange.key))
             body = await read_body(receive, length, self.settings.max_body_bytes)
             if body is None:
                 exchange.status = CLIENT_CLOSED
@@ -243,6 +283,7 @@ class Gateway:
                     "model",
                 )
             exchange.model = model
+            logcontext.MODEL.set(model)
             strip_usage = facts.stream and not facts.usage_asked and path != "/v1/embeddings"
             if strip_usage:
                 body = asking_for_usage(body, facts)  # count its tokens; the client never sees them

@@ -34,6 +34,7 @@ from llmgw.gateway.responses import (
 )
 from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
+from llmgw.observability import logcontext
 
 if TYPE_CHECKING:
     from llmgw.gateway.app import Gateway
@@ -296,6 +297,7 @@ async def _connect(
             exchange.replica_id = endpoint.replica_id
             raise
         exchange.replica_id = endpoint.replica_id
+        logcontext.REPLICA.set(endpoint.replica_id)
         return response, lease
     if last is not None and not last.connecting:
         gateway.replica_failed(last.endpoint.replica_id, last.reason)
@@ -383,11 +385,13 @@ async def _relay_stream(
         }
     )
     framer = EventFramer(strip_usage_only=strip_usage)
+    timer = metrics.StreamTimer(exchange.model, exchange.started)
     failure = b""
     try:
         async for chunk in response.iter_any():
             out = framer.feed(chunk)
             if out:
+                timer.relayed()
                 await send({"type": "http.response.body", "body": out, "more_body": True})
     except UpstreamTimeout:
         exchange.status = 504

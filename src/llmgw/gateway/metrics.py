@@ -1,25 +1,57 @@
 """The gateway's Prometheus metrics (process-wide, on the default registry).
 
 ``model`` is a catalog model's name, or empty for requests refused before a
-known model was named (so clients cannot grow the label set). Labelled
-children are looked up once and kept, and the in-flight gauge is read at
-scrape time from a plain counter: a request pays about a microsecond here.
+known model was named (so clients cannot grow the label set); ``project`` is
+:func:`project_of` the request's key. Every name is listed in docs/metrics.md.
+
+The request path pays little here: the labelled children of one
+``(model, project, code)`` are looked up once and kept together
+(:class:`RequestChildren`), a request observes its histogram once, a stream
+its time to first token once and each later relayed piece one histogram
+observation (:class:`StreamTimer`); the in-flight gauge is read at scrape
+time from a plain counter.
 """
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from llmgw.gateway.keys import KeyEntry
 
 REQUESTS = Counter(
     "llmgw_gateway_requests",
-    "Requests the /v1 gateway answered, by model and HTTP status (499: the client went away).",
-    ["model", "status"],
+    "Requests the /v1 gateway answered, by model, project and HTTP status (499: the client went away).",
+    ["model", "project", "code"],
 )
 DURATION = Histogram(
     "llmgw_gateway_request_duration_seconds",
-    "Time from a /v1 request's arrival to the end of its answer, by model.",
-    ["model"],
+    "Time from a /v1 request's arrival to the end of its answer, by model and project.",
+    ["model", "project"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "llmgw_gateway_time_to_first_token_seconds",
+    "Streams: time from a request's arrival to its first event relayed to the client.",
+    ["model"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 30, 60),
+)
+TIME_BETWEEN_TOKENS = Histogram(
+    "llmgw_gateway_time_between_tokens_seconds",
+    "Streams: time between successive relayed pieces of an answer (each usually one token).",
+    ["model"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5),
+)
+PROMPT_TOKENS = Counter(
+    "llmgw_gateway_prompt_tokens",
+    "Prompt tokens engines counted in answered /v1 requests, by model and project.",
+    ["model", "project"],
+)
+COMPLETION_TOKENS = Counter(
+    "llmgw_gateway_completion_tokens",
+    "Tokens engines generated for answered /v1 requests, by model and project.",
+    ["model", "project"],
 )
 IN_FLIGHT = Gauge("llmgw_gateway_requests_in_flight", "/v1 requests being answered now.")
 UPSTREAM_FAILURES = Counter(
@@ -27,6 +59,16 @@ UPSTREAM_FAILURES = Counter(
     "Replicas the gateway could not reach or that failed mid-answer, by model and reason.",
     ["model", "reason"],
 )
+
+
+def project_of(key: KeyEntry | None) -> str:
+    """The project a request is counted under: its key's owner until keys carry a project.
+
+    The one place that says so: metrics and logs both ask here.
+    """
+    if key is None:
+        return ""
+    return key.owner or ""
 
 
 class InFlight:
@@ -37,14 +79,62 @@ class InFlight:
 
 IN_FLIGHT.set_function(lambda: InFlight.value)
 
-_children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+
+class RequestChildren:
+    """The labelled children one ``(model, project, code)`` counts into, bound once."""
+
+    __slots__ = ("completion", "duration", "prompt", "requests")
+
+    def __init__(self, model: str, project: str, code: int) -> None:
+        self.requests = REQUESTS.labels(model, project, str(code))
+        self.duration = DURATION.labels(model, project)
+        self.prompt = PROMPT_TOKENS.labels(model, project)
+        self.completion = COMPLETION_TOKENS.labels(model, project)
 
 
-def observe(model: str, status: int, duration_s: float) -> None:
-    """Count one answered request."""
-    pair = _children.get((model, status))
-    if pair is None:
-        pair = _children[(model, status)] = (REQUESTS.labels(model, str(status)), DURATION.labels(model))
-    counter, histogram = pair
-    counter.inc()
-    histogram.observe(duration_s)
+_children: dict[tuple[str, str, int], RequestChildren] = {}
+
+
+def observe(
+    model: str, project: str, code: int, duration_s: float, prompt_tokens: int = 0, completion_tokens: int = 0
+) -> None:
+    """Count one answered request, its duration and its tokens."""
+    children = _children.get((model, project, code))
+    if children is None:
+        children = _children[(model, project, code)] = RequestChildren(model, project, code)
+    children.requests.inc()
+    children.duration.observe(duration_s)
+    if prompt_tokens:
+        children.prompt.inc(prompt_tokens)
+    if completion_tokens:
+        children.completion.inc(completion_tokens)
+
+
+_stream_children: dict[str, tuple[Histogram, Histogram]] = {}
+
+
+class StreamTimer:
+    """One stream's timing: the first relayed piece observed as time to first token, each later one
+    as the time since the one before."""
+
+    __slots__ = ("_between", "_first", "_last", "_started")
+
+    def __init__(self, model: str, started: float) -> None:
+        pair = _stream_children.get(model)
+        if pair is None:
+            pair = _stream_children[model] = (
+                TIME_TO_FIRST_TOKEN.labels(model),
+                TIME_BETWEEN_TOKENS.labels(model),
+            )
+        self._first, self._between = pair
+        self._started = started
+        self._last = 0.0
+
+    def relayed(self) -> None:
+        """A piece of the answer went to the client now."""
+        now = time.perf_counter()
+        if self._last:
+            self._between.observe(now - self._last)
+        else:
+            self._first.observe(now - self._started)
+        self._last = now

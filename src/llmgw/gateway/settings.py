@@ -24,3 +24,5 @@ class GatewaySettings(BaseModel):
     keepalive_s: float = Field(default=4.0, ge=0)
     """How long an idle upstream connection is kept for reuse; keep it below the engines' own
     keep-alive (uvicorn-based engines close after 5 s) so a reused connection is never a stale one."""
+    access_log: bool = False
+    """Log one line per /v1 request (logger ``llmgw.access``): status, duration, tokens."""
