@@ -12,6 +12,7 @@ import zmq
 import zmq.asyncio
 
 from llmgw.agent.kv_events import END_SEQ, BlockChanges, BlockMirror, KvEventsFollower, decode_batch
+from llmgw.agent.metrics import REGISTRY as AGENT_METRICS
 from llmgw.core.kvblocks import block_key
 from llmgw.testing.eventually import eventually
 from llmgw.testing.kv_events_publisher import KvEventsPublisher
@@ -76,6 +77,7 @@ def _stored(*keys: int) -> bytes:
 
 
 async def test_a_gap_nothing_can_replay_resets_the_mirror() -> None:
+    resets = AGENT_METRICS.get_sample_value("llmgw_agent_kv_event_resets_total") or 0.0
     seen: list[BlockChanges] = []
     follower = KvEventsFollower("tcp://127.0.0.1:1", seen.append)  # no replay endpoint
     await follower.receive(_frames(0, _stored(1, 2)))
@@ -84,6 +86,7 @@ async def test_a_gap_nothing_can_replay_resets_the_mirror() -> None:
     assert seen == [BlockChanges(stored={1, 2}), BlockChanges(stored={3}, reset=True)]
     await follower.receive(_frames(1, _stored(4)))  # the sequence went back: the engine started over
     assert seen[-1] == BlockChanges(stored={4}, reset=True) and follower.gaps_reset == 2
+    assert AGENT_METRICS.get_sample_value("llmgw_agent_kv_event_resets_total") == resets + 2
     await follower.receive(_frames(2, b"\xc1"))  # not msgpack: the mirror is reset, never guessed at
     assert seen[-1] == BlockChanges(reset=True) and not follower.mirror.blocks
 
@@ -158,6 +161,7 @@ async def test_lost_messages_are_replayed_in_order_and_the_mirror_keeps_the_trut
         await engine.joined()
         await engine.applied()
         joined = engine.follower.gaps_replayed  # 1 where the first batches went before the connection
+        replayed = AGENT_METRICS.get_sample_value("llmgw_agent_kv_event_gaps_replayed_total") or 0.0
         asked = engine.publisher.replays
         base = engine.publisher.sequence
         engine.publisher.lose(base + 1, base + 2, base + 7)
@@ -167,6 +171,7 @@ async def test_lost_messages_are_replayed_in_order_and_the_mirror_keeps_the_trut
         await engine.applied()
         assert engine.follower.mirror.blocks == engine.truth
         assert (engine.follower.gaps_replayed - joined, engine.follower.gaps_reset) == (2, 0)
+        assert AGENT_METRICS.get_sample_value("llmgw_agent_kv_event_gaps_replayed_total") == replayed + 2
         assert engine.publisher.replays - asked == 2  # one request per gap
     finally:
         await engine.close()

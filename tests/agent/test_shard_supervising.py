@@ -21,6 +21,7 @@ from aiohttp import web
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.launching import EngineSpawn
+from llmgw.agent.metrics import REGISTRY as AGENT_METRICS
 from llmgw.agent.supervising import Supervisor
 from llmgw.core.engines import LLAMA_CPP, SGLANG, VLLM, EngineCapabilities
 from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
@@ -358,3 +359,18 @@ async def test_an_engine_still_starting_is_allowed_its_start_up_time(running: Ru
 
     assert running.launcher.engines[0].signals == [], "liveness applies only once the shard was ready"
     assert len(running.launcher.engines) == 1
+
+
+async def test_engine_starts_and_restarts_are_counted_by_engine(running: Running) -> None:
+    labels = {"engine": LLAMA_CPP.name}
+    starts = AGENT_METRICS.get_sample_value("llmgw_agent_engine_starts_total", labels) or 0.0
+    restarts = AGENT_METRICS.get_sample_value("llmgw_agent_engine_restarts_total", labels) or 0.0
+    running.launcher.crash = True
+    start(running)
+
+    await eventually(lambda: running.crashes() == 1, message="the first engine crashed")
+    await running.clock.advance(1.0)
+    await eventually(lambda: len(running.launcher.engines) == 2, message="the restart")
+
+    assert AGENT_METRICS.get_sample_value("llmgw_agent_engine_starts_total", labels) == starts + 2
+    assert AGENT_METRICS.get_sample_value("llmgw_agent_engine_restarts_total", labels) == restarts + 1

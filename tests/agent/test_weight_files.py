@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.installing import BlobFetcher, Installer
+from llmgw.agent.metrics import REGISTRY as AGENT_METRICS
 from llmgw.agent.weightfiles import digest_file, reusable
 from llmgw.core.devices import NodeInventory
 from llmgw.core.shards import ShardSpec, WeightsFile
@@ -123,3 +124,12 @@ async def test_two_models_sharing_base_weights_keep_their_own_extra_files(tmp_pa
     assert sorted(mirror.fetched) == sorted({sha(BASE), sha(CONFIG_A), sha(CONFIG_B), sha(TOKENIZER)})
     assert await installer(tmp_path, mirror).weights(safetensors("a", CONFIG_A)) == folder_a
     assert len(mirror.fetched) == 4
+
+
+async def test_the_bytes_fetched_are_counted_and_a_reused_file_adds_none(tmp_path: Path) -> None:
+    before = AGENT_METRICS.get_sample_value("llmgw_agent_weights_fetched_bytes_total") or 0.0
+    mirror = Mirror(BASE)
+    await installer(tmp_path, mirror).weights(gguf())
+    await installer(tmp_path, mirror).weights(gguf())
+
+    assert AGENT_METRICS.get_sample_value("llmgw_agent_weights_fetched_bytes_total") == before + len(BASE)

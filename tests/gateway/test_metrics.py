@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import logging
 
+import aiohttp
 import pytest
 from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
 
-from llmgw.gateway import Gateway, GatewaySettings, KeyEntry
+from llmgw.cli.output import JsonFormatter
+from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
 from llmgw.gateway.metrics import project_of
 from llmgw.testing.eventually import eventually
 
-from .conftest import MESSAGES, MODEL, FakeEngine
+from .conftest import AUTH, MESSAGES, MODEL, SECRET, FakeEngine, Hooks, serving
 
 PROJECT = "user:alice"
 """The test key's owner: its project until keys carry one."""
@@ -122,3 +126,39 @@ async def test_the_access_log_has_one_line_per_request_only_when_asked(
     assert fields["status"] == 200 and fields["path"] == "/v1/chat/completions"
     assert fields["duration_s"] > 0
     assert (fields["prompt_tokens"], fields["completion_tokens"]) == (7, 3)
+
+
+async def test_a_json_access_line_carries_the_request_project_model_and_replica(
+    settings: GatewaySettings, engine: FakeEngine, hooks: Hooks
+) -> None:
+    gateway = Gateway(settings.model_copy(update={"access_log": True}), on_usage=hooks.on_usage)
+    gateway.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), PROJECT))
+    gateway.catalog.replace([ModelEntry(MODEL)])
+    gateway.replicas.set_ready(engine.endpoint)
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    access = logging.getLogger("llmgw.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
+        async with serving(gateway.asgi_app()) as url, aiohttp.ClientSession() as http:
+            body = {"model": MODEL, "messages": MESSAGES}
+            headers = {**AUTH, "x-request-id": "req-42"}
+            async with http.post(f"{url}/v1/chat/completions", json=body, headers=headers) as answer:
+                assert answer.status == 200
+            await eventually(out.getvalue, message="the access line is written")
+    finally:
+        access.removeHandler(handler)
+        await gateway.close()
+
+    (line,) = out.getvalue().splitlines()
+    entry = json.loads(line)
+    assert entry["logger"] == "llmgw.access" and entry["level"] == "info"
+    assert (entry["request_id"], entry["project"], entry["model"], entry["replica"]) == (
+        "req-42",
+        PROJECT,
+        MODEL,
+        engine.replica_id,
+    )
+    assert (entry["status"], entry["prompt_tokens"], entry["completion_tokens"]) == (200, 7, 3)
