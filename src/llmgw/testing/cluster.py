@@ -140,8 +140,11 @@ class Cluster:
         return "server" if name == "cp1" else f"server-{name}"
 
     def add_node(self, node_id: str, **settings: Any) -> Path:
-        """Write a node's agent.yaml; its engines run as the agent unless ``run_as`` is given."""
+        """Write a node's agent.yaml; its engines run as the agent unless ``run_as`` is given.
+
+        Each node serves its metrics on a port of its own (``metrics``), found free now."""
         settings.setdefault("run_as", "")
+        settings.setdefault("metrics", {"port": free_port()})
         directory = self.home / "nodes" / node_id
         issue_node_certificate(self.config, node_id, directory)
         config = AgentConfig(

@@ -1,0 +1,109 @@
+"""Metrics and logs of real processes: a control plane and an agent running a stand-in llama-server."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmgw.agent.config import load_agent_config
+from llmgw.controlplane.config import save_server_config
+from llmgw.core.engines import DEFAULT_ENGINE
+from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.llama_server_standin import PROMPT_TOKENS, write_launcher
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "observed-chat"
+OWNER = "team-observability"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    home = tmp_path_factory.mktemp("observability")
+    running = Cluster(home / "cluster", home / "cache")
+    try:
+        running.config.gateway.access_log = True
+        save_server_config(running.config, running.home / "server.yaml")
+        running.start("server", "server", "run", "--config", str(running.config_path("cp1")), "--log-json")
+        wait_for(lambda: running.admin.get("/api/status"), 30, "the control plane answers")
+        weights = home / "weights.gguf"
+        weights.write_bytes(b"GGUF stand-in\n")
+        running.add_model(MODEL, weights)
+        running.key = str(running.admin.request("POST", "/api/keys", {"name": "obs", "owner": OWNER})["key"])
+        launcher = write_launcher(home / "bin" / "llama-server")
+        agent_yaml = running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
+        running.start("agent-node1", "agent", "run", "--config", str(agent_yaml), "--log-json")
+        running.wait_ready(MODEL, 60)
+        yield running
+    finally:
+        running.stop()
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def agent_url(cluster: Cluster) -> str:
+    config = load_agent_config(cluster.home / "nodes" / "node1" / "agent.yaml")
+    return f"http://{config.metrics.host}:{config.metrics.port}"
+
+
+def test_the_agent_serves_its_engine_starts_and_weights_fetched(cluster: Cluster) -> None:
+    metrics = wait_for(lambda: scrape(agent_url(cluster)), 30, "the agent's /metrics answers")
+
+    assert metrics[("llmgw_agent_engine_starts_total", (("engine", DEFAULT_ENGINE),))] >= 1
+    assert metrics[("llmgw_agent_weights_fetched_bytes_total", ())] == len(b"GGUF stand-in\n")
+    assert not any(name.startswith("llmgw_gateway_") for name, _ in metrics), "the agent serves no /v1"
+
+
+def test_the_control_plane_counts_a_request_by_project_and_shows_the_cluster(cluster: Cluster) -> None:
+    client = openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+
+    labels = (("code", "200"), ("model", MODEL), ("project", OWNER))
+    metrics = wait_for(
+        lambda: (found := scrape(cluster.url)).get(("llmgw_gateway_requests_total", labels)) and found,
+        30,
+        "the request is counted",
+    )
+    tokens = (("model", MODEL), ("project", OWNER))
+    assert metrics[("llmgw_gateway_prompt_tokens_total", tokens)] == PROMPT_TOKENS
+    assert metrics[("llmgw_nodes_connected", ())] == 1
+    assert metrics[("llmgw_replicas", (("model", MODEL), ("state", "ready")))] == 1
+    assert metrics[("llmgw_leader", ())] == 1 and metrics[("llmgw_lease_epoch", ())] >= 1
+    assert metrics[("llmgw_reconcile_duration_seconds_count", ())] >= 1
+    assert metrics[("llmgw_store_query_duration_seconds_count", ())] >= 1
+
+
+def test_the_json_access_log_names_the_request_project_model_and_replica(cluster: Cluster) -> None:
+    client = openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=30)
+    client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], extra_headers={"x-request-id": "e2e-req-1"}
+    )
+
+    def line() -> dict[str, object] | None:
+        for text in cluster.log("server").read_text().splitlines():
+            if text.startswith("{") and '"e2e-req-1"' in text:
+                entry: dict[str, object] = json.loads(text)
+                if entry["logger"] == "llmgw.access":
+                    return entry
+        return None
+
+    entry = wait_for(line, 30, "the access line of the request")
+    assert (entry["project"], entry["model"], entry["status"]) == (OWNER, MODEL, 200)
+    assert str(entry["replica"]).startswith(MODEL.split("-")[0]) or entry["replica"]
+    agent_lines = [
+        json.loads(t) for t in cluster.log("agent-node1").read_text().splitlines() if t.startswith("{")
+    ]
+    assert agent_lines and all(e.get("node") == "node1" for e in agent_lines)
