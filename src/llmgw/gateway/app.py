@@ -42,6 +42,7 @@ from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream
 from llmgw.gateway.usage import UsageRecord
+from llmgw.observability.tracing import TRACING_OFF, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,11 @@ class Gateway:
         on_usage: OnUsage | None = None,
         on_used: OnUsed | None = None,
         on_replica_failed: OnReplicaFailed | None = None,
+        tracing: Tracing = TRACING_OFF,
     ) -> None:
         self.settings = settings or GatewaySettings()
+        self.tracing = tracing
+        """Spans of /v1 requests; off, ``forward`` checks ``tracing.enabled`` once and does nothing else."""
         self.keys = keys if keys is not None else KeyRing()
         self.replicas = replicas if replicas is not None else ReplicaTable()
         self.catalog = catalog if catalog is not None else GatewayCatalog()
@@ -180,6 +184,7 @@ class Gateway:
                 await self._lifespan(receive, send)
             return
         authorization = given_id = length = None
+        traceparent = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
@@ -187,7 +192,9 @@ class Gateway:
                 given_id = value
             elif name == b"content-length":
                 length = value
-        exchange = Exchange(_request_id(given_id))
+            elif name == b"traceparent":
+                traceparent = value
+        exchange = Exchange(_request_id(given_id), traceparent)
         metrics.InFlight.value += 1
         try:
             await self._serve(scope, receive, send, exchange, authorization, length)

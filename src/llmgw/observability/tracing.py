@@ -80,7 +80,9 @@ class Tracing:
         return cls(provider)
 
     @classmethod
-    def exporting_to(cls, exporter: SpanExporter, service: str = "llmgw", sample_ratio: float = 1.0) -> Tracing:
+    def exporting_to(
+        cls, exporter: SpanExporter, service: str = "llmgw", sample_ratio: float = 1.0
+    ) -> Tracing:
         """Spans handed to ``exporter`` as each ends (an in-memory exporter, in tests)."""
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -101,9 +103,7 @@ class Tracing:
         context = trace.set_span_in_context(parent) if isinstance(parent, Span) else parent
         if context is None:
             context = Context()  # never the ambient context: parents are always said
-        return self._tracer.start_span(
-            name, context, kind=kind, attributes=attributes, start_time=start_time
-        )
+        return self._tracer.start_span(name, context, kind=kind, attributes=attributes, start_time=start_time)
 
     def shutdown(self) -> None:
         """Export what is left and stop (at the process's end)."""
