@@ -206,6 +206,7 @@ class Supervisor:
         self._host = host
         self.shards: dict[str, Shard] = {}
         self.report: Report = lambda status: None
+        self.traced: Callable[[ShardSpec, ShardState, str], None] = lambda spec, state, error: None  # tracing
         self._launch = launcher or SubprocessLauncher()
         self._clock = clock
         self._health = HealthChecks(settings, clock, host)
@@ -300,6 +301,7 @@ class Supervisor:
     def _emit(self, shard: Shard, state: ShardState, error: str = "") -> None:
         shard.state = state
         shard.error = error
+        self.traced(shard.spec, state, error)  # a traced start's span: begun, or ended at READY
         self.report(shard.status())
 
     def start(self, spec: ShardSpec) -> None:
