@@ -42,17 +42,20 @@ class PassTrace:
             self._root = self._tracing.span("reconcile", start_time=self._started_ns)
         return self._root
 
-    def action(self, name: str, attributes: Mapping[str, str | int | bool | Sequence[str]]) -> Span | None:
-        """A finished child span of the pass (None with tracing off); the caller may mark it failed."""
+    def action(
+        self, name: str, attributes: Mapping[str, str | int | bool | Sequence[str]], failure: str = ""
+    ) -> None:
+        """A child span of the pass, ended at once; failed with ``failure`` when one is given."""
         if not self._tracing.enabled:
-            return None
+            return
         span = self._tracing.span(name, self._parent(), dict(attributes))
+        if failure:
+            failed(span, failure)
         span.end()
-        return span
 
     def placed(self, model: str, decision: Decision) -> None:
         """The placement of one replica of ``model``: where, and why not elsewhere."""
-        span = self.action(
+        self.action(
             "placement",
             {
                 "llmgw.model": model,
@@ -60,9 +63,8 @@ class PassTrace:
                 "llmgw.devices": [str(d) for d in decision.devices],
                 "llmgw.refusals": [f"{node}: {why}" for node, why in decision.refusals.items()],
             },
+            "" if decision.placed else "no node can take a replica",
         )
-        if span is not None and not decision.placed:
-            failed(span, "no node can take a replica")
 
     def end(self) -> None:
         """End the pass's span, if there is one."""
