@@ -182,7 +182,12 @@ async def test_tracing_off_sends_no_traceparent(tmp_path: Path) -> None:
     )
     await leadership.round()
     h = Traced(
-        store, reconciler, NodeSessions(store, fleet, reconciler, leadership), InMemorySpanExporter(), []
+        store,
+        reconciler,
+        NodeSessions(store, fleet, reconciler, leadership),
+        InMemorySpanExporter(),
+        [],
+        FakeClock(),
     )
     await h.add_model("m1")
     agent = await h.connect("node1")
