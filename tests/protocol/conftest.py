@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from cluster_pki import Pki, make_pki
+from .cluster_pki import Pki, make_pki
 
 from llmgw.protocol.channels import ControlChannel
 from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector

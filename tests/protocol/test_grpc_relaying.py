@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
-from cluster_pki import Pki
+from .cluster_pki import Pki
 
 from llmgw.core.relays import IncomingRelay, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, Unauthorized

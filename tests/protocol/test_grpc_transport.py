@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
-from cluster_pki import Pki
+from .cluster_pki import Pki
 
 from llmgw.errors import ChannelClosed, NotFound, Unauthorized
 from llmgw.protocol import agent_pb2 as pb

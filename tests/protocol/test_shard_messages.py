@@ -6,7 +6,7 @@ import base64
 
 import pytest
 from hypothesis import given
-from wire_strategies import registrations, shard_specs, shard_statuses
+from .wire_strategies import registrations, shard_specs, shard_statuses
 
 from llmgw.core.nodes import NodeRegistration
 from llmgw.core.shards import AdapterSpec, ShardSpec, ShardState, ShardStatus

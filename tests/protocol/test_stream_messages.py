@@ -6,7 +6,7 @@ import asyncio
 
 from hypothesis import given
 from hypothesis import strategies as st
-from wire_strategies import (
+from .wire_strategies import (
     int64,
     kv_updates,
     registereds,

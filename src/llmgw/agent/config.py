@@ -17,6 +17,7 @@ from llmgw.core.catalog import problems_of
 from llmgw.engines.builds import LLAMACPP_TAG, PYPI_URL, RELEASE_API
 from llmgw.engines.pythonbuilds import PYPI_SIMPLE_URL
 from llmgw.errors import ConfigError
+from llmgw.observability.tracing import TracingSettings
 
 
 class AgentTls(Section):
@@ -113,6 +114,8 @@ class AgentConfig(ConfigFile):
     engines: EngineSettings = Field(default_factory=EngineSettings)
     shards: ShardSettings = Field(default_factory=ShardSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    """OpenTelemetry spans of shard starts (weights, launch, readiness) over OTLP (off by default)."""
 
     @field_validator("address")
     @classmethod

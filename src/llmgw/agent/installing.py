@@ -2,7 +2,8 @@
 
 Weights are fetched once per sha256 and reused only when they still hash to
 it; a model of several files gets a folder of its own, named by its files'
-digests (:mod:`llmgw.agent.weightfiles`).
+digests (:mod:`llmgw.agent.weightfiles`). With tracing on, the engine's install
+and each file's fetch are spans of the shard's start (:mod:`llmgw.agent.starttracing`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import asyncio
 import logging
 import os
 import platform
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from llmgw.agent import metrics, weightfiles
 from llmgw.agent.config import AgentConfig
+from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
 from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
@@ -28,6 +31,8 @@ from llmgw.mirror.fetching import BlobWriter
 log = logging.getLogger(__name__)
 
 FETCH_ATTEMPTS = 3
+
+T = TypeVar("T")
 
 BlobFetcher = Callable[[str, int], AsyncIterator[bytes]]
 
@@ -49,9 +54,14 @@ class Installer:
     """Engine builds (cached across the node) and weights (per sha256), each fetched once."""
 
     def __init__(
-        self, config: AgentConfig, inventory: Callable[[], NodeInventory], fetch: Callable[[], BlobFetcher]
+        self,
+        config: AgentConfig,
+        inventory: Callable[[], NodeInventory],
+        fetch: Callable[[], BlobFetcher],
+        traces: ShardStartTraces | None = None,
     ) -> None:
         self._config = config
+        self._traces = traces or ShardStartTraces()
         self._inventory = inventory
         self._fetch = fetch
         self._engine_lock = asyncio.Lock()
@@ -227,11 +237,30 @@ class Installer:
         return LaunchAdapter(adapter.name, folder, adapter.scale)
 
     async def prepare(self, spec: ShardSpec) -> Prepared:
-        fetching = asyncio.gather(*(self.adapter(spec, adapter) for adapter in spec.adapters))
+        def traced(step: Awaitable[T], name: str, **attributes: str | int) -> Awaitable[T]:
+            return _traced(self._traces, spec.replica_id, step, name, **attributes)
+
+        fetching = asyncio.gather(
+            *(
+                traced(self.adapter(spec, a), "adapter.fetch", adapter=a.name, sha256=a.sha256)
+                for a in spec.adapters
+            )
+        )
         program, weights, projector, adapters = await asyncio.gather(
-            self.program(spec.engine), self.weights(spec), self.projector(spec), fetching
+            traced(self.program(spec.engine), "engine.install", engine=spec.engine or builds.LLAMACPP),
+            traced(self.weights(spec), "weights.fetch", sha256=spec.weights_sha256, size=spec.weights_size),
+            self.projector(spec),
+            fetching,
         )
         return Prepared(program, weights, projector, tuple(adapters))
+
+
+async def _traced(
+    traces: ShardStartTraces, replica_id: str, step: Awaitable[T], name: str, **attributes: str | int
+) -> T:
+    """``step`` as a span of the shard's start (just ``step`` when that start is not traced)."""
+    with traces.step(replica_id, name, **attributes):
+        return await step
 
 
 def _operator_binary(path: Path) -> Path:

@@ -40,14 +40,17 @@ from llmgw.agent.engineuser import engine_user
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
 from llmgw.agent.kv_reporting import KvReporter
+from llmgw.agent.launching import SubprocessLauncher
 from llmgw.agent.metrics import publishing_gpus, serve_metrics
 from llmgw.agent.nvidia_smi import NvidiaSmi
 from llmgw.agent.restarting import Restarting, command_line, start_again
 from llmgw.agent.session import AgentSession
 from llmgw.agent.settingstrial import SettingsTrial
+from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
 from llmgw.observability import logcontext
+from llmgw.observability.tracing import Tracing
 from llmgw.protocol.channels import AgentChannel
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 from llmgw.runtime import supervising
@@ -110,7 +113,9 @@ async def run_agent(
     tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
     tls.read()
     links = ControlPlaneLinks(tls, config.control_planes)
-    installer = Installer(config, lambda: inventory, links.fetcher)
+    tracing = Tracing.from_settings(config.tracing, f"llmgw-agent {inventory.node_id}")
+    traces = ShardStartTraces(tracing)
+    installer = Installer(config, lambda: inventory, links.fetcher, traces)
     config.work_path.mkdir(parents=True, exist_ok=True)
     shards = Supervisor(
         config.work_path,
@@ -121,7 +126,9 @@ async def run_agent(
         device_uuids={device.index: device.uuid for device in inventory.gpus},
         gpus=gpus if inventory.gpus else None,
         engine_user=engine_user(config.run_as, config.work_path),
+        launcher=traces.launcher(SubprocessLauncher()),
     )
+    shards.traced = traces.emitted
     shards.adopt()
     session = AgentSession(
         inventory,
@@ -160,8 +167,10 @@ async def run_agent(
         if restarting is not None and restarting.reason:
             if trial is not None:
                 trial.stopped()
+            tracing.shutdown()
             start_again(command_line())  # never returns: the engines stay, the next agent adopts them
         await shards.stop_all()
+        tracing.shutdown()
 
 
 async def run_components(components: supervising.Supervisor, stop: asyncio.Event) -> None:

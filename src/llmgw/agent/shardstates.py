@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,8 @@ class ShardRecord:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "spec": base64.b64encode(shard_spec_bytes(self.spec)).decode(),
+            # without its trace context: an adopted engine's watch is no part of its start's trace
+            "spec": base64.b64encode(shard_spec_bytes(replace(self.spec, traceparent=""))).decode(),
             "command": list(self.command),
             "pid": self.pid,
             "start_time": self.start_time,

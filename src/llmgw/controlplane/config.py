@@ -8,6 +8,7 @@ from pydantic import Field
 
 from llmgw.configfiles import ConfigFile, Section, read_yaml, save, validate
 from llmgw.gateway.routing import RoutingSettings
+from llmgw.observability.tracing import TracingSettings
 
 
 class StoreSettings(Section):
@@ -94,6 +95,8 @@ class ServerConfig(ConfigFile):
     gateway: GatewaySettingsFile = Field(default_factory=GatewaySettingsFile)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     """How the router chooses among a model's replicas (policy, saturation, prefix tree size)."""
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    """OpenTelemetry spans of reconcile passes, replica starts and /v1 requests over OTLP (off by default)."""
 
     @property
     def data_path(self) -> Path:

@@ -7,11 +7,15 @@ stops the ones no longer wanted and stops idle on-demand models. A replica
 whose node has been away past the fleet's grace is placed again on another
 node (a new replica, with its own key) and the old one forgotten; the node,
 should it come back, is told to stop the stray engine.
+
+With tracing on, a pass that does something is a trace and each replica's
+start a span until it serves (:mod:`llmgw.controlplane.reconciletracing`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import time
@@ -19,6 +23,7 @@ from collections.abc import Callable
 
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
+from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
 from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.mig import Spread
@@ -26,6 +31,7 @@ from llmgw.core.placement import Placed, place
 from llmgw.core.settingtypes import SERVING_STOPPED
 from llmgw.core.shards import AdapterSpec, ReplicaPhase, ShardSpec, StopShard, WeightsFile
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
+from llmgw.observability.tracing import TRACING_OFF, Tracing
 from llmgw.store.database import Store
 from llmgw.store.replicas import ReplicaRecord
 
@@ -52,7 +58,12 @@ class Reconciler:
         demand: ModelDemand | None = None,
         on_stopped: Callable[[bool], None] = lambda stopped: None,
         on_pass: Callable[[float], None] = lambda seconds: None,
+        tracing: Tracing = TRACING_OFF,
     ) -> None:
+        self._tracing = tracing
+        self._trace = NO_PASS
+        self.starts = ReplicaStarts(tracing)
+        """Each replica's open start span, closed when its node reports it ready (:meth:`observed`)."""
         self._store = store
         self._may_act = may_act
         self._fleet = fleet
@@ -94,6 +105,11 @@ class Reconciler:
 
     def used(self, model: str) -> None:
         self._last_used[model] = self._clock()
+
+    def observed(self, replica: ReplicaState) -> None:
+        """A replica's node reported its state: a start ends when it serves or fails."""
+        if replica.replica_id in self.starts and replica.state in (ReplicaPhase.READY, ReplicaPhase.FAILED):
+            self.starts.end(replica.replica_id, replica.error if replica.state is ReplicaPhase.FAILED else "")
 
     def failed(self, replica: ReplicaState) -> None:
         delay = min(self._backoff_max_s, self._backoff_s * (2**replica.backoff.attempts))
@@ -178,12 +194,18 @@ class Reconciler:
         return models, placed
 
     async def pass_once(self) -> None:
-        models, placed = await self.load()
-        wanted = {p.id for p in placed}
-        for replica in [r for r in self._fleet.replicas.values() if r.replica_id not in wanted]:
-            await self._remove(replica, "its model left the catalog")
-        for model in models.values():
-            await self._reconcile_model(model, placed)
+        if self._tracing.enabled:
+            self._trace = PassTrace(self._tracing)
+        try:
+            models, placed = await self.load()
+            wanted = {p.id for p in placed}
+            for replica in [r for r in self._fleet.replicas.values() if r.replica_id not in wanted]:
+                await self._remove(replica, "its model left the catalog")
+            for model in models.values():
+                await self._reconcile_model(model, placed)
+        finally:
+            self._trace.end()
+            self._trace = NO_PASS
 
     def _demanded(self, model: ModelDefinition) -> bool:
         if self._in_flight(model.name) > 0:
@@ -197,6 +219,10 @@ class Reconciler:
         want = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
         if len(mine) >= want:
             self.unplaced.pop(model.name, None)
+        if len(mine) != want:
+            self._trace.action(
+                "scale", {"llmgw.model": model.name, "llmgw.from": len(mine), "llmgw.to": want}
+            )
         if len(mine) > want:
             for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
                 await self._remove(replica, "no longer wanted" if want else "idle")
@@ -212,7 +238,9 @@ class Reconciler:
             if replica.state is ReplicaPhase.ABSENT or (
                 replica.state is ReplicaPhase.FAILED and now >= replica.next_start
             ):
-                await self._start(replica, model)
+                await self._start(
+                    replica, model, why="restart" if replica.state is ReplicaPhase.FAILED else "resent"
+                )
 
     async def _replace_lost(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
         """Place each replica of ``model`` on a lost node again elsewhere, then forget the old one.
@@ -233,6 +261,10 @@ class Reconciler:
                 model.name,
             )
             self._fleet.moved_away(replica)
+            self.starts.end(replica.replica_id, f"node {replica.node_id} lost")
+            self._trace.action(
+                "replica.move", {"llmgw.replica": replica.replica_id, "llmgw.node": replica.node_id}
+            )
             placed[:] = [p for p in placed if p.id != replica.replica_id]
             try:
                 await self._store.replicas.remove(replica.replica_id)
@@ -255,11 +287,13 @@ class Reconciler:
                 "; ".join(f"{node}: {why}" for node, why in decision.refusals.items())
                 or "no node is connected"
             )
-            if self.unplaced.get(model.name) != reasons:
+            if self.unplaced.get(model.name) != reasons:  # a trace, like the log, when the reasons change
                 log.warning("cannot place a replica of %s: %s", model.name, reasons)
+                self._trace.placed(model.name, decision)
             self.unplaced[model.name] = reasons
             return False
         self.unplaced.pop(model.name, None)
+        self._trace.placed(model.name, decision)
         record = ReplicaRecord(
             id=f"{_slug(model.name)}-{secrets.token_hex(3)}",
             model=model.name,
@@ -280,26 +314,32 @@ class Reconciler:
         )
         self._fleet.track(replica)
         log.info("placed replica %s of %s on %s", record.id, model.name, record.node_id)
-        await self._start(replica, model, tuple(decision.devices))
+        await self._start(replica, model, tuple(decision.devices), why="placed")
         return True
 
     async def _start(
-        self, replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = ()
+        self, replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = (), *, why: str
     ) -> None:
         node = self._fleet.nodes.get(replica.node_id)
         if node is None:
             return
         start = shard_spec(replica, model, devices)
+        if self._tracing.enabled:
+            context = self.starts.begin(self._trace, replica.replica_id, model.name, replica.node_id, why)
+            start = dataclasses.replace(start, traceparent=context)
         replica.blobs = shard_blobs(start)  # what its node may fetch from the mirror
         replica.state = ReplicaPhase.STARTING
         try:
             await node.channel.send(start)
         except ChannelClosed:
             replica.state = ReplicaPhase.ABSENT
+            self.starts.end(replica.replica_id, "its node's stream closed")
 
     async def _remove(self, replica: ReplicaState, reason: str) -> None:
         node = self._fleet.nodes.get(replica.node_id)
         log.info("stopping replica %s of %s: %s", replica.replica_id, replica.model, reason)
+        self.starts.end(replica.replica_id, f"stopped: {reason}")
+        self._trace.action("replica.stop", {"llmgw.replica": replica.replica_id, "llmgw.why": reason})
         self._fleet.forget(replica.replica_id)
         try:
             await self._store.replicas.remove(replica.replica_id)

@@ -236,6 +236,7 @@ class NodeSessions:
             replica.state,
             f" ({replica.error})" if replica.error else "",
         )
+        self._reconciler.observed(replica)  # a replica's start span ends when it serves
         if replica.state is ReplicaPhase.FAILED:
             self._reconciler.failed(replica)
 

@@ -53,6 +53,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.mirror.blobs import BlobStore
+from llmgw.observability.tracing import Tracing
 from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
 from llmgw.runtime.supervising import Policy, Supervisor
 from llmgw.store.database import Store
@@ -130,6 +131,8 @@ async def wire(
     demand = ModelDemand()
     usage = UsageWriter(UsageLog(store), store.now, spill=UsageSpill(config.data_path))
     closing.callback(usage.close)
+    tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name}")
+    closing.callback(tracing.shutdown)
 
     gateway = Gateway(
         GatewaySettings(
@@ -142,6 +145,7 @@ async def wire(
         on_used=demand.used,
         on_usage=usage.add,
         on_replica_failed=_log_unreachable,
+        tracing=tracing,
     )
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
@@ -162,6 +166,7 @@ async def wire(
         demand=demand,
         on_stopped=feed.set_stopped,
         on_pass=observe_pass,
+        tracing=tracing,
     )
     keys = KeyLoading(store, feed)
     try:

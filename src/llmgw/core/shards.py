@@ -125,6 +125,8 @@ class ShardSpec:
     adapters: tuple[AdapterSpec, ...] = ()
     max_lora_rank: int = 0
     """vLLM's --max-lora-rank (0: the engine's default)."""
+    traceparent: str = ""
+    """W3C trace context of the replica's start on the control plane; empty when not traced."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream
 from llmgw.gateway.usage import UsageRecord
 from llmgw.observability import logcontext
+from llmgw.observability.tracing import TRACING_OFF, Tracing
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("llmgw.access")
@@ -132,8 +133,11 @@ class Gateway:
         on_usage: OnUsage | None = None,
         on_used: OnUsed | None = None,
         on_replica_failed: OnReplicaFailed | None = None,
+        tracing: Tracing = TRACING_OFF,
     ) -> None:
         self.settings = settings or GatewaySettings()
+        self.tracing = tracing
+        """Spans of /v1 requests; off, ``forward`` checks ``tracing.enabled`` once and does nothing else."""
         self.keys = keys if keys is not None else KeyRing()
         self.replicas = replicas if replicas is not None else ReplicaTable()
         self.catalog = catalog if catalog is not None else GatewayCatalog()
@@ -208,6 +212,7 @@ class Gateway:
                 await self._lifespan(receive, send)
             return
         authorization = given_id = length = None
+        traceparent = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
@@ -215,7 +220,9 @@ class Gateway:
                 given_id = value
             elif name == b"content-length":
                 length = value
-        exchange = Exchange(_request_id(given_id))
+            elif name == b"traceparent":
+                traceparent = value
+        exchange = Exchange(_request_id(given_id), traceparent)
         logcontext.REQUEST_ID.set(exchange.request_id.decode("latin-1"))
         metrics.InFlight.value += 1
         try:

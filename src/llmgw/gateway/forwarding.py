@@ -7,6 +7,10 @@ relay the answer (whole, or SSE events as they complete); report usage.
 While that happens a watcher task listens on ``receive`` for the client's
 ``http.disconnect`` and cancels the request's task, which closes the upstream
 connection so the engine stops working for nobody.
+
+With tracing on, the request is a span (continuing the client's
+``traceparent``, if it sent one) and the engine is sent that span's
+``traceparent``; off, ``gateway.tracing.enabled`` is read once and nothing else happens.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from llmgw.gateway.responses import (
 from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
 from llmgw.observability import logcontext
+from llmgw.observability.tracing import Span, SpanKind, context_of, failed, traceparent
 
 if TYPE_CHECKING:
     from llmgw.gateway.app import Gateway
@@ -58,12 +63,20 @@ class Exchange:
         "replica_id",
         "request_id",
         "response_started",
+        "span",
         "started",
         "status",
+        "traceparent",
+        "upstream_traceparent",
     )
 
-    def __init__(self, request_id: bytes) -> None:
+    def __init__(self, request_id: bytes, traceparent: bytes = b"") -> None:
         self.request_id = request_id
+        self.traceparent = traceparent
+        """The client's W3C trace context (continued only with tracing on)."""
+        self.span: Span | None = None
+        self.upstream_traceparent = b""
+        """What the engine is sent as ``traceparent``: empty (none sent) unless tracing is on."""
         self.started = time.perf_counter()
         self.status = CLIENT_CLOSED
         self.model = ""
@@ -112,6 +125,8 @@ async def forward(
     """
     task = asyncio.current_task()
     assert task is not None
+    if gateway.tracing.enabled:  # the one check tracing costs when off
+        _start_span(gateway, exchange, path, stream)
     watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
     watcher.add_done_callback(functools.partial(_client_left, exchange, task))
     try:
@@ -128,6 +143,8 @@ async def forward(
         watcher.cancel()
         if exchange.client_gone:
             task.uncancel()  # balance the one cancel() that _client_left asked for
+        if exchange.span is not None:
+            _end_span(exchange, exchange.span)
         if exchange.replica_id and exchange.key is not None:
             gateway.report_usage(
                 UsageRecord(
@@ -140,6 +157,33 @@ async def forward(
                     duration_s=exchange.elapsed(),
                 )
             )
+
+
+def _start_span(gateway: Gateway, exchange: Exchange, path: str, stream: bool) -> None:
+    """The request's span, under the client's trace if it sent one; the engine's traceparent."""
+    span = exchange.span = gateway.tracing.span(
+        f"POST {path}",
+        context_of(exchange.traceparent),
+        {
+            "http.request.method": "POST",
+            "url.path": path,
+            "llmgw.model": exchange.model,
+            "llmgw.stream": stream,
+            "llmgw.request_id": exchange.request_id.decode("latin-1"),
+        },
+        kind=SpanKind.SERVER,
+    )
+    exchange.upstream_traceparent = traceparent(span).encode("latin-1")
+
+
+def _end_span(exchange: Exchange, span: Span) -> None:
+    span.set_attribute("http.response.status_code", exchange.status)
+    span.set_attribute("llmgw.replica", exchange.replica_id)
+    span.set_attribute("gen_ai.usage.input_tokens", exchange.prompt_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", exchange.completion_tokens)
+    if exchange.status >= 500:
+        failed(span, f"answered {exchange.status}")
+    span.end()
 
 
 async def _forward(
@@ -272,7 +316,9 @@ async def _connect(
         lease = table.acquire(endpoint)
         exchange.replica_id = ""
         try:
-            response = await gateway.upstream.post(endpoint, path, body, exchange.request_id)
+            response = await gateway.upstream.post(
+                endpoint, path, body, exchange.request_id, exchange.upstream_traceparent
+            )
         except Unreachable as error:
             lease.release()
             last = error

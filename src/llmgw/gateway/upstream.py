@@ -330,9 +330,12 @@ class Upstream:
         return connection
 
     async def post(
-        self, endpoint: ReplicaEndpoint, path: str, body: bytes, request_id: bytes
+        self, endpoint: ReplicaEndpoint, path: str, body: bytes, request_id: bytes, traceparent: bytes = b""
     ) -> UpstreamResponse:
         """POST ``body`` as received to ``endpoint``; returns once the status and headers are in.
+
+        ``traceparent`` (tracing on: the request's span, made by the gateway, never a
+        client's bytes) is sent as the W3C header of that name; empty, no header is sent.
 
         Raises :class:`Unreachable` when nothing came back and :class:`UpstreamTimeout`
         when the replica stayed silent.
@@ -343,6 +346,8 @@ class Upstream:
         response = connection.response = UpstreamResponse(connection, self._settings.upstream_timeout_s)
         waiting = connection.headers_done = loop.create_future()
         assert connection.transport is not None
+        if traceparent:
+            request_id += b"\r\ntraceparent: " + traceparent
         connection.transport.writelines(
             (head, b"x-request-id: ", request_id, b"\r\nContent-Length: %d\r\n\r\n" % len(body), body)
         )

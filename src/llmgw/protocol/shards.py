@@ -89,6 +89,7 @@ def encode_shard_spec(spec: ShardSpec) -> pb.StartShard:
         max_loaded_adapters=spec.max_loaded_adapters,
         adapters=[_encode_adapter(a) for a in spec.adapters],
         max_lora_rank=spec.max_lora_rank,
+        traceparent=spec.traceparent,
     )
 
 
@@ -116,6 +117,7 @@ def decode_shard_spec(message: pb.StartShard) -> ShardSpec:
         max_loaded_adapters=message.max_loaded_adapters,
         adapters=tuple(_decode_adapter(a) for a in message.adapters),
         max_lora_rank=message.max_lora_rank,
+        traceparent=message.traceparent,
     )
 
 
