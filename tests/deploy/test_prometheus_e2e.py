@@ -22,7 +22,6 @@ import openai
 import pytest
 import yaml
 
-from llmgw.agent.config import AgentConfig
 from llmgw.cli.up import DEFAULT_MODEL, bundled_model
 from llmgw.engines import builds
 from llmgw.testing.cluster import Cluster, free_port, wait_for
@@ -48,7 +47,6 @@ EVENT_METRICS = {
     "llmgw_agent_kv_event_gaps_replayed_total",
     "llmgw_agent_kv_event_resets_total",
 }
-AGENT_SERVES_METRICS = "metrics" in AgentConfig.model_fields
 
 
 class Prometheus:
@@ -81,15 +79,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start_server()
         running.add_model(DEFAULT_MODEL, model, {"ctx_size": 2048, "parallel": 2})
         running.create_key()
-        agent_metrics = (
-            {"metrics": {"host": "127.0.0.1", "port": free_port()}} if AGENT_SERVES_METRICS else {}
-        )
-        running.add_node("node1", **agent_metrics)
         running.start_agent("node1")
         running.wait_ready(DEFAULT_MODEL, 180)
         smi = install_fake_nvidia_smi(home / "bin", [H100_80G, A100_80G_MIG])
-        gpu_metrics = {"metrics": {"host": "127.0.0.1", "port": free_port()}} if AGENT_SERVES_METRICS else {}
-        running.add_node("gpu1", nvidia_smi=str(smi), **gpu_metrics)
+        running.add_node("gpu1", nvidia_smi=str(smi))
         running.start_agent("gpu1")
         yield running
     finally:
@@ -97,6 +90,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def agent_targets(cluster: Cluster) -> list[str]:
+    """The agents' /metrics addresses, as their agent.yaml says (none where agents serve none)."""
     targets = []
     for path in sorted(cluster.home.glob("nodes/*/agent.yaml")):
         metrics = yaml.safe_load(path.read_text()).get("metrics") or {}
