@@ -1,7 +1,8 @@
 """A real Prometheus scraping a running cluster: every dashboard panel's query returns data.
 
 The cluster is a control plane, an agent serving SmolLM2 on the CPU and a GPU
-node whose nvidia-smi is the stand-in; a few chat requests (streamed and not)
+node whose nvidia-smi is the stand-in (a process not llmgw's holding memory on
+one card); a few chat requests (streamed and not)
 give the gateway's metrics something to count. Prometheus loads llmgw's rules
 too, so the SLO recording rules are evaluated against real series.
 """
@@ -15,6 +16,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ import yaml
 from llmgw.cli.up import DEFAULT_MODEL, bundled_model
 from llmgw.engines import builds
 from llmgw.testing.cluster import Cluster, free_port, wait_for
-from llmgw.testing.fake_nvidia_smi import A100_80G_MIG, H100_80G, install_fake_nvidia_smi
+from llmgw.testing.fake_nvidia_smi import A100_80G_MIG, H100_80G, FakeProcess, install_fake_nvidia_smi
 
 from .conftest import RULES
 from .test_dashboards import DASHBOARDS, panel_queries
@@ -81,7 +83,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.create_key()
         running.start_agent("node1")
         running.wait_ready(DEFAULT_MODEL, 180)
-        smi = install_fake_nvidia_smi(home / "bin", [H100_80G, A100_80G_MIG])
+        someone_elses = replace(H100_80G, processes=(FakeProcess(4242, "python3", 2048),))
+        smi = install_fake_nvidia_smi(home / "bin", [someone_elses, A100_80G_MIG])
         running.add_node("gpu1", nvidia_smi=str(smi))
         running.start_agent("gpu1")
         yield running
