@@ -86,7 +86,13 @@ postgres:
 	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get install -y postgresql || (apt-get update && apt-get install -y postgresql))
 
-test unit e2e: postgres
+# Prometheus and promtool (Debian's prometheus), for the alert rules' and dashboards' tests.
+.PHONY: prometheus
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || \
+		(apt-get install -y prometheus || (apt-get update && apt-get install -y prometheus))
+
+test unit e2e: postgres prometheus
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py
