@@ -13,7 +13,6 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from .test_shard_supervising import SETTINGS, AnsweringLauncher, FakeLauncher
 
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.installing import BlobFetcher, Installer
@@ -25,6 +24,8 @@ from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
 from llmgw.observability.tracing import TRACING_OFF, Tracing, traceparent
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.eventually import eventually
+
+from .test_shard_supervising import SETTINGS, AnsweringLauncher, FakeLauncher
 
 WEIGHTS = b"gguf weights " * 64
 SHA = hashlib.sha256(WEIGHTS).hexdigest()

@@ -201,12 +201,17 @@ def test_slo_recording_rules_evaluate_on_real_series(cluster: Cluster, prometheu
     send_requests(cluster)
 
     def recorded() -> list[dict[str, Any]] | None:
-        return prometheus.query("llmgw:gateway_errors:ratio_rate5m") or None
+        """The ratio once two scrapes saw the requests (before that, 0/0 is NaN)."""
+        series = prometheus.query("llmgw:gateway_errors:ratio_rate5m")
+        return [s for s in series if s["value"][1] != "NaN"] or None
 
     (sample,) = wait_for(recorded, 60, "the error ratio is recorded for the served model")
     assert sample["metric"]["model"] == DEFAULT_MODEL and float(sample["value"][1]) == 0.0
     ttft = wait_for(
-        lambda: prometheus.query("llmgw:gateway_ttft_slow:ratio_rate5m") or None,
+        lambda: (
+            [s for s in prometheus.query("llmgw:gateway_ttft_slow:ratio_rate5m") if s["value"][1] != "NaN"]
+            or None
+        ),
         60,
         "the share of slow first tokens is recorded (needs the 2.5 s bucket of the TTFT histogram)",
     )

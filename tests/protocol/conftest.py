@@ -8,11 +8,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from .cluster_pki import Pki, make_pki
 
 from llmgw.protocol.channels import ControlChannel
 from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector
 from llmgw.testing.channel_conformance import WAIT_S, Pair, PairFactory, memory_pairs
+
+from .cluster_pki import Pki, make_pki
 
 
 @pytest.fixture

@@ -14,12 +14,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
-from .cluster_pki import Pki
 
 from llmgw.core.relays import IncomingRelay, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, Unauthorized
 from llmgw.protocol.grpc_transport import MAX_MESSAGE_BYTES, AgentServer, RelayClient
 from llmgw.protocol.relays import RELAY_CHUNK
+
+from .cluster_pki import Pki
 
 WAIT_S = 10.0
 """Bound on waits that must end promptly; only reached when a test fails."""

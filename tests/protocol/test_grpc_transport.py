@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
-from .cluster_pki import Pki
 
 from llmgw.errors import ChannelClosed, NotFound, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel
 from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, TlsFiles
+
+from .cluster_pki import Pki
 
 WAIT_S = 5.0
 """Bound on waits that must end promptly; only reached when a test fails."""

@@ -6,7 +6,6 @@ import base64
 
 import pytest
 from hypothesis import given
-from .wire_strategies import registrations, shard_specs, shard_statuses
 
 from llmgw.core.nodes import NodeRegistration
 from llmgw.core.shards import AdapterSpec, ShardSpec, ShardState, ShardStatus
@@ -21,6 +20,8 @@ from llmgw.protocol.shards import (
     shard_spec_bytes,
     shard_spec_from_bytes,
 )
+
+from .wire_strategies import registrations, shard_specs, shard_statuses
 
 
 @given(shard_specs)

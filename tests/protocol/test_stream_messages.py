@@ -6,16 +6,6 @@ import asyncio
 
 from hypothesis import given
 from hypothesis import strategies as st
-from .wire_strategies import (
-    int64,
-    kv_updates,
-    registereds,
-    registrations,
-    shard_specs,
-    shard_statuses,
-    telemetries,
-    text,
-)
 
 from llmgw.core.agentstream import AgentMessage, ControlMessage
 from llmgw.core.kvblocks import KvBlocksUpdate
@@ -33,6 +23,17 @@ from llmgw.protocol.messages import (
     encode_agent_message,
     encode_control_message,
     encode_kv_blocks,
+)
+
+from .wire_strategies import (
+    int64,
+    kv_updates,
+    registereds,
+    registrations,
+    shard_specs,
+    shard_statuses,
+    telemetries,
+    text,
 )
 
 agent_messages = st.one_of(
