@@ -29,6 +29,7 @@ project, team or organization hang off :class:`Owner` (a hashable key) and
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
@@ -271,13 +272,13 @@ class Permission:
         return self.allowed
 
 
-def role_over(bindings: tuple[Binding, ...] | list[Binding], owner: Owner) -> Role | None:
+def role_over(bindings: Sequence[Binding], owner: Owner) -> Role | None:
     """The highest role of ``bindings`` that covers ``owner`` (None: none covers it)."""
     roles = [b.role for b in bindings if b.covers(owner)]
     return max(roles) if roles else None
 
 
-def may(bindings: tuple[Binding, ...] | list[Binding], action: Action, owner: Owner) -> Permission:
+def may(bindings: Sequence[Binding], action: Action, owner: Owner) -> Permission:
     """Whether a user with ``bindings`` may do ``action`` to what ``owner`` owns.
 
     The action needs a role (:data:`NEEDS`) bound at ``owner`` or above it. A
@@ -293,15 +294,14 @@ def may(bindings: tuple[Binding, ...] | list[Binding], action: Action, owner: Ow
     return Permission(False, f"{action.value} on {where} needs {needed.label}; {held.label} held")
 
 
-def may_as(
-    user: str, bindings: tuple[Binding, ...] | list[Binding], action: Action, owner: Owner
-) -> Permission:
+def may_as(user: str, bindings: Sequence[Binding], action: Action, owner: Owner) -> Permission:
     """:func:`may`, with ``user`` a member over what ``user:NAME`` owns (the user's own keys)."""
-    if owner == Owner(OwnerKind.USER, user) and NEEDS[action] <= Role.MEMBER:
+    own = owner.kind is OwnerKind.USER and owner.path == user
+    if own and NEEDS[action] <= Role.MEMBER:
         return Permission(True, f"{owner} is the user's own")
     return may(bindings, action, owner)
 
 
-def user_place(user: str, bindings: tuple[Binding, ...] | list[Binding]) -> Place:
+def user_place(user: str, bindings: Sequence[Binding]) -> Place:
     """Where a user sits: the user, and the organizations and teams the user is bound at."""
     return Place(Owner(OwnerKind.USER, user), frozenset(b.scope for b in bindings if not b.scope.public))

@@ -64,6 +64,10 @@ class Users:
                 raise NotFound(f"no user is called {name!r}", USERS_HINT)
         return UserRecord(row.name, row.created_at, tuple((await self.bindings()).get(name, ())))
 
+    async def exists(self, name: str) -> bool:
+        async with self._store.session() as session:
+            return await session.get(UserRow, name) is not None
+
     async def list(self) -> builtins.list[UserRecord]:
         """Every user, by name, with their bindings."""
         bindings = await self.bindings()
