@@ -8,6 +8,7 @@
     ├── NotFound                    a named thing that does not exist (404)
     ├── Conflict                    a thing that already exists (409)
     ├── Unauthorized                a missing or wrong credential (401)
+    ├── Forbidden                   a credential whose roles do not allow the action (403)
     ├── StoreError                  the database failed or timed out
     │   └── StoreUnavailable        the database cannot be reached (503)
     ├── EngineError                 an inference engine failed
@@ -66,6 +67,10 @@ class Conflict(LlmgwError):
 
 class Unauthorized(LlmgwError):
     status = 401
+
+
+class Forbidden(LlmgwError):
+    status = 403
 
 
 class StoreError(LlmgwError):

@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from llmgw.controlplane.admission import Admission
+from llmgw.controlplane.callers import Callers
 
 TOKEN = "llmgw-admin-secret"
 LIMIT = 1024
@@ -50,7 +51,7 @@ class Client:
 
     def __init__(self, app: BodyReader) -> None:
         self.app = app
-        self.layer = Admission(app, hashlib.sha256(TOKEN.encode()).hexdigest(), LIMIT)
+        self.layer = Admission(app, Callers(hashlib.sha256(TOKEN.encode()).hexdigest()), LIMIT)
         self.chunks_taken = 0
 
     async def request(
@@ -103,7 +104,7 @@ async def test_an_api_request_without_the_token_is_refused_before_its_body_is_re
 ) -> None:
     status, body, headers = await client.request("POST", "/api/models", [b'{"name": "m"}'], token=token)
     assert status == 401
-    assert body["error"]["message"] == "missing or wrong admin token"
+    assert body["error"]["message"] == "missing, wrong, expired or revoked token"
     assert "admin.token" in body["error"]["hint"]
     assert headers[b"www-authenticate"] == b"Bearer"
     assert client.chunks_taken == 0 and app.calls == 0
@@ -159,7 +160,7 @@ async def test_an_app_that_fails_on_a_refused_body_leaves_the_413_as_the_answer(
             pass
         raise RuntimeError("the client went away")
 
-    client.layer = Admission(strict, hashlib.sha256(TOKEN.encode()).hexdigest(), LIMIT)
+    client.layer = Admission(strict, Callers(hashlib.sha256(TOKEN.encode()).hexdigest()), LIMIT)
     status, _, _ = await client.request("POST", "/api/models", [b"x" * 800, b"x" * 800])
     assert status == 413
 
@@ -181,7 +182,7 @@ async def test_the_real_admin_app_behind_it_answers_in_its_error_shape_only_once
     async def echo(payload: dict[str, Any]) -> dict[str, Any]:
         return payload
 
-    layer = Admission(admin, hashlib.sha256(TOKEN.encode()).hexdigest(), LIMIT)
+    layer = Admission(admin, Callers(hashlib.sha256(TOKEN.encode()).hexdigest()), LIMIT)
     transport = httpx.ASGITransport(app=layer)
     async with httpx.AsyncClient(transport=transport, base_url="http://cp1") as http:
         refused = await http.post(

@@ -87,7 +87,7 @@ def admin_server(folder: Path) -> Iterator[str]:
             on_keys_changed=keys_changed,
         )
         try:
-            front = Admission(admin.app(), admin.state.token_sha256, body_max_bytes=8 << 20)  # as served
+            front = Admission(admin.app(), admin.state.who, body_max_bytes=8 << 20)  # as served
             async with serving(front) as url:
                 address.append(url)
                 stop.append(asyncio.Event())

@@ -16,6 +16,7 @@ from multidict import CIMultiDict
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
+from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import (
     Gateway,
     GatewaySettings,
@@ -245,7 +246,9 @@ async def gateway(settings: GatewaySettings, hooks: Hooks) -> AsyncIterator[Gate
         on_usage=hooks.on_usage,
         on_replica_failed=hooks.on_replica_failed,
     )
-    gw.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
+    gw.keys.add(
+        KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(Owner.parse("user:alice")))
+    )
     gw.catalog.replace([ModelEntry(MODEL, created=1700000000), ModelEntry(LAZY, on_demand=True)])
     yield gw
     await gw.close()

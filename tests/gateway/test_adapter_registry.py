@@ -108,15 +108,15 @@ def test_the_catalog_lists_adapters_with_their_parent_owner_and_demand() -> None
             "source": {"sha256": SHA},
             "replicas": {"min": 0},
             "on_demand": True,
-            "owner": "team-a",
+            "owner": "team:acme/a",
             "adapters": [{"name": "tone", "sha256": SHA}],
         }
     )
     catalog = GatewayCatalog(catalog_entries([model]))
     listed = json.loads(catalog.listing())["data"]
     assert listed == [
-        {"id": "small", "object": "model", "created": 0, "owned_by": "team-a"},
-        {"id": "tone", "object": "model", "created": 0, "owned_by": "team-a", "parent": "small"},
+        {"id": "small", "object": "model", "created": 0, "owned_by": "team:acme/a"},
+        {"id": "tone", "object": "model", "created": 0, "owned_by": "team:acme/a", "parent": "small"},
     ]
     entry = catalog.get("tone")
     assert entry is not None and entry.on_demand

@@ -13,6 +13,7 @@ from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
 
 from llmgw.cli.output import JsonFormatter
+from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
 from llmgw.gateway.metrics import project_of
 from llmgw.testing.eventually import eventually
@@ -20,7 +21,7 @@ from llmgw.testing.eventually import eventually
 from .conftest import AUTH, MESSAGES, MODEL, SECRET, FakeEngine, Hooks, serving
 
 PROJECT = "user:alice"
-"""The test key's owner: its project until keys carry one."""
+"""Where the test key sits (a user's key)."""
 
 
 def sample(name: str, **labels: str) -> float:
@@ -32,9 +33,10 @@ def answered() -> float:
     return sample("llmgw_gateway_requests_total", model=MODEL, project=PROJECT, code="200")
 
 
-def test_a_keys_project_is_its_owner_until_keys_carry_one() -> None:
-    assert project_of(KeyEntry("k", "n", "h", "team-a")) == "team-a"
-    assert project_of(KeyEntry("k", "n", "h", None)) == ""
+def test_a_request_counts_under_the_project_or_user_its_key_sits_at() -> None:
+    at_project = Place(Owner.parse("project:acme/ml/chat"))
+    assert project_of(KeyEntry("k", "n", "h", "a label", at_project)) == "project:acme/ml/chat"
+    assert project_of(KeyEntry("k", "n", "h", "a label")) == ""  # no place: public models only
     assert project_of(None) == ""
 
 
@@ -132,7 +134,7 @@ async def test_a_json_access_line_carries_the_request_project_model_and_replica(
     settings: GatewaySettings, engine: FakeEngine, hooks: Hooks
 ) -> None:
     gateway = Gateway(settings.model_copy(update={"access_log": True}), on_usage=hooks.on_usage)
-    gateway.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), PROJECT))
+    gateway.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), PROJECT, Place(Owner.parse(PROJECT))))
     gateway.catalog.replace([ModelEntry(MODEL)])
     gateway.replicas.set_ready(engine.endpoint)
     out = io.StringIO()

@@ -36,7 +36,8 @@ from llmgw.controlplane.api.models import (
     SettingView,
     StatusView,
 )
-from llmgw.errors import LlmgwError, NotFound, Unauthorized, ValidationFailed
+from llmgw.controlplane.api.tenancymodels import TokenCreated, TokenView, UnitView, UserView, WhoView
+from llmgw.errors import Forbidden, LlmgwError, NotFound, Unauthorized, ValidationFailed
 
 UPLOAD_CHUNK = 1 << 20
 
@@ -102,8 +103,53 @@ class AdminClient:
     def keys(self) -> list[KeyView]:
         return self._get(list[KeyView], "/api/keys")
 
-    def create_key(self, name: str, owner: str = "") -> KeyCreated:
-        return self._call(KeyCreated, "POST", "/api/keys", {"name": name, "owner": owner})
+    def create_key(self, name: str, owner: str = "", place: str = "") -> KeyCreated:
+        body = {"name": name, "owner": owner} | ({"place": place} if place else {})
+        return self._call(KeyCreated, "POST", "/api/keys", body)
+
+    # tenancy
+
+    def units(self, kind: str, within: str = "") -> list[UnitView]:
+        """``kind``: orgs, teams or projects; ``within``: an org (teams) or ``org/team`` (projects)."""
+        query = {"orgs": "", "teams": "org", "projects": "team"}[kind]
+        path = f"/api/{kind}" + (f"?{urlencode({query: within})}" if within and query else "")
+        return self._get(list[UnitView], path)
+
+    def create_unit(self, kind: str, body: dict[str, str]) -> UnitView:
+        return self._call(UnitView, "POST", f"/api/{kind}", body)
+
+    def remove_unit(self, kind: str, path: str) -> None:
+        self.request("DELETE", f"/api/{kind}/" + "/".join(quote(p, safe="") for p in path.split("/")))
+
+    def me(self) -> WhoView:
+        return self._get(WhoView, "/api/me")
+
+    def users(self) -> list[UserView]:
+        return self._get(list[UserView], "/api/users")
+
+    def create_user(self, name: str) -> UserView:
+        return self._call(UserView, "POST", "/api/users", {"name": name})
+
+    def remove_user(self, name: str) -> None:
+        self.request("DELETE", f"/api/users/{quote(name, safe='')}")
+
+    def bind_role(self, user: str, role: str, scope: str) -> UserView:
+        return self._call(
+            UserView, "PUT", f"/api/users/{quote(user, safe='')}/roles", {"role": role, "scope": scope}
+        )
+
+    def unbind_role(self, user: str, scope: str) -> None:
+        self.request("DELETE", f"/api/users/{quote(user, safe='')}/roles?" + urlencode({"scope": scope}))
+
+    def tokens(self, user: str) -> list[TokenView]:
+        return self._get(list[TokenView], f"/api/users/{quote(user, safe='')}/tokens")
+
+    def create_token(self, user: str, name: str, expires_in_s: int | None) -> TokenCreated:
+        body: dict[str, Any] = {"name": name} | ({"expires_in_s": expires_in_s} if expires_in_s else {})
+        return self._call(TokenCreated, "POST", f"/api/users/{quote(user, safe='')}/tokens", body)
+
+    def revoke_token(self, token_id: str) -> None:
+        self.request("DELETE", f"/api/tokens/{quote(token_id, safe='')}")
 
     def revoke_key(self, key: str) -> None:
         self.request("DELETE", f"/api/keys/{quote(key)}")
@@ -233,6 +279,8 @@ def _translate(error: urllib.error.HTTPError) -> LlmgwError:
     hint = detail.get("hint", "")
     if error.code == 401:
         return Unauthorized(message, hint)
+    if error.code == 403:
+        return Forbidden(message, hint)
     if error.code == 404:
         return NotFound(message, hint)
     if error.code == 400 and detail.get("problems"):

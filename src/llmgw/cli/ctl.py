@@ -2,6 +2,7 @@
 
 The commands here look at the cluster (status, nodes, replicas, logs, audit);
 the catalog (:mod:`llmgw.cli.modelcatalog`), keys (:mod:`llmgw.cli.keys`),
+organizations, teams, projects and users (:mod:`llmgw.cli.tenancy`),
 settings (:mod:`llmgw.cli.configuring`) and contexts (:mod:`llmgw.cli.contexts`)
 have their own groups. Every listing takes ``--json``.
 """
@@ -20,6 +21,7 @@ from llmgw.cli.keys import key_app
 from llmgw.cli.modelcatalog import list_models, model_app
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
+from llmgw.cli.tenancy import org_app, project_app, team_app, user_app
 from llmgw.controlplane.api.models import ComponentView, StatusView
 from llmgw.core.health import ComponentState
 
@@ -30,6 +32,10 @@ app.add_typer(model_app, name="model")
 app.add_typer(key_app, name="key")
 app.add_typer(config_app, name="config")
 app.add_typer(context_app, name="context")
+app.add_typer(org_app, name="org")
+app.add_typer(team_app, name="team")
+app.add_typer(project_app, name="project")
+app.add_typer(user_app, name="user")
 app.command("engine-check")(engine_check)
 
 WORTH_SHOWING = (ComponentState.FAILED, ComponentState.RESTARTING)

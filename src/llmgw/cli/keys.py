@@ -13,12 +13,20 @@ key_app = typer.Typer(help="API keys for /v1.", no_args_is_help=True)
 @key_app.command("create")
 def key_create(
     name: str = typer.Argument(..., help="A name for the key (who or what uses it)."),
-    owner: str = typer.Option("", help="Owner of the key."),
+    owner: str = typer.Option("", help="A label saying who uses the key."),
+    project: str = typer.Option("", help="The project the key sits in (ORG/TEAM/PROJECT)."),
+    user: str = typer.Option("", help="The user the key belongs to (instead of a project)."),
     url: str | None = URL,
     token: str | None = TOKEN,
 ) -> None:
-    """Create an API key; the secret is shown once."""
-    created = client(url, token).create_key(name, owner)
+    """Create an API key in a project or for a user (it sees public models and those owned there
+    or above); the secret is shown once."""
+    if project and user:
+        raise typer.BadParameter(
+            "a key sits in a project or with a user, not both", param_hint="--project/--user"
+        )
+    place = f"project:{project}" if project else f"user:{user}" if user else ""
+    created = client(url, token).create_key(name, owner, place)
     console.print(f"created key {created.id} ({created.name}); the secret is shown only now:")
     print(created.key)
 
@@ -31,12 +39,13 @@ def key_list(url: str | None = URL, token: str | None = TOKEN, as_json: bool = A
         print_json(rows)
         return
     table(
-        ["ID", "NAME", "PREFIX", "OWNER", "CREATED", "REVOKED"],
+        ["ID", "NAME", "PREFIX", "PLACE", "OWNER", "CREATED", "REVOKED"],
         [
             (
                 k.id,
                 k.name,
                 k.prefix + "…",
+                k.place or "-",
                 k.owner or "-",
                 k.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                 k.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if k.revoked_at else "-",

@@ -1,7 +1,8 @@
 """The admin API's app: the routers of :mod:`llmgw.controlplane.api` over one :class:`AdminState`.
 
 ``/api/openapi.json`` describes every route's request and answer; ``/api/docs``
-shows it. Every ``/api`` route wants the admin token (bearer).
+shows it. Every ``/api`` route wants a token (bearer): the admin token or a
+user's, whose roles each route checks against what it touches (docs/tenancy.md).
 """
 
 from __future__ import annotations
@@ -26,10 +27,14 @@ from llmgw.controlplane.api import (
     serving,
     settings,
     status,
+    tokens,
+    units,
+    users,
 )
 from llmgw.controlplane.api.errors import add_error_handlers, describe_400_not_422
 from llmgw.controlplane.api.state import AdminState, no_components
 from llmgw.controlplane.api.status import address_is_local
+from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
@@ -51,6 +56,9 @@ ROUTERS = (
     settings.router,
     agents.router,
     audit.router,
+    units.router,
+    users.router,
+    tokens.router,
 )
 
 
@@ -86,6 +94,7 @@ class AdminApi:
         check_agent_settings: SettingsCheck = forbidden_only,
         components: Callable[[], Sequence[ComponentHealth]] = no_components,
         vip: str = "",
+        callers: Callers | None = None,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -100,6 +109,7 @@ class AdminApi:
             check_agent_settings=check_agent_settings,
             components=components,
             vip=vip,
+            callers=callers,
         )
 
     @property

@@ -5,8 +5,9 @@ port serves except the gateway (``/v1`` has its own keys and its own 32 MiB
 limit, :mod:`llmgw.gateway.bodies`), and in front of a standby's relaying,
 which reads a body whole before it passes it on:
 
-- an ``/api`` request without the admin token is answered 401 from its
-  headers alone, before a byte of its body is read; the public paths
+- an ``/api`` request without a live token (the admin token, or a user's:
+  :class:`~llmgw.controlplane.callers.Callers`, from memory) is answered 401
+  from its headers alone, before a byte of its body is read; the public paths
   (:data:`PUBLIC_API_PATHS`, and everything outside ``/api``: ``/healthz``,
   ``/leader``, ``/metrics``) want none;
 - a body larger than ``http.api_body_max_bytes`` is answered 413, at once when
@@ -28,7 +29,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmgw.controlplane.api.state import WRONG_TOKEN, WRONG_TOKEN_HINT, token_matches
+from llmgw.controlplane.api.state import WRONG_TOKEN, WRONG_TOKEN_HINT
+from llmgw.controlplane.callers import Callers
 
 ASGIApp = Callable[
     [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]
@@ -74,11 +76,11 @@ class BodyTooLarge:
 
 
 class Admission:
-    """Pure ASGI: the admin token from the headers, then the body limit, in front of ``app``."""
+    """Pure ASGI: a live token from the headers, then the body limit, in front of ``app``."""
 
-    def __init__(self, app: ASGIApp, token_sha256: str, body_max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, callers: Callers, body_max_bytes: int) -> None:
         self._app = app
-        self._token_sha256 = token_sha256
+        self._callers = callers
         self._limit = body_max_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -86,9 +88,7 @@ class Admission:
         if scope["type"] != "http" or path == "/v1" or path.startswith("/v1/"):
             await self._app(scope, receive, send)
             return
-        if _wants_token(path) and not token_matches(
-            _header(scope, b"authorization") or "", self._token_sha256
-        ):
+        if _wants_token(path) and self._callers.identify(_header(scope, b"authorization") or "") is None:
             await _answer(send, 401, WRONG_TOKEN, WRONG_TOKEN_HINT)
             return
         if (scope["method"], path) in UNBOUNDED:

@@ -16,6 +16,7 @@ component          policy    what
 ``http``           FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
 ``load-reader``    RESTART   engines' load into the router
 ``usage-writer``   RESTART   usage sums into the store
+``callers``        RESTART   users' tokens and roles reloaded for ``/api``
 ``leader-duties``  RESTART   starts/stops the reconciler as leadership changes
 ``reconciler``     RESTART   leader only (started by ``leader-duties``)
 ``leadership``     RESTART   added by :mod:`~llmgw.controlplane.running` once
@@ -27,12 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
+from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.demand import ModelDemand
@@ -45,6 +47,7 @@ from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
 from llmgw.errors import LlmgwError
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.feeding import GatewayFeed
@@ -81,17 +84,39 @@ def replica_ready_to(feed: GatewayFeed) -> Callable[[ReplicaState, str], None]:
 
 
 class KeyLoading:
-    """Reads the active API keys from the store into the gateway (at start, on leading, on a change)."""
+    """Reads the active API keys, with their places, from the store into the gateway (at start, on
+    leading, on a change), and the users' tokens and roles into the admin side's callers.
 
-    def __init__(self, store: Store, feed: GatewayFeed) -> None:
+    A key of a user sits where the user does: the user's teams and organizations come from the
+    user's role bindings, read in the same reload.
+    """
+
+    def __init__(self, store: Store, feed: GatewayFeed, callers: Callers) -> None:
         self._store = store
         self._feed = feed
+        self._callers = callers
 
     async def reload(self) -> None:
         keys = await self._store.keys.active()
+        bindings = await self._store.users.bindings()
         self._feed.keys_replaced(
-            KeyEntry(key_id=k.id, name=k.name, secret_hash=k.secret_hash, owner=k.owner) for k in keys
+            KeyEntry(
+                key_id=k.id,
+                name=k.name,
+                secret_hash=k.secret_hash,
+                owner=k.owner,
+                place=key_place(k.place, bindings),
+            )
+            for k in keys
         )
+        await self._callers.load(self._store)
+
+
+def key_place(at: Owner, bindings: Mapping[str, Sequence[Binding]]) -> Place:
+    """Where a key at ``at`` sits: a project, or a user with the user's teams and organizations."""
+    if at.kind is OwnerKind.USER:
+        return user_place(at.path, bindings.get(at.path, ()))
+    return Place(at)
 
 
 @dataclass(frozen=True)
@@ -168,7 +193,8 @@ async def wire(
         on_pass=observe_pass,
         tracing=tracing,
     )
-    keys = KeyLoading(store, feed)
+    callers = Callers(config.admin_token_sha256)
+    keys = KeyLoading(store, feed, callers)
     try:
         await keys.reload()
     except LlmgwError as error:
@@ -212,6 +238,7 @@ async def wire(
         check_agent_settings=check_agent_settings,
         components=supervisor.health,
         vip=config.leadership.vip,
+        callers=callers,
     )
 
     async def blob_chunks(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
@@ -235,12 +262,13 @@ async def wire(
     )
     closing.push_async_callback(agent_server.stop)
     # the token and the body limit are checked before a standby's relaying reads a body
-    edge = Admission(front, config.admin_token_sha256, config.http.api_body_max_bytes)
+    edge = Admission(front, callers, config.http.api_body_max_bytes)
     http = HttpServer(edge, config.http)
 
     supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
     supervisor.add("load-reader", gateway.loads.run)
     supervisor.add("usage-writer", usage.run)
+    supervisor.add("callers", lambda: callers.keep_loaded(store))
     supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
     supervisor.add("leader-duties", duties.follow)
     return ControlPlaneParts(store, gateway, reconciler, leadership, sessions, admin, agent_server, http)

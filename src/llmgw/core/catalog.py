@@ -33,6 +33,7 @@ from llmgw.core.engines import (
     find_engine,
 )
 from llmgw.core.mig import Spread, mig_refusal
+from llmgw.core.tenancy import Owner, owner_text
 from llmgw.core.validation import check_args, check_env
 from llmgw.errors import ValidationFailed
 
@@ -211,6 +212,11 @@ class Adapter(Strict):
     """llama.cpp: how strongly the adapter applies (``--lora-scaled``); None: 1.0."""
     rank: int | None = Field(default=None, ge=1, le=512)
     """vLLM: the adapter's LoRA rank (PEFT's ``r``); vLLM gets a ``--max-lora-rank`` holding the largest."""
+    owner: str = ""
+    """Who owns the adapter (``org:…``, ``team:…``, ``project:…``, ``user:…``); empty: the model's owner.
+    Only keys there see it (:mod:`llmgw.core.tenancy`); it must be at or below the model's owner."""
+
+    _owner = field_validator("owner")(owner_text)
 
     _sha = field_validator("sha256")(_sha256)
 
@@ -354,7 +360,8 @@ class ModelDefinition(Strict):
     idle_timeout_s: int = Field(default=600, ge=10)
     """Seconds without a request after which an on-demand model's replicas stop."""
     owner: str = ""
-    """Who owns the model (empty: the cluster)."""
+    """Who owns the model: empty (the cluster: every key sees it), ``org:ORG``, ``team:ORG/TEAM``,
+    ``project:ORG/TEAM/PROJECT`` or ``user:NAME`` (only keys there see it; :mod:`llmgw.core.tenancy`)."""
     adapters: tuple[Adapter, ...] = ()
     """LoRA adapters served on the model's replicas, each under its own name: all given to the
     engine at start, or (vLLM with ``profile.max_loaded_adapters`` N) loaded when first asked for."""
@@ -370,6 +377,27 @@ class ModelDefinition(Strict):
                 f"source.format: {runs.value} or use engine {others} for {given.label}"
             )
         return self
+
+    _owner = field_validator("owner")(owner_text)
+
+    @model_validator(mode="after")
+    def _adapters_within_owner(self) -> ModelDefinition:
+        owner = Owner.parse(self.owner)
+        for adapter in self.adapters:
+            if adapter.owner and not Owner.parse(adapter.owner).within(owner):
+                raise ValueError(
+                    f"adapter {adapter.name!r} is owned by {adapter.owner}, outside the model's owner "
+                    f"({self.owner or 'the cluster'}); own it at or below the model's owner"
+                )
+        return self
+
+    def owned_by(self) -> Owner:
+        """The model's owner (:class:`~llmgw.core.tenancy.Owner`)."""
+        return Owner.parse(self.owner)
+
+    def adapter_owner(self, adapter: Adapter) -> Owner:
+        """Who owns ``adapter``: its own owner, else the model's."""
+        return Owner.parse(adapter.owner or self.owner)
 
     @field_validator("name")
     @classmethod

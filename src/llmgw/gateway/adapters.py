@@ -33,6 +33,7 @@ from prometheus_client import Counter
 
 from llmgw.core.adapters import AdapterResidency
 from llmgw.core.catalog import ModelDefinition
+from llmgw.core.tenancy import CLUSTER, Owner
 from llmgw.errors import EngineError
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.upstream import Upstream
@@ -58,6 +59,8 @@ class AdapterEntry:
     """llama.cpp: the adapter's id in llama-server (its place on the command line); -1 elsewhere."""
     scale: float = 1.0
     """llama.cpp: the scale a request for the adapter applies it at."""
+    owner: Owner = CLUSTER
+    """Who owns the adapter (its own owner, else its model's): only keys that see it may name it."""
 
     @property
     def at_start(self) -> bool:
@@ -78,6 +81,7 @@ def adapter_entries(models: Iterable[ModelDefinition]) -> list[AdapterEntry]:
                     max_loaded=model.profile.max_loaded_adapters,
                     lora_id=index if in_body else -1,
                     scale=1.0 if adapter.scale is None else adapter.scale,
+                    owner=model.adapter_owner(adapter),
                 )
             )
     return entries

@@ -6,9 +6,12 @@
     POST /v1/chat/completions | /v1/completions | /v1/embeddings
         key (in memory) -> 401 invalid_api_key
         body: JSON object with "model" -> 400 / 413
-        model in the catalog -> 404 model_not_found
+        model in the catalog and visible to the key -> 404 model_not_found
         forwarding.forward(): replica (on demand, bounded wait -> 503), proxy, usage
-    GET  /v1/models, /v1/models/{id}   the catalog, for any valid key
+    GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
+
+A key sees public models and adapters and those owned at or above its place
+(:mod:`llmgw.core.tenancy`); anything else answers as a name never defined.
 
 The control plane changes what the gateway knows only through
 :attr:`Gateway.feed` (:class:`~llmgw.gateway.feeding.GatewayFeed`). Every
@@ -274,15 +277,15 @@ class Gateway:
                 raise ApiError(
                     405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
                 )
-            exchange.key = self._authenticate(authorization)
-            logcontext.PROJECT.set(metrics.project_of(exchange.key))
+            key = exchange.key = self._authenticate(authorization)
+            logcontext.PROJECT.set(metrics.project_of(key))
             body = await read_body(receive, length, self.settings.max_body_bytes)
             if body is None:
                 exchange.status = CLIENT_CLOSED
                 return
             facts = model_and_stream(body)
             model = facts.model
-            if model not in self.catalog and self.adapters.get(model) is None:
+            if not self._visible(model, key):
                 raise ApiError(
                     404,
                     f"The model '{model}' does not exist; GET /v1/models lists the models.",
@@ -300,8 +303,8 @@ class Gateway:
                 raise ApiError(
                     405, f"{method} is not allowed on {path}; use GET.", headers=((b"allow", b"GET"),)
                 )
-            self._authenticate(authorization)
-            await self._models(send, exchange, path)
+            key = self._authenticate(authorization)
+            await self._models(send, exchange, path, key)
         else:
             raise ApiError(
                 404,
@@ -330,12 +333,20 @@ class Gateway:
             )
         return entry
 
-    async def _models(self, send: Send, exchange: Exchange, path: str) -> None:
+    def _visible(self, model: str, key: KeyEntry) -> bool:
+        """Whether ``model`` (a catalog entry, or an adapter the feed registered alone) exists for ``key``."""
+        entry = self.catalog.get(model)
+        if entry is not None:
+            return entry.visible_to(key.place)
+        adapter = self.adapters.get(model)
+        return adapter is not None and (adapter.owner.public or adapter.owner in key.place.reach)
+
+    async def _models(self, send: Send, exchange: Exchange, path: str, key: KeyEntry) -> None:
         if path == "/v1/models":
-            body = self.catalog.listing()
+            body = self.catalog.listing(key.place)
         else:
             name = path[len("/v1/models/") :]
-            entry = self.catalog.get(name)
+            entry = self.catalog.visible_to(name, key.place)
             if entry is None:
                 raise ApiError(
                     404,

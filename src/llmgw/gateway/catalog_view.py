@@ -1,7 +1,11 @@
 """What the gateway knows of the catalog: which model names exist, and how to list them.
 
 The control plane keeps this view current from the store; the gateway answers
-``GET /v1/models`` from it and refuses requests for names not in it.
+``GET /v1/models`` from it and refuses requests for names not in it. Each
+entry carries its owner: a key sees an entry only when
+:func:`~llmgw.core.tenancy.visible` says so (:meth:`GatewayCatalog.visible_to`,
+one dictionary and one set lookup); to any other key it does not exist. The
+listing is encoded once per change and per place that asks.
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmgw.core.catalog import ModelDefinition
+from llmgw.core.tenancy import CLUSTER, Owner, Place
+
+LISTINGS_KEPT = 1024
+"""Encoded ``/v1/models`` answers kept (one per place that asked) before the cache starts afresh."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +31,15 @@ class ModelEntry:
     created: int = 0
     """Unix time the model entered the catalog (``created`` in ``/v1/models``)."""
     owner: str = "llmgw"
-    """Who owns the model (``owned_by`` in ``/v1/models``)."""
+    """``owned_by`` in ``/v1/models``: ``llmgw`` for public models, else the owner's text."""
     parent: str = ""
     """A LoRA adapter's base model (``parent`` in ``/v1/models``, as vLLM lists it); empty for a model."""
+    owned: Owner = CLUSTER
+    """Who owns it: only keys that see this owner see the entry."""
+
+    def visible_to(self, place: Place) -> bool:
+        owned = self.owned
+        return owned.public or owned in place.reach
 
     def as_openai(self) -> dict[str, object]:
         listed: dict[str, object] = {
@@ -41,11 +55,18 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
     entries = []
     for model in models:
         on_demand = model.on_demand or model.replicas.min == 0
-        owner = model.owner or "llmgw"
-        entries.append(ModelEntry(name=model.name, on_demand=on_demand, owner=owner))
+        owned = model.owned_by()
+        entries.append(ModelEntry(model.name, on_demand, owner=_owned_by(owned), owned=owned))
         for adapter in model.adapters:
-            entries.append(ModelEntry(name=adapter.name, on_demand=on_demand, owner=owner, parent=model.name))
+            owned = model.adapter_owner(adapter)
+            entries.append(
+                ModelEntry(adapter.name, on_demand, owner=_owned_by(owned), parent=model.name, owned=owned)
+            )
     return entries
+
+
+def _owned_by(owner: Owner) -> str:
+    return "llmgw" if owner.public else str(owner)
 
 
 class GatewayCatalog:
@@ -53,26 +74,34 @@ class GatewayCatalog:
 
     def __init__(self, entries: Iterable[ModelEntry] = ()) -> None:
         self._entries: dict[str, ModelEntry] = {}
-        self._listing: bytes | None = None
+        self._listings: dict[frozenset[Owner] | None, bytes] = {}
         self.replace(entries)
 
     def replace(self, entries: Iterable[ModelEntry]) -> None:
         """Make ``entries`` the whole catalog."""
         self._entries = {entry.name: entry for entry in entries}
-        self._listing = None
+        self._listings = {}
 
     def put(self, entry: ModelEntry) -> None:
         """Add a model, or replace the one with the same name."""
         self._entries[entry.name] = entry
-        self._listing = None
+        self._listings = {}
 
     def remove(self, name: str) -> bool:
         """Forget a model; False when there was none of that name."""
-        self._listing = None
+        self._listings = {}
         return self._entries.pop(name, None) is not None
 
     def get(self, name: str) -> ModelEntry | None:
+        """The entry called ``name``, whoever owns it (the control plane's view, not a key's)."""
         return self._entries.get(name)
+
+    def visible_to(self, name: str, place: Place) -> ModelEntry | None:
+        """The entry called ``name`` when a key at ``place`` sees it; None as for a name never defined."""
+        entry = self._entries.get(name)
+        if entry is None or not (entry.owned.public or entry.owned in place.reach):
+            return None
+        return entry
 
     def entries(self) -> list[ModelEntry]:
         """The models, sorted by name."""
@@ -84,9 +113,16 @@ class GatewayCatalog:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def listing(self) -> bytes:
-        """The body of ``GET /v1/models``: OpenAI's list shape, encoded once per change."""
-        if self._listing is None:
-            data = [entry.as_openai() for entry in self.entries()]
-            self._listing = json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
-        return self._listing
+    def listing(self, place: Place | None = None) -> bytes:
+        """The body of ``GET /v1/models`` for a key at ``place`` (None: every entry): OpenAI's list
+        shape, encoded once per change and per place."""
+        reach = None if place is None else place.reach
+        listing = self._listings.get(reach)
+        if listing is None:
+            shown = self.entries() if place is None else [e for e in self.entries() if e.visible_to(place)]
+            data = [entry.as_openai() for entry in shown]
+            listing = json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
+            if len(self._listings) >= LISTINGS_KEPT:
+                self._listings = {}
+            self._listings[reach] = listing
+        return listing

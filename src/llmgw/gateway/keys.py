@@ -4,7 +4,8 @@ The control plane owns keys (they live in the store); it hands the gateway a
 :class:`KeyEntry` per key and keeps the :class:`KeyRing` current with
 :meth:`KeyRing.replace`, :meth:`KeyRing.add` and :meth:`KeyRing.remove`. A
 request's key is checked by hashing the presented secret and looking the hash
-up: no database call, and no secret kept in clear.
+up: no database call, and no secret kept in clear. The entry carries the key's
+:class:`~llmgw.core.tenancy.Place`, which decides what models the key sees.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from llmgw.core.tenancy import NOWHERE, Place
 
 
 def hash_secret(secret: str | bytes) -> str:
@@ -31,7 +34,10 @@ class KeyEntry:
     secret_hash: str
     """sha256 hex digest of the whole secret (:func:`hash_secret`)."""
     owner: str | None = None
-    """Who the key belongs to (org, team, project or user), when known."""
+    """A label saying who uses the key (no bearing on what it sees)."""
+    place: Place = NOWHERE
+    """Where the key sits (its project, or its user and the user's teams and organizations): it sees
+    public models and adapters and those owned at or above it (:func:`llmgw.core.tenancy.visible`)."""
 
 
 class KeyRing:

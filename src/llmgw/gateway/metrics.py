@@ -62,13 +62,14 @@ UPSTREAM_FAILURES = Counter(
 
 
 def project_of(key: KeyEntry | None) -> str:
-    """The project a request is counted under: its key's owner until keys carry a project.
+    """The project (or user) a request is counted under: where its key sits, as ``project:org/team/p``
+    or ``user:name``; empty for a key of no place.
 
     The one place that says so: metrics and logs both ask here.
     """
-    if key is None:
+    if key is None or key.place.at.public:
         return ""
-    return key.owner or ""
+    return str(key.place.at)
 
 
 class InFlight:

@@ -1,7 +1,9 @@
 """The catalog: the models an operator has defined, by name, as stored definitions.
 
 The store keeps a definition as the plain dict it was given; checking it is
-:mod:`llmgw.core.catalog`'s job, before it gets here.
+:mod:`llmgw.core.catalog`'s job, before it gets here. The definition's
+``owner`` is also kept in columns of its own (``owner_kind``, ``owner_path``)
+to find what an owner owns.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.core.tenancy import CLUSTER, Owner, OwnerKind
 from llmgw.errors import Conflict, NotFound
 from llmgw.store.tables import ModelRow, rowcount
 from llmgw.store.upserting import upsert
@@ -31,6 +34,16 @@ class ModelRecord:
     """The model's definition, as given to :meth:`Catalog.add` or :meth:`Catalog.put`."""
     created_at: datetime
     updated_at: datetime
+    owner: Owner = CLUSTER
+    """Who owns the model (the definition's ``owner``)."""
+
+
+def owner_of(definition: dict[str, Any]) -> Owner:
+    """The owner a definition names; the cluster when it names none (checking it is the catalog's job)."""
+    try:
+        return Owner.parse(str(definition.get("owner") or ""))
+    except ValueError:
+        return CLUSTER
 
 
 class Catalog:
@@ -42,7 +55,15 @@ class Catalog:
     async def add(self, name: str, definition: dict[str, Any]) -> ModelRecord:
         """Add a new model; :class:`Conflict` when one of that name exists."""
         now = self._store.now()
-        row = ModelRow(name=name, definition=dict(definition), created_at=now, updated_at=now)
+        owner = owner_of(definition)
+        row = ModelRow(
+            name=name,
+            definition=dict(definition),
+            created_at=now,
+            updated_at=now,
+            owner_kind=owner.kind.value,
+            owner_path=owner.path,
+        )
         async with self._store.session() as session:
             if await session.get(ModelRow, name) is not None:
                 raise _exists(name)
@@ -57,8 +78,17 @@ class Catalog:
         """Add the model, or replace the definition of the one of that name (keeping its ``created_at``)."""
         now = self._store.now()
         async with self._store.session() as session:
-            values = {"name": name, "definition": dict(definition), "created_at": now, "updated_at": now}
-            row = await upsert(session, ModelRow, values, key="name", update=("definition", "updated_at"))
+            owner = owner_of(definition)
+            values = {
+                "name": name,
+                "definition": dict(definition),
+                "created_at": now,
+                "updated_at": now,
+                "owner_kind": owner.kind.value,
+                "owner_path": owner.path,
+            }
+            update = ("definition", "updated_at", "owner_kind", "owner_path")
+            row = await upsert(session, ModelRow, values, key="name", update=update)
             return _record(row)
 
     async def get(self, name: str) -> ModelRecord:
@@ -84,8 +114,16 @@ class Catalog:
 
 
 def _record(row: ModelRow) -> ModelRecord:
+    try:
+        owner = Owner(OwnerKind(row.owner_kind), row.owner_path)
+    except ValueError:
+        owner = CLUSTER
     return ModelRecord(
-        name=row.name, definition=row.definition, created_at=row.created_at, updated_at=row.updated_at
+        name=row.name,
+        definition=row.definition,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        owner=owner,
     )
 
 

@@ -48,6 +48,9 @@ from llmgw.store.leases import Fence, check_fence
 from llmgw.store.nodes import Nodes
 from llmgw.store.replicas import Replicas
 from llmgw.store.settings import StoredSettings
+from llmgw.store.tenants import Tenants
+from llmgw.store.users import Users
+from llmgw.store.usertokens import UserTokens
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 """Alembic's script folder, shipped inside the package."""
@@ -98,6 +101,9 @@ class Store:
         self.settings = StoredSettings(self)
         self.audit = AuditLog(self)
         self.blobs = Blobs(self)
+        self.tenants = Tenants(self)
+        self.users = Users(self)
+        self.tokens = UserTokens(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

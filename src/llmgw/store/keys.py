@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from llmgw.core.tenancy import CLUSTER, Owner, OwnerKind
 from llmgw.errors import Conflict, NotFound, ValidationFailed
 from llmgw.store.tables import ApiKeyRow
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
     from llmgw.store.database import Store
 
 SECRET_PREFIX = "sk-llmgw-"
@@ -62,8 +65,11 @@ class KeyRecord:
     secret_hash: str
     """The sha256 (hex) of the whole secret."""
     owner: str
+    """A label: who uses the key."""
     created_at: datetime
     revoked_at: datetime | None
+    place: Owner = CLUSTER
+    """Where the key sits: a project, a user, or the cluster (nowhere: public models only)."""
 
     @property
     def active(self) -> bool:
@@ -76,13 +82,19 @@ class Keys:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def create(self, name: str, owner: str = "") -> tuple[KeyRecord, str]:
-        """Create a key; returns it and its secret, which cannot be read again.
+    async def create(self, name: str, owner: str = "", place: Owner = CLUSTER) -> tuple[KeyRecord, str]:
+        """Create a key at ``place`` (a project or a user); returns it and its secret, which cannot be
+        read again.
 
         :class:`Conflict` when an active key already has that name.
         """
         if not name.strip():
             raise ValidationFailed([("name", "must not be empty")], hint="name the key after who uses it")
+        if place.kind not in (OwnerKind.CLUSTER, OwnerKind.PROJECT, OwnerKind.USER):
+            raise ValidationFailed(
+                [("place", f"a key sits in a project or with a user, not at {place}")],
+                hint="create the key with a project (project:ORG/TEAM/PROJECT) or a user (user:NAME)",
+            )
         secret = new_secret()
         row = ApiKeyRow(
             id=f"key_{secrets.token_hex(4)}",
@@ -92,6 +104,8 @@ class Keys:
             owner=owner,
             created_at=self._store.now(),
             revoked_at=None,
+            place_kind=place.kind.value,
+            place_path=place.path,
         )
         async with self._store.session() as session:
             taken = await session.scalar(
@@ -106,6 +120,12 @@ class Keys:
                 raise _name_taken(name) from None
             return _record(row), secret
 
+    async def find(self, id_or_name: str) -> KeyRecord:
+        """The key with that id, or the active key with that name; :class:`NotFound` when none."""
+        async with self._store.session() as session:
+            row = await _find(session, id_or_name)
+            return _record(row)
+
     async def revoke(self, id_or_name: str) -> KeyRecord:
         """Revoke the key with that id, or the active key with that name.
 
@@ -113,16 +133,7 @@ class Keys:
         when no key matches.
         """
         async with self._store.session() as session:
-            row = await session.get(ApiKeyRow, id_or_name)
-            if row is None:
-                row = await session.scalar(
-                    select(ApiKeyRow).where(ApiKeyRow.name == id_or_name, ApiKeyRow.revoked_at.is_(None))
-                )
-            if row is None:
-                raise NotFound(
-                    f"no active API key has the id or name {id_or_name!r}",
-                    hint="'llmgw ctl key list' lists the keys",
-                )
+            row = await _find(session, id_or_name)
             if row.revoked_at is None:
                 row.revoked_at = self._store.now()
                 await session.flush()
@@ -141,6 +152,20 @@ class Keys:
             return [_record(row) for row in await session.scalars(query)]
 
 
+async def _find(session: AsyncSession, id_or_name: str) -> ApiKeyRow:
+    row = await session.get(ApiKeyRow, id_or_name)
+    if row is None:
+        row = await session.scalar(
+            select(ApiKeyRow).where(ApiKeyRow.name == id_or_name, ApiKeyRow.revoked_at.is_(None))
+        )
+    if row is None:
+        raise NotFound(
+            f"no active API key has the id or name {id_or_name!r}",
+            hint="'llmgw ctl key list' lists the keys",
+        )
+    return row
+
+
 def _record(row: ApiKeyRow) -> KeyRecord:
     return KeyRecord(
         id=row.id,
@@ -150,7 +175,15 @@ def _record(row: ApiKeyRow) -> KeyRecord:
         owner=row.owner,
         created_at=row.created_at,
         revoked_at=row.revoked_at,
+        place=_place(row.place_kind, row.place_path),
     )
+
+
+def _place(kind: str, path: str) -> Owner:
+    try:
+        return Owner(OwnerKind(kind), path)
+    except ValueError:
+        return CLUSTER  # written by a newer llmgw: seen as nowhere, public models only
 
 
 def _name_taken(name: str) -> Conflict:

@@ -27,6 +27,7 @@ from sqlalchemy import (
     MetaData,
     String,
     TypeDecorator,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.engine import CursorResult, Result
@@ -75,10 +76,15 @@ class ModelRow(Base):
 
     __tablename__ = "models"
 
+    __table_args__ = (Index("ix_models_owner", "owner_kind", "owner_path"),)
+
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     definition: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    owner_kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default="cluster")
+    """The definition's owner, kept apart to find what an owner owns (:class:`llmgw.core.tenancy.Owner`)."""
+    owner_path: Mapped[str] = mapped_column(String(200), nullable=False, server_default="")
 
 
 class ReplicaRow(Base):
@@ -128,7 +134,86 @@ class ApiKeyRow(Base):
     prefix: Mapped[str] = mapped_column(String(16), nullable=False)
     secret_hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True, index=True)
     owner: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    """A label: who uses the key. What it sees follows its place."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    place_kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default="cluster")
+    """Where the key sits: ``project`` or ``user`` (``cluster``: nowhere, public models only)."""
+    place_path: Mapped[str] = mapped_column(String(200), nullable=False, server_default="")
+
+
+class OrgRow(Base):
+    """An organization: it holds teams. ``path`` is its name."""
+
+    __tablename__ = "orgs"
+
+    path: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class TeamRow(Base):
+    """A team of an organization: it holds projects. ``path`` is ``org/team``."""
+
+    __tablename__ = "teams"
+
+    path: Mapped[str] = mapped_column(String(130), primary_key=True)
+    org: Mapped[str] = mapped_column(
+        String(64), ForeignKey("orgs.path", ondelete="CASCADE"), nullable=False, index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class ProjectRow(Base):
+    """A project of a team: keys live here. ``path`` is ``org/team/project``."""
+
+    __tablename__ = "projects"
+
+    path: Mapped[str] = mapped_column(String(200), primary_key=True)
+    team: Mapped[str] = mapped_column(
+        String(130), ForeignKey("teams.path", ondelete="CASCADE"), nullable=False, index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class UserRow(Base):
+    """A person who calls ``/api`` with tokens of their own."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class RoleBindingRow(Base):
+    """A user's role at the cluster, an organization or a team; one role per user and scope."""
+
+    __tablename__ = "role_bindings"
+    __table_args__ = (UniqueConstraint("user_name", "scope_kind", "scope_path"),)
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    user_name: Mapped[str] = mapped_column(
+        String(64), ForeignKey("users.name", ondelete="CASCADE"), nullable=False, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    scope_kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    scope_path: Mapped[str] = mapped_column(String(200), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class UserTokenRow(Base):
+    """A user's token for ``/api``; only the sha256 of its secret is kept."""
+
+    __tablename__ = "user_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_name: Mapped[str] = mapped_column(
+        String(64), ForeignKey("users.name", ondelete="CASCADE"), nullable=False, index=True
+    )
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    prefix: Mapped[str] = mapped_column(String(16), nullable=False)
+    secret_hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 

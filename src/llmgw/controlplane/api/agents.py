@@ -9,17 +9,19 @@ from fastapi import APIRouter
 from llmgw.controlplane.api.columns import AUDIT_TARGET
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import RestartAnswer, RestartRequest
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.core.nodes import RestartAgent
 from llmgw.errors import ChannelClosed
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/api", tags=["agents"], dependencies=AUTH, responses=declared(400, 401, 503))
+router = APIRouter(
+    prefix="/api", tags=["agents"], dependencies=CLUSTER_ROLE, responses=declared(400, 401, 503, 403)
+)
 
 
 @router.post("/agents/restart", response_model=RestartAnswer)
-async def restart_agents(body: RestartRequest, state: State) -> RestartAnswer:
+async def restart_agents(body: RestartRequest, state: State, caller: Who) -> RestartAnswer:
     """Send RestartAgent to every connected agent; the answer names the nodes asked."""
     sent = []
     for node_id, node in sorted(state.fleet.nodes.items()):
@@ -32,5 +34,7 @@ async def restart_agents(body: RestartRequest, state: State) -> RestartAnswer:
     target = ",".join(sent)
     if len(target) > AUDIT_TARGET:
         target = f"{len(sent)} nodes"
-    await state.store.audit.record("admin", "agents.restart", target, {"reason": body.reason, "nodes": sent})
+    await state.store.audit.record(
+        caller.name, "agents.restart", target, {"reason": body.reason, "nodes": sent}
+    )
     return RestartAnswer(restarted=sent)

@@ -6,9 +6,11 @@ from fastapi import APIRouter
 
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import AuditEntry
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 
-router = APIRouter(prefix="/api", tags=["audit"], dependencies=AUTH, responses=declared(400, 401, 503))
+router = APIRouter(
+    prefix="/api", tags=["audit"], dependencies=CLUSTER_ROLE, responses=declared(400, 401, 503, 403)
+)
 
 
 @router.get("/audit", response_model=list[AuditEntry])

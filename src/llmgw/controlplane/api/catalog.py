@@ -1,4 +1,10 @@
-"""``/api/models``: the model catalog. A definition is added only when every file it names is mirrored."""
+"""``/api/models``: the model catalog. A definition is added only when every file it names is mirrored.
+
+A model has an owner (the definition's ``owner``): adding or removing it
+needs a member over that owner; a model the caller does not see (neither
+visible from the caller's place nor readable by role) is absent from the
+listing and answers 404, as one never defined.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +16,31 @@ from pydantic import ValidationError
 from llmgw.controlplane.api.columns import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ModelEntry, ModelView
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
+from llmgw.controlplane.callers import Caller
 from llmgw.core.catalog import ModelDefinition, adapter_problems, name_clashes, parse_model, problems_of
-from llmgw.errors import LlmgwError, ValidationFailed
+from llmgw.core.tenancy import Action, OwnerKind
+from llmgw.errors import LlmgwError, NotFound, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
+from llmgw.store.catalog import ModelRecord
 
-router = APIRouter(prefix="/api", tags=["models"], dependencies=AUTH, responses=declared(401, 503))
+router = APIRouter(prefix="/api", tags=["models"], dependencies=AUTH, responses=declared(401, 403, 503))
+
+
+async def _seen(state: AdminState, caller: Caller, name: str) -> ModelRecord:
+    record = await state.store.models.get(name)
+    if not caller.sees(record.owner):
+        raise NotFound(f"model {name!r} is not in the catalog", "llmgw ctl models lists the catalog")
+    return record
 
 
 @router.get("/models", response_model=list[ModelView])
-async def list_models(state: State) -> list[ModelView]:
-    """Every model in the catalog with its replicas, those ready, and why it is unplaced (if it is)."""
+async def list_models(state: State, caller: Who) -> list[ModelView]:
+    """Every model the caller sees with its replicas, those ready, and why it is unplaced (if it is)."""
     out = []
     for record in await state.store.models.list():
+        if not caller.sees(record.owner):
+            continue
         mine = state.fleet.of_model(record.name)
         definition, problem = _stored(record.definition)
         out.append(
@@ -39,23 +57,38 @@ async def list_models(state: State) -> list[ModelView]:
 
 
 @router.get("/models/{name:path}", response_model=ModelEntry, responses=declared(400, 404))
-async def get_model(name: str, state: State) -> ModelEntry:
+async def get_model(name: str, state: State, caller: Who) -> ModelEntry:
     """One model's definition."""
     checked_text("name", name)
-    record = await state.store.models.get(name)
+    record = await _seen(state, caller, name)
     definition, problem = _stored(record.definition)
     if definition is None:
         raise LlmgwError(problem, f"remove the model ('llmgw ctl model remove {name}') and add it again")
     return ModelEntry(name=record.name, definition=definition)
 
 
-@router.post("/models", status_code=201, response_model=ModelEntry, responses=declared(400, 409))
-async def add_model(model: ModelDefinition, state: State) -> ModelEntry:
+@router.post("/models", status_code=201, response_model=ModelEntry, responses=declared(400, 404, 409))
+async def add_model(model: ModelDefinition, state: State, caller: Who) -> ModelEntry:
     """Add a model; the reconciler places its replicas. Its weights (and every other file) must be
     in the mirror already, and its name may not clash with another model's or adapter's."""
+    owner = model.owned_by()
+    caller.check(Action.WRITE, owner)
     problems = adapter_problems(model.profile.engine, model.name, model.adapters)
     if problems:
         raise ValidationFailed(problems, "fix the adapters named and try again")
+    owners = [("owner", owner)] + [
+        (f"adapters.{n}.owner", model.adapter_owner(a)) for n, a in enumerate(model.adapters) if a.owner
+    ]
+    for at, named in owners:
+        if named.kind is OwnerKind.USER:
+            if named.path not in {u.name for u in await state.store.users.list()}:
+                raise ValidationFailed(
+                    [(at, f"{named} does not exist")], "'llmgw ctl user list' lists the users"
+                )
+        elif not await state.store.tenants.exists(named):
+            raise ValidationFailed(
+                [(at, f"{named} does not exist")], "create it first ('llmgw ctl org|team|project')"
+            )
     definition = model.model_dump(mode="json")
     files = _mirror_files(definition)
     missing = [
@@ -74,17 +107,19 @@ async def add_model(model: ModelDefinition, state: State) -> ModelEntry:
         )
     _fill_sizes(files, state.blobs)
     await state.store.models.add(model.name, definition)
-    await state.store.audit.record("admin", "model.add", model.name, definition)
+    await state.store.audit.record(caller.name, "model.add", model.name, definition)
     state.reconciler.wake()
     return ModelEntry(name=model.name, definition=ModelDefinition.model_validate(definition))
 
 
 @router.delete("/models/{name:path}", status_code=204, response_class=Response, responses=declared(400, 404))
-async def remove_model(name: str, state: State) -> Response:
+async def remove_model(name: str, state: State, caller: Who) -> Response:
     """Remove a model; its replicas stop."""
     checked_text("name", name)
+    record = await _seen(state, caller, name)
+    caller.check(Action.WRITE, record.owner)
     await state.store.models.remove(name)
-    await state.store.audit.record("admin", "model.remove", name)
+    await state.store.audit.record(caller.name, "model.remove", name)
     state.reconciler.wake()
     return Response(status_code=204)
 

@@ -33,6 +33,7 @@ def size_of(column: InstrumentedAttribute[str]) -> int:
 
 KEY_NAME = size_of(ApiKeyRow.name)
 KEY_OWNER = size_of(ApiKeyRow.owner)
+KEY_PLACE = size_of(ApiKeyRow.place_path)
 MODEL_NAME = size_of(ModelRow.name)
 BLOB_FILENAME = size_of(BlobRow.filename)
 SETTING_KEY = size_of(SettingRow.key)

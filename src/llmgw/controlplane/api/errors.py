@@ -24,7 +24,8 @@ ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/E
 
 WHY = {
     400: "The request is invalid: each field at fault is named in problems.",
-    401: "The admin token is missing or wrong.",
+    401: "The token is missing, wrong, expired or revoked.",
+    403: "The token's user has no role allowing this here.",
     404: "The thing named does not exist (or no route takes the path).",
     409: "The thing already exists.",
     503: "Not available now (the store is out of reach, or this control plane does not lead).",

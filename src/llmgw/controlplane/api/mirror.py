@@ -1,4 +1,8 @@
-"""``/api/mirror/blobs``: what the mirror holds, and uploads into it (kept by sha256)."""
+"""``/api/mirror/blobs``: what the mirror holds, and uploads into it (kept by sha256).
+
+Any caller reads the listing; an upload needs a member's role somewhere (weights are kept by their
+sha256 and only models name them, so who may use them follows the models' owners).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from fastapi import APIRouter, Query, Request
 from llmgw.controlplane.api.columns import BLOB_FILENAME, checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import BlobImported, BlobView
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import AUTH, State, Who
+from llmgw.core.tenancy import Role
+from llmgw.errors import Forbidden
 
 router = APIRouter(prefix="/api", tags=["mirror"], dependencies=AUTH, responses=declared(401, 503))
 
@@ -42,14 +48,21 @@ async def list_blobs(state: State) -> list[BlobView]:
     "/mirror/blobs",
     status_code=201,
     response_model=BlobImported,
-    responses=declared(400, 507),
+    responses=declared(400, 403, 507),
     openapi_extra=BINARY_BODY,
 )
-async def upload_blob(request: Request, state: State, filename: Filename = "model.gguf") -> BlobImported:
+async def upload_blob(
+    request: Request, state: State, caller: Who, filename: Filename = "model.gguf"
+) -> BlobImported:
     """Import the body's bytes as weights, stored as they arrive (507 when the mirror's disk is full);
     the answer's sha256 is what a model definition names."""
     checked_text("query.filename", filename)
+    if (caller.highest() or 0) < Role.MEMBER:
+        raise Forbidden(
+            f"{caller.name} may not upload into the mirror: that needs a member's role somewhere",
+            "ask an administrator for a member's role in a team or organization",
+        )
     info = await state.blobs.import_stream(request.stream(), filename, max_bytes=MAX_BLOB_BYTES)
     await state.store.blobs.add(info.sha256, info.size, filename, "weights")
-    await state.store.audit.record("admin", "mirror.import", info.sha256, {"filename": filename})
+    await state.store.audit.record(caller.name, "mirror.import", info.sha256, {"filename": filename})
     return BlobImported(sha256=info.sha256, size=info.size, filename=filename)

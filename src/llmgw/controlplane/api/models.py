@@ -14,9 +14,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, RootModel
 
-from llmgw.controlplane.api.columns import KEY_NAME, KEY_OWNER, keepable, unicode_only
+from llmgw.controlplane.api.columns import KEY_NAME, KEY_OWNER, KEY_PLACE, keepable, unicode_only
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.health import ComponentState
+from llmgw.core.tenancy import owner_text
 
 
 class RequestModel(BaseModel):
@@ -210,6 +211,10 @@ class ModelView(AnswerModel):
 class KeyRequest(RequestModel):
     name: Annotated[str, Field(min_length=1, max_length=KEY_NAME), AfterValidator(keepable)]
     owner: Annotated[str, Field(max_length=KEY_OWNER), AfterValidator(keepable)] = ""
+    """A label saying who uses the key (what it sees follows ``place``)."""
+    place: Annotated[str, Field(max_length=KEY_PLACE), AfterValidator(owner_text)] = ""
+    """Where the key sits: ``project:ORG/TEAM/PROJECT`` or ``user:NAME`` (empty: nowhere, public
+    models only; cluster admins only)."""
 
 
 class KeyView(AnswerModel):
@@ -219,6 +224,7 @@ class KeyView(AnswerModel):
     owner: str
     created_at: datetime
     revoked_at: datetime | None
+    place: str = ""
 
 
 class KeyCreated(AnswerModel):

@@ -7,11 +7,13 @@ from fastapi import APIRouter
 
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import GpuView, NodeView, RefusedSettingsView
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.controlplane.fleet import Fleet
 from llmgw.core.nodes import SettingsRefusal, flat_settings
 
-router = APIRouter(prefix="/api", tags=["nodes"], dependencies=AUTH, responses=declared(401, 503))
+router = APIRouter(
+    prefix="/api", tags=["nodes"], dependencies=CLUSTER_ROLE, responses=declared(401, 503, 403)
+)
 
 
 @router.get("/nodes", response_model=list[NodeView])

@@ -9,10 +9,12 @@ from fastapi.responses import StreamingResponse
 
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ReplicaLogs, ReplicaView
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.errors import NoCapacity, NotFound
 
-router = APIRouter(prefix="/api", tags=["replicas"], dependencies=AUTH, responses=declared(401, 503))
+router = APIRouter(
+    prefix="/api", tags=["replicas"], dependencies=CLUSTER_ROLE, responses=declared(401, 503, 403)
+)
 
 MAX_LINES = 100_000
 

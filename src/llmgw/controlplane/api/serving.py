@@ -6,18 +6,22 @@ from fastapi import APIRouter
 
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ServingRequest, ServingView
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.core.settingtypes import SERVING_STOPPED
 
-router = APIRouter(prefix="/api", tags=["serving"], dependencies=AUTH, responses=declared(400, 401, 503))
+router = APIRouter(
+    prefix="/api", tags=["serving"], dependencies=CLUSTER_ROLE, responses=declared(400, 401, 503, 403)
+)
 
 
 @router.put("/serving", response_model=ServingView)
-async def serving(body: ServingRequest, state: State) -> ServingView:
+async def serving(body: ServingRequest, state: State, caller: Who) -> ServingView:
     """``llmgw stop`` (stopped: true): every model to no replicas, /v1 POSTs answer 503;
     ``llmgw start`` (stopped: false) serves again. No model definition changes."""
-    await state.store.settings.set(SERVING_STOPPED, body.stopped, "admin")
-    await state.store.audit.record("admin", "serving.stop" if body.stopped else "serving.start", "serving")
+    await state.store.settings.set(SERVING_STOPPED, body.stopped, caller.name)
+    await state.store.audit.record(
+        caller.name, "serving.stop" if body.stopped else "serving.start", "serving"
+    )
     state.reconciler.stopped = body.stopped
     state.reconciler.wake()
     return ServingView(stopped=body.stopped)

@@ -12,12 +12,14 @@ from llmgw.controlplane.agentsettings import setting_problems
 from llmgw.controlplane.api.columns import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import SettingChange, SettingRequest, Settings, SettingView
-from llmgw.controlplane.api.state import AUTH, State
+from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.core.agentsettings import is_agent_key
 from llmgw.core.settingtypes import value_problem
 from llmgw.errors import NotFound, ValidationFailed
 
-router = APIRouter(prefix="/api", tags=["settings"], dependencies=AUTH, responses=declared(401, 503))
+router = APIRouter(
+    prefix="/api", tags=["settings"], dependencies=CLUSTER_ROLE, responses=declared(401, 503, 403)
+)
 
 _MISSING = object()
 
@@ -50,7 +52,7 @@ async def get_setting(key: str, state: State) -> SettingView:
 
 
 @router.put("/settings/{key:path}", response_model=SettingView, responses=declared(400, 404))
-async def set_setting(key: str, body: SettingRequest, state: State) -> SettingView:
+async def set_setting(key: str, body: SettingRequest, state: State, caller: Who) -> SettingView:
     """Set ``key`` to the body's ``value``; agents' settings are checked as agent.yaml is."""
     checked_text("key", key)
     problems = setting_problems(key, body.value, state.check_agent_settings)
@@ -63,19 +65,19 @@ async def set_setting(key: str, body: SettingRequest, state: State) -> SettingVi
             [(f"{key}.{field}" if field not in ("key", "value") else field, why) for field, why in problems],
             "fix or remove the keys named; node_id, control_planes, address and tls stay in agent.yaml",
         )
-    await state.store.settings.set(key, body.value, "admin")
-    await state.store.audit.record("admin", "setting.set", key, {"value": body.value})
+    await state.store.settings.set(key, body.value, caller.name)
+    await state.store.audit.record(caller.name, "setting.set", key, {"value": body.value})
     if state.settings_push is not None and is_agent_key(key):
         state.settings_push.changed()
     return SettingView(key=key, value=body.value)
 
 
 @router.delete("/settings/{key:path}", status_code=204, response_class=Response, responses=declared(400, 404))
-async def delete_setting(key: str, state: State) -> Response:
+async def delete_setting(key: str, state: State, caller: Who) -> Response:
     """Remove a setting (its history stays)."""
     checked_text("key", key)
-    await state.store.settings.delete(key, "admin")
-    await state.store.audit.record("admin", "setting.delete", key)
+    await state.store.settings.delete(key, caller.name)
+    await state.store.audit.record(caller.name, "setting.delete", key)
     if state.settings_push is not None and is_agent_key(key):
         state.settings_push.changed()
     return Response(status_code=204)

@@ -1,15 +1,18 @@
-"""The one object every admin route depends on, and the admin token check.
+"""The one object every admin route depends on, and who is calling.
 
 :class:`AdminState` holds what the routes read and change (store, fleet,
 reconciler, mirror, leadership...). The app keeps it in ``app.state.admin``;
-routes take it through FastAPI's ``Depends`` (:data:`State`), and every
-``/api`` router checks the bearer token with :func:`check_token`.
+routes take it through FastAPI's ``Depends`` (:data:`State`). Every ``/api``
+router checks the bearer token with :func:`check_token` (the first admin
+token, or a user's live token: :mod:`llmgw.controlplane.callers`); a route
+takes the caller as :data:`Who` and checks the caller's role against the
+owner of what it touches (docs/tenancy.md has the table). Routers of the
+cluster's own machinery take :data:`CLUSTER_ROLE`: reading needs a viewer at
+the cluster, anything else a cluster admin.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +21,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
+from llmgw.controlplane.callers import Caller, Callers
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
+from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
@@ -54,6 +59,22 @@ class AdminState:
     vip: str = ""
     """The floating address kept on the leader (empty: none)."""
     started: float = field(default_factory=time.time)
+    callers: Callers | None = None
+    """Who may call: the admin token and users' live tokens (None: the admin token alone)."""
+
+    def __post_init__(self) -> None:
+        if self.callers is None:
+            self.callers = Callers(self.token_sha256)
+
+    @property
+    def who(self) -> Callers:
+        assert self.callers is not None
+        return self.callers
+
+    async def access_changed(self) -> None:
+        """Keys, users, roles or tokens changed: reload the callers and the gateway's keys."""
+        await self.who.load(self.store)
+        await self.on_keys_changed()
 
 
 def admin_state(request: Request) -> AdminState:
@@ -66,23 +87,33 @@ State = Annotated[AdminState, Depends(admin_state)]
 """A route's parameter type for the admin state."""
 
 
-WRONG_TOKEN = "missing or wrong admin token"
-WRONG_TOKEN_HINT = "send 'Authorization: Bearer <token>' with the token in admin.token beside server.yaml"
+WRONG_TOKEN = "missing, wrong, expired or revoked token"
+WRONG_TOKEN_HINT = (
+    "send 'Authorization: Bearer <token>' with the token in admin.token beside server.yaml, or a user's "
+    "token ('llmgw ctl user token create USER')"
+)
 
 
-def token_matches(authorization: str, token_sha256: str) -> bool:
-    """Whether an ``Authorization`` header carries the admin token (``Bearer <token>``) of that sha256."""
-    token = authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else ""
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    return bool(token) and hmac.compare_digest(digest, token_sha256)
-
-
-def check_token(request: Request, state: State) -> None:
-    """Refuse a request without the admin token (also checked before any body, by the admission layer:
+def check_token(request: Request, state: State) -> Caller:
+    """The caller, or 401 without a live token (also checked before any body, by the admission layer:
     this check covers what reaches the app otherwise, a standby's relayed requests)."""
-    if not token_matches(request.headers.get("authorization", ""), state.token_sha256):
+    caller = state.who.identify(request.headers.get("authorization", ""))
+    if caller is None:
         raise Unauthorized(WRONG_TOKEN, WRONG_TOKEN_HINT)
+    return caller
 
+
+Who = Annotated[Caller, Depends(check_token)]
+"""A route's parameter type for the caller."""
 
 AUTH = [Depends(check_token)]
 """The dependencies of every ``/api`` router."""
+
+
+def check_cluster_role(request: Request, caller: Who) -> None:
+    """Reading the cluster's machinery needs a viewer at the cluster; changing it, a cluster admin."""
+    caller.check(Action.READ if request.method in ("GET", "HEAD") else Action.OPERATE, CLUSTER)
+
+
+CLUSTER_ROLE = [Depends(check_cluster_role)]
+"""Dependencies of the routers of the cluster's machinery: nodes, replicas, settings, serving, agents."""
