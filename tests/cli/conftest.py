@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -13,12 +12,10 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth, ComponentState
-from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
+from llmgw.testing.admin import admin_api
 
 TOKEN = "llmgw-admin-cli-test"
 FAILED_AT = 1_700_000_000.0
@@ -55,19 +52,7 @@ def admin_server(tmp_path: Path) -> Iterator[AdminServer]:
     async def serve() -> None:
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
 
-        async def keys_changed() -> None:
-            pass
-
-        admin = AdminApi(
-            name="cp1",
-            token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-            store=store,
-            fleet=fleet,
-            reconciler=Reconciler(store, fleet),
-            blobs=BlobStore(tmp_path / "mirror"),
-            on_keys_changed=keys_changed,
-            components=lambda: COMPONENTS,
-        )
+        admin = admin_api(store, tmp_path, token=TOKEN, fleet=fleet, components=lambda: COMPONENTS)
         server = uvicorn.Server(uvicorn.Config(admin.app(), log_level="warning", lifespan="off"))
         holder["server"] = server
         ready.set()

@@ -9,13 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.api.models import StatusView
 from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth, ComponentState
-from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
+from llmgw.testing.admin import admin_api
 
 TOKEN = "llmgw-admin-test"
 COMPONENTS = [
@@ -33,15 +31,8 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, list[int
     async def keys_changed() -> None:
         reloads.append(len(await store.keys.active()))
 
-    admin = AdminApi(
-        name="cp1",
-        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-        store=store,
-        fleet=fleet,
-        reconciler=Reconciler(store, fleet),
-        blobs=BlobStore(tmp_path / "mirror"),
-        on_keys_changed=keys_changed,
-        components=lambda: COMPONENTS,
+    admin = admin_api(
+        store, tmp_path, token=TOKEN, fleet=fleet, on_keys_changed=keys_changed, components=lambda: COMPONENTS
     )
     transport = httpx.ASGITransport(app=admin.app())
     async with httpx.AsyncClient(
@@ -181,20 +172,7 @@ async def test_status_shows_each_supervised_component_with_its_last_error(api) -
 
 async def test_status_without_components_given_lists_none(tmp_path: Path) -> None:
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
-    fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
-
-    async def keys_changed() -> None:
-        pass
-
-    admin = AdminApi(
-        name="cp1",
-        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-        store=store,
-        fleet=fleet,
-        reconciler=Reconciler(store, fleet),
-        blobs=BlobStore(tmp_path / "mirror"),
-        on_keys_changed=keys_changed,
-    )
+    admin = admin_api(store, tmp_path, token=TOKEN)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=admin.app()),
         base_url="http://cp",

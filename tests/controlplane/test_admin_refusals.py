@@ -8,7 +8,6 @@ still a JSON 500 in the error shape.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
-from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
+from llmgw.testing.admin import admin_api
 
 TOKEN = "llmgw-admin-test"
 JSON = {"content-type": "application/json"}
@@ -39,21 +35,7 @@ async def admin_client(
     tmp_path: Path, components: Callable[[], Sequence[ComponentHealth]]
 ) -> AsyncIterator[httpx.AsyncClient]:
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
-    fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
-
-    async def keys_changed() -> None:
-        return None
-
-    admin = AdminApi(
-        name="cp1",
-        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-        store=store,
-        fleet=fleet,
-        reconciler=Reconciler(store, fleet),
-        blobs=BlobStore(tmp_path / "mirror"),
-        on_keys_changed=keys_changed,
-        components=components,
-    )
+    admin = admin_api(store, tmp_path, token=TOKEN, components=components)
     transport = httpx.ASGITransport(app=admin.app(), raise_app_exceptions=False)
     async with httpx.AsyncClient(
         transport=transport, base_url="http://cp", headers={"Authorization": f"Bearer {TOKEN}"}

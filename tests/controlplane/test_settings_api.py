@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,17 +12,15 @@ import pytest
 import yaml
 
 from llmgw.agent.config import settings_problems
-from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration
-from llmgw.mirror.blobs import BlobStore
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, memory_pair
 from llmgw.protocol.links import control_link
 from llmgw.store.database import Store
+from llmgw.testing.admin import admin_api
 
 TOKEN = "llmgw-admin-test"
 
@@ -48,19 +45,8 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
     push = SettingsPush(store, fleet, delay_s=0.0)
 
-    async def keys_changed() -> None:
-        pass
-
-    admin = AdminApi(
-        name="cp1",
-        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-        store=store,
-        fleet=fleet,
-        reconciler=Reconciler(store, fleet),
-        blobs=BlobStore(tmp_path / "mirror"),
-        on_keys_changed=keys_changed,
-        settings_push=push,
-        check_agent_settings=settings_problems,
+    admin = admin_api(
+        store, tmp_path, token=TOKEN, fleet=fleet, settings_push=push, check_agent_settings=settings_problems
     )
     transport = httpx.ASGITransport(app=admin.app())
     async with httpx.AsyncClient(

@@ -1,0 +1,43 @@
+"""An admin API as a test builds it: a real app on a real store, with an empty fleet and a reconciler."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.mirror.blobs import BlobStore
+from llmgw.store.database import Store
+
+TOKEN = "llmgw-admin-test-token"
+"""The admin token of :func:`admin_api` unless another is given."""
+
+
+async def _nothing() -> None:
+    return None
+
+
+def empty_fleet() -> Fleet:
+    """A fleet with no node, whose replicas go nowhere."""
+    return Fleet(on_ready=lambda replica, url: None, on_gone=lambda replica_id: None)
+
+
+def admin_api(
+    store: Store, folder: Path, *, token: str = TOKEN, fleet: Fleet | None = None, **options: Any
+) -> AdminApi:
+    """:class:`AdminApi` named cp1 on ``store``, its mirror in ``folder``; ``options`` go to it as they are
+    (``on_keys_changed``, ``components``, ``settings_push``, ``callers``...)."""
+    fleet = fleet or empty_fleet()
+    options.setdefault("on_keys_changed", _nothing)
+    return AdminApi(
+        name="cp1",
+        token_sha256=hashlib.sha256(token.encode()).hexdigest(),
+        store=store,
+        fleet=fleet,
+        reconciler=Reconciler(store, fleet),
+        blobs=BlobStore(folder / "mirror"),
+        **options,
+    )
