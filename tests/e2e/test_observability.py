@@ -19,7 +19,8 @@ from llmgw.testing.llama_server_standin import PROMPT_TOKENS, write_launcher
 pytestmark = pytest.mark.e2e
 
 MODEL = "observed-chat"
-OWNER = "team-observability"
+OWNER = "project:obs/platform/chat"
+"""Where the test's key sits: requests count under it."""
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         weights = home / "weights.gguf"
         weights.write_bytes(b"GGUF stand-in\n")
         running.add_model(MODEL, weights)
-        running.key = str(running.admin.request("POST", "/api/keys", {"name": "obs", "owner": OWNER})["key"])
+        running.admin.create_unit("orgs", {"name": "obs"})
+        running.admin.create_unit("teams", {"org": "obs", "name": "platform"})
+        running.admin.create_unit("projects", {"org": "obs", "team": "platform", "name": "chat"})
+        running.key = running.admin.create_key("obs", place=OWNER).key
         launcher = write_launcher(home / "bin" / "llama-server")
         agent_yaml = running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
         running.start("agent-node1", "agent", "run", "--config", str(agent_yaml), "--log-json")
