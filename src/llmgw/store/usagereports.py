@@ -186,10 +186,22 @@ class UsageReports:
 
 
 def _group(row: Sequence[Any], dimensions: list[Dimension]) -> UsageGroup:
-    values = dict(zip(dimensions, row[1 : 1 + len(dimensions)], strict=True))
-    sums = [int(v or 0) for v in row[1 + len(dimensions) :]]
+    values: dict[Dimension, str] = dict(zip(dimensions, row[1 : 1 + len(dimensions)], strict=True))
+    requests, failed, prompt, completion, streamed, ttft, generation = (
+        int(v or 0) for v in row[1 + len(dimensions) :]
+    )
     return UsageGroup(
-        datetime.fromisoformat(row[0]).replace(tzinfo=UTC),
-        *(values.get(d) for d in Dimension),
-        *sums,
+        start=datetime.fromisoformat(row[0]).replace(tzinfo=UTC),
+        key_id=values.get(Dimension.KEY),
+        project=values.get(Dimension.PROJECT),
+        team=values.get(Dimension.TEAM),
+        org=values.get(Dimension.ORG),
+        model=values.get(Dimension.MODEL),
+        requests=requests,
+        failed=failed,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        streamed=streamed,
+        ttft_ms=ttft,
+        generation_ms=generation,
     )
