@@ -173,7 +173,7 @@ async def test_a_report_past_its_limit_says_it_was_cut(store: Store) -> None:
     assert not whole.truncated
 
 
-async def test_timings_give_mean_ttft_and_tokens_per_second(store: Store) -> None:
+async def test_timings_give_mean_ttft_and_tokens_per_second_of_timed_rows(store: Store) -> None:
     timed = UsageEntry(
         at("2026-03-01T10:00:00"),
         "k1",
@@ -188,10 +188,11 @@ async def test_timings_give_mean_ttft_and_tokens_per_second(store: Store) -> Non
         ttft_ms=300,
         generation_ms=1500,
     )
-    await UsageLog(store).append([timed, entry("2026-03-01T10:30:00", model="embed")])
+    untimed = entry("2026-03-01T10:10:00")  # written before timings were kept: its tokens have no time
+    await UsageLog(store).append([timed, untimed, entry("2026-03-01T10:30:00", model="embed")])
     result = await UsageReports(store).report(UsageQuery(group_by=(Dimension.MODEL,)))
     chat, embed = result.groups
-    assert (chat.requests, chat.failed, chat.prompt_tokens, chat.completion_tokens) == (3, 1, 30, 90)
+    assert (chat.requests, chat.failed, chat.prompt_tokens, chat.completion_tokens) == (4, 1, 40, 94)
     assert chat.ttft_mean_ms == 150
     assert chat.tokens_per_s == 60
     assert embed.ttft_mean_ms is None

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, false, func, or_, select
+from sqlalchemy import ColumnElement, case, false, func, or_, select
 
 from llmgw.store.tables import UsageRow
 
@@ -130,6 +130,9 @@ class UsageGroup:
     streamed: int
     ttft_ms: int
     generation_ms: int
+    timed_tokens: int = 0
+    """Completion tokens of rows whose generation was timed (rows written before timings were kept
+    have tokens and no time)."""
 
     @property
     def ttft_mean_ms(self) -> float | None:
@@ -139,7 +142,7 @@ class UsageGroup:
     @property
     def tokens_per_s(self) -> float | None:
         """Completion tokens per second of generating them (None: no time measured)."""
-        return self.completion_tokens * 1000 / self.generation_ms if self.generation_ms else None
+        return self.timed_tokens * 1000 / self.generation_ms if self.generation_ms else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ SUMS = (
     UsageRow.streamed,
     UsageRow.ttft_ms,
     UsageRow.generation_ms,
+    case((UsageRow.generation_ms > 0, UsageRow.completion_tokens), else_=0),
 )
 
 
@@ -187,7 +191,7 @@ class UsageReports:
 
 def _group(row: Sequence[Any], dimensions: list[Dimension]) -> UsageGroup:
     values: dict[Dimension, str] = dict(zip(dimensions, row[1 : 1 + len(dimensions)], strict=True))
-    requests, failed, prompt, completion, streamed, ttft, generation = (
+    requests, failed, prompt, completion, streamed, ttft, generation, timed = (
         int(v or 0) for v in row[1 + len(dimensions) :]
     )
     return UsageGroup(
@@ -204,4 +208,5 @@ def _group(row: Sequence[Any], dimensions: list[Dimension]) -> UsageGroup:
         streamed=streamed,
         ttft_ms=ttft,
         generation_ms=generation,
+        timed_tokens=timed,
     )
