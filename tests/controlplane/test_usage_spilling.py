@@ -177,3 +177,53 @@ async def test_a_line_cut_short_by_a_crash_is_left_out_and_the_rest_stored(
     sink.down = False
     assert await writer(sink, clock, tmp_path).replay()
     assert await stored(store) == expected(range(10))
+
+
+class Collected:
+    def __init__(self) -> None:
+        self.entries: list[UsageEntry] = []
+
+    async def append_missing(self, entries: Sequence[UsageEntry]) -> int:
+        self.entries += entries
+        return len(entries)
+
+
+async def test_places_and_timings_survive_the_spill_file(tmp_path: Path) -> None:
+    clock = FakeClock()
+    spilled = UsageEntry(
+        clock.utcnow(),
+        "k1",
+        "chat",
+        2,
+        0,
+        3,
+        4,
+        5,
+        "project:acme/ml/chat",
+        streamed=1,
+        ttft_ms=6,
+        generation_ms=7,
+    )
+    spill = UsageSpill(tmp_path)
+    spill.write([spilled])
+    spill.close()
+    sink = Collected()
+    await spill.replay(sink)
+    assert sink.entries == [spilled]
+
+
+async def test_a_line_spilled_before_places_were_kept_counts_nowhere_without_timings(tmp_path: Path) -> None:
+    (tmp_path / "usage-spill.jsonl").write_text(
+        '{"at":"2026-01-01T00:00:00+00:00","key_id":"k1","model":"chat","requests":1,"failed":0,'
+        '"prompt_tokens":2,"completion_tokens":3,"duration_ms":4}\n'
+    )
+    sink = Collected()
+    await UsageSpill(tmp_path).replay(sink)
+    ((entry,),) = [sink.entries]
+    assert (entry.key_id, entry.place, entry.streamed, entry.ttft_ms, entry.generation_ms) == (
+        "k1",
+        "",
+        0,
+        0,
+        0,
+    )

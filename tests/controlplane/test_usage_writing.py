@@ -91,3 +91,21 @@ async def test_stopping_the_writer_writes_what_waits() -> None:
     with pytest.raises(asyncio.CancelledError):
         await running
     assert [e.requests for batch in sink.batches for e in batch] == [1]
+
+
+async def test_timings_and_places_are_summed_per_key_model_and_place() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    chat = "project:acme/ml/chat"
+    usage.add(UsageRecord("key1", "chat", "r1", 5, 10, 200, 1.0, chat, ttft_s=0.2, generation_s=0.8))
+    usage.add(UsageRecord("key1", "chat", "r1", 5, 20, 200, 2.0, chat, ttft_s=0.3, generation_s=1.7))
+    usage.add(UsageRecord("key1", "chat", "r1", 5, 6, 200, 0.5, chat, generation_s=0.5))  # sent whole
+    usage.add(
+        UsageRecord("key1", "chat", "r1", 5, 0, 502, 0.4, chat, ttft_s=0.1, generation_s=0.3)
+    )  # no tokens
+    usage.add(UsageRecord("key1", "chat", "r1", 1, 1, 200, 0.1, "project:acme/ml/other", generation_s=0.1))
+    assert await usage.flush()
+    ((placed, moved),) = sink.batches
+    assert (placed.place, placed.requests, placed.failed, placed.completion_tokens) == (chat, 4, 1, 36)
+    assert (placed.streamed, placed.ttft_ms, placed.generation_ms) == (3, 600, 3000)
+    assert (moved.place, moved.requests, moved.generation_ms) == ("project:acme/ml/other", 1, 100)

@@ -81,3 +81,34 @@ def test_the_framer_reads_the_usage_it_withholds_even_split_across_chunks() -> N
     out += framer.feed(USAGE_EVENT[20:] + b"data: [DONE]\n\n")
     assert out == CONTENT_EVENT + b"data: [DONE]\n\n"
     assert framer.usage == {"prompt_tokens": 7, "completion_tokens": 2}
+
+
+async def test_a_stream_reports_its_time_to_first_token_and_its_generation_time(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+) -> None:
+    engine.chunks = 3
+    engine.hold_after_first = asyncio.Event()
+    gateway.replicas.set_ready(engine.endpoint)
+    stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    chunks = [await anext(aiter(stream))]
+    engine.hold_after_first.set()  # the rest comes only once the first event reached the client
+    chunks += [chunk async for chunk in stream]
+    assert len(chunks) == 3
+    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
+    record = hooks.usage[0]
+    assert record.ttft_s is not None and 0 < record.ttft_s < record.duration_s
+    assert record.generation_s > 0
+    assert abs(record.ttft_s + record.generation_s - record.duration_s) < 1e-6
+    assert record.place == "user:alice"
+
+
+async def test_an_answer_sent_whole_has_no_first_token_and_generates_for_its_whole_duration(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+) -> None:
+    gateway.replicas.set_ready(engine.endpoint)
+    await client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
+    record = hooks.usage[0]
+    assert record.ttft_s is None
+    assert record.generation_s == record.duration_s
+    assert record.place == "user:alice"

@@ -1,10 +1,16 @@
-"""Usage: batches appended in one go, summed per key and model."""
+"""Usage: batches appended in one go, summed per key and model, each row with its key's place."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
 from llmgw.store import Store
+from llmgw.store.database import MIGRATIONS
 from llmgw.store.usage import UsageEntry, UsageLog, UsageTotal
 from llmgw.testing.clock import FakeClock
 
@@ -37,3 +43,68 @@ async def test_an_empty_batch_writes_nothing(store: Store) -> None:
     log = UsageLog(store)
     await log.append([])
     assert await log.totals() == []
+
+
+async def test_an_entry_is_stored_with_its_place_team_and_org(store: Store, clock: FakeClock) -> None:
+    await UsageLog(store).append(
+        [
+            UsageEntry(clock.utcnow(), "k1", "chat", 1, 0, 1, 1, 1, place="project:acme/ml/chat"),
+            UsageEntry(clock.utcnow(), "k2", "chat", 1, 0, 1, 1, 1, place="user:alice"),
+            UsageEntry(clock.utcnow(), "k3", "chat", 1, 0, 1, 1, 1, place="not an owner"),
+        ]
+    )
+    async with store.engine.connect() as connection:
+        rows = (
+            await connection.execute(text("SELECT key_id, place, team, org FROM usage ORDER BY key_id"))
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("k1", "project:acme/ml/chat", "team:acme/ml", "org:acme"),
+        ("k2", "user:alice", "", ""),
+        ("k3", "", "", ""),
+    ]
+
+
+async def test_the_migration_places_older_rows_where_their_key_sits(store_url: str) -> None:
+    def to_0004(connection: Connection) -> None:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.set_main_option("path_separator", "os")
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0004")
+
+    engine = create_async_engine(store_url)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(to_0004)
+            for key_id, kind, path in (("k1", "project", "acme/ml/chat"), ("k2", "cluster", "")):
+                await connection.execute(
+                    text(
+                        "INSERT INTO api_keys (id, name, prefix, secret_hash, owner, created_at, place_kind, "
+                        "place_path) VALUES (:id, :id, 'p', :id, '', CURRENT_TIMESTAMP, :kind, :path)"
+                    ),
+                    {"id": key_id, "kind": kind, "path": path},
+                )
+                await connection.execute(
+                    text(
+                        "INSERT INTO usage (at, key_id, model, requests, failed, prompt_tokens, "
+                        "completion_tokens, duration_ms) "
+                        "VALUES (CURRENT_TIMESTAMP, :id, 'chat', 1, 0, 1, 1, 1)"
+                    ),
+                    {"id": key_id},
+                )
+    finally:
+        await engine.dispose()
+    store = await Store.open(store_url)
+    try:
+        async with store.engine.connect() as connection:
+            rows = (
+                await connection.execute(
+                    text("SELECT key_id, place, team, org, streamed FROM usage ORDER BY key_id")
+                )
+            ).all()
+    finally:
+        await store.close()
+    assert [tuple(r) for r in rows] == [
+        ("k1", "project:acme/ml/chat", "team:acme/ml", "org:acme", 0),
+        ("k2", "", "", "", 0),
+    ]

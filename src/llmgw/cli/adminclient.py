@@ -37,6 +37,7 @@ from llmgw.controlplane.api.models import (
     StatusView,
 )
 from llmgw.controlplane.api.tenancymodels import TokenCreated, TokenView, UnitView, UserView, WhoView
+from llmgw.controlplane.api.usagemodels import UsageAnswer
 from llmgw.errors import Forbidden, LlmgwError, NotFound, Unauthorized, ValidationFailed
 
 UPLOAD_CHUNK = 1 << 20
@@ -186,6 +187,15 @@ class AdminClient:
     def audit(self, limit: int) -> list[AuditEntry]:
         return self._get(list[AuditEntry], f"/api/audit?limit={limit}")
 
+    def usage(self, query: list[tuple[str, str]]) -> UsageAnswer:
+        """``/api/usage`` with these query parameters (``group_by`` repeated)."""
+        return self._get(UsageAnswer, "/api/usage?" + urlencode(query))
+
+    def usage_csv(self, query: list[tuple[str, str]]) -> tuple[str, bool]:
+        """``/api/usage`` in CSV, and whether lines were left out past the limit."""
+        text, headers = self.text("/api/usage?" + urlencode([*query, ("format", "csv")]))
+        return text, headers.get("x-llmgw-truncated") == "true"
+
     def _get(self, kind: type[T], path: str) -> T:
         return self._call(kind, "GET", path)
 
@@ -241,6 +251,21 @@ class AdminClient:
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)
+
+    def text(self, path: str) -> tuple[str, dict[str, str]]:
+        """A text answer to GET ``path`` (CSV), with its headers (names in lower case)."""
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                headers = {name.lower(): value for name, value in response.headers.items()}
+                return response.read().decode("utf-8", errors="replace"), headers
+        except urllib.error.HTTPError as error:
+            raise _translate(error) from None
+        except (urllib.error.URLError, OSError) as error:
+            raise LlmgwError(
+                f"cannot reach the control plane at {self.url}: {getattr(error, 'reason', error)}",
+                "check that it runs ('llmgw up' or 'llmgw server run')",
+            ) from None
 
     def stream(self, path: str) -> Iterator[str]:
         """The lines of a streamed text answer as they arrive (no timeout once it has begun)."""

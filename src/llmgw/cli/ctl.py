@@ -3,8 +3,8 @@
 The commands here look at the cluster (status, nodes, replicas, logs, audit);
 the catalog (:mod:`llmgw.cli.modelcatalog`), keys (:mod:`llmgw.cli.keys`),
 organizations, teams, projects and users (:mod:`llmgw.cli.tenancy`),
-settings (:mod:`llmgw.cli.configuring`) and contexts (:mod:`llmgw.cli.contexts`)
-have their own groups. Every listing takes ``--json``.
+settings (:mod:`llmgw.cli.configuring`), contexts (:mod:`llmgw.cli.contexts`)
+and usage (:mod:`llmgw.cli.usage`) have their own modules. Every listing takes ``--json``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from llmgw.cli.modelcatalog import list_models, model_app
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
 from llmgw.cli.tenancy import org_app, project_app, team_app, user_app
+from llmgw.cli.usage import usage
 from llmgw.controlplane.api.models import ComponentView, StatusView
 from llmgw.core.health import ComponentState
 
@@ -37,6 +38,7 @@ app.add_typer(team_app, name="team")
 app.add_typer(project_app, name="project")
 app.add_typer(user_app, name="user")
 app.command("engine-check")(engine_check)
+app.command("usage")(usage)
 
 WORTH_SHOWING = (ComponentState.FAILED, ComponentState.RESTARTING)
 

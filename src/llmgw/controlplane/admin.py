@@ -29,6 +29,7 @@ from llmgw.controlplane.api import (
     status,
     tokens,
     units,
+    usage,
     users,
 )
 from llmgw.controlplane.api.errors import add_error_handlers, describe_400_not_422
@@ -59,6 +60,7 @@ ROUTERS = (
     units.router,
     users.router,
     tokens.router,
+    usage.router,
 )
 
 

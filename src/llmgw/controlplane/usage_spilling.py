@@ -111,6 +111,10 @@ def _line(entry: UsageEntry) -> str:
         "prompt_tokens": entry.prompt_tokens,
         "completion_tokens": entry.completion_tokens,
         "duration_ms": entry.duration_ms,
+        "place": entry.place,
+        "streamed": entry.streamed,
+        "ttft_ms": entry.ttft_ms,
+        "generation_ms": entry.generation_ms,
     }
     return json.dumps(record, separators=(",", ":")) + "\n"
 
@@ -130,6 +134,10 @@ def _read(path: Path) -> Iterator[UsageEntry]:
                     prompt_tokens=int(record["prompt_tokens"]),
                     completion_tokens=int(record["completion_tokens"]),
                     duration_ms=int(record["duration_ms"]),
+                    place=str(record.get("place", "")),  # lines spilled before places were kept have none
+                    streamed=int(record.get("streamed", 0)),
+                    ttft_ms=int(record.get("ttft_ms", 0)),
+                    generation_ms=int(record.get("generation_ms", 0)),
                 )
             except (ValueError, KeyError, TypeError) as error:
                 log.warning("usage: %s line %d is not an entry, left out: %s", path, number, error)

@@ -1,8 +1,10 @@
 """Writing the gateway's usage to the store: summed in memory, written in batches, off the request path.
 
 The gateway reports each answered request through its ``on_usage`` hook;
-:meth:`UsageWriter.add` only adds it to a running sum per key and model (a
-dictionary lookup and a few additions). :meth:`UsageWriter.run` writes those
+:meth:`UsageWriter.add` only adds it to a running sum per key, model and the
+key's place (a dictionary lookup and a few additions): requests, errors,
+tokens, and the timings behind time to first token (streams) and tokens per
+second (requests that made tokens). :meth:`UsageWriter.run` writes those
 sums every ``interval_s`` in one INSERT, a row per key and model, however many
 requests they count; no request waits.
 
@@ -40,11 +42,20 @@ class UsageSink(Protocol):
 
 
 class _Sum:
-    __slots__ = ("completion", "duration_s", "failed", "prompt", "requests")
+    __slots__ = (
+        "completion",
+        "duration_s",
+        "failed",
+        "generation_s",
+        "prompt",
+        "requests",
+        "streamed",
+        "ttft_s",
+    )
 
     def __init__(self) -> None:
-        self.requests = self.failed = self.prompt = self.completion = 0
-        self.duration_s = 0.0
+        self.requests = self.failed = self.prompt = self.completion = self.streamed = 0
+        self.duration_s = self.ttft_s = self.generation_s = 0.0
 
     def merge(self, other: _Sum) -> None:
         self.requests += other.requests
@@ -52,6 +63,13 @@ class _Sum:
         self.prompt += other.prompt
         self.completion += other.completion
         self.duration_s += other.duration_s
+        self.streamed += other.streamed
+        self.ttft_s += other.ttft_s
+        self.generation_s += other.generation_s
+
+
+_Key = tuple[str, str, str]
+"""A sum's key, model and place (where the key sat: usage counts there even after the key moves)."""
 
 
 class UsageWriter:
@@ -70,7 +88,7 @@ class UsageWriter:
         self._clock = clock
         self.interval_s = interval_s
         """Seconds between writes; each write holds a row per key and model used meanwhile."""
-        self._sums: dict[tuple[str, str], _Sum] = {}
+        self._sums: dict[_Key, _Sum] = {}
         self._spill = spill
         self.max_sums = max_sums
         """With a spill: the most sums (keys times models) held in memory; more go to disk."""
@@ -90,7 +108,7 @@ class UsageWriter:
 
     def add(self, record: UsageRecord) -> None:
         """Count ``record`` in the next write; never blocks, never raises."""
-        key = (record.key_id, record.model)
+        key = (record.key_id, record.model, record.place)
         total = self._sums.get(key)
         if total is None:
             total = self._sums[key] = _Sum()
@@ -100,6 +118,11 @@ class UsageWriter:
         total.prompt += record.prompt_tokens
         total.completion += record.completion_tokens
         total.duration_s += record.duration_s
+        if record.ttft_s is not None:
+            total.streamed += 1
+            total.ttft_s += record.ttft_s
+        if record.completion_tokens:  # tokens per second: over the time of requests that made tokens
+            total.generation_s += record.generation_s
         if self._spill is not None and len(self._sums) >= self.max_sums:
             self._spill_sums()
 
@@ -117,7 +140,7 @@ class UsageWriter:
             sums, self._sums = self._sums, {}
             self._spill.write(self._entries(sums))
 
-    def _entries(self, sums: dict[tuple[str, str], _Sum]) -> list[UsageEntry]:
+    def _entries(self, sums: dict[_Key, _Sum]) -> list[UsageEntry]:
         at = self._stamp()
         return [
             UsageEntry(
@@ -129,8 +152,12 @@ class UsageWriter:
                 prompt_tokens=s.prompt,
                 completion_tokens=s.completion,
                 duration_ms=round(s.duration_s * 1000),
+                place=place,
+                streamed=s.streamed,
+                ttft_ms=round(s.ttft_s * 1000),
+                generation_ms=round(s.generation_s * 1000),
             )
-            for (key_id, model), s in sums.items()
+            for (key_id, model, place), s in sums.items()
         ]
 
     async def replay(self) -> bool:
@@ -184,7 +211,7 @@ class UsageWriter:
         if self._spill is not None:
             self._spill.sync()
 
-    def _merge_back(self, sums: dict[tuple[str, str], _Sum]) -> None:
+    def _merge_back(self, sums: dict[_Key, _Sum]) -> None:
         for key, taken in sums.items():  # with what arrived meanwhile
             self._sums.setdefault(key, _Sum()).merge(taken)
 

@@ -57,6 +57,7 @@ class Exchange:
         "client_gone",
         "completion_tokens",
         "finished",
+        "first_token",
         "key",
         "model",
         "prompt_tokens",
@@ -88,6 +89,8 @@ class Exchange:
         self.finished = False
         """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
         self.client_gone = False
+        self.first_token = 0.0
+        """When the first event of a stream was relayed (``perf_counter``; 0: none was)."""
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -146,17 +149,25 @@ async def forward(
         if exchange.span is not None:
             _end_span(exchange, exchange.span)
         if exchange.replica_id and exchange.key is not None:
-            gateway.report_usage(
-                UsageRecord(
-                    key_id=exchange.key.key_id,
-                    model=exchange.model,
-                    replica_id=exchange.replica_id,
-                    prompt_tokens=exchange.prompt_tokens,
-                    completion_tokens=exchange.completion_tokens,
-                    status=exchange.status,
-                    duration_s=exchange.elapsed(),
-                )
-            )
+            gateway.report_usage(_record(exchange, exchange.key))
+
+
+def _record(exchange: Exchange, key: KeyEntry) -> UsageRecord:
+    """The usage of an ended request, with its timings."""
+    ended = time.perf_counter()
+    first = exchange.first_token
+    return UsageRecord(
+        key_id=key.key_id,
+        model=exchange.model,
+        replica_id=exchange.replica_id,
+        prompt_tokens=exchange.prompt_tokens,
+        completion_tokens=exchange.completion_tokens,
+        status=exchange.status,
+        duration_s=ended - exchange.started,
+        place=metrics.project_of(key),
+        ttft_s=first - exchange.started if first else None,
+        generation_s=ended - (first or exchange.started),
+    )
 
 
 def _start_span(gateway: Gateway, exchange: Exchange, path: str, stream: bool) -> None:
@@ -438,6 +449,8 @@ async def _relay_stream(
             out = framer.feed(chunk)
             if out:
                 timer.relayed()
+                if not exchange.first_token:
+                    exchange.first_token = time.perf_counter()
                 await send({"type": "http.response.body", "body": out, "more_body": True})
     except UpstreamTimeout:
         exchange.status = 504

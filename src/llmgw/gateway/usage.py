@@ -35,6 +35,14 @@ class UsageRecord:
     status: int
     """The HTTP status answered; 499 when the client went away, 502 when the replica failed mid-answer."""
     duration_s: float
+    place: str = ""
+    """Where the key sat when the request came (its project, or its user; empty: nowhere), as text."""
+    ttft_s: float | None = None
+    """Time to first token: from the request's arrival to the first event relayed to the client, as
+    ``llmgw_gateway_time_to_first_token_seconds`` measures it; None for an answer sent whole."""
+    generation_s: float = 0.0
+    """Time spent generating the completion: a stream's time after its first event; an answer sent
+    whole, its whole duration (the prompt's processing included)."""
 
 
 def find_usage(data: bytes) -> dict[str, Any] | None:

@@ -266,6 +266,18 @@ class UsageRow(Base):
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
     completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
     duration_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    place: Mapped[str] = mapped_column(String(200), nullable=False, server_default="", index=True)
+    """Where the key sat when the requests were made (``project:…``, ``user:…``; empty: nowhere)."""
+    team: Mapped[str] = mapped_column(String(140), nullable=False, server_default="", index=True)
+    """The place's team then (``team:ORG/TEAM``; empty for a user's key or none)."""
+    org: Mapped[str] = mapped_column(String(70), nullable=False, server_default="", index=True)
+    """The place's organization then (``org:ORG``; empty for a user's key or none)."""
+    streamed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    """Requests whose time to first token was measured (streamed answers)."""
+    ttft_ms: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    """Times to first token of the streamed requests, summed."""
+    generation_ms: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    """Time spent generating the completion tokens, summed (tokens per second = tokens / this)."""
 
 
 class BlobRow(Base):

@@ -10,6 +10,11 @@ Sums kept on the control plane's disk while the store was away come back
 through :meth:`UsageLog.append_missing`: an entry's ``at``, key and model name
 it (the writer never stamps two entries of a key and model with one ``at``),
 so an entry already stored is never stored twice.
+
+Each row keeps the key's place as it was when the requests were made (its
+project, or its user), with the place's team and organization, so usage
+counts where it was spent after a key moves or goes. Reading it summed over
+time buckets and groups is :mod:`llmgw.store.usagereports`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import func, insert, select
 
+from llmgw.core.tenancy import Owner, OwnerKind
 from llmgw.store.tables import UsageRow
 
 if TYPE_CHECKING:
@@ -42,6 +48,14 @@ class UsageEntry:
     completion_tokens: int
     duration_ms: int
     """The requests' durations, summed."""
+    place: str = ""
+    """Where the key sat (``project:ORG/TEAM/PROJECT``, ``user:NAME``; empty: nowhere)."""
+    streamed: int = 0
+    """Requests whose time to first token was measured (streamed answers)."""
+    ttft_ms: int = 0
+    """Their times to first token, summed."""
+    generation_ms: int = 0
+    """Time spent generating ``completion_tokens``, summed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +128,23 @@ def _rows(entries: Sequence[UsageEntry]) -> list[dict[str, object]]:
             "prompt_tokens": e.prompt_tokens,
             "completion_tokens": e.completion_tokens,
             "duration_ms": e.duration_ms,
+            **placed(e.place),
+            "streamed": e.streamed,
+            "ttft_ms": e.ttft_ms,
+            "generation_ms": e.generation_ms,
         }
         for e in entries
     ]
+
+
+def placed(place: str) -> dict[str, str]:
+    """The ``place``, ``team`` and ``org`` columns of a row for a key at ``place`` (text of an owner).
+
+    A text that names no owner counts nowhere rather than failing the batch it is in.
+    """
+    try:
+        owner = Owner.parse(place)
+    except ValueError:
+        return {"place": "", "team": "", "org": ""}
+    chain = {o.kind: str(o) for o in owner.lineage()}
+    return {"place": str(owner), "team": chain.get(OwnerKind.TEAM, ""), "org": chain.get(OwnerKind.ORG, "")}

@@ -1,0 +1,82 @@
+"""The admin API's shapes for usage: what ``/api/usage`` answers, one line per bucket and group."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from llmgw.controlplane.api.models import AnswerModel
+
+BucketName = Literal["hour", "day", "month"]
+"""How long each bucket of a usage answer is (UTC)."""
+DimensionName = Literal["key", "project", "team", "org", "model"]
+"""What usage can be grouped by; ``project`` is the key's place (a user's own key: ``user:NAME``)."""
+
+MAX_LIMIT = 10_000
+"""The most lines one usage answer holds."""
+
+CSV_COLUMNS = (
+    "start",
+    "key",
+    "key_name",
+    "project",
+    "team",
+    "org",
+    "model",
+    "requests",
+    "errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "ttft_mean_ms",
+    "tokens_per_s",
+)
+"""The columns of a usage answer in CSV (those of dimensions not grouped by are left out)."""
+
+
+class UsageLine(AnswerModel):
+    """The usage of one group in one time bucket; a dimension not grouped by is null."""
+
+    start: datetime
+    """When the bucket starts (UTC)."""
+    key: str | None = None
+    """The key's id."""
+    key_name: str | None = None
+    """The key's name (null: the key is no longer known)."""
+    project: str | None = None
+    """Where the key sat when it was used: ``project:ORG/TEAM/PROJECT``, ``user:NAME``, or empty
+    (a key of no place)."""
+    team: str | None = None
+    """``team:ORG/TEAM`` of that project (empty for a user's key)."""
+    org: str | None = None
+    """``org:ORG`` of that project (empty for a user's key)."""
+    model: str | None = None
+    requests: int
+    errors: int
+    """Requests answered with an error, or that the client left (status 400 and above)."""
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_mean_ms: float | None = None
+    """Mean time to first token of the streamed requests, in milliseconds (null: none streamed). A
+    mean, because rows hold sums over each few seconds: exact to sum again over any bucket and group,
+    where a median would need every request kept."""
+    tokens_per_s: float | None = None
+    """Completion tokens per second of generating them (null: no tokens made)."""
+
+
+class UsageAnswer(AnswerModel):
+    """Usage summed per time bucket and group, earliest bucket first."""
+
+    by: BucketName
+    group_by: list[DimensionName]
+    since: datetime | None = Field(default=None, alias="from")
+    """Usage written at or after this (null: from the first)."""
+    until: datetime | None = Field(default=None, alias="to")
+    """Usage written before this (null: to now)."""
+    lines: list[UsageLine]
+    limit: int
+    truncated: bool
+    """More lines matched than ``limit``: the latest were left out."""
+    note: str = ""
+    """What to do about a truncated answer (empty otherwise)."""
