@@ -28,6 +28,7 @@ from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.limiting import Ticket, events_in
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import (
     EVENT_STREAM,
@@ -66,6 +67,7 @@ class Exchange:
         "span",
         "started",
         "status",
+        "ticket",
         "traceparent",
         "upstream_traceparent",
     )
@@ -88,6 +90,8 @@ class Exchange:
         self.finished = False
         """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
         self.client_gone = False
+        self.ticket: Ticket | None = None
+        """The request's hold on its limits (None: nothing limits its key)."""
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -145,6 +149,10 @@ async def forward(
             task.uncancel()  # balance the one cancel() that _client_left asked for
         if exchange.span is not None:
             _end_span(exchange, exchange.span)
+        ticket = exchange.ticket
+        if ticket is not None:
+            ticket.settle(exchange.prompt_tokens + exchange.completion_tokens)
+            ticket.release()
         if exchange.replica_id and exchange.key is not None:
             gateway.report_usage(
                 UsageRecord(
@@ -433,12 +441,22 @@ async def _relay_stream(
     framer = EventFramer(strip_usage_only=strip_usage)
     timer = metrics.StreamTimer(exchange.model, exchange.started)
     failure = b""
+    ticket = exchange.ticket
     try:
         async for chunk in response.iter_any():
             out = framer.feed(chunk)
             if out:
                 timer.relayed()
                 await send({"type": "http.response.body", "body": out, "more_body": True})
+                if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
+                    exchange.status = 429
+                    failure = sse_error_event(
+                        f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}; the answer was cut "
+                        "short. Retry when the budget renews, or ask an administrator for a higher limit.",
+                        refusal.code,
+                        "rate_limit_error",
+                    ) + b"data: [DONE]\n\n"
+                    break
     except UpstreamTimeout:
         exchange.status = 504
         failure = sse_error_event(
