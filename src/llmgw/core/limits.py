@@ -39,11 +39,15 @@ def subject_text(text: str) -> str:
     if text.startswith(KEY_PREFIX):
         key_id = text[len(KEY_PREFIX) :]
         if not key_id or len(key_id) > 64 or not key_id.isascii() or not key_id.replace("-", "").isalnum():
-            raise ValueError(f"key id {key_id!r} must be 1-64 letters, digits or '-' (see 'llmgw ctl key list')")
+            raise ValueError(
+                f"key id {key_id!r} must be 1-64 letters, digits or '-' (see 'llmgw ctl key list')"
+            )
         return text
     owner = Owner.parse(text)
     if owner.public:
-        raise ValueError("limits are set on a key (key:ID), project, team, organization or user, not the cluster")
+        raise ValueError(
+            "limits are set on a key (key:ID), project, team, organization or user, not the cluster"
+        )
     return str(owner)
 
 
@@ -208,7 +212,8 @@ class Meter:
         if limits.expires_s is not None and now >= limits.expires_s:
             return Refusal(s, "expires_s", f"{s} expired", math.inf, 401, "expired_api_key")
         if limits.models is not None and model not in limits.models:
-            return Refusal(s, "models", f"{s} may not use model '{model}'", math.inf, 403, "model_not_allowed")
+            why = f"{s} may not use model '{model}'"
+            return Refusal(s, "models", why, math.inf, 403, "model_not_allowed")
         if limits.concurrent is not None and self.concurrent >= limits.concurrent * self.share:
             return Refusal(s, "concurrent", f"{s} has {self.concurrent} requests in flight, its limit", 1.0)
         bucket = self.requests

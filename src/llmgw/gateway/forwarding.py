@@ -450,12 +450,15 @@ async def _relay_stream(
                 await send({"type": "http.response.body", "body": out, "more_body": True})
                 if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
                     exchange.status = 429
-                    failure = sse_error_event(
-                        f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}; the answer was cut "
-                        "short. Retry when the budget renews, or ask an administrator for a higher limit.",
-                        refusal.code,
-                        "rate_limit_error",
-                    ) + b"data: [DONE]\n\n"
+                    failure = (
+                        sse_error_event(
+                            f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}; the answer was cut "
+                            "short. Retry when the budget renews, or ask an administrator for a higher limit.",
+                            refusal.code,
+                            "rate_limit_error",
+                        )
+                        + b"data: [DONE]\n\n"
+                    )
                     break
     except UpstreamTimeout:
         exchange.status = 504

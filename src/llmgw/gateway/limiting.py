@@ -26,7 +26,9 @@ from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subje
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.responses import ApiError
 
-HINT = "wait for the time Retry-After says, or ask an administrator for a higher limit ('llmgw ctl limits get')"
+HINT = (
+    "wait for the time Retry-After says, or ask an administrator for a higher limit ('llmgw ctl limits get')"
+)
 
 
 class Ticket:
