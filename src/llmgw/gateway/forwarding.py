@@ -28,7 +28,7 @@ from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.limiting import Ticket, events_in
+from llmgw.gateway.limiting import Ticket, cut_short, events_in
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import (
     EVENT_STREAM,
@@ -450,15 +450,7 @@ async def _relay_stream(
                 await send({"type": "http.response.body", "body": out, "more_body": True})
                 if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
                     exchange.status = 429
-                    failure = (
-                        sse_error_event(
-                            f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}; the answer was cut "
-                            "short. Retry when the budget renews, or ask an administrator for a higher limit.",
-                            refusal.code,
-                            "rate_limit_error",
-                        )
-                        + b"data: [DONE]\n\n"
-                    )
+                    failure = cut_short(refusal)
                     break
     except UpstreamTimeout:
         exchange.status = 504

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subject
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.responses import ApiError
+from llmgw.gateway.responses import ApiError, sse_error_event
 
 HINT = (
     "wait for the time Retry-After says, or ask an administrator for a higher limit ('llmgw ctl limits get')"
@@ -87,6 +87,15 @@ def refused(refusal: Refusal, meters: tuple[Meter, ...], now: float) -> ApiError
         retry_after=retry,
         headers=tuple(headers),
     )
+
+
+def cut_short(refusal: Refusal) -> bytes:
+    """The end of a stream whose tokens ran a budget out: an error event, then ``[DONE]``."""
+    message = (
+        f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}; the answer was cut short. "
+        "Retry when the budget renews, or ask an administrator for a higher limit."
+    )
+    return sse_error_event(message, refusal.code, "rate_limit_error") + b"data: [DONE]\n\n"
 
 
 class Limiter:
