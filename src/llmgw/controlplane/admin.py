@@ -21,6 +21,7 @@ from llmgw.controlplane.api import (
     audit,
     catalog,
     keys,
+    limits,
     mirror,
     nodes,
     replicas,
@@ -59,6 +60,7 @@ ROUTERS = (
     units.router,
     users.router,
     tokens.router,
+    limits.router,
 )
 
 

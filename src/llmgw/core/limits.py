@@ -38,9 +38,14 @@ def subject_text(text: str) -> str:
     text = text.strip()
     if text.startswith(KEY_PREFIX):
         key_id = text[len(KEY_PREFIX) :]
-        if not key_id or len(key_id) > 64 or not key_id.isascii() or not key_id.replace("-", "").isalnum():
+        if (
+            not key_id
+            or len(key_id) > 64
+            or not key_id.isascii()
+            or not key_id.replace("-", "").replace("_", "").isalnum()
+        ):
             raise ValueError(
-                f"key id {key_id!r} must be 1-64 letters, digits or '-' (see 'llmgw ctl key list')"
+                f"key id {key_id!r} must be 1-64 letters, digits, '-' or '_' (see 'llmgw ctl key list')"
             )
         return text
     owner = Owner.parse(text)

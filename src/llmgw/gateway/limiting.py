@@ -144,11 +144,11 @@ class Limiter:
         self._by_key = by_key
 
     def counted(self, used: Mapping[str, tuple[int, int]]) -> None:
-        """Tokens already spent this day and month per subject (read from the store on leading)."""
-        for subject, (day, month) in used.items():
-            meter = self._meters.get(subject)
-            if meter is not None:
-                meter.day_used, meter.month_used = day, month
+        """Tokens spent this day and month per subject as the store holds them; what this process
+        counted and has not handed out yet (:meth:`unsaved`) is added."""
+        for subject, meter in self._meters.items():
+            day, month = used.get(subject, (0, 0))
+            meter.day_used, meter.month_used = day + meter.unsaved, month + meter.unsaved
 
     def unsaved(self) -> dict[str, int]:
         """Tokens counted per subject since the last call (what the control plane writes next)."""
