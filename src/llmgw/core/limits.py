@@ -164,15 +164,28 @@ class Refusal:
     code: str = "rate_limit_exceeded"
 
 
+INF = math.inf
+
+
 class Meter:
-    """One subject's counters for its :class:`Limits` (a ``share`` of each, 1: all of it)."""
+    """One subject's counters for its :class:`Limits` (a ``share`` of each, 1: all of it).
+
+    The request path calls :meth:`take` and :meth:`spend` only: caps and the ends of the day and
+    month are worked out when the limits change, so each call is a few comparisons.
+    """
 
     __slots__ = (
         "concurrent",
+        "concurrent_cap",
         "day",
+        "day_cap",
+        "day_end",
         "day_used",
+        "gated",
         "limits",
         "month",
+        "month_cap",
+        "month_end",
         "month_used",
         "requests",
         "share",
@@ -185,78 +198,120 @@ class Meter:
         self.subject = subject
         self.share = share
         self.concurrent = 0
-        self.day = day_of(now)
-        self.month = month_of(now)
         self.day_used = 0
         self.month_used = 0
         self.unsaved = 0
         """Tokens counted since the counts were last written."""
+        self._start_periods(now)
         self.limits = limits
         self.requests: Bucket | None = None
         self.tokens: Bucket | None = None
         self.set_limits(limits, now)
 
-    def set_limits(self, limits: Limits, now: float) -> None:
+    def _start_periods(self, now: float) -> None:
+        self.day = day_of(now)
+        self.day_end = (self.day + 1) * DAY_S
+        self.month = month_of(now)
+        self.month_end = next_month_s(self.month)
+
+    def set_limits(self, limits: Limits, now: float, share: float | None = None) -> None:
         """New limits (or a new share) keep what was counted; a bucket keeps its level, capped."""
+        if share is not None:
+            self.share = share
         self.limits = limits
-        self.requests = _bucket(self.requests, limits.requests_per_minute, self.share, now)
-        self.tokens = _bucket(self.tokens, limits.tokens_per_minute, self.share, now)
+        s = self.share
+        self.gated = limits.expires_s is not None or limits.models is not None
+        self.concurrent_cap = INF if limits.concurrent is None else limits.concurrent * s
+        self.day_cap = INF if limits.tokens_per_day is None else limits.tokens_per_day * s
+        self.month_cap = INF if limits.tokens_per_month is None else limits.tokens_per_month * s
+        self.requests = _bucket(self.requests, limits.requests_per_minute, s, now)
+        self.tokens = _bucket(self.tokens, limits.tokens_per_minute, s, now)
 
     def _roll(self, now: float) -> None:
-        day = day_of(now)
-        if day != self.day:
-            self.day, self.day_used = day, 0
-            month = month_of(now)
-            if month != self.month:
-                self.month, self.month_used = month, 0
+        """A new UTC day (and maybe month) began: its counts start at zero."""
+        month = self.month
+        self._start_periods(now)
+        self.day_used = 0
+        if self.month != month:
+            self.month_used = 0
 
     def check(self, model: str, now: float) -> Refusal | None:
-        """Whether one more request for ``model`` is admitted now (it is not yet counted)."""
+        """Whether one more request for ``model`` is admitted now (nothing is taken)."""
+        refusal = self.take(model, now)
+        if refusal is None:
+            self.untake()
+        return refusal
+
+    def take(self, model: str, now: float) -> Refusal | None:
+        """Admit one request for ``model`` (taking a request and a concurrent slot), or refuse it."""
+        if self.gated:
+            refusal = self._gate(model, now)
+            if refusal is not None:
+                return refusal
+        if self.concurrent >= self.concurrent_cap:
+            s = self.subject
+            return Refusal(s, "concurrent", f"{s} has {self.concurrent} requests in flight, its limit", 1.0)
+        bucket = self.requests
+        if bucket is not None:
+            level = bucket.level + (now - bucket.stamp) * bucket.rate
+            bucket.level = level if level < bucket.capacity else bucket.capacity
+            bucket.stamp = now
+            if bucket.level < 1.0:
+                rpm = self.limits.requests_per_minute
+                why = f"{self.subject} reached its limit of {rpm} requests per minute"
+                return Refusal(self.subject, "requests_per_minute", why, bucket.wait_s(1.0))
+        bucket = self.tokens
+        if bucket is not None:
+            level = bucket.level + (now - bucket.stamp) * bucket.rate
+            bucket.level = level if level < bucket.capacity else bucket.capacity
+            bucket.stamp = now
+            if level <= 0.0:
+                tpm = self.limits.tokens_per_minute
+                why = f"{self.subject} reached its limit of {tpm} tokens per minute"
+                return Refusal(self.subject, "tokens_per_minute", why, bucket.wait_s(1.0))
+        if now >= self.day_end:
+            self._roll(now)
+        if self.day_used >= self.day_cap or self.month_used >= self.month_cap:
+            return self.budget(now)
+        if self.requests is not None:
+            self.requests.level -= 1.0
+        self.concurrent += 1
+        return None
+
+    def untake(self) -> None:
+        """Give back what :meth:`take` took (another meter of the chain refused the request)."""
+        if self.requests is not None:
+            self.requests.level += 1.0
+        self.concurrent -= 1
+
+    def _gate(self, model: str, now: float) -> Refusal | None:
         limits = self.limits
         s = self.subject
         if limits.expires_s is not None and now >= limits.expires_s:
-            return Refusal(s, "expires_s", f"{s} expired", math.inf, 401, "expired_api_key")
+            return Refusal(s, "expires_s", f"{s} expired", INF, 401, "expired_api_key")
         if limits.models is not None and model not in limits.models:
             why = f"{s} may not use model '{model}'"
-            return Refusal(s, "models", why, math.inf, 403, "model_not_allowed")
-        if limits.concurrent is not None and self.concurrent >= limits.concurrent * self.share:
-            return Refusal(s, "concurrent", f"{s} has {self.concurrent} requests in flight, its limit", 1.0)
-        bucket = self.requests
-        if bucket is not None and bucket.refill(now) < 1.0:
-            return Refusal(
-                s,
-                "requests_per_minute",
-                f"{s} reached its limit of {limits.requests_per_minute} requests per minute",
-                bucket.wait_s(1.0),
-            )
-        bucket = self.tokens
-        if bucket is not None and bucket.refill(now) <= 0.0:
-            return Refusal(
-                s,
-                "tokens_per_minute",
-                f"{s} reached its limit of {limits.tokens_per_minute} tokens per minute",
-                bucket.wait_s(1.0),
-            )
-        return self.budget(now)
+            return Refusal(s, "models", why, INF, 403, "model_not_allowed")
+        return None
 
     def budget(self, now: float) -> Refusal | None:
         """A refusal when a day's or month's token budget is spent."""
-        self._roll(now)
+        if now >= self.day_end:
+            self._roll(now)
         limits = self.limits
-        if limits.tokens_per_day is not None and self.day_used >= limits.tokens_per_day * self.share:
-            left = (self.day + 1) * DAY_S - now
+        if self.day_used >= self.day_cap:
             return Refusal(
                 self.subject,
                 "tokens_per_day",
                 f"{self.subject} spent its budget of {limits.tokens_per_day} tokens for the day",
-                left,
+                self.day_end - now,
             )
-        if limits.tokens_per_month is not None and self.month_used >= limits.tokens_per_month * self.share:
+        if self.month_used >= self.month_cap:
             return Refusal(
                 self.subject,
                 "tokens_per_month",
                 f"{self.subject} spent its budget of {limits.tokens_per_month} tokens for the month",
-                next_month_s(self.month) - now,
+                self.month_end - now,
             )
         return None
 
@@ -265,15 +320,19 @@ class Meter:
             self.requests.level -= 1.0
         self.concurrent += 1
 
-    def spend(self, tokens: int, now: float) -> None:
-        """Count ``tokens`` used (negative: a correction of an estimate)."""
-        if self.tokens is not None:
-            self.tokens.refill(now)
-            self.tokens.level -= tokens
-        self._roll(now)
+    def spend(self, tokens: int, now: float) -> bool:
+        """Count ``tokens`` used (negative: a correction of an estimate); True when a budget is spent."""
+        bucket = self.tokens
+        if bucket is not None:
+            level = bucket.level + (now - bucket.stamp) * bucket.rate
+            bucket.level = (level if level < bucket.capacity else bucket.capacity) - tokens
+            bucket.stamp = now
+        if now >= self.day_end:
+            self._roll(now)
         self.day_used += tokens
         self.month_used += tokens
         self.unsaved += tokens
+        return self.day_used >= self.day_cap or self.month_used >= self.month_cap
 
 
 def _bucket(old: Bucket | None, limit: int | None, share: float, now: float) -> Bucket | None:
@@ -287,13 +346,14 @@ def _bucket(old: Bucket | None, limit: int | None, share: float, now: float) -> 
 
 
 def admit(meters: Sequence[Meter], model: str, now: float) -> Refusal | None:
-    """Admit a request against every meter (taking one request from each), or the first refusal."""
-    for meter in meters:
-        refusal = meter.check(model, now)
+    """Admit a request against every meter (taking one request from each), or the first refusal
+    (taking nothing)."""
+    for index, meter in enumerate(meters):
+        refusal = meter.take(model, now)
         if refusal is not None:
+            for taken in meters[:index]:
+                taken.untake()
             return refusal
-    for meter in meters:
-        meter.take_request()
     return None
 
 

@@ -49,13 +49,11 @@ class Ticket:
             return None
         now = self._clock()
         self.counted += tokens
+        spent = None
         for meter in self.meters:
-            meter.spend(tokens, now)
-        for meter in self.meters:
-            refusal = meter.budget(now)
-            if refusal is not None:
-                return refusal
-        return None
+            if meter.spend(tokens, now) and spent is None:
+                spent = meter
+        return None if spent is None else spent.budget(now)
 
     def settle(self, total_tokens: int) -> None:
         """The engine's own count for the whole request replaces what was counted as it passed."""
