@@ -67,6 +67,13 @@ class LimitCounts:
             raise
         return len(pending)
 
+    async def close(self) -> None:
+        """The last write, at shutdown (before resigning); a failure is logged, not raised."""
+        try:
+            await self.flush()
+        except LlmgwError as error:
+            log.warning("could not write the last limits' counts: %s", error)
+
     async def run(self) -> None:
         """Write every interval until cancelled; a failed write is logged and retried next time."""
         while True:

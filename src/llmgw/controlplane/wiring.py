@@ -225,7 +225,7 @@ async def wire(
         before_leading=before_leading,
     )
     closing.push_async_callback(leadership.resign)
-    closing.push_async_callback(counts.flush)  # the last counts, written before resigning
+    closing.push_async_callback(counts.close)  # the last counts, written before resigning
     closing.callback(register_cluster(fleet, leadership))
     sessions = NodeSessions(
         store,
