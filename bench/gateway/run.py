@@ -12,7 +12,13 @@ at concurrency 1 (time to first event, gap between events). The gateway's RSS
 is read before and after 100k requests. Figures are printed as a table and
 then as one JSON line (the last line of the output).
 
-    python bench/gateway/run.py [--litellm-venv DIR] [--quick] [--profile FILE]
+With ``--limits`` llmgw is measured twice: with limits off, then with
+10,000 keys in 100 projects (10 teams, 1 organization) every one limited
+(key, project, team and organization; limits too high ever to refuse), the
+load sent with one of those keys; the JSON line gains ``llmgw_limits`` and
+the ratios to the run with limits off.
+
+    python bench/gateway/run.py [--litellm-venv DIR] [--quick] [--profile FILE] [--limits]
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from llmgw.core.limits import Limits
+from llmgw.core.tenancy import Owner, OwnerKind
 from llmgw.store.database import Store
 from llmgw.testing.cluster import Cluster, free_port, wait_for
 from llmgw.testing.llama_server_standin import write_launcher
@@ -144,6 +152,46 @@ def start_cluster(home: Path) -> tuple[Cluster, int, str]:
     return cluster, int(replica["port"]), asyncio.run(engine_key())
 
 
+HIGH = Limits(
+    requests_per_minute=10**9,
+    tokens_per_minute=10**12,
+    concurrent=10**6,
+    tokens_per_day=10**15,
+    tokens_per_month=10**15,
+)
+"""Limits on every key and owner that never refuse: every check runs, none says no."""
+
+
+def limit_everything(cluster: Cluster, keys: int = 10_000, projects: int = 100) -> str:
+    """``keys`` keys in ``projects`` projects, every key and owner limited; the secret of one of them."""
+
+    async def fill() -> str:
+        store = await Store.open(cluster.config.store_url)
+        try:
+            await store.tenants.create(OwnerKind.ORG, "bench")
+            await store.limits.set("org:bench", HIGH)
+            for t in range(10):
+                await store.tenants.create(OwnerKind.TEAM, f"bench/t{t}")
+                await store.limits.set(f"team:bench/t{t}", HIGH)
+            for p in range(projects):
+                path = f"bench/t{p % 10}/p{p}"
+                await store.tenants.create(OwnerKind.PROJECT, path)
+                await store.limits.set(f"project:{path}", HIGH)
+            secret = ""
+            for k in range(keys):
+                place = Owner(OwnerKind.PROJECT, f"bench/t{k % projects % 10}/p{k % projects}")
+                record, secret = await store.keys.create(f"bench-{k}", "bench", place)
+                await store.limits.set(f"key:{record.id}", HIGH)
+            return secret
+        finally:
+            await store.close()
+
+    secret = asyncio.run(fill())
+    # one change through /api makes the control plane reload keys and limits
+    cluster.admin.request("PUT", "/api/limits/org:bench", HIGH.as_dict())
+    return secret
+
+
 def start_litellm(
     venv: Path, home: Path, engine_port: int, engine_key: str
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -201,6 +249,8 @@ def main() -> None:
                         help="virtualenv with litellm[proxy] (skipped when it has none)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a tenth of the requests, for a smoke run")
     parser.add_argument("--rss-requests", type=int, default=100_000)
+    parser.add_argument("--limits", action="store_true",
+                        help="also measure llmgw with 10,000 keys, every one limited")  # fmt: skip
     parser.add_argument(
         "--profile", type=Path, help="record llmgw at concurrency 64 with py-spy into this file"
     )
@@ -230,6 +280,11 @@ def main() -> None:
                     measure(target, bodies, scale, args.profile, gateway_pid)
                 else:
                     measure(target, bodies, scale)
+            if args.limits:
+                print("[llmgw] limiting 10,000 keys in 100 projects", flush=True)
+                limited = Target("llmgw_limits", cluster.http_port, limit_everything(cluster))
+                measure(limited, bodies, scale)
+                targets.append(limited)
             rss_count = int(args.rss_requests * scale)
             rss_before = rss_kib(gateway_pid)
             print(f"[llmgw] {rss_count} requests at concurrency 64 for the RSS", flush=True)
@@ -272,13 +327,22 @@ def main() -> None:
         report["ratio_llmgw_litellm_added_p50"] = round(
             report["llmgw"]["added_p50_us"] / max(1.0, report["litellm"]["added_p50_us"]), 4
         )
+    if "llmgw_limits" in by:
+        lim = by["llmgw_limits"]
+        report["llmgw_limits"] = {
+            **lim,
+            "added_p50_us": added(lim, direct, "c1_p50_us"),
+            "added_p50_us_over_limits_off": added(lim, gw, "c1_p50_us"),
+        }
+        report["ratio_limits_on_off_c64_rps"] = round(lim["c64_rps"] / gw["c64_rps"], 3)
+        report["ratio_limits_on_off_c1_p50"] = round(lim["c1_p50_us"] / gw["c1_p50_us"], 3)
     report["seconds"] = round(time.monotonic() - started, 1)
     print_table(report)
     print(json.dumps(report, separators=(",", ":")))
 
 
 def print_table(report: dict[str, Any]) -> None:
-    names = [n for n in ("direct", "llmgw", "litellm") if n in report]
+    names = [n for n in ("direct", "llmgw", "llmgw_limits", "litellm") if n in report]
     rows = [
         ("req/s at c=1", "c1_rps"),
         ("p50 at c=1 (µs)", "c1_p50_us"),
@@ -301,6 +365,9 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"\nllmgw RSS: {gw['rss_kib_before']} KiB -> {gw['rss_kib_after']} KiB after {gw['rss_requests']} "
           f"requests ({gw['rss_growth_pct']:+.1f} %, {gw['rss_run_rps']} req/s)")  # fmt: skip
     print(f"llmgw/direct req/s at c=64: {report['ratio_llmgw_direct_c64_rps']}")
+    if "ratio_limits_on_off_c64_rps" in report:
+        print(f"limits on/off: req/s at c=64 {report['ratio_limits_on_off_c64_rps']}, added p50 "
+              f"{report['llmgw_limits']['added_p50_us_over_limits_off']} µs")  # fmt: skip
     if "ratio_llmgw_litellm_c64_rps" in report:
         print(f"llmgw/LiteLLM req/s at c=64: {report['ratio_llmgw_litellm_c64_rps']}; "
               f"added p50: {report['ratio_llmgw_litellm_added_p50']}")  # fmt: skip

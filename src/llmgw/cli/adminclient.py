@@ -18,6 +18,7 @@ from urllib.parse import quote, urlencode
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from llmgw.cli.targets import resolve_target
+from llmgw.controlplane.api.limits import LimitsView
 from llmgw.controlplane.api.models import (
     AuditEntry,
     BlobImported,
@@ -121,6 +122,18 @@ class AdminClient:
 
     def remove_unit(self, kind: str, path: str) -> None:
         self.request("DELETE", f"/api/{kind}/" + "/".join(quote(p, safe="") for p in path.split("/")))
+
+    def limits(self) -> list[LimitsView]:
+        return self._get(list[LimitsView], "/api/limits")
+
+    def limit(self, subject: str) -> LimitsView:
+        return self._get(LimitsView, "/api/limits/" + quote(subject, safe="/:"))
+
+    def set_limits(self, subject: str, body: dict[str, Any]) -> LimitsView:
+        return self._call(LimitsView, "PUT", "/api/limits/" + quote(subject, safe="/:"), body)
+
+    def remove_limits(self, subject: str) -> None:
+        self.request("DELETE", "/api/limits/" + quote(subject, safe="/:"))
 
     def me(self) -> WhoView:
         return self._get(WhoView, "/api/me")

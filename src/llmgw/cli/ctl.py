@@ -18,6 +18,7 @@ from llmgw.cli.configuring import config_app
 from llmgw.cli.contexts import context_app
 from llmgw.cli.enginecheck import engine_check
 from llmgw.cli.keys import key_app
+from llmgw.cli.limits import limits_app
 from llmgw.cli.modelcatalog import list_models, model_app
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
@@ -37,6 +38,7 @@ app.add_typer(org_app, name="org")
 app.add_typer(team_app, name="team")
 app.add_typer(project_app, name="project")
 app.add_typer(user_app, name="user")
+app.add_typer(limits_app, name="limits")
 app.command("engine-check")(engine_check)
 app.command("usage")(usage)
 

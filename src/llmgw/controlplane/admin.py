@@ -21,6 +21,7 @@ from llmgw.controlplane.api import (
     audit,
     catalog,
     keys,
+    limits,
     mirror,
     nodes,
     replicas,
@@ -61,6 +62,7 @@ ROUTERS = (
     users.router,
     tokens.router,
     usage.router,
+    limits.router,
 )
 
 

@@ -16,6 +16,8 @@ component          policy    what
 ``http``           FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
 ``load-reader``    RESTART   engines' load into the router
 ``usage-writer``   RESTART   usage sums into the store
+``limit-counts``   RESTART   tokens counted against budgets into the store
+                             (every second, while leading)
 ``callers``        RESTART   users' tokens and roles reloaded for ``/api``
 ``leader-duties``  RESTART   starts/stops the reconciler as leadership changes
 ``reconciler``     RESTART   leader only (started by ``leader-duties``)
@@ -42,6 +44,7 @@ from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.httpserving import HttpServer, route_by_prefix
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
+from llmgw.controlplane.limit_counting import LimitCounts
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
@@ -84,21 +87,24 @@ def replica_ready_to(feed: GatewayFeed) -> Callable[[ReplicaState, str], None]:
 
 
 class KeyLoading:
-    """Reads the active API keys, with their places, from the store into the gateway (at start, on
-    leading, on a change), and the users' tokens and roles into the admin side's callers.
+    """Reads the active API keys, with their places, and the limits with their counts from the store
+    into the gateway (at start, on leading, on a change), and the users' tokens and roles into the
+    admin side's callers.
 
     A key of a user sits where the user does: the user's teams and organizations come from the
     user's role bindings, read in the same reload.
     """
 
-    def __init__(self, store: Store, feed: GatewayFeed, callers: Callers) -> None:
+    def __init__(self, store: Store, feed: GatewayFeed, callers: Callers, counts: LimitCounts) -> None:
         self._store = store
         self._feed = feed
         self._callers = callers
+        self._counts = counts
 
     async def reload(self) -> None:
         keys = await self._store.keys.active()
         bindings = await self._store.users.bindings()
+        limits = await self._store.limits.all()
         self._feed.keys_replaced(
             KeyEntry(
                 key_id=k.id,
@@ -109,6 +115,8 @@ class KeyLoading:
             )
             for k in keys
         )
+        self._feed.limits_replaced(limits)
+        await self._counts.load()
         await self._callers.load(self._store)
 
 
@@ -194,7 +202,9 @@ async def wire(
         tracing=tracing,
     )
     callers = Callers(config.admin_token_sha256)
-    keys = KeyLoading(store, feed, callers)
+    # written while leading only (``leadership`` is built below, before anything runs)
+    counts = LimitCounts(store, feed, gateway.limiter.clock, may_write=lambda: leadership.leading)
+    keys = KeyLoading(store, feed, callers, counts)
     try:
         await keys.reload()
     except LlmgwError as error:
@@ -215,6 +225,7 @@ async def wire(
         before_leading=before_leading,
     )
     closing.push_async_callback(leadership.resign)
+    closing.push_async_callback(counts.close)  # the last counts, written before resigning
     closing.callback(register_cluster(fleet, leadership))
     sessions = NodeSessions(
         store,
@@ -268,6 +279,7 @@ async def wire(
     supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
     supervisor.add("load-reader", gateway.loads.run)
     supervisor.add("usage-writer", usage.run)
+    supervisor.add("limit-counts", counts.run)
     supervisor.add("callers", lambda: callers.keep_loaded(store))
     supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
     supervisor.add("leader-duties", duties.follow)

@@ -38,6 +38,7 @@ from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
 from llmgw.gateway.keys import KeyEntry, KeyRing
+from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
@@ -153,7 +154,9 @@ class Gateway:
         """Prompt tokens from a replica's /tokenize, for KV-block routing."""
         self.adapters = Adapters(self.replicas, self.upstream)
         """LoRA adapters loaded at run time on their base model's replicas."""
-        self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters)
+        self.limiter = Limiter()
+        """Limits per key, project, team, organization and user, counted in memory."""
+        self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters, self.limiter)
         """The one way the control plane changes what the gateway knows."""
         self.loads = LoadReader(self.replicas)
         """Reads the ready replicas' load from their engines: the process runs :meth:`LoadReader.run`."""
@@ -297,6 +300,7 @@ class Gateway:
             strip_usage = facts.stream and not facts.usage_asked and path != "/v1/embeddings"
             if strip_usage:
                 body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
+            exchange.ticket = self.limiter.admit(key, model)  # released by forward() however it ends
             await forward(self, exchange, receive, send, path, body, facts.stream, strip_usage, facts)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":

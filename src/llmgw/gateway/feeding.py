@@ -9,6 +9,7 @@ index, the adapters or the key ring:
 - the catalog replaced (models and their adapters);
 - the API keys replaced;
 - a replica's KV-block changes (:class:`~llmgw.core.kvblocks.KvBlocksUpdate`);
+- the limits replaced, and the counts of budgets read back from the store;
 - serving stopped or started (``llmgw stop`` / ``llmgw start``).
 
 Every method runs on the event loop and returns at once.
@@ -20,9 +21,11 @@ from collections.abc import Iterable, Mapping
 
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.limits import Limits
 from llmgw.gateway.adapters import Adapters, adapter_entries
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
 from llmgw.gateway.keys import KeyEntry, KeyRing
+from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 
 
@@ -30,9 +33,15 @@ class GatewayFeed:
     """Changes to the gateway's keys, catalog, replicas, KV index and stopped flag."""
 
     def __init__(
-        self, keys: KeyRing, catalog: GatewayCatalog, replicas: ReplicaTable, adapters: Adapters
+        self,
+        keys: KeyRing,
+        catalog: GatewayCatalog,
+        replicas: ReplicaTable,
+        adapters: Adapters,
+        limiter: Limiter | None = None,
     ) -> None:
         self._keys = keys
+        self._limiter = limiter if limiter is not None else Limiter()
         self._catalog = catalog
         self._replicas = replicas
         self._adapters = adapters
@@ -61,7 +70,17 @@ class GatewayFeed:
 
     def keys_replaced(self, keys: Iterable[KeyEntry]) -> None:
         """The API keys that are valid now (every other key is refused from the next request)."""
+        keys = list(keys)
         self._keys.replace(keys)
+        self._limiter.replace_keys(keys)
+
+    def limits_replaced(self, limits: Mapping[str, Limits]) -> None:
+        """The limits by subject (``key:ID`` or an owner's text) as they are now; counts are kept."""
+        self._limiter.replace_limits(limits)
+
+    def limits_counted(self, used: Mapping[str, tuple[int, int]]) -> None:
+        """Tokens spent this UTC day and month per subject, as the store holds them (on leading)."""
+        self._limiter.counted(used)
 
     def kv_blocks(self, update: KvBlocksUpdate) -> None:
         """A replica's engine stored or freed KV blocks: the router mirrors them."""
@@ -77,6 +96,10 @@ class GatewayFeed:
         self.stopped = stopped
 
     # -- questions from the control plane ----------------------------------------------------------
+
+    def limits_unsaved(self) -> dict[str, int]:
+        """Tokens counted per limited subject since the last call: the control plane writes them."""
+        return self._limiter.unsaved()
 
     def in_flight(self, model: str) -> int:
         """Requests this gateway has on ``model``'s ready replicas now."""

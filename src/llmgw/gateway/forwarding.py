@@ -28,6 +28,7 @@ from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.limiting import Ticket, cut_short, events_in
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import (
     EVENT_STREAM,
@@ -67,6 +68,7 @@ class Exchange:
         "span",
         "started",
         "status",
+        "ticket",
         "traceparent",
         "upstream_traceparent",
     )
@@ -91,6 +93,8 @@ class Exchange:
         self.client_gone = False
         self.first_token = 0.0
         """When the first event of a stream was relayed (``perf_counter``; 0: none was)."""
+        self.ticket: Ticket | None = None
+        """The request's hold on its limits (None: nothing limits its key)."""
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -148,6 +152,10 @@ async def forward(
             task.uncancel()  # balance the one cancel() that _client_left asked for
         if exchange.span is not None:
             _end_span(exchange, exchange.span)
+        ticket = exchange.ticket
+        if ticket is not None:
+            ticket.settle(exchange.prompt_tokens + exchange.completion_tokens)
+            ticket.release()
         if exchange.replica_id and exchange.key is not None:
             gateway.report_usage(_record(exchange, exchange.key))
 
@@ -444,6 +452,7 @@ async def _relay_stream(
     framer = EventFramer(strip_usage_only=strip_usage)
     timer = metrics.StreamTimer(exchange.model, exchange.started)
     failure = b""
+    ticket = exchange.ticket
     try:
         async for chunk in response.iter_any():
             out = framer.feed(chunk)
@@ -452,6 +461,10 @@ async def _relay_stream(
                 if not exchange.first_token:
                     exchange.first_token = time.perf_counter()
                 await send({"type": "http.response.body", "body": out, "more_body": True})
+                if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
+                    exchange.status = 429
+                    failure = cut_short(refusal)
+                    break
     except UpstreamTimeout:
         exchange.status = 504
         failure = sse_error_event(

@@ -45,6 +45,7 @@ from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
 from llmgw.store.keys import Keys
 from llmgw.store.leases import Fence, check_fence
+from llmgw.store.limits import StoredLimits
 from llmgw.store.nodes import Nodes
 from llmgw.store.replicas import Replicas
 from llmgw.store.settings import StoredSettings
@@ -104,6 +105,7 @@ class Store:
         self.tenants = Tenants(self)
         self.users = Users(self)
         self.tokens = UserTokens(self)
+        self.limits = StoredLimits(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

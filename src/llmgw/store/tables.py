@@ -280,6 +280,27 @@ class UsageRow(Base):
     """Time spent generating the completion tokens, summed (tokens per second = tokens / this)."""
 
 
+class LimitRow(Base):
+    """The limits set on one subject: ``key:ID`` or an owner's text (:mod:`llmgw.core.limits`)."""
+
+    __tablename__ = "limits"
+
+    subject: Mapped[str] = mapped_column(String(256), primary_key=True)
+    limits: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    """:meth:`llmgw.core.limits.Limits.as_dict`."""
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class LimitCountRow(Base):
+    """Tokens a subject spent in one UTC day (``day:2026-11-30``) or month (``month:2026-11``)."""
+
+    __tablename__ = "limit_counts"
+
+    subject: Mapped[str] = mapped_column(String(256), primary_key=True)
+    period: Mapped[str] = mapped_column(String(16), primary_key=True)
+    used: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 class BlobRow(Base):
     """A file the mirror keeps, by the sha256 of its bytes."""
 

@@ -1,0 +1,182 @@
+"""Limits enforced on the request path, from memory: one dict lookup and a few float operations.
+
+The control plane feeds the limits per subject (``key:ID``, project, team,
+organization, user) and the keys; :class:`Limiter` keeps one
+:class:`~llmgw.core.limits.Meter` per limited subject and, per key, the tuple
+of meters its requests count against (the key, then its place's chain),
+built when limits or keys change, never per request. A key with nothing
+limited on its chain costs one dict lookup.
+
+A request admitted holds a :class:`Ticket`: it counts tokens as they pass
+(:meth:`Ticket.spend`; streams count one token per event, corrected by the
+engine's usage at the end, :meth:`Ticket.settle`) and gives its concurrent
+slot back once (:meth:`Ticket.release`), whatever ended the request.
+
+The counts of day and month budgets go to the store through the control
+plane (:meth:`Limiter.unsaved`, :meth:`Limiter.counted`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subject
+from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.responses import ApiError, sse_error_event
+
+HINT = (
+    "wait for the time Retry-After says, or ask an administrator for a higher limit ('llmgw ctl limits get')"
+)
+
+
+class Ticket:
+    """One admitted request's hold on its meters."""
+
+    __slots__ = ("_clock", "counted", "meters", "released")
+
+    def __init__(self, meters: tuple[Meter, ...], clock: Callable[[], float]) -> None:
+        self.meters = meters
+        self._clock = clock
+        self.counted = 0
+        """Tokens counted so far for this request."""
+        self.released = False
+
+    def spend(self, tokens: int) -> Refusal | None:
+        """Count ``tokens`` that passed; the refusal of a budget this ran out, if any."""
+        if tokens == 0:
+            return None
+        now = self._clock()
+        self.counted += tokens
+        spent = None
+        for meter in self.meters:
+            if meter.spend(tokens, now) and spent is None:
+                spent = meter
+        return None if spent is None else spent.budget(now)
+
+    def settle(self, total_tokens: int) -> None:
+        """The engine's own count for the whole request replaces what was counted as it passed."""
+        if total_tokens > 0 and total_tokens != self.counted:
+            self.spend(total_tokens - self.counted)
+
+    def release(self) -> None:
+        """The request ended: its concurrent slot is free (once, however often called)."""
+        if not self.released:
+            self.released = True
+            for meter in self.meters:
+                meter.concurrent -= 1
+
+
+def refused(refusal: Refusal, meters: tuple[Meter, ...], now: float) -> ApiError:
+    """The 429 (or 401/403) for ``refusal``, with OpenAI's rate-limit headers."""
+    headers: list[tuple[bytes, bytes]] = []
+    for name, (limit, remaining, reset_s) in headroom(meters, now).items():
+        headers.append((f"x-ratelimit-limit-{name}".encode(), str(limit).encode()))
+        headers.append((f"x-ratelimit-remaining-{name}".encode(), str(remaining).encode()))
+        headers.append((f"x-ratelimit-reset-{name}".encode(), f"{reset_s:.3f}s".encode()))
+    retry = None if math.isinf(refusal.retry_after_s) else max(1, math.ceil(refusal.retry_after_s))
+    hint = HINT if retry is not None else "ask an administrator to change the limits ('llmgw ctl limits get')"
+    return ApiError(
+        refusal.status,
+        f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}.",
+        refusal.code,
+        hint=hint,
+        retry_after=retry,
+        headers=tuple(headers),
+    )
+
+
+def cut_short(refusal: Refusal) -> bytes:
+    """The end of a stream whose tokens ran a budget out: an error event, then ``[DONE]``."""
+    message = (
+        f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}; the answer was cut short. "
+        "Retry when the budget renews, or ask an administrator for a higher limit."
+    )
+    return sse_error_event(message, refusal.code, "rate_limit_error") + b"data: [DONE]\n\n"
+
+
+class Limiter:
+    """Every limited subject's meter, and per key the meters its requests count against."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._limits: dict[str, Limits] = {}
+        self._meters: dict[str, Meter] = {}
+        self._chains: dict[str, tuple[str, ...]] = {}
+        self._by_key: dict[str, tuple[Meter, ...]] = {}
+
+    # -- changes (from the control plane) ----------------------------------------------------------
+
+    def replace_limits(self, limits: Mapping[str, Limits]) -> None:
+        """Make ``limits`` (by subject) the whole set; counts of subjects still limited are kept."""
+        now = self.clock()
+        meters: dict[str, Meter] = {}
+        for subject, value in limits.items():
+            if value.empty:
+                continue
+            meter = self._meters.get(subject)
+            if meter is None:
+                meter = Meter(subject, value, now)
+            else:
+                meter.set_limits(value, now)
+            meters[subject] = meter
+        self._limits = dict(limits)
+        self._meters = meters
+        self._rebuild()
+
+    def replace_keys(self, keys: Iterable[KeyEntry]) -> None:
+        """The keys as they are now: each key's chain of subjects."""
+        self._chains = {
+            k.key_id: (key_subject(k.key_id), *(str(owner) for owner in k.place.chain)) for k in keys
+        }
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        meters = self._meters
+        by_key: dict[str, tuple[Meter, ...]] = {}
+        for key_id, chain in self._chains.items():
+            held = tuple(meters[s] for s in chain if s in meters)
+            if held:
+                by_key[key_id] = held
+        self._by_key = by_key
+
+    def counted(self, used: Mapping[str, tuple[int, int]]) -> None:
+        """Tokens spent this day and month per subject as the store holds them; what this process
+        counted and has not handed out yet (:meth:`unsaved`) is added."""
+        for subject, meter in self._meters.items():
+            day, month = used.get(subject, (0, 0))
+            meter.day_used, meter.month_used = day + meter.unsaved, month + meter.unsaved
+
+    def unsaved(self) -> dict[str, int]:
+        """Tokens counted per subject since the last call (what the control plane writes next)."""
+        out: dict[str, int] = {}
+        for subject, meter in self._meters.items():
+            if meter.unsaved:
+                out[subject] = meter.unsaved
+                meter.unsaved = 0
+        return out
+
+    def limits(self) -> dict[str, Limits]:
+        return dict(self._limits)
+
+    def meter(self, subject: str) -> Meter | None:
+        return self._meters.get(subject)
+
+    # -- the request path ------------------------------------------------------------------------
+
+    def admit(self, key: KeyEntry, model: str) -> Ticket | None:
+        """A ticket for one request of ``key`` for ``model`` (None: nothing limits the key), or ApiError."""
+        meters = self._by_key.get(key.key_id)
+        if meters is None:
+            return None
+        now = self.clock()
+        refusal = admit(meters, model, now)
+        if refusal is not None:
+            raise refused(refusal, meters, now)
+        return Ticket(meters, self.clock)
+
+
+def events_in(chunk: bytes) -> int:
+    """Content events in a run of SSE events: about one token each."""
+    return chunk.count(b'"delta"') or chunk.count(b'"text"')
