@@ -8,13 +8,14 @@ const PAD = { top: 12, right: 14, bottom: 24, left: 44 };
 function niceMax(value) {
   if (!(value > 0)) return 1;
   const step = 10 ** Math.floor(Math.log10(value));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * step >= value) return m * step;
+  for (const m of [1, 2, 4, 8, 10]) if (m * step >= value) return m * step; // quarters stay whole numbers
   return 10 * step;
 }
 
 function timeLabel(ms, spanMs) {
   const d = new Date(ms);
   if (spanMs > 2 * 86400e3) return d.toLocaleDateString([], { month: "short", day: "numeric" });
+  if (spanMs < 600e3) return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
 }
 

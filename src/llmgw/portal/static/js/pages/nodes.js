@@ -23,7 +23,7 @@ export function nodesPage(main) {
   });
 }
 
-/** One card's two charts: utilisation and memory (percent), and heat and power. */
+/** One card's charts: utilisation and memory (percent), temperature, power; side by side when wide. */
 export function cardCharts(card, width) {
   const pts = card.points;
   const memPct = (p) => (p.memory_total_mb ? (100 * p.memory_used_mb) / p.memory_total_mb : null);
@@ -35,11 +35,13 @@ export function cardCharts(card, width) {
   if (pts.some((p) => p.utilization_percent !== null)) load.unshift({ name: "utilisation %", points: pts.map((p) => [p.at_ms, p.utilization_percent]) });
   if (pts.some((p) => p.memory_bandwidth_percent !== null)) load.push({ name: "memory bandwidth %", points: pts.map((p) => [p.at_ms, p.memory_bandwidth_percent]) });
   const charts = [lineChart(load, { unit: "%", yMax: 100, width, title: "Load" })];
-  const heat = [];
-  if (pts.some((p) => p.temperature_c !== null)) heat.push({ name: "temperature °C", points: pts.map((p) => [p.at_ms, p.temperature_c]) });
-  if (pts.some((p) => p.power_w !== null)) heat.push({ name: "power W", points: pts.map((p) => [p.at_ms, p.power_w]) });
-  if (heat.length) charts.push(lineChart(heat, { unit: "°C · W", width, title: "Heat and power" }));
-  return h("article", { class: "card", "data-device": card.label }, head, h("div", { class: "charts" }, charts));
+  if (pts.some((p) => p.temperature_c !== null)) {
+    charts.push(lineChart([{ name: "temperature °C", points: pts.map((p) => [p.at_ms, p.temperature_c]) }], { unit: "°C", width, title: "Temperature" }));
+  }
+  if (pts.some((p) => p.power_w !== null)) {
+    charts.push(lineChart([{ name: "power W", points: pts.map((p) => [p.at_ms, p.power_w]) }], { unit: "W", width, title: "Power" }));
+  }
+  return h("article", { class: "card", "data-device": card.label }, head, h("div", { class: "charts card-charts" }, charts));
 }
 
 export function nodePage(main, [nodeId]) {
@@ -52,7 +54,8 @@ export function nodePage(main, [nodeId]) {
   let history = null;
   const drawCards = () => {
     if (history === null) return;
-    const width = widthOf(cards);
+    const whole = widthOf(cards);
+    const width = whole >= 900 ? Math.floor((whole - 32) / 3) : whole; // three charts abreast when wide
     cards.replaceChildren(...(history.length ? history.map((card) => cardCharts(card, width))
       : [h("p", { class: "muted" }, "No GPU readings from this node: it has no cards, or has sent no telemetry yet (every 10 s).")]));
   };
