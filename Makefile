@@ -92,7 +92,14 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 || \
 		(apt-get install -y prometheus || (apt-get update && apt-get install -y prometheus))
 
-test unit e2e: postgres prometheus
+# Chromium (Debian's), headless, for the portal's browser tests: Playwright drives it through
+# executable_path (never 'playwright install', which downloads a browser of its own).
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null 2>&1 || \
+		(apt-get install -y chromium || (apt-get update && apt-get install -y chromium))
+
+test unit e2e: postgres prometheus chromium
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py

@@ -20,6 +20,7 @@ from llmgw.controlplane.api import (
     agents,
     audit,
     catalog,
+    gpuhistory,
     keys,
     limits,
     mirror,
@@ -38,6 +39,7 @@ from llmgw.controlplane.api.state import AdminState, no_components
 from llmgw.controlplane.api.status import address_is_local
 from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
@@ -51,6 +53,7 @@ ROUTERS = (
     status.router,
     serving.router,
     nodes.router,
+    gpuhistory.router,
     replicas.router,
     catalog.router,
     keys.router,
@@ -99,6 +102,7 @@ class AdminApi:
         components: Callable[[], Sequence[ComponentHealth]] = no_components,
         vip: str = "",
         callers: Callers | None = None,
+        gpu_history: GpuHistory | None = None,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -114,6 +118,7 @@ class AdminApi:
             components=components,
             vip=vip,
             callers=callers,
+            gpu_history=gpu_history or GpuHistory(),
         )
 
     @property

@@ -9,7 +9,9 @@ which reads a body whole before it passes it on:
   :class:`~llmgw.controlplane.callers.Callers`, from memory) is answered 401
   from its headers alone, before a byte of its body is read; the public paths
   (:data:`PUBLIC_API_PATHS`, and everything outside ``/api``: ``/healthz``,
-  ``/leader``, ``/metrics``) want none;
+  ``/leader``, ``/metrics``, the portal's page and files at ``/`` and
+  ``/portal/``, which then call ``/api`` with the token the user signs in
+  with) want none;
 - a body larger than ``http.api_body_max_bytes`` is answered 413, at once when
   ``Content-Length`` says so, or as soon as the bytes streamed pass it (the
   app behind then sees the client go away). Uploads into the mirror

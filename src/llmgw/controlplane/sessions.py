@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet, NodeState
+from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.kvblocks import KvBlocksUpdate
@@ -42,6 +43,7 @@ class NodeSessions:
         settings: SettingsPush | None = None,
         gpu_metrics: GpuMetrics | None = None,
         on_kv_blocks: Callable[[KvBlocksUpdate], None] = lambda update: None,
+        gpu_history: GpuHistory | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -49,6 +51,8 @@ class NodeSessions:
         self._reconciler = reconciler
         self._leadership = leadership
         self._gpu_metrics = gpu_metrics or process_gpu_metrics()
+        self.gpu_history = gpu_history or GpuHistory()
+        """Each card's recent readings, for the portal's charts (``/api/gpu-history``)."""
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
         self.on_kv_blocks = on_kv_blocks
@@ -165,6 +169,7 @@ class NodeSessions:
                         self._fleet.logs.deliver(message)
                     case Telemetry():
                         self._gpu_metrics.update(node_id, message)
+                        self.gpu_history.add(node_id, message)
                         if self._fleet.apply_telemetry(node_id, message):
                             self._reconciler.wake()
                     case KvBlocksUpdate():

@@ -41,6 +41,7 @@ from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, wa
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.httpserving import HttpServer, route_by_prefix
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
@@ -60,6 +61,7 @@ from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.mirror.blobs import BlobStore
 from llmgw.observability.tracing import Tracing
+from llmgw.portal.serving import Portal
 from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
 from llmgw.runtime.supervising import Policy, Supervisor
 from llmgw.store.database import Store
@@ -234,6 +236,7 @@ async def wire(
         leadership,
         settings_push,
         on_kv_blocks=feed.kv_blocks,
+        gpu_history=GpuHistory(),
     )
     duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler"])
     admin = AdminApi(
@@ -250,6 +253,7 @@ async def wire(
         components=supervisor.health,
         vip=config.leadership.vip,
         callers=callers,
+        gpu_history=sessions.gpu_history,
     )
 
     async def blob_chunks(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
@@ -258,7 +262,8 @@ async def wire(
             yield chunk
 
     tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
-    local = route_by_prefix(gateway.asgi_app(), admin.app())
+    # the portal's files are served by every control plane, a standby too (docs/portal.md)
+    local = route_by_prefix(gateway.asgi_app(), Portal(admin.app()))
     answering = RelayAnswering(local, leadership)
     relays = RelayClient(tls)
     closing.push_async_callback(relays.close)

@@ -23,6 +23,7 @@ from fastapi import Depends, Request
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
 from llmgw.controlplane.callers import Caller, Callers
 from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
@@ -61,6 +62,8 @@ class AdminState:
     started: float = field(default_factory=time.time)
     callers: Callers | None = None
     """Who may call: the admin token and users' live tokens (None: the admin token alone)."""
+    gpu_history: GpuHistory = field(default_factory=GpuHistory)
+    """Each card's recent readings, from the nodes' telemetry (``/api/gpu-history``)."""
 
     def __post_init__(self) -> None:
         if self.callers is None:
