@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 
 from rich.console import Console
 from textual.pilot import Pilot
@@ -33,7 +34,7 @@ def cells(app: ConsoleApp, selector: str) -> list[list[str]]:
 
 
 def text_of(renderable: object) -> str:
-    out = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    out = Console(width=200, record=True, file=io.StringIO())
     out.print(renderable)
     return "\n".join(" ".join(line.split()) for line in out.export_text().splitlines())
 
@@ -125,7 +126,9 @@ async def test_a_replicas_event_changes_the_replicas_view() -> None:
         changed = copy.deepcopy(REPLICAS)
         changed[1] |= {"state": "ready", "on": "cuda:1 15000 MiB", "error": ""}
         await source.events.put(Event("replicas", changed))
-        await eventually(lambda: cells(app, "#replicas")[1][3] == "ready", message="the view shows chat-2 ready")
+        await eventually(
+            lambda: cells(app, "#replicas")[1][3] == "ready", message="the view shows chat-2 ready"
+        )
         assert cells(app, "#replicas")[1][4] == "cuda:1 15000 MiB"
 
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, TypeVar
 
 from llmgw.cli.adminclient import AdminClient
-from llmgw.console.events import Event, EventsClient, Notice
+from llmgw.console.events import POLL_S, Event, EventsClient, Notice
 from llmgw.controlplane.api.models import KeyCreated, ModelEntry, RestartAnswer, ServingView
 
 T = TypeVar("T")
@@ -40,10 +40,10 @@ class ClusterSource(Protocol):
 class AdminSource:
     """A control plane through :class:`~llmgw.cli.adminclient.AdminClient` and ``/api/events``."""
 
-    def __init__(self, client: AdminClient, events: EventsClient | None = None) -> None:
+    def __init__(self, client: AdminClient, *, poll_s: float = POLL_S) -> None:
         self.client = client
         self.name = client.url
-        self.events = events or EventsClient(client.url, client.token, self.fetch)
+        self.events = EventsClient(client.url, client.token, self.fetch, poll_s=poll_s)
 
     def updates(self) -> AsyncIterator[Event | Notice]:
         return self.events.updates()
