@@ -52,7 +52,7 @@ VIEWS: list[tuple[str, type[Widget]]] = [
 ]
 
 CSS = """
-#sidebar { width: 22; border: round $primary; }
+#sidebar { width: 22; height: 100%; border: round $primary; }
 #panel { border: round $accent; padding: 0 1; }
 #statusline { height: 1; padding: 0 1; background: $boost; }
 #statusline.trouble { color: $error; }
