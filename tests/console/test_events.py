@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from textual.widgets import DataTable
 
+from llmgw.cli.adminclient import AdminClient
+from llmgw.console.app import ConsoleApp
 from llmgw.console.events import Event, EventsClient, Notice, parse_events
+from llmgw.console.source import AdminSource
 from llmgw.console.state import STREAMED
+from llmgw.testing.eventually import eventually
 
 from .fixtures import STREAMED as DATA
 
@@ -132,3 +137,17 @@ async def test_a_control_plane_out_of_reach_is_said_and_tried_again() -> None:
     )
     assert pauses == [2.0]
     await updates.aclose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("control_plane", [True], indirect=True)
+async def test_the_console_shows_a_change_the_stream_sends(
+    control_plane: tuple[FakeControlPlane, str],
+) -> None:
+    fake, url = control_plane
+    app = ConsoleApp(AdminSource(AdminClient(url, TOKEN)))
+    async with app.run_test(size=(160, 40)):
+        await eventually(lambda: [n.id for n in app.data.nodes] == ["gpu1", "cpu1"])
+        await fake.changes.put(("nodes", [DATA["nodes"][0] | {"connected": False}]))
+        table = app.query_one("#nodes", DataTable)
+        await eventually(lambda: table.row_count == 1 and str(table.get_row_at(0)[1]) == "AWAY")
+        assert app.notice == Notice(f"live: events from {url}")
