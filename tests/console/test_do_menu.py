@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from textual.widgets import Input, OptionList, Static
+from typing import Any
+
+from textual.widgets import Input, OptionList, Select, Static
 
 from llmgw.cli.adminclient import AdminClient
 from llmgw.console.app import ConsoleApp
-from llmgw.console.dialogs import ACTIONS, AddKeyDialog, Message
+from llmgw.console.dialogs import ACTIONS, AddKeyDialog, AddModelDialog, Message
 from llmgw.console.source import AdminSource
+from llmgw.controlplane.api.models import ModelEntry
 from llmgw.testing.eventually import eventually
 
-from .fixtures import NOW, FixedSource
+from .fixtures import NOW, SHA, FixedSource
 
 SIZE = (160, 40)
 
@@ -89,3 +92,33 @@ async def test_stop_asks_first_then_stops_the_cluster_and_the_overview_says_so()
         await pilot.click("#yes")
         await eventually(lambda: source.serving == [True], message="the cluster was asked to stop")
         await eventually(lambda: app.data.stopped)
+
+
+async def test_a_model_is_added_from_a_gguf_in_the_mirror() -> None:
+    added: list[dict[str, Any]] = []
+
+    class Recording(FixedSource):
+        async def add_model(self, definition: dict[str, Any]) -> ModelEntry:
+            added.append(definition)
+            return await super().add_model(definition)
+
+    app = ConsoleApp(Recording(), now=lambda: NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await eventually(lambda: app.screen.query(OptionList))
+        await pilot.press("enter")  # the first action: add a model from the mirror
+        await eventually(lambda: isinstance(app.screen, AddModelDialog) and app.screen.query("#name"))
+        app.screen.query_one("#name", Input).value = "chat2"
+        app.screen.query_one("#weights", Select).value = SHA
+        app.screen.query_one("#replicas", Input).value = "2"
+        await pilot.pause()
+        await pilot.click("#ok")
+        await eventually(lambda: "added model chat2" in app.notice.text)
+    assert added == [
+        {
+            "name": "chat2",
+            "source": {"sha256": SHA, "filename": "chat.gguf", "size": 94 << 20},
+            "profile": {"ctx_size": 2048},
+            "replicas": {"min": 2, "max": 2},
+        }
+    ]
