@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -13,7 +14,7 @@ from llmgw.cli.options import TOKEN, URL
 from llmgw.cli.paths import client_config_path, find_server_config, up_home
 
 
-def needs_setup(url: str | None, token: str | None, environ: os._Environ[str] | dict[str, str]) -> bool:
+def needs_setup(url: str | None, token: str | None, environ: Mapping[str, str]) -> bool:
     """No cluster to show: no URL given, no current context, no server.yaml on this machine."""
     if url or token or environ.get("LLMGW_URL"):
         return False
