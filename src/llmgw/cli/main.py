@@ -16,6 +16,7 @@ import typer
 
 from llmgw import __version__
 from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
+from llmgw.cli.console import console
 from llmgw.cli.output import fail
 from llmgw.errors import LlmgwError
 
@@ -33,6 +34,7 @@ app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (mo
 app.add_typer(mirror.app, name="mirror")
 app.add_typer(engine.app, name="engine")
 app.command("up")(up.up)
+app.command("console")(console)
 app.command("doctor")(doctor.doctor)
 serving.register(app)
 app.command("restart")(configuring.restart)

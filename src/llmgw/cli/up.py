@@ -27,7 +27,7 @@ from llmgw.cli.mirror import upload
 from llmgw.cli.output import console, errors
 from llmgw.cli.paths import up_home
 from llmgw.cli.server import initialise, issue_node_certificate
-from llmgw.controlplane.config import load_server_config
+from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.errors import ConfigError, LlmgwError, NotFound
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -175,6 +175,19 @@ def _stop(processes: list[subprocess.Popen[bytes]], grace_s: float = 15.0) -> No
             process.wait()
 
 
+def set_up_node(config: ServerConfig, agent_yaml: Path, node_id: str) -> None:
+    """This machine as a node of the cluster ``config`` makes: its certificate and ``agent_yaml``."""
+    issue_node_certificate(config, node_id, agent_yaml.parent)
+    save_agent_config(
+        AgentConfig(
+            node_id=node_id,
+            control_planes=[f"127.0.0.1:{config.agent_server.port}"],
+            cache_dir=str(DEFAULT_CACHE),
+        ),
+        agent_yaml,
+    )
+
+
 def up(
     home: Path = typer.Option(
         None, "--home", help="State directory (default: $LLMGW_HOME or ~/.local/share/llmgw/up)."
@@ -209,15 +222,7 @@ def up(
     config = load_server_config(server_yaml)
     agent_yaml = home / "agent" / "agent.yaml"
     if not agent_yaml.exists():
-        issue_node_certificate(config, NODE_ID, agent_yaml.parent)
-        save_agent_config(
-            AgentConfig(
-                node_id=NODE_ID,
-                control_planes=[f"127.0.0.1:{config.agent_server.port}"],
-                cache_dir=str(DEFAULT_CACHE),
-            ),
-            agent_yaml,
-        )
+        set_up_node(config, agent_yaml, NODE_ID)
     file = model_file or bundled_model()
     if file is None:
         raise ConfigError(

@@ -1,0 +1,1 @@
+"""``llmgw console``: the cluster in a terminal, full screen (docs/console.md)."""
