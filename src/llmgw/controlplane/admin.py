@@ -20,9 +20,12 @@ from llmgw.controlplane.api import (
     agents,
     audit,
     catalog,
+    events,
     keys,
     mirror,
     nodes,
+    plan,
+    presets,
     replicas,
     serving,
     settings,
@@ -36,12 +39,14 @@ from llmgw.controlplane.api.errors import add_error_handlers, describe_400_not_4
 from llmgw.controlplane.api.state import AdminState, no_components
 from llmgw.controlplane.api.status import address_is_local
 from llmgw.controlplane.callers import Callers
+from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
 from llmgw.errors import NotFound
 from llmgw.mirror.blobs import BlobStore
+from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
 
 __all__ = ["AdminApi", "address_is_local"]
@@ -61,6 +66,9 @@ ROUTERS = (
     users.router,
     tokens.router,
     usage.router,
+    events.router,
+    plan.router,
+    presets.router,
 )
 
 
@@ -97,6 +105,8 @@ class AdminApi:
         components: Callable[[], Sequence[ComponentHealth]] = no_components,
         vip: str = "",
         callers: Callers | None = None,
+        changes: Changes | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -112,6 +122,8 @@ class AdminApi:
             components=components,
             vip=vip,
             callers=callers,
+            changes=changes if changes is not None else fleet.changes,
+            clock=clock,
         )
 
     @property
