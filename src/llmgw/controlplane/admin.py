@@ -37,7 +37,6 @@ from llmgw.controlplane.api import (
 )
 from llmgw.controlplane.api.errors import add_error_handlers, describe_400_not_422
 from llmgw.controlplane.api.state import AdminState, no_components
-from llmgw.controlplane.api.status import address_is_local
 from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.fleet import Fleet
@@ -49,7 +48,7 @@ from llmgw.mirror.blobs import BlobStore
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
 
-__all__ = ["AdminApi", "address_is_local"]
+__all__ = ["AdminApi"]
 
 ROUTERS = (
     status.router,
