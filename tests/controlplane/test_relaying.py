@@ -29,6 +29,8 @@ from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.app import Gateway
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store import Fence, Leases, Store
+from llmgw.testing.eventually import eventually
+from llmgw.testing.serving import serving
 
 TOKEN = "llmgw-admin-test"
 
@@ -401,3 +403,30 @@ async def _local(plane: Plane, method: str, path: str, body: Any = None) -> Any:
 async def _given(*pieces: bytes) -> AsyncIterator[bytes]:
     for piece in pieces:
         yield piece
+
+
+async def test_events_through_a_standby_stream_from_the_leader_until_the_client_leaves(
+    planes: dict[str, Plane],
+) -> None:
+    front = StandbyForwarding(planes["cp2"].app, planes["cp2"].leadership, in_process(planes), 5)
+    leader = planes["cp1"].admin.state.changes
+    async with serving(front) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with client.stream("GET", "/api/events", headers=headers) as answer:
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            lines = answer.aiter_lines()
+            kinds = []
+            async for line in lines:
+                if line.startswith("event: "):
+                    kinds.append(line.removeprefix("event: "))
+                if line.startswith("data: ") and kinds[-1] == "status":
+                    assert json.loads(line.removeprefix("data: "))["name"] == "cp1"
+                    break
+            assert kinds == ["nodes", "replicas", "models", "settings", "serving", "keys", "status"]
+            assert leader.subscribers == 1
+            leader.changed("keys")  # the leader's own publisher: told where the change happens
+            async for line in lines:
+                if line.startswith("event: "):
+                    assert line == "event: keys"
+                    break
+        await eventually(lambda: leader.subscribers == 0, message="the leader dropped the subscription")
