@@ -51,12 +51,12 @@ class Events:
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
-        self._lines = response.aiter_lines()
+        self.lines = response.aiter_lines()
 
     async def next(self) -> tuple[str, Any]:
         """The next frame: (kind, data) for an event, ("", comment) for a comment."""
         fields: dict[str, str] = {}
-        async for line in self._lines:
+        async for line in self.lines:
             if line == "":
                 if fields:
                     break
@@ -168,3 +168,39 @@ async def test_without_a_token_the_stream_is_refused(cluster: Cluster) -> None:
         answer = await client.get("/api/events")
         assert answer.status_code == 401
         assert "token" in answer.json()["error"]["hint"]
+
+
+async def test_a_team_viewer_gets_only_what_its_routes_show_and_loses_the_stream_with_its_token(
+    cluster: Cluster,
+) -> None:
+    async with httpx.AsyncClient(base_url=cluster.url, timeout=10, headers=AUTH) as admin:
+        for path, body in (("/api/orgs", {"name": "acme"}), ("/api/teams", {"org": "acme", "name": "ml"})):
+            assert (await admin.post(path, json=body)).status_code == 201
+        assert (await admin.post("/api/users", json={"name": "vera"})).status_code == 201
+        role = {"role": "viewer", "scope": "team:acme/ml"}
+        assert (await admin.put("/api/users/vera/roles", json=role)).status_code == 200
+        created = (await admin.post("/api/users/vera/tokens", json={"name": "t"})).json()
+        vera = {"Authorization": f"Bearer {created['token']}"}
+        async with admin.stream("GET", "/api/events", headers=vera) as response:
+            events = Events(response)
+            kinds = [(await events.next())[0] for _ in range(3)]
+            assert kinds == ["models", "keys", "status"]  # no nodes, replicas, settings nor serving
+            revoked = await admin.delete(f"/api/tokens/{created['id']}")
+            assert revoked.status_code == 204, revoked.text
+            cluster.fleet.changes.changed("models")
+            await tick(cluster.clock, COALESCE_S)
+            rest = [line async for line in events.lines]  # the stream ends
+            assert not any(line.startswith("event:") for line in rest)
+
+
+async def test_streams_end_when_the_control_plane_stops(cluster: Cluster) -> None:
+    async with httpx.AsyncClient(base_url=cluster.url, timeout=10) as client:
+        events, stream = await open_events(client)
+        try:
+            await events.initial()
+            cluster.admin.state.changes.close()  # what stopping the control plane does first
+            await tick(cluster.clock, COALESCE_S)
+            assert [line async for line in events.lines] == []
+            assert cluster.admin.state.changes.subscribers == 0
+        finally:
+            await stream.__aexit__(None, None, None)

@@ -36,6 +36,12 @@ class Subscription:
     def __init__(self) -> None:
         self._pending: set[Kind] = set()
         self._ready = asyncio.Event()
+        self.closed = False
+        """The publisher closed (the process stops): the stream ends."""
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
 
     def mark(self, kinds: tuple[Kind, ...]) -> None:
         self._pending.update(kinds)
@@ -62,6 +68,14 @@ class Changes:
 
     def __init__(self) -> None:
         self._subscribers: set[Subscription] = set()
+        self._closed = False
+
+    def close(self) -> None:
+        """End every subscription, and any made from now on: the process stops, and an open stream
+        would hold the HTTP server's graceful stop for ever."""
+        self._closed = True
+        for subscriber in self._subscribers:
+            subscriber.close()
 
     def changed(self, *kinds: Kind) -> None:
         """``kinds`` changed (and the views that show them: :data:`ALSO`). Never blocks."""
@@ -82,6 +96,8 @@ class Changes:
     def subscribe(self) -> Iterator[Subscription]:
         """A subscription for the block; it is dropped when the block ends, however it ends."""
         subscription = Subscription()
+        if self._closed:
+            subscription.close()
         self._subscribers.add(subscription)
         try:
             yield subscription

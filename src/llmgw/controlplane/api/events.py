@@ -102,7 +102,7 @@ async def event_stream(state: AdminState, authorization: str, kinds: tuple[Kind,
     """The frames of one subscriber: every kind at first, then each kind changed, coalesced."""
     with state.changes.subscribe() as subscription:
         due: list[Kind] = list(kinds)
-        while True:
+        while not subscription.closed:
             caller = state.who.identify(authorization)
             if caller is None:
                 return  # the token was revoked or expired: the stream ends with it
@@ -119,6 +119,8 @@ async def event_stream(state: AdminState, authorization: str, kinds: tuple[Kind,
             await state.clock.sleep(COALESCE_S)
             if not subscription.pending and not await _changed_or_keepalive(subscription, state):
                 yield KEEPALIVE
+            if subscription.closed:
+                return  # the control plane stops
             taken = subscription.take()
             due = [k for k in KINDS if k in kinds and (k in taken or k in failed)]
 
