@@ -430,3 +430,19 @@ async def test_events_through_a_standby_stream_from_the_leader_until_the_client_
                     assert line == "event: keys"
                     break
         await eventually(lambda: leader.subscribers == 0, message="the leader dropped the subscription")
+
+
+async def test_a_leader_that_stops_leading_ends_its_event_streams(planes: dict[str, Plane]) -> None:
+    cp1 = planes["cp1"]
+    async with serving(cp1.app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with client.stream("GET", "/api/events", headers=headers) as answer:
+            lines = answer.aiter_lines()
+            async for line in lines:
+                if line == "event: status":
+                    break
+            await cp1.leadership.resign()
+            cp1.admin.state.changes.changed("nodes")  # as its agents go when it stops leading
+            rest = [line async for line in lines]
+    assert not any(line.startswith("event:") for line in rest)
+    assert cp1.admin.state.changes.subscribers == 0

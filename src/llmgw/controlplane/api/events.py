@@ -10,7 +10,9 @@ kind changed (:mod:`llmgw.controlplane.changes`), at most one per kind every
 :data:`COALESCE_S`; a ``: keepalive`` comment every :data:`KEEPALIVE_S` without
 one. Each kind is read under the caller's roles as its route reads it: nodes,
 replicas, settings and serving need a viewer at the cluster; models and keys
-show what the caller sees. A caller whose token is revoked sees the stream end.
+show what the caller sees. A caller whose token is revoked sees the stream end, and so does
+every caller of a leader that lost its lease (its views would go stale; a standby
+relays a new stream to the new leader).
 """
 
 from __future__ import annotations
@@ -100,12 +102,15 @@ async def _changed_or_keepalive(subscription: Subscription, state: AdminState) -
 
 async def event_stream(state: AdminState, authorization: str, kinds: tuple[Kind, ...]) -> AsyncIterator[str]:
     """The frames of one subscriber: every kind at first, then each kind changed, coalesced."""
+    leadership = state.leadership
     with state.changes.subscribe() as subscription:
         due: list[Kind] = list(kinds)
         while not subscription.closed:
             caller = state.who.identify(authorization)
             if caller is None:
                 return  # the token was revoked or expired: the stream ends with it
+            if leadership is not None and not leadership.serving:
+                return  # no longer the leader: its views go stale, and a client reconnects to the new one
             readers = _readers(state, caller)
             failed: list[Kind] = []
             for kind in due:
