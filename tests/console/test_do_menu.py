@@ -21,7 +21,9 @@ SIZE = (160, 40)
 async def test_the_add_key_dialog_creates_a_key_through_the_admin_api(admin_client: AdminClient) -> None:
     app = ConsoleApp(AdminSource(admin_client, poll_s=0.2), now=lambda: NOW)
     async with app.run_test(size=SIZE) as pilot:
-        await eventually(lambda: "polling every 0.2 s" in app.notice.text, message="/api/events is missing")
+        await eventually(
+            lambda: app.notice.text.startswith("live: events"), message="the event stream is read"
+        )
         await pilot.press("d")
         await eventually(lambda: app.screen.query(OptionList), message="the Do menu opens")
         menu = app.screen.query_one(OptionList)

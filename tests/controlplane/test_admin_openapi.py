@@ -88,6 +88,9 @@ def test_every_route_of_the_admin_api_is_described(openapi: dict[str, Any]) -> N
         ("/api/settings/{key}", "delete"),
         ("/api/agents/restart", "post"),
         ("/api/audit", "get"),
+        ("/api/events", "get"),
+        ("/api/plan", "get"),
+        ("/api/presets", "get"),
     } <= described
     assert not any("{rest}" in path for path, _ in described), "the catch-all 404 is not a route to describe"
 
@@ -120,7 +123,11 @@ def test_every_answer_is_typed_and_every_error_has_the_error_shape(openapi: dict
             if status == "204":
                 assert "content" not in responses[status], (path, method)
                 continue
-            schema = responses[status]["content"]["application/json"]["schema"]
+            content = responses[status]["content"]
+            if path == "/api/events":  # server-sent events: a stream of text
+                assert list(content) == ["text/event-stream"], content
+                continue
+            schema = content["application/json"]["schema"]
             assert is_typed(openapi, schema), (path, method, status)
         assert "401" in responses, (path, method)
         assert "422" not in responses, "invalid requests are answered 400 in the error shape"

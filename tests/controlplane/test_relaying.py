@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi, address_is_local
+from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.asgi_calls import AnswerBrokeOff, call_app
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.httpserving import route_by_prefix
@@ -29,6 +29,8 @@ from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.app import Gateway
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store import Fence, Leases, Store
+from llmgw.testing.eventually import eventually
+from llmgw.testing.serving import serving
 
 TOKEN = "llmgw-admin-test"
 
@@ -398,11 +400,49 @@ async def _local(plane: Plane, method: str, path: str, body: Any = None) -> Any:
     return json.loads(b"".join(c.data for c in chunks))
 
 
-def test_a_floating_address_is_local_only_where_it_is_bound() -> None:
-    assert address_is_local("127.0.0.1")
-    assert not address_is_local("192.0.2.77/32")  # TEST-NET-1: on no interface here
-
-
 async def _given(*pieces: bytes) -> AsyncIterator[bytes]:
     for piece in pieces:
         yield piece
+
+
+async def test_events_through_a_standby_stream_from_the_leader_until_the_client_leaves(
+    planes: dict[str, Plane],
+) -> None:
+    front = StandbyForwarding(planes["cp2"].app, planes["cp2"].leadership, in_process(planes), 5)
+    leader = planes["cp1"].admin.state.changes
+    async with serving(front) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with client.stream("GET", "/api/events", headers=headers) as answer:
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            lines = answer.aiter_lines()
+            kinds = []
+            async for line in lines:
+                if line.startswith("event: "):
+                    kinds.append(line.removeprefix("event: "))
+                if line.startswith("data: ") and kinds[-1] == "status":
+                    assert json.loads(line.removeprefix("data: "))["name"] == "cp1"
+                    break
+            assert kinds == ["nodes", "replicas", "models", "settings", "serving", "keys", "status"]
+            assert leader.subscribers == 1
+            leader.changed("keys")  # the leader's own publisher: told where the change happens
+            async for line in lines:
+                if line.startswith("event: "):
+                    assert line == "event: keys"
+                    break
+        await eventually(lambda: leader.subscribers == 0, message="the leader dropped the subscription")
+
+
+async def test_a_leader_that_stops_leading_ends_its_event_streams(planes: dict[str, Plane]) -> None:
+    cp1 = planes["cp1"]
+    async with serving(cp1.app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with client.stream("GET", "/api/events", headers=headers) as answer:
+            lines = answer.aiter_lines()
+            async for line in lines:
+                if line == "event: status":
+                    break
+            await cp1.leadership.resign()
+            cp1.admin.state.changes.changed("nodes")  # as its agents go when it stops leading
+            rest = [line async for line in lines]
+    assert not any(line.startswith("event:") for line in rest)
+    assert cp1.admin.state.changes.subscribers == 0

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -161,3 +162,18 @@ def test_a_v1_request_far_over_grpcs_default_limit_is_answered_through_a_standby
     answer = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}])
 
     assert answer.choices[0].message.content
+
+
+def test_events_through_the_standby_come_from_the_leader(ha: Cluster) -> None:
+    headers = {"Authorization": f"Bearer {ha.token}"}
+    with httpx.stream("GET", f"{ha.url_of('cp2')}/api/events", headers=headers, timeout=20) as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        kinds = []
+        for line in answer.iter_lines():
+            if line.startswith("event: "):
+                kinds.append(line.removeprefix("event: "))
+            elif line.startswith("data: ") and kinds[-1] == "status":
+                status = json.loads(line.removeprefix("data: "))
+                break
+    assert kinds == ["nodes", "replicas", "models", "settings", "serving", "keys", "status"]
+    assert (status["name"], status["leader"]) == ("cp1", "cp1")

@@ -139,6 +139,9 @@ def description() -> dict[str, Any]:
 
 DESCRIPTION = description()
 schema = schemathesis.openapi.from_dict(DESCRIPTION)
+STREAMS = ["/api/events"]
+"""Answers that never end (server-sent events): schemathesis reads a whole body, so with the token
+they are left out (tests/controlplane/test_events_api.py covers them); without it they answer 401."""
 
 
 def test_the_description_fuzzed_is_the_one_served(admin_url: str) -> None:
@@ -162,7 +165,7 @@ def assert_error_shape(response: Any) -> None:
         assert isinstance(problem["field"], str) and problem["problem"], problem
 
 
-@schema.parametrize()
+@schema.exclude(path=STREAMS).parametrize()
 @fuzz
 def test_with_the_token_no_answer_is_a_5xx(case: schemathesis.Case, admin_url: str) -> None:
     response = case.call(base_url=admin_url, headers={"Authorization": f"Bearer {TOKEN}"})

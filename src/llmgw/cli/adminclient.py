@@ -28,6 +28,8 @@ from llmgw.controlplane.api.models import (
     ModelEntry,
     ModelView,
     NodeView,
+    PlanView,
+    PresetView,
     ReplicaLogs,
     ReplicaView,
     RestartAnswer,
@@ -101,6 +103,12 @@ class AdminClient:
 
     def remove_model(self, name: str) -> None:
         self.request("DELETE", f"/api/models/{quote(name)}")
+
+    def plan(self, model: str | None = None) -> list[PlanView]:
+        return self._get(list[PlanView], "/api/plan" + (f"?model={quote(model)}" if model else ""))
+
+    def presets(self) -> list[PresetView]:
+        return self._get(list[PresetView], "/api/presets")
 
     def keys(self) -> list[KeyView]:
         return self._get(list[KeyView], "/api/keys")

@@ -22,6 +22,8 @@ from llmgw.cli.limits import limits_app
 from llmgw.cli.modelcatalog import list_models, model_app
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
+from llmgw.cli.plan import plan
+from llmgw.cli.presets import presets
 from llmgw.cli.tenancy import org_app, project_app, team_app, user_app
 from llmgw.cli.usage import usage
 from llmgw.controlplane.api.models import ComponentView, StatusView
@@ -41,6 +43,8 @@ app.add_typer(user_app, name="user")
 app.add_typer(limits_app, name="limits")
 app.command("engine-check")(engine_check)
 app.command("usage")(usage)
+app.command("plan")(plan)
+app.command("presets")(presets)
 
 WORTH_SHOWING = (ComponentState.FAILED, ComponentState.RESTARTING)
 

@@ -12,6 +12,8 @@ from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.mirror import upload
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
+from llmgw.cli.presets import add_preset, presets, print_added
+from llmgw.core.presets import PRESETS
 from llmgw.errors import ValidationFailed
 
 model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
@@ -48,6 +50,9 @@ def model_list(url: str | None = URL, token: str | None = TOKEN, as_json: bool =
     list_models(client(url, token), as_json)
 
 
+model_app.command("presets")(presets)
+
+
 @model_app.command("add")
 def model_add(
     name: str = typer.Argument(None, help="The model's name (not needed with --definition)."),
@@ -73,8 +78,11 @@ def model_add(
     url: str | None = URL,
     token: str | None = TOKEN,
 ) -> None:
-    """Add a model to the catalog, from flags or a definition file."""
+    """Add a model: a preset by name ('llmgw ctl presets'), or from flags or a definition file."""
     admin = client(url, token)
+    if name in PRESETS and definition is None and file is None:
+        print_added(add_preset(admin, PRESETS[name], weights))
+        return
     if definition is not None:
         data = _from_file(definition, name)
     else:
@@ -92,8 +100,7 @@ def model_add(
             {"ctx_size": ctx_size, "parallel": parallel, "args": list(arg)}
             | ({"memory_mb": memory_mb} if memory_mb is not None else {}),
         )
-    added = admin.add_model(data)
-    console.print(f"added model [bold]{added.name}[/]; 'llmgw ctl replicas' shows it starting")
+    print_added(admin.add_model(data))
 
 
 def _from_file(path: Path, name: str | None) -> dict[str, Any]:

@@ -20,11 +20,14 @@ from llmgw.controlplane.api import (
     agents,
     audit,
     catalog,
+    events,
     gpuhistory,
     keys,
     limits,
     mirror,
     nodes,
+    plan,
+    presets,
     replicas,
     serving,
     settings,
@@ -36,8 +39,8 @@ from llmgw.controlplane.api import (
 )
 from llmgw.controlplane.api.errors import add_error_handlers, describe_400_not_422
 from llmgw.controlplane.api.state import AdminState, no_components
-from llmgw.controlplane.api.status import address_is_local
 from llmgw.controlplane.callers import Callers
+from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
@@ -45,9 +48,10 @@ from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
 from llmgw.errors import NotFound
 from llmgw.mirror.blobs import BlobStore
+from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
 
-__all__ = ["AdminApi", "address_is_local"]
+__all__ = ["AdminApi"]
 
 ROUTERS = (
     status.router,
@@ -66,6 +70,9 @@ ROUTERS = (
     tokens.router,
     usage.router,
     limits.router,
+    events.router,
+    plan.router,
+    presets.router,
 )
 
 
@@ -103,6 +110,8 @@ class AdminApi:
         vip: str = "",
         callers: Callers | None = None,
         gpu_history: GpuHistory | None = None,
+        changes: Changes | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -119,6 +128,8 @@ class AdminApi:
             vip=vip,
             callers=callers,
             gpu_history=gpu_history or GpuHistory(),
+            changes=changes if changes is not None else fleet.changes,
+            clock=clock,
         )
 
     @property

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.logreading import LogRequests
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
@@ -86,7 +87,10 @@ class Fleet:
         on_gone: Callable[[str], None],
         node_grace_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
+        changes: Changes | None = None,
     ) -> None:
+        self.changes = changes if changes is not None else Changes()
+        """Told when a node attaches or goes and when a replica is tracked, changes state or is forgotten."""
         self.node_grace_s = node_grace_s
         """How long a gone node's ready replicas stay routable: its engines outlive an agent restart.
         Past it the node is lost and its replicas are placed elsewhere."""
@@ -113,6 +117,7 @@ class Fleet:
             engines=registration.engines,
             refused_settings=registration.refused_settings,
         )
+        self.changes.changed("nodes")
         return old
 
     def detach(self, node_id: str, channel: ControlLink) -> bool:
@@ -133,6 +138,7 @@ class Fleet:
                 kept.append(replica.replica_id)
             else:
                 self._set_state(replica, ReplicaPhase.ABSENT)
+        self.changes.changed("nodes", "replicas")
         if kept:
             asyncio.get_running_loop().call_later(self.node_grace_s, self._drop_if_gone, node_id, kept)
         return True
@@ -231,6 +237,7 @@ class Fleet:
     # replicas --------------------------------------------------------------
     def track(self, replica: ReplicaState) -> None:
         self.replicas[replica.replica_id] = replica
+        self.changes.changed("replicas")
         if replica.node_id not in self.nodes:
             self.away_since.setdefault(replica.node_id, self._clock())  # a new leader's grace starts now
 
@@ -238,6 +245,7 @@ class Fleet:
         replica = self.replicas.pop(replica_id, None)
         if replica is not None:
             self._on_gone(replica_id)
+            self.changes.changed("replicas")
         return replica
 
     def observe(
@@ -271,6 +279,7 @@ class Fleet:
 
     def _set_state(self, replica: ReplicaState, state: ReplicaPhase) -> None:
         replica.state = state
+        self.changes.changed("replicas")
         node = self.nodes.get(replica.node_id)
         if state is ReplicaPhase.READY and node is not None and replica.port:
             self._on_ready(replica, f"http://{node.inventory.address}:{replica.port}")

@@ -27,7 +27,7 @@ from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStart
 from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.mig import Spread
-from llmgw.core.placement import Placed, place
+from llmgw.core.placement import Decision, Placed, place
 from llmgw.core.settingtypes import SERVING_STOPPED
 from llmgw.core.shards import AdapterSpec, ReplicaPhase, ShardSpec, StopShard, WeightsFile
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
@@ -83,6 +83,8 @@ class Reconciler:
         self.last_error = ""
         self.unplaced: dict[str, str] = {}
         """Models that could not be placed, with every node's reason."""
+        self._catalog: dict[str, object] = {}
+        """The definitions last loaded: a catalog loaded with something new is told to the fleet's changes."""
 
     @property
     def stopped(self) -> bool:
@@ -91,6 +93,8 @@ class Reconciler:
 
     @stopped.setter
     def stopped(self, stopped: bool) -> None:
+        if stopped != self._stopped:
+            self._fleet.changes.changed("serving")
         self._stopped = stopped
         self._on_stopped(stopped)  # the gateway refuses requests while stopped
 
@@ -124,6 +128,16 @@ class Reconciler:
         )
         self.wake()
 
+    def _set_unplaced(self, model: str, reasons: str) -> None:
+        """Record why ``model`` cannot be placed (empty: it can); a new verdict changes its view."""
+        if self.unplaced.get(model, "") == reasons:
+            return
+        if reasons:
+            self.unplaced[model] = reasons
+        else:
+            del self.unplaced[model]
+        self._fleet.changes.changed("models")
+
     # the loop -----------------------------------------------------------------
     async def run(self, may_act: Callable[[], bool] | None = None) -> None:
         """Pass every ``interval_s`` (or when woken) while ``may_act`` says this process leads.
@@ -156,7 +170,12 @@ class Reconciler:
     async def load_catalog(self) -> dict[str, ModelDefinition]:
         """Read the catalog and hand it to ``on_catalog`` (the gateway's model list)."""
         models: dict[str, ModelDefinition] = {}
-        for record in await self._store.models.list():
+        records = await self._store.models.list()
+        catalog = {record.name: (record.owner, record.definition) for record in records}
+        if catalog != self._catalog:
+            self._catalog = dict(catalog)
+            self._fleet.changes.changed("models")
+        for record in records:
             try:
                 models[record.name] = parse_model(record.definition)
             except LlmgwError as error:
@@ -218,7 +237,7 @@ class Reconciler:
         mine = self._fleet.of_model(model.name)
         want = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
         if len(mine) >= want:
-            self.unplaced.pop(model.name, None)
+            self._set_unplaced(model.name, "")
         if len(mine) != want:
             self._trace.action(
                 "scale", {"llmgw.model": model.name, "llmgw.from": len(mine), "llmgw.to": want}
@@ -272,16 +291,7 @@ class Reconciler:
                 pass
 
     async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
-        nodes = [n.inventory for n in self._fleet.nodes.values()]
-        taken = [Placed(r.model, r.node_id, r.memory_mb, tuple(r.devices)) for r in placed]
-        decision = place(
-            model.name,
-            model.memory_needed_mb(),
-            nodes,
-            taken,
-            Spread(tp=model.profile.tp),
-            gpu_class=model.profile.gpu_class,
-        )
+        decision = self.decide(model, placed)
         if not decision.placed:
             reasons = (
                 "; ".join(f"{node}: {why}" for node, why in decision.refusals.items())
@@ -290,9 +300,9 @@ class Reconciler:
             if self.unplaced.get(model.name) != reasons:  # a trace, like the log, when the reasons change
                 log.warning("cannot place a replica of %s: %s", model.name, reasons)
                 self._trace.placed(model.name, decision)
-            self.unplaced[model.name] = reasons
+            self._set_unplaced(model.name, reasons)
             return False
-        self.unplaced.pop(model.name, None)
+        self._set_unplaced(model.name, "")
         self._trace.placed(model.name, decision)
         record = ReplicaRecord(
             id=f"{_slug(model.name)}-{secrets.token_hex(3)}",
@@ -317,6 +327,18 @@ class Reconciler:
         await self._start(replica, model, tuple(decision.devices), why="placed")
         return True
 
+    def decide(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> Decision:
+        """Where one more replica of ``model`` would go now, among the connected nodes, with every
+        other node's reason (what ``/api/plan`` shows, and what a pass acts on)."""
+        return place(
+            model.name,
+            model.memory_needed_mb(),
+            [n.inventory for n in self._fleet.nodes.values()],
+            [Placed(r.model, r.node_id, r.memory_mb, tuple(r.devices)) for r in placed],
+            Spread(tp=model.profile.tp),
+            gpu_class=model.profile.gpu_class,
+        )
+
     async def _start(
         self, replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = (), *, why: str
     ) -> None:
@@ -329,6 +351,7 @@ class Reconciler:
             start = dataclasses.replace(start, traceparent=context)
         replica.blobs = shard_blobs(start)  # what its node may fetch from the mirror
         replica.state = ReplicaPhase.STARTING
+        self._fleet.changes.changed("replicas")
         try:
             await node.channel.send(start)
         except ChannelClosed:

@@ -83,6 +83,7 @@ class ControlPlane:
             await supervisor.stop(name)
         await parts.leadership.resign()
         parts.sessions.let_go()
+        parts.admin.state.changes.close()  # event streams end, or the HTTP server would wait on them
         await parts.http.stop()
         supervisor.shutdown()  # the rest: the load reader, the usage writer (it writes what waits)
 

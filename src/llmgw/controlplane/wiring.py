@@ -51,6 +51,7 @@ from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
 from llmgw.errors import LlmgwError
 from llmgw.gateway.app import Gateway
@@ -143,6 +144,12 @@ class ControlPlaneParts:
     http: HttpServer
 
 
+async def record_vip(store: Store, name: str, vip: str) -> None:
+    """Make this plane's floating address (``--vip``) known cluster-wide, so every plane's status shows it."""
+    if vip and await store.settings.get(VIP_SETTING, "") != vip:
+        await store.settings.set(VIP_SETTING, vip, name)
+
+
 def _log_unreachable(replica_id: str, reason: str) -> None:
     log.warning("replica %s unreachable: %s", replica_id, reason)
 
@@ -218,6 +225,7 @@ async def wire(
         """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves."""
         await keys.reload()
         await reconciler.load()
+        await record_vip(store, config.name, config.leadership.vip)
 
     leadership = Leadership(
         Leases(store),

@@ -16,6 +16,9 @@ from typing import Any
 SERVING_STOPPED = "serving.stopped"
 """``llmgw stop`` is in force while true (``/api/serving`` sets it)."""
 
+VIP_SETTING = "leadership.vip"
+"""The floating address keepalived keeps on the leader (``server add --vip``), known cluster-wide."""
+
 
 @dataclass(frozen=True)
 class SettingType:
@@ -32,6 +35,9 @@ def _is_bool(value: Any) -> bool:
 
 TYPES: dict[str, SettingType] = {
     SERVING_STOPPED: SettingType("a JSON bool (true or false, without quotes)", _is_bool),
+    VIP_SETTING: SettingType(
+        'a JSON string (an address, "10.0.0.100/24")', lambda value: isinstance(value, str)
+    ),
 }
 
 

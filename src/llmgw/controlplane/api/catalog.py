@@ -108,6 +108,7 @@ async def add_model(model: ModelDefinition, state: State, caller: Who) -> ModelE
     _fill_sizes(files, state.blobs)
     await state.store.models.add(model.name, definition)
     await state.store.audit.record(caller.name, "model.add", model.name, definition)
+    state.changes.changed("models")
     state.reconciler.wake()
     return ModelEntry(name=model.name, definition=ModelDefinition.model_validate(definition))
 
@@ -120,6 +121,7 @@ async def remove_model(name: str, state: State, caller: Who) -> Response:
     caller.check(Action.WRITE, record.owner)
     await state.store.models.remove(name)
     await state.store.audit.record(caller.name, "model.remove", name)
+    state.changes.changed("models")
     state.reconciler.wake()
     return Response(status_code=204)
 

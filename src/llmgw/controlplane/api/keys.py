@@ -63,6 +63,7 @@ async def create_key(body: KeyRequest, state: State, caller: Who) -> KeyCreated:
         caller.name, "key.create", record.id, {"name": body.name, "place": str(place)}
     )
     await state.access_changed()
+    state.changes.changed("keys")
     return KeyCreated(id=record.id, name=record.name, key=secret)
 
 
@@ -77,4 +78,5 @@ async def revoke_key(key: str, state: State, caller: Who) -> Response:
     await state.store.keys.revoke(record.id)
     await state.store.audit.record(caller.name, "key.revoke", record.id)
     await state.access_changed()
+    state.changes.changed("keys")
     return Response(status_code=204)

@@ -290,3 +290,42 @@ class RestartRequest(RequestModel):
 class RestartAnswer(AnswerModel):
     restarted: list[str]
     """The nodes asked to restart."""
+
+
+# plan
+
+
+class PlanRefusal(AnswerModel):
+    node: str
+    reason: str
+    """Why this node (and its cards) was turned down, as placement says it."""
+
+
+class PlanView(AnswerModel):
+    model: str
+    node: str
+    """The node one more replica would go to now (empty: none)."""
+    devices: list[int]
+    """The cards (or MIG instances) it would take there (empty: host memory)."""
+    memory_mb: int
+    """The memory one replica needs."""
+    replicas: int
+    """Replicas placed now."""
+    wanted: int
+    """Replicas the catalog keeps (``replicas.min``; 0 while serving is stopped)."""
+    refused: list[PlanRefusal]
+    """Every other connected node, with why it was turned down."""
+    problem: str = ""
+    """Why the model cannot be planned at all (a stored definition that does not read, no node connected)."""
+
+
+# presets
+
+
+class PresetView(AnswerModel):
+    name: str
+    description: str
+    needs: str
+    """What the preset needs: files in the mirror, a package, the memory of one replica."""
+    definition: JsonValue
+    """The model definition ``ctl model add PRESET`` adds (its weights' sha256 filled in when added)."""

@@ -23,5 +23,6 @@ async def serving(body: ServingRequest, state: State, caller: Who) -> ServingVie
         caller.name, "serving.stop" if body.stopped else "serving.start", "serving"
     )
     state.reconciler.stopped = body.stopped
+    state.changes.changed("serving")
     state.reconciler.wake()
     return ServingView(stopped=body.stopped)

@@ -22,6 +22,7 @@ from fastapi import Depends, Request
 
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
 from llmgw.controlplane.callers import Caller, Callers
+from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
@@ -30,6 +31,7 @@ from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized
 from llmgw.mirror.blobs import BlobStore
+from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
 
 
@@ -64,6 +66,10 @@ class AdminState:
     """Who may call: the admin token and users' live tokens (None: the admin token alone)."""
     gpu_history: GpuHistory = field(default_factory=GpuHistory)
     """Each card's recent readings, from the nodes' telemetry (``/api/gpu-history``)."""
+    changes: Changes = field(default_factory=Changes)
+    """What changed, for /api/events: the fleet and the reconciler tell the same publisher."""
+    clock: Clock = SYSTEM_CLOCK
+    """Paces /api/events (coalescing, keepalives)."""
 
     def __post_init__(self) -> None:
         if self.callers is None:

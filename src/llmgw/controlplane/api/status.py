@@ -1,8 +1,17 @@
-"""The cluster's summary (``/api/status``), and the probes without a token: healthz, leader, metrics."""
+"""The cluster's summary (``/api/status``), and the probes without a token: healthz, leader, metrics.
+
+The floating address (C1.9) is known cluster-wide (:data:`VIP_SETTING`, which a
+control plane started with ``--vip`` records when it leads); the status says it
+is on the leader when the leader, which answers ``/api/status`` on every control
+plane (a standby relays it), finds it assigned to one of its own interfaces.
+"""
 
 from __future__ import annotations
 
-import socket
+import asyncio
+import ipaddress
+import json
+import logging
 import time
 
 from fastapi import APIRouter
@@ -14,8 +23,14 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
 from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
-from llmgw.core.settingtypes import SERVING_STOPPED
+from llmgw.core.settingtypes import SERVING_STOPPED, VIP_SETTING
 from llmgw.store.leases import ControlPlaneRecord
+
+log = logging.getLogger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IP_TIMEOUT_S = 5.0
+"""How long ``ip -j addr show`` may take."""
 
 probes = APIRouter(tags=["probes"])
 router = APIRouter(prefix="/api", tags=["status"], dependencies=AUTH, responses=declared(401, 503))
@@ -62,6 +77,7 @@ async def status(state: State) -> StatusView:
     replicas = list(state.fleet.replicas.values())
     stopped = await state.store.settings.get(SERVING_STOPPED, False) is True
     leader = state.leadership.holder if state.leadership else state.name
+    vip = await vip_of(state)
     return StatusView(
         name=state.name,
         version=__version__,
@@ -77,8 +93,8 @@ async def status(state: State) -> StatusView:
             )
             for p in _planes(state)
         ],
-        vip=state.vip,
-        vip_on_leader=bool(state.vip) and address_is_local(state.vip),
+        vip=vip,
+        vip_on_leader=bool(vip) and leader == state.name and await address_assigned(vip),
         stopped=stopped,
         uptime_s=int(time.time() - state.started),
         nodes=len(state.fleet.nodes),
@@ -105,13 +121,55 @@ def _planes(state: AdminState) -> list[ControlPlaneRecord]:
     return state.leadership.control_planes if state.leadership else []
 
 
-def address_is_local(address: str) -> bool:
-    """Whether ``address`` is on one of this machine's interfaces (a floating address held here)."""
-    host = address.split("/")[0]
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+async def vip_of(state: AdminState) -> str:
+    """The floating address: this plane's own (``--vip``) or the cluster's (:data:`VIP_SETTING`)."""
+    if state.vip:
+        return state.vip
+    stored = await state.store.settings.get(VIP_SETTING, "")
+    return stored if isinstance(stored, str) else ""
+
+
+def assigned_addresses(ip_json: str | bytes) -> set[IPAddress]:
+    """Every address on this machine's interfaces, from ``ip -j addr show`` (netlink, iproute2)."""
+    found: set[IPAddress] = set()
+    for interface in json.loads(ip_json or "[]"):
+        for info in interface.get("addr_info", ()):
+            try:
+                found.add(ipaddress.ip_address(str(info.get("local", "")).split("%")[0]))
+            except ValueError:
+                continue
+    return found
+
+
+async def address_assigned(address: str, ip: str = "ip") -> bool:
+    """Whether ``address`` (``10.0.0.100`` or ``10.0.0.100/24``) is assigned to one of this machine's
+    interfaces, as ``ip -j addr show`` lists them. A bind is no test: with ``ip_nonlocal_bind`` set
+    it succeeds for any address."""
     try:
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.bind((host, 0))
-    except OSError:
+        wanted = ipaddress.ip_address(address.split("/")[0])
+    except ValueError:
         return False
-    return True
+    try:
+        process = await asyncio.create_subprocess_exec(
+            ip, "-j", "addr", "show", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+    except OSError as error:
+        log.warning("cannot tell whether %s is held here: %s (install iproute2)", address, error)
+        return False
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), IP_TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        log.warning(
+            "cannot tell whether %s is held here: '%s -j addr show' took over %g s", address, ip, IP_TIMEOUT_S
+        )
+        return False
+    if process.returncode != 0:
+        log.warning("cannot tell whether %s is held here: %s", address, err.decode(errors="replace").strip())
+        return False
+    try:
+        return wanted in assigned_addresses(out)
+    except (ValueError, AttributeError) as error:
+        log.warning("cannot read '%s -j addr show': %s", ip, error)
+        return False

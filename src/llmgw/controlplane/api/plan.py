@@ -1,0 +1,63 @@
+"""``/api/plan``: where one more replica of each model would go now, and why every other node was not.
+
+The answer is placement's own decision (:meth:`Reconciler.decide`, the call a
+reconcile pass acts on) over the connected nodes and the replicas placed in the
+store: the node and cards chosen, and each other node's reason, naming the
+cards it looked at. ``llmgw ctl plan``, the console and the portal show it.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from llmgw.controlplane.api.columns import checked_text
+from llmgw.controlplane.api.errors import declared
+from llmgw.controlplane.api.models import PlanRefusal, PlanView
+from llmgw.controlplane.api.state import CLUSTER_ROLE, State
+from llmgw.core.catalog import parse_model
+from llmgw.errors import LlmgwError, NotFound
+
+router = APIRouter(prefix="/api", tags=["plan"], dependencies=CLUSTER_ROLE, responses=declared(401, 503, 403))
+
+NO_NODE = "no node is connected"
+
+
+@router.get("/plan", response_model=list[PlanView], responses=declared(400, 404))
+async def plan(state: State, model: str | None = None) -> list[PlanView]:
+    """Each model (or ``model`` alone): the node and cards one more replica would take now, and
+    why every other connected node was turned down."""
+    if model is not None:
+        checked_text("query.model", model)
+    records = await state.store.models.list()
+    if model is not None:
+        records = [r for r in records if r.name == model]
+        if not records:
+            raise NotFound(f"model {model!r} is not in the catalog", "llmgw ctl models lists the catalog")
+    placed = await state.store.replicas.list()
+    out = []
+    for record in records:
+        mine = sum(1 for r in placed if r.model == record.name)
+        try:
+            definition = parse_model(record.definition)
+        except LlmgwError as error:
+            out.append(
+                PlanView(
+                    model=record.name, node="", devices=[], memory_mb=0, replicas=mine, wanted=0,
+                    refused=[], problem=f"the stored definition does not read: {error}",
+                )
+            )  # fmt: skip
+            continue
+        decision = state.reconciler.decide(definition, placed)
+        out.append(
+            PlanView(
+                model=record.name,
+                node=decision.node_id,
+                devices=list(decision.devices),
+                memory_mb=definition.memory_needed_mb(),
+                replicas=mine,
+                wanted=0 if state.reconciler.stopped else definition.replicas.min,
+                refused=[PlanRefusal(node=n, reason=why) for n, why in sorted(decision.refusals.items())],
+                problem="" if state.fleet.nodes else NO_NODE,
+            )
+        )
+    return out
