@@ -19,12 +19,9 @@ a fixture rename pytest's node ids, which pytest 9 no longer allows.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import os
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +44,8 @@ from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
-from llmgw.testing.serving import serving
+from llmgw.testing.admin import admin_app
+from llmgw.testing.serving import served_in_thread
 
 EXAMPLES = int(os.environ.get("LLMGW_FUZZ_EXAMPLES", "20"))
 TOKEN = "llmgw-admin-fuzz"
@@ -63,50 +61,13 @@ fuzz = settings(
 )
 
 
-@contextmanager
-def admin_server(folder: Path) -> Iterator[str]:
-    """A real admin app served by uvicorn in a thread of its own (the store lives on that thread's loop)."""
-    started = threading.Event()
-    stop: list[asyncio.Event] = []
-    address: list[str] = []
+def admin_server(folder: Path) -> AbstractContextManager[str]:
+    """A real admin app behind the admission layer, as a control plane serves it, in a thread of its own."""
 
-    async def main() -> None:
-        store = await Store.open(f"sqlite+aiosqlite:///{folder / 'llmgw.db'}")
-        fleet = Fleet(on_ready=lambda replica, url: None, on_gone=lambda replica_id: None)
+    def behind_admission(admin: AdminApi) -> Admission:
+        return Admission(admin.app(), admin.state.who, body_max_bytes=8 << 20)
 
-        async def keys_changed() -> None:
-            return None
-
-        admin = AdminApi(
-            name="cp-fuzz",
-            token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-            store=store,
-            fleet=fleet,
-            reconciler=Reconciler(store, fleet),
-            blobs=BlobStore(folder / "mirror"),
-            on_keys_changed=keys_changed,
-        )
-        try:
-            front = Admission(admin.app(), admin.state.who, body_max_bytes=8 << 20)  # as served
-            async with serving(front) as url:
-                address.append(url)
-                stop.append(asyncio.Event())
-                started.set()
-                await stop[0].wait()
-        finally:
-            await store.close()
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    if not started.wait(30):
-        raise RuntimeError("the admin API did not start within 30 s")
-    try:
-        yield address[0]
-    finally:
-        loop.call_soon_threadsafe(stop[0].set)
-        thread.join(30)
-        loop.close()
+    return served_in_thread(lambda: admin_app(folder, token=TOKEN, front=behind_admission))
 
 
 @pytest.fixture(scope="module")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
+from typing import Any
 
 from aiohttp import web
 
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
-from llmgw.testing.serving import bound_socket, serving
+from llmgw.testing.serving import bound_socket, served_in_thread
 
 SECRET = "sk-llmgw-fuzz-0123456789"
 MODEL = "fuzz-chat"
@@ -36,42 +35,28 @@ async def _tolerant(request: web.Request) -> web.StreamResponse:
     return response
 
 
-@contextmanager
-def v1_server() -> Iterator[str]:
-    """The gateway's base URL, with one ready replica of ``MODEL`` and the key ``SECRET``."""
-    started = threading.Event()
-    stop: list[asyncio.Event] = []
-    address: list[str] = []
-
-    async def main() -> None:
-        app = web.Application(client_max_size=64 << 20)
-        for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/tokenize"):
-            app.router.add_post(path, _tolerant)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        sock = bound_socket()
-        await web.SockSite(runner, sock).start()
-        gateway = Gateway(GatewaySettings(request_wait_s=0.3, retry_after_s=1))
-        gateway.keys.add(KeyEntry("key-1", "fuzz", hash_secret(SECRET), "user:fuzz"))
-        gateway.catalog.replace([ModelEntry(MODEL, created=1700000000)])
-        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        gateway.replicas.set_ready(ReplicaEndpoint("r1", MODEL, endpoint, "replica-key", capacity=64))
-        async with serving(gateway.asgi_app()) as url:
-            address.append(url)
-            stop.append(asyncio.Event())
-            started.set()
-            await stop[0].wait()
+@asynccontextmanager
+async def _gateway() -> AsyncIterator[Any]:
+    """The gateway before a tolerant engine, with one ready replica of ``MODEL`` and the key ``SECRET``."""
+    app = web.Application(client_max_size=64 << 20)
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/tokenize"):
+        app.router.add_post(path, _tolerant)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sock = bound_socket()
+    await web.SockSite(runner, sock).start()
+    gateway = Gateway(GatewaySettings(request_wait_s=0.3, retry_after_s=1))
+    gateway.keys.add(KeyEntry("key-1", "fuzz", hash_secret(SECRET), "user:fuzz"))
+    gateway.catalog.replace([ModelEntry(MODEL, created=1700000000)])
+    endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    gateway.replicas.set_ready(ReplicaEndpoint("r1", MODEL, endpoint, "replica-key", capacity=64))
+    try:
+        yield gateway.asgi_app()
+    finally:
         await gateway.close()
         await runner.cleanup()
 
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    if not started.wait(30):
-        raise RuntimeError("the gateway did not start within 30 s")
-    try:
-        yield address[0]
-    finally:
-        loop.call_soon_threadsafe(stop[0].set)
-        thread.join(30)
-        loop.close()
+
+def v1_server() -> AbstractContextManager[str]:
+    """The gateway's base URL, served in a thread of its own."""
+    return served_in_thread(_gateway)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +43,17 @@ def admin_api(
         blobs=BlobStore(folder / "mirror"),
         **options,
     )
+
+
+@asynccontextmanager
+async def admin_app(
+    folder: Path, *, front: Callable[[AdminApi], Any] | None = None, **options: Any
+) -> AsyncIterator[Any]:
+    """The admin app on a SQLite store in ``folder`` (closed after); ``front`` wraps it (the admission
+    layer, as a control plane serves it); ``options`` go to :func:`admin_api`."""
+    store = await Store.open(f"sqlite+aiosqlite:///{folder / 'llmgw.db'}")
+    try:
+        admin = admin_api(store, folder, **options)
+        yield front(admin) if front is not None else admin.app()
+    finally:
+        await store.close()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any
 
 import uvicorn
@@ -39,3 +40,37 @@ async def serving(app: Any, **config: Any) -> AsyncIterator[str]:
         server.should_exit = True
         await task
         sock.close()
+
+
+@contextmanager
+def served_in_thread(open_app: Callable[[], AbstractAsyncContextManager[Any]]) -> Iterator[str]:
+    """Serve the ASGI app ``open_app()`` yields, in a thread with an event loop of its own (where the
+    app's resources, a store say, are opened and closed), for synchronous tests; yields its base URL."""
+    started = threading.Event()
+    stopping: list[asyncio.Event] = []
+    address: list[str] = []
+    failed: list[BaseException] = []
+
+    async def main() -> None:
+        try:
+            async with open_app() as app, serving(app) as url:
+                address.append(url)
+                stopping.append(asyncio.Event())
+                started.set()
+                await stopping[0].wait()
+        except BaseException as error:
+            failed.append(error)
+            started.set()
+            raise
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    if not started.wait(30) or failed:
+        raise RuntimeError(f"the app did not start within 30 s: {failed[0] if failed else 'no answer'}")
+    try:
+        yield address[0]
+    finally:
+        loop.call_soon_threadsafe(stopping[0].set)
+        thread.join(30)
+        loop.close()
