@@ -50,8 +50,9 @@ async def test_a_replica_dropping_the_request_gives_a_clear_error(
     gateway.replicas.set_ready(engine.endpoint)
     with pytest.raises(openai.APIStatusError) as caught:
         await asyncio.wait_for(client.chat.completions.create(model=MODEL, messages=MESSAGES), WAIT)
-    assert caught.value.status_code == 503
-    assert "could be reached" in caught.value.message
+    assert caught.value.status_code == 502  # it was in flight there: a bad gateway, not a missing replica
+    assert "dropped the request before answering" in caught.value.message
+    assert caught.value.response.headers["retry-after"] == "5"
     assert [replica for replica, _ in hooks.failed] == ["r1"]
     assert gateway.replicas.in_flight("r1") == 0
 

@@ -331,6 +331,8 @@ async def _connect(
     table = gateway.replicas
     tried: list[str] = []
     last: Unreachable | None = None
+    dropped: Unreachable | None = None
+    """A replica that took the request and dropped it (it was in flight there): 502, not 503."""
     for _ in range(2):
         lease = table.acquire(endpoint)
         exchange.replica_id = ""
@@ -346,6 +348,8 @@ async def _connect(
             log.warning("request %s: %s", exchange.request_id.decode("latin-1"), error)
             if error.connecting:
                 gateway.replica_failed(endpoint.replica_id, error.reason)
+            else:
+                dropped = error
             following = table.pick(exchange.model, exclude=tried)
             if following is None and not error.connecting:
                 following = endpoint  # an open connection dropped: once more on the same replica
@@ -366,6 +370,14 @@ async def _connect(
         return response, lease
     if last is not None and not last.connecting:
         gateway.replica_failed(last.endpoint.replica_id, last.reason)
+    if dropped is not None:
+        raise ApiError(
+            502,
+            f"The replica of model '{exchange.model}' dropped the request before answering "
+            f"({dropped.reason}); retry in {gateway.settings.retry_after_s} s.",
+            "upstream_disconnected",
+            retry_after=gateway.settings.retry_after_s,
+        )
     raise ApiError(
         503,
         f"No replica of model '{exchange.model}' could be reached; the cluster is replacing it. "
