@@ -72,7 +72,7 @@ $(LITELLM_VENV)/bin/litellm:
 	$(LITELLM_VENV)/bin/python -m pip install -q 'litellm[proxy]==$(LITELLM_VERSION)'
 
 bench-gateway: install $(LITELLM_VENV)/bin/litellm
-	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV)
+	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV) $(BENCH_ARGS)
 
 bench-routing: install
 	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)
