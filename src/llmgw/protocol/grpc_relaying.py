@@ -9,6 +9,7 @@ calls still on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -71,6 +72,16 @@ class RelayCall:
             if message.end:
                 return
             message = await self._next()
+
+    async def take_in_refused(self, messages: int = 4, within_s: float = 1.0) -> None:
+        """Read what a refused caller already sent (a head and its end, as a rule) before the refusal
+        goes out: a call ended with its request unread now and then reached the caller as INTERNAL
+        rather than the refusal. Bounded: a refused caller's body is never read whole."""
+        with contextlib.suppress(ChannelClosed, TimeoutError):
+            async with asyncio.timeout(within_s):
+                for _ in range(messages):
+                    if (await self._next()).end:
+                        return
 
 
 class _Unreachable(ChannelClosed):

@@ -97,6 +97,13 @@ _END = object()
 """Put in a channel's inbox when its stream has ended (the reason is kept on the channel)."""
 
 
+def _refuse(context: aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:  # type: ignore[type-arg,unused-ignore]
+    """End a relay call before its answer with ``code`` (once what the caller sent was taken in:
+    :meth:`RelayCall.take_in_refused`)."""
+    context.set_code(code)
+    context.set_details(details)
+
+
 def _relay_peer(context: aio.ServicerContext) -> RelayPeer:  # type: ignore[type-arg,unused-ignore]
     """The caller by its certificate: a control plane's is issued for server use, a node's is not."""
     pem = (context.auth_context().get("x509_pem_cert") or [b""])[0]
@@ -237,20 +244,23 @@ class _Servicer(pb_grpc.AgentServiceServicer):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this control plane relays nothing")
             return
         peer = _relay_peer(context)
+        incoming = RelayCall(context, peer.name)
         first = True
         try:
-            async for chunk in relay(peer, RelayCall(context, peer.name)):
+            async for chunk in relay(peer, incoming):
                 for message in encode_relay_chunks(chunk):
                     first = False
                     yield message
         except Unauthorized as error:
-            if first:
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{error.message}; {error.hint}")
-            raise
+            if not first:
+                raise
+            await incoming.take_in_refused()
+            _refuse(context, grpc.StatusCode.PERMISSION_DENIED, f"{error.message}; {error.hint}")
         except NotLeader as error:
-            if first:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{error.message}; {error.hint}")
-            raise
+            if not first:
+                raise
+            await incoming.take_in_refused()
+            _refuse(context, grpc.StatusCode.FAILED_PRECONDITION, f"{error.message}; {error.hint}")
 
     async def Connect(self, request_iterator, context):  # type: ignore[no-untyped-def]
         """Run the session handler; the call ends when it returns or when the stream has ended."""
