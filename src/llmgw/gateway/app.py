@@ -31,6 +31,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from llmgw.core.tenancy import visible
 from llmgw.gateway import metrics
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.bodies import asking_for_usage, model_and_stream, read_body
@@ -343,7 +344,7 @@ class Gateway:
         if entry is not None:
             return entry.visible_to(key.place)
         adapter = self.adapters.get(model)
-        return adapter is not None and (adapter.owner.public or adapter.owner in key.place.reach)
+        return adapter is not None and visible(adapter.owner, key.place)
 
     async def _models(self, send: Send, exchange: Exchange, path: str, key: KeyEntry) -> None:
         if path == "/v1/models":

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmgw.core.catalog import ModelDefinition
-from llmgw.core.tenancy import CLUSTER, Owner, Place
+from llmgw.core.tenancy import CLUSTER, Owner, Place, visible
 
 LISTINGS_KEPT = 1024
 """Encoded ``/v1/models`` answers kept (one per place that asked) before the cache starts afresh."""
@@ -38,8 +38,7 @@ class ModelEntry:
     """Who owns it: only keys that see this owner see the entry."""
 
     def visible_to(self, place: Place) -> bool:
-        owned = self.owned
-        return owned.public or owned in place.reach
+        return visible(self.owned, place)
 
     def as_openai(self) -> dict[str, object]:
         listed: dict[str, object] = {
@@ -99,7 +98,7 @@ class GatewayCatalog:
     def visible_to(self, name: str, place: Place) -> ModelEntry | None:
         """The entry called ``name`` when a key at ``place`` sees it; None as for a name never defined."""
         entry = self._entries.get(name)
-        if entry is None or not (entry.owned.public or entry.owned in place.reach):
+        if entry is None or not visible(entry.owned, place):
             return None
         return entry
 

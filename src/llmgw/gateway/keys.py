@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmgw.core.tenancy import NOWHERE, Place
 
@@ -38,6 +38,12 @@ class KeyEntry:
     place: Place = NOWHERE
     """Where the key sits (its project, or its user and the user's teams and organizations): it sees
     public models and adapters and those owned at or above it (:func:`llmgw.core.tenancy.visible`)."""
+    project: str = field(init=False, compare=False)
+    """What its requests count under in metrics, logs and usage: where it sits as text
+    (``project:ORG/TEAM/PROJECT``, ``user:NAME``), empty when nowhere; made once, not per request."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "project", "" if self.place.at.public else str(self.place.at))
 
 
 class KeyRing:

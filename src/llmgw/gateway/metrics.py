@@ -62,14 +62,9 @@ UPSTREAM_FAILURES = Counter(
 
 
 def project_of(key: KeyEntry | None) -> str:
-    """The project (or user) a request is counted under: where its key sits, as ``project:org/team/p``
-    or ``user:name``; empty for a key of no place.
-
-    The one place that says so: metrics and logs both ask here.
-    """
-    if key is None or key.place.at.public:
-        return ""
-    return str(key.place.at)
+    """The project (or user) a request is counted under: where its key sits (:attr:`KeyEntry.project`);
+    empty without a key. The one place that says so: metrics, logs and usage all ask here."""
+    return "" if key is None else key.project
 
 
 class InFlight:
