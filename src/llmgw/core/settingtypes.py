@@ -19,6 +19,14 @@ SERVING_STOPPED = "serving.stopped"
 VIP_SETTING = "leadership.vip"
 """The floating address keepalived keeps on the leader (``server add --vip``), known cluster-wide."""
 
+HF_ENDPOINT_SETTING = "mirror.hf_endpoint"
+"""Where ``mirror pull hf:...`` reaches Hugging Face's hub (as ``HF_ENDPOINT``)."""
+
+OLLAMA_REGISTRY_SETTING = "mirror.ollama_registry"
+"""Where ``mirror pull ollama:...`` reaches Ollama's registry."""
+
+MIRROR_URL_SETTINGS = (HF_ENDPOINT_SETTING, OLLAMA_REGISTRY_SETTING)
+
 
 @dataclass(frozen=True)
 class SettingType:
@@ -38,6 +46,13 @@ TYPES: dict[str, SettingType] = {
     VIP_SETTING: SettingType(
         'a JSON string (an address, "10.0.0.100/24")', lambda value: isinstance(value, str)
     ),
+    **{
+        key: SettingType(
+            'a JSON string, an http(s) address ("https://huggingface.co")',
+            lambda value: isinstance(value, str) and value.startswith(("http://", "https://")),
+        )
+        for key in MIRROR_URL_SETTINGS
+    },
 }
 
 

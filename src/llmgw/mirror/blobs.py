@@ -177,6 +177,24 @@ class BlobStore:
                 await asyncio.to_thread(self._write, target, chunk)
             return await asyncio.to_thread(self._keep, temporary, target, digest.hexdigest(), size, filename)
 
+    async def adopt(self, path: Path, sha256: str, filename: str) -> BlobInfo:
+        """Move a file already checked to hash to ``sha256`` (on the store's disk) in as that blob."""
+        return await asyncio.to_thread(self._adopt_blocking, path, normalize_sha256(sha256), filename)
+
+    def _adopt_blocking(self, path: Path, sha256: str, filename: str) -> BlobInfo:
+        with path.open("rb") as source:
+            os.fsync(source.fileno())
+            size = os.fstat(source.fileno()).st_size
+        final = self._location(sha256)
+        if final.is_file() and final.stat().st_size == size:
+            path.unlink()
+            return BlobInfo(sha256, size, filename)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o444)
+        os.replace(path, final)
+        fsync_directory(final.parent)
+        return BlobInfo(sha256, size, filename)
+
     @contextlib.contextmanager
     def _partial(self) -> Iterator[tuple[Path, BinaryIO]]:
         """A new temporary file under ``tmp``, locked while written, removed unless kept."""

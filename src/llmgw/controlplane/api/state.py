@@ -31,6 +31,7 @@ from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized
 from llmgw.mirror.blobs import BlobStore
+from llmgw.mirror.pulling import Pulls
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
 
@@ -70,10 +71,18 @@ class AdminState:
     """What changed, for /api/events: the fleet and the reconciler tell the same publisher."""
     clock: Clock = SYSTEM_CLOCK
     """Paces /api/events (coalescing, keepalives)."""
+    pull_jobs: Pulls | None = None
+    """Pulls from Hugging Face and Ollama into the mirror (None: made on first use)."""
 
     def __post_init__(self) -> None:
         if self.callers is None:
             self.callers = Callers(self.token_sha256)
+
+    @property
+    def pulls(self) -> Pulls:
+        if self.pull_jobs is None:
+            self.pull_jobs = Pulls(self.blobs, self.store)
+        return self.pull_jobs
 
     @property
     def who(self) -> Callers:
