@@ -14,6 +14,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import typer
 
+import llmgw.cli.mirrorimports  # noqa: F401  (adds "mirror pull", "mirror import-hf", "mirror import-ollama")
 from llmgw import __version__
 from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli.console import console

@@ -16,7 +16,9 @@ from llmgw.errors import ValidationFailed
 app = typer.Typer(help="Weights kept by sha256 on the control plane.", no_args_is_help=True)
 
 
-def upload(admin: AdminClient, file: Path, *, show_progress: bool = True) -> dict[str, Any]:
+def upload(
+    admin: AdminClient, file: Path, *, show_progress: bool = True, filename: str = ""
+) -> dict[str, Any]:
     if not file.is_file():
         raise ValidationFailed(
             [("FILE", f"{file} is not a readable file")], "give the path of a weights file"
@@ -31,9 +33,10 @@ def upload(admin: AdminClient, file: Path, *, show_progress: bool = True) -> dic
         disable=not show_progress,
         transient=True,
     ) as progress:
-        task = progress.add_task(f"uploading {file.name}", total=size)
+        name = filename or file.name
+        task = progress.add_task(f"uploading {name}", total=size)
         with file.open("rb") as handle:
-            answer = admin.upload_blob(file.name, handle, size, progress=lambda n: progress.advance(task, n))
+            answer = admin.upload_blob(name, handle, size, progress=lambda n: progress.advance(task, n))
     return answer.model_dump()
 
 

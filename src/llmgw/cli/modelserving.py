@@ -8,6 +8,10 @@ a LoRA adapter: a PEFT folder (``adapter_config.json`` beside
 ``adapter_model.safetensors``; its rank read from the config) for vLLM, a GGUF
 LoRA file for llama.cpp. The definition is checked before anything is
 uploaded, so a refused flag costs no transfer.
+
+``hf:ORG/REPO[@REVISION]`` (or ``ollama:NAME[:TAG]``) in place of a path pulls
+the model into the mirror on the control plane first (``llmgw mirror pull``),
+then adds the definition with the pull's catalog source.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import typer
 from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.ctl import TOKEN, URL, client, model_app
 from llmgw.cli.mirror import upload
+from llmgw.cli.mirrorimports import HF_TOKEN, pull_model
 from llmgw.cli.output import console
 from llmgw.core.catalog import parse_model
 from llmgw.core.engines import default_engine_for
@@ -128,6 +133,34 @@ def definition(
     return data, uploads
 
 
+PULLED = ("hf:", "ollama:")
+"""Prefixes of a model ``model serve`` pulls from its registry instead of reading from disk."""
+
+
+def pulled_definition(
+    source: str,
+    *,
+    name: str | None,
+    engine: str | None,
+    profile: dict[str, Any],
+    replicas: dict[str, int],
+    on_demand: bool,
+) -> dict[str, Any]:
+    """The definition of a model to pull, with a placeholder source until the pull gives the real one."""
+    fmt = "safetensors" if source.startswith("hf:") else "gguf"
+    default = source.split(":", 1)[1].split("@")[0].split("/")[-1].split(":")[0]
+    filename = "model.safetensors" if fmt == "safetensors" else "model.gguf"
+    data: dict[str, Any] = {
+        "name": name or default,
+        "source": {"sha256": PLACEHOLDER_SHA, "filename": filename, "format": fmt},
+        "profile": {"engine": engine or default_engine_for(fmt), **profile},
+        "replicas": replicas,
+        "on_demand": on_demand,
+    }
+    parse_model(data)  # refuse before pulling gigabytes
+    return data
+
+
 def fill_checksums(data: dict[str, Any], uploads: list[Path], admin: AdminClient) -> None:
     """Upload each file into the mirror and put its sha256 and size in the definition."""
     source = data["source"]
@@ -143,7 +176,11 @@ def fill_checksums(data: dict[str, Any], uploads: list[Path], admin: AdminClient
 
 @model_app.command("serve")
 def model_serve(
-    path: Path = typer.Argument(..., help="A GGUF file, or a safetensors repository's folder."),
+    path: Path = typer.Argument(
+        ...,
+        help="A GGUF file, a safetensors repository's folder, or hf:ORG/REPO[@REVISION] "
+        "(ollama:NAME[:TAG]) to pull into the mirror first.",
+    ),
     name: str = typer.Option(
         None, "--name", help="The name clients ask for (default: the file or folder name)."
     ),
@@ -174,6 +211,7 @@ def model_serve(
     arg: list[str] = typer.Option([], "--arg", help="Extra engine argument (repeat for more)."),
     env: list[str] = typer.Option([], "--env", help="Engine tuning variable NAME=VALUE (repeat for more)."),
     wait: float = typer.Option(0, "--wait", help="Seconds to wait for a ready replica (0: return at once)."),
+    hf_token: str | None = HF_TOKEN,
     url: str = URL,
     token: str = TOKEN,
 ) -> None:
@@ -200,6 +238,20 @@ def model_serve(
             )
         pairs.append((adapter_name, Path(adapter_path)))
     low = 0 if on_demand and min_replicas == 1 else min_replicas
+    replicas = {"min": low, "max": max_replicas if max_replicas is not None else max(low, 1)}
+    if str(path).startswith(PULLED):
+        if projector is not None or pairs or fmt:
+            raise ValidationFailed(
+                [("PATH", f"{path} is pulled whole: --projector, --adapter and --format do not apply")],
+                "leave those flags out; a pulled model's files and format come from its registry",
+            )
+        data = pulled_definition(
+            str(path), name=name, engine=engine, profile=profile, replicas=replicas, on_demand=on_demand
+        )
+        admin = client(url, token)
+        data["source"] = pull_model(admin, str(path), hf_token)["catalog_source"]
+        serve(admin, data, wait)
+        return
     data, uploads = definition(
         path,
         name=name,
@@ -207,12 +259,17 @@ def model_serve(
         engine=engine,
         projector=projector,
         profile=profile,
-        replicas={"min": low, "max": max_replicas if max_replicas is not None else max(low, 1)},
+        replicas=replicas,
         on_demand=on_demand,
         adapters=tuple(pairs),
     )
     admin = client(url, token)
     fill_checksums(data, uploads, admin)
+    serve(admin, data, wait)
+
+
+def serve(admin: AdminClient, data: dict[str, Any], wait: float) -> None:
+    """Add the model and, with ``wait``, wait for a ready replica."""
     added = admin.request("POST", "/api/models", data)
     console.print(f"serving [bold]{added['name']}[/] on {data['profile']['engine']}")
     if wait > 0:
