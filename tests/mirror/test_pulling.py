@@ -214,3 +214,15 @@ async def test_a_second_start_of_a_running_pull_answers_the_same_job(
     first = pulls.start("hf:org/tiny", "admin")
     assert pulls.start("hf:org/tiny@main", "admin") is first
     await pulls.wait(first.id)
+
+
+async def test_file_the_mirror_already_holds_is_not_downloaded_again(
+    hub: FakeHfHub, store: Store, tmp_path: Path
+) -> None:
+    pulls = pulls_of(store, tmp_path)
+    assert (await pulls.wait(pulls.start("hf:org/tiny", "admin").id)).state == "done"
+    hub.seen.clear()
+    again = await pulls.wait(pulls.start("hf:org/tiny", "admin").id)
+    assert again.state == "done"
+    assert not [s for s in hub.seen if s.path.startswith("/lfs/")]
+    assert again.bytes_done == again.bytes_total

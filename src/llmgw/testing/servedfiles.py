@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -83,7 +84,9 @@ class AppServer:
 
     def app(self) -> web.Application:
         @web.middleware
-        async def record(request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:
+        async def record(
+            request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+        ) -> web.StreamResponse:
             self.seen.append(
                 Seen(
                     request.method,
@@ -103,9 +106,7 @@ class AppServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None
-        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        self.port = int(self._runner.addresses[0][1])
         return self.url
 
     async def stop(self) -> None:
