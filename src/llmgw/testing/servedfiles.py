@@ -25,6 +25,13 @@ class Seen:
     """Whether it carried an ``Authorization`` header."""
 
 
+def offsets(seen: list[Seen], path: str) -> list[int]:
+    """Where each request for ``path`` asked to start (0: no ``Range``), in order."""
+    return [
+        int(match.group(1)) if (match := _RANGE.fullmatch(s.range)) else 0 for s in seen if s.path == path
+    ]
+
+
 @dataclass
 class Cuts:
     """Downloads to cut once: after how many bytes, by a file's key (path or digest)."""
@@ -58,7 +65,8 @@ async def serve_bytes(
     if cut_after is not None and cut_after < len(body):
         await answer.write(body[:cut_after])
         assert request.transport is not None
-        request.transport.close()
+        answer.force_close()
+        request.transport.write_eof()  # what was written still goes out, then the stream ends short
         return answer
     await answer.write(body)
     await answer.write_eof()
