@@ -231,3 +231,15 @@ async def test_file_the_mirror_already_holds_is_not_downloaded_again(
     assert again.state == "done"
     assert not [s for s in hub.seen if s.path.startswith("/lfs/")]
     assert again.bytes_done == again.bytes_total
+
+
+async def test_two_pulls_sharing_a_file_at_once_download_it_once(
+    hub: FakeHfHub, store: Store, tmp_path: Path
+) -> None:
+    hub.repos["org/copy"] = small_repo()
+    pulls = pulls_of(store, tmp_path)
+    first, second = pulls.start("hf:org/tiny", "admin"), pulls.start("hf:org/copy", "admin")
+    assert (await pulls.wait(first.id)).state == "done" and (await pulls.wait(second.id)).state == "done"
+    lfs = hashlib.sha256(hub.repos["org/tiny"].files[SHARD]).hexdigest()
+    assert offsets(hub.seen, f"/lfs/{lfs}") == [0]
+    assert first.catalog_source == second.catalog_source

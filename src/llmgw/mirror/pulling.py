@@ -109,6 +109,8 @@ class Pulls:
         self.tries = tries
         self.backoff_s = backoff_s
         self._pulls: dict[str, Pull] = {}
+        self._writing: dict[str, asyncio.Lock] = {}
+        """One lock per partial file: two pulls sharing a file take turns (the second finds it kept)."""
 
     def all(self) -> list[Pull]:
         return sorted(self._pulls.values(), key=lambda p: p.started)
@@ -186,13 +188,14 @@ class Pulls:
             entry.done = done
 
         known = wanted.sha256 or ""
-        held: bool = await asyncio.to_thread(self.blobs.has, known) if known else False
-        if held:
-            sha256 = known  # kept by an earlier pull or import, checked then
-            entry.done = wanted.size
-        else:
-            path, sha256 = await downloader.fetch(wanted, progress)
-            await self.blobs.adopt(path, sha256, wanted.filename)
+        async with self._writing.setdefault(wanted.key, asyncio.Lock()):
+            held: bool = await asyncio.to_thread(self.blobs.has, known) if known else False
+            if held:
+                sha256 = known  # kept by an earlier pull or import, checked then
+                entry.done = wanted.size
+            else:
+                path, sha256 = await downloader.fetch(wanted, progress)
+                await self.blobs.adopt(path, sha256, wanted.filename)
         await self.store.blobs.add(sha256, wanted.size, wanted.filename, "weights")
         entry.sha256, entry.checked_by = sha256, wanted.checked_by
         return sha256
