@@ -81,6 +81,9 @@ def test_every_route_of_the_admin_api_is_described(openapi: dict[str, Any]) -> N
         ("/api/keys/{key}", "delete"),
         ("/api/mirror/blobs", "get"),
         ("/api/mirror/blobs", "post"),
+        ("/api/mirror/pulls", "get"),
+        ("/api/mirror/pulls", "post"),
+        ("/api/mirror/pulls/{pull_id}", "get"),
         ("/api/settings", "get"),
         ("/api/settings-history", "get"),
         ("/api/settings/{key}", "get"),
@@ -106,6 +109,7 @@ def test_every_request_body_is_typed(openapi: dict[str, Any]) -> None:
         ("/api/models", "post"),
         ("/api/keys", "post"),
         ("/api/mirror/blobs", "post"),
+        ("/api/mirror/pulls", "post"),
         ("/api/settings/{key}", "put"),
         ("/api/agents/restart", "post"),
     }
