@@ -93,6 +93,8 @@ def test_pull_and_model_serve_hf_add_a_model_with_the_pulled_source(admin_server
         admin.set_setting("mirror.hf_endpoint", hub.url)
         pulled = run(admin_server, "mirror", "pull", "hf:org/tiny", "--json")
         assert pulled["state"] == "done" and pulled["catalog_source"]["filename"] == SHARD
+        shown = run(admin_server, "mirror", "pull", "hf:org/tiny")
+        assert "git sha1 (registry)" in shown and f'"filename": "{SHARD}"' in shown
         run(admin_server, "model", "serve", "hf:org/tiny", "--gpu-class", "h100", "--tp", "2")
     added = admin.model("tiny").definition
     assert added.source.sha256 == pulled["catalog_source"]["sha256"]
