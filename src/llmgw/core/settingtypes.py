@@ -9,6 +9,7 @@ checked as agent.yaml is (:mod:`llmgw.core.agentsettings`).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,12 @@ SERVING_STOPPED = "serving.stopped"
 
 VIP_SETTING = "leadership.vip"
 """The floating address keepalived keeps on the leader (``server add --vip``), known cluster-wide."""
+
+FIREWALL_ENABLED = "firewall.enabled"
+"""llmgw's nftables table on every node and control plane (default true; docs/operations.md)."""
+
+FIREWALL_NETWORKS = "firewall.networks"
+"""Who may reach control planes' HTTP port (``/v1``, ``/api``): addresses or CIDRs; empty: anyone."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +40,26 @@ def _is_bool(value: Any) -> bool:
     return value is True or value is False
 
 
+def _is_network(value: Any) -> bool:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
+def _is_networks(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_network(item) for item in value)
+
+
 TYPES: dict[str, SettingType] = {
     SERVING_STOPPED: SettingType("a JSON bool (true or false, without quotes)", _is_bool),
     VIP_SETTING: SettingType(
         'a JSON string (an address, "10.0.0.100/24")', lambda value: isinstance(value, str)
+    ),
+    FIREWALL_ENABLED: SettingType("a JSON bool (true or false, without quotes)", _is_bool),
+    FIREWALL_NETWORKS: SettingType(
+        'a JSON array of addresses or networks (["10.0.0.0/8", "192.168.1.5"])', _is_networks
     ),
 }
 
