@@ -17,6 +17,7 @@ import typer
 from llmgw import __version__
 from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli import firewall as firewall_commands
+from llmgw.cli import service as service_commands
 from llmgw.cli.console import console
 from llmgw.cli.output import fail
 from llmgw.errors import LlmgwError
@@ -40,6 +41,7 @@ app.command("doctor")(doctor.doctor)
 serving.register(app)
 app.command("restart")(configuring.restart)
 app.add_typer(firewall_commands.app, name="firewall")
+app.add_typer(service_commands.app, name="service")
 
 
 @app.command()
