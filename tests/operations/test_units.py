@@ -77,7 +77,7 @@ def test_the_control_plane_runs_as_its_own_user_with_only_the_capabilities_it_ne
         "/opt/llmgw/bin/llmgw server run --config /srv/llmgw/etc/server.yaml"
     ]
     assert _option(unit, "CapabilityBoundingSet") == ["CAP_NET_ADMIN CAP_NET_BIND_SERVICE"]
-    assert _option(unit, "ReadWritePaths") == ["/srv/llmgw/data /srv/llmgw/etc /run/llmgw"]
+    assert _option(unit, "ReadWritePaths") == ["-/srv/llmgw/data -/srv/llmgw/etc -/run/llmgw"]
     assert _option(unit, "Restart") == ["on-failure"]
 
 

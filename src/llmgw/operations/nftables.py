@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from llmgw.errors import LlmgwError
 from llmgw.operations.firewall import TABLE, FirewallPart, render_table, ruleset_file
-from llmgw.runtime.files import write_private
+from llmgw.runtime.files import write_public
 
 STATE_DIR = Path("/run/llmgw/firewall")
 """Where the parts live: under /run, as the table itself does not outlive a reboot."""
@@ -92,7 +93,8 @@ class FirewallState:
     def write(self, part: FirewallPart) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         text = json.dumps(part.to_json(), indent=2, sort_keys=True) + "\n"
-        write_private(self.directory / f"{part.name}.json", text.encode())
+        # 0644: the root agent's part is read by the control plane's user, and nothing in it is secret
+        write_public(self.directory / f"{part.name}.json", text.encode())
 
     def has(self, name: str) -> bool:
         return (self.directory / f"{name}.json").exists()
@@ -108,7 +110,7 @@ class FirewallState:
         for path in sorted(self.directory.glob("*.json")):
             try:
                 parts.append(FirewallPart.from_json(json.loads(path.read_text())))
-            except (ValueError, KeyError, TypeError) as error:
+            except (OSError, ValueError, KeyError, TypeError) as error:
                 raise FirewallError(
                     f"{path} is not a firewall part: {error}",
                     hint="remove it; its process writes it again within a minute",
@@ -125,11 +127,20 @@ class SyncResult:
 
 def sync(state: FirewallState, nft: Nft) -> SyncResult:
     """Apply the table of every part in ``state``, under the directory's lock."""
-    state.directory.mkdir(parents=True, exist_ok=True)
-    with (state.directory / ".lock").open("a") as lock:
+    try:
+        state.directory.mkdir(parents=True, exist_ok=True)
+        # read-only, so a lock file another user made (root's agent, llmgw's server) still locks
+        lock = os.open(state.directory / ".lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise FirewallError(
+            f"cannot use {state.directory}: {error}", hint="run as root, or as the llmgw service's user"
+        ) from None
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         parts = state.parts()
         table = render_table(parts)
         if table or nft.table():  # no table wanted and none there: nft is not asked to change anything
             nft.apply(ruleset_file(parts))
         return SyncResult(parts, table)
+    finally:
+        os.close(lock)

@@ -64,14 +64,15 @@ RestartSec=2
 TimeoutStopSec=60
 LimitNOFILE=65536
 StateDirectory=llmgw
-RuntimeDirectory=llmgw
+# /run/llmgw/firewall holds each process's firewall part (the agent's too)
+RuntimeDirectory=llmgw llmgw/firewall
 RuntimeDirectoryPreserve=yes
 # nft (llmgw's firewall table) and ports below 1024, without root
 AmbientCapabilities=CAP_NET_ADMIN CAP_NET_BIND_SERVICE
 CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE
 NoNewPrivileges=yes
 ProtectSystem=strict
-ReadWritePaths={state_dir} {config_dir} /run/llmgw
+ReadWritePaths=-{state_dir} -{config_dir} -/run/llmgw
 ProtectHome=yes
 PrivateTmp=yes
 PrivateDevices=yes
