@@ -117,3 +117,12 @@ def test_the_firewall_settings_take_their_types_only() -> None:
     assert value_problem(FIREWALL_NETWORKS, ["10.0.0.0/8", "fd00::1"]) == ""
     assert "array of addresses" in value_problem(FIREWALL_NETWORKS, ["10.0.0.0/8", "everyone"])
     assert "array of addresses" in value_problem(FIREWALL_NETWORKS, "10.0.0.0/8")
+
+
+def test_a_node_named_like_a_verdict_gets_one_accept_and_one_refusal() -> None:
+    node = agent_part(
+        "reject-accept", enabled=True, address="10.0.0.2", ports=(21000, 21999), control_planes=["10.0.0.1"]
+    )
+    lines = [line for line in render_table([node]).splitlines() if "dport" in line]
+    assert len(lines) == 2
+    assert " accept comment" in lines[0] and " reject with tcp reset" in lines[1]

@@ -129,19 +129,19 @@ def _quoted(text: str) -> str:
     return '"' + "".join(c for c in text if c.isalnum() or c in " -_.:/,()") + '"'
 
 
-def _rule_lines(rule: PortRule, part: str) -> list[str]:
+def _rule_lines(rule: PortRule, part: str) -> tuple[list[str], list[str]]:
+    """The rule's accepts and its refusal."""
     ports = rule.ports()
     comment = _quoted(f"{part}: {rule.what}")
     if rule.anywhere:
-        return [f"tcp dport {ports} accept comment {comment}"]
-    lines = []
+        return [f"tcp dport {ports} accept comment {comment}"], []
+    accepts = []
     v4, v6 = _split(rule.sources)
     if v4:
-        lines.append(f"tcp dport {ports} ip saddr {{ {', '.join(v4)} }} accept comment {comment}")
+        accepts.append(f"tcp dport {ports} ip saddr {{ {', '.join(v4)} }} accept comment {comment}")
     if v6:
-        lines.append(f"tcp dport {ports} ip6 saddr {{ {', '.join(v6)} }} accept comment {comment}")
-    lines.append(f"tcp dport {ports} reject with tcp reset comment {comment}")
-    return lines
+        accepts.append(f"tcp dport {ports} ip6 saddr {{ {', '.join(v6)} }} accept comment {comment}")
+    return accepts, [f"tcp dport {ports} reject with tcp reset comment {comment}"]
 
 
 def render_table(parts: Iterable[FirewallPart]) -> str:
@@ -158,8 +158,9 @@ def render_table(parts: Iterable[FirewallPart]) -> str:
     ]
     # Every part's accepts come before any part's refusal, so two processes sharing a port range
     # (never the case by design, but cheap to be safe) both get their sources.
-    accepts = [line for p in enabled for r in p.rules for line in _rule_lines(r, p.name) if "accept" in line]
-    refusals = [line for p in enabled for r in p.rules for line in _rule_lines(r, p.name) if "reject" in line]
+    lines = [_rule_lines(rule, part.name) for part in enabled for rule in part.rules]
+    accepts = [line for accepting, _ in lines for line in accepting]
+    refusals = [line for _, refusing in lines for line in refusing]
     body += [f"        {line}" for line in accepts + refusals]
     body += ["    }", "}"]
     return "\n".join(body) + "\n"
