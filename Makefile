@@ -99,7 +99,13 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || \
 		(apt-get install -y chromium || (apt-get update && apt-get install -y chromium))
 
-test unit e2e: postgres prometheus chromium
+# nft (the firewall's tests, in network namespaces) and systemd-analyze (the units' verify test).
+.PHONY: opstools
+opstools:
+	@(command -v nft && command -v systemd-analyze && command -v ip) >/dev/null 2>&1 || \
+		(apt-get install -y nftables systemd iproute2 || (apt-get update && apt-get install -y nftables systemd iproute2))
+
+test unit e2e: postgres prometheus chromium opstools
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py

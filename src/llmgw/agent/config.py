@@ -93,6 +93,12 @@ class MetricsSettings(Section):
     """The metrics port (0: serve no metrics). Each agent on one machine needs its own."""
 
 
+class FirewallSettings(Section):
+    enabled: bool = True
+    """llmgw's nftables table on this node (engines' ports from control planes only). The
+    cluster's ``firewall.enabled`` setting, when set, is sent to every node here."""
+
+
 class AgentConfig(ConfigFile):
     node_id: str
     """This node's id; must match its certificate's common name."""
@@ -114,6 +120,7 @@ class AgentConfig(ConfigFile):
     engines: EngineSettings = Field(default_factory=EngineSettings)
     shards: ShardSettings = Field(default_factory=ShardSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    firewall: FirewallSettings = Field(default_factory=FirewallSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     """OpenTelemetry spans of shard starts (weights, launch, readiness) over OTLP (off by default)."""
 

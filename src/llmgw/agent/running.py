@@ -17,6 +17,7 @@ component         policy    what
 ``config-watch``  RESTART   agent.yaml edited: start again (when asked)
 ``telemetry``     RESTART   the cards' telemetry (on a node with cards)
 ``metrics``       RESTART   ``/metrics`` on ``metrics.host:port`` (unless port 0)
+``firewall``      RESTART   llmgw's nftables table: engines' ports from control planes only
 ================  ========  ==============================================
 
 A FATAL component's failure ends :func:`run_agent` with
@@ -51,6 +52,8 @@ from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Tracing
+from llmgw.operations.firewallkeeping import FirewallKeeper, agent_source
+from llmgw.operations.nftables import FirewallState, Nft
 from llmgw.protocol.channels import AgentChannel
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
 from llmgw.runtime import supervising
@@ -94,8 +97,12 @@ async def run_agent(
     restarting: Restarting | None = None,
     components: supervising.Supervisor | None = None,
     trial: SettingsTrial | None = None,
+    keep_engines: bool = False,
 ) -> None:
     """Run until ``stop``; when ``restarting`` asks, start this same command again, engines serving.
+
+    ``keep_engines``: stopped, leave the engines running for the next agent to adopt (systemd's
+    restart of the unit) instead of stopping them.
 
     ``components``: the process supervisor (its :meth:`health` is the agent's components' state).
     ``trial``: the settings on trial, good once the agent registers; its refusal goes in each registration.
@@ -155,6 +162,14 @@ async def run_agent(
         components.add("telemetry", lambda: sample_cards(gpus, config, session, shards))
     if config.metrics.port:
         components.add("metrics", lambda: serve_metrics(config.metrics.host, config.metrics.port))
+    firewall = agent_source(
+        config.node_id,
+        config.firewall.enabled,
+        config.address,
+        (config.ports.first, config.ports.last),
+        lambda: session.control_planes,
+    )
+    components.add("firewall", FirewallKeeper(firewall, FirewallState(), Nft()).run)
     try:
         await run_components(components, stop)
     finally:
@@ -169,7 +184,12 @@ async def run_agent(
                 trial.stopped()
             tracing.shutdown()
             start_again(command_line())  # never returns: the engines stay, the next agent adopts them
-        await shards.stop_all()
+        if keep_engines:
+            log.info(
+                "stopping with the engines of %d shards left running for the next agent", len(shards.shards)
+            )
+        else:
+            await shards.stop_all()
         tracing.shutdown()
 
 
@@ -195,7 +215,7 @@ async def sample_cards(
     await sampler.run(publishing_gpus(config.node_id, session.send))
 
 
-async def run_until_signalled(config_path: Path) -> None:
+async def run_until_signalled(config_path: Path, keep_engines: bool = False) -> None:
     """Run the agent of ``config_path`` until SIGINT or SIGTERM; it starts itself again when asked.
 
     New settings from the control plane are on trial (:mod:`llmgw.agent.settingstrial`): an agent
@@ -213,7 +233,7 @@ async def run_until_signalled(config_path: Path) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         restarting = Restarting(config_path, lambda reason: stop.set(), trial)
-        await run_agent(config, stop, restarting, trial=trial)
+        await run_agent(config, stop, restarting, trial=trial, keep_engines=keep_engines)
     except Exception as error:
         if trial.fail(error) is not None:
             start_again(command_line())  # on the last good settings; never returns

@@ -18,6 +18,12 @@ def run(
     config: Path = typer.Option(Path("/etc/llmgw/agent.yaml"), "--config", "-c", help="agent.yaml."),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
     log_json: bool = typer.Option(False, "--log-json", help="Log one JSON object per line."),
+    keep_engines: bool = typer.Option(
+        False,
+        "--keep-engines",
+        help="Leave the engines running when stopped (the next agent adopts them): what the "
+        "llmgw-agent unit runs, so 'systemctl restart llmgw-agent' costs no replica.",
+    ),
 ) -> None:
     """Run the agent until SIGINT or SIGTERM: register, start engines, report.
 
@@ -29,4 +35,4 @@ def run(
     load_agent_config(config)
     from llmgw.agent.running import run_until_signalled
 
-    _run(run_until_signalled(config))
+    _run(run_until_signalled(config, keep_engines=keep_engines))

@@ -17,6 +17,9 @@ import typer
 import llmgw.cli.mirrorimports  # noqa: F401  (adds "mirror pull", "mirror import-hf", "mirror import-ollama")
 from llmgw import __version__
 from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
+from llmgw.cli import firewall as firewall_commands
+from llmgw.cli import service as service_commands
+from llmgw.cli import wipe as wipe_command
 from llmgw.cli.console import console
 from llmgw.cli.output import fail
 from llmgw.errors import LlmgwError
@@ -39,6 +42,9 @@ app.command("console")(console)
 app.command("doctor")(doctor.doctor)
 serving.register(app)
 app.command("restart")(configuring.restart)
+app.add_typer(firewall_commands.app, name="firewall")
+app.add_typer(service_commands.app, name="service")
+app.command("wipe")(wipe_command.wipe_command)
 
 
 @app.command()

@@ -24,6 +24,7 @@ from llmgw.core.agentsettings import (
     node_settings,
 )
 from llmgw.core.nodes import SettingsUpdate
+from llmgw.core.settingtypes import FIREWALL_ENABLED
 from llmgw.errors import ChannelClosed, LlmgwError
 from llmgw.protocol.links import ControlLink
 from llmgw.store.database import Store
@@ -77,7 +78,11 @@ class SettingsPush:
     async def settings_of(self, node_id: str) -> str:
         default = await self._store.settings.get(DEFAULT_KEY, {})
         node = await self._store.settings.get(NODE_PREFIX + node_id, {})
-        return yaml.safe_dump(node_settings(default, node), sort_keys=True)
+        settings = node_settings(default, node)
+        firewall = await self._store.settings.get(FIREWALL_ENABLED)
+        if isinstance(firewall, bool):  # the cluster's firewall.enabled, over agents' own (C10.2)
+            settings = node_settings(settings, {"firewall": {"enabled": firewall}})
+        return yaml.safe_dump(settings, sort_keys=True)
 
     async def send(self, node_id: str, channel: ControlLink) -> None:
         """Send one node its settings (ChannelClosed when its stream has ended)."""

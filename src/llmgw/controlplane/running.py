@@ -20,8 +20,11 @@ import signal
 
 from llmgw.controlplane.agentsettings import SettingsCheck, forbidden_only
 from llmgw.controlplane.config import ServerConfig
+from llmgw.controlplane.firewalling import server_source
 from llmgw.controlplane.leadership import Identity
 from llmgw.controlplane.wiring import ControlPlaneParts, wire
+from llmgw.operations.firewallkeeping import FirewallKeeper
+from llmgw.operations.nftables import FirewallState, Nft
 from llmgw.runtime.supervising import Supervisor
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,13 @@ class ControlPlane:
             f"http://{config.http.host}:{self.http_port}",
         )
         self.supervisor.add("leadership", lambda: parts.leadership.run(me))
+        firewall = server_source(
+            parts.store,
+            config.name,
+            (config.http.host, self.http_port),
+            (config.agent_server.host, self.agent_port),
+        )
+        self.supervisor.add("firewall", FirewallKeeper(firewall, FirewallState(), Nft()).run)
         log.info(
             "control plane %s serving on %s, agents on %s", config.name, me.http_address, me.agent_address
         )

@@ -23,6 +23,8 @@ component          policy    what
 ``reconciler``     RESTART   leader only (started by ``leader-duties``)
 ``leadership``     RESTART   added by :mod:`~llmgw.controlplane.running` once
                              the HTTP port is known
+``firewall``       RESTART   llmgw's nftables table (C10.2), also added once
+                             the ports are known
 =================  ========  =================================================
 """
 

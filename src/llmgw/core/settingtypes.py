@@ -9,6 +9,7 @@ checked as agent.yaml is (:mod:`llmgw.core.agentsettings`).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,11 @@ OLLAMA_REGISTRY_SETTING = "mirror.ollama_registry"
 """Where ``mirror pull ollama:...`` reaches Ollama's registry."""
 
 MIRROR_URL_SETTINGS = (HF_ENDPOINT_SETTING, OLLAMA_REGISTRY_SETTING)
+FIREWALL_ENABLED = "firewall.enabled"
+"""llmgw's nftables table on every node and control plane (default true; docs/operations.md)."""
+
+FIREWALL_NETWORKS = "firewall.networks"
+"""Who may reach control planes' HTTP port (``/v1``, ``/api``): addresses or CIDRs; empty: anyone."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,18 @@ def _is_bool(value: Any) -> bool:
     return value is True or value is False
 
 
+def _is_network(value: Any) -> bool:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
+def _is_networks(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_network(item) for item in value)
+
+
 TYPES: dict[str, SettingType] = {
     SERVING_STOPPED: SettingType("a JSON bool (true or false, without quotes)", _is_bool),
     VIP_SETTING: SettingType(
@@ -53,6 +71,10 @@ TYPES: dict[str, SettingType] = {
         )
         for key in MIRROR_URL_SETTINGS
     },
+    FIREWALL_ENABLED: SettingType("a JSON bool (true or false, without quotes)", _is_bool),
+    FIREWALL_NETWORKS: SettingType(
+        'a JSON array of addresses or networks (["10.0.0.0/8", "192.168.1.5"])', _is_networks
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import SettingChange, SettingRequest, Settings, SettingView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.core.agentsettings import is_agent_key
-from llmgw.core.settingtypes import SERVING_STOPPED, value_problem
+from llmgw.core.settingtypes import FIREWALL_ENABLED, SERVING_STOPPED, value_problem
 from llmgw.errors import NotFound, ValidationFailed
 
 router = APIRouter(
@@ -68,8 +68,8 @@ async def set_setting(key: str, body: SettingRequest, state: State, caller: Who)
     await state.store.settings.set(key, body.value, caller.name)
     await state.store.audit.record(caller.name, "setting.set", key, {"value": body.value})
     state.changes.changed("serving" if key == SERVING_STOPPED else "settings")
-    if state.settings_push is not None and is_agent_key(key):
-        state.settings_push.changed()
+    if state.settings_push is not None and (is_agent_key(key) or key == FIREWALL_ENABLED):
+        state.settings_push.changed()  # firewall.enabled goes to every node with its settings
     return SettingView(key=key, value=body.value)
 
 
@@ -80,6 +80,6 @@ async def delete_setting(key: str, state: State, caller: Who) -> Response:
     await state.store.settings.delete(key, caller.name)
     await state.store.audit.record(caller.name, "setting.delete", key)
     state.changes.changed("serving" if key == SERVING_STOPPED else "settings")
-    if state.settings_push is not None and is_agent_key(key):
-        state.settings_push.changed()
+    if state.settings_push is not None and (is_agent_key(key) or key == FIREWALL_ENABLED):
+        state.settings_push.changed()  # firewall.enabled goes to every node with its settings
     return Response(status_code=204)
