@@ -16,6 +16,7 @@ from multidict import CIMultiDict
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
+from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import (
     Gateway,
@@ -31,6 +32,10 @@ from llmgw.testing.serving import bound_socket, serving
 SECRET = "sk-llmgw-test-0123456789"
 MODEL = "tiny-chat"
 LAZY = "lazy-chat"
+EMBED = "tiny-embed"
+"""A model serving embeddings."""
+RERANK = "tiny-rerank"
+"""A model serving reranking."""
 """A model started on demand: no replica until a request asks."""
 WAIT = 5.0
 """Upper bound for awaiting an event that must happen."""
@@ -83,9 +88,22 @@ class FakeEngine:
     def endpoint(self) -> ReplicaEndpoint:
         return ReplicaEndpoint(self.replica_id, MODEL, f"http://127.0.0.1:{self.port}", self.key, capacity=4)
 
+    def endpoint_for(self, model: str = MODEL, engine: str = "llama.cpp") -> ReplicaEndpoint:
+        """This engine as a replica of ``model`` run by ``engine``."""
+        replica_id = self.replica_id if model == MODEL else f"{self.replica_id}-{model}"
+        return ReplicaEndpoint(
+            replica_id, model, f"http://127.0.0.1:{self.port}", self.key, capacity=4, engine=engine
+        )
+
     async def start(self) -> None:
         app = web.Application()
-        for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+        for path in (
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/embeddings",
+            "/v1/rerank",
+            "/v1/responses",
+        ):
             app.router.add_post(path, self._handle)
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
@@ -129,6 +147,31 @@ class FakeEngine:
 
     def _answer(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
         usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+        if path.endswith("/rerank"):
+            ranked = [{"index": i, "relevance_score": 1.0 / (i + 1)} for i in range(len(data["documents"]))]
+            return {
+                "model": data["model"],
+                "results": ranked,
+                "usage": {"prompt_tokens": 6, "total_tokens": 6},
+            }
+        if path.endswith("/responses"):
+            text = {"type": "output_text", "text": self.replica_id, "annotations": []}
+            item = {
+                "type": "message",
+                "id": "msg_1",
+                "status": "completed",
+                "role": "assistant",
+                "content": [text],
+            }
+            return {
+                "id": f"resp_{len(self.requests)}",
+                "object": "response",
+                "created_at": 1700000000,
+                "status": "completed",
+                "model": "/weights/model.gguf",
+                "output": [item],
+                "usage": {"input_tokens": 9, "output_tokens": 2, "total_tokens": 11},
+            }
         if path.endswith("/embeddings"):
             return {
                 "object": "list",
@@ -249,7 +292,14 @@ async def gateway(settings: GatewaySettings, hooks: Hooks) -> AsyncIterator[Gate
     gw.keys.add(
         KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(Owner.parse("user:alice")))
     )
-    gw.catalog.replace([ModelEntry(MODEL, created=1700000000), ModelEntry(LAZY, on_demand=True)])
+    gw.catalog.replace(
+        [
+            ModelEntry(MODEL, created=1700000000),
+            ModelEntry(LAZY, on_demand=True),
+            ModelEntry(EMBED, serves=Task.EMBEDDINGS),
+            ModelEntry(RERANK, serves=Task.RERANK),
+        ]
+    )
     yield gw
     await gw.close()
 

@@ -115,8 +115,15 @@ def test_the_catalog_lists_adapters_with_their_parent_owner_and_demand() -> None
     catalog = GatewayCatalog(catalog_entries([model]))
     listed = json.loads(catalog.listing())["data"]
     assert listed == [
-        {"id": "small", "object": "model", "created": 0, "owned_by": "team:acme/a"},
-        {"id": "tone", "object": "model", "created": 0, "owned_by": "team:acme/a", "parent": "small"},
+        {"id": "small", "object": "model", "created": 0, "owned_by": "team:acme/a", "serves": "chat"},
+        {
+            "id": "tone",
+            "object": "model",
+            "created": 0,
+            "owned_by": "team:acme/a",
+            "parent": "small",
+            "serves": "chat",
+        },
     ]
     entry = catalog.get("tone")
     assert entry is not None and entry.on_demand

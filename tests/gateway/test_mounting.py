@@ -27,7 +27,12 @@ async def test_mounted_at_v1_the_gateway_serves_its_routes(gateway: Gateway, eng
     async with serving(control_plane(gateway)) as url, aiohttp.ClientSession(url) as http:
         async with http.get("/v1/models", headers=AUTH) as response:
             assert response.status == 200
-            assert [m["id"] for m in (await response.json())["data"]] == ["lazy-chat", "tiny-chat"]
+            assert [m["id"] for m in (await response.json())["data"]] == [
+                "lazy-chat",
+                "tiny-chat",
+                "tiny-embed",
+                "tiny-rerank",
+            ]
         body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
         async with http.post("/v1/chat/completions", json=body, headers=AUTH) as response:
             assert response.status == 200

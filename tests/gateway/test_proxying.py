@@ -11,7 +11,7 @@ from openai import AsyncOpenAI
 
 from llmgw.gateway import Gateway, ReplicaEndpoint, ReplicaTable
 
-from .conftest import LAZY, MESSAGES, MODEL, SECRET, WAIT, FakeEngine, Hooks, closed_port, serving
+from .conftest import EMBED, LAZY, MESSAGES, MODEL, SECRET, WAIT, FakeEngine, Hooks, closed_port, serving
 
 
 async def test_chat_completion_is_answered_by_the_replica(
@@ -44,8 +44,9 @@ async def test_completions_and_embeddings_are_forwarded(
     gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(EMBED))
     completion = await client.completions.create(model=MODEL, prompt="hi")
-    embedding = await client.embeddings.create(model=MODEL, input="hi")
+    embedding = await client.embeddings.create(model=EMBED, input="hi")
     assert completion.choices[0].text == "r1"
     assert embedding.data[0].embedding == [0.5, -0.25]
     assert [r.path for r in engine.requests] == ["/v1/completions", "/v1/embeddings"]

@@ -111,7 +111,7 @@ async def test_a_stopped_cluster_refuses_a_post_to_any_v1_path_and_serves_again_
         error = (await response.json())["error"]
         assert (response.status, error["code"], error["type"]) == (503, "system_stopped", "server_error")
     gateway.feed.set_stopped(False)
-    async with http.post("/v1/embeddings", json={"model": MODEL, "input": "hi"}, headers=AUTH) as response:
+    async with http.post("/v1/completions", json={"model": MODEL, "prompt": "hi"}, headers=AUTH) as response:
         assert response.status == 200
 
 
@@ -185,6 +185,8 @@ async def test_models_lists_the_catalog_for_a_valid_key(
     assert [(m.id, m.object, m.owned_by) for m in listing.data] == [
         ("lazy-chat", "model", "llmgw"),
         ("tiny-chat", "model", "llmgw"),
+        ("tiny-embed", "model", "llmgw"),
+        ("tiny-rerank", "model", "llmgw"),
     ]
     assert (await client.models.retrieve(MODEL)).created == 1700000000
     async with http.get("/v1/models") as response:

@@ -360,6 +360,8 @@ class Supervisor:
             max_lora_rank=spec.max_lora_rank,
             devices=tuple(spec.devices),
             key_file=key_file,
+            serves=spec.serves,
+            pooling=spec.pooling,
         )
         binary = prepared.program
         command = engine.command_line(binary, launch)

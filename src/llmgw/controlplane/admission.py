@@ -33,6 +33,7 @@ from typing import Any
 
 from llmgw.controlplane.api.state import WRONG_TOKEN, WRONG_TOKEN_HINT
 from llmgw.controlplane.callers import Callers
+from llmgw.gateway.routes import gateway_path
 
 ASGIApp = Callable[
     [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]
@@ -87,7 +88,7 @@ class Admission:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path == "/v1" or path.startswith("/v1/"):
+        if scope["type"] != "http" or gateway_path(path):
             await self._app(scope, receive, send)
             return
         if _wants_token(path) and self._callers.identify(_header(scope, b"authorization") or "") is None:

@@ -44,6 +44,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmgw.controlplane.config import HttpSettings
 from llmgw.errors import ConfigError
+from llmgw.gateway.routes import gateway_path
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,11 @@ ASGIApp = Callable[
 
 
 def route_by_prefix(gateway: ASGIApp, other: ASGIApp) -> ASGIApp:
-    """``/v1`` to the gateway without any framework in between; everything else to the admin app."""
+    """``/v1`` (and ``/rerank``) to the gateway without any framework in between; everything else to
+    the admin app."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+        if scope["type"] == "http" and gateway_path(scope["path"]):
             await gateway(scope, receive, send)
         else:
             await other(scope, receive, send)

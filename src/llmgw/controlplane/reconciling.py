@@ -402,6 +402,8 @@ def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int
         ),
         adapters=tuple(lora_adapter(a, model.profile.engine) for a in model.adapters),
         max_lora_rank=model.max_lora_rank(),
+        serves=model.profile.serves.value,
+        pooling=model.profile.pooling or "",
     )
 
 

@@ -32,6 +32,7 @@ from llmgw.controlplane.asgi_calls import ASGIApp, call_app
 from llmgw.controlplane.leadership import Leadership
 from llmgw.core.relays import IncomingRelay, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
+from llmgw.gateway.routes import ROOT_ROUTES, gateway_path
 from llmgw.store.leases import ControlPlaneRecord
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", 
 
 
 def relayed_paths(path: str) -> bool:
-    return path.startswith(("/api/", "/v1/")) or path in ("/api", "/v1")
+    return path.startswith(("/api/", "/v1/")) or path in ("/api", "/v1") or path in ROOT_ROUTES
 
 
 class RelayAnswering:
@@ -159,7 +160,7 @@ class StandbyForwarding:
         if scope["type"] != "http" or not relayed_paths(scope["path"]) or self._leadership.serving:
             await self._local(scope, receive, send)
             return
-        wait_s = self._v1_wait_s if scope["path"].startswith("/v1") else API_WAIT_S
+        wait_s = self._v1_wait_s if gateway_path(scope["path"]) else API_WAIT_S
         await self._forward(scope, _ClientBody(receive), send, time.monotonic() + wait_s)
 
     async def _forward(self, scope: dict[str, Any], body: _ClientBody, send: Any, deadline: float) -> None:

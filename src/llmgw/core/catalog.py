@@ -25,8 +25,10 @@ from pydantic import (
 from llmgw.core.engines import (
     DEFAULT_ENGINE,
     ENGINE_NAMES,
+    POOLINGS,
     AdapterShape,
     EngineCapabilities,
+    Task,
     WeightsFormat,
     either,
     engines_where,
@@ -140,6 +142,12 @@ class Profile(Strict):
     """Extra engine arguments."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for the engine."""
+    serves: Task = Task.CHAT
+    """What a replica serves: ``chat`` (chat completions, completions, responses), ``embeddings``
+    or ``rerank``; the engine is started for it and the gateway sends it only those routes."""
+    pooling: str | None = None
+    """llama.cpp: the pooling an embedding model needs (none, mean, cls, last, rank); unset: the
+    model's own."""
 
     @field_validator("engine")
     @classmethod
@@ -174,6 +182,16 @@ class Profile(Strict):
     @model_validator(mode="after")
     def _engine_features(self) -> Profile:
         caps = self.capabilities
+        if self.serves not in caps.tasks:
+            wanted = either(engines_where(lambda row: self.serves in row.tasks))
+            raise ValueError(f"serves: {self.serves} needs engine {wanted}; {caps.title} serves chat only")
+        if self.pooling is not None:
+            if not caps.pooling_flag:
+                raise ValueError(f"pooling is a llama.cpp setting; {caps.title} takes the model's own")
+            if self.pooling not in POOLINGS:
+                raise ValueError(f"pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")
+            if self.serves is Task.CHAT:
+                raise ValueError("pooling is for embeddings or rerank; set serves: embeddings (or rerank)")
         if self.kv_events and not caps.kv_events:
             wanted = either(engines_where(lambda row: row.kv_events))
             raise ValueError(f"kv_events needs engine {wanted}; {self.engine} publishes none")

@@ -80,6 +80,30 @@ class AdapterShape(Enum):
         )
 
 
+class Task(StrEnum):
+    """What a replica serves (``profile.serves``): which ``/v1`` routes reach it."""
+
+    CHAT = "chat"
+    """Generation: ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/responses``."""
+    EMBEDDINGS = "embeddings"
+    """``/v1/embeddings``: the engine started as an embedding model (pooled hidden states)."""
+    RERANK = "rerank"
+    """``/v1/rerank`` (and ``/rerank``): the engine started as a reranker (a cross-encoder's score)."""
+
+    @property
+    def routes(self) -> str:
+        """The routes that reach a replica serving this, for messages."""
+        return {
+            Task.CHAT: "/v1/chat/completions, /v1/completions and /v1/responses",
+            Task.EMBEDDINGS: "/v1/embeddings",
+            Task.RERANK: "/v1/rerank",
+        }[self]
+
+
+POOLINGS = ("none", "mean", "cls", "last", "rank")
+"""The poolings llama-server's ``--pooling`` takes."""
+
+
 class Provisioning(Enum):
     """How a node comes to have the engine."""
 
@@ -173,6 +197,19 @@ class EngineCapabilities:
     """Prefixes of its own tuning variables a profile's ``env`` may set."""
     agent_env: tuple[str, ...] = ()
     """Variables the agent sets for it itself: a profile's ``env`` may not."""
+    tasks: frozenset[Task] = frozenset({Task.CHAT})
+    """What a replica of it may serve (``profile.serves``)."""
+    responses_api: bool = False
+    """It serves OpenAI's Responses API (``/v1/responses``) itself; else the gateway translates a
+    Responses request into a chat completion and the answer back."""
+    tool_calls: bool = True
+    """It takes ``tools`` in a chat request (whether a model calls them is the model's chat template)."""
+    structured_output: bool = True
+    """It takes ``response_format`` of type ``json_schema`` (constrained decoding)."""
+    logprobs: bool = True
+    """It answers ``logprobs`` and ``top_logprobs`` in a chat request."""
+    pooling_flag: bool = False
+    """It takes the pooling an embedding model needs (``profile.pooling``)."""
     health_path: str = "/health"
     """The route answering 200 once it serves."""
     metrics_path: str = "/metrics"
@@ -202,11 +239,16 @@ LLAMA_CPP = EngineCapabilities(
     own_flags=(
         "-m", "--model", "-a", "--alias", "--host", "--port", "--api-key", "--api-key-file", "--metrics",
         "-lv", "--verbosity", "--log-verbosity", "--mmproj", "--ctx-size", "-c", "--parallel", "-np",
+        "--embedding", "--embeddings", "--rerank", "--reranking", "--pooling",
     ),
     flag_env_prefix="LLAMA_ARG_",
     env_families=("GGML_", "LLAMA_ARG_"),
+    tasks=frozenset(Task),
+    responses_api=True,
+    pooling_flag=True,
 )  # fmt: skip
-"""llama-server: GGUF weights, GGUF LoRA files given at start and chosen per request."""
+"""llama-server: GGUF weights, GGUF LoRA files given at start and chosen per request; chat (with its
+Responses API), embeddings (``--embeddings``) or reranking (``--reranking``)."""
 
 VLLM = EngineCapabilities(
     name="vllm",
@@ -222,11 +264,13 @@ VLLM = EngineCapabilities(
     own_flags=(
         "--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp",
         "--kv-events-config", "--max-model-len", "--max-num-seqs", "--enable-lora", "--max-loras",
-        "--max-lora-rank", "--uds",
+        "--max-lora-rank", "--uds", "--runner", "--convert", "--task",
     ),
     abbreviated_flags=True,
     env_families=("VLLM_",),
     agent_env=("PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_API_KEY"),
+    tasks=frozenset(Task),
+    responses_api=True,
 )  # fmt: skip
 """vLLM's OpenAI server: PEFT adapters (at start or at run time), KV events, tensor parallelism."""
 
@@ -240,9 +284,11 @@ SGLANG = EngineCapabilities(
     own_flags=(
         "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",
         "--tp", "--enable-metrics", "--context-length", "--max-running-requests", "--config",
+        "--is-embedding",
     ),
     abbreviated_flags=True,
     env_families=("SGLANG_",),
+    tasks=frozenset(Task),
 )  # fmt: skip
 """SGLang's server."""
 

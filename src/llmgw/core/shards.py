@@ -127,6 +127,10 @@ class ShardSpec:
     """vLLM's --max-lora-rank (0: the engine's default)."""
     traceparent: str = ""
     """W3C trace context of the replica's start on the control plane; empty when not traced."""
+    serves: str = "chat"
+    """What the engine is started for: ``chat``, ``embeddings`` or ``rerank`` (``core.engines.Task``)."""
+    pooling: str = ""
+    """llama.cpp's pooling for an embedding model; empty: the model's own."""
 
 
 @dataclass(frozen=True)

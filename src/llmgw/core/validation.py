@@ -55,6 +55,12 @@ REFUSED_WORDS = frozenset(
 AGENT_ENV = frozenset({"CUDA_VISIBLE_DEVICES", *(name for row in ENGINES for name in row.agent_env)})
 """Variables the agent sets itself."""
 
+SERVES_FLAGS = frozenset(
+    {"--embedding", "--embeddings", "--rerank", "--reranking", "--pooling", "--runner", "--convert", "--task",
+     "--is-embedding"}
+)  # fmt: skip
+"""Flags the engine is given from ``profile.serves`` and ``profile.pooling``."""
+
 READS_OR_LOADS = {
     "--trust-remote-code": "it runs code shipped with the weights",
     "--log-file": "it writes a file",
@@ -118,6 +124,11 @@ def check_flag(engine: str, token: str) -> Refusal | None:
     row = find_engine(engine)
     own = {_flag(f) for f in row.own_flags} if row is not None else set()
     if flag in own:
+        if flag in SERVES_FLAGS:
+            return Refusal(
+                flag,
+                "llmgw sets it from the profile's serves (chat, embeddings, rerank) and pooling; set those",
+            )
         return Refusal(flag, "llmgw sets it itself; remove it from args")
     if flag in READS_OR_LOADS:
         return Refusal(flag, f"refused because {READS_OR_LOADS[flag]}")

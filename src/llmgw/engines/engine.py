@@ -71,6 +71,10 @@ class Launch:
     """Cards the engine was given (CUDA indexes)."""
     key_file: Path | None = None
     """The 0600 file the agent wrote the key into, for an engine that reads it from a file."""
+    serves: str = "chat"
+    """What the engine is started for: ``chat``, ``embeddings`` or ``rerank`` (``core.engines.Task``)."""
+    pooling: str = ""
+    """llama.cpp: ``--pooling`` for an embedding model; empty: the model's own."""
 
     def checked(self, engine: str) -> None:
         """ConfigError unless the key and port can start an engine."""

@@ -114,6 +114,14 @@ def command_line(
     return argv
 
 
+def task_arguments(launch: Launch) -> list[str]:
+    """``--embeddings`` or ``--reranking`` (with ``--pooling``) for what the replica serves; none for chat."""
+    flags = {"embeddings": ["--embeddings"], "rerank": ["--reranking"]}.get(launch.serves, [])
+    if flags and launch.pooling:
+        flags += ["--pooling", launch.pooling]
+    return flags
+
+
 async def health(
     session: aiohttp.ClientSession, base_url: str, api_key: str, *, timeout: float = 5.0
 ) -> bool:
@@ -231,7 +239,7 @@ class LlamaCppEngine:
         )
         if launch.projector is not None:
             argv[1:1] = ["--mmproj", str(launch.projector)]
-        return argv + lora_arguments(launch)
+        return argv + task_arguments(launch) + lora_arguments(launch)
 
     def environment(self, launch: Launch) -> dict[str, str]:
         return {}

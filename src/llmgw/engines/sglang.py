@@ -63,6 +63,8 @@ class SglangEngine:
             "--max-running-requests", str(launch.parallel),
             "--enable-metrics",
         ]  # fmt: skip
+        if launch.serves in ("embeddings", "rerank"):
+            argv.append("--is-embedding")  # an embedding model, or a cross-encoder serving /v1/rerank
         return argv + list(launch.args)
 
     def environment(self, launch: Launch) -> dict[str, str]:

@@ -99,7 +99,7 @@ class VllmEngine:
             config = kv_events_config(launch.kv_events_port, launch.kv_replay_port)
             argv += ["--kv-events-config", json.dumps(config)]
             argv += ["--prefix-caching-hash-algo", HASH_ALGO]
-        return argv + list(launch.args)
+        return argv + task_arguments(launch.serves) + list(launch.args)
 
     def environment(self, launch: Launch) -> dict[str, str]:
         env = key_environment(CAPABILITIES, launch)
@@ -159,3 +159,12 @@ def _port(endpoint: object) -> int | None:
 
 
 ENGINE = VllmEngine()
+
+
+def task_arguments(serves: str) -> list[str]:
+    """A pooling runner for an embedding model (converted to embed) or a reranker (the
+    cross-encoder's own scoring head); none for chat."""
+    return {
+        "embeddings": ["--runner", "pooling", "--convert", "embed"],
+        "rerank": ["--runner", "pooling"],
+    }.get(serves, [])

@@ -42,7 +42,10 @@ from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaTable
+from llmgw.gateway.response_store import ResponseStore
 from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
+from llmgw.gateway.responses_api import ResponsesCall
+from llmgw.gateway.routes import ENGINE_ROUTE, FORWARDED, TASK_OF_ROUTE
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream
@@ -54,8 +57,9 @@ log = logging.getLogger(__name__)
 access = logging.getLogger("llmgw.access")
 """One line per /v1 request when ``access_log`` is set."""
 
-FORWARDED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
-"""Paths answered by a replica."""
+
+COUNTED_BY_USAGE_EVENT = frozenset({"/v1/chat/completions", "/v1/completions"})
+"""Streamed routes whose usage comes in a usage-only event the gateway may ask for (``stream_options``)."""
 
 OnDemand = Callable[[str], None]
 OnUsage = Callable[[UsageRecord], None]
@@ -157,6 +161,8 @@ class Gateway:
         """LoRA adapters loaded at run time on their base model's replicas."""
         self.limiter = Limiter()
         """Limits per key, project, team, organization and user, counted in memory."""
+        self.response_store = ResponseStore()
+        """Responses kept for previous_response_id, per key (docs/openai.md)."""
         self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters, self.limiter)
         """The one way the control plane changes what the gateway knows."""
         self.loads = LoadReader(self.replicas)
@@ -298,11 +304,15 @@ class Gateway:
                 )
             exchange.model = model
             logcontext.MODEL.set(model)
-            strip_usage = facts.stream and not facts.usage_asked and path != "/v1/embeddings"
+            self._check_task(model, path)
+            strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
             if strip_usage:
                 body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
+            elif path == "/v1/responses" and facts.data is not None:
+                facts = facts._replace(responses=ResponsesCall(facts.data, key.key_id, self.response_store))
             exchange.ticket = self.limiter.admit(key, model)  # released by forward() however it ends
-            await forward(self, exchange, receive, send, path, body, facts.stream, strip_usage, facts)
+            engine_path = ENGINE_ROUTE.get(path, path)
+            await forward(self, exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(
@@ -314,7 +324,8 @@ class Gateway:
             raise ApiError(
                 404,
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
-                "/v1/completions, /v1/embeddings and GET /v1/models.",
+                "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank) "
+                "and GET /v1/models.",
                 "unknown_url",
             )
 
@@ -337,6 +348,24 @@ class Gateway:
                 "invalid_api_key",
             )
         return entry
+
+    def _check_task(self, model: str, path: str) -> None:
+        """400 unless ``model`` serves what ``path`` asks (a chat model asked for embeddings, say)."""
+        entry = self.catalog.get(model)
+        if entry is None:
+            adapter = self.adapters.get(model)
+            entry = self.catalog.get(adapter.model) if adapter is not None else None
+        wanted = TASK_OF_ROUTE[path]
+        if entry is None or entry.serves is wanted:
+            return
+        raise ApiError(
+            400,
+            f"The model '{model}' serves {entry.serves} ({entry.serves.routes}), not {wanted} ({path}). "
+            f"Ask a model that serves {wanted} (GET /v1/models shows what each serves), or have an "
+            f"administrator define one with 'serves: {wanted}' in its profile.",
+            "model_not_supported",
+            "model",
+        )
 
     def _visible(self, model: str, key: KeyEntry) -> bool:
         """Whether ``model`` (a catalog entry, or an adapter the feed registered alone) exists for ``key``."""

@@ -14,11 +14,14 @@ adapter (:func:`choosing_lora`).
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from starlette.types import Receive
 
 from llmgw.gateway.responses import ApiError
+
+if TYPE_CHECKING:
+    from llmgw.gateway.responses_api import ResponsesCall
 
 
 def _too_large(limit: int) -> ApiError:
@@ -69,6 +72,10 @@ class RequestFacts(NamedTuple):
     """The prompt as text (chat messages joined by role), for prefix routing; empty when none."""
     prompt_request: dict[str, Any] | None = None
     """``{"prompt": ...}`` or ``{"messages": ...}`` as sent, to ask the engine's /tokenize."""
+    data: dict[str, Any] | None = None
+    """The body as parsed."""
+    responses: ResponsesCall | None = None
+    """A ``/v1/responses`` request, ready for either kind of engine (set by the gateway)."""
 
 
 ABSENT: Any = object()
@@ -156,7 +163,7 @@ def model_and_stream(body: bytes) -> RequestFacts:
     options = data.get("stream_options", ABSENT)
     usage_asked = stream and isinstance(options, dict) and options.get("include_usage") is True
     prompt, prompt_request = _prompt_of(data)
-    return RequestFacts(model, stream, usage_asked, options, prompt, prompt_request)
+    return RequestFacts(model, stream, usage_asked, options, prompt, prompt_request, data)
 
 
 def _prompt_of(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:

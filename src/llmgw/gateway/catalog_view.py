@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmgw.core.catalog import ModelDefinition
+from llmgw.core.engines import Task
 from llmgw.core.tenancy import CLUSTER, Owner, Place, visible
 
 LISTINGS_KEPT = 1024
@@ -36,6 +37,8 @@ class ModelEntry:
     """A LoRA adapter's base model (``parent`` in ``/v1/models``, as vLLM lists it); empty for a model."""
     owned: Owner = CLUSTER
     """Who owns it: only keys that see this owner see the entry."""
+    serves: Task = Task.CHAT
+    """What its replicas serve: the routes that reach it."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -46,6 +49,7 @@ class ModelEntry:
         }  # fmt: skip
         if self.parent:
             listed["parent"] = self.parent
+        listed["serves"] = self.serves.value
         return listed
 
 
@@ -55,11 +59,19 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
     for model in models:
         on_demand = model.on_demand or model.replicas.min == 0
         owned = model.owned_by()
-        entries.append(ModelEntry(model.name, on_demand, owner=_owned_by(owned), owned=owned))
+        serves = model.profile.serves
+        entries.append(ModelEntry(model.name, on_demand, owner=_owned_by(owned), owned=owned, serves=serves))
         for adapter in model.adapters:
             owned = model.adapter_owner(adapter)
             entries.append(
-                ModelEntry(adapter.name, on_demand, owner=_owned_by(owned), parent=model.name, owned=owned)
+                ModelEntry(
+                    adapter.name,
+                    on_demand,
+                    owner=_owned_by(owned),
+                    parent=model.name,
+                    owned=owned,
+                    serves=serves,
+                )
             )
     return entries
 

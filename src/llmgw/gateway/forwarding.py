@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Send
 
-from llmgw.core.engines import adapter_in_body
+from llmgw.core.engines import adapter_in_body, find_engine
 from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.limiting import Ticket, cut_short, events_in
+from llmgw.gateway.limiting import Ticket, cut_short, events_in, limit_message
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import (
     EVENT_STREAM,
@@ -37,6 +37,8 @@ from llmgw.gateway.responses import (
     send_bytes,
     sse_error_event,
 )
+from llmgw.gateway.responses_api import ResponsesCall
+from llmgw.gateway.shaping import AnswerShape, EventShaper, NativeResponses, TranslatedResponses
 from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
 from llmgw.observability import logcontext
@@ -219,8 +221,10 @@ async def _forward(
     table = gateway.replicas
     adapter = gateway.adapters.get(model)
     if adapter is not None:
-        await _forward_adapter(gateway, exchange, send, path, body, stream, strip_usage, adapter.model)
+        call = facts.responses if facts is not None else None
+        await _forward_adapter(gateway, exchange, send, path, body, stream, strip_usage, adapter.model, call)
         return
+    call = facts.responses if facts is not None else None
     prompt = facts.prompt if facts is not None else ""
     tokens = None
     if prompt and facts is not None and facts.prompt_request is not None and table.router.wants_tokens(model):
@@ -232,17 +236,35 @@ async def _forward(
             endpoint = table.pick(model, prompt=prompt, tokens=tokens)
         if endpoint is None:
             raise gateway.not_ready_error(model)
-    body = _for_engine(gateway, model, endpoint, body)
-    await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
+    path, body, shape = _for_engine(gateway, model, endpoint, path, body, call)
+    await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage, shape)
 
 
-def _for_engine(gateway: Gateway, model: str, endpoint: ReplicaEndpoint, body: bytes) -> bytes:
-    """The body as the replica's engine needs it: one that takes the adapter in the body is told which."""
+def _for_engine(
+    gateway: Gateway,
+    model: str,
+    endpoint: ReplicaEndpoint,
+    path: str,
+    body: bytes,
+    call: ResponsesCall | None,
+) -> tuple[str, bytes, AnswerShape | None]:
+    """The route and body as the replica's engine needs them, and how its answer is reshaped.
+
+    A Responses request goes as one to an engine serving the Responses API and as a chat
+    completion to any other; an engine that takes the adapter in the body is told which.
+    """
+    shape: AnswerShape | None = None
+    if call is not None:
+        caps = find_engine(endpoint.engine)
+        if caps is not None and caps.responses_api:
+            path, body, shape = "/v1/responses", call.native_body(), NativeResponses(call)
+        else:
+            path, body, shape = "/v1/chat/completions", call.chat_body(), TranslatedResponses(call)
     if adapter_in_body(endpoint.engine):
         choice = gateway.adapters.lora_choice(model)
         if choice is not None:
-            return choosing_lora(body, choice)
-    return body
+            return path, choosing_lora(body, choice), shape
+    return path, body, shape
 
 
 async def _forward_adapter(
@@ -254,6 +276,7 @@ async def _forward_adapter(
     stream: bool,
     strip_usage: bool,
     base: str,
+    call: ResponsesCall | None,
 ) -> None:
     """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""
     adapters = gateway.adapters
@@ -272,8 +295,8 @@ async def _forward_adapter(
         if endpoint is None:
             raise gateway.not_ready_error(base)
     try:
-        body = _for_engine(gateway, exchange.model, endpoint, body)
-        await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage)
+        path, body, shape = _for_engine(gateway, exchange.model, endpoint, path, body, call)
+        await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage, shape)
     finally:
         adapters.done(endpoint.replica_id, exchange.model)
 
@@ -287,6 +310,7 @@ async def _answer(
     body: bytes,
     stream: bool,
     strip_usage: bool,
+    shape: AnswerShape | None = None,
 ) -> None:
     response, lease = await _connect(gateway, exchange, endpoint, path, body)
     clean = False
@@ -296,9 +320,10 @@ async def _answer(
             await _relay_error(gateway, exchange, send, response)
             clean = True
         elif stream and content_type.startswith("text/event-stream"):
-            clean = await _relay_stream(gateway, exchange, send, response, content_type, strip_usage)
+            shaper = shape.events() if shape is not None else None
+            clean = await _relay_stream(gateway, exchange, send, response, content_type, strip_usage, shaper)
         else:
-            await _relay_whole(gateway, exchange, send, response, content_type)
+            await _relay_whole(gateway, exchange, send, response, content_type, shape)
             clean = True
     finally:
         lease.release()
@@ -406,12 +431,19 @@ async def _read_all(gateway: Gateway, exchange: Exchange, response: UpstreamResp
 
 
 async def _relay_whole(
-    gateway: Gateway, exchange: Exchange, send: Send, response: UpstreamResponse, content_type: str
+    gateway: Gateway,
+    exchange: Exchange,
+    send: Send,
+    response: UpstreamResponse,
+    content_type: str,
+    shape: AnswerShape | None = None,
 ) -> None:
     body = await _read_all(gateway, exchange, response)
     status = response.status
     if status < 300:
         exchange.prompt_tokens, exchange.completion_tokens = token_counts(find_usage(body))
+        if shape is not None:
+            body = shape.whole(body)
     exchange.status = status
     exchange.finished = True
     exchange.response_started = True
@@ -432,6 +464,10 @@ async def _relay_error(gateway: Gateway, exchange: Exchange, send: Send, respons
             "replica_auth_failed",
         )
     body = normalise_engine_error(status, raw)
+    if status == 501:
+        # The engine does not do what the request asks (a feature it was not started with):
+        # the request's to change, not a fault of the cluster.
+        status = 400
     exchange.status = status
     exchange.finished = True
     exchange.response_started = True
@@ -445,8 +481,10 @@ async def _relay_stream(
     response: UpstreamResponse,
     content_type: str,
     strip_usage: bool,
+    shaper: EventShaper | None = None,
 ) -> bool:
-    """Relay SSE events as they complete; True when the replica ended the stream itself."""
+    """Relay SSE events as they complete (reshaped by ``shaper``, if any); True when the replica
+    ended the stream itself."""
     exchange.response_started = True
     exchange.status = response.status
     await send(
@@ -469,17 +507,23 @@ async def _relay_stream(
         async for chunk in response.iter_any():
             out = framer.feed(chunk)
             if out:
-                timer.relayed()
-                if not exchange.first_token:
-                    exchange.first_token = time.perf_counter()
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+                sent = shaper.feed(out) if shaper is not None else out
+                if sent:
+                    timer.relayed()
+                    if not exchange.first_token:
+                        exchange.first_token = time.perf_counter()
+                    await send({"type": "http.response.body", "body": sent, "more_body": True})
                 if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
                     exchange.status = 429
-                    failure = cut_short(refusal)
+                    if shaper is not None:
+                        failure = shaper.error(limit_message(refusal), refusal.code)
+                    else:
+                        failure = cut_short(refusal)
                     break
     except UpstreamTimeout:
         exchange.status = 504
-        failure = sse_error_event(
+        failure = _failure_event(
+            shaper,
             f"The replica stopped sending for {gateway.settings.upstream_timeout_s:g} s; retry the request.",
             "upstream_timeout",
         )
@@ -487,14 +531,27 @@ async def _relay_stream(
         exchange.status = 502
         metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
         log.warning("replica %s failed mid-stream: %s", exchange.replica_id, describe(error))
-        failure = sse_error_event(
+        failure = _failure_event(
+            shaper,
             f"The replica serving '{exchange.model}' failed mid-answer ({describe(error)}); "
             "retry the request.",
             "upstream_disconnected",
         )
     # After a failure an unfinished event is dropped: the client never saw its start.
-    tail = failure or framer.flush()
+    if failure:
+        tail = failure
+    elif shaper is not None:
+        tail = shaper.feed(framer.flush()) + shaper.finish()
+    else:
+        tail = framer.flush()
     exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
     exchange.finished = True
     await send({"type": "http.response.body", "body": tail, "more_body": False})
     return not failure
+
+
+def _failure_event(shaper: EventShaper | None, message: str, code: str) -> bytes:
+    """The event ending a stream the replica failed: in the stream's own shape."""
+    if shaper is not None:
+        return shaper.error(message, code)
+    return sse_error_event(message, code)

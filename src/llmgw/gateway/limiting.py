@@ -87,13 +87,17 @@ def refused(refusal: Refusal, meters: tuple[Meter, ...], now: float) -> ApiError
     )
 
 
-def cut_short(refusal: Refusal) -> bytes:
-    """The end of a stream whose tokens ran a budget out: an error event, then ``[DONE]``."""
-    message = (
+def limit_message(refusal: Refusal) -> str:
+    """What a stream cut short by a limit tells its client."""
+    return (
         f"Limit {refusal.limit} of {refusal.subject}: {refusal.message}; the answer was cut short. "
         "Retry when the budget renews, or ask an administrator for a higher limit."
     )
-    return sse_error_event(message, refusal.code, "rate_limit_error") + b"data: [DONE]\n\n"
+
+
+def cut_short(refusal: Refusal) -> bytes:
+    """The end of a stream whose tokens ran a budget out: an error event, then ``[DONE]``."""
+    return sse_error_event(limit_message(refusal), refusal.code, "rate_limit_error") + b"data: [DONE]\n\n"
 
 
 class Limiter:

@@ -64,8 +64,8 @@ def token_counts(usage: dict[str, Any] | None) -> tuple[int, int]:
     """(prompt_tokens, completion_tokens) from an OpenAI ``usage`` object."""
     if not usage:
         return 0, 0
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens")
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))  # the Responses API's names
+    completion = usage.get("completion_tokens", usage.get("output_tokens"))
     return (
         prompt if isinstance(prompt, int) else 0,
         completion if isinstance(completion, int) else 0,

@@ -748,6 +748,8 @@ class StartShard(_message.Message):
     ADAPTERS_FIELD_NUMBER: _builtins.int
     MAX_LORA_RANK_FIELD_NUMBER: _builtins.int
     TRACEPARENT_FIELD_NUMBER: _builtins.int
+    SERVES_FIELD_NUMBER: _builtins.int
+    POOLING_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     model: _builtins.str
     engine: _builtins.str
@@ -776,6 +778,10 @@ class StartShard(_message.Message):
     """W3C trace context of the replica's start on the control plane (empty: not traced); the
     agent's spans of the start (weights fetch, launch, readiness) continue that trace.
     """
+    serves: _builtins.str
+    """"chat" (or empty), "embeddings" or "rerank": what the engine is started for"""
+    pooling: _builtins.str
+    """llama.cpp --pooling for an embedding model (empty: the model's own)"""
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -818,10 +824,12 @@ class StartShard(_message.Message):
         adapters: _abc.Iterable[Global___LoraAdapter] | None = ...,
         max_lora_rank: _builtins.int = ...,
         traceparent: _builtins.str = ...,
+        serves: _builtins.str = ...,
+        pooling: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapters", b"adapters", "api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "max_lora_rank", b"max_lora_rank", "model", b"model", "parallel", b"parallel", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "replica_id", b"replica_id", "tp", b"tp", "traceparent", b"traceparent", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapters", b"adapters", "api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "max_lora_rank", b"max_lora_rank", "model", b"model", "parallel", b"parallel", "pooling", b"pooling", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "replica_id", b"replica_id", "serves", b"serves", "tp", b"tp", "traceparent", b"traceparent", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

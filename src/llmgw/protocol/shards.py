@@ -90,6 +90,8 @@ def encode_shard_spec(spec: ShardSpec) -> pb.StartShard:
         adapters=[_encode_adapter(a) for a in spec.adapters],
         max_lora_rank=spec.max_lora_rank,
         traceparent=spec.traceparent,
+        serves="" if spec.serves == "chat" else spec.serves,  # empty on the wire: chat, as before
+        pooling=spec.pooling,
     )
 
 
@@ -118,6 +120,8 @@ def decode_shard_spec(message: pb.StartShard) -> ShardSpec:
         adapters=tuple(_decode_adapter(a) for a in message.adapters),
         max_lora_rank=message.max_lora_rank,
         traceparent=message.traceparent,
+        serves=message.serves or "chat",
+        pooling=message.pooling,
     )
 
 

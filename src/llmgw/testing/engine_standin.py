@@ -35,6 +35,8 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.testing.standin_outputs import constrained_text, logprobs_of
+
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -68,6 +70,8 @@ class StandinSettings:
     block_size: int = 16
     num_blocks: int = 512
     metrics_path: str = "/metrics"
+    tasks: frozenset[str] = frozenset({"chat"})
+    """What it serves (``chat``, ``embeddings``, ``rerank``), from its engine's flags (standin_tasks)."""
     metrics_on: bool = True
     """False where the engine was not told to publish (SGLang without --enable-metrics)."""
     gauges_on: bool = True
@@ -329,6 +333,10 @@ def build_app(standin: Standin) -> web.Application:
         except ValueError:
             return _error(400, "the body is not JSON")
         model = body.get("model")
+        if "chat" not in s.tasks:
+            return _error(
+                400, f"The model does not support {'Chat Completions' if chat else 'Completions'} API"
+            )
         if s.engine == "vllm" and model not in (s.served_name, *standin.adapters):
             return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
         if model in standin.adapters:
@@ -343,19 +351,24 @@ def build_app(standin: Standin) -> web.Application:
         usage = {"prompt_tokens": len(prompt), "completion_tokens": max_tokens,
                  "total_tokens": len(prompt) + max_tokens}  # fmt: skip
 
-        def choice(text: str, finish: str | None, stream: bool) -> dict[str, Any]:
+        top = int(body.get("top_logprobs") or 1) if chat and body.get("logprobs") else 0
+
+        def choice(text: str, finish: str | None, stream: bool, pieces: list[str]) -> dict[str, Any]:
             if not chat:
                 return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
             key = "delta" if stream else "message"
             content: dict[str, Any] = {"role": "assistant", "content": text}
             if stream and finish:
                 content = {}
-            return {"index": 0, key: content, "finish_reason": finish, "logprobs": None}
+            logprobs = logprobs_of(pieces, top) if top and pieces else None
+            return {"index": 0, key: content, "finish_reason": finish, "logprobs": logprobs}
 
         if not body.get("stream"):
-            text = "".join([piece async for piece in standin.generate(prompt, max_tokens)])
+            pieces = [piece async for piece in standin.generate(prompt, max_tokens)]
+            constrained = constrained_text(body) if chat else None
+            text, finish = (constrained, "stop") if constrained is not None else ("".join(pieces), "length")
             answer = {"id": ident, "object": kind, "created": created, "model": model,
-                      "choices": [choice(text, "length", False)], "usage": usage}  # fmt: skip
+                      "choices": [choice(text, finish, False, pieces)], "usage": usage}  # fmt: skip
             return web.json_response(answer)
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -368,9 +381,9 @@ def build_app(standin: Standin) -> web.Application:
 
         async for piece in standin.generate(prompt, max_tokens):
             await send({"id": ident, "object": chunk_kind, "created": created, "model": model,
-                        "choices": [choice(piece, None, True)]})  # fmt: skip
+                        "choices": [choice(piece, None, True, [piece])]})  # fmt: skip
         final: dict[str, Any] = {"id": ident, "object": chunk_kind, "created": created, "model": model,
-                                 "choices": [choice("", "length", True)]}  # fmt: skip
+                                 "choices": [choice("", "length", True, [])]}  # fmt: skip
         if (body.get("stream_options") or {}).get("include_usage"):
             final["usage"] = usage
         await send(final)
@@ -422,6 +435,9 @@ def build_app(standin: Standin) -> web.Application:
     if s.engine == "vllm":
         app.router.add_post("/v1/load_lora_adapter", load_lora)
         app.router.add_post("/v1/unload_lora_adapter", unload_lora)
+    from llmgw.testing.standin_tasks import add_task_routes  # it builds on this module
+
+    add_task_routes(app, standin)
     return app
 
 

@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--trust-remote-code", action="store_true")
     add("--disable-radix-cache", action="store_true")
     add("--enable-metrics", action="store_true")
+    add("--is-embedding", action="store_true")
     add("--enable-cache-report", action="store_true")
     add("--log-level", default="info")
     add("--chat-template")
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         block_size=options.page_size,
         num_blocks=options.max_total_tokens or 8 * max_len,
         metrics_on=options.enable_metrics,
+        tasks=frozenset({"embeddings", "rerank"}) if options.is_embedding else frozenset({"chat"}),
     )
     serve(settings)
     return 0

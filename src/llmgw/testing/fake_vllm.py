@@ -25,6 +25,14 @@ from llmgw.testing.engine_standin import StandinSettings, peft_refusal, serve
 VERSION = "0.11.0"
 
 
+def _tasks(runner: str, convert: str) -> frozenset[str]:
+    """What the model serves: a pooling runner embeds (``--convert embed``) or scores pairs (a
+    cross-encoder's head: rerank); anything else generates."""
+    if runner != "pooling":
+        return frozenset({"chat"})
+    return frozenset({"embeddings"}) if convert == "embed" else frozenset({"rerank"})
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm serve")
     add = parser.add_argument
@@ -55,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
     add("--prefix-caching-hash-algo", choices=["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"])
+    add("--runner", choices=["auto", "generate", "pooling", "draft"], default="auto")
+    add("--convert", choices=["auto", "none", "embed", "classify", "reward"], default="auto")
     add("--enable-lora", action="store_true")
     add("--max-loras", type=int, default=1)
     add("--max-lora-rank", type=int, default=16, choices=[1, 8, 16, 32, 64, 128, 256, 320, 512])
@@ -126,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime_lora=options.enable_lora
         and os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
         lora_paths_checked=True,
+        tasks=_tasks(options.runner, options.convert),
     )
     if options.lora_modules:
         if not options.enable_lora:

@@ -29,7 +29,9 @@ def _write(path: Path, python: str, body: str) -> Path:
     So ``/proc`` shows it as the real one shows (``python /…/vllm serve …``)
     and the agent recognises an engine it started after restarting.
     """
-    path.write_text(f"#!{python}\n{body}\n")
+    # The stand-in runs the llmgw that wrote it, whatever the engine's environment says.
+    source = str(Path(__file__).resolve().parents[2])
+    path.write_text(f"#!{python}\nimport sys\nsys.path.insert(0, {source!r})\n{body}\n")
     path.chmod(0o755)
     return path
 

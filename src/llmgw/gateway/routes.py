@@ -1,0 +1,34 @@
+"""The routes the gateway answers, and what each asks of a model.
+
+Every ``/v1`` route is the gateway's, and so is ``/rerank`` (the path Jina and
+Cohere clients call, which vLLM and llama.cpp also serve). A forwarded route
+reaches only a model serving its task (``profile.serves``); any other model
+answers 400 naming what it serves.
+"""
+
+from __future__ import annotations
+
+from llmgw.core.engines import Task
+
+ROOT_ROUTES = frozenset({"/rerank"})
+"""Gateway routes outside ``/v1``."""
+
+TASK_OF_ROUTE: dict[str, Task] = {
+    "/v1/chat/completions": Task.CHAT,
+    "/v1/completions": Task.CHAT,
+    "/v1/responses": Task.CHAT,
+    "/v1/embeddings": Task.EMBEDDINGS,
+    "/v1/rerank": Task.RERANK,
+    "/rerank": Task.RERANK,
+}
+"""Routes answered by a replica, and what the replica must serve."""
+
+FORWARDED = frozenset(TASK_OF_ROUTE)
+
+ENGINE_ROUTE = {"/rerank": "/v1/rerank"}
+"""Where an engine is asked when it is not the route the client called."""
+
+
+def gateway_path(path: str) -> bool:
+    """Whether ``path`` is the gateway's (``/v1`` and below, ``/rerank``)."""
+    return path.startswith("/v1") or path in ROOT_ROUTES
