@@ -1,0 +1,172 @@
+"""The steps of onboarding, in order: each looks first, changes only what differs, and says which.
+
+Every step returns one line for the operator, ``changed: ...`` or
+``unchanged: ...`` (``ok: ...`` for the connection itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmgw.errors import LlmgwError
+from llmgw.operations.onboarding import ENGINE_GROUPS, ENGINE_USER, Onboarding, Plan, StepFailed, quote
+
+CHANGES = {"install", "certificate", "config"}
+"""Steps whose changes the running service only sees once restarted."""
+
+
+def connect(ctx: Onboarding, plan: Plan) -> str:
+    out = ctx.sh(
+        "connect",
+        "echo llmgw-ok; id -u; if [ -d /run/systemd/system ]; then echo systemd; else echo none; fi",
+        "check that the machine runs a POSIX shell",
+    ).split()
+    if out[:1] != ["llmgw-ok"] or len(out) < 3:
+        raise ctx.fail("connect", f"unexpected answer {' '.join(out)!r}", "check the login shell of the SSH user")
+    if out[1] != "0":
+        raise ctx.fail(
+            "connect",
+            f"logged in as uid {out[1]}, not root: creating users and services needs root",
+            "log in as root (--user root) or as a user whose authorized key maps to root",
+        )
+    ctx.systemd = out[2] == "systemd"
+    manager = "systemd" if ctx.systemd else "no systemd (PID 1 is something else): the service runs detached"
+    return f"ok: reached {ctx.shell.where} as root; {manager}"
+
+
+def install(ctx: Onboarding, plan: Plan) -> str:
+    release, layout = plan.release, ctx.layout
+    ctx.write(layout.config_dir / "trusted.pub", release.trusted_pub)
+    if ctx.read(layout.marker) == release.marker and ctx.read(layout.marker.parent / "bin/llmgw") is not None:
+        return f"unchanged: llmgw {release.version} (wheel sha256 {release.sha256[:12]}) is installed"
+    where = layout.releases(release.version)
+    for name, data in release.files.items():
+        ctx.write(where / name, data)
+    wheel, sums, trusted = quote(release.wheel), "SHA256SUMS", quote(layout.config_dir / "trusted.pub")
+    ctx.sh(
+        "install",
+        f"set -e; cd {quote(where)}\n"
+        "command -v openssl >/dev/null || { echo 'openssl is not installed' >&2; exit 1; }\n"
+        f"grep -Eq '^[0-9a-f]{{64}} [ *]'{wheel}'$' {sums} || "
+        f"{{ echo 'the wheel is not listed in SHA256SUMS' >&2; exit 1; }}\n"
+        f"openssl pkeyutl -verify -pubin -inkey {trusted} -rawin -in {sums} -sigfile {sums}.sig >/dev/null 2>&1 || "
+        f"{{ echo 'the signature of SHA256SUMS does not verify with {layout.config_dir}/trusted.pub' >&2; exit 1; }}\n"
+        f"sha256sum --check --strict --quiet --ignore-missing {sums} >&2 || "
+        "{ echo 'the wheel differs from its sha256 in SHA256SUMS' >&2; exit 1; }\n",
+        "the release was changed on its way or on the machine: nothing was installed; build or fetch it "
+        "again and check it is signed by the key in the cluster's trusted.pub (apt-get install openssl "
+        "if the machine lacks it)",
+    )
+    ctx.sh("install", _pip_script(ctx, f"{where}/{release.wheel}"), _pip_hint(ctx))
+    ctx.write(layout.marker, release.marker)
+    return f"changed: installed llmgw {release.version} into {layout.venv} (signature checked here and there)"
+
+
+def _pip_script(ctx: Onboarding, wheel: str) -> str:
+    venv, python, w = quote(ctx.layout.venv), quote(ctx.installer.python), quote(wheel)
+    pip = f"{venv}/bin/python -m pip install --quiet --no-input --disable-pip-version-check"
+    if not ctx.installer.installed_deps:
+        return f"set -e; [ -x {venv}/bin/python ] || {python} -m venv {venv}\n{pip} {w}\n{pip} --no-deps --force-reinstall {w}\n"
+    return (
+        f"set -e; [ -x {venv}/bin/python ] || {python} -m venv --system-site-packages {venv}\n"
+        f"base=$({python} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\n"
+        f"own=$({venv}/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\n"
+        'echo "$base" > "$own/llmgw-installed-deps.pth"\n'
+        f"{pip} --no-deps --force-reinstall {w}\n"
+        f"{venv}/bin/python -c 'import llmgw.cli.main, llmgw.agent.running, llmgw.controlplane.running'\n"
+    )
+
+
+def _pip_hint(ctx: Onboarding) -> str:
+    if ctx.installer.installed_deps:
+        return f"install llmgw's dependencies into the environment of {ctx.installer.python} on the machine"
+    return "check that the machine reaches its package index (pip's index-url) for llmgw's dependencies"
+
+
+def user(ctx: Onboarding, plan: Plan) -> str:
+    groups = " ".join(ENGINE_GROUPS)
+    out = ctx.sh(
+        "user",
+        f"set -e; u={ENGINE_USER}; did=''\n"
+        f"for g in {groups}; do getent group $g >/dev/null || {{ groupadd --system $g; did=\"$did group $g,\"; }}; done\n"
+        'if ! id -u "$u" >/dev/null 2>&1; then\n'
+        f'  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --groups {",".join(ENGINE_GROUPS)} "$u"\n'
+        '  did="$did user $u,"\n'
+        f"else for g in {groups}; do id -nG \"$u\" | tr ' ' '\\n' | grep -qx $g || "
+        '{ usermod -aG $g "$u"; did="$did $u joined $g,"; }; done; fi\n'
+        'echo "$did"\n',
+        "the engines' user needs groupadd, useradd and usermod (Debian's passwd package)",
+    ).strip()
+    if out:
+        return f"changed: created{out.rstrip(',')}"
+    return f"unchanged: {ENGINE_USER} exists, in {', '.join(ENGINE_GROUPS)}"
+
+
+def certificate(ctx: Onboarding, plan: Plan) -> str:
+    current = ctx.read(ctx.layout.config_dir / plan.certificate)
+    if current is not None and plan.certificate_fits(current):
+        return f"unchanged: {plan.certificate} is the cluster's and current"
+    for name, (data, mode) in plan.issue().items():
+        ctx.write(ctx.layout.config_dir / name, data, mode)
+    return f"changed: {'reissued' if current is not None else 'issued'} {plan.certificate}"
+
+
+def config(ctx: Onboarding, plan: Plan) -> str:
+    written = [name for name, (data, mode) in plan.files.items() if ctx.write(ctx.layout.config_dir / name, data, mode)]
+    names = ", ".join(plan.files)
+    return f"changed: wrote {', '.join(written)}" if written else f"unchanged: {names} as they should be"
+
+
+def service(ctx: Onboarding, plan: Plan) -> str:
+    from llmgw.operations.services import start_detached, start_unit
+
+    restart = bool(CHANGES & set(ctx.changed))
+    return (start_unit if ctx.systemd else start_detached)(ctx, plan.service, restart)
+
+
+def joined(ctx: Onboarding, plan: Plan) -> str:
+    deadline = ctx.monotonic() + ctx.join_timeout_s
+    last: Exception | None = None
+    while True:
+        try:
+            if plan.joined():
+                return f"ok: {plan.joined_what}"
+        except (LlmgwError, OSError) as error:
+            last = error
+        if ctx.monotonic() >= deadline:
+            break
+        ctx.sleep(1.0)
+    from llmgw.operations.services import log_hint
+
+    why = f" (last answer: {last})" if last else ""
+    raise ctx.fail("join", f"not seen after {ctx.join_timeout_s:.0f} s: {plan.joined_what}{why}", log_hint(ctx, plan.service))
+
+
+Step = Callable[[Onboarding, Plan], str]
+STEPS: list[tuple[str, Step, str]] = [
+    ("connect", connect, "check the address, port and key"),
+    ("install", install, "check the release and the machine's disk"),
+    ("user", user, "check the machine's user database"),
+    ("certificate", certificate, "check the cluster's CA"),
+    ("config", config, "check the configuration directory on the machine"),
+    ("service", service, "check the service's log on the machine"),
+    ("join", joined, "check the service's log on the machine"),
+]
+
+def onboard(ctx: Onboarding, plan: Plan) -> list[str]:
+    """Run every step in order, reporting each; the names of those that changed something."""
+    changed = ctx.changed
+    changed.clear()
+    for name, step, hint in STEPS:
+        if name == "user" and not plan.engine_user:
+            continue
+        try:
+            did = step(ctx, plan)
+        except StepFailed:
+            raise
+        except LlmgwError as error:
+            raise StepFailed(ctx.shell.where, name, error.message, error.hint or hint) from error
+        if did.startswith("changed"):
+            changed.append(name)
+        ctx.report(name, did)
+    return list(changed)
