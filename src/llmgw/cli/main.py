@@ -23,6 +23,7 @@ from llmgw.cli import (  # noqa: F401  (modelserving adds "model serve")
     engine,
     mirror,
     modelserving,
+    nodeadd,
     release,
     server,
     serving,
@@ -46,6 +47,7 @@ app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (mo
 app.add_typer(mirror.app, name="mirror")
 app.add_typer(engine.app, name="engine")
 app.add_typer(release.app, name="release")
+app.add_typer(nodeadd.app, name="node")
 app.command("up")(up.up)
 app.command("console")(console)
 app.command("doctor")(doctor.doctor)

@@ -49,7 +49,8 @@ def install(ctx: Onboarding, plan: Plan) -> str:
         "command -v openssl >/dev/null || { echo 'openssl is not installed' >&2; exit 1; }\n"
         f"grep -Eq '^[0-9a-f]{{64}} [ *]'{wheel}'$' {sums} || "
         f"{{ echo 'the wheel is not listed in SHA256SUMS' >&2; exit 1; }}\n"
-        f"openssl pkeyutl -verify -pubin -inkey {trusted} -rawin -in {sums} -sigfile {sums}.sig >/dev/null 2>&1 || "
+        f"base64 -d {sums}.sig > {sums}.sig.raw 2>/dev/null || {{ echo '{sums}.sig is not base64' >&2; exit 1; }}\n"
+        f"openssl pkeyutl -verify -pubin -inkey {trusted} -rawin -in {sums} -sigfile {sums}.sig.raw >/dev/null 2>&1 || "
         f"{{ echo 'the signature of SHA256SUMS does not verify with {layout.config_dir}/trusted.pub' >&2; exit 1; }}\n"
         f"sha256sum --check --strict --quiet --ignore-missing {sums} >&2 || "
         "{ echo 'the wheel differs from its sha256 in SHA256SUMS' >&2; exit 1; }\n",
