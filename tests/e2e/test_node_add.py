@@ -38,7 +38,18 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     generate_signing_key(home / "release.key", home / "trusted.pub")
     wheels = home / "wheel"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(SOURCE)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(SOURCE),
+        ],
         check=True,
         timeout=300,
     )
@@ -64,7 +75,9 @@ def cluster(tmp_path: Path, signed: Path) -> Iterator[Cluster]:
     running.stop()
 
 
-def node_add(cluster: Cluster, machine: sshd.Sshd, root: Path, release: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def node_add(
+    cluster: Cluster, machine: sshd.Sshd, root: Path, release: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
     command = [
         sys.executable, "-m", "llmgw.cli.main", "node", "add", "127.0.0.1",
         "--name", "n1", "--port", str(machine.port), "--identity", str(machine.key),
@@ -108,7 +121,10 @@ def test_node_add_installs_registers_and_changes_nothing_the_second_time(
         pid = agent_pid(root)
         passwd = (machine.etc / "passwd").read_text()
         assert "\nllmgw-engine:" in "\n" + passwd
-        groups = {line.split(":")[0]: line.split(":")[3] for line in (machine.etc / "group").read_text().splitlines()}
+        groups = {
+            line.split(":")[0]: line.split(":")[3]
+            for line in (machine.etc / "group").read_text().splitlines()
+        }
         assert "llmgw-engine" in groups["video"].split(",") and "llmgw-engine" in groups["render"].split(",")
         assert "llmgw-engine" not in (Path("/etc/passwd").read_text())
         assert (root / "etc/llmgw/node.key").stat().st_mode & 0o777 == 0o600

@@ -66,7 +66,8 @@ def release_files(config: ServerConfig, source: str, scratch: Path) -> ReleaseFi
             "this machine",
             "install",
             "no release given",
-            "give --release with a signed release directory or https address ('make release KEY=...' makes one)",
+            "give --release with a signed release's directory or https address "
+            "('make release KEY=...' makes one)",
         )
     trusted = read_trusted_key(config.path(config.release.trusted_pub))
     try:
@@ -112,7 +113,11 @@ def node_plan(
     def issue() -> dict[str, tuple[bytes, int]]:
         out = scratch / "certificate"
         issue_node_certificate(config, node_id, out)
-        return {"ca.crt": (ca_pem, 0o644), "node.key": ((out / "node.key").read_bytes(), 0o600), "node.crt": ((out / "node.crt").read_bytes(), 0o644)}
+        return {
+            "ca.crt": (ca_pem, 0o644),
+            "node.key": ((out / "node.key").read_bytes(), 0o600),
+            "node.crt": ((out / "node.crt").read_bytes(), 0o644),
+        }
 
     def joined() -> bool:
         return any(node.id == node_id and node.connected for node in admin.nodes())
@@ -121,9 +126,15 @@ def node_plan(
         release=release_files(config, machine.release, scratch / "release"),
         files={"ca.crt": (ca_pem, 0o644), "agent.yaml": (agent_yaml, 0o600)},
         certificate="node.crt",
-        certificate_fits=lambda pem: not certificates.problems(pem, ca_pem, name=node_id, usage="client", sans=[node_id]),
+        certificate_fits=lambda pem: (
+            not certificates.problems(pem, ca_pem, name=node_id, usage="client", sans=[node_id])
+        ),
         issue=issue,
-        service=Service("llmgw-agent", ("agent", "run", "--config", str(layout.config_dir / "agent.yaml")), "llmgw node agent"),
+        service=Service(
+            "llmgw-agent",
+            ("agent", "run", "--config", str(layout.config_dir / "agent.yaml")),
+            "llmgw node agent",
+        ),
         joined=joined,
         joined_what=f"node {node_id} registered with the control plane",
     )
@@ -145,21 +156,31 @@ def run_onboarding(machine: Machine, plan_of: object) -> None:
         if error.hint:
             console.print(f"  what to do: {error.hint}", markup=False, highlight=False)
         raise typer.Exit(1) from None
-    console.print(f"done: {', '.join(changed) + ' changed' if changed else 'nothing changed (all steps as they were)'}")
+    console.print(
+        f"done: {', '.join(changed) + ' changed' if changed else 'nothing changed (all steps as they were)'}"
+    )
 
 
 HOST = typer.Argument(..., help="The machine's address (what ssh connects to).")
 USER = typer.Option("root", "--user", help="The SSH user (root: onboarding creates users and services).")
 PORT = typer.Option(22, "--port", help="The SSH port.")
-IDENTITY = typer.Option(None, "--identity", help="Private key to log in with (default: ssh's own and its agent's).")
+IDENTITY = typer.Option(
+    None, "--identity", help="Private key to log in with (default: ssh's own and its agent's)."
+)
 KNOWN_HOSTS = typer.Option(None, "--known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts).")
-ACCEPT = typer.Option(False, "--accept-host-key", help="Record the host key of a machine not yet in known_hosts.")
+ACCEPT = typer.Option(
+    False, "--accept-host-key", help="Record the host key of a machine not yet in known_hosts."
+)
 RELEASE = typer.Option("", "--release", help="A signed release: its directory or https address.")
 PYTHON = typer.Option("python3", "--python", help="The Python on the machine that makes llmgw's venv.")
 INSTALLED_DEPS = typer.Option(
-    False, "--installed-deps", help="Take the dependencies from --python's environment (pip --no-deps) instead of the index."
+    False,
+    "--installed-deps",
+    help="Take the dependencies from --python's environment (pip --no-deps) instead of the index.",
 )
-ROOT = typer.Option("/", "--root", hidden=True, help="Where /opt, /etc and /var/lib are on the machine (tests).")
+ROOT = typer.Option(
+    "/", "--root", hidden=True, help="Where /opt, /etc and /var/lib are on the machine (tests)."
+)
 TIMEOUT = typer.Option(120.0, "--timeout", help="Seconds to wait for the machine to join.")
 CONFIG = typer.Option(None, "--config", "-c", help="server.yaml of the cluster.")
 
@@ -168,8 +189,12 @@ CONFIG = typer.Option(None, "--config", "-c", help="server.yaml of the cluster."
 def add(
     host: str = HOST,
     name: str = typer.Option("", "--name", help="The node's id (default: HOST)."),
-    address: str = typer.Option("", "--address", help="Where control planes reach its engines (default: HOST)."),
-    metrics_port: int = typer.Option(MetricsSettings().port, "--metrics-port", help="The agent's metrics port."),
+    address: str = typer.Option(
+        "", "--address", help="Where control planes reach its engines (default: HOST)."
+    ),
+    metrics_port: int = typer.Option(
+        MetricsSettings().port, "--metrics-port", help="The agent's metrics port."
+    ),
     user: str = USER,
     port: int = PORT,
     identity: Path = IDENTITY,
@@ -182,14 +207,27 @@ def add(
     timeout: float = TIMEOUT,
     config: Path = CONFIG,
 ) -> None:
-    """Make HOST a node over SSH: install a signed release, the engine user, certificate, agent.yaml, the agent."""
+    """Make HOST a node over SSH: a signed release, the engine user, certificate, agent.yaml, the agent."""
     path = resolve_config(config)
     loaded = load_server_config(path)
     admin = AdminClient.from_environment(config=path)
     machine = machine_options(
-        host, user, port, identity, known_hosts, accept_host_key, release, python, installed_deps, root, timeout
+        host,
+        user,
+        port,
+        identity,
+        known_hosts,
+        accept_host_key,
+        release,
+        python,
+        installed_deps,
+        root,
+        timeout,
     )
     node_id = name or host
     console.print(f"adding node {node_id} on {user}@{host}:{port}")
     with tempfile.TemporaryDirectory(prefix="llmgw-node-add-") as scratch:
-        run_onboarding(machine, lambda: node_plan(loaded, admin, machine, node_id, address or host, Path(scratch), metrics_port))
+        run_onboarding(
+            machine,
+            lambda: node_plan(loaded, admin, machine, node_id, address or host, Path(scratch), metrics_port),
+        )

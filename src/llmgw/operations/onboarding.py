@@ -26,6 +26,7 @@ from llmgw.operations.remote import RemoteError, Shell, read_file, write_file
 
 ENGINE_USER = "llmgw-engine"
 ENGINE_GROUPS = ("video", "render")
+ROOT = PurePosixPath("/")
 
 
 class StepFailed(LlmgwError):
@@ -40,7 +41,7 @@ class StepFailed(LlmgwError):
 class Layout:
     """Where llmgw lives on the machine; ``root`` moves all of it (tests keep it in a directory)."""
 
-    root: PurePosixPath = PurePosixPath("/")
+    root: PurePosixPath = ROOT
 
     @property
     def venv(self) -> PurePosixPath:
@@ -69,7 +70,7 @@ class Layout:
 
 @dataclass(frozen=True)
 class ReleaseFiles:
-    """A release verified on this machine, to install there: its files by name and the key it was checked with."""
+    """A release verified on this machine, to install there: its files and the key that checked them."""
 
     version: str
     wheel: str

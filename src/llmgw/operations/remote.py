@@ -55,7 +55,10 @@ class Completed:
 class Shell(Protocol):
     """Where onboarding runs its scripts: ``sh -c SCRIPT`` with ``data`` on its standard input."""
 
-    where: str
+    @property
+    def where(self) -> str:
+        """The machine, for messages."""
+        ...
 
     def run(self, script: str, data: bytes = b"", timeout_s: float = 300.0) -> Completed:
         """Run ``script``; the completed command, whatever its status (RemoteError if it cannot run)."""
@@ -161,7 +164,9 @@ class LocalShell:
     where: str = "localhost"
 
     def run(self, script: str, data: bytes = b"", timeout_s: float = 300.0) -> Completed:
-        done = subprocess.run(["sh", "-c", script], input=data, capture_output=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            ["sh", "-c", script], input=data, capture_output=True, timeout=timeout_s, check=False
+        )
         return Completed(done.returncode, done.stdout, done.stderr)
 
 
@@ -177,7 +182,7 @@ def read_file(shell: Shell, path: PurePosixPath) -> bytes | None:
 
 
 def write_file(shell: Shell, path: PurePosixPath, data: bytes, mode: int = 0o644) -> bool:
-    """Write ``data`` to ``path`` (atomically, ``mode`` from the first byte); False when it held them already."""
+    """Write ``data`` to ``path`` atomically, ``mode`` from the first byte; False if it held them already."""
     if read_file(shell, path) == data:
         return False
     p, part = shlex.quote(str(path)), shlex.quote(f"{path}.part")

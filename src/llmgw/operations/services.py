@@ -63,28 +63,39 @@ def log_file(ctx: Onboarding, service: Service) -> PurePosixPath:
     return ctx.layout.state_dir / f"{service.name}.log"
 
 
+DETACHED_SCRIPT = """set -e; pidf=%(pidf)s; log=%(log)s; restart=%(restart)s
+mkdir -p %(state)s
+p=""; [ -f "$pidf" ] && p=$(cat "$pidf")
+if [ -n "$p" ] && [ -r /proc/$p/cmdline ] && tr "\\0" " " < /proc/$p/cmdline | grep -qF -- %(mark)s; then
+  if [ "$restart" = 0 ]; then echo "running $p"; exit 0; fi
+  kill -TERM "$p"; i=0
+  while kill -0 "$p" 2>/dev/null && [ $i -lt 150 ]; do sleep 0.2; i=$((i+1)); done
+  kill -KILL "$p" 2>/dev/null || true; was="restarted"
+else was="started"; fi
+cd %(state)s
+setsid %(command)s >> "$log" 2>&1 < /dev/null &
+echo $! > "$pidf"; echo "$was $!"
+"""
+"""Starts the service detached unless the process in its pid file is it (same command line)."""
+
+
 def start_detached(ctx: Onboarding, service: Service, restart: bool) -> str:
-    arguments = " ".join(quote(part) for part in service.arguments)
-    mark = quote(" ".join(service.arguments))
-    out = ctx.sh(
-        "service",
-        f"set -e; pidf={quote(pid_file(ctx, service))}; log={quote(log_file(ctx, service))}; restart={int(restart)}\n"
-        f"mkdir -p {quote(ctx.layout.state_dir)}\n"
-        'p=""; [ -f "$pidf" ] && p=$(cat "$pidf")\n'
-        f'if [ -n "$p" ] && [ -r /proc/$p/cmdline ] && tr "\\0" " " < /proc/$p/cmdline | grep -qF -- {mark}; then\n'
-        '  if [ "$restart" = 0 ]; then echo "running $p"; exit 0; fi\n'
-        '  kill -TERM "$p"; i=0\n'
-        '  while kill -0 "$p" 2>/dev/null && [ $i -lt 150 ]; do sleep 0.2; i=$((i+1)); done\n'
-        '  kill -KILL "$p" 2>/dev/null || true; was="restarted"\n'
-        'else was="started"; fi\n'
-        f'cd {quote(ctx.layout.state_dir)}\n'
-        f'setsid {quote(ctx.layout.llmgw)} {arguments} >> "$log" 2>&1 < /dev/null &\n'
-        'echo $! > "$pidf"; echo "$was $!"\n',
-        log_hint(ctx, service),
-    ).split()
+    script = DETACHED_SCRIPT % {
+        "pidf": quote(pid_file(ctx, service)),
+        "log": quote(log_file(ctx, service)),
+        "restart": int(restart),
+        "state": quote(ctx.layout.state_dir),
+        "mark": quote(" ".join(service.arguments)),
+        "command": " ".join(quote(part) for part in (str(ctx.layout.llmgw), *service.arguments)),
+    }
+    out = ctx.sh("service", script, log_hint(ctx, service)).split()
     if out[:1] == ["running"]:
-        return f"unchanged: {service.name} runs (pid {out[1]}; no systemd: detached, {pid_file(ctx, service)})"
-    return f"changed: {out[0]} {service.name} (pid {out[1]}; no systemd: detached, log {log_file(ctx, service)})"
+        return (
+            f"unchanged: {service.name} runs (pid {out[1]}; no systemd: detached, {pid_file(ctx, service)})"
+        )
+    return (
+        f"changed: {out[0]} {service.name} (pid {out[1]}; no systemd: detached, log {log_file(ctx, service)})"
+    )
 
 
 def log_hint(ctx: Onboarding, service: Service) -> str:

@@ -22,7 +22,9 @@ def connect(ctx: Onboarding, plan: Plan) -> str:
         "check that the machine runs a POSIX shell",
     ).split()
     if out[:1] != ["llmgw-ok"] or len(out) < 3:
-        raise ctx.fail("connect", f"unexpected answer {' '.join(out)!r}", "check the login shell of the SSH user")
+        raise ctx.fail(
+            "connect", f"unexpected answer {' '.join(out)!r}", "check the login shell of the SSH user"
+        )
     if out[1] != "0":
         raise ctx.fail(
             "connect",
@@ -34,6 +36,21 @@ def connect(ctx: Onboarding, plan: Plan) -> str:
     return f"ok: reached {ctx.shell.where} as root; {manager}"
 
 
+VERIFY_SCRIPT = """set -e; cd %(dir)s
+command -v openssl >/dev/null || { echo 'openssl is not installed' >&2; exit 1; }
+grep -Eq '^[0-9a-f]{64} [ *]'%(wheel)s'$' SHA256SUMS ||
+  { echo 'the wheel is not listed in SHA256SUMS' >&2; exit 1; }
+base64 -d SHA256SUMS.sig > SHA256SUMS.sig.raw 2>/dev/null ||
+  { echo 'SHA256SUMS.sig is not base64' >&2; exit 1; }
+openssl pkeyutl -verify -pubin -inkey %(trusted)s -rawin -in SHA256SUMS -sigfile SHA256SUMS.sig.raw \\
+  >/dev/null 2>&1 ||
+  { echo 'the signature of SHA256SUMS does not verify with '%(trusted)s >&2; exit 1; }
+sha256sum --check --strict --quiet --ignore-missing SHA256SUMS >&2 ||
+  { echo 'the wheel differs from its sha256 in SHA256SUMS' >&2; exit 1; }
+"""
+"""Checks a release on the machine itself, with nothing of llmgw: openssl and coreutils."""
+
+
 def install(ctx: Onboarding, plan: Plan) -> str:
     release, layout = plan.release, ctx.layout
     ctx.write(layout.config_dir / "trusted.pub", release.trusted_pub)
@@ -42,18 +59,14 @@ def install(ctx: Onboarding, plan: Plan) -> str:
     where = layout.releases(release.version)
     for name, data in release.files.items():
         ctx.write(where / name, data)
-    wheel, sums, trusted = quote(release.wheel), "SHA256SUMS", quote(layout.config_dir / "trusted.pub")
+    script = VERIFY_SCRIPT % {
+        "dir": quote(where),
+        "wheel": quote(release.wheel),
+        "trusted": quote(layout.config_dir / "trusted.pub"),
+    }
     ctx.sh(
         "install",
-        f"set -e; cd {quote(where)}\n"
-        "command -v openssl >/dev/null || { echo 'openssl is not installed' >&2; exit 1; }\n"
-        f"grep -Eq '^[0-9a-f]{{64}} [ *]'{wheel}'$' {sums} || "
-        f"{{ echo 'the wheel is not listed in SHA256SUMS' >&2; exit 1; }}\n"
-        f"base64 -d {sums}.sig > {sums}.sig.raw 2>/dev/null || {{ echo '{sums}.sig is not base64' >&2; exit 1; }}\n"
-        f"openssl pkeyutl -verify -pubin -inkey {trusted} -rawin -in {sums} -sigfile {sums}.sig.raw >/dev/null 2>&1 || "
-        f"{{ echo 'the signature of SHA256SUMS does not verify with {layout.config_dir}/trusted.pub' >&2; exit 1; }}\n"
-        f"sha256sum --check --strict --quiet --ignore-missing {sums} >&2 || "
-        "{ echo 'the wheel differs from its sha256 in SHA256SUMS' >&2; exit 1; }\n",
+        script,
         "the release was changed on its way or on the machine: nothing was installed; build or fetch it "
         "again and check it is signed by the key in the cluster's trusted.pub (apt-get install openssl "
         "if the machine lacks it)",
@@ -67,7 +80,10 @@ def _pip_script(ctx: Onboarding, wheel: str) -> str:
     venv, python, w = quote(ctx.layout.venv), quote(ctx.installer.python), quote(wheel)
     pip = f"{venv}/bin/python -m pip install --quiet --no-input --disable-pip-version-check"
     if not ctx.installer.installed_deps:
-        return f"set -e; [ -x {venv}/bin/python ] || {python} -m venv {venv}\n{pip} {w}\n{pip} --no-deps --force-reinstall {w}\n"
+        return (
+            f"set -e; [ -x {venv}/bin/python ] || {python} -m venv {venv}\n"
+            f"{pip} {w}\n{pip} --no-deps --force-reinstall {w}\n"
+        )
     return (
         f"set -e; [ -x {venv}/bin/python ] || {python} -m venv --system-site-packages {venv}\n"
         f"base=$({python} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\n"
@@ -84,22 +100,33 @@ def _pip_hint(ctx: Onboarding) -> str:
     return "check that the machine reaches its package index (pip's index-url) for llmgw's dependencies"
 
 
+USER_SCRIPT = """set -e; u=%(user)s; did=''
+for g in %(groups)s; do
+  getent group $g >/dev/null || { groupadd --system $g; did="$did, group $g created"; }
+done
+if ! id -u "$u" >/dev/null 2>&1; then
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \\
+    --groups %(group_list)s "$u"
+  did="$did, user $u created in %(group_list)s"
+else
+  for g in %(groups)s; do
+    id -nG "$u" | tr ' ' '\\n' | grep -qx $g || { usermod -aG $g "$u"; did="$did, $u joined $g"; }
+  done
+fi
+echo "$did"
+"""
+
+
 def user(ctx: Onboarding, plan: Plan) -> str:
-    groups = " ".join(ENGINE_GROUPS)
-    out = ctx.sh(
-        "user",
-        f"set -e; u={ENGINE_USER}; did=''\n"
-        f"for g in {groups}; do getent group $g >/dev/null || {{ groupadd --system $g; did=\"$did group $g,\"; }}; done\n"
-        'if ! id -u "$u" >/dev/null 2>&1; then\n'
-        f'  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --groups {",".join(ENGINE_GROUPS)} "$u"\n'
-        '  did="$did user $u,"\n'
-        f"else for g in {groups}; do id -nG \"$u\" | tr ' ' '\\n' | grep -qx $g || "
-        '{ usermod -aG $g "$u"; did="$did $u joined $g,"; }; done; fi\n'
-        'echo "$did"\n',
-        "the engines' user needs groupadd, useradd and usermod (Debian's passwd package)",
-    ).strip()
+    script = USER_SCRIPT % {
+        "user": ENGINE_USER,
+        "groups": " ".join(ENGINE_GROUPS),
+        "group_list": ",".join(ENGINE_GROUPS),
+    }
+    hint = "the engines' user needs groupadd, useradd and usermod (Debian's passwd package)"
+    out = ctx.sh("user", script, hint).strip().lstrip(", ")
     if out:
-        return f"changed: created{out.rstrip(',')}"
+        return f"changed: {out}"
     return f"unchanged: {ENGINE_USER} exists, in {', '.join(ENGINE_GROUPS)}"
 
 
@@ -113,7 +140,11 @@ def certificate(ctx: Onboarding, plan: Plan) -> str:
 
 
 def config(ctx: Onboarding, plan: Plan) -> str:
-    written = [name for name, (data, mode) in plan.files.items() if ctx.write(ctx.layout.config_dir / name, data, mode)]
+    written = [
+        name
+        for name, (data, mode) in plan.files.items()
+        if ctx.write(ctx.layout.config_dir / name, data, mode)
+    ]
     names = ", ".join(plan.files)
     return f"changed: wrote {', '.join(written)}" if written else f"unchanged: {names} as they should be"
 
@@ -140,7 +171,11 @@ def joined(ctx: Onboarding, plan: Plan) -> str:
     from llmgw.operations.services import log_hint
 
     why = f" (last answer: {last})" if last else ""
-    raise ctx.fail("join", f"not seen after {ctx.join_timeout_s:.0f} s: {plan.joined_what}{why}", log_hint(ctx, plan.service))
+    raise ctx.fail(
+        "join",
+        f"not seen after {ctx.join_timeout_s:.0f} s: {plan.joined_what}{why}",
+        log_hint(ctx, plan.service),
+    )
 
 
 Step = Callable[[Onboarding, Plan], str]
@@ -153,6 +188,7 @@ STEPS: list[tuple[str, Step, str]] = [
     ("service", service, "check the service's log on the machine"),
     ("join", joined, "check the service's log on the machine"),
 ]
+
 
 def onboard(ctx: Onboarding, plan: Plan) -> list[str]:
     """Run every step in order, reporting each; the names of those that changed something."""

@@ -58,7 +58,9 @@ class Sshd:
     def start(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         for name in ("host_key", "client_key"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.home / name)], check=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.home / name)], check=True
+            )
         shutil.copy(self.home / "client_key.pub", self.home / "authorized_keys")
         self.known_hosts.write_text("")
         subprocess.run(["cp", "-a", "/etc", str(self.etc)], check=True)
