@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -20,6 +21,20 @@ from llmgw.agent.config import AgentConfig, MetricsSettings
 from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.output import console
 from llmgw.cli.server import issue_node_certificate, resolve_config
+from llmgw.cli.sshoptions import (
+    ACCEPT,
+    CONFIG,
+    HOST,
+    IDENTITY,
+    INSTALLED_DEPS,
+    KNOWN_HOSTS,
+    PORT,
+    PYTHON,
+    RELEASE,
+    ROOT,
+    TIMEOUT,
+    USER,
+)
 from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.errors import ConfigError, LlmgwError, UntrustedRelease
 from llmgw.mirror.releases import SIGNATURE, SUMS, Release, fetch_release, read_trusted_key, verify_release
@@ -140,7 +155,7 @@ def node_plan(
     )
 
 
-def run_onboarding(machine: Machine, plan_of: object) -> None:
+def run_onboarding(machine: Machine, plan_of: Callable[[], Plan]) -> None:
     """Run the steps, printing each; a failed step ends the command with its message and hint."""
 
     def report(step: str, text: str) -> None:
@@ -149,7 +164,6 @@ def run_onboarding(machine: Machine, plan_of: object) -> None:
     shell = SshShell(machine.target)
     ctx = Onboarding(shell, report, machine.layout, machine.installer, join_timeout_s=machine.timeout_s)
     try:
-        assert callable(plan_of)
         changed = onboard(ctx, plan_of())
     except LlmgwError as error:
         console.print(f"error: {error.message}", markup=False, highlight=False)
@@ -159,30 +173,6 @@ def run_onboarding(machine: Machine, plan_of: object) -> None:
     console.print(
         f"done: {', '.join(changed) + ' changed' if changed else 'nothing changed (all steps as they were)'}"
     )
-
-
-HOST = typer.Argument(..., help="The machine's address (what ssh connects to).")
-USER = typer.Option("root", "--user", help="The SSH user (root: onboarding creates users and services).")
-PORT = typer.Option(22, "--port", help="The SSH port.")
-IDENTITY = typer.Option(
-    None, "--identity", help="Private key to log in with (default: ssh's own and its agent's)."
-)
-KNOWN_HOSTS = typer.Option(None, "--known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts).")
-ACCEPT = typer.Option(
-    False, "--accept-host-key", help="Record the host key of a machine not yet in known_hosts."
-)
-RELEASE = typer.Option("", "--release", help="A signed release: its directory or https address.")
-PYTHON = typer.Option("python3", "--python", help="The Python on the machine that makes llmgw's venv.")
-INSTALLED_DEPS = typer.Option(
-    False,
-    "--installed-deps",
-    help="Take the dependencies from --python's environment (pip --no-deps) instead of the index.",
-)
-ROOT = typer.Option(
-    "/", "--root", hidden=True, help="Where /opt, /etc and /var/lib are on the machine (tests)."
-)
-TIMEOUT = typer.Option(120.0, "--timeout", help="Seconds to wait for the machine to join.")
-CONFIG = typer.Option(None, "--config", "-c", help="server.yaml of the cluster.")
 
 
 @app.command("add")

@@ -131,6 +131,12 @@ class Plan:
     """Whether the cluster sees the machine (asked until it does, or the timeout)."""
     joined_what: str
     engine_user: bool = True
+    """Whether the machine gets the engines' user (nodes do, control planes do not)."""
+    join_hint: str = ""
+    """Said, besides the service's log, when the machine does not join."""
+    checks: tuple[tuple[str, Callable[[Onboarding], str]], ...] = ()
+    """Steps of the command's own, run after connecting and before anything changes (named, like every
+    step, in their errors): what would refuse the machine is found before it is half set up."""
 
 
 Report = Callable[[str, str], None]

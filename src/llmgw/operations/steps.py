@@ -7,6 +7,7 @@ Every step returns one line for the operator, ``changed: ...`` or
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
 from llmgw.errors import LlmgwError
 from llmgw.operations.onboarding import ENGINE_GROUPS, ENGINE_USER, Onboarding, Plan, StepFailed, quote
@@ -174,7 +175,7 @@ def joined(ctx: Onboarding, plan: Plan) -> str:
     raise ctx.fail(
         "join",
         f"not seen after {ctx.join_timeout_s:.0f} s: {plan.joined_what}{why}",
-        log_hint(ctx, plan.service),
+        "; ".join(filter(None, [plan.join_hint, log_hint(ctx, plan.service)])),
     )
 
 
@@ -190,11 +191,50 @@ STEPS: list[tuple[str, Step, str]] = [
 ]
 
 
+def _check(check: Callable[[Onboarding], str]) -> Step:
+    return lambda ctx, plan: check(ctx)
+
+
+def free_bytes(ctx: Onboarding, path: PurePosixPath) -> int:
+    """Bytes free for ``path`` on the machine (its nearest existing directory's file system)."""
+    p = quote(path)
+    out = ctx.sh(
+        "connect",
+        f'd={p}; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; df -Pk "$d" | tail -n 1',
+        "check that df works on the machine",
+    ).split()
+    return int(out[3]) * 1024
+
+
+def gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+def room_check(
+    step: str, path_of: Callable[[Onboarding], PurePosixPath], needed: int, what: str
+) -> Callable[[Onboarding], str]:
+    """A check that ``needed`` bytes fit under ``path_of(ctx)`` on the machine, for ``what``."""
+
+    def check(ctx: Onboarding) -> str:
+        path = path_of(ctx)
+        free = free_bytes(ctx, path)
+        if free < needed:
+            raise ctx.fail(
+                step,
+                f"{what} needs {gib(needed)} under {path}; the machine has {gib(free)} free",
+                f"free space there (or mount a larger disk at {path}), then run again: nothing was changed",
+            )
+        return f"ok: {gib(needed)} needed for {what}, {gib(free)} free under {path}"
+
+    return check
+
+
 def onboard(ctx: Onboarding, plan: Plan) -> list[str]:
     """Run every step in order, reporting each; the names of those that changed something."""
     changed = ctx.changed
     changed.clear()
-    for name, step, hint in STEPS:
+    steps = [STEPS[0], *((name, _check(check), "") for name, check in plan.checks), *STEPS[1:]]
+    for name, step, hint in steps:
         if name == "user" and not plan.engine_user:
             continue
         try:
