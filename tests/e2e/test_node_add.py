@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,10 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.mirror.releases import write_release
-from llmgw.pki.signing import generate_signing_key
 from llmgw.testing import sshd
-from llmgw.testing.cluster import Cluster, free_port, wait_for
+from llmgw.testing.cluster import Cluster, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(bool(sshd.available()), reason=sshd.available() or "ok")]
 
@@ -33,29 +30,8 @@ STEPS = ("connect", "install", "user", "certificate", "config", "service", "join
 
 @pytest.fixture(scope="module")
 def signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A release of this source tree: its directory (trusted.pub and release.key beside it)."""
-    home = tmp_path_factory.mktemp("release")
-    generate_signing_key(home / "release.key", home / "trusted.pub")
-    wheels = home / "wheel"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(wheels),
-            str(SOURCE),
-        ],
-        check=True,
-        timeout=300,
-    )
-    (wheel,) = wheels.glob("llmgw-*.whl")
-    write_release(home / "release", wheel, home / "release.key")
-    return home / "release"
+    """A signed release of this source tree (trusted.pub beside its directory)."""
+    return sshd.signed_release(tmp_path_factory.mktemp("release"), SOURCE)
 
 
 @pytest.fixture
@@ -89,15 +65,6 @@ def node_add(
     env = {name: value for name, value in os.environ.items() if not name.startswith("LLMGW_")}
     env["COLUMNS"] = "200"
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
-
-
-def stop_agent(root: Path) -> None:
-    pid_file = root / "var/lib/llmgw/llmgw-agent.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text())
-        if f"{root}/etc/llmgw/agent.yaml".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-            os.kill(pid, signal.SIGTERM)
-            wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, f"agent {pid} ends")
 
 
 def agent_pid(root: Path) -> int:
@@ -137,7 +104,7 @@ def test_node_add_installs_registers_and_changes_nothing_the_second_time(
         assert "nothing changed" in second.stdout
         assert agent_pid(root) == pid
     finally:
-        stop_agent(root)
+        sshd.stop_detached(root, "llmgw-agent", "etc/llmgw/agent.yaml")
 
 
 def test_a_tampered_release_is_refused_at_the_install_step(

@@ -10,12 +10,16 @@ the namespace. Needs root (as the tests' machine is).
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmgw.mirror.releases import write_release
+from llmgw.pki.signing import generate_signing_key
 from llmgw.testing.cluster import free_port, wait_for
 
 SSHD = "/usr/sbin/sshd"
@@ -94,3 +98,42 @@ class Sshd:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(15)
+
+
+def signed_release(home: Path, source: Path) -> Path:
+    """A release of the source tree at ``source``, signed by a new key: its directory under ``home``
+    (``trusted.pub`` and ``release.key`` beside it)."""
+    home.mkdir(parents=True, exist_ok=True)
+    generate_signing_key(home / "release.key", home / "trusted.pub")
+    wheels = home / "wheel"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = wheels.glob("llmgw-*.whl")
+    write_release(home / "release", wheel, home / "release.key")
+    return home / "release"
+
+
+def stop_detached(root: Path, name: str, config: str) -> None:
+    """Stop a service onboarding started detached under ``root``, found by its pid file and command line."""
+    pid_file = root / f"var/lib/llmgw/{name}.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text())
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists() and f"{root}/{config}".encode() in cmdline.read_bytes():
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, f"{name} (pid {pid}) ends")
