@@ -105,7 +105,12 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || \
 		(apt-get install -y chromium || (apt-get update && apt-get install -y chromium))
 
-test unit e2e: postgres prometheus chromium
+# OpenSSH's server (Debian's openssh-server), for node add's and server add's end-to-end tests.
+.PHONY: sshd
+sshd:
+	@test -x /usr/sbin/sshd || (apt-get install -y openssh-server || (apt-get update && apt-get install -y openssh-server))
+
+test unit e2e: postgres prometheus chromium sshd
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py
