@@ -1,4 +1,4 @@
-"""The agent's side of ``ctl upgrade agents``: fetch from the mirror, verify against its own key, install, restart."""
+"""The agent's side of ``ctl upgrade agents``: fetch, verify against its own key, install, restart."""
 
 import asyncio
 from collections.abc import AsyncIterator
