@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,18 @@ import typer
 import yaml
 
 from llmgw import __version__
+from llmgw.cli.mirror import upload
+from llmgw.cli.options import TOKEN, URL, client
 from llmgw.cli.output import console
 from llmgw.cli.paths import find_server_config
-from llmgw.errors import ConfigError
-from llmgw.mirror.releases import ReleaseSettings, read_trusted_key
+from llmgw.controlplane.api.upgrademodels import RolloutView
+from llmgw.errors import ConfigError, UntrustedRelease
+from llmgw.mirror.releases import SIGNATURE, SUMS, ReleaseSettings, parse_sums, read_trusted_key
 from llmgw.mirror.upgrades import PipInstaller
 from llmgw.mirror.upgrades import upgrade as run_upgrade
+
+FOLLOW_S = 2.0
+"""How often a followed rollout is asked where it stands."""
 
 
 def trusted_key_path(config: Path) -> Path:
@@ -67,3 +74,62 @@ def upgrade(
         "restart llmgw's processes on this machine to run it: 'llmgw server run' and 'llmgw agent run' "
         "(or their services); agents elsewhere: 'llmgw ctl upgrade agents --release ...'"
     )
+
+
+upgrade_app = typer.Typer(
+    help="Upgrade the agents to a signed release, one node at a time.", no_args_is_help=True
+)
+
+
+def _show(rollout: RolloutView) -> None:
+    state = (
+        "finished" if rollout.finished else f"upgrading {rollout.current}" if rollout.current else "starting"
+    )
+    console.print(
+        f"llmgw {rollout.version}: {len(rollout.upgraded)} of {len(rollout.nodes)} nodes upgraded ({state})"
+    )
+    if rollout.error:
+        console.print(f"[bold red]stopped:[/] {rollout.error}", highlight=False)
+
+
+@upgrade_app.command("agents")
+def upgrade_agents(
+    release: Path = typer.Option(..., "--release", help="The signed release directory ('make release')."),
+    node: list[str] | None = typer.Option(
+        None, "--node", help="A node to upgrade, in order (repeat); none: all."
+    ),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow the rollout until it ends."),
+    url: str | None = URL,
+    token: str | None = TOKEN,
+) -> None:
+    """Put the release into the mirror, then upgrade the agents one node at a time.
+
+    The leader checks the release against its trusted key, and each agent
+    against its own before installing; the next node starts only once this one
+    has registered again with the new version. Engines keep serving.
+    """
+    sums = (release / SUMS).read_text() if (release / SUMS).is_file() else ""
+    if not sums or not (release / SIGNATURE).is_file():
+        raise UntrustedRelease(
+            f"{release} holds no {SUMS} and {SIGNATURE}: it is not a signed release",
+            hint="make one with 'make release KEY=...'",
+        )
+    admin = client(url, token)
+    for name in sorted(parse_sums(sums.encode(), str(release / SUMS))):
+        upload(admin, release / name)
+    body = {"sums": sums, "signature": (release / SIGNATURE).read_text(), "nodes": node or None}
+    rollout = RolloutView.model_validate(admin.request("POST", "/api/upgrades/agents", body))
+    _show(rollout)
+    while wait and not rollout.finished:
+        time.sleep(FOLLOW_S)
+        rollout = RolloutView.model_validate(admin.request("GET", "/api/upgrades/agents"))
+    if wait:
+        _show(rollout)
+    if rollout.error:
+        raise typer.Exit(1)
+
+
+@upgrade_app.command("status")
+def upgrade_status(url: str | None = URL, token: str | None = TOKEN) -> None:
+    """Where the last upgrade of the agents stands, or why it stopped."""
+    _show(RolloutView.model_validate(client(url, token).request("GET", "/api/upgrades/agents")))
