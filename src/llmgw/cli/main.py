@@ -15,22 +15,12 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 import typer
 
 from llmgw import __version__
-from llmgw.cli import (  # noqa: F401  (modelserving adds "model serve")
-    agent,
-    configuring,
-    ctl,
-    doctor,
-    engine,
-    mirror,
-    modelserving,
-    nodeadd,
-    release,
-    server,
-    serving,
-    up,
-)
+from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli.console import console
 from llmgw.cli.output import fail
+from llmgw.cli.nodeadd import app as node_app
+from llmgw.cli.release import app as release_app
+from llmgw.cli.upgrade import upgrade
 from llmgw.errors import LlmgwError
 
 app = typer.Typer(
@@ -46,13 +36,14 @@ app.add_typer(ctl.app, name="ctl")
 app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (modelserving)
 app.add_typer(mirror.app, name="mirror")
 app.add_typer(engine.app, name="engine")
-app.add_typer(release.app, name="release")
-app.add_typer(nodeadd.app, name="node")
+app.add_typer(release_app, name="release")
+app.add_typer(node_app, name="node")
 app.command("up")(up.up)
 app.command("console")(console)
 app.command("doctor")(doctor.doctor)
 serving.register(app)
 app.command("restart")(configuring.restart)
+app.command("upgrade")(upgrade)
 
 
 @app.command()

@@ -34,6 +34,7 @@ from llmgw.controlplane.api import (
     status,
     tokens,
     units,
+    upgrades,
     usage,
     users,
 )
@@ -73,6 +74,7 @@ ROUTERS = (
     events.router,
     plan.router,
     presets.router,
+    upgrades.router,
 )
 
 
