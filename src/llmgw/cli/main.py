@@ -17,8 +17,8 @@ import typer
 from llmgw import __version__
 from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli.console import console
-from llmgw.cli.output import fail
 from llmgw.cli.nodeadd import app as node_app
+from llmgw.cli.output import fail
 from llmgw.cli.release import app as release_app
 from llmgw.cli.upgrade import upgrade
 from llmgw.errors import LlmgwError
