@@ -14,7 +14,7 @@ from llmgw.mirror.releases import write_release
 from llmgw.operations.onboarding import Installer, Layout, Onboarding, Plan, ReleaseFiles, Service, StepFailed
 from llmgw.operations.remote import LocalShell
 from llmgw.operations.services import pid_file, start_detached
-from llmgw.operations.steps import config, install, joined, onboard
+from llmgw.operations.steps import config, install, joined, onboard, room_check
 from llmgw.pki.signing import generate_signing_key
 
 WHEEL = "llmgw-9.9.9-py3-none-any.whl"
@@ -170,3 +170,18 @@ def test_the_detached_service_starts_once_and_restarts_when_asked(tmp_path: Path
                 os.waitpid(pid, os.WNOHANG)
             except (ProcessLookupError, ChildProcessError):
                 pass
+
+
+def test_a_machine_without_room_for_the_mirror_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    ctx, _ = context(tmp_path)
+    check = room_check("mirror", lambda ctx: ctx.layout.state_dir, 1 << 60, "the mirror's blobs")
+    with pytest.raises(StepFailed) as raised:
+        check(ctx)
+    assert (
+        raised.value.step == "mirror" and "the mirror's blobs needs 1073741824.0 GiB" in raised.value.message
+    )
+    assert "nothing was changed" in raised.value.hint
+    assert room_check("mirror", lambda ctx: ctx.layout.state_dir, 1, "blobs")(ctx).startswith(
+        "ok: 0.0 GiB needed"
+    )
+    assert not Path(ctx.layout.state_dir).exists()
