@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from llmgw.errors import LlmgwError
-from llmgw.operations.remote import RemoteError, Shell, read_file, write_file
+from llmgw.operations.remote import Shell, read_file, write_file
 
 ENGINE_USER = "llmgw-engine"
 ENGINE_GROUPS = ("video", "render")
@@ -155,9 +155,9 @@ class Onboarding:
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     systemd: bool = False
+    """Whether systemd runs the machine (found by the connect step)."""
     changed: list[str] = field(default_factory=list)
     """The steps of this run that changed something."""
-    """Whether systemd runs the machine (found by the connect step)."""
 
     def fail(self, step: str, message: str, hint: str) -> StepFailed:
         return StepFailed(self.shell.where, step, message, hint)
@@ -179,18 +179,3 @@ class Onboarding:
 
 def quote(path: PurePosixPath | str) -> str:
     return shlex.quote(str(path))
-
-
-__all__ = [
-    "ENGINE_GROUPS",
-    "ENGINE_USER",
-    "Installer",
-    "Layout",
-    "Onboarding",
-    "Plan",
-    "ReleaseFiles",
-    "RemoteError",
-    "Report",
-    "Service",
-    "StepFailed",
-]
