@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine up test lint unit e2e fuzz proto clean bench-gateway bench-routing
+.PHONY: help install engine up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
@@ -56,6 +56,12 @@ e2e: engine
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000
+
+release: install
+	@test -n "$(KEY)" || { echo "usage: make release KEY=path/to/release.key (llmgw release keygen makes one)"; exit 2; }
+	rm -rf dist/wheel
+	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist/wheel .
+	$(BIN)/llmgw release create dist/wheel/llmgw-*-py3-none-any.whl --key $(KEY) --out dist/release
 
 fuzz: install
 	LLMGW_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -p no:cacheprovider tests/fuzz $(PYTEST_ARGS)
@@ -105,7 +111,14 @@ opstools:
 	@(command -v nft && command -v systemd-analyze && command -v ip) >/dev/null 2>&1 || \
 		(apt-get install -y nftables systemd iproute2 || (apt-get update && apt-get install -y nftables systemd iproute2))
 
-test unit e2e: postgres prometheus chromium opstools
+
+# OpenSSH's server (Debian's openssh-server), for node add's and server add's end-to-end tests.
+.PHONY: sshd
+sshd:
+	@test -x /usr/sbin/sshd || (apt-get install -y openssh-server || (apt-get update && apt-get install -y openssh-server))
+
+
+test unit e2e: postgres prometheus chromium opstools sshd
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py

@@ -16,6 +16,7 @@
     │   └── EngineUnhealthy         an engine did not become healthy
     ├── ChecksumMismatch            downloaded bytes differ from their sha256
     ├── DownloadError               a download failed
+    ├── UntrustedRelease            a release unsigned, badly signed or altered
     ├── NoCapacity                  no node can take a replica
     ├── StorageFull                 a disk llmgw writes to is full (507)
     ├── ChannelClosed               the agent stream ended
@@ -99,6 +100,12 @@ class ChecksumMismatch(LlmgwError):
 
 class DownloadError(LlmgwError):
     pass
+
+
+class UntrustedRelease(LlmgwError):
+    """A release (or bundle) whose signature is missing or wrong, or whose files differ from their sums."""
+
+    status = 400
 
 
 class NoCapacity(LlmgwError):

@@ -9,6 +9,7 @@ def test_the_node_s_own_keys_are_found_by_name() -> None:
     data = {"tls": {}, "shards": {}, "node_id": "x", "address": "1.2.3.4", "control_planes": []}
     assert sorted(forbidden_keys(data)) == ["address", "control_planes", "node_id", "tls"]
     assert forbidden_keys({"shards": {"stop_grace_s": 1}, "run_as": ""}) == []
+    assert forbidden_keys({"release": {"trusted_pub": "/tmp/other.pub"}}) == ["release"]
 
 
 def test_sections_merge_key_by_key_and_the_rest_is_replaced() -> None:

@@ -13,6 +13,7 @@ from llmgw.core.nodes import Heartbeat, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardState, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.upgrades import ReleaseFile, UpgradeAgent, UpgradeResult
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair
 from llmgw.protocol.links import agent_link, control_link
@@ -45,6 +46,7 @@ agent_messages = st.one_of(
     st.builds(
         LogLines, request_id=text, lines=st.lists(text, max_size=3).map(tuple), end=st.booleans(), error=text
     ),
+    st.builds(UpgradeResult, version=text, error=text),
 )
 control_messages = st.one_of(
     registereds,
@@ -52,6 +54,13 @@ control_messages = st.one_of(
     st.builds(StopShard, replica_id=text, reason=text),
     st.builds(SettingsUpdate, yaml=text),
     st.builds(RestartAgent, reason=text),
+    st.builds(
+        UpgradeAgent,
+        version=text,
+        sums=text,
+        signature=text,
+        files=st.lists(st.builds(ReleaseFile, sha256=text, filename=text, size=int64), max_size=2).map(tuple),
+    ),
     st.builds(Heartbeat, sent_unix_ms=int64),
     st.builds(
         LogRequest,

@@ -17,6 +17,7 @@ from llmgw.core.catalog import problems_of
 from llmgw.engines.builds import LLAMACPP_TAG, PYPI_URL, RELEASE_API
 from llmgw.engines.pythonbuilds import PYPI_SIMPLE_URL
 from llmgw.errors import ConfigError
+from llmgw.mirror.releases import ReleaseSettings
 from llmgw.observability.tracing import TracingSettings
 
 
@@ -123,6 +124,8 @@ class AgentConfig(ConfigFile):
     firewall: FirewallSettings = Field(default_factory=FirewallSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     """OpenTelemetry spans of shard starts (weights, launch, readiness) over OTLP (off by default)."""
+    release: ReleaseSettings = Field(default_factory=ReleaseSettings)
+    """The key upgrades must be signed by (``release.trusted_pub``); only the node's own file sets it."""
 
     @field_validator("address")
     @classmethod

@@ -50,6 +50,8 @@ from llmgw.agent.settingstrial import SettingsTrial
 from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
+from llmgw.agent.upgrading import AgentUpgrader
+from llmgw.mirror.upgrades import PipInstaller
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Tracing
 from llmgw.operations.firewallkeeping import FirewallKeeper, agent_source
@@ -147,6 +149,15 @@ async def run_agent(
         on_restart=restarting.request if restarting else None,
         refusal=trial.refusal if trial else lambda: None,
         on_registered=trial.on_registered if trial else lambda: None,
+        on_upgrade=lambda message: upgrader.handle(message),
+    )
+    upgrader = AgentUpgrader(
+        config.work_path,
+        config.path(config.release.trusted_pub),
+        links.fetcher,
+        PipInstaller(),
+        restarting.request if restarting else lambda reason: stop.set(),
+        session.send,
     )
     if restarting is not None:
         restarting.on_withdrawn = session.register_again

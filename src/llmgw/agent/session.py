@@ -35,6 +35,7 @@ from llmgw.core.nodes import (
 )
 from llmgw.core.shardlogs import LogRequest
 from llmgw.core.shards import RunningShard, ShardSpec, ShardStatus, StopShard
+from llmgw.core.upgrades import UpgradeAgent
 from llmgw.errors import ChannelClosed
 from llmgw.protocol.channels import AgentChannel
 from llmgw.protocol.links import AgentLink, agent_link
@@ -70,7 +71,9 @@ class AgentSession:
         on_restart: Callable[[str], None] | None = None,
         refusal: Callable[[], SettingsRefusal | None] = lambda: None,
         on_registered: Callable[[], None] = lambda: None,
+        on_upgrade: Callable[[UpgradeAgent], None] | None = None,
     ) -> None:
+        self._on_upgrade = on_upgrade
         self._refusal = refusal
         """The settings the agent went back from, told in each registration."""
         self._on_registered = on_registered
@@ -263,5 +266,7 @@ class AgentSession:
                     self._on_settings(message.yaml)
                 case RestartAgent() if self._on_restart is not None:
                     self._on_restart(message.reason or "the control plane asked (RestartAgent)")
+                case UpgradeAgent() if self._on_upgrade is not None:
+                    self._on_upgrade(message)
                 case _:
                     log.info("ignoring %s from the control plane", type(message).__name__)

@@ -25,6 +25,7 @@ from llmgw.cli.output import console, print_json, table
 from llmgw.cli.plan import plan
 from llmgw.cli.presets import presets
 from llmgw.cli.tenancy import org_app, project_app, team_app, user_app
+from llmgw.cli.upgrade import upgrade_app
 from llmgw.cli.usage import usage
 from llmgw.controlplane.api.models import ComponentView, StatusView
 from llmgw.core.health import ComponentState
@@ -41,6 +42,7 @@ app.add_typer(team_app, name="team")
 app.add_typer(project_app, name="project")
 app.add_typer(user_app, name="user")
 app.add_typer(limits_app, name="limits")
+app.add_typer(upgrade_app, name="upgrade")
 app.command("engine-check")(engine_check)
 app.command("usage")(usage)
 app.command("plan")(plan)

@@ -21,7 +21,10 @@ from llmgw.cli import firewall as firewall_commands
 from llmgw.cli import service as service_commands
 from llmgw.cli import wipe as wipe_command
 from llmgw.cli.console import console
+from llmgw.cli.nodeadd import app as node_app
 from llmgw.cli.output import fail
+from llmgw.cli.release import app as release_app
+from llmgw.cli.upgrade import upgrade
 from llmgw.errors import LlmgwError
 
 app = typer.Typer(
@@ -37,6 +40,8 @@ app.add_typer(ctl.app, name="ctl")
 app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (modelserving)
 app.add_typer(mirror.app, name="mirror")
 app.add_typer(engine.app, name="engine")
+app.add_typer(release_app, name="release")
+app.add_typer(node_app, name="node")
 app.command("up")(up.up)
 app.command("console")(console)
 app.command("doctor")(doctor.doctor)
@@ -45,6 +50,7 @@ app.command("restart")(configuring.restart)
 app.add_typer(firewall_commands.app, name="firewall")
 app.add_typer(service_commands.app, name="service")
 app.command("wipe")(wipe_command.wipe_command)
+app.command("upgrade")(upgrade)
 
 
 @app.command()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from llmgw.cli import sshoptions
 from llmgw.cli.keepalived import keepalived_config
 from llmgw.cli.output import console, setup_logging
 from llmgw.cli.paths import SYSTEM_DIR, find_server_config
@@ -213,8 +214,9 @@ def run(
 
 @app.command()
 def add(
+    host: str = typer.Argument("", help="A machine to set it up on over SSH (without: write --dir here)."),
     name: str = typer.Option(..., "--name", help="The new control plane's name (its certificate's name)."),
-    directory: Path = typer.Option(..., "--dir", help="Directory for its server.yaml and certificates."),
+    directory: Path = typer.Option(None, "--dir", help="Directory for its server.yaml and certificates."),
     http_host: str = typer.Option("127.0.0.1", help="Address of its /v1, /api and /leader."),
     http_port: int = typer.Option(8080, help="Port of its /v1, /api and /leader."),
     agent_host: str = typer.Option("127.0.0.1", help="Address agents (and standbys) connect to."),
@@ -223,9 +225,53 @@ def add(
     interface: str = typer.Option("eth0", help="Network interface for the floating address."),
     start: bool = typer.Option(False, "--start", help="Start it on this machine once written."),
     config: Path = typer.Option(None, "--config", "-c", help="server.yaml of an existing control plane."),
+    user: str = sshoptions.USER,
+    port: int = sshoptions.PORT,
+    identity: Path = sshoptions.IDENTITY,
+    known_hosts: Path = sshoptions.KNOWN_HOSTS,
+    accept_host_key: bool = sshoptions.ACCEPT,
+    release: str = sshoptions.RELEASE,
+    python: str = sshoptions.PYTHON,
+    installed_deps: bool = sshoptions.INSTALLED_DEPS,
+    root: str = sshoptions.ROOT,
+    timeout: float = sshoptions.TIMEOUT,
 ) -> None:
-    """Add a control plane to the cluster: certificate, configuration, store address; --vip for keepalived."""
-    existing = load_server_config(resolve_config(config))
+    """Add a control plane: certificate, configuration, store address (--vip for keepalived); over SSH
+    with HOST: install a signed release there and start it (docs/operations.md, "Adding machines")."""
+    path = resolve_config(config)
+    existing = load_server_config(path)
+    if host:
+        from llmgw.cli import nodeadd, serveradd
+        from llmgw.cli.adminclient import AdminClient
+
+        machine = nodeadd.machine_options(
+            host,
+            user,
+            port,
+            identity,
+            known_hosts,
+            accept_host_key,
+            release,
+            python,
+            installed_deps,
+            root,
+            timeout,
+        )
+        console.print(f"adding control plane {name} on {user}@{host}:{port}")
+        serveradd.add_over_ssh(
+            existing,
+            AdminClient.from_environment(config=path),
+            machine,
+            name=name,
+            address=http_host if http_host != "127.0.0.1" else host,
+            http_port=http_port,
+            agent_port=agent_port,
+            vip=vip,
+            interface=interface,
+        )
+        return
+    if directory is None:
+        raise ConfigError("give --dir (where to write it here) or HOST (a machine to set it up on over SSH)")
     added = add_control_plane(
         existing,
         directory,

@@ -35,6 +35,7 @@ from llmgw.controlplane.api import (
     status,
     tokens,
     units,
+    upgrades,
     usage,
     users,
 )
@@ -75,6 +76,7 @@ ROUTERS = (
     events.router,
     plan.router,
     presets.router,
+    upgrades.router,
 )
 
 

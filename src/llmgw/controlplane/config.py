@@ -8,6 +8,7 @@ from pydantic import Field
 
 from llmgw.configfiles import ConfigFile, Section, read_yaml, save, validate
 from llmgw.gateway.routing import RoutingSettings
+from llmgw.mirror.releases import ReleaseSettings
 from llmgw.observability.tracing import TracingSettings
 
 
@@ -97,6 +98,8 @@ class ServerConfig(ConfigFile):
     """How the router chooses among a model's replicas (policy, saturation, prefix tree size)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     """OpenTelemetry spans of reconcile passes, replica starts and /v1 requests over OTLP (off by default)."""
+    release: ReleaseSettings = Field(default_factory=ReleaseSettings)
+    """The key releases and bundles must be signed by (``release.trusted_pub``)."""
 
     @property
     def data_path(self) -> Path:

@@ -44,6 +44,7 @@ class NodeState:
     """Settings the node's agent could not start on, as it registered (it runs on its last good ones)."""
     connected_at: float = field(default_factory=time.time)
     last_heard: float = field(default_factory=time.monotonic)
+    agent_version: str = ""
 
 
 @dataclass
@@ -98,6 +99,8 @@ class Fleet:
         self.replicas: dict[str, ReplicaState] = {}
         self.away_since: dict[str, float] = {}
         """Nodes without a session that replicas are placed on, with when (``clock``) they went away."""
+        self.release_blobs: dict[str, frozenset[str]] = {}
+        """The files of a release each node is upgrading to (``ctl upgrade agents``): it may fetch them."""
         self.moved: dict[str, str] = {}
         """Replicas moved off a lost node, by id, with that node: its engine there is a stray."""
         self._clock = clock
@@ -116,6 +119,7 @@ class Fleet:
             channel=channel,
             engines=registration.engines,
             refused_settings=registration.refused_settings,
+            agent_version=registration.agent_version,
         )
         self.changes.changed("nodes")
         return old
@@ -227,6 +231,8 @@ class Fleet:
         another model's weights or adapters from the mirror.
         """
         if any(r.node_id == node_id and sha256 in r.blobs for r in self.replicas.values()):
+            return
+        if sha256 in self.release_blobs.get(node_id, frozenset()):
             return
         raise Unauthorized(
             f"node {node_id} runs no replica with the file {sha256[:12]}…, so it may not fetch it",

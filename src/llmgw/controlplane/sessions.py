@@ -19,6 +19,7 @@ from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered
 from llmgw.core.shardlogs import LogLines
 from llmgw.core.shards import ReplicaPhase, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.upgrades import UpgradeResult
 from llmgw.errors import ChannelClosed, LlmgwError
 from llmgw.observability import logcontext
 from llmgw.observability.gpu_metrics import GpuMetrics, process_gpu_metrics
@@ -56,6 +57,8 @@ class NodeSessions:
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
         self.on_kv_blocks = on_kv_blocks
+        self.on_upgrade_result: Callable[[str, UpgradeResult], None] = lambda node_id, result: None
+        """Given a node's answer that it did not upgrade (``ctl upgrade agents``)."""
         """Given a node's KV-block changes for one of its own replicas, its model named (the router
         mirrors them)."""
 
@@ -176,6 +179,8 @@ class NodeSessions:
                         self._on_kv_blocks(node_id, message)
                     case Heartbeat():
                         await channel.send(Heartbeat(sent_unix_ms=int(time.time() * 1000)))
+                    case UpgradeResult():
+                        self.on_upgrade_result(node_id, message)
                     case NodeRegistration():
                         log.warning("node %s registered again on the same stream: ignored", node_id)
         except ChannelClosed as closed:

@@ -51,6 +51,7 @@ from llmgw.controlplane.limit_counting import LimitCounts
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.settingtypes import VIP_SETTING
@@ -265,6 +266,10 @@ async def wire(
         callers=callers,
         gpu_history=sessions.gpu_history,
     )
+
+    upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub))
+    sessions.on_upgrade_result = upgrades.on_result
+    admin.state.upgrades = upgrades
 
     async def blob_chunks(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
         fleet.check_fetch(node_id, sha256)  # a node gets only the files of its own replicas

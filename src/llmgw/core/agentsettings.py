@@ -12,7 +12,7 @@ from typing import Any
 
 DEFAULT_KEY = "agents.default"
 NODE_PREFIX = "agents.nodes."
-FORBIDDEN = ("node_id", "control_planes", "address", "tls")
+FORBIDDEN = ("node_id", "control_planes", "address", "tls", "release")
 """agent.yaml's keys that stay in the node's file: refused in the cluster's settings."""
 
 

@@ -11,11 +11,16 @@ from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAge
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.upgrades import UpgradeAgent, UpgradeResult
 
-AgentMessage = NodeRegistration | ShardStatus | Heartbeat | Telemetry | LogLines | KvBlocksUpdate
+AgentMessage = (
+    NodeRegistration | ShardStatus | Heartbeat | Telemetry | LogLines | KvBlocksUpdate | UpgradeResult
+)
 """What an agent sends: its registration first, then reports."""
 
-ControlMessage = Registered | ShardSpec | StopShard | SettingsUpdate | RestartAgent | Heartbeat | LogRequest
+ControlMessage = (
+    Registered | ShardSpec | StopShard | SettingsUpdate | RestartAgent | Heartbeat | LogRequest | UpgradeAgent
+)
 """What the control plane sends: the registration's answer, then commands (a ShardSpec starts a shard)."""
 
 __all__ = ["AgentMessage", "ControlMessage"]

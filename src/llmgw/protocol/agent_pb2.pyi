@@ -626,6 +626,7 @@ class AgentMessage(_message.Message):
     TELEMETRY_FIELD_NUMBER: _builtins.int
     LOGS_FIELD_NUMBER: _builtins.int
     KV_BLOCKS_FIELD_NUMBER: _builtins.int
+    UPGRADE_RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -638,6 +639,8 @@ class AgentMessage(_message.Message):
     def logs(self) -> Global___LogLines: ...
     @_builtins.property
     def kv_blocks(self) -> Global___KvBlocks: ...
+    @_builtins.property
+    def upgrade_result(self) -> Global___UpgradeResult: ...
     def __init__(
         self,
         *,
@@ -647,12 +650,13 @@ class AgentMessage(_message.Message):
         telemetry: Global___Telemetry | None = ...,
         logs: Global___LogLines | None = ...,
         kv_blocks: Global___KvBlocks | None = ...,
+        upgrade_result: Global___UpgradeResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry", "upgrade_result", b"upgrade_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry", "upgrade_result", b"upgrade_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry", "logs", "kv_blocks"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry", "logs", "kv_blocks", "upgrade_result"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1042,6 +1046,7 @@ class ControlMessage(_message.Message):
     RESTART_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     LOGS_FIELD_NUMBER: _builtins.int
+    UPGRADE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___Registered: ...
     @_builtins.property
@@ -1056,6 +1061,8 @@ class ControlMessage(_message.Message):
     def heartbeat(self) -> Global___Heartbeat: ...
     @_builtins.property
     def logs(self) -> Global___LogRequest: ...
+    @_builtins.property
+    def upgrade(self) -> Global___UpgradeAgent: ...
     def __init__(
         self,
         *,
@@ -1066,12 +1073,13 @@ class ControlMessage(_message.Message):
         restart: Global___RestartAgent | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
         logs: Global___LogRequest | None = ...,
+        upgrade: Global___UpgradeAgent | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat", "logs"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat", "logs", "upgrade"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1213,3 +1221,62 @@ class RelayChunk(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RelayChunk: _TypeAlias = RelayChunk  # noqa: Y015
+
+@_typing.final
+class UpgradeAgent(_message.Message):
+    """Install a signed release from the mirror and start again on it (engines keep serving)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    SUMS_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    version: _builtins.str
+    sums: _builtins.str
+    """the release's SHA256SUMS, as signed"""
+    signature: _builtins.str
+    """SHA256SUMS.sig: base64 of the raw ed25519 signature"""
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightsFile]:
+        """the release's files in the mirror (sha256, name, size)"""
+
+    def __init__(
+        self,
+        *,
+        version: _builtins.str = ...,
+        sums: _builtins.str = ...,
+        signature: _builtins.str = ...,
+        files: _abc.Iterable[Global___WeightsFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "signature", b"signature", "sums", b"sums", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpgradeAgent: _TypeAlias = UpgradeAgent  # noqa: Y015
+
+@_typing.final
+class UpgradeResult(_message.Message):
+    """An agent that did not upgrade says why (one that did registers again with the new version)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    version: _builtins.str
+    error: _builtins.str
+    def __init__(
+        self,
+        *,
+        version: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpgradeResult: _TypeAlias = UpgradeResult  # noqa: Y015

@@ -14,6 +14,7 @@ from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAge
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.upgrades import ReleaseFile, UpgradeAgent, UpgradeResult
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.nodes import (
     decode_registered,
@@ -56,6 +57,24 @@ def decode_kv_blocks(message: pb.KvBlocks, model: str = "") -> KvBlocksUpdate:
     )
 
 
+def encode_upgrade(message: UpgradeAgent) -> pb.UpgradeAgent:
+    return pb.UpgradeAgent(
+        version=message.version,
+        sums=message.sums,
+        signature=message.signature,
+        files=[pb.WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in message.files],
+    )
+
+
+def decode_upgrade(message: pb.UpgradeAgent) -> UpgradeAgent:
+    return UpgradeAgent(
+        version=message.version,
+        sums=message.sums,
+        signature=message.signature,
+        files=tuple(ReleaseFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in message.files),
+    )
+
+
 def encode_agent_message(message: AgentMessage) -> pb.AgentMessage:
     match message:
         case NodeRegistration():
@@ -77,6 +96,10 @@ def encode_agent_message(message: AgentMessage) -> pb.AgentMessage:
             )
         case KvBlocksUpdate():
             return pb.AgentMessage(kv_blocks=encode_kv_blocks(message))
+        case UpgradeResult():
+            return pb.AgentMessage(
+                upgrade_result=pb.UpgradeResult(version=message.version, error=message.error)
+            )
 
 
 def decode_agent_message(message: pb.AgentMessage) -> AgentMessage | None:
@@ -94,6 +117,8 @@ def decode_agent_message(message: pb.AgentMessage) -> AgentMessage | None:
         return LogLines(request_id=logs.request_id, lines=tuple(logs.lines), end=logs.end, error=logs.error)
     if kind == "kv_blocks":
         return decode_kv_blocks(message.kv_blocks)
+    if kind == "upgrade_result":
+        return UpgradeResult(version=message.upgrade_result.version, error=message.upgrade_result.error)
     return None
 
 
@@ -111,6 +136,8 @@ def encode_control_message(message: ControlMessage) -> pb.ControlMessage:
             return pb.ControlMessage(restart=pb.RestartAgent(reason=message.reason))
         case Heartbeat():
             return pb.ControlMessage(heartbeat=pb.Heartbeat(sent_unix_ms=message.sent_unix_ms))
+        case UpgradeAgent():
+            return pb.ControlMessage(upgrade=encode_upgrade(message))
         case LogRequest():
             return pb.ControlMessage(
                 logs=pb.LogRequest(
@@ -137,6 +164,8 @@ def decode_control_message(message: pb.ControlMessage) -> ControlMessage | None:
         return RestartAgent(reason=message.restart.reason)
     if kind == "heartbeat":
         return Heartbeat(sent_unix_ms=message.heartbeat.sent_unix_ms)
+    if kind == "upgrade":
+        return decode_upgrade(message.upgrade)
     if kind == "logs":
         logs = message.logs
         return LogRequest(

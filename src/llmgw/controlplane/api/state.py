@@ -27,6 +27,7 @@ from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized
@@ -73,6 +74,8 @@ class AdminState:
     """Paces /api/events (coalescing, keepalives)."""
     pull_jobs: Pulls | None = None
     """Pulls from Hugging Face and Ollama into the mirror (None: made on first use)."""
+    upgrades: AgentUpgrades | None = None
+    """Rolls signed releases over the agents (``/api/upgrades/agents``); None: not here."""
 
     def __post_init__(self) -> None:
         if self.callers is None:

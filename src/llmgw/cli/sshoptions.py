@@ -1,0 +1,28 @@
+"""The options ``node add`` and ``server add`` share: how to reach the machine and what to install."""
+
+from __future__ import annotations
+
+import typer
+
+HOST = typer.Argument(..., help="The machine's address (what ssh connects to).")
+USER = typer.Option("root", "--user", help="The SSH user (root: onboarding creates users and services).")
+PORT = typer.Option(22, "--port", help="The SSH port.")
+IDENTITY = typer.Option(
+    None, "--identity", help="Private key to log in with (default: ssh's own and its agent's)."
+)
+KNOWN_HOSTS = typer.Option(None, "--known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts).")
+ACCEPT = typer.Option(
+    False, "--accept-host-key", help="Record the host key of a machine not yet in known_hosts."
+)
+RELEASE = typer.Option("", "--release", help="A signed release: its directory or https address.")
+PYTHON = typer.Option("python3", "--python", help="The Python on the machine that makes llmgw's venv.")
+INSTALLED_DEPS = typer.Option(
+    False,
+    "--installed-deps",
+    help="Take the dependencies from --python's environment (pip --no-deps) instead of the index.",
+)
+ROOT = typer.Option(
+    "/", "--root", hidden=True, help="Where /opt, /etc and /var/lib are on the machine (tests)."
+)
+TIMEOUT = typer.Option(120.0, "--timeout", help="Seconds to wait for the machine to join.")
+CONFIG = typer.Option(None, "--config", "-c", help="server.yaml of the cluster.")

@@ -1,0 +1,89 @@
+"""``llmgw server add HOST`` end to end: a standby set up over a real sshd joins a cluster on PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmgw.testing import postgres, sshd
+from llmgw.testing.cluster import Cluster, free_port
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bool(sshd.available()), reason=sshd.available() or "ok"),
+    pytest.mark.skipif(
+        not postgres.available(), reason="PostgreSQL's server binaries are missing (make postgres)"
+    ),
+]
+
+
+SOURCE = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sshd.signed_release(tmp_path_factory.mktemp("release"), SOURCE)
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Iterator[sshd.Sshd]:
+    server = sshd.Sshd(tmp_path / "sshd")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, signed: Path) -> Iterator[Cluster]:
+    with postgres.PostgresServer.start() as database:
+        running = Cluster(tmp_path / "cluster", tmp_path / "cache", store_url=database.url)
+        shutil.copy(signed.parent / "trusted.pub", running.home / "trusted.pub")
+        running.start_server()
+        yield running
+        running.stop()
+
+
+def server_add(
+    cluster: Cluster, machine: sshd.Sshd, root: Path, release: Path, ports: tuple[int, int], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable, "-m", "llmgw.cli.main", "server", "add", "127.0.0.1", "--name", "cp2",
+        "--http-port", str(ports[0]), "--agent-port", str(ports[1]),
+        "--port", str(machine.port), "--identity", str(machine.key),
+        "--known-hosts", str(machine.known_hosts),
+        "--release", str(release), "--python", sys.executable, "--installed-deps", "--root", str(root),
+        "--timeout", "60", "--config", str(cluster.home / "server.yaml"), *extra,
+    ]  # fmt: skip
+    env = {name: value for name, value in os.environ.items() if not name.startswith("LLMGW_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
+
+
+def test_server_add_starts_a_standby_that_joins_and_changes_nothing_the_second_time(
+    tmp_path: Path,
+    machine: sshd.Sshd,
+    cluster: Cluster,
+    signed: Path,
+) -> None:
+    root = tmp_path / "machine"
+    ports = (free_port(), free_port())
+    try:
+        first = server_add(cluster, machine, root, signed, ports, "--accept-host-key")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "  mirror       ok: " in first.stdout and "changed: issued server.crt" in first.stdout
+        assert "user" not in first.stdout.split("\n", 1)[1].split()
+        planes = {plane["name"]: plane for plane in cluster.admin.get("/api/status")["control_planes"]}
+        assert planes["cp2"]["role"] == "standby"
+        assert (root / "etc/llmgw/server.key").stat().st_mode & 0o777 == 0o600
+
+        second = server_add(cluster, machine, root, signed, ports)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert " changed:" not in second.stdout and "nothing changed" in second.stdout, second.stdout
+    finally:
+        sshd.stop_detached(root, "llmgw-server", "etc/llmgw/server.yaml")
