@@ -64,7 +64,9 @@ async def test_a_pulled_blob_lands_checked_and_read_only(tmp_path: Path) -> None
     blobs = BlobStore(tmp_path)
     peers = Peers({"b:1": CONTENT})
     seen: list[int] = []
-    assert await pull(blobs, SHA, len(CONTENT), ["b:1"], peers, lambda done, total: seen.append(done)) == "b:1"
+    assert (
+        await pull(blobs, SHA, len(CONTENT), ["b:1"], peers, lambda done, total: seen.append(done)) == "b:1"
+    )
     assert blobs.path_for(SHA).read_bytes() == CONTENT and blobs.verify(SHA)
     assert blobs.path_for(SHA).stat().st_mode & 0o777 == 0o444
     assert seen[-1] == len(CONTENT)

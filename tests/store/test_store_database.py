@@ -29,7 +29,17 @@ async def worker_threads_finished() -> None:
     )
 
 
-TABLES = {"models", "replicas", "nodes", "api_keys", "settings", "settings_history", "audit", "blobs", "blob_copies"}
+TABLES = {
+    "models",
+    "replicas",
+    "nodes",
+    "api_keys",
+    "settings",
+    "settings_history",
+    "audit",
+    "blobs",
+    "blob_copies",
+}
 
 
 async def test_opening_creates_every_table(store: Store) -> None:

@@ -34,7 +34,7 @@ Progress = Callable[[int, int], None]
 
 
 def wanted_copies(setting: int, planes: int) -> int:
-    """The copies a blob should have: ``setting`` when set, else every plane with at most two (never under 1)."""
+    """The copies a blob should have: ``setting`` when set, else every plane, at most two (at least 1)."""
     if setting > 0:
         return setting
     return max(1, min(planes, DEFAULT_MOST))
@@ -67,19 +67,22 @@ class Acknowledgement:
     note: str
 
 
-def acknowledgement(copies: Sequence[str], wanted: int, live_peers: Sequence[str]) -> Acknowledgement:
-    """What an import answers: all wanted copies held, or why not yet and what happens next."""
+def acknowledgement(copies: Sequence[str], wanted: int, pulling: Sequence[str]) -> Acknowledgement:
+    """What an import answers: all wanted copies held, or why not yet and what happens next.
+
+    ``pulling``: the live peers that do not hold it yet (they pull it in the background).
+    """
     held = tuple(copies)
     if len(held) >= wanted:
         return Acknowledgement(held, wanted, f"held by {len(held)} control planes ({', '.join(held)})")
-    if not live_peers:
+    if not pulling:
         note = (
             f"acknowledged with {len(held)} copy of {wanted} wanted: no other control plane is live yet; "
             "peers will pull it when they start ('llmgw mirror list' shows the copies)"
         )
     else:
         note = (
-            f"acknowledged with {len(held)} of {wanted} copies wanted: {', '.join(live_peers)} "
+            f"acknowledged with {len(held)} of {wanted} copies wanted: {', '.join(pulling)} "
             "still pulling it; 'llmgw mirror list' shows when they hold it"
         )
     return Acknowledgement(held, wanted, note)

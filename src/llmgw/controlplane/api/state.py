@@ -26,6 +26,7 @@ from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
+from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
@@ -70,6 +71,8 @@ class AdminState:
     """What changed, for /api/events: the fleet and the reconciler tell the same publisher."""
     clock: Clock = SYSTEM_CLOCK
     """Paces /api/events (coalescing, keepalives)."""
+    replicator: MirrorReplicator | None = None
+    """Records this plane's copy of an import and waits for its peers' (None: no copies recorded)."""
 
     def __post_init__(self) -> None:
         if self.callers is None:
