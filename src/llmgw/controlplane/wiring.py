@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
+from llmgw.controlplane.blobaccess import BlobAccess
 from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
 from llmgw.controlplane.config import ServerConfig
@@ -282,9 +283,10 @@ async def wire(
         replicator=replicator,
     )
 
+    access = BlobAccess(store, fleet, leading=lambda: leadership.serving)
+
     async def blob_chunks(caller: RelayPeer, sha256: str, offset: int) -> AsyncIterator[bytes]:
-        if not caller.control_plane:  # a peer pulls any blob; a node only the files of its own replicas
-            fleet.check_fetch(caller.name, sha256)
+        await access.check(caller, sha256)  # a peer pulls any blob; a node only its own replicas' files
         async for chunk in blobs.read_chunks(sha256, offset):
             yield chunk
 
