@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from llmgw.cli.keepalived import keepalived_config
+from llmgw.cli.mirror import describe_pull
 from llmgw.cli.output import console, setup_logging
 from llmgw.cli.paths import SYSTEM_DIR, find_server_config
 from llmgw.controlplane.config import (
@@ -239,6 +240,7 @@ def add(
     )
     console.print(f"added control plane {added.name} in {directory}")
     console.print(f"  store: {added.store_url}")
+    console.print(f"  mirror: {describe_pull(added.store_url, added.store.timeout_s)}")
     if vip:
         console.print(f"  keepalived: {directory / 'keepalived.conf'} (copy to /etc/keepalived/)")
     command = ["llmgw", "server", "run", "--config", str(directory / "server.yaml")]
