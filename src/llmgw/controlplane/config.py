@@ -77,8 +77,9 @@ class MirrorSettings(Section):
     """Blobs this control plane pulls from its peers at once."""
     interval_s: float = Field(default=2.0, gt=0)
     """Seconds between looks for blobs this control plane lacks (and an import's looks for copies)."""
-    ack_wait_s: float = Field(default=300.0, ge=0)
-    """Longest an import waits for live peers to pull its blob before it answers with fewer copies."""
+    ack_wait_s: float = Field(default=20.0, ge=0)
+    """Longest an import waits for live peers to pull its blob before it answers with fewer copies
+    (kept under the 30 s clients wait for an answer; the peers go on pulling after it)."""
 
 
 class GatewaySettingsFile(Section):
