@@ -9,8 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from llmgw.cli.main import app
-from llmgw.cli.mirror import copies_of, describe_pull, pull_estimate
+from llmgw.cli.mirror import certificate_warning, copies_of, describe_pull, pull_estimate
 from llmgw.controlplane.api.models import BlobCopyView, BlobView
+from llmgw.pki.authority import Authority
 from llmgw.store.database import Store
 
 from .conftest import AdminServer
@@ -52,3 +53,18 @@ def test_server_add_says_how_much_the_new_plane_will_pull(tmp_path: Path) -> Non
 def test_server_add_says_so_when_the_store_cannot_be_read(tmp_path: Path) -> None:
     said = describe_pull(f"sqlite+aiosqlite:///{tmp_path / 'missing' / 'llmgw.db'}", timeout_s=1)
     assert said.startswith("cannot tell what it will pull from its peers yet")
+
+
+def test_a_control_plane_certificate_with_both_uses_draws_no_warning(tmp_path: Path) -> None:
+    authority = Authority.create(tmp_path / "ca")
+    cert, _ = authority.issue("cp1", sans=["cp1"], usage="both", directory=tmp_path / "cp1", stem="server")
+    assert certificate_warning("cp1", cert) == ""
+
+
+def test_a_server_only_certificate_is_said_to_be_refused_by_the_mirrors(tmp_path: Path) -> None:
+    authority = Authority.create(tmp_path / "ca")
+    cert, _ = authority.issue("cp1", sans=["cp1"], usage="server", directory=tmp_path / "cp1", stem="server")
+    warning = certificate_warning("cp1", cert)
+    assert (
+        "lacks client use" in warning and "mirrors would refuse it" in warning and "issue it again" in warning
+    )

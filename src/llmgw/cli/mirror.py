@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from llmgw.cli.adminclient import AdminClient
@@ -93,6 +95,34 @@ def describe_pull(store_url: str, timeout_s: float = 5.0) -> str:
     return (
         f"it will pull {count} blobs ({size} bytes, {size / (1 << 30):.1f} GiB) from its peers once it runs "
         "('llmgw mirror list' shows the copies)"
+    )
+
+
+def certificate_warning(name: str, cert: Path) -> str:
+    """Why a control plane's mirror would refuse the peer with certificate ``cert``, or "" when none.
+
+    A plane pulls from its peers with its own certificate as a TLS client and serves them as a
+    server, so it needs both uses; certificates of older clusters had server use alone.
+    """
+    try:
+        certificate = x509.load_pem_x509_certificate(cert.read_bytes())
+        usages = set(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        usages = set()
+    missing = [
+        words
+        for oid, words in (
+            (ExtendedKeyUsageOID.SERVER_AUTH, "server"),
+            (ExtendedKeyUsageOID.CLIENT_AUTH, "client"),
+        )
+        if oid not in usages
+    ]
+    if not missing:
+        return ""
+    return (
+        f"the certificate of {name} ({cert}) lacks {' and '.join(missing)} use: the control planes' "
+        "mirrors would refuse it, and it would neither pull blobs from its peers nor serve them; "
+        f"issue it again with both uses ('llmgw server add' writes such a certificate for a new plane)"
     )
 
 
