@@ -73,17 +73,19 @@ def acknowledgement(copies: Sequence[str], wanted: int, pulling: Sequence[str]) 
     ``pulling``: the live peers that do not hold it yet (they pull it in the background).
     """
     held = tuple(copies)
+    planes = "control plane" if len(held) == 1 else "control planes"
     if len(held) >= wanted:
-        return Acknowledgement(held, wanted, f"held by {len(held)} control planes ({', '.join(held)})")
+        return Acknowledgement(held, wanted, f"held by {len(held)} {planes} ({', '.join(held)})")
+    counted = f"{len(held)} {'copy' if len(held) == 1 else 'copies'} of {wanted} wanted"
     if not pulling:
         note = (
-            f"acknowledged with {len(held)} copy of {wanted} wanted: no other control plane is live yet; "
+            f"acknowledged with {counted}: no other control plane is live yet; "
             "peers will pull it when they start ('llmgw mirror list' shows the copies)"
         )
     else:
         note = (
-            f"acknowledged with {len(held)} of {wanted} copies wanted: {', '.join(pulling)} "
-            "still pulling it; 'llmgw mirror list' shows when they hold it"
+            f"acknowledged with {counted}: {', '.join(pulling)} still pulling it; "
+            "'llmgw mirror list' shows when they hold it"
         )
     return Acknowledgement(held, wanted, note)
 
