@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,3 +213,19 @@ async def test_with_one_plane_an_import_wants_one_copy(cluster: Cluster) -> None
     sha = await cluster.imported("cp1", b"weights")
     answer = await cp1.acknowledge(sha)
     assert (answer.copies, answer.wanted) == (("cp1",), 1)
+
+
+async def test_a_pull_failing_the_same_way_is_logged_once(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    cp1, cp2 = cluster.plane("cp1"), cluster.plane("cp2")
+    sha = await cluster.imported("cp1", b"weights")
+    await cp1.sync()
+    cluster.network.mirrors.pop("cp1:8443")  # cp1 answers that it lacks the blob
+    with caplog.at_level(logging.INFO, logger="llmgw.controlplane.mirror_replicating"):
+        assert await cp2.sync() == 0
+        assert await cp2.sync() == 0
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "could not pull blob" in warnings[0].getMessage()
+    assert len([r for r in caplog.records if "pulling 1 blobs" in r.getMessage()]) == 1
+    assert await cluster.holders(sha) == ["cp1"]

@@ -86,6 +86,10 @@ class MirrorReplicator:
         """A plane announced within this many seconds is live (may be pulled from, may pull)."""
         self._clock = clock
         self._pulling: set[str] = set()
+        self._failed: dict[str, str] = {}
+        self._announced: frozenset[str] = frozenset()
+        """The blobs the last "pulling" line named (said again only when they change)."""
+        """The last reason each blob could not be pulled (logged once until it changes)."""
 
     def live_peers(self) -> list[str]:
         """The other planes announced lately, as of leadership's last round."""
@@ -141,12 +145,14 @@ class MirrorReplicator:
         ]
         if not todo:
             return 0
-        log.info(
-            "pulling %d blobs (%d bytes) from peers, %d at a time",
-            len(todo),
-            sum(record.size for record, _ in todo),
-            self._settings.concurrency,
-        )
+        if (wanted := frozenset(record.sha256 for record, _ in todo)) != self._announced:
+            self._announced = wanted
+            log.info(
+                "pulling %d blobs (%d bytes) from peers, %d at a time",
+                len(todo),
+                sum(record.size for record, _ in todo),
+                self._settings.concurrency,
+            )
         room = asyncio.Semaphore(self._settings.concurrency)
         pulled: list[bool] = []
 
@@ -175,10 +181,14 @@ class MirrorReplicator:
             source = await pull(self._blobs, sha, record.size, places, self._fetch, progress)
             await self._store.blob_copies.record(sha, self._planes.me.name, self._planes.me.agent_address)
         except LlmgwError as error:
-            log.warning("could not pull blob %s… (%s) yet: %s", sha[:12], record.filename, error)
+            said = str(error)
+            if self._failed.get(sha) != said:  # once per reason, not at every pass
+                log.warning("could not pull blob %s… (%s) yet: %s", sha[:12], record.filename, said)
+            self._failed[sha] = said
             return False
         finally:
             self._pulling.discard(sha)
+        self._failed.pop(sha, None)
         log.info(
             "pulled blob %s… (%s, %d bytes) from %s in %.1f s",
             sha[:12],
