@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.core.relays import RelayPeer
 from llmgw.protocol.channels import ControlChannel
 from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector
 from llmgw.testing.channel_conformance import WAIT_S, Pair, PairFactory, memory_pairs
@@ -33,7 +34,7 @@ def grpc_pairs(pki: Pki) -> PairFactory:
             await arrived.put(channel)
             await released.wait()  # the stream lasts until the pair is done with, or a side closes it
 
-        async def no_blobs(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
+        async def no_blobs(peer: RelayPeer, sha256: str, offset: int) -> AsyncIterator[bytes]:
             return
             yield b""  # pragma: no cover - makes this a generator
 

@@ -113,7 +113,7 @@ async def target(pki: Pki, leader: Leader) -> AsyncIterator[str]:
     async def no_session(channel: object) -> None:
         return
 
-    async def no_blobs(sha256: str, offset: int) -> AsyncIterator[bytes]:
+    async def no_blobs(peer: RelayPeer, sha256: str, offset: int) -> AsyncIterator[bytes]:
         return
         yield b""  # pragma: no cover - makes this a generator
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotFound, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel
@@ -70,13 +71,13 @@ class Blobs:
     sent, the rest not found."""
 
     asked: list[tuple[str, int]] = field(default_factory=list)
-    callers: list[str] = field(default_factory=list)
+    callers: list[RelayPeer] = field(default_factory=list)
 
-    async def __call__(self, node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
+    async def __call__(self, peer: RelayPeer, sha256: str, offset: int) -> AsyncIterator[bytes]:
         self.asked.append((sha256, offset))
-        self.callers.append(node_id)
+        self.callers.append(peer)
         if sha256 == NOT_SENT_SHA:
-            raise Unauthorized(f"node {node_id} runs no replica with the file {sha256[:12]}…", "place one")
+            raise Unauthorized(f"node {peer.name} runs no replica with the file {sha256[:12]}…", "place one")
         if sha256 == HALF_BLOB_SHA:
             yield BLOB[:BLOB_CHUNK]
             raise NotFound(f"blob {sha256} vanished")
@@ -212,7 +213,14 @@ async def test_a_session_handler_that_returns_ends_the_agents_stream(
 async def test_fetch_streams_a_blobs_bytes(server: AgentServer, blobs: Blobs, pki: Pki) -> None:
     assert await fetch_all(server, pki.node, BLOB_SHA) == BLOB
     assert blobs.asked == [(BLOB_SHA, 0)]
-    assert blobs.callers == ["node-1"], "the provider is told which node asks, by its certificate"
+    assert blobs.callers == [RelayPeer("node-1", control_plane=False)], "told who asks, by its certificate"
+
+
+async def test_a_control_plane_fetching_is_told_apart_from_a_node(
+    server: AgentServer, blobs: Blobs, pki: Pki
+) -> None:
+    assert await fetch_all(server, pki.server, BLOB_SHA) == BLOB
+    assert blobs.callers == [RelayPeer("cp1", control_plane=True)]
 
 
 async def test_a_blob_the_node_was_never_sent_is_refused_with_the_reason(

@@ -32,9 +32,10 @@ import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+from llmgw.agent.blobsources import BlobSources
 from llmgw.agent.config import AgentConfig, kept_settings, load_agent_config
 from llmgw.agent.discovery import choose_source, discover
 from llmgw.agent.engineuser import engine_user
@@ -65,11 +66,9 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 3.0
 """How long to wait for one control plane's TLS channel before trying the next."""
 
-Fetch = Callable[[str, int], AsyncIterator[bytes]]
-
 
 class ControlPlaneLinks:
-    """The agent's TLS links: its stream to a control plane, and blob fetches from the one it reached last."""
+    """The agent's TLS links: its stream to a control plane, and blob fetches from any of them."""
 
     def __init__(self, tls: TlsFiles, control_planes: list[str]) -> None:
         self._tls = tls
@@ -82,15 +81,9 @@ class ControlPlaneLinks:
         self.current = target
         return channel
 
-    def fetcher(self) -> Fetch:
-        """Fetches blobs (weights, builds) from the control plane reached last, else the first configured."""
-        target = self.current or self._control_planes[0]
-        tls = self._tls
-
-        def fetch(sha256: str, offset: int) -> AsyncIterator[bytes]:
-            return GrpcConnector(target, tls).fetch(sha256, offset)
-
-        return fetch
+    def fetch_from(self, target: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
+        """A blob's bytes from the control plane at ``target`` (any of them: each keeps the mirror)."""
+        return GrpcConnector(target, self._tls).fetch(sha256, offset)
 
 
 async def run_agent(
@@ -124,7 +117,9 @@ async def run_agent(
     links = ControlPlaneLinks(tls, config.control_planes)
     tracing = Tracing.from_settings(config.tracing, f"llmgw-agent {inventory.node_id}")
     traces = ShardStartTraces(tracing)
-    installer = Installer(config, lambda: inventory, links.fetcher, traces)
+    # the leader first (the plane reached last), then every plane the session knows
+    sources = BlobSources(lambda: links.current, lambda: session.control_planes, links.fetch_from)
+    installer = Installer(config, lambda: inventory, sources.fetcher, traces)
     config.work_path.mkdir(parents=True, exist_ok=True)
     shards = Supervisor(
         config.work_path,

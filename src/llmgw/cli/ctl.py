@@ -19,6 +19,7 @@ from llmgw.cli.contexts import context_app
 from llmgw.cli.enginecheck import engine_check
 from llmgw.cli.keys import key_app
 from llmgw.cli.limits import limits_app
+from llmgw.cli.mirror import app as mirror_app
 from llmgw.cli.modelcatalog import list_models, model_app
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
@@ -43,6 +44,7 @@ app.add_typer(project_app, name="project")
 app.add_typer(user_app, name="user")
 app.add_typer(limits_app, name="limits")
 app.add_typer(upgrade_app, name="upgrade")
+app.add_typer(mirror_app, name="mirror")  # also "llmgw mirror"
 app.command("engine-check")(engine_check)
 app.command("usage")(usage)
 app.command("plan")(plan)

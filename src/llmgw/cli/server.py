@@ -12,6 +12,7 @@ import typer
 
 from llmgw.cli import sshoptions
 from llmgw.cli.keepalived import keepalived_config
+from llmgw.cli.mirror import certificate_warning, describe_pull
 from llmgw.cli.output import console, setup_logging
 from llmgw.cli.paths import SYSTEM_DIR, find_server_config
 from llmgw.controlplane.config import (
@@ -285,6 +286,14 @@ def add(
     )
     console.print(f"added control plane {added.name} in {directory}")
     console.print(f"  store: {added.store_url}")
+    console.print(f"  mirror: {describe_pull(added.store_url, added.store.timeout_s)}")
+    certificates = (
+        (existing.name, existing.path(existing.tls.cert)),
+        (added.name, directory / added.tls.cert),
+    )
+    for plane, certificate in certificates:
+        if warning := certificate_warning(plane, certificate):
+            console.print(f"  [yellow]warning:[/yellow] {warning}")
     if vip:
         console.print(f"  keepalived: {directory / 'keepalived.conf'} (copy to /etc/keepalived/)")
     command = ["llmgw", "server", "run", "--config", str(directory / "server.yaml")]

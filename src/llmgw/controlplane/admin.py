@@ -46,6 +46,7 @@ from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
+from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.health import ComponentHealth
 from llmgw.errors import NotFound
@@ -116,6 +117,7 @@ class AdminApi:
         gpu_history: GpuHistory | None = None,
         changes: Changes | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        replicator: MirrorReplicator | None = None,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -134,6 +136,7 @@ class AdminApi:
             gpu_history=gpu_history or GpuHistory(),
             changes=changes if changes is not None else fleet.changes,
             clock=clock,
+            replicator=replicator,
         )
 
     @property

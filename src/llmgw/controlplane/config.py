@@ -71,6 +71,18 @@ class LeadershipSettings(Section):
     """Floating address keepalived keeps on the leader (``server add --vip``); empty: none."""
 
 
+class MirrorSettings(Section):
+    copies: int = Field(default=0, ge=0)
+    """Control planes that must hold a blob before its import answers; 0: every control plane, at most 2."""
+    concurrency: int = Field(default=2, ge=1)
+    """Blobs this control plane pulls from its peers at once."""
+    interval_s: float = Field(default=2.0, gt=0)
+    """Seconds between looks for blobs this control plane lacks (and an import's looks for copies)."""
+    ack_wait_s: float = Field(default=20.0, ge=0)
+    """Longest an import waits for live peers to pull its blob before it answers with fewer copies
+    (kept under the 30 s clients wait for an answer; the peers go on pulling after it)."""
+
+
 class GatewaySettingsFile(Section):
     request_wait_s: float = 60.0
     """How long a request waits for a replica to become ready before a 503."""
@@ -94,6 +106,8 @@ class ServerConfig(ConfigFile):
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     leadership: LeadershipSettings = Field(default_factory=LeadershipSettings)
     gateway: GatewaySettingsFile = Field(default_factory=GatewaySettingsFile)
+    mirror: MirrorSettings = Field(default_factory=MirrorSettings)
+    """How many control planes hold each blob, and how they pull from each other (docs/mirror.md)."""
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     """How the router chooses among a model's replicas (policy, saturation, prefix tree size)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)

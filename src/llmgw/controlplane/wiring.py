@@ -20,6 +20,8 @@ component          policy    what
                              (every second, while leading)
 ``callers``        RESTART   users' tokens and roles reloaded for ``/api``
 ``leader-duties``  RESTART   starts/stops the reconciler as leadership changes
+``mirror-``        RESTART   pulls the blobs this plane lacks from its peers
+``replicator``               (every plane, leading or not: docs/mirror.md)
 ``reconciler``     RESTART   leader only (started by ``leader-duties``)
 ``leadership``     RESTART   added by :mod:`~llmgw.controlplane.running` once
                              the HTTP port is known
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
+from llmgw.controlplane.blobaccess import BlobAccess
 from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
 from llmgw.controlplane.config import ServerConfig
@@ -48,12 +51,14 @@ from llmgw.controlplane.httpserving import HttpServer, route_by_prefix
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_counting import LimitCounts
+from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
 from llmgw.errors import LlmgwError
@@ -66,7 +71,7 @@ from llmgw.gateway.settings import GatewaySettings
 from llmgw.mirror.blobs import BlobStore
 from llmgw.observability.tracing import Tracing
 from llmgw.portal.serving import Portal
-from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
+from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, RelayClient, TlsFiles
 from llmgw.runtime.supervising import Policy, Supervisor
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
@@ -249,6 +254,19 @@ async def wire(
         on_kv_blocks=feed.kv_blocks,
         gpu_history=GpuHistory(),
     )
+    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
+
+    def pull_from_peer(address: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
+        return GrpcConnector(address, tls).fetch(sha256, offset)
+
+    replicator = MirrorReplicator(
+        store,
+        blobs,
+        leadership,
+        pull_from_peer,
+        config.mirror,
+        live_s=3 * config.leadership.lease_s,
+    )
     duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler"])
     admin = AdminApi(
         name=config.name,
@@ -265,18 +283,19 @@ async def wire(
         vip=config.leadership.vip,
         callers=callers,
         gpu_history=sessions.gpu_history,
+        replicator=replicator,
     )
 
     upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub))
     sessions.on_upgrade_result = upgrades.on_result
     admin.state.upgrades = upgrades
+    access = BlobAccess(store, fleet, leading=lambda: leadership.serving)
 
-    async def blob_chunks(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
-        fleet.check_fetch(node_id, sha256)  # a node gets only the files of its own replicas
+    async def blob_chunks(caller: RelayPeer, sha256: str, offset: int) -> AsyncIterator[bytes]:
+        await access.check(caller, sha256)  # a peer pulls any blob; a node only its own replicas' files
         async for chunk in blobs.read_chunks(sha256, offset):
             yield chunk
 
-    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
     # the portal's files are served by every control plane, a standby too (docs/portal.md)
     local = route_by_prefix(gateway.asgi_app(), Portal(admin.app()))
     answering = RelayAnswering(local, leadership)
@@ -303,4 +322,5 @@ async def wire(
     supervisor.add("callers", lambda: callers.keep_loaded(store))
     supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
     supervisor.add("leader-duties", duties.follow)
+    supervisor.add("mirror-replicator", replicator.run)
     return ControlPlaneParts(store, gateway, reconciler, leadership, sessions, admin, agent_server, http)

@@ -102,6 +102,10 @@ class BlobStore:
         digest = normalize_sha256(sha256)
         return self.root / "sha256" / digest[:2] / digest
 
+    def path_for(self, sha256: str) -> Path:
+        """Where the blob is kept once whole (it may not be there yet): a pull writes it there."""
+        return self._location(sha256)
+
     def has(self, sha256: str) -> bool:
         """Whether the blob is in the store."""
         return self._location(sha256).is_file()

@@ -80,9 +80,10 @@ class TlsFiles:
 
 
 SessionHandler = Callable[[ControlChannel], Awaitable[None]]
-BlobProvider = Callable[[str, str, int], AsyncIterator[bytes]]
-"""A blob's bytes for ``(node, sha256, offset)``: the node by its certificate's name. NotFound for a
-blob the mirror lacks, Unauthorized for one that node was never sent (answered PERMISSION_DENIED)."""
+BlobProvider = Callable[[RelayPeer, str, int], AsyncIterator[bytes]]
+"""A blob's bytes for ``(caller, sha256, offset)``: the caller by its certificate (a node, or a control
+plane pulling into its own mirror). NotFound for a blob the mirror lacks, Unauthorized for one that
+caller may not fetch (answered PERMISSION_DENIED)."""
 RelayHandler = Callable[[RelayPeer, IncomingRelay], AsyncIterator[RelayChunk]]
 """Answers a relayed HTTP request, given who sent it (by its certificate), reading the request only
 once it accepts the sender."""
@@ -290,7 +291,7 @@ class _Servicer(pb_grpc.AgentServiceServicer):
     async def FetchBlob(self, request, context):  # type: ignore[no-untyped-def]
         first = True
         try:
-            async for data in self._blobs(_common_name(context), request.sha256, request.offset):
+            async for data in self._blobs(_relay_peer(context), request.sha256, request.offset):
                 yield pb.BlobChunk(data=data, size=0)
                 first = False
         except NotFound as error:

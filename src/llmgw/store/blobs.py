@@ -49,7 +49,7 @@ class Blobs:
 
     async def add(self, sha256: str, size: int, filename: str, kind: str) -> BlobRecord:
         """Record a file; adding one already recorded returns the record kept."""
-        sha256 = _checked(sha256)
+        sha256 = checked_sha256(sha256)
         problems = []
         if kind not in KINDS:
             problems.append(("kind", f"must be one of {', '.join(KINDS)}"))
@@ -64,7 +64,7 @@ class Blobs:
 
     async def get(self, sha256: str) -> BlobRecord:
         """The file with that sha256; :class:`NotFound` when the mirror does not have it."""
-        sha256 = _checked(sha256)
+        sha256 = checked_sha256(sha256)
         async with self._store.session() as session:
             row = await session.get(BlobRow, sha256)
             if row is None:
@@ -73,7 +73,7 @@ class Blobs:
 
     async def remove(self, sha256: str) -> None:
         """Forget the file; :class:`NotFound` when it is not recorded."""
-        sha256 = _checked(sha256)
+        sha256 = checked_sha256(sha256)
         async with self._store.session() as session:
             result = await session.execute(delete(BlobRow).where(BlobRow.sha256 == sha256))
             if not rowcount(result):
@@ -86,7 +86,8 @@ class Blobs:
             return [_record(row) for row in await session.scalars(query)]
 
 
-def _checked(sha256: str) -> str:
+def checked_sha256(sha256: str) -> str:
+    """``sha256`` as 64 lower-case hex digits (``sha256:`` dropped); ValidationFailed otherwise."""
     value = sha256.removeprefix("sha256:").lower()
     if not SHA256.match(value):
         raise ValidationFailed([("sha256", "must be 64 hexadecimal digits (the file's sha256)")])

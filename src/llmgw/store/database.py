@@ -41,6 +41,7 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.audit import AuditLog
+from llmgw.store.blobcopies import BlobCopies
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
 from llmgw.store.keys import Keys
@@ -102,6 +103,7 @@ class Store:
         self.settings = StoredSettings(self)
         self.audit = AuditLog(self)
         self.blobs = Blobs(self)
+        self.blob_copies = BlobCopies(self)
         self.tenants = Tenants(self)
         self.users = Users(self)
         self.tokens = UserTokens(self)

@@ -313,6 +313,19 @@ class BlobRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
 
 
+class BlobCopyRow(Base):
+    """A control plane that holds a blob's bytes in its own mirror folder, and since when."""
+
+    __tablename__ = "blob_copies"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    plane: Mapped[str] = mapped_column(String(128), primary_key=True)
+    """The control plane's name."""
+    address: Mapped[str] = mapped_column(String(512), nullable=False)
+    """host:port of its agent server, where peers and nodes fetch the blob."""
+    copied_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
 class LeadershipRow(Base):
     """The leader lease: one row (id 1); times are seconds on the database's own clock."""
 

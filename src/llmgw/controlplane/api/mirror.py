@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 
 from llmgw.controlplane.api.columns import BLOB_FILENAME, checked_text
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import BlobImported, BlobView
+from llmgw.controlplane.api.models import BlobCopyView, BlobImported, BlobView
 from llmgw.controlplane.api.state import AUTH, State, Who
 from llmgw.core.tenancy import Role
 from llmgw.errors import Forbidden
@@ -37,9 +37,19 @@ Filename = Annotated[
 
 @router.get("/mirror/blobs", response_model=list[BlobView])
 async def list_blobs(state: State) -> list[BlobView]:
-    """Every file the mirror holds: sha256, size, name, kind."""
+    """Every file the mirror holds: sha256, size, name, kind, and the control planes holding it."""
+    copies = await state.store.blob_copies.all()
     return [
-        BlobView(sha256=b.sha256, size=b.size, filename=b.filename, kind=b.kind)
+        BlobView(
+            sha256=b.sha256,
+            size=b.size,
+            filename=b.filename,
+            kind=b.kind,
+            copies=[
+                BlobCopyView(plane=c.plane, address=c.address, copied_at=c.copied_at)
+                for c in copies.get(b.sha256, [])
+            ],
+        )
         for b in await state.store.blobs.list()
     ]
 
@@ -55,7 +65,8 @@ async def upload_blob(
     request: Request, state: State, caller: Who, filename: Filename = "model.gguf"
 ) -> BlobImported:
     """Import the body's bytes as weights, stored as they arrive (507 when the mirror's disk is full);
-    the answer's sha256 is what a model definition names."""
+    the answer's sha256 is what a model definition names. It answers once the copies wanted are on
+    their control planes (``mirror.copies``), or once no live peer is left to pull it, saying how many."""
     checked_text("query.filename", filename)
     if (caller.highest() or 0) < Role.MEMBER:
         raise Forbidden(
@@ -65,4 +76,14 @@ async def upload_blob(
     info = await state.blobs.import_stream(request.stream(), filename, max_bytes=MAX_BLOB_BYTES)
     await state.store.blobs.add(info.sha256, info.size, filename, "weights")
     await state.store.audit.record(caller.name, "mirror.import", info.sha256, {"filename": filename})
-    return BlobImported(sha256=info.sha256, size=info.size, filename=filename)
+    if state.replicator is None:
+        return BlobImported(sha256=info.sha256, size=info.size, filename=filename)
+    acknowledged = await state.replicator.acknowledge(info.sha256)
+    return BlobImported(
+        sha256=info.sha256,
+        size=info.size,
+        filename=filename,
+        copies=list(acknowledged.copies),
+        wanted=acknowledged.wanted,
+        note=acknowledged.note,
+    )

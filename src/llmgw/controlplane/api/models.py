@@ -237,17 +237,34 @@ class KeyCreated(AnswerModel):
 # mirror
 
 
+class BlobCopyView(AnswerModel):
+    """A control plane holding a blob."""
+
+    plane: str
+    address: str
+    """host:port of its agent server, where peers and nodes fetch the blob from it."""
+    copied_at: datetime
+
+
 class BlobView(AnswerModel):
     sha256: str
     size: int
     filename: str
     kind: str
+    copies: list[BlobCopyView] = []
+    """The control planes holding it, oldest copy first."""
 
 
 class BlobImported(AnswerModel):
     sha256: str
     size: int
     filename: str
+    copies: list[str] = []
+    """The control planes holding it when the import answered."""
+    wanted: int = 1
+    """The copies wanted (server.yaml ``mirror.copies``; every plane, at most 2, by default)."""
+    note: str = ""
+    """How the copies stand: all held, or who still pulls it."""
 
 
 # settings, audit, agents

@@ -26,6 +26,7 @@ from llmgw.controlplane.changes import Changes
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
+from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.core.health import ComponentHealth
@@ -76,6 +77,8 @@ class AdminState:
     """Pulls from Hugging Face and Ollama into the mirror (None: made on first use)."""
     upgrades: AgentUpgrades | None = None
     """Rolls signed releases over the agents (``/api/upgrades/agents``); None: not here."""
+    replicator: MirrorReplicator | None = None
+    """Records this plane's copy of an import and waits for its peers' (None: no copies recorded)."""
 
     def __post_init__(self) -> None:
         if self.callers is None:

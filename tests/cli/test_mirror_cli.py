@@ -1,0 +1,70 @@
+"""llmgw mirror (and ctl mirror): each blob's copies listed, and what a new control plane will pull."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from llmgw.cli.main import app
+from llmgw.cli.mirror import certificate_warning, copies_of, describe_pull, pull_estimate
+from llmgw.controlplane.api.models import BlobCopyView, BlobView
+from llmgw.pki.authority import Authority
+from llmgw.store.database import Store
+
+from .conftest import AdminServer
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def test_a_listing_names_the_planes_holding_each_blob() -> None:
+    copies = [BlobCopyView(plane=p, address=f"{p}:8443", copied_at=NOW) for p in ("cp1", "cp2")]
+    held = BlobView(sha256="ab" * 32, size=3, filename="m.gguf", kind="weights", copies=copies)
+    assert copies_of(held) == "cp1, cp2"
+    assert copies_of(held.model_copy(update={"copies": []})) == "none yet"
+
+
+def test_ctl_mirror_lists_what_llmgw_mirror_lists(admin_server: AdminServer, tmp_path: Path) -> None:
+    weights = tmp_path / "m.gguf"
+    weights.write_bytes(b"GGUF weights")
+    runner = CliRunner()
+    imported = runner.invoke(app, ["ctl", "mirror", "import", str(weights), *admin_server.options()])
+    assert imported.exit_code == 0, imported.output
+    listed = runner.invoke(app, ["mirror", "list", *admin_server.options()], env={"COLUMNS": "200"})
+    assert "COPIES" in listed.output and "m.gguf" in listed.output
+
+
+def test_server_add_says_how_much_the_new_plane_will_pull(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}"
+
+    async def fill() -> None:
+        store = await Store.open(url)
+        await store.blobs.add("ab" * 32, 1000, "a.gguf", "weights")
+        await store.blobs.add("cd" * 32, 24, "b.gguf", "weights")
+        await store.close()
+
+    asyncio.run(fill())
+    assert pull_estimate(url) == (2, 1024)
+    assert describe_pull(url).startswith("it will pull 2 blobs (1024 bytes, 0.0 GiB) from its peers")
+
+
+def test_server_add_says_so_when_the_store_cannot_be_read() -> None:
+    said = describe_pull("postgresql+asyncpg://llmgw@127.0.0.1:1/llmgw", timeout_s=2)  # nothing listens
+    assert said.startswith("cannot tell what it will pull from its peers yet")
+
+
+def test_a_control_plane_certificate_with_both_uses_draws_no_warning(tmp_path: Path) -> None:
+    authority = Authority.create(tmp_path / "ca")
+    cert, _ = authority.issue("cp1", sans=["cp1"], usage="both", directory=tmp_path / "cp1", stem="server")
+    assert certificate_warning("cp1", cert) == ""
+
+
+def test_a_server_only_certificate_is_said_to_be_refused_by_the_mirrors(tmp_path: Path) -> None:
+    authority = Authority.create(tmp_path / "ca")
+    cert, _ = authority.issue("cp1", sans=["cp1"], usage="server", directory=tmp_path / "cp1", stem="server")
+    warning = certificate_warning("cp1", cert)
+    assert (
+        "lacks client use" in warning and "mirrors would refuse it" in warning and "issue it again" in warning
+    )
