@@ -149,7 +149,7 @@ async def run_agent(
     upgrader = AgentUpgrader(
         config.work_path,
         config.path(config.release.trusted_pub),
-        links.fetcher,
+        sources.fetcher,
         PipInstaller(),
         restarting.request if restarting else lambda reason: stop.set(),
         session.send,
