@@ -69,10 +69,11 @@ def test_min_replicas_above_max_is_named() -> None:
     [
         (minimal(colour="red"), "colour"),
         (minimal(source={"sha256": SHA, "url": "http://x"}), "source.url"),
-        (minimal(profile={"gpus": 2}), "profile.gpus"),
+        (minimal(profile={"gpu": 2}), "profile.gpu"),
+        (minimal(profiles=[{}, {"gpu": 2}]), "profiles.1.gpu"),
         (minimal(replicas={"min": 1, "most": 2}), "replicas.most"),
     ],
-    ids=["top-level", "source", "profile", "replicas"],
+    ids=["top-level", "source", "profile", "profiles", "replicas"],
 )
 def test_an_unknown_field_is_named_wherever_it_is(data: dict[str, Any], field: str) -> None:
     assert problems(data) == {field: "unknown field; remove it or check its spelling"}

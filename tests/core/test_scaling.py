@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, TtftWindow, decide_scale
 
 POLICY = ScalingPolicy(min=1, max=3, up_cooldown_s=30, down_cooldown_s=120)
@@ -65,7 +67,7 @@ def test_oscillating_load_does_not_flap() -> None:
         decision = decide_scale(POLICY, current, load, history, now)
         current, history = decision.replicas, decision.history
         counts.append(current)
-    changes = sum(1 for a, b in zip(counts, counts[1:], strict=False) if a != b)
+    changes = sum(1 for a, b in itertools.pairwise(counts) if a != b)
     assert changes <= 2  # up to 2 and 3 under the busy spells, and never back down
     assert counts == sorted(counts)
 

@@ -148,6 +148,8 @@ class ServingView(AnswerModel):
 
 class GpuView(AnswerModel):
     index: int
+    label: str = ""
+    """How views show the device: ``3`` for a card, ``1/mig0`` for a MIG instance."""
     name: str
     device_class: str = Field(validation_alias="class", serialization_alias="class")
     memory_mb: int
