@@ -26,9 +26,12 @@ ASK = [Ask(16000, gpu_class="l4")]
 
 
 def evict(
-    placed: list[Placed], priority: int = 5, nodes: list[NodeInventory] | None = None, environment: str = ""
+    placed: list[Placed],
+    priority: int = 5,
+    nodes: list[NodeInventory] | None = None,
+    environment: str = "",
+    model: str = "big",
 ) -> Decision:
-    model = "big"
     nodes = nodes or [node("n1", 24000)]
     unplaced = place_profiles(model, ASK, nodes, placed)
     assert not unplaced.placed
@@ -68,6 +71,14 @@ def test_draining_replicas_count_as_gone_so_nothing_more_is_evicted() -> None:
     assert decision.evict == ()
     assert decision.waiting_for == ("going",)
     assert decision.kept["going"] == "already draining"
+
+
+def test_room_drained_for_a_higher_priority_is_not_waited_for() -> None:
+    """The model whose replica is evicted does not count that replica's room as coming free."""
+    placed = [replica("evicted", "a", 16000, priority=0, draining=True)]
+    decision = evict(placed, priority=0, model="a2")
+    assert (decision.evict, decision.waiting_for, decision.evict_node) == ((), (), "")
+    assert decision.kept["evicted"] == "priority 0, not below 0"
 
 
 def test_the_node_needing_fewest_evictions_is_chosen() -> None:

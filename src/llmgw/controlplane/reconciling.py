@@ -243,7 +243,7 @@ class Reconciler:
             wanted = {p.id for p in placed}
             for replica in [r for r in self._fleet.replicas.values() if r.replica_id not in wanted]:
                 await self._remove(replica, "its model left the catalog")
-            for model in models.values():
+            for model in sorted(models.values(), key=lambda m: -m.priority):  # room goes to the higher first
                 await self._reconcile_model(model, placed)
             await self._finish_drains(models, placed)
         finally:

@@ -7,8 +7,10 @@ in order, the replicas that may go are those of models with a lower
 same model, never one serving the same environment. They are taken lowest
 priority first (the larger first among equals) until the replica would fit on
 that node, then any that turn out not to be needed are given back. Replicas
-already draining there count as gone, so a pass that runs while an eviction
-drains asks for nothing more. The earliest profile wins, then the fewest
+already draining there that it could have evicted count as gone, so a pass that
+runs while an eviction drains asks for nothing more; a draining replica it could
+not have evicted (its own, one of higher priority) still holds its room, which
+keeps a model from waiting on room that was freed for another. The earliest profile wins, then the fewest
 replicas evicted, then the lowest priority among them.
 """
 
@@ -41,15 +43,18 @@ def plan_eviction(
             continue
         for node in nodes:
             here = [p for p in placed if p.node_id == node.node_id]
-            draining = tuple(p.replica_id for p in here if p.draining)
-            candidates = []
+            candidates, going = [], []
             for p in here:
-                why = "already draining" if p.draining else _kept(p, model, priority, environment)
+                why = _kept(p, model, priority, environment)
                 if why:
                     kept[p.replica_id] = why
+                elif p.draining:
+                    kept[p.replica_id] = "already draining"
+                    going.append(p)
                 else:
                     candidates.append(p)
-            victims = _victims(model, ask, node, placed, candidates)
+            draining = tuple(p.replica_id for p in going)
+            victims = _victims(model, ask, node, placed, candidates, going)
             if victims is None or not (victims or draining):
                 continue
             key = (index, len(victims), max((p.priority for p in victims), default=priority))
@@ -89,15 +94,20 @@ def _kept(p: Placed, model: str, priority: int, environment: str) -> str:
 
 
 def _victims(
-    model: str, ask: Ask, node: NodeInventory, placed: list[Placed], candidates: list[Placed]
+    model: str,
+    ask: Ask,
+    node: NodeInventory,
+    placed: list[Placed],
+    candidates: list[Placed],
+    going: list[Placed],
 ) -> list[Placed] | None:
-    """The fewest of ``candidates`` whose going lets ``ask`` fit on ``node``; None when all of them do not."""
+    """The fewest of ``candidates`` whose going (with ``going``'s) lets ``ask`` fit on ``node``;
+    None when not even all of them would do."""
+    gone_already = {p.replica_id for p in going}
 
     def fits(gone: list[Placed]) -> bool:
-        ids = {p.replica_id for p in gone}
-        others = [
-            p for p in placed if not (p.node_id == node.node_id and (p.draining or p.replica_id in ids))
-        ]
+        ids = gone_already | {p.replica_id for p in gone}
+        others = [p for p in placed if not (p.node_id == node.node_id and p.replica_id in ids)]
         return place(model, ask.memory_mb, [node], others, ask.spread, gpu_class=ask.gpu_class).placed
 
     if fits([]):
