@@ -30,13 +30,14 @@ from collections.abc import Callable
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
 from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
-from llmgw.core.catalog import Adapter, ModelDefinition, Profile, parse_model
+from llmgw.controlplane.shardspecs import profile_of, replica_key, shard_spec
+from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.eviction import plan_eviction
 from llmgw.core.placement import Ask, Decision, Placed, place_profiles
 from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, decide_scale
 from llmgw.core.settingtypes import SERVING_STOPPED
-from llmgw.core.shards import AdapterSpec, ReplicaPhase, ShardSpec, StopShard, WeightsFile
+from llmgw.core.shards import ReplicaPhase, StopShard
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
 from llmgw.observability.tracing import TRACING_OFF, Tracing
 from llmgw.store.database import Store
@@ -495,64 +496,6 @@ class Reconciler:
                 await node.channel.send(StopShard(replica_id=replica.replica_id, reason=reason))
             except ChannelClosed:
                 pass
-
-
-def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = ()) -> ShardSpec:
-    """The StartShard a replica's node is sent: the model's files, its profile and the replica's key."""
-    profile = profile_of(model, replica.profile)
-    return ShardSpec(
-        replica_id=replica.replica_id,
-        model=model.name,
-        engine=profile.engine,
-        weights_sha256=model.source.sha256,
-        weights_filename=model.source.filename,
-        weights_size=model.source.size,
-        args=tuple(profile.args),
-        env=dict(profile.env),
-        api_key=replica.api_key,
-        devices=devices,
-        ctx_size=profile.ctx_size,
-        parallel=profile.parallel,
-        tp=profile.tp,
-        kv_events=profile.kv_events,
-        max_loaded_adapters=profile.max_loaded_adapters,
-        weights_format=model.source.format,
-        projector_sha256=model.source.projector.sha256 if model.source.projector else "",
-        projector_filename=model.source.projector.filename if model.source.projector else "",
-        projector_size=model.source.projector.size if model.source.projector else 0,
-        files=tuple(
-            WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
-        ),
-        adapters=tuple(lora_adapter(a, profile.engine) for a in model.adapters),
-        max_lora_rank=model.max_lora_rank(),
-    )
-
-
-def profile_of(model: ModelDefinition, index: int) -> Profile:
-    """The model's profile ``index`` (the first when the catalog no longer has that many)."""
-    return model.profiles[index] if 0 <= index < len(model.profiles) else model.profiles[0]
-
-
-def lora_adapter(adapter: Adapter, engine: str) -> AdapterSpec:
-    """What a node needs of an adapter to fetch it and give it to the engine."""
-    return AdapterSpec(
-        name=adapter.name,
-        sha256=adapter.sha256,
-        filename=adapter.weights_filename(engine),
-        size=adapter.size,
-        files=tuple(WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in adapter.files),
-        scale=adapter.scale,
-    )
-
-
-def replica_key() -> str:
-    """A new replica's own API key.
-
-    Engines read it from a file or a variable (never their command line);
-    it is one line that starts with a letter (a line starting with ``#`` is a
-    comment in llama-server's key file).
-    """
-    return "llmgw-replica-" + secrets.token_urlsafe(24)
 
 
 def _slug(name: str) -> str:

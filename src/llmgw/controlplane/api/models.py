@@ -176,11 +176,16 @@ class ReplicaView(AnswerModel):
     """placed, starting, ready, failed, absent."""
     port: int
     on: str
-    """Where it computes (e.g. ``cuda:0 16000 MiB``, ``cpu``); empty until ready."""
+    """Where it computes (e.g. ``cuda:0 16000 MiB``, ``cuda:1/mig0``, ``cpu``); empty until ready."""
     restarts: int
     error: str
     adapters: dict[str, str] = {}
     """Each LoRA adapter's path on the node, by name."""
+    profile: int = 1
+    """The model's profile it runs (1: the first)."""
+    draining: str = ""
+    """Why it is draining (scaled down, evicted): it takes no new request and stops once its
+    requests are done; empty while it serves."""
 
 
 class ReplicaLogs(AnswerModel):
