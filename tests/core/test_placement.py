@@ -236,10 +236,11 @@ def test_one_profile_keeps_its_reasons_unprefixed() -> None:
     assert decision.refusals == {"small": "needs 4000 MiB; 2000 MiB of host memory left"}
 
 
-def test_pipeline_stages_take_cards_of_their_own() -> None:
+def test_pipeline_profiles_are_turned_down_with_the_reason_and_the_next_one_taken() -> None:
     nodes = [node("n", 64000, card(0, 20000), card(1, 20000))]
-    decision = place_profiles("m", [Ask(16000, Spread(tp=1, pp=2, gpus=2))], nodes, [])
-    assert decision.devices == (0, 1)
+    asks = [Ask(16000, Spread(tp=1, pp=2, gpus=2)), Ask(16000, Spread(tp=2, gpus=2))]
+    decision = place_profiles("m", asks, nodes, [])
+    assert (decision.node_id, decision.devices, decision.profile) == ("n", (0, 1), 1)
 
 
 def test_multi_node_profiles_are_turned_down_with_the_reason() -> None:

@@ -151,6 +151,11 @@ MULTI_NODE = (
     "give the model a profile with nodes 1"
 )
 
+PIPELINE = (
+    "pipeline-parallel replicas (pp above 1) are not started yet: engines are given tp alone; "
+    "give the model a profile with pp 1 (tp spreads a replica over the cards of one node)"
+)
+
 
 def place_profiles(model: str, asks: list[Ask], nodes: list[NodeInventory], placed: list[Placed]) -> Decision:
     """Pick the node for one more replica of ``model``, trying its profiles in order.
@@ -163,6 +168,8 @@ def place_profiles(model: str, asks: list[Ask], nodes: list[NodeInventory], plac
     for index, ask in enumerate(asks):
         if ask.spread.nodes > 1:
             found = Decision(refusals={n.node_id: MULTI_NODE for n in nodes})
+        elif ask.spread.pp > 1:
+            found = Decision(refusals={n.node_id: PIPELINE for n in nodes})
         else:
             found = place(model, ask.memory_mb, nodes, placed, ask.spread, gpu_class=ask.gpu_class)
         if found.placed:
