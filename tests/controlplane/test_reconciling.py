@@ -331,7 +331,7 @@ async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harnes
 
 def test_replica_keys_are_read_back_whole_from_an_engines_key_file(tmp_path: Path) -> None:
     """A key starting with ``#`` would be a comment in llama-server's key file; none may."""
-    from llmgw.controlplane.reconciling import replica_key
+    from llmgw.controlplane.shardspecs import replica_key
     from llmgw.core.engines import LLAMA_CPP
     from llmgw.testing.llama_server_standin import parse_args
 

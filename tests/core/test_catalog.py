@@ -69,10 +69,11 @@ def test_min_replicas_above_max_is_named() -> None:
     [
         (minimal(colour="red"), "colour"),
         (minimal(source={"sha256": SHA, "url": "http://x"}), "source.url"),
-        (minimal(profile={"gpus": 2}), "profile.gpus"),
+        (minimal(profile={"gpu": 2}), "profile.gpu"),
+        (minimal(profiles=[{}, {"gpu": 2}]), "profiles.1.gpu"),
         (minimal(replicas={"min": 1, "most": 2}), "replicas.most"),
     ],
-    ids=["top-level", "source", "profile", "replicas"],
+    ids=["top-level", "source", "profile", "profiles", "replicas"],
 )
 def test_an_unknown_field_is_named_wherever_it_is(data: dict[str, Any], field: str) -> None:
     assert problems(data) == {field: "unknown field; remove it or check its spelling"}
@@ -208,3 +209,78 @@ def test_a_mig_class_with_tp_above_one_is_refused_naming_the_field() -> None:
             }
         )
     assert any(field == "profile" and "tp 2" in why for field, why in caught.value.problems)
+
+
+def test_one_profile_reads_as_a_list_of_one() -> None:
+    model = parse_model(minimal(profile={"ctx_size": 2048}))
+    assert [p.ctx_size for p in model.profiles] == [2048]
+    assert model.profile.ctx_size == 2048
+    assert "profile" not in model.model_dump() and len(model.model_dump()["profiles"]) == 1
+
+
+def test_profiles_keep_their_order() -> None:
+    model = parse_model(minimal(profiles=[{"memory_mb": 20000}, {"memory_mb": 4000}]))
+    assert [model.memory_needed_mb(p) for p in model.profiles] == [20000, 4000]
+
+
+def test_profile_and_profiles_together_are_refused() -> None:
+    found = problems(minimal(profile={}, profiles=[{}]))
+    assert found == {"": "give either profile (one) or profiles (a list tried in order), not both"}
+
+
+def test_an_empty_profile_list_is_refused() -> None:
+    assert problems(minimal(profiles=[])) == {
+        "profiles": "needs at least one profile; remove profiles to run on the defaults"
+    }
+
+
+VLLM = {"format": "safetensors", "filename": "model.safetensors"}
+
+
+def test_gpus_times_nodes_must_equal_tp_times_pp() -> None:
+    source = {"sha256": SHA, **VLLM}
+    found = problems(minimal(source=source, profiles=[{"engine": "vllm", "tp": 2, "pp": 2, "gpus": 2}]))
+    assert found == {
+        "profiles.0": "gpus (2) x nodes (1) must equal tp x pp (4): set gpus to 4 or leave it unset"
+    }
+    uneven = problems(minimal(source=source, profile={"engine": "vllm", "tp": 3, "nodes": 2}))
+    assert uneven == {
+        "profile": "tp x pp (3) cards do not split evenly over 2 nodes; make tp x pp a multiple of nodes"
+    }
+    model = parse_model(minimal(source=source, profile={"engine": "vllm", "tp": 4, "pp": 2, "nodes": 2}))
+    assert (model.profile.gpus_per_node, model.profile.spread.nodes) == (4, 2)
+
+
+def test_pp_and_nodes_need_an_engine_that_spans_devices() -> None:
+    why = "pp and nodes need engine vllm, sglang or trtllm; llama.cpp runs on one device"
+    assert problems(minimal(profile={"pp": 2})) == {"profile": why}
+    assert problems(minimal(profiles=[{}, {"nodes": 2}])) == {"profiles.1": why}
+
+
+def test_replicas_take_the_scaling_settings() -> None:
+    replicas = {
+        "min": 1,
+        "max": 3,
+        "ttft_target_ms": 800,
+        "scale_up_cooldown_s": 10,
+        "scale_down_cooldown_s": 90,
+    }
+    model = parse_model(minimal(replicas=replicas, priority=3))
+    assert (model.replicas.ttft_target_ms, model.replicas.scale_down_cooldown_s, model.priority) == (
+        800,
+        90,
+        3,
+    )
+    assert model.replicas.drain_timeout_s == 60
+
+
+def test_profiles_of_one_model_must_serve_the_same_task() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        parse_model(
+            {
+                "name": "mixed",
+                "source": {"sha256": "a" * 64},
+                "profiles": [{"serves": "chat"}, {"serves": "embeddings"}],
+            }
+        )
+    assert "serve the same thing" in str(caught.value)

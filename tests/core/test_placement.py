@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.core.devices import Device, NodeInventory
 from llmgw.core.mig import Spread
-from llmgw.core.placement import Placed, place
+from llmgw.core.placement import Ask, Placed, place, place_profiles
 
 
 def card(index: int, free_mb: int, total_mb: int = 24576) -> Device:
@@ -214,3 +214,39 @@ def test_gpu_class_counts_only_cards_of_that_class_and_never_host_memory() -> No
     refused = place("m", 1000, [cpu_only], [], gpu_class="h100-80g")
     assert not refused.placed
     assert refused.refusals["cpu"] == "needs 1 card of class h100-80g with 1000 MiB free each; 0 there"
+
+
+def test_profiles_are_tried_in_order_on_every_node_first() -> None:
+    """Profile 1 (a card) is tried on both nodes before profile 2 (host memory) on any."""
+    l4 = Device(kind="nvidia", index=0, name="NVIDIA L4", memory_mb=24576, memory_free_mb=20000,
+                device_class="l4-24g")  # fmt: skip
+    nodes = [node("cpu-only", 64000), node("gpu", 8000, l4)]
+    asks = [Ask(16000, gpu_class="l4-24g"), Ask(16000)]
+    decision = place_profiles("m", asks, nodes, [])
+    assert (decision.node_id, decision.devices, decision.profile) == ("gpu", (0,), 0)
+    full = [Placed("other", "gpu", 16000, (0,))]
+    second = place_profiles("m", asks, nodes, full)
+    assert (second.node_id, second.profile) == ("cpu-only", 1)
+    assert second.refusals["gpu"].startswith("profile 1: needs 1 card of class l4-24g")
+    assert "; profile 2: needs 16000 MiB; 8000 MiB of host memory left" in second.refusals["gpu"]
+
+
+def test_one_profile_keeps_its_reasons_unprefixed() -> None:
+    decision = place_profiles("m", [Ask(4000)], [node("small", 2000)], [])
+    assert decision.refusals == {"small": "needs 4000 MiB; 2000 MiB of host memory left"}
+
+
+def test_pipeline_profiles_are_turned_down_with_the_reason_and_the_next_one_taken() -> None:
+    nodes = [node("n", 64000, card(0, 20000), card(1, 20000))]
+    asks = [Ask(16000, Spread(tp=1, pp=2, gpus=2)), Ask(16000, Spread(tp=2, gpus=2))]
+    decision = place_profiles("m", asks, nodes, [])
+    assert (decision.node_id, decision.devices, decision.profile) == ("n", (0, 1), 1)
+
+
+def test_multi_node_profiles_are_turned_down_with_the_reason() -> None:
+    nodes = [node("a", 64000, card(0, 20000)), node("b", 64000, card(0, 20000))]
+    asks = [Ask(16000, Spread(tp=2, gpus=1, nodes=2)), Ask(1000)]
+    decision = place_profiles("m", asks, nodes, [])
+    assert decision.profile == 1
+    refused = "a" if decision.node_id == "b" else "b"
+    assert decision.refusals[refused].startswith("profile 1: multi-node replicas are placed by")

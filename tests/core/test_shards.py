@@ -7,7 +7,7 @@ from llmgw.core.shards import Compute, ReplicaPhase, ShardState
 
 def test_gpus_show_their_indexes_and_the_memory_the_shard_holds() -> None:
     assert Compute(backend="cuda", devices=(0, 1), memory_mb=16000).describe() == "cuda:0,1 16000 MiB"
-    assert Compute(backend="cuda", devices=(1100,)).describe() == "cuda:1100"
+    assert Compute(backend="cuda", devices=(1100,)).describe() == "cuda:1/mig0"
 
 
 def test_the_cpu_reads_as_such_and_nothing_reported_as_nothing() -> None:

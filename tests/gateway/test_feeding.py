@@ -84,3 +84,24 @@ def test_an_adapters_usage_keeps_its_base_model_in_use() -> None:
     gateway.feed.catalog_replaced(model_with_adapter())
     gateway.report_usage(UsageRecord("k1", "m-sql", "r1", 1, 1, 200, 0.1))
     assert used == ["m"]
+
+
+def test_a_draining_replica_takes_no_new_request_and_its_load_stays_readable() -> None:
+    gateway = Gateway()
+    gateway.feed.replica_ready(endpoint("r1"))
+    gateway.feed.replica_ready(endpoint("r2"))
+    lease = gateway.replicas.acquire(endpoint("r1"))
+    gateway.feed.replica_draining("r1")
+    assert {gateway.replicas.pick("m") for _ in range(4)} == {endpoint("r2")}
+    assert gateway.feed.replica_in_flight("r1") == 1
+    assert gateway.feed.model_load("m").ready == 1
+    lease.release()
+    assert gateway.feed.replica_in_flight("r1") == 0
+
+
+def test_the_time_to_first_token_of_an_adapters_request_counts_for_its_base_model() -> None:
+    gateway = Gateway()
+    gateway.feed.catalog_replaced(model_with_adapter())
+    gateway.report_usage(UsageRecord("k1", "m-sql", "r1", 1, 1, 200, 0.5, ttft_s=0.2))
+    gateway.report_usage(UsageRecord("k1", "m", "r1", 1, 1, 200, 0.5))  # whole answer: no first token
+    assert gateway.feed.model_load("m").ttft_ms == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from llmgw.gateway import ReplicaEndpoint, ReplicaTable
+from llmgw.testing.clock import FakeClock
 
 
 def replica(replica_id: str, model: str = "m", capacity: int = 1) -> ReplicaEndpoint:
@@ -118,3 +119,43 @@ def test_an_engine_reading_adds_only_requests_this_gateway_did_not_send() -> Non
     lease = table.acquire(a)
     assert table.pick("m") == a  # 1/4 against 2/4
     lease.release()
+
+
+def test_a_draining_replica_takes_no_new_request_and_its_requests_are_still_counted() -> None:
+    table = ReplicaTable()
+    table.set_ready(replica("a"))
+    table.set_ready(replica("b"))
+    lease = table.acquire(replica("a"))
+    table.drain("a")
+    assert [table.pick("m") for _ in range(3)] == [replica("b")] * 3
+    assert table.in_flight("a") == 1
+    lease.release()
+    assert table.in_flight("a") == 0
+    table.remove("a")
+    assert table.in_flight("a") == 0
+
+
+async def test_model_load_counts_running_queued_and_waiting_requests() -> None:
+    clock = FakeClock()
+    table = ReplicaTable(clock=clock)
+    a = replica("a", capacity=2)
+    table.set_ready(a)
+    leases = [table.acquire(a) for _ in range(3)]
+    table.saw_ttft("m", 0.25)
+    load = table.model_load("m")
+    assert (load.ready, load.slots, load.running, load.waiting) == (1, 2, 2, 1)
+    assert load.ttft_ms == 250
+    for lease in leases:
+        lease.release()
+    await clock.advance(3600)
+    assert table.model_load("m").ttft_ms is None
+
+
+async def test_requests_waiting_for_a_replica_count_as_waiting() -> None:
+    table = ReplicaTable()
+    waiting = asyncio.create_task(table.wait_ready("m", timeout_s=30))
+    await asyncio.sleep(0)
+    assert table.model_load("m").waiting == 1
+    table.set_ready(replica("a"))
+    assert await asyncio.wait_for(waiting, 5) is True
+    assert table.model_load("m").waiting == 0

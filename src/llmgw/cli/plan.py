@@ -27,13 +27,28 @@ def plan(
 
 
 def plan_lines(p: PlanView) -> list[tuple[str, str, str]]:
-    """One model's plan as table rows: the node chosen first, then each node turned down with why."""
+    """One model's plan as table rows: the node chosen first, then each node turned down with why,
+    then what eviction would do for it and the last scaling decision."""
     if p.problem and not p.node and not p.refused:
         return [(p.model, "-", p.problem)]
     have = f"{p.replicas} placed of {p.wanted} wanted; one needs {p.memory_mb} MiB"
+    profile = f"profile {p.profile}, " if p.profile > 1 else ""
     if p.node:
-        on = f"cards {', '.join(map(str, p.devices))}" if p.devices else "host memory"
-        first = (p.model, p.node, f"CHOSEN ({on}); {have}")
+        labels = p.device_labels or [str(d) for d in p.devices]
+        on = f"cards {', '.join(labels)}" if labels else "host memory"
+        first = (p.model, p.node, f"CHOSEN ({profile}{on}); {have}")
+    elif p.evict or p.waiting_for:
+        going = ", ".join(p.evict or p.waiting_for)
+        verb = "EVICTING" if p.evict else "WAITING for the drain of"
+        first = (
+            p.model,
+            p.evict_node,
+            f"NOWHERE as things are; {verb} {going} ({profile}priority {p.priority}); {have}",
+        )
     else:
         first = (p.model, "-", f"NOWHERE; {have}")
-    return [first] + [("", r.node, r.reason) for r in p.refused]
+    rows = [first] + [("", r.node, r.reason) for r in p.refused]
+    rows += [("", r.node, f"not evicted: {r.reason}") for r in p.kept]
+    if p.scaling:
+        rows.append(("", "-", f"scaling: {p.scaling}"))
+    return rows

@@ -69,6 +69,11 @@ class ReplicaState:
     """Each LoRA adapter's folder or file on the replica's node, by name, as its agent reported."""
     blobs: frozenset[str] = frozenset()
     """The sha256 of every mirrored file its shard fetches (:func:`shard_blobs`): what its node may fetch."""
+    profile: int = 0
+    """The index of its model's profile it runs."""
+    draining_since: float | None = None
+    """When it began draining (scaled down or evicted: no new requests); None while it serves."""
+    drain_reason: str = ""
 
 
 def shard_blobs(spec: ShardSpec) -> frozenset[str]:
@@ -287,6 +292,8 @@ class Fleet:
         replica.state = state
         self.changes.changed("replicas")
         node = self.nodes.get(replica.node_id)
+        if replica.draining_since is not None and state is ReplicaPhase.READY:
+            return  # draining: it takes no new request, ready or not
         if state is ReplicaPhase.READY and node is not None and replica.port:
             self._on_ready(replica, f"http://{node.inventory.address}:{replica.port}")
         else:

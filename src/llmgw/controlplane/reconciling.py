@@ -1,9 +1,15 @@
 """The reconciler: make the replicas running match what the catalog asks for.
 
 Each pass reads the catalog and the replicas placed (desired state, in the
-store) and the fleet (observed state, in memory), then places new replicas,
-starts the ones their node is not running, restarts failed ones with backoff,
-stops the ones no longer wanted and stops idle on-demand models. A replica
+store) and the fleet (observed state, in memory), then decides each model's
+count between ``replicas.min`` and ``max`` from the load the gateway sees
+(:mod:`llmgw.core.scaling`), places new replicas (the model's profiles tried in
+order; a replica that fits nowhere evicts lower-priority replicas,
+:mod:`llmgw.core.eviction`), starts the ones their node is not running,
+restarts failed ones with backoff, drains the ones no longer wanted and stops
+idle on-demand models. A replica drains before it stops: the gateway sends it
+no new request at once, and its node is told to stop it once the requests on
+it have finished or ``replicas.drain_timeout_s`` has passed. A replica
 whose node has been away past the fleet's grace is placed again on another
 node (a new replica, with its own key) and the old one forgotten; the node,
 should it come back, is told to stop the stray engine.
@@ -24,12 +30,14 @@ from collections.abc import Callable
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
 from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
-from llmgw.core.catalog import Adapter, ModelDefinition, parse_model
+from llmgw.controlplane.shardspecs import profile_of, replica_key, shard_spec
+from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
-from llmgw.core.mig import Spread
-from llmgw.core.placement import Decision, Placed, place
+from llmgw.core.eviction import plan_eviction
+from llmgw.core.placement import Ask, Decision, Placed, place_profiles
+from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, decide_scale
 from llmgw.core.settingtypes import SERVING_STOPPED
-from llmgw.core.shards import AdapterSpec, ReplicaPhase, ShardSpec, StopShard, WeightsFile
+from llmgw.core.shards import ReplicaPhase, StopShard
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
 from llmgw.observability.tracing import TRACING_OFF, Tracing
 from llmgw.store.database import Store
@@ -59,6 +67,9 @@ class Reconciler:
         on_stopped: Callable[[bool], None] = lambda stopped: None,
         on_pass: Callable[[float], None] = lambda seconds: None,
         tracing: Tracing = TRACING_OFF,
+        load: Callable[[str], ModelLoad] = lambda model: ModelLoad(),
+        drain: Callable[[str], None] = lambda replica_id: None,
+        replica_in_flight: Callable[[str], int] = lambda replica_id: 0,
     ) -> None:
         self._tracing = tracing
         self._trace = NO_PASS
@@ -71,6 +82,17 @@ class Reconciler:
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
         self._in_flight = in_flight
+        self._load = load
+        """The gateway's view of a model's load (autoscaling's input)."""
+        self._drain = drain
+        """Tell the gateway to send a replica no new request."""
+        self._replica_in_flight = replica_in_flight
+        """Requests the gateway has on a replica, draining or not."""
+        self._scaling: dict[str, ScalingHistory] = {}
+        self.scaling: dict[str, str] = {}
+        """Each model's last scaling decision, in words."""
+        self.evictions: dict[str, str] = {}
+        """Each model's last eviction decision, in words (the log says it too)."""
         self._on_catalog = on_catalog
         self._clock = clock
         demand = demand if demand is not None else ModelDemand(clock)
@@ -83,6 +105,8 @@ class Reconciler:
         self.last_error = ""
         self.unplaced: dict[str, str] = {}
         """Models that could not be placed, with every node's reason."""
+        self._definitions: dict[str, ModelDefinition] = {}
+        """The catalog as last read: the priorities eviction compares."""
         self._catalog: dict[str, object] = {}
         """The definitions last loaded: a catalog loaded with something new is told to the fleet's changes."""
 
@@ -180,6 +204,7 @@ class Reconciler:
                 models[record.name] = parse_model(record.definition)
             except LlmgwError as error:
                 log.error("model %s in the store cannot be read: %s", record.name, error)
+        self._definitions = models
         self._on_catalog(list(models.values()))
         return models
 
@@ -192,19 +217,18 @@ class Reconciler:
         placed = await self._store.replicas.list()
         for replica_record in placed:
             if replica_record.id not in self._fleet.replicas:
+                model = models.get(replica_record.model)
+                profile = profile_of(model, replica_record.profile) if model else None
                 self._fleet.track(
                     ReplicaState(
                         replica_id=replica_record.id,
                         model=replica_record.model,
                         node_id=replica_record.node_id,
                         api_key=replica_record.api_key,
-                        capacity=models[replica_record.model].profile.parallel
-                        if replica_record.model in models
-                        else 1,
-                        engine=models[replica_record.model].profile.engine
-                        if replica_record.model in models
-                        else DEFAULT_ENGINE,
+                        capacity=profile.parallel if profile else 1,
+                        engine=profile.engine if profile else DEFAULT_ENGINE,
                         state=ReplicaPhase.ABSENT,
+                        profile=replica_record.profile,
                     )
                 )
         for replica in self._fleet.replicas.values():
@@ -220,8 +244,9 @@ class Reconciler:
             wanted = {p.id for p in placed}
             for replica in [r for r in self._fleet.replicas.values() if r.replica_id not in wanted]:
                 await self._remove(replica, "its model left the catalog")
-            for model in models.values():
+            for model in sorted(models.values(), key=lambda m: -m.priority):  # room goes to the higher first
                 await self._reconcile_model(model, placed)
+            await self._finish_drains(models, placed)
         finally:
             self._trace.end()
             self._trace = NO_PASS
@@ -234,17 +259,23 @@ class Reconciler:
         return last is not None and self._clock() - last < model.idle_timeout_s
 
     async def _reconcile_model(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
-        mine = self._fleet.of_model(model.name)
-        want = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
+        every = self._fleet.of_model(model.name)
+        mine = [r for r in every if r.draining_since is None]
+        floor = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
+        want = self._scale(model, floor, mine) if floor else 0
         if len(mine) >= want:
             self._set_unplaced(model.name, "")
         if len(mine) != want:
             self._trace.action(
                 "scale", {"llmgw.model": model.name, "llmgw.from": len(mine), "llmgw.to": want}
             )
+        if not want:  # stopped, or idle on demand: nothing is asked of it, so it stops now
+            for replica in every:
+                await self._remove(replica, "serving is stopped" if self.stopped else "idle")
+            return
         if len(mine) > want:
             for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
-                await self._remove(replica, "no longer wanted" if want else "idle")
+                self.drain(replica, f"scaled down: {self.scaling.get(model.name, 'no longer wanted')}")
             return
         for _ in range(want - len(mine)):
             if not await self._place(model, placed):
@@ -290,27 +321,81 @@ class Reconciler:
             except NotFound:
                 pass
 
+    def _scale(self, model: ModelDefinition, floor: int, mine: list[ReplicaState]) -> int:
+        """The count autoscaling keeps for ``model`` now (at least ``floor``), logged when it changes."""
+        policy = ScalingPolicy(
+            min=floor,
+            max=max(floor, model.replicas.max),
+            ttft_target_ms=model.replicas.ttft_target_ms,
+            up_cooldown_s=model.replicas.scale_up_cooldown_s,
+            down_cooldown_s=model.replicas.scale_down_cooldown_s,
+        )
+        starting = sum(1 for r in mine if r.state is not ReplicaPhase.READY)
+        decision = decide_scale(
+            policy,
+            len(mine),
+            self._load(model.name),
+            self._scaling.get(model.name, ScalingHistory()),
+            self._clock(),
+            starting=starting,
+        )
+        self._scaling[model.name] = decision.history
+        self.scaling[model.name] = decision.reason
+        if decision.replicas != len(mine) and mine:
+            log.info("scaling %s: %s", model.name, decision.reason)
+        return decision.replicas
+
+    def drain(self, replica: ReplicaState, reason: str) -> None:
+        """Send ``replica`` no new request; a pass stops it once its requests are done."""
+        if replica.draining_since is not None:
+            return
+        log.info("draining replica %s of %s: %s", replica.replica_id, replica.model, reason)
+        self._trace.action("replica.drain", {"llmgw.replica": replica.replica_id, "llmgw.why": reason})
+        replica.draining_since = self._clock()
+        replica.drain_reason = reason
+        self._drain(replica.replica_id)
+        self._fleet.changes.changed("replicas")
+
+    async def _finish_drains(self, models: dict[str, ModelDefinition], placed: list[ReplicaRecord]) -> None:
+        """Stop each draining replica whose requests are done, or whose drain timed out."""
+        now = self._clock()
+        for replica in [r for r in self._fleet.replicas.values() if r.draining_since is not None]:
+            model = models.get(replica.model)
+            timeout_s = model.replicas.drain_timeout_s if model else 0.0
+            left = self._replica_in_flight(replica.replica_id)
+            if left and now - (replica.draining_since or now) < timeout_s:
+                continue
+            ended = f"{left} request(s) still on it after {timeout_s:.0f} s" if left else "drained"
+            await self._remove(replica, f"{replica.drain_reason} ({ended})")
+            placed[:] = [p for p in placed if p.id != replica.replica_id]
+
     async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
         decision = self.decide(model, placed)
         if not decision.placed:
+            decision = self._evict(model, decision, placed)
             reasons = (
                 "; ".join(f"{node}: {why}" for node, why in decision.refusals.items())
                 or "no node is connected"
             )
+            if decision.evict or decision.waiting_for:
+                reasons += f"; {self.evictions[model.name]}"
             if self.unplaced.get(model.name) != reasons:  # a trace, like the log, when the reasons change
                 log.warning("cannot place a replica of %s: %s", model.name, reasons)
                 self._trace.placed(model.name, decision)
             self._set_unplaced(model.name, reasons)
             return False
         self._set_unplaced(model.name, "")
+        self.evictions.pop(model.name, None)
         self._trace.placed(model.name, decision)
+        profile = model.profiles[decision.profile]
         record = ReplicaRecord(
             id=f"{_slug(model.name)}-{secrets.token_hex(3)}",
             model=model.name,
             node_id=decision.node_id,
             api_key=replica_key(),
             devices=list(decision.devices),
-            memory_mb=model.memory_needed_mb(),
+            memory_mb=model.memory_needed_mb(profile),
+            profile=decision.profile,
         )
         await self._store.replicas.add(record)
         placed.append(record)
@@ -319,24 +404,62 @@ class Reconciler:
             model=model.name,
             node_id=record.node_id,
             api_key=record.api_key,
-            capacity=model.profile.parallel,
-            engine=model.profile.engine,
+            capacity=profile.parallel,
+            engine=profile.engine,
+            profile=decision.profile,
         )
         self._fleet.track(replica)
-        log.info("placed replica %s of %s on %s", record.id, model.name, record.node_id)
+        on = f" with profile {decision.profile + 1}" if len(model.profiles) > 1 else ""
+        log.info("placed replica %s of %s on %s%s", record.id, model.name, record.node_id, on)
         await self._start(replica, model, tuple(decision.devices), why="placed")
         return True
 
-    def decide(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> Decision:
+    def _evict(self, model: ModelDefinition, unplaced: Decision, placed: list[ReplicaRecord]) -> Decision:
+        """Drain the lower-priority replicas whose going makes room for ``model``, if any would."""
+        decision = self.decide(model, placed, unplaced=unplaced)
+        if decision.evict:
+            for replica_id in decision.evict:
+                victim = self._fleet.replicas.get(replica_id)
+                if victim is not None:
+                    self.drain(victim, f"evicted for {model.name} (priority {model.priority})")
+            verdict = f"evicting {', '.join(decision.evict)} on {decision.evict_node}"
+        elif decision.waiting_for:
+            verdict = f"waiting for {', '.join(decision.waiting_for)} to drain on {decision.evict_node}"
+        else:
+            self.evictions.pop(model.name, None)
+            return decision
+        if self.evictions.get(model.name) != verdict:
+            kept = "; ".join(f"{r} kept: {why}" for r, why in sorted(decision.kept.items()))
+            log.warning(
+                "%s cannot be placed as things are: %s%s", model.name, verdict, f" ({kept})" * bool(kept)
+            )
+        self.evictions[model.name] = verdict
+        return decision
+
+    def decide(
+        self, model: ModelDefinition, placed: list[ReplicaRecord], *, unplaced: Decision | None = None
+    ) -> Decision:
         """Where one more replica of ``model`` would go now, among the connected nodes, with every
-        other node's reason (what ``/api/plan`` shows, and what a pass acts on)."""
-        return place(
-            model.name,
-            model.memory_needed_mb(),
-            [n.inventory for n in self._fleet.nodes.values()],
-            [Placed(r.model, r.node_id, r.memory_mb, tuple(r.devices)) for r in placed],
-            Spread(tp=model.profile.tp),
-            gpu_class=model.profile.gpu_class,
+        other node's reason (what ``/api/plan`` shows, and what a pass acts on). With ``unplaced``
+        (the answer that found no room), which lower-priority replicas would have to go."""
+        nodes = [n.inventory for n in self._fleet.nodes.values()]
+        asks = [Ask(model.memory_needed_mb(p), p.spread, p.gpu_class) for p in model.profiles]
+        held = [self._placed(r) for r in placed]
+        if unplaced is None:
+            return place_profiles(model.name, asks, nodes, held)
+        return plan_eviction(model.name, model.priority, asks, nodes, held, unplaced)
+
+    def _placed(self, record: ReplicaRecord) -> Placed:
+        replica = self._fleet.replicas.get(record.id)
+        definition = self._definitions.get(record.model)
+        return Placed(
+            record.model,
+            record.node_id,
+            record.memory_mb,
+            tuple(record.devices),
+            replica_id=record.id,
+            priority=definition.priority if definition else 0,
+            draining=replica is not None and replica.draining_since is not None,
         )
 
     async def _start(
@@ -373,60 +496,6 @@ class Reconciler:
                 await node.channel.send(StopShard(replica_id=replica.replica_id, reason=reason))
             except ChannelClosed:
                 pass
-
-
-def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = ()) -> ShardSpec:
-    """The StartShard a replica's node is sent: the model's files, profile and the replica's key."""
-    return ShardSpec(
-        replica_id=replica.replica_id,
-        model=model.name,
-        engine=model.profile.engine,
-        weights_sha256=model.source.sha256,
-        weights_filename=model.source.filename,
-        weights_size=model.source.size,
-        args=tuple(model.profile.args),
-        env=dict(model.profile.env),
-        api_key=replica.api_key,
-        devices=devices,
-        ctx_size=model.profile.ctx_size,
-        parallel=model.profile.parallel,
-        tp=model.profile.tp,
-        kv_events=model.profile.kv_events,
-        max_loaded_adapters=model.profile.max_loaded_adapters,
-        weights_format=model.source.format,
-        projector_sha256=model.source.projector.sha256 if model.source.projector else "",
-        projector_filename=model.source.projector.filename if model.source.projector else "",
-        projector_size=model.source.projector.size if model.source.projector else 0,
-        files=tuple(
-            WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
-        ),
-        adapters=tuple(lora_adapter(a, model.profile.engine) for a in model.adapters),
-        max_lora_rank=model.max_lora_rank(),
-        serves=model.profile.serves.value,
-        pooling=model.profile.pooling or "",
-    )
-
-
-def lora_adapter(adapter: Adapter, engine: str) -> AdapterSpec:
-    """What a node needs of an adapter to fetch it and give it to the engine."""
-    return AdapterSpec(
-        name=adapter.name,
-        sha256=adapter.sha256,
-        filename=adapter.weights_filename(engine),
-        size=adapter.size,
-        files=tuple(WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in adapter.files),
-        scale=adapter.scale,
-    )
-
-
-def replica_key() -> str:
-    """A new replica's own API key.
-
-    Engines read it from a file or a variable (never their command line);
-    it is one line that starts with a letter (a line starting with ``#`` is a
-    comment in llama-server's key file).
-    """
-    return "llmgw-replica-" + secrets.token_urlsafe(24)
 
 
 def _slug(name: str) -> str:

@@ -134,6 +134,12 @@ class Profile(Strict):
     """The class of card a replica needs (``a100-80g``, ``h100``); None: any with the memory."""
     tp: int = Field(default=1, ge=1, le=64)
     """Tensor-parallel degree: the cards one replica spans (vLLM, SGLang, TensorRT-LLM)."""
+    pp: int = Field(default=1, ge=1, le=64)
+    """Pipeline-parallel degree: stages one replica is cut into; tp x pp cards in all."""
+    gpus: int | None = Field(default=None, ge=1, le=64)
+    """Cards one replica takes on each of its nodes; unset: tp x pp / nodes."""
+    nodes: int = Field(default=1, ge=1, le=64)
+    """Nodes one replica spans; gpus x nodes = tp x pp."""
     kv_events: bool = False
     """vLLM publishes its KV-cache events to the agent, for exact prefix routing."""
     max_loaded_adapters: int = Field(default=0, ge=0, le=256)
@@ -203,9 +209,33 @@ class Profile(Strict):
         if self.tp > 1 and not caps.tensor_parallel:
             wanted = either(engines_where(lambda row: row.tensor_parallel))
             raise ValueError(f"tp needs engine {wanted}; {self.engine} takes no tensor-parallel degree")
-        if self.gpu_class and (refusal := mig_refusal(self.gpu_class, Spread(tp=self.tp))):
+        if (self.tp > 1 or self.pp > 1 or self.nodes > 1) and not caps.tensor_parallel:
+            wanted = either(engines_where(lambda row: row.tensor_parallel))
+            raise ValueError(f"pp and nodes need engine {wanted}; {self.engine} runs on one device")
+        cards = self.tp * self.pp
+        if cards % self.nodes:
+            raise ValueError(
+                f"tp x pp ({cards}) cards do not split evenly over {self.nodes} nodes; "
+                "make tp x pp a multiple of nodes"
+            )
+        if self.gpus is not None and self.gpus * self.nodes != cards:
+            raise ValueError(
+                f"gpus ({self.gpus}) x nodes ({self.nodes}) must equal tp x pp ({cards}): "
+                f"set gpus to {cards // self.nodes} or leave it unset"
+            )
+        if self.gpu_class and (refusal := mig_refusal(self.gpu_class, self.spread)):
             raise ValueError(refusal)
         return self
+
+    @property
+    def gpus_per_node(self) -> int:
+        """Cards one replica takes on each of its nodes."""
+        return self.gpus if self.gpus is not None else self.tp * self.pp // self.nodes
+
+    @property
+    def spread(self) -> Spread:
+        """How one replica spreads over devices and nodes (placement's view of the profile)."""
+        return Spread(tp=self.tp, pp=self.pp, gpus=self.gpus_per_node, nodes=self.nodes)
 
 
 class Adapter(Strict):
@@ -356,7 +386,15 @@ class Replicas(Strict):
     min: int = Field(default=1, ge=0, le=1024)
     """Replicas kept running at all times (0 with on_demand: start when asked)."""
     max: int = Field(default=1, ge=1, le=1024)
-    """Replicas at most."""
+    """Replicas at most: between min and max the count follows the load (:mod:`llmgw.core.scaling`)."""
+    ttft_target_ms: int | None = Field(default=None, gt=0, le=600_000)
+    """Scale up while the recent time to first token is above this; None: load alone decides."""
+    scale_up_cooldown_s: float = Field(default=30, ge=0, le=86_400)
+    """Seconds after a change before one more replica is added."""
+    scale_down_cooldown_s: float = Field(default=300, ge=0, le=86_400)
+    """Seconds the load must stay low (and since the last change) before a replica is drained."""
+    drain_timeout_s: float = Field(default=60, ge=0, le=86_400)
+    """Seconds a draining replica's requests get to finish before it is stopped anyway."""
 
     @model_validator(mode="after")
     def _order(self) -> Replicas:
@@ -371,8 +409,12 @@ class ModelDefinition(Strict):
     name: str
     """The name clients ask for in ``model``."""
     source: Source
-    profile: Profile = Field(default_factory=Profile)
+    profiles: tuple[Profile, ...] = Field(default=(Profile(),), max_length=16)
+    """How to run the model, tried in order: placement takes the first profile some node fits.
+    The single ``profile:`` of older definitions reads as a list of one."""
     replicas: Replicas = Field(default_factory=Replicas)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    """A replica that fits nowhere evicts replicas of lower-priority models (drained first)."""
     on_demand: bool = False
     """Start a replica when a request arrives and none runs; stop it after ``idle_timeout_s``."""
     idle_timeout_s: int = Field(default=600, ge=10)
@@ -384,17 +426,58 @@ class ModelDefinition(Strict):
     """LoRA adapters served on the model's replicas, each under its own name: all given to the
     engine at start, or (vLLM with ``profile.max_loaded_adapters`` N) loaded when first asked for."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_profile_is_a_list_of_one(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "profile" in data:
+            if "profiles" in data:
+                raise ValueError("give either profile (one) or profiles (a list tried in order), not both")
+            profile = data["profile"]
+            data = {k: v for k, v in data.items() if k != "profile"}
+            data["profiles"] = [profile]
+        return data
+
     @model_validator(mode="after")
     def _format_fits_engine(self) -> ModelDefinition:
-        runs = self.profile.capabilities.weights_format
         given = WeightsFormat(self.source.format)
-        if given is not runs:
-            others = either(engines_where(lambda row: row.weights_format is given))
+        for index, profile in enumerate(self.profiles):
+            runs = profile.capabilities.weights_format
+            if given is not runs:
+                others = either(engines_where(lambda row: row.weights_format is given))
+                at = f"profiles.{index}: " if len(self.profiles) > 1 else ""
+                raise ValueError(
+                    f"{at}engine {profile.engine} runs {runs.label} weights, not {given.label}; set "
+                    f"source.format: {runs.value} or use engine {others} for {given.label}"
+                )
+        return self
+
+    @field_validator("profiles")
+    @classmethod
+    def _some_profile(cls, value: tuple[Profile, ...]) -> tuple[Profile, ...]:
+        if not value:
+            raise ValueError("needs at least one profile; remove profiles to run on the defaults")
+        served = sorted({profile.serves.value for profile in value})
+        if len(served) > 1:
             raise ValueError(
-                f"engine {self.profile.engine} runs {runs.label} weights, not {given.label}; set "
-                f"source.format: {runs.value} or use engine {others} for {given.label}"
+                f"every profile of a model serves the same thing (its clients call the same routes), "
+                f"but these serve {', '.join(served)}: define one model per task"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _adapters_on_one_engine(self) -> ModelDefinition:
+        engines = sorted({profile.engine for profile in self.profiles})
+        if self.adapters and len(engines) > 1:
+            raise ValueError(
+                f"a model with adapters serves them the same way on every replica, but its profiles "
+                f"name engines {', '.join(engines)}: use one engine in every profile"
             )
         return self
+
+    @property
+    def profile(self) -> Profile:
+        """The first profile: what the model's name-level facts (adapters, the gateway's view) go by."""
+        return self.profiles[0]
 
     _owner = field_validator("owner")(owner_text)
 
@@ -426,10 +509,11 @@ class ModelDefinition(Strict):
         """The largest rank the adapters declare (0: none declares one)."""
         return max((a.rank or 0 for a in self.adapters), default=0)
 
-    def memory_needed_mb(self) -> int:
-        """Memory one replica needs, declared or estimated from the weights' size."""
-        if self.profile.memory_mb is not None:
-            return self.profile.memory_mb
+    def memory_needed_mb(self, profile: Profile | None = None) -> int:
+        """Memory one replica needs on ``profile`` (else the first), declared or estimated."""
+        profile = profile if profile is not None else self.profile
+        if profile.memory_mb is not None:
+            return profile.memory_mb
         total = self.source.size + sum(f.size for f in self.source.files)
         total += sum(a.size for a in self.adapters)
         return int(total * 1.25 / 2**20) + 256
@@ -457,6 +541,13 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     return problems
 
 
+def _one_profile(field: str) -> str:
+    """``profiles.0.tp`` as a definition with one ``profile`` names it: ``profile.tp``."""
+    if field == "profiles.0" or field.startswith("profiles.0."):
+        return "profile" + field.removeprefix("profiles.0")
+    return field
+
+
 def parse_model(data: Any) -> ModelDefinition:
     """A :class:`ModelDefinition` from plain data, or :class:`ValidationFailed` naming each bad field."""
     if not isinstance(data, dict):
@@ -464,7 +555,10 @@ def parse_model(data: Any) -> ModelDefinition:
     try:
         model = ModelDefinition.model_validate(data)
     except ValidationError as error:
-        raise ValidationFailed(problems_of(error), "fix the fields named and try again") from None
+        problems = problems_of(error)
+        if "profile" in data and "profiles" not in data:  # named as the definition names them
+            problems = [(_one_profile(field), why) for field, why in problems]
+        raise ValidationFailed(problems, "fix the fields named and try again") from None
     problems = adapter_problems(model.profile.engine, model.name, model.adapters)
     if problems:
         raise ValidationFailed(problems, "fix the adapters named and try again")

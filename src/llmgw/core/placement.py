@@ -16,15 +16,42 @@ class Placed:
     node_id: str
     memory_mb: int
     devices: tuple[int, ...] = ()
+    replica_id: str = ""
+    priority: int = 0
+    """The priority of the replica's model: only a model above it may evict it."""
+    draining: bool = False
+    """Being drained (scaled down or evicted): it still holds its memory until it stops."""
+    environment: str = ""
+    """The environment the replica serves (models sharing one engine); empty: none."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One profile of the replica asked for, as placement needs it."""
+
+    memory_mb: int
+    spread: Spread = field(default_factory=Spread)
+    gpu_class: str | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Where a replica goes (``node_id`` empty when nowhere), and every refusal on the way."""
+    """Where a replica goes (``node_id`` empty when nowhere), and every refusal on the way.
+
+    ``profile``: the index of the profile it runs (the first that fits). When it
+    fits nowhere but would on ``evict_node`` once lower-priority replicas go,
+    ``evict`` names the replicas to drain (empty while the ones named in
+    ``waiting_for`` drain) and ``kept`` says why each other replica looked at is not evicted.
+    """
 
     node_id: str = ""
     devices: tuple[int, ...] = ()
     refusals: dict[str, str] = field(default_factory=dict)
+    profile: int = 0
+    evict_node: str = ""
+    evict: tuple[str, ...] = ()
+    waiting_for: tuple[str, ...] = ()
+    kept: dict[str, str] = field(default_factory=dict)
 
     @property
     def placed(self) -> bool:
@@ -62,14 +89,14 @@ def place(
     Among nodes, one with fewer replicas of the same model first, then one
     whose card has room over one with host memory alone, then the most memory
     left. On a node, a card with enough free memory is preferred to host memory.
-    A replica spanning several cards (``spread_over.tp``, tensor parallel) needs
-    that many cards on one node, each with its share of the memory; with
+    A replica spanning several cards (``spread_over.gpus``, at least its tensor-parallel
+    ``tp``) needs that many cards on one node, each with its share of the memory; with
     ``gpu_class`` only cards of that class count. Either one rules out host
     memory. Cards marked unavailable (a MIG card with nothing carved) are never
     picked, nor MIG instances for a replica spread over more than one device.
     """
     spread_over = spread_over or Spread()
-    gpus = max(1, spread_over.tp)
+    gpus = max(1, spread_over.tp, spread_over.gpus)
     refusals: dict[str, str] = {}
     candidates: list[tuple[tuple[int, bool, int], str, tuple[int, ...]]] = []
     share = -(-memory_mb // gpus)
@@ -117,3 +144,43 @@ def place(
     for _, other, _ in candidates[1:]:
         refusals[other] = "fits, but another node has fewer replicas of this model, a free card or more room"
     return Decision(node_id=node_id, devices=devices, refusals=refusals)
+
+
+MULTI_NODE = (
+    "multi-node replicas are placed by multi-node placement, which this control plane does not have yet: "
+    "give the model a profile with nodes 1"
+)
+
+PIPELINE = (
+    "pipeline-parallel replicas (pp above 1) are not started yet: engines are given tp alone; "
+    "give the model a profile with pp 1 (tp spreads a replica over the cards of one node)"
+)
+
+
+def place_profiles(model: str, asks: list[Ask], nodes: list[NodeInventory], placed: list[Placed]) -> Decision:
+    """Pick the node for one more replica of ``model``, trying its profiles in order.
+
+    The first profile is tried on every node, then the second, and so on; the
+    decision says which profile the replica runs. With several profiles each
+    node's reason names every profile's refusal (``profile 1: …; profile 2: …``).
+    """
+    seen: dict[str, list[str]] = {}
+    for index, ask in enumerate(asks):
+        if ask.spread.nodes > 1:
+            found = Decision(refusals={n.node_id: MULTI_NODE for n in nodes})
+        elif ask.spread.pp > 1:
+            found = Decision(refusals={n.node_id: PIPELINE for n in nodes})
+        else:
+            found = place(model, ask.memory_mb, nodes, placed, ask.spread, gpu_class=ask.gpu_class)
+        if found.placed:
+            refusals = {node: "; ".join(reasons) for node, reasons in seen.items() if node != found.node_id}
+            for node, why in found.refusals.items():
+                refusals[node] = "; ".join([*seen.get(node, []), _named(index, asks, why)])
+            return Decision(node_id=found.node_id, devices=found.devices, refusals=refusals, profile=index)
+        for node, why in found.refusals.items():
+            seen.setdefault(node, []).append(_named(index, asks, why))
+    return Decision(refusals={node: "; ".join(reasons) for node, reasons in seen.items()})
+
+
+def _named(index: int, asks: list[Ask], why: str) -> str:
+    return f"profile {index + 1}: {why}" if len(asks) > 1 else why

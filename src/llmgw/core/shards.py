@@ -13,6 +13,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from llmgw.core.mig import device_label
+
 
 class ShardState(enum.StrEnum):
     """Where a shard stands on its node."""
@@ -144,12 +146,12 @@ class Compute:
     memory_mb: int = 0
 
     def describe(self) -> str:
-        """``cuda:0,1 4096 MiB``, ``cpu``, or empty while unknown."""
+        """``cuda:0,1 4096 MiB``, ``cuda:1/mig0`` (a MIG instance), ``cpu``, or empty while unknown."""
         if not self.backend:
             return ""
         if self.backend == "cpu":
             return "cpu"
-        devices = ",".join(str(d) for d in self.devices)
+        devices = ",".join(device_label(d) for d in self.devices)
         where = f"{self.backend}:{devices}" if devices else self.backend
         return f"{where} {self.memory_mb} MiB" if self.memory_mb else where
 

@@ -191,7 +191,10 @@ class Gateway:
 
     def report_usage(self, record: UsageRecord) -> None:
         try:
-            self.on_used(self.feed.served_model(record.model))
+            served = self.feed.served_model(record.model)
+            if record.ttft_s is not None:
+                self.replicas.saw_ttft(served, record.ttft_s)
+            self.on_used(served)
             self.on_usage(record)
         except Exception:
             log.exception("on_usage hook failed for %s", record)

@@ -10,6 +10,7 @@ index, the adapters or the key ring:
 - the API keys replaced;
 - a replica's KV-block changes (:class:`~llmgw.core.kvblocks.KvBlocksUpdate`);
 - the limits replaced, and the counts of budgets read back from the store;
+- a replica draining (no new requests; the ones on it finish);
 - serving stopped or started (``llmgw stop`` / ``llmgw start``).
 
 Every method runs on the event loop and returns at once.
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
+from llmgw.core.scaling import ModelLoad
 from llmgw.gateway.adapters import Adapters, adapter_entries
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
 from llmgw.gateway.keys import KeyEntry, KeyRing
@@ -60,6 +62,11 @@ class GatewayFeed:
     def replica_gone(self, replica_id: str) -> None:
         """The replica left: no new request goes to it; requests on it finish there."""
         self._replicas.remove(replica_id)
+        self._adapters.forget(replica_id)
+
+    def replica_draining(self, replica_id: str) -> None:
+        """Scaled down or evicted: no new request goes to it; :meth:`replica_in_flight` counts the rest."""
+        self._replicas.drain(replica_id)
         self._adapters.forget(replica_id)
 
     def catalog_replaced(self, models: Iterable[ModelDefinition]) -> None:
@@ -105,6 +112,14 @@ class GatewayFeed:
         """Requests this gateway has on ``model``'s ready replicas now."""
         replicas = self._replicas
         return sum(replicas.in_flight(endpoint.replica_id) for endpoint in replicas.ready(model))
+
+    def replica_in_flight(self, replica_id: str) -> int:
+        """Requests this gateway has on the replica now, draining or not."""
+        return self._replicas.in_flight(replica_id)
+
+    def model_load(self, model: str) -> ModelLoad:
+        """What this gateway sees of ``model``'s load: autoscaling's input."""
+        return self._replicas.model_load(model)
 
     def served_model(self, name: str) -> str:
         """The catalog model a request for ``name`` keeps in use: an adapter's base model, else ``name``."""

@@ -9,12 +9,14 @@ their replica serves them. Everything here runs on the event loop's thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.routing import ReplicaLoad
+from llmgw.core.scaling import ModelLoad, TtftWindow
 from llmgw.gateway.routing import Router
 
 
@@ -63,20 +65,26 @@ class Lease:
 class ReplicaTable:
     """Ready replicas by model, with this gateway's in-flight count per replica."""
 
-    def __init__(self, router: Router | None = None) -> None:
+    def __init__(self, router: Router | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.router = router if router is not None else Router()
         """Chooses among a model's replicas (policy, prefix tree, KV index)."""
+        self._clock = clock
         self._endpoints: dict[str, ReplicaEndpoint] = {}
         self._loads: dict[str, ReplicaLoad] = {}
         self._by_model: dict[str, list[ReplicaLoad]] = {}
         self._waiters: dict[str, asyncio.Event] = {}
+        self._draining: dict[str, ReplicaLoad] = {}
+        """Replicas taken out of routing whose requests still finish there, with their load."""
+        self._waiting: dict[str, int] = {}
+        """Requests waiting for a ready replica, by model."""
+        self._ttft = TtftWindow()
 
     # -- changes from the control plane --------------------------------------------------------
 
     def set_ready(self, endpoint: ReplicaEndpoint) -> None:
         """Add a ready replica, or update one; requests waiting for its model wake up."""
         old = self._endpoints.get(endpoint.replica_id)
-        load = self._loads.get(endpoint.replica_id)
+        load = self._loads.get(endpoint.replica_id) or self._draining.pop(endpoint.replica_id, None)
         if load is None:
             load = self._loads[endpoint.replica_id] = ReplicaLoad(endpoint.replica_id)
         load.capacity = max(1, endpoint.capacity)
@@ -92,12 +100,20 @@ class ReplicaTable:
 
     def remove(self, replica_id: str) -> ReplicaEndpoint | None:
         """Take a replica out of routing; requests already on it finish there."""
+        self._draining.pop(replica_id, None)
         endpoint = self._endpoints.pop(replica_id, None)
         load = self._loads.pop(replica_id, None)
         if endpoint is not None and load is not None:
             self._unlist(endpoint.model, load)
         self.router.forget(replica_id)
         return endpoint
+
+    def drain(self, replica_id: str) -> None:
+        """Send the replica no new request; :meth:`in_flight` keeps counting the ones on it."""
+        load = self._loads.get(replica_id)
+        self.remove(replica_id)
+        if load is not None:
+            self._draining[replica_id] = load
 
     def replace(self, endpoints: Iterable[ReplicaEndpoint]) -> None:
         """Make ``endpoints`` the whole set of ready replicas (after a resync), keeping known loads."""
@@ -134,9 +150,26 @@ class ReplicaTable:
         return self._endpoints.get(replica_id)
 
     def in_flight(self, replica_id: str) -> int:
-        """Requests this gateway has on the replica now."""
-        load = self._loads.get(replica_id)
+        """Requests this gateway has on the replica now (ready or draining)."""
+        load = self._loads.get(replica_id) or self._draining.get(replica_id)
         return 0 if load is None else load.in_flight
+
+    def model_load(self, model: str) -> ModelLoad:
+        """The model's load as autoscaling reads it (:mod:`llmgw.core.scaling`)."""
+        loads = self._by_model.get(model, ())
+        slots = sum(load.capacity for load in loads)
+        total = sum(load.in_flight + load.others for load in loads)
+        return ModelLoad(
+            ready=len(loads),
+            slots=slots,
+            running=min(total, slots),
+            waiting=max(0, total - slots) + self._waiting.get(model, 0),
+            ttft_ms=self._ttft.mean(model, self._clock()),
+        )
+
+    def saw_ttft(self, model: str, ttft_s: float) -> None:
+        """A streamed answer of ``model`` took ``ttft_s`` to its first token."""
+        self._ttft.add(model, self._clock(), ttft_s * 1000)
 
     def pick(
         self, model: str, exclude: Collection[str] = (), prompt: str = "", tokens: Sequence[int] | None = None
@@ -185,6 +218,15 @@ class ReplicaTable:
         """Wait until ``model`` has a ready replica; False when ``timeout_s`` passed first."""
         if self._by_model.get(model):
             return True
+        self._waiting[model] = self._waiting.get(model, 0) + 1
+        try:
+            return await self._wait_ready(model, timeout_s)
+        finally:
+            self._waiting[model] -= 1
+            if not self._waiting[model]:
+                del self._waiting[model]
+
+    async def _wait_ready(self, model: str, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:

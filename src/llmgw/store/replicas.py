@@ -41,6 +41,8 @@ class ReplicaRecord:
     """Indexes of the node's devices the replica runs on (kept as a tuple); empty on the CPU."""
     memory_mb: int
     created_at: datetime = field(default_factory=_utcnow)
+    profile: int = 0
+    """The index of the model's profile it runs."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, tuple):
@@ -67,6 +69,7 @@ class Replicas:
             devices=list(replica.devices),
             memory_mb=replica.memory_mb,
             created_at=replica.created_at,
+            profile=replica.profile,
         )
         async with self._store.session() as session:
             if await session.get(ModelRow, replica.model) is None:
@@ -116,6 +119,7 @@ def _record(row: ReplicaRow) -> ReplicaRecord:
         devices=tuple(int(device) for device in row.devices or ()),
         memory_mb=row.memory_mb,
         created_at=row.created_at,
+        profile=row.profile or 0,
     )
 
 

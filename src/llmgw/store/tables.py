@@ -101,6 +101,8 @@ class ReplicaRow(Base):
     devices: Mapped[list[int]] = mapped_column(JSON, nullable=False)
     memory_mb: Mapped[int] = mapped_column(Integer, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    profile: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    """The index of the model's profile the replica runs (placement tries them in order)."""
 
 
 class NodeRow(Base):

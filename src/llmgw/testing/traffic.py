@@ -41,6 +41,8 @@ class Traffic:
     timeout_s: float = 60.0
     max_requests: int = 2000
     max_s: float = 300.0
+    stream: bool = False
+    """Ask for streamed answers (read to their end): a slowed stand-in keeps each one in flight."""
     outcomes: list[Outcome] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -70,13 +72,15 @@ class Traffic:
         body = {"model": self.model, "messages": [{"role": "user", "content": "Say hello."}]}
         request = urllib.request.Request(
             f"{self.url}/v1/chat/completions",
-            data=json.dumps({**body, "max_tokens": max_tokens}).encode(),
+            data=json.dumps({**body, "max_tokens": max_tokens, "stream": self.stream}).encode(),
             headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
         )
         started = time.monotonic()
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
-                answer.read()
+                text = answer.read()
+                if self.stream and not text.rstrip().endswith(b"data: [DONE]"):
+                    return Outcome(started, time.monotonic(), 0, "the stream ended before data: [DONE]")
                 return Outcome(started, time.monotonic(), answer.status)
         except urllib.error.HTTPError as error:
             return Outcome(started, time.monotonic(), error.code, error.read().decode(errors="replace")[:300])

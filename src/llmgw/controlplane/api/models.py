@@ -148,6 +148,8 @@ class ServingView(AnswerModel):
 
 class GpuView(AnswerModel):
     index: int
+    label: str = ""
+    """How views show the device: ``3`` for a card, ``1/mig0`` for a MIG instance."""
     name: str
     device_class: str = Field(validation_alias="class", serialization_alias="class")
     memory_mb: int
@@ -174,11 +176,16 @@ class ReplicaView(AnswerModel):
     """placed, starting, ready, failed, absent."""
     port: int
     on: str
-    """Where it computes (e.g. ``cuda:0 16000 MiB``, ``cpu``); empty until ready."""
+    """Where it computes (e.g. ``cuda:0 16000 MiB``, ``cuda:1/mig0``, ``cpu``); empty until ready."""
     restarts: int
     error: str
     adapters: dict[str, str] = {}
     """Each LoRA adapter's path on the node, by name."""
+    profile: int = 1
+    """The model's profile it runs (1: the first)."""
+    draining: str = ""
+    """Why it is draining (scaled down, evicted): it takes no new request and stops once its
+    requests are done; empty while it serves."""
 
 
 class ReplicaLogs(AnswerModel):
@@ -332,6 +339,22 @@ class PlanView(AnswerModel):
     """Replicas the catalog keeps (``replicas.min``; 0 while serving is stopped)."""
     refused: list[PlanRefusal]
     """Every other connected node, with why it was turned down."""
+    device_labels: list[str] = []
+    """The same devices as views show them: ``3`` for a card, ``1/mig0`` for a MIG instance."""
+    profile: int = 0
+    """The profile the replica would run (1: the first; profiles are tried in order); 0 when nowhere."""
+    priority: int = 0
+    """The model's priority: a replica that fits nowhere evicts replicas of lower priorities."""
+    evict_node: str = ""
+    """Where it would go once the replicas named in ``evict`` (and ``waiting_for``) have drained."""
+    evict: list[str] = []
+    """Replicas of lower priority that would be drained to make room (empty: none, or none would do)."""
+    waiting_for: list[str] = []
+    """Replicas already draining whose room it would take."""
+    kept: list[PlanRefusal] = []
+    """Replicas looked at for eviction and not evicted (``node`` holds the replica's id), with why."""
+    scaling: str = ""
+    """The reconciler's last autoscaling decision for the model, with its reason."""
     problem: str = ""
     """Why the model cannot be planned at all (a stored definition that does not read, no node connected)."""
 

@@ -9,6 +9,7 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import GpuView, NodeView, RefusedSettingsView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.controlplane.fleet import Fleet
+from llmgw.core.mig import device_label
 from llmgw.core.nodes import SettingsRefusal, flat_settings
 
 router = APIRouter(
@@ -33,7 +34,13 @@ async def nodes(state: State) -> list[NodeView]:
                 cpu_cores=inv.cpu_cores if inv else 0,
                 memory_mb=inv.memory_mb if inv else 0,
                 gpus=[
-                    GpuView(index=d.index, name=d.name, device_class=d.device_class, memory_mb=d.memory_mb)
+                    GpuView(
+                        index=d.index,
+                        label=device_label(d.index),
+                        name=d.name,
+                        device_class=d.device_class,
+                        memory_mb=d.memory_mb,
+                    )
                     for d in (inv.gpus if inv else ())
                 ],
                 engines=list(live.engines) if live else [],

@@ -2,8 +2,10 @@
 
 The answer is placement's own decision (:meth:`Reconciler.decide`, the call a
 reconcile pass acts on) over the connected nodes and the replicas placed in the
-store: the node and cards chosen, and each other node's reason, naming the
-cards it looked at. ``llmgw ctl plan``, the console and the portal show it.
+store: the node, cards and profile chosen, and each other node's reason, naming
+the cards it looked at; for a model that fits nowhere, the lower-priority
+replicas that would be evicted for it and why every other one is kept.
+``llmgw ctl plan``, the console and the portal show it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import PlanRefusal, PlanView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.core.catalog import parse_model
+from llmgw.core.mig import device_label
 from llmgw.errors import LlmgwError, NotFound
 
 router = APIRouter(prefix="/api", tags=["plan"], dependencies=CLUSTER_ROLE, responses=declared(401, 503, 403))
@@ -48,16 +51,27 @@ async def plan(state: State, model: str | None = None) -> list[PlanView]:
             )  # fmt: skip
             continue
         decision = state.reconciler.decide(definition, placed)
+        if not decision.placed and state.fleet.nodes:
+            decision = state.reconciler.decide(definition, placed, unplaced=decision)
+        profile = definition.profiles[decision.profile]
         out.append(
             PlanView(
                 model=record.name,
                 node=decision.node_id,
                 devices=list(decision.devices),
-                memory_mb=definition.memory_needed_mb(),
+                device_labels=[device_label(d) for d in decision.devices],
+                memory_mb=definition.memory_needed_mb(profile),
                 replicas=mine,
                 wanted=0 if state.reconciler.stopped else definition.replicas.min,
                 refused=[PlanRefusal(node=n, reason=why) for n, why in sorted(decision.refusals.items())],
                 problem="" if state.fleet.nodes else NO_NODE,
+                profile=decision.profile + 1 if decision.placed or decision.evict_node else 0,
+                priority=definition.priority,
+                evict_node=decision.evict_node,
+                evict=list(decision.evict),
+                waiting_for=list(decision.waiting_for),
+                kept=[PlanRefusal(node=r, reason=why) for r, why in sorted(decision.kept.items())],
+                scaling=state.reconciler.scaling.get(record.name, ""),
             )
         )
     return out

@@ -33,6 +33,8 @@ async def replicas(state: State) -> list[ReplicaView]:
             restarts=r.restarts,
             error=r.error,
             adapters=dict(r.adapter_paths),
+            profile=r.profile + 1,
+            draining=r.drain_reason if r.draining_since is not None else "",
         )
         for r in sorted(state.fleet.replicas.values(), key=lambda r: (r.model, r.replica_id))
     ]

@@ -32,8 +32,8 @@ export function gpuMapPage(main) {
       h("div", { class: "tiles-grid" }, node.gpus.map((gpu) => {
         const reading = readings.get(`${node.id}/${gpu.index}`);
         const value = busy(reading);
-        return h("a", { class: `gpu level-${level(value)}`, href: `#/nodes/${encodeURIComponent(node.id)}`, title: `${node.id} GPU ${gpu.index}: ${gpu.class}` },
-          h("span", { class: "gpu-id" }, String(gpu.index >= 1000 ? `${Math.floor((gpu.index - 1000) / 100)}/mig${(gpu.index - 1000) % 100}` : gpu.index)),
+        return h("a", { class: `gpu level-${level(value)}`, href: `#/nodes/${encodeURIComponent(node.id)}`, title: `${node.id} GPU ${gpu.label || gpu.index}: ${gpu.class}` },
+          h("span", { class: "gpu-id" }, String(gpu.label || gpu.index)),
           h("span", { class: "gpu-class" }, gpu.class),
           h("span", { class: "gpu-value" }, value === null ? "–" : `${Math.round(value)} %`),
           h("span", { class: "gpu-mem" }, reading ? `${mib(reading.memory_used_mb)} / ${mib(reading.memory_total_mb)}` : mib(gpu.memory_mb)));

@@ -12,7 +12,7 @@ export function modelsPage(main) {
     if (views.models) {
       models.replaceChildren(table([
         { title: "Model", value: (m) => m.name },
-        { title: "Engine", value: (m) => (m.definition ? m.definition.profile.engine : "–") },
+        { title: "Engine", value: (m) => (m.definition ? (m.definition.profiles || [m.definition.profile]).map((p) => p.engine).join(" → ") : "–") },
         { title: "Ready", value: (m) => badge(`${m.ready} / ${m.replicas}`, m.ready ? "ok" : "warn"), class: "num" },
         { title: "Wanted", value: (m) => (m.definition ? `${m.definition.replicas.min}–${m.definition.replicas.max}${m.definition.on_demand ? " on demand" : ""}` : "–"), class: "num" },
         { title: "Note", value: (m) => m.problem || (m.unplaced ? `not placed: ${m.unplaced}` : "") },
