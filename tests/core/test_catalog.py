@@ -283,4 +283,4 @@ def test_profiles_of_one_model_must_serve_the_same_task() -> None:
                 "profiles": [{"serves": "chat"}, {"serves": "embeddings"}],
             }
         )
-    assert "serve the same thing" in str(caught.value)
+    assert "serves the same thing" in str(caught.value)

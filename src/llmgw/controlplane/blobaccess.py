@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
-from llmgw.controlplane.reconciling import shard_spec
+from llmgw.controlplane.shardspecs import shard_spec
 from llmgw.core.catalog import parse_model
 from llmgw.core.relays import RelayPeer
 from llmgw.errors import Unauthorized
