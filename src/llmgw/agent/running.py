@@ -37,6 +37,7 @@ from pathlib import Path
 from llmgw.agent.config import AgentConfig, kept_settings, load_agent_config
 from llmgw.agent.discovery import choose_source, discover
 from llmgw.agent.engineuser import engine_user
+from llmgw.agent.fetchprogress import FetchMeters
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
 from llmgw.agent.kv_reporting import KvReporter
@@ -115,7 +116,8 @@ async def run_agent(
     links = ControlPlaneLinks(tls, config.control_planes)
     tracing = Tracing.from_settings(config.tracing, f"llmgw-agent {inventory.node_id}")
     traces = ShardStartTraces(tracing)
-    installer = Installer(config, lambda: inventory, links.fetcher, traces)
+    meters = FetchMeters(lambda replica_id, progress: shards.fetching(replica_id, progress))
+    installer = Installer(config, lambda: inventory, links.fetcher, traces, meters)
     config.work_path.mkdir(parents=True, exist_ok=True)
     shards = Supervisor(
         config.work_path,

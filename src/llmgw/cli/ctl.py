@@ -140,7 +140,16 @@ def replicas(url: str | None = URL, token: str | None = TOKEN, as_json: bool = A
     table(
         ["REPLICA", "MODEL", "NODE", "STATE", "ON", "PORT", "RESTARTS", "ERROR"],
         [
-            (r.id, r.model, r.node, r.state, r.on or "-", r.port or "-", r.restarts, r.error[:60])
+            (
+                r.id,
+                r.model,
+                r.node,
+                r.progress or r.state,
+                r.on or "-",
+                r.port or "-",
+                r.restarts,
+                r.error[:60],
+            )
             for r in rows
         ],
     )
