@@ -180,16 +180,17 @@ class Installer:
         for extra in files:
             path = await self.blob(model, extra.sha256, extra.filename, extra.size)
             fetched.append((extra.filename, extra.sha256, path))
-        return await asyncio.to_thread(weightfiles.model_folder, self._weights_dir, fetched)
+        return await asyncio.to_thread(weightfiles.model_folder, self.weights_dir, fetched)
 
     @property
-    def _weights_dir(self) -> Path:
+    def weights_dir(self) -> Path:
+        """Where fetched files live, each in ``<sha256>/``."""
         return self._config.work_path / "weights"
 
     async def blob(self, model: str, sha: str, filename: str, size: int) -> Path:
         """A mirrored file fetched once into ``weights/<sha>/``; one found there is reused if it matches."""
         async with self.weights_lock(sha):
-            directory = self._weights_dir / sha
+            directory = self.weights_dir / sha
             final = directory / filename
             if await asyncio.to_thread(weightfiles.reusable, final, sha):
                 self.meters.found(sha, size)

@@ -14,6 +14,7 @@ component         policy    what
 ================  ========  ==============================================
 ``session``       RESTART   the stream to the leading control plane
 ``kv-events``     RESTART   vLLM shards' KV events up the stream
+``weights-gc``    RESTART   unused weights removed past their keep time, when too many
 ``config-watch``  RESTART   agent.yaml edited: start again (when asked)
 ``telemetry``     RESTART   the cards' telemetry (on a node with cards)
 ``metrics``       RESTART   ``/metrics`` on ``metrics.host:port`` (unless port 0)
@@ -50,6 +51,7 @@ from llmgw.agent.settingstrial import SettingsTrial
 from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
+from llmgw.agent.weights_collecting import WeightsCollector
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Tracing
 from llmgw.protocol.channels import AgentChannel
@@ -145,12 +147,20 @@ async def run_agent(
     )
     if restarting is not None:
         restarting.on_withdrawn = session.register_again
+    collector = WeightsCollector(
+        installer.weights_dir,
+        lambda: [shard.spec for shard in shards.shards.values()],
+        installer.weights_lock,
+        keep_hours=config.weights_keep_hours,
+        max_gb=config.weights_max_gb,
+    )
     kv_reporter = KvReporter(shards.shards, session.send)
     session.on_each_stream(kv_reporter.resend)
 
     components = components if components is not None else supervising.Supervisor()
     components.add("session", session.run)
     components.add("kv-events", kv_reporter.run)
+    components.add("weights-gc", collector.run)
     if restarting is not None:
         components.add("config-watch", restarting.watch_file)
     if inventory.gpus:
