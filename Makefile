@@ -77,6 +77,10 @@ bench-gateway: install $(LITELLM_VENV)/bin/litellm
 bench-routing: install
 	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)
 
+.PHONY: bench-mirror
+bench-mirror: install  ## import a 2 GiB file into the mirror and fetch it over a node's stream, against sha256sum and cp
+	$(BIN)/python bench/mirror/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 

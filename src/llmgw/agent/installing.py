@@ -27,7 +27,7 @@ from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
 from llmgw.engines import builds, pythonbuilds, trtllm
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
-from llmgw.mirror.fetching import BlobWriter
+from llmgw.mirror.fetching import BlobWriter, read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class Installer:
                     attempt,
                 )
                 try:
-                    async for chunk in self._fetch()(sha, offset):
+                    async for chunk in read_ahead(self._fetch()(sha, offset)):
                         await writer.write(chunk)
                         metrics.WEIGHTS_FETCHED_BYTES.inc(len(chunk))
                         self.meters.advanced(sha, writer.offset)
