@@ -78,7 +78,7 @@ bench-routing: install
 	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)
 
 .PHONY: bench-mirror
-bench-mirror: install  ## import a 2 GiB file into the mirror and fetch it over a node's stream, against sha256sum and cp
+bench-mirror: install
 	$(BIN)/python bench/mirror/run.py $(BENCH_ARGS)
 
 clean:

@@ -35,8 +35,10 @@ from typing import BinaryIO
 
 from llmgw.errors import NotFound, StorageFull, ValidationFailed
 
-CHUNK_SIZE = 4 << 20
-"""Bytes read or written at a time (and a fetch's gRPC message: far below its 16 MiB limit)."""
+CHUNK_SIZE = 1 << 20
+"""Bytes read or written at a time (and a fetch's gRPC message)."""
+IMPORT_CHUNK = 4 << 20
+"""Bytes an import reads, hashes and writes at a time: fewer, larger steps (two in memory at most)."""
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -151,7 +153,7 @@ class BlobStore:
             # takes about as long as the slower of the two, not their sum; two chunks in memory at most
             with ThreadPoolExecutor(1, thread_name_prefix="blob-write") as writer:
                 written: Future[None] | None = None
-                while chunk := source.read(CHUNK_SIZE):
+                while chunk := source.read(IMPORT_CHUNK):
                     if written is not None:
                         written.result()
                     written = writer.submit(self._write, target, chunk)
