@@ -83,6 +83,10 @@ bench-gateway: install $(LITELLM_VENV)/bin/litellm
 bench-routing: install
 	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)
 
+.PHONY: bench-mirror
+bench-mirror: install
+	$(BIN)/python bench/mirror/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 

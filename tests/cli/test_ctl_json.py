@@ -11,6 +11,7 @@ from llmgw.cli.ctl import describe_component
 from llmgw.cli.main import app
 from llmgw.controlplane.api.models import ComponentView, KeyView, ReplicaView, StatusView
 from llmgw.core.health import ComponentState
+from llmgw.core.shards import FetchProgress, ReplicaPhase
 
 from .conftest import FAILED_AT, AdminServer
 
@@ -28,6 +29,20 @@ def test_ctl_replicas_json_parses_as_the_replicas(admin_server: AdminServer) -> 
             id="r-1", model="m1", node="node1", state="ready", port=9001, on="cpu", restarts=0, error=""
         )
     ]
+
+
+def test_ctl_replicas_shows_a_fetch_in_progress_in_the_state_column(admin_server: AdminServer) -> None:
+    replica = admin_server.fleet.replicas["r-1"]
+    replica.state = ReplicaPhase.STARTING
+    replica.fetching = FetchProgress(done=410 * 10**6, total=10**9, bytes_per_s=950e6)
+    assert "fetching 41 % at 950 MB/s" in run(admin_server, "ctl", "replicas")
+    (row,) = json.loads(run(admin_server, "ctl", "replicas", "--json"))
+    assert (row["state"], row["progress"]) == ("starting", "fetching 41 % at 950 MB/s")
+    assert (row["fetched_bytes"], row["fetch_total_bytes"], row["fetch_bytes_per_s"]) == (
+        410 * 10**6,
+        10**9,
+        950e6,
+    )
 
 
 def test_every_listing_prints_json(admin_server: AdminServer) -> None:

@@ -10,6 +10,7 @@ from llmgw.core.nodes import NodeRegistration, Registered, SettingsRefusal
 from llmgw.core.shards import (
     AdapterSpec,
     Compute,
+    FetchProgress,
     RunningShard,
     ShardSpec,
     ShardState,
@@ -70,6 +71,9 @@ computes = st.builds(
 )
 shard_states = st.sampled_from(ShardState)
 adapter_paths = st.dictionaries(text, text, **small)
+fetch_progress = st.builds(
+    FetchProgress, done=int64, total=int64, bytes_per_s=st.floats(allow_nan=False, allow_infinity=False)
+)
 shard_statuses = st.builds(
     ShardStatus,
     replica_id=text,
@@ -79,6 +83,7 @@ shard_statuses = st.builds(
     error=text,
     restarts=int32,
     adapter_paths=adapter_paths,
+    fetching=st.none() | fetch_progress,
 )
 running_shards = st.builds(
     RunningShard,

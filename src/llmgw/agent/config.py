@@ -126,6 +126,11 @@ class AgentConfig(ConfigFile):
     """OpenTelemetry spans of shard starts (weights, launch, readiness) over OTLP (off by default)."""
     release: ReleaseSettings = Field(default_factory=ReleaseSettings)
     """The key upgrades must be signed by (``release.trusted_pub``); only the node's own file sets it."""
+    weights_max_gb: float = Field(default=500.0, ge=0)
+    """Past this many GB (10^9 bytes) in the weights folder, weights no shard uses are removed,
+    the longest unused first (0: whenever any are past ``weights_keep_hours``)."""
+    weights_keep_hours: float = Field(default=24.0, ge=0)
+    """How long weights no shard uses are kept at least, however full the weights folder."""
 
     @field_validator("address")
     @classmethod

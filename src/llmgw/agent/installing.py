@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from llmgw.agent import metrics, weightfiles
 from llmgw.agent.config import AgentConfig
+from llmgw.agent.fetchprogress import FetchMeters, shard_files
 from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
@@ -26,7 +27,7 @@ from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
 from llmgw.engines import builds, pythonbuilds, trtllm
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
-from llmgw.mirror.fetching import BlobWriter
+from llmgw.mirror.fetching import BlobWriter, read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,10 @@ class Installer:
         inventory: Callable[[], NodeInventory],
         fetch: Callable[[], BlobFetcher],
         traces: ShardStartTraces | None = None,
+        meters: FetchMeters | None = None,
     ) -> None:
         self._config = config
+        self.meters = meters or FetchMeters(lambda replica_id, progress: None)
         self._traces = traces or ShardStartTraces()
         self._inventory = inventory
         self._fetch = fetch
@@ -177,25 +180,27 @@ class Installer:
         for extra in files:
             path = await self.blob(model, extra.sha256, extra.filename, extra.size)
             fetched.append((extra.filename, extra.sha256, path))
-        return await asyncio.to_thread(weightfiles.model_folder, self._weights_dir, fetched)
+        return await asyncio.to_thread(weightfiles.model_folder, self.weights_dir, fetched)
 
     @property
-    def _weights_dir(self) -> Path:
+    def weights_dir(self) -> Path:
+        """Where fetched files live, each in ``<sha256>/``."""
         return self._config.work_path / "weights"
 
     async def blob(self, model: str, sha: str, filename: str, size: int) -> Path:
         """A mirrored file fetched once into ``weights/<sha>/``; one found there is reused if it matches."""
-        lock = self._weights_locks.setdefault(sha, asyncio.Lock())
-        async with lock:
-            directory = self._weights_dir / sha
+        async with self.weights_lock(sha):
+            directory = self.weights_dir / sha
             final = directory / filename
             if await asyncio.to_thread(weightfiles.reusable, final, sha):
+                self.meters.found(sha, size)
                 return final
             directory.mkdir(parents=True, exist_ok=True)
             error: LlmgwError | None = None
             for attempt in range(1, FETCH_ATTEMPTS + 1):
                 writer = BlobWriter(final, sha, size)
                 offset = await writer.start()
+                self.meters.found(sha, offset)
                 log.info(
                     "fetching weights %s… for %s from byte %d (attempt %d)",
                     sha[:12],
@@ -204,9 +209,10 @@ class Installer:
                     attempt,
                 )
                 try:
-                    async for chunk in self._fetch()(sha, offset):
+                    async for chunk in read_ahead(self._fetch()(sha, offset)):
                         await writer.write(chunk)
                         metrics.WEIGHTS_FETCHED_BYTES.inc(len(chunk))
+                        self.meters.advanced(sha, writer.offset)
                     await writer.finish()
                     await asyncio.to_thread(weightfiles.remember_digest, final, sha)
                     return final
@@ -236,7 +242,19 @@ class Installer:
         folder = await self.folder(spec.model, path, adapter.sha256, adapter.files)
         return LaunchAdapter(adapter.name, folder, adapter.scale)
 
+    def weights_lock(self, sha256: str) -> asyncio.Lock:
+        """Held while the file ``sha256`` is checked or fetched; whoever removes it holds it too."""
+        return self._weights_locks.setdefault(sha256, asyncio.Lock())
+
     async def prepare(self, spec: ShardSpec) -> Prepared:
+        """What the shard's engine starts from; its fetch's progress goes to :attr:`meters` meanwhile."""
+        self.meters.begin(spec.replica_id, shard_files(spec))
+        try:
+            return await self._prepare(spec)
+        finally:
+            self.meters.end(spec.replica_id)
+
+    async def _prepare(self, spec: ShardSpec) -> Prepared:
         def traced(step: Awaitable[T], name: str, **attributes: str | int) -> Awaitable[T]:
             return _traced(self._traces, spec.replica_id, step, name, **attributes)
 

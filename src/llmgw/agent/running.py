@@ -14,6 +14,7 @@ component         policy    what
 ================  ========  ==============================================
 ``session``       RESTART   the stream to the leading control plane
 ``kv-events``     RESTART   vLLM shards' KV events up the stream
+``weights-gc``    RESTART   unused weights removed past their keep time, when too many
 ``config-watch``  RESTART   agent.yaml edited: start again (when asked)
 ``telemetry``     RESTART   the cards' telemetry (on a node with cards)
 ``metrics``       RESTART   ``/metrics`` on ``metrics.host:port`` (unless port 0)
@@ -39,6 +40,7 @@ from llmgw.agent.blobsources import BlobSources
 from llmgw.agent.config import AgentConfig, kept_settings, load_agent_config
 from llmgw.agent.discovery import choose_source, discover
 from llmgw.agent.engineuser import engine_user
+from llmgw.agent.fetchprogress import FetchMeters
 from llmgw.agent.gpus import GpuSource
 from llmgw.agent.installing import Installer
 from llmgw.agent.kv_reporting import KvReporter
@@ -52,6 +54,7 @@ from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
 from llmgw.agent.upgrading import AgentUpgrader
+from llmgw.agent.weights_collecting import WeightsCollector
 from llmgw.mirror.upgrades import PipInstaller
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Tracing
@@ -119,7 +122,8 @@ async def run_agent(
     traces = ShardStartTraces(tracing)
     # the leader first (the plane reached last), then every plane the session knows
     sources = BlobSources(lambda: links.current, lambda: session.control_planes, links.fetch_from)
-    installer = Installer(config, lambda: inventory, sources.fetcher, traces)
+    meters = FetchMeters(lambda replica_id, progress: shards.fetching(replica_id, progress))
+    installer = Installer(config, lambda: inventory, sources.fetcher, traces, meters)
     config.work_path.mkdir(parents=True, exist_ok=True)
     shards = Supervisor(
         config.work_path,
@@ -156,12 +160,20 @@ async def run_agent(
     )
     if restarting is not None:
         restarting.on_withdrawn = session.register_again
+    collector = WeightsCollector(
+        installer.weights_dir,
+        lambda: [shard.spec for shard in shards.shards.values()],
+        installer.weights_lock,
+        keep_hours=config.weights_keep_hours,
+        max_gb=config.weights_max_gb,
+    )
     kv_reporter = KvReporter(shards.shards, session.send)
     session.on_each_stream(kv_reporter.resend)
 
     components = components if components is not None else supervising.Supervisor()
     components.add("session", session.run)
     components.add("kv-events", kv_reporter.run)
+    components.add("weights-gc", collector.run)
     if restarting is not None:
         components.add("config-watch", restarting.watch_file)
     if inventory.gpus:

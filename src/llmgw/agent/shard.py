@@ -15,7 +15,7 @@ from pathlib import Path
 from llmgw.agent.engineoutput import OutputFollower, ShardLog
 from llmgw.agent.launching import EngineProcess
 from llmgw.agent.shardstates import ShardRecord
-from llmgw.core.shards import Compute, RunningShard, ShardSpec, ShardState, ShardStatus
+from llmgw.core.shards import Compute, FetchProgress, RunningShard, ShardSpec, ShardState, ShardStatus
 from llmgw.errors import LlmgwError
 
 
@@ -48,6 +48,8 @@ class Shard:
     """Where the engine answers KV-event replay requests, beside ``kv_events_port``."""
     killed: str = ""
     """Why the agent killed the current engine (it stopped answering), for the restart's reason."""
+    fetching: FetchProgress | None = None
+    """How far its files have come from the mirror, while they come."""
 
     @property
     def ports(self) -> set[int]:
@@ -84,6 +86,7 @@ class Shard:
             error=self.error,
             restarts=self.restarts,
             adapter_paths=dict(self.adapter_paths),
+            fetching=self.fetching,
         )
 
     def running(self) -> RunningShard:

@@ -56,7 +56,7 @@ from llmgw.agent.shardstates import (
 from llmgw.agent.telemetry import descendants
 from llmgw.core.backoff import Backoff
 from llmgw.core.mig import visible_devices
-from llmgw.core.shards import RunningShard, ShardSpec, ShardState, ShardStatus
+from llmgw.core.shards import FetchProgress, RunningShard, ShardSpec, ShardState, ShardStatus
 from llmgw.core.validation import check_args, check_env
 from llmgw.engines import engine as engines
 from llmgw.engines.registry import engine_named
@@ -204,9 +204,18 @@ class Supervisor:
         except OSError as error:
             log.error("shard %s: cannot write its state file: %s", shard.replica_id, error)
 
+    def fetching(self, replica_id: str, progress: FetchProgress) -> None:
+        """Report how far a starting shard's files have come (throttled by the caller)."""
+        shard = self.shards.get(replica_id)
+        if shard is None or shard.stopping or shard.state is not ShardState.STARTING:
+            return
+        shard.fetching = progress
+        self.report(shard.status())
+
     def _emit(self, shard: Shard, state: ShardState, error: str = "") -> None:
         shard.state = state
         shard.error = error
+        shard.fetching = None
         self.traced(shard.spec, state, error)  # a traced start's span: begun, or ended at READY
         self.report(shard.status())
 
@@ -294,6 +303,9 @@ class Supervisor:
             log.error("shard %s cannot start: %s", shard.replica_id, error)
             self._emit(shard, ShardState.FAILED, str(error))
             return
+        if shard.fetching is not None:  # every file is there: the report says starting, not fetching
+            shard.fetching = None
+            self.report(shard.status())
         backoff = Backoff(self._settings.restart_backoff_s, 2.0, self._settings.restart_backoff_max_s)
         quick_failures = 0
         while not shard.stopping:

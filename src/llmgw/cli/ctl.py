@@ -148,7 +148,7 @@ def replicas(url: str | None = URL, token: str | None = TOKEN, as_json: bool = A
                 r.id,
                 r.model,
                 r.node,
-                f"{r.state}, draining" if r.draining else r.state,
+                r.progress or (f"{r.state}, draining" if r.draining else r.state),
                 r.on or "-",
                 r.port or "-",
                 r.restarts,

@@ -132,7 +132,7 @@ class ReplicasView(TableView):
                 r.id,
                 r.model,
                 r.node or "-",
-                r.state,
+                r.progress or r.state,
                 r.on or "-",
                 r.port or "-",
                 r.restarts,

@@ -27,7 +27,7 @@ from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.nodes import NodeRegistration, SettingsRefusal
-from llmgw.core.shards import Compute, ReplicaPhase, ShardSpec, ShardState
+from llmgw.core.shards import Compute, FetchProgress, ReplicaPhase, ShardSpec, ShardState
 from llmgw.core.telemetry import Telemetry
 from llmgw.errors import Unauthorized
 from llmgw.protocol.links import ControlLink
@@ -74,6 +74,8 @@ class ReplicaState:
     draining_since: float | None = None
     """When it began draining (scaled down or evicted: no new requests); None while it serves."""
     drain_reason: str = ""
+    fetching: FetchProgress | None = None
+    """While starting: how far its node has fetched its files, as last reported."""
 
 
 def shard_blobs(spec: ShardSpec) -> frozenset[str]:
@@ -269,6 +271,7 @@ class Fleet:
         compute: Compute,
         restarts: int = 0,
         adapter_paths: dict[str, str] | None = None,
+        fetching: FetchProgress | None = None,
     ) -> ReplicaState | None:
         """Apply a shard's reported state; None when the replica is not one the leader knows."""
         replica = self.replicas.get(replica_id)
@@ -283,6 +286,7 @@ class Fleet:
         replica.restarts = max(replica.restarts, restarts)
         if adapter_paths:
             replica.adapter_paths = dict(adapter_paths)
+        replica.fetching = fetching if phase is ReplicaPhase.STARTING else None
         if phase is ReplicaPhase.READY:
             replica.backoff.reset()
         self._set_state(replica, phase)

@@ -233,11 +233,14 @@ class NodeSessions:
             status.compute,
             status.restarts,
             dict(status.adapter_paths),
+            status.fetching,
         )
         if replica is None:
             if not status.state.ended:
                 await channel.send(StopShard(replica_id=status.replica_id, reason="unknown replica"))
             return
+        if status.fetching is not None:
+            return  # a fetch's progress (twice a second): shown in the replica's state, not logged
         log.info(
             "replica %s of %s on %s: %s%s",
             replica.replica_id,

@@ -157,6 +157,26 @@ class Compute:
 
 
 @dataclass(frozen=True)
+class FetchProgress:
+    """How far a starting shard's node has fetched its files from the mirror."""
+
+    done: int
+    """Bytes of the shard's files on the node (fetched now, or found there and checked)."""
+    total: int
+    """Bytes of all the shard's files."""
+    bytes_per_s: float = 0.0
+    """The fetch's rate since the last report."""
+
+    @property
+    def percent(self) -> int:
+        return 100 * self.done // self.total if self.total > 0 else 100
+
+    def describe(self) -> str:
+        """``fetching 41 % at 950 MB/s`` (MB: 10^6 bytes)."""
+        return f"fetching {self.percent} % at {self.bytes_per_s / 1e6:.0f} MB/s"
+
+
+@dataclass(frozen=True)
 class ShardStatus:
     """A shard's state as its node reports it, on each change."""
 
@@ -168,6 +188,8 @@ class ShardStatus:
     restarts: int = 0
     adapter_paths: Mapping[str, str] = field(default_factory=dict)
     """Each LoRA adapter's folder (vLLM) or file (llama.cpp) on the node, by name."""
+    fetching: FetchProgress | None = None
+    """While a STARTING shard's files come from the mirror: how far, how fast."""
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,48 @@ for the next try, which hashes what is there and asks for the rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import BinaryIO
 
 from llmgw.errors import ChecksumMismatch, DownloadError
 from llmgw.mirror.blobs import CHUNK_SIZE, fsync_directory, normalize_sha256
+
+READ_AHEAD = 4
+"""Chunks a fetch takes in while earlier ones are written and hashed."""
+
+
+async def read_ahead(chunks: AsyncIterator[bytes], depth: int = READ_AHEAD) -> AsyncIterator[bytes]:
+    """``chunks`` as they are, received up to ``depth`` ahead of the one the caller works on.
+
+    The transport's reading (gRPC's decryption, the message's parsing) runs on
+    the event loop while the caller's threads write and hash; a failure of the
+    transport comes out here, after the chunks that came before it.
+    """
+    queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=depth)
+
+    async def receive() -> None:
+        try:
+            async for chunk in chunks:
+                await queue.put(chunk)
+        except Exception as error:  # handed to the reader, in order
+            await queue.put(error)
+            return
+        await queue.put(None)
+
+    receiving = asyncio.create_task(receive(), name="read-ahead")
+    try:
+        while (item := await queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        receiving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await receiving
 
 
 class BlobWriter:
@@ -82,14 +117,18 @@ class BlobWriter:
                 f"{self.dest.name}: received more than the {self.expected_size} bytes expected",
                 hint="the mirror sent a different file than it listed; fetch the blob again from offset 0",
             )
+        # written and hashed at once, each in a thread (both let go of the GIL), off the event loop
+        wrote = asyncio.ensure_future(asyncio.to_thread(self._file.write, chunk))
         try:
-            await asyncio.to_thread(self._file.write, chunk)
-        except OSError as error:
-            raise DownloadError(
-                f"cannot write {self.partial}: {error}",
-                hint=f"free space on the disk holding {self.partial.parent} and fetch again",
-            ) from error
-        self._digest.update(chunk)
+            await asyncio.to_thread(self._digest.update, chunk)
+        finally:
+            try:
+                await wrote
+            except OSError as error:
+                raise DownloadError(
+                    f"cannot write {self.partial}: {error}",
+                    hint=f"free space on the disk holding {self.partial.parent} and fetch again",
+                ) from error
         self._written += len(chunk)
 
     async def finish(self) -> Path:

@@ -301,6 +301,7 @@ class ShardStatus(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     RESTARTS_FIELD_NUMBER: _builtins.int
     ADAPTER_PATHS_FIELD_NUMBER: _builtins.int
+    FETCHING_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     state: Global___ShardState.ValueType
     port: _builtins.int
@@ -314,6 +315,10 @@ class ShardStatus(_message.Message):
         router loads a runtime adapter through the engine's API with this path.
         """
 
+    @_builtins.property
+    def fetching(self) -> Global___FetchProgress:
+        """While a starting shard's files come from the mirror: bytes on the node, of all, and the rate."""
+
     def __init__(
         self,
         *,
@@ -324,10 +329,11 @@ class ShardStatus(_message.Message):
         error: _builtins.str = ...,
         restarts: _builtins.int = ...,
         adapter_paths: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        fetching: Global___FetchProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compute", b"compute", "fetching", b"fetching"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_paths", b"adapter_paths", "compute", b"compute", "error", b"error", "port", b"port", "replica_id", b"replica_id", "restarts", b"restarts", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_paths", b"adapter_paths", "compute", b"compute", "error", b"error", "fetching", b"fetching", "port", b"port", "replica_id", b"replica_id", "restarts", b"restarts", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1280,3 +1286,30 @@ class UpgradeResult(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpgradeResult: _TypeAlias = UpgradeResult  # noqa: Y015
+
+@_typing.final
+class FetchProgress(_message.Message):
+    """How far a starting shard's node has fetched its files (ShardStatus.fetching)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DONE_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    done: _builtins.int
+    total: _builtins.int
+    bytes_per_s: _builtins.float
+    def __init__(
+        self,
+        *,
+        done: _builtins.int = ...,
+        total: _builtins.int = ...,
+        bytes_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_per_s", b"bytes_per_s", "done", b"done", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchProgress: _TypeAlias = FetchProgress  # noqa: Y015

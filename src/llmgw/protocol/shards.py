@@ -5,6 +5,7 @@ from __future__ import annotations
 from llmgw.core.shards import (
     AdapterSpec,
     Compute,
+    FetchProgress,
     RunningShard,
     ShardSpec,
     ShardState,
@@ -159,7 +160,7 @@ def decode_compute(message: pb.Compute) -> Compute:
 
 
 def encode_shard_status(status: ShardStatus) -> pb.ShardStatus:
-    return pb.ShardStatus(
+    message = pb.ShardStatus(
         replica_id=status.replica_id,
         state=encode_state(status.state),
         port=status.port,
@@ -168,6 +169,12 @@ def encode_shard_status(status: ShardStatus) -> pb.ShardStatus:
         restarts=status.restarts,
         adapter_paths=dict(status.adapter_paths),
     )
+    if status.fetching is not None:
+        progress = status.fetching
+        message.fetching.CopyFrom(
+            pb.FetchProgress(done=progress.done, total=progress.total, bytes_per_s=progress.bytes_per_s)
+        )
+    return message
 
 
 def decode_shard_status(message: pb.ShardStatus) -> ShardStatus:
@@ -179,7 +186,12 @@ def decode_shard_status(message: pb.ShardStatus) -> ShardStatus:
         error=message.error,
         restarts=message.restarts,
         adapter_paths=dict(message.adapter_paths),
+        fetching=_decode_progress(message.fetching) if message.HasField("fetching") else None,
     )
+
+
+def _decode_progress(message: pb.FetchProgress) -> FetchProgress:
+    return FetchProgress(done=message.done, total=message.total, bytes_per_s=message.bytes_per_s)
 
 
 def encode_running_shard(shard: RunningShard) -> pb.RunningShard:

@@ -35,6 +35,10 @@ async def replicas(state: State) -> list[ReplicaView]:
             adapters=dict(r.adapter_paths),
             profile=r.profile + 1,
             draining=r.drain_reason if r.draining_since is not None else "",
+            progress=r.fetching.describe() if r.fetching else "",
+            fetched_bytes=r.fetching.done if r.fetching else 0,
+            fetch_total_bytes=r.fetching.total if r.fetching else 0,
+            fetch_bytes_per_s=r.fetching.bytes_per_s if r.fetching else 0.0,
         )
         for r in sorted(state.fleet.replicas.values(), key=lambda r: (r.model, r.replica_id))
     ]

@@ -23,7 +23,7 @@ export function modelsPage(main) {
         { title: "Replica", value: (r) => r.id },
         { title: "Model", value: (r) => r.model },
         { title: "Node", value: (r) => h("a", { href: `#/nodes/${encodeURIComponent(r.node)}` }, r.node) },
-        { title: "State", value: (r) => badge(r.state, r.state === "ready" ? "ok" : "warn") },
+        { title: "State", value: (r) => badge(r.progress || r.state, r.state === "ready" ? "ok" : "warn") },
         { title: "Devices", value: (r) => r.on || "cpu" },
         { title: "Restarts", value: (r) => String(r.restarts), class: "num" },
         { title: "Error", value: (r) => r.error || "" },
