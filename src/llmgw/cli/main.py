@@ -17,6 +17,7 @@ import typer
 from llmgw import __version__
 from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli.console import console
+from llmgw.cli.mirrorbuilds import add_build
 from llmgw.cli.output import fail
 from llmgw.cli.release import app as release_app
 from llmgw.cli.upgrade import upgrade
@@ -34,6 +35,7 @@ app.add_typer(agent.app, name="agent")
 app.add_typer(ctl.app, name="ctl")
 app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (modelserving)
 app.add_typer(mirror.app, name="mirror")
+mirror.app.command("add-build")(add_build)
 app.add_typer(engine.app, name="engine")
 app.add_typer(release_app, name="release")
 app.command("up")(up.up)

@@ -62,6 +62,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.mirror.blobs import BlobStore
+from llmgw.mirror.builds import BuildIndex
 from llmgw.observability.tracing import Tracing
 from llmgw.portal.serving import Portal
 from llmgw.protocol.grpc_transport import AgentServer, RelayClient, TlsFiles
@@ -268,9 +269,12 @@ async def wire(
     upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub))
     sessions.on_upgrade_result = upgrades.on_result
     admin.state.upgrades = upgrades
+    builds = BuildIndex(blobs.root)
+    sessions.mirror_builds = builds.message
 
     async def blob_chunks(node_id: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
-        fleet.check_fetch(node_id, sha256)  # a node gets only the files of its own replicas
+        if sha256 not in builds.blobs():  # engine builds are for every node
+            fleet.check_fetch(node_id, sha256)  # a node gets only the files of its own replicas
         async for chunk in blobs.read_chunks(sha256, offset):
             yield chunk
 
