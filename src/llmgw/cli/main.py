@@ -16,6 +16,7 @@ import typer
 
 from llmgw import __version__
 from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
+from llmgw.cli.bundle import app as bundle_app
 from llmgw.cli.console import console
 from llmgw.cli.mirrorbuilds import add_build
 from llmgw.cli.output import fail
@@ -38,6 +39,7 @@ app.add_typer(mirror.app, name="mirror")
 mirror.app.command("add-build")(add_build)
 app.add_typer(engine.app, name="engine")
 app.add_typer(release_app, name="release")
+app.add_typer(bundle_app, name="bundle")
 app.command("up")(up.up)
 app.command("console")(console)
 app.command("doctor")(doctor.doctor)

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
@@ -43,17 +44,7 @@ class BuildIndex:
         if not self.path.is_file():
             return []
         try:
-            records = json.loads(self.path.read_text())
-            return [
-                MirroredBuild(
-                    engine=r["engine"],
-                    version=r["version"],
-                    variant=r["variant"],
-                    arch=r["arch"],
-                    assets=tuple(BuildAsset(a["name"], a["sha256"], int(a["size"])) for a in r["assets"]),
-                )
-                for r in records
-            ]
+            return [build_of(record) for record in json.loads(self.path.read_text())]
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ConfigError(
                 f"cannot read the mirror's builds from {self.path}: {error}",
@@ -77,6 +68,18 @@ class BuildIndex:
         kept.append(build)
         kept.sort(key=lambda b: b.key)
         write_public(self.path, (json.dumps([asdict(b) for b in kept], indent=2) + "\n").encode())
+
+
+def build_of(record: dict[str, Any]) -> MirroredBuild:
+    """A build from its JSON record (``builds.json``, a bundle's manifest); KeyError, TypeError or
+    ValueError when it is not one."""
+    return MirroredBuild(
+        engine=str(record["engine"]),
+        version=str(record["version"]),
+        variant=str(record["variant"]),
+        arch=str(record["arch"]),
+        assets=tuple(BuildAsset(str(a["name"]), str(a["sha256"]), int(a["size"])) for a in record["assets"]),
+    )
 
 
 def llamacpp_targets(variant: str | None = None, arch: str | None = None) -> list[tuple[str, str]]:
