@@ -1,9 +1,14 @@
-"""A llama.cpp release archive small enough for tests: a ``llama-server`` that prints its version."""
+"""Builds and releases small enough for tests: a llama.cpp archive whose ``llama-server`` prints its
+version, and a wheel named like llmgw's."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import tarfile
+import zipfile
+from pathlib import Path
 
 SCRIPT = b"#!/bin/sh\necho 'version: 1 (fake build)'\n"
 
@@ -16,3 +21,28 @@ def fake_llamacpp_archive() -> bytes:
         info.size, info.mode = len(SCRIPT), 0o755
         tar.addfile(info, io.BytesIO(SCRIPT))
     return buffer.getvalue()
+
+
+def fake_llmgw_wheel(directory: Path, version: str) -> Path:
+    """A wheel named like llmgw's, of ``version``, holding one module and needing nothing: pip installs
+    it offline into a scratch environment, so an upgrade can be run for real without touching llmgw."""
+    name = f"llmgw-{version}-py3-none-any.whl"
+    info = f"llmgw-{version}.dist-info"
+    files = {
+        "llmgw_release_probe.py": f"VERSION = {version!r}\n".encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: llmgw\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: llmgw-tests\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = [f"{path},sha256={_digest(data)},{len(data)}" for path, data in files.items()]
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = directory / name
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, data in files.items():
+            wheel.writestr(member, data)
+    return path
+
+
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
