@@ -46,3 +46,27 @@ def fake_llmgw_wheel(directory: Path, version: str) -> Path:
 
 def _digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def relabel_wheel(wheel: Path, version: str, into: Path) -> Path:
+    """A copy of llmgw's ``wheel`` claiming ``version`` (its metadata and ``llmgw.__version__``), its
+    RECORD made again: a next release of the same code, for an upgrade run for real."""
+    old = wheel.name.split("-")[1]
+    files: dict[str, bytes] = {}
+    with zipfile.ZipFile(wheel) as source:
+        for member in source.namelist():
+            data = source.read(member)
+            name = member.replace(f"llmgw-{old}.dist-info/", f"llmgw-{version}.dist-info/")
+            if name.endswith(".dist-info/METADATA"):
+                data = data.replace(f"\nVersion: {old}\n".encode(), f"\nVersion: {version}\n".encode(), 1)
+            if name == "llmgw/__init__.py":
+                data = data.replace(f'__version__ = "{old}"'.encode(), f'__version__ = "{version}"'.encode())
+            files[name] = data
+    record = f"llmgw-{version}.dist-info/RECORD"
+    lines = [f"{name},sha256={_digest(data)},{len(data)}" for name, data in files.items() if name != record]
+    files[record] = ("\n".join([*lines, f"{record},,"]) + "\n").encode()
+    path = into / f"llmgw-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as target:
+        for name, data in files.items():
+            target.writestr(name, data)
+    return path
