@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from llmgw.core.agentstream import AgentMessage, ControlMessage
 from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.mirrorbuilds import BuildAsset, MirrorBuilds, MirroredBuild
 from llmgw.core.nodes import Heartbeat, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardState, ShardStatus, StopShard
@@ -54,6 +55,22 @@ control_messages = st.one_of(
     st.builds(StopShard, replica_id=text, reason=text),
     st.builds(SettingsUpdate, yaml=text),
     st.builds(RestartAgent, reason=text),
+    st.builds(
+        MirrorBuilds,
+        builds=st.lists(
+            st.builds(
+                MirroredBuild,
+                engine=text,
+                version=text,
+                variant=text,
+                arch=text,
+                assets=st.lists(st.builds(BuildAsset, name=text, sha256=text, size=int64), max_size=2).map(
+                    tuple
+                ),
+            ),
+            max_size=2,
+        ).map(tuple),
+    ),
     st.builds(
         UpgradeAgent,
         version=text,

@@ -20,6 +20,7 @@ from typing import TypeVar
 from llmgw.agent import metrics, weightfiles
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.fetchprogress import FetchMeters, shard_files
+from llmgw.agent.mirrorbuilds import MirrorBuildSource
 from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
@@ -72,6 +73,8 @@ class Installer:
         self._installed: builds.InstalledBuild | None = None
         self._python_locks: dict[str, asyncio.Lock] = {}
         self._python_installed: dict[str, Path] = {}
+        self.mirror = MirrorBuildSource(fetch)
+        """The engine builds of the control plane's mirror, tried before the public release."""
 
     def installed_engines(self) -> list[str]:
         """Engine builds on this node: ``llama.cpp <version> <variant>``, ``vllm <version> <variant>``."""
@@ -104,6 +107,7 @@ class Installer:
                     progress=_log_progress,
                     release_api=self._config.engines.llamacpp.release_api,
                     pypi_url=self._config.engines.llamacpp.pypi_url,
+                    mirror=self.mirror,
                 )
                 metrics.BUILDS_INSTALLED.labels(builds.LLAMACPP).inc()
                 log.info(

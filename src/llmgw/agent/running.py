@@ -149,6 +149,7 @@ async def run_agent(
         refusal=trial.refusal if trial else lambda: None,
         on_registered=trial.on_registered if trial else lambda: None,
         on_upgrade=lambda message: upgrader.handle(message),
+        on_builds=installer.mirror.use,
     )
     upgrader = AgentUpgrader(
         config.work_path,

@@ -25,6 +25,7 @@ from llmgw.agent.supervising import Supervisor
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
+from llmgw.core.mirrorbuilds import MirrorBuilds
 from llmgw.core.nodes import (
     Heartbeat,
     NodeRegistration,
@@ -72,8 +73,10 @@ class AgentSession:
         refusal: Callable[[], SettingsRefusal | None] = lambda: None,
         on_registered: Callable[[], None] = lambda: None,
         on_upgrade: Callable[[UpgradeAgent], None] | None = None,
+        on_builds: Callable[[MirrorBuilds], None] = lambda builds: None,
     ) -> None:
         self._on_upgrade = on_upgrade
+        self._on_builds = on_builds
         self._refusal = refusal
         """The settings the agent went back from, told in each registration."""
         self._on_registered = on_registered
@@ -268,5 +271,7 @@ class AgentSession:
                     self._on_restart(message.reason or "the control plane asked (RestartAgent)")
                 case UpgradeAgent() if self._on_upgrade is not None:
                     self._on_upgrade(message)
+                case MirrorBuilds():
+                    self._on_builds(message)
                 case _:
                     log.info("ignoring %s from the control plane", type(message).__name__)

@@ -20,7 +20,9 @@ from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserv
 from llmgw.cli import firewall as firewall_commands
 from llmgw.cli import service as service_commands
 from llmgw.cli import wipe as wipe_command
+from llmgw.cli.bundle import app as bundle_app
 from llmgw.cli.console import console
+from llmgw.cli.mirrorbuilds import add_build
 from llmgw.cli.nodeadd import app as node_app
 from llmgw.cli.output import fail
 from llmgw.cli.release import app as release_app
@@ -39,9 +41,11 @@ app.add_typer(agent.app, name="agent")
 app.add_typer(ctl.app, name="ctl")
 app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (modelserving)
 app.add_typer(mirror.app, name="mirror")
+mirror.app.command("add-build")(add_build)
 app.add_typer(engine.app, name="engine")
 app.add_typer(release_app, name="release")
 app.add_typer(node_app, name="node")
+app.add_typer(bundle_app, name="bundle")
 app.command("up")(up.up)
 app.command("console")(console)
 app.command("doctor")(doctor.doctor)

@@ -15,6 +15,7 @@ from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.mirrorbuilds import MirrorBuilds
 from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered
 from llmgw.core.shardlogs import LogLines
 from llmgw.core.shards import ReplicaPhase, ShardStatus, StopShard
@@ -59,6 +60,8 @@ class NodeSessions:
         self.on_kv_blocks = on_kv_blocks
         self.on_upgrade_result: Callable[[str, UpgradeResult], None] = lambda node_id, result: None
         """Given a node's answer that it did not upgrade (``ctl upgrade agents``)."""
+        self.mirror_builds: Callable[[], MirrorBuilds] = MirrorBuilds
+        """The engine builds the mirror holds, told to each node as it registers."""
         """Given a node's KV-block changes for one of its own replicas, its model named (the router
         mirrors them)."""
 
@@ -160,6 +163,7 @@ class NodeSessions:
             await channel.send(self._registered())
             if self._settings is not None:
                 await self._settings.send(node_id, channel)
+            await self._send_builds(node_id, channel)
             await self._adopt(node_id, register, channel)
             self._reconciler.wake()
             while True:
@@ -188,6 +192,15 @@ class NodeSessions:
         finally:
             if self._fleet.detach(node_id, channel):
                 self._reconciler.wake()
+
+    async def _send_builds(self, node_id: str, channel: ControlLink) -> None:
+        try:
+            builds = self.mirror_builds()
+        except LlmgwError as error:
+            log.error("not telling node %s the mirror's engine builds: %s", node_id, error)
+            return
+        if builds.builds:
+            await channel.send(builds)
 
     async def _adopt(self, node_id: str, register: NodeRegistration, channel: ControlLink) -> None:
         """Take in the shards a node says it runs; stop the ones no replica wants."""

@@ -69,6 +69,7 @@ from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.mirror.blobs import BlobStore
+from llmgw.mirror.builds import BuildIndex
 from llmgw.observability.tracing import Tracing
 from llmgw.portal.serving import Portal
 from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, RelayClient, TlsFiles
@@ -293,9 +294,12 @@ async def wire(
     sessions.on_upgrade_result = upgrades.on_result
     admin.state.upgrades = upgrades
     access = BlobAccess(store, fleet, leading=lambda: leadership.serving)
+    builds = BuildIndex(blobs.root)
+    sessions.mirror_builds = builds.message
 
     async def blob_chunks(caller: RelayPeer, sha256: str, offset: int) -> AsyncIterator[bytes]:
-        await access.check(caller, sha256)  # a peer pulls any blob; a node only its own replicas' files
+        if sha256 not in builds.blobs():  # engine builds are for every node
+            await access.check(caller, sha256)  # a peer pulls any blob; a node only its own replicas' files
         async for chunk in blobs.read_chunks(sha256, offset):
             yield chunk
 

@@ -7,6 +7,7 @@ The protocol package encodes these to the wire and decodes them back
 from __future__ import annotations
 
 from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.mirrorbuilds import MirrorBuilds
 from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
@@ -19,7 +20,15 @@ AgentMessage = (
 """What an agent sends: its registration first, then reports."""
 
 ControlMessage = (
-    Registered | ShardSpec | StopShard | SettingsUpdate | RestartAgent | Heartbeat | LogRequest | UpgradeAgent
+    Registered
+    | ShardSpec
+    | StopShard
+    | SettingsUpdate
+    | RestartAgent
+    | Heartbeat
+    | LogRequest
+    | UpgradeAgent
+    | MirrorBuilds
 )
 """What the control plane sends: the registration's answer, then commands (a ShardSpec starts a shard)."""
 

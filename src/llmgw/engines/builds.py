@@ -70,6 +70,10 @@ RELEASE_ASSETS: dict[tuple[str, str], tuple[str, ...]] = {
 """Release assets per (variant, arch), as llama.cpp's release workflow names them; the first
 holds llama-server, the others are unpacked beside it (``cudart-*``: the CUDA runtime)."""
 
+MirrorSource = Callable[["Build", Path], Awaitable[dict[str, tuple[Path, str]] | None]]
+"""Where a release build's archives come from first: ``(build, downloads folder)`` to each asset's
+verified archive and sha256, by asset name; None when the mirror does not hold the build (C4.2)."""
+
 NVIDIA_VARIANTS = ("cuda-13.4", "cuda-12.8", "vulkan")
 """Builds for an NVIDIA node, best first."""
 MIN_DRIVER = {"cuda-13.4": 580, "cuda-12.8": 570}
@@ -194,8 +198,11 @@ async def install_best(
     release_api: str = RELEASE_API,
     pypi_url: str = PYPI_URL,
     session: aiohttp.ClientSession | None = None,
+    mirror: MirrorSource | None = None,
 ) -> InstalledBuild:
     """The best of ``builds`` that is installed, or else the first that installs and passes ``check``.
+
+    A release build's archives come from ``mirror`` when it holds them, else from the release.
 
     With one of them installed already, nothing touches the network. Raises
     BuildError naming every build tried and why it failed.
@@ -221,7 +228,7 @@ async def install_best(
                 say(f"installing {build.engine} {build.key}", None)
                 try:
                     result = await _install(
-                        build, Path(cache_dir), http, releases, release_api, pypi_url, check, say
+                        build, Path(cache_dir), http, releases, release_api, pypi_url, check, say, mirror
                     )
                 except (LlmgwError, OSError) as error:
                     failures.append((build, error))
@@ -254,6 +261,7 @@ async def _install(
     pypi_url: str,
     check: Callable[[Path], Awaitable[bool]] | None,
     say: Progress,
+    mirror: MirrorSource | None = None,
 ) -> InstalledBuild:
     final = install_dir(cache_dir, build)
     work = final.with_name(f".{build.key}.{secrets.token_hex(4)}.partial")
@@ -269,6 +277,12 @@ async def _install(
             sha = await build_from_source(
                 http, build.source, work, staging, pypi_url=pypi_url, downloads=downloads, progress=say
             )
+        elif mirror is not None and (archives := await mirror(build, downloads)) is not None:
+            say(f"{build.key} from the mirror", None)
+            sha = {}
+            for index, name in enumerate(build.assets):
+                archive, sha[name] = archives[name]
+                await asyncio.to_thread(_place, archive, index, work, staging)
         else:
             sha = await _fetch_release(build, http, releases, release_api, work, staging, downloads, say)
         binary = staging / "llama-server"
@@ -342,18 +356,23 @@ async def _fetch_release(
             http, urljoin(url, str(asset["browser_download_url"])), downloads / name, hexdigest, progress=say
         )
         say(f"unpacking {name}", None)
-        root = await asyncio.to_thread(unpack, archive, work / f"unpacked-{index}")
-        if index == 0 and not (root / "llama-server").is_file():
-            root = next((path.parent for path in root.rglob("llama-server") if path.is_file()), root)
-        for child in list(root.iterdir()):
-            target = staging / child.name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            elif target.exists() or target.is_symlink():
-                target.unlink()
-            shutil.move(str(child), target)
+        await asyncio.to_thread(_place, archive, index, work, staging)
         sha[name] = hexdigest
     return sha
+
+
+def _place(archive: Path, index: int, work: Path, staging: Path) -> None:
+    """Unpack a build's ``index``-th archive and move its files into ``staging`` (llama-server first)."""
+    root = unpack(archive, work / f"unpacked-{index}")
+    if index == 0 and not (root / "llama-server").is_file():
+        root = next((path.parent for path in root.rglob("llama-server") if path.is_file()), root)
+    for child in list(root.iterdir()):
+        target = staging / child.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        shutil.move(str(child), target)
 
 
 async def _runs(binary: Path) -> None:

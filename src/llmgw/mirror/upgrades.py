@@ -9,6 +9,7 @@ environment (:class:`PipInstaller`). Tests hand in an installer of their own.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Protocol
@@ -38,8 +39,13 @@ class PipInstaller:
         return [self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", str(wheel)]
 
     async def install(self, wheel: Path) -> None:
+        # pip sees the target environment alone: a PYTHONPATH would show it packages from elsewhere
+        environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
         process = await asyncio.create_subprocess_exec(
-            *self.command(wheel), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            *self.command(wheel),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=environment,
         )
         output, _ = await process.communicate()
         if process.returncode != 0:

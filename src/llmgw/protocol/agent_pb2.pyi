@@ -1053,6 +1053,7 @@ class ControlMessage(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     LOGS_FIELD_NUMBER: _builtins.int
     UPGRADE_FIELD_NUMBER: _builtins.int
+    BUILDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___Registered: ...
     @_builtins.property
@@ -1069,6 +1070,8 @@ class ControlMessage(_message.Message):
     def logs(self) -> Global___LogRequest: ...
     @_builtins.property
     def upgrade(self) -> Global___UpgradeAgent: ...
+    @_builtins.property
+    def builds(self) -> Global___MirrorBuilds: ...
     def __init__(
         self,
         *,
@@ -1080,12 +1083,13 @@ class ControlMessage(_message.Message):
         heartbeat: Global___Heartbeat | None = ...,
         logs: Global___LogRequest | None = ...,
         upgrade: Global___UpgradeAgent | None = ...,
+        builds: Global___MirrorBuilds | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["builds", b"builds", "heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["builds", b"builds", "heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat", "logs", "upgrade"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat", "logs", "upgrade", "builds"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1313,3 +1317,59 @@ class FetchProgress(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchProgress: _TypeAlias = FetchProgress  # noqa: Y015
+
+@_typing.final
+class MirrorBuilds(_message.Message):
+    """The engine builds the mirror holds; a node installs from them before the public release."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUILDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def builds(self) -> _containers.RepeatedCompositeFieldContainer[Global___MirroredBuild]: ...
+    def __init__(
+        self,
+        *,
+        builds: _abc.Iterable[Global___MirroredBuild] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["builds", b"builds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MirrorBuilds: _TypeAlias = MirrorBuilds  # noqa: Y015
+
+@_typing.final
+class MirroredBuild(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENGINE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    VARIANT_FIELD_NUMBER: _builtins.int
+    ARCH_FIELD_NUMBER: _builtins.int
+    ASSETS_FIELD_NUMBER: _builtins.int
+    engine: _builtins.str
+    version: _builtins.str
+    variant: _builtins.str
+    arch: _builtins.str
+    @_builtins.property
+    def assets(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightsFile]:
+        """the build's archives (sha256, release asset name, size)"""
+
+    def __init__(
+        self,
+        *,
+        engine: _builtins.str = ...,
+        version: _builtins.str = ...,
+        variant: _builtins.str = ...,
+        arch: _builtins.str = ...,
+        assets: _abc.Iterable[Global___WeightsFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arch", b"arch", "assets", b"assets", "engine", b"engine", "variant", b"variant", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MirroredBuild: _TypeAlias = MirroredBuild  # noqa: Y015

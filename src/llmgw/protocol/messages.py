@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from llmgw.core.agentstream import AgentMessage, ControlMessage
 from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.mirrorbuilds import BuildAsset, MirrorBuilds, MirroredBuild
 from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
@@ -72,6 +73,36 @@ def decode_upgrade(message: pb.UpgradeAgent) -> UpgradeAgent:
         sums=message.sums,
         signature=message.signature,
         files=tuple(ReleaseFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in message.files),
+    )
+
+
+def encode_builds(message: MirrorBuilds) -> pb.MirrorBuilds:
+    return pb.MirrorBuilds(
+        builds=[
+            pb.MirroredBuild(
+                engine=b.engine,
+                version=b.version,
+                variant=b.variant,
+                arch=b.arch,
+                assets=[pb.WeightsFile(sha256=a.sha256, filename=a.name, size=a.size) for a in b.assets],
+            )
+            for b in message.builds
+        ]
+    )
+
+
+def decode_builds(message: pb.MirrorBuilds) -> MirrorBuilds:
+    return MirrorBuilds(
+        tuple(
+            MirroredBuild(
+                engine=b.engine,
+                version=b.version,
+                variant=b.variant,
+                arch=b.arch,
+                assets=tuple(BuildAsset(a.filename, a.sha256, a.size) for a in b.assets),
+            )
+            for b in message.builds
+        )
     )
 
 
@@ -138,6 +169,8 @@ def encode_control_message(message: ControlMessage) -> pb.ControlMessage:
             return pb.ControlMessage(heartbeat=pb.Heartbeat(sent_unix_ms=message.sent_unix_ms))
         case UpgradeAgent():
             return pb.ControlMessage(upgrade=encode_upgrade(message))
+        case MirrorBuilds():
+            return pb.ControlMessage(builds=encode_builds(message))
         case LogRequest():
             return pb.ControlMessage(
                 logs=pb.LogRequest(
@@ -166,6 +199,8 @@ def decode_control_message(message: pb.ControlMessage) -> ControlMessage | None:
         return Heartbeat(sent_unix_ms=message.heartbeat.sent_unix_ms)
     if kind == "upgrade":
         return decode_upgrade(message.upgrade)
+    if kind == "builds":
+        return decode_builds(message.builds)
     if kind == "logs":
         logs = message.logs
         return LogRequest(
