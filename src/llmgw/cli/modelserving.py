@@ -208,6 +208,14 @@ def model_serve(
     max_loaded_adapters: int = typer.Option(
         0, "--max-loaded-adapters", help="vLLM: adapters a replica holds at once, loaded when asked (0: all)."
     ),
+    serves: str = typer.Option(
+        "chat", "--serves", help="What it serves: chat, embeddings or rerank (the routes that reach it)."
+    ),
+    pooling: str = typer.Option(
+        None,
+        "--pooling",
+        help="llama.cpp, for embeddings: none, mean, cls, last or rank (default: the model's).",
+    ),
     arg: list[str] = typer.Option([], "--arg", help="Extra engine argument (repeat for more)."),
     env: list[str] = typer.Option([], "--env", help="Engine tuning variable NAME=VALUE (repeat for more)."),
     wait: float = typer.Option(0, "--wait", help="Seconds to wait for a ready replica (0: return at once)."),
@@ -229,6 +237,10 @@ def model_serve(
         profile["gpu_class"] = gpu_class
     if max_loaded_adapters:
         profile["max_loaded_adapters"] = max_loaded_adapters
+    if serves != "chat":
+        profile["serves"] = serves
+    if pooling:
+        profile["pooling"] = pooling
     pairs = []
     for item in adapter:
         adapter_name, sep, adapter_path = item.partition("=")
