@@ -51,3 +51,16 @@ def test_an_unsigned_or_altered_release_or_none_at_all_fails_the_install_step(
         release_files(config, str(signed) if said else "", tmp_path / "scratch")
     assert raised.value.step == "install"
     assert said in raised.value.message if said else "--release" in raised.value.hint
+
+
+def test_without_release_the_newest_release_in_this_control_planes_mirror_is_used(
+    tmp_path: Path, signed: Path
+) -> None:
+    config = load_server_config(tmp_path / "cluster/server.yaml")
+    kept = config.data_path / "mirror" / "releases"
+    for version in ("1.2.3", "1.10.0"):
+        wheel = tmp_path / f"llmgw-{version}-py3-none-any.whl"
+        wheel.write_bytes(version.encode())
+        write_release(kept / version, wheel, tmp_path / "release.key")
+    for source in ("", "mirror"):
+        assert release_files(config, source, tmp_path / "scratch").version == "1.10.0"

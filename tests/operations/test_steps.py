@@ -13,8 +13,9 @@ from llmgw.errors import ConfigError
 from llmgw.mirror.releases import write_release
 from llmgw.operations.onboarding import Installer, Layout, Onboarding, Plan, ReleaseFiles, Service, StepFailed
 from llmgw.operations.remote import LocalShell
-from llmgw.operations.services import pid_file, start_detached
+from llmgw.operations.services import pid_file, start_detached, unit_text
 from llmgw.operations.steps import config, install, joined, onboard, room_check
+from llmgw.operations.units import UnitPaths, render_unit
 from llmgw.pki.signing import generate_signing_key
 
 WHEEL = "llmgw-9.9.9-py3-none-any.whl"
@@ -185,3 +186,14 @@ def test_a_machine_without_room_for_the_mirror_is_refused_before_anything_change
         "ok: 0.0 GiB needed"
     )
     assert not Path(ctx.layout.state_dir).exists()
+
+
+@pytest.mark.parametrize("role", ["agent", "server"])
+def test_onboarding_writes_the_unit_llmgw_service_install_writes(tmp_path: Path, role: str) -> None:
+    ctx, _ = context(tmp_path)
+    layout = ctx.layout
+    paths = UnitPaths(str(layout.llmgw), str(layout.config_dir), str(layout.state_dir))
+    text = unit_text(ctx, Service(f"llmgw-{role}", (role, "run"), role)).decode()
+    assert text == render_unit(role, paths)
+    if role == "agent":  # engines outlive a restart of the agent's unit
+        assert "KillMode=process" in text and "--keep-engines" in text

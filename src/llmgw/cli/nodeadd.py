@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import typer
 import yaml
+from packaging.version import InvalidVersion, Version
 
 from llmgw.agent.config import AgentConfig, MetricsSettings
 from llmgw.cli.adminclient import AdminClient
@@ -75,16 +76,20 @@ def machine_options(
 
 
 def release_files(config: ServerConfig, source: str, scratch: Path) -> ReleaseFiles:
-    """The release at ``source`` (directory or address), verified here with the cluster's trusted.pub."""
-    if not source:
-        raise StepFailed(
-            "this machine",
-            "install",
-            "no release given",
-            "give --release with a signed release's directory or https address "
-            "('make release KEY=...' makes one)",
-        )
+    """The release at ``source`` (directory, address, or ``mirror``), verified here with the cluster's
+    trusted.pub."""
     trusted = read_trusted_key(config.path(config.release.trusted_pub))
+    if not source or source == MIRROR:
+        kept = mirrored_releases(config)
+        if not kept:
+            raise StepFailed(
+                "this machine",
+                "install",
+                "no release given, and this control plane's mirror holds none",
+                "give --release with a signed release's directory or https address "
+                "('make release KEY=...' makes one), or import an offline bundle ('llmgw bundle import')",
+            )
+        source = str(kept[-1])
     try:
         if source.startswith(("http://", "https://")):
             release: Release = asyncio.run(fetch_release(source, scratch, trusted))
@@ -95,6 +100,24 @@ def release_files(config: ServerConfig, source: str, scratch: Path) -> ReleaseFi
     directory = release.wheel.parent
     files = {name: (directory / name).read_bytes() for name in (release.wheel.name, SUMS, SIGNATURE)}
     return ReleaseFiles(release.version, release.wheel.name, release.sha256, files, trusted)
+
+
+MIRROR = "mirror"
+"""``--release mirror``: the newest release held in this control plane's mirror."""
+
+
+def mirrored_releases(config: ServerConfig) -> list[Path]:
+    """The release folders an offline bundle put into this control plane's mirror, oldest version first."""
+    root = config.data_path / "mirror" / "releases"
+    found = [folder for folder in root.iterdir() if (folder / SUMS).is_file()] if root.is_dir() else []
+
+    def version(folder: Path) -> Version:
+        try:
+            return Version(folder.name)
+        except InvalidVersion:
+            return Version("0")
+
+    return sorted(found, key=version)
 
 
 def control_plane_addresses(config: ServerConfig, admin: AdminClient) -> list[str]:
@@ -147,7 +170,7 @@ def node_plan(
         issue=issue,
         service=Service(
             "llmgw-agent",
-            ("agent", "run", "--config", str(layout.config_dir / "agent.yaml")),
+            ("agent", "run", "--config", str(layout.config_dir / "agent.yaml"), "--keep-engines"),
             "llmgw node agent",
         ),
         joined=joined,

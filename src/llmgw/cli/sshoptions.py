@@ -14,7 +14,12 @@ KNOWN_HOSTS = typer.Option(None, "--known-hosts", help="known_hosts file (defaul
 ACCEPT = typer.Option(
     False, "--accept-host-key", help="Record the host key of a machine not yet in known_hosts."
 )
-RELEASE = typer.Option("", "--release", help="A signed release: its directory or https address.")
+RELEASE = typer.Option(
+    "",
+    "--release",
+    help="A signed release: its directory, its https address, or 'mirror' (the newest one an offline "
+    "bundle put into this control plane's mirror; the default when one is there).",
+)
 PYTHON = typer.Option("python3", "--python", help="The Python on the machine that makes llmgw's venv.")
 INSTALLED_DEPS = typer.Option(
     False,

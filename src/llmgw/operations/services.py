@@ -1,8 +1,9 @@
 """Starting an llmgw service on the machine being onboarded: its systemd unit, or a detached process.
 
-Where systemd is PID 1 the service gets a unit in ``/etc/systemd/system``
-(``KillMode=process``: engines outlive their agent, as they do without
-systemd) and is enabled and started. Where it is not (containers, the
+Where systemd is PID 1 the service gets the unit ``llmgw service install``
+writes (deploy/systemd: ``KillMode=process`` and ``--keep-engines``, so
+engines outlive a restart of their agent, as they do without systemd; the
+control plane as its own user) and is enabled and started. Where it is not (containers, the
 tests' machine), the service is started detached (``setsid``, output to
 ``<state>/<name>.log``) and its pid kept in ``<state>/<name>.pid``; a later
 run finds it by that pid and its command line, so it never signals a
@@ -15,23 +16,22 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from llmgw.operations.onboarding import Onboarding, Service, quote
+from llmgw.operations.units import SERVICE_USER, UnitPaths, render_unit
 
 
 def unit_text(ctx: Onboarding, service: Service) -> bytes:
-    command = " ".join(quote(part) for part in (str(ctx.layout.llmgw), *service.arguments))
-    return (
-        "[Unit]\n"
-        f"Description={service.description}\n"
-        "Wants=network-online.target\n"
-        "After=network-online.target\n\n"
-        "[Service]\n"
-        f"ExecStart={command}\n"
-        "Restart=always\n"
-        "RestartSec=2\n"
-        "KillMode=process\n\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
-    ).encode()
+    """The same unit ``llmgw service install`` writes (deploy/systemd), for the machine's paths."""
+    paths = UnitPaths(
+        executable=str(ctx.layout.llmgw),
+        config_dir=str(ctx.layout.config_dir),
+        state_dir=str(ctx.layout.state_dir),
+    )
+    return render_unit(role_of(service), paths).encode()
+
+
+def role_of(service: Service) -> str:
+    """``server`` or ``agent``: the unit's role (``llmgw-agent`` → ``agent``)."""
+    return service.name.removeprefix("llmgw-")
 
 
 def unit_path(ctx: Onboarding, service: Service) -> PurePosixPath:
@@ -39,9 +39,20 @@ def unit_path(ctx: Onboarding, service: Service) -> PurePosixPath:
 
 
 def start_unit(ctx: Onboarding, service: Service, restart: bool) -> str:
-    wrote = ctx.write(unit_path(ctx, service), unit_text(ctx, service))
     name = quote(f"{service.name}.service")
     hint = f"read 'systemctl status {service.name}' and 'journalctl -u {service.name}' on the machine"
+    if role_of(service) == "server":
+        # The control plane's unit runs as its own user, owning its configuration and state.
+        layout = ctx.layout
+        ctx.sh(
+            "service",
+            f"id -u {SERVICE_USER} >/dev/null 2>&1 || useradd --system --user-group --no-create-home "
+            f"--home-dir {quote(str(layout.state_dir))} --shell /usr/sbin/nologin {SERVICE_USER}; "
+            f"chown -R {SERVICE_USER}:{SERVICE_USER} "
+            f"{quote(str(layout.config_dir))} {quote(str(layout.state_dir))}",
+            hint,
+        )
+    wrote = ctx.write(unit_path(ctx, service), unit_text(ctx, service))
     if wrote:
         ctx.sh("service", "systemctl daemon-reload", hint)
     ctx.sh("service", f"systemctl enable --quiet {name}", hint)
