@@ -162,13 +162,37 @@ class Installer:
                     capabilities=capabilities,
                     version=settings.version,
                 )
-                found = await pythonbuilds.install_first(
+                found = await self._from_wheelhouse(candidates) or await pythonbuilds.install_first(
                     candidates, self._config.cache_path, index_url=settings.index_url, progress=_log_progress
                 )
                 log.info("engine build: %s %s at %s", engine, found.build.key, found.program)
                 metrics.BUILDS_INSTALLED.labels(engine).inc()
                 self._python_installed[engine] = found.program
             return self._python_installed[engine]
+
+    async def _from_wheelhouse(
+        self, candidates: list[pythonbuilds.PythonBuild]
+    ) -> pythonbuilds.InstalledPythonBuild | None:
+        """The first candidate the mirror holds a wheelhouse of, installed from it with no index;
+        None when it holds none (or none installs: the index is tried next, as without a mirror)."""
+        arch = platform.machine()
+        for build in candidates:
+            if found := pythonbuilds.installed_python_build(self._config.cache_path, build):
+                return found
+            held = self.mirror.find_wheels(build.engine, build.version, build.variant, arch)
+            if held is None:
+                continue
+            wheelhouse = (
+                self._config.cache_path / "downloads" / f"wheelhouse-{build.engine}-{build.key}-{arch}"
+            )
+            try:
+                await self.mirror.fetch(held, wheelhouse)
+                return await pythonbuilds.install_python_build(
+                    build, self._config.cache_path, wheelhouse=wheelhouse, progress=_log_progress
+                )
+            except (LlmgwError, OSError) as error:
+                log.warning("the mirror's %s wheelhouse did not install: %s", held.key, error)
+        return None
 
     async def weights(self, spec: ShardSpec) -> Path:
         """The GGUF file, or the folder of a safetensors repository with every file of it inside."""

@@ -10,6 +10,7 @@ engines this way.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -41,11 +42,23 @@ class MirrorBuildSource:
                 return held
         return None
 
+    def find_wheels(self, engine: str, version: str, variant: str, arch: str) -> MirroredBuild | None:
+        """The mirror's wheelhouse of a Python engine's build (vLLM, SGLang) for this architecture."""
+        for held in self.builds.builds:
+            if (held.engine, held.version, held.variant, held.arch) == (engine, version, variant, arch):
+                return held
+        return None
+
     async def __call__(self, build: Build, downloads: Path) -> dict[str, tuple[Path, str]] | None:
         """``build``'s archives fetched into ``downloads`` and checked, by name; None when not held."""
         held = self.find(build)
         if held is None:
             return None
+        return await self.fetch(held, downloads)
+
+    async def fetch(self, held: MirroredBuild, downloads: Path) -> dict[str, tuple[Path, str]]:
+        """``held``'s files fetched into ``downloads``, each checked against its sha256, by name."""
+        await asyncio.to_thread(downloads.mkdir, parents=True, exist_ok=True)
         archives = {}
         for asset in held.assets:
             writer = BlobWriter(downloads / asset.name, asset.sha256, asset.size)

@@ -1,4 +1,5 @@
-"""``llmgw mirror add-build``: llama.cpp's release builds fetched once into the mirror (C4.2)."""
+"""``llmgw mirror add-build``: llama.cpp's release builds, or vLLM's and SGLang's wheels, fetched once into
+the mirror (C4.2)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from llmgw.cli.output import console
 from llmgw.cli.paths import find_server_config
 from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.engines.builds import LLAMACPP
+from llmgw.engines.pythonbuilds import LISTINGS, PYPI_SIMPLE_URL, PythonBuild
 from llmgw.errors import ConfigError
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex, add_llamacpp_builds, llamacpp_targets, parse_engine
+from llmgw.mirror.wheelhouses import PYTHON_ENGINES, add_wheelhouse, python_build
 
 CONFIG = typer.Option(None, "--config", help="The control plane's server.yaml (default: the one found).")
 
@@ -35,18 +38,59 @@ def mirror_of(config: ServerConfig) -> tuple[BlobStore, BuildIndex]:
 
 def add_build(
     engine: str = typer.Argument(
-        LLAMACPP, help="The engine, with a release tag: ENGINE@TAG (default tag: pinned)."
+        LLAMACPP,
+        help="llama.cpp[@TAG] (release builds; default tag: pinned), or vllm[@VERSION] / sglang[@VERSION] "
+        "(a wheelhouse; default version: pinned).",
     ),
     variant: str | None = typer.Option(
-        None, "--variant", help="cuda-13.4, cuda-12.8, vulkan or cpu (default: all)."
+        None,
+        "--variant",
+        help="llama.cpp: cuda-13.4, cuda-12.8, vulkan or cpu; vLLM/SGLang: cu130 or cu129 (default: all).",
     ),
-    arch: str | None = typer.Option(None, "--arch", help="x64, arm64 or s390x (default: all)."),
+    arch: str | None = typer.Option(None, "--arch", help="llama.cpp: x64, arm64 or s390x (default: all)."),
+    index_url: str = typer.Option(
+        PYPI_SIMPLE_URL, "--index-url", help="vLLM/SGLang: the index the wheels come from."
+    ),
+    python_version: str | None = typer.Option(
+        None, "--python-version", help="vLLM/SGLang: the nodes' Python (pip's option; default: this one's)."
+    ),
+    pip_platform: str | None = typer.Option(
+        None,
+        "--platform",
+        help="vLLM/SGLang: the nodes' platform tag (pip's option; default: this machine's).",
+    ),
     config: Path | None = CONFIG,
 ) -> None:
-    """Fetch llama.cpp's release builds into this control plane's mirror, checked against the
-    sha256 the release publishes; nodes install from them first (an offline cluster too)."""
+    """Fetch engine builds into this control plane's mirror: llama.cpp's release builds (checked
+    against the sha256 the release publishes) or a wheelhouse of vLLM's or SGLang's wheels; nodes
+    install from them first (an offline cluster too)."""
+    name, _, version = engine.partition("@")
+    if name in PYTHON_ENGINES:
+        blobs, index = mirror_of(server_config(config))
+        options = [*(["--python-version", python_version] if python_version else []),
+                   *(["--platform", pip_platform] if pip_platform else [])]  # fmt: skip
+        variants = [variant] if variant else [b.variant for b in _listing(name, version)]
+        for each in variants:
+            asyncio.run(
+                add_wheelhouse(
+                    blobs,
+                    index,
+                    python_build(name, version, each),
+                    index_url=index_url,
+                    pip_options=options,
+                    say=console.print,
+                )
+            )
+        console.print(
+            f"the mirror holds {name} wheelhouses for {', '.join(variants)}; nodes are told as they register"
+        )
+        return
     _, tag = parse_engine(engine)
     targets = llamacpp_targets(variant, arch)
     blobs, index = mirror_of(server_config(config))
     added = asyncio.run(add_llamacpp_builds(blobs, index, tag, targets, say=console.print))
     console.print(f"the mirror holds {len(added)} llama.cpp {tag} builds; nodes are told as they register")
+
+
+def _listing(engine: str, version: str) -> list[PythonBuild]:
+    return LISTINGS[engine](driver_version="999.0", capabilities=[(12, 0)], version=version)

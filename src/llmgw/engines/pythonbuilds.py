@@ -229,8 +229,12 @@ async def install_python_build(
     index_url: str = PYPI_SIMPLE_URL,
     progress: Progress | None = None,
     install_timeout_s: float = 3600.0,
+    wheelhouse: Path | None = None,
 ) -> InstalledPythonBuild:
-    """Install ``build`` into its own virtualenv and run it; BuildError, leaving nothing, on failure."""
+    """Install ``build`` into its own virtualenv and run it; BuildError, leaving nothing, on failure.
+
+    ``wheelhouse``: a folder holding the build's wheels and all they need (the mirror's), installed
+    from with no index at all."""
     say: Progress = progress or (lambda message, fraction: None)
     if found := installed_python_build(cache_dir, build):
         return found
@@ -245,10 +249,15 @@ async def install_python_build(
             raise BuildError(
                 f"cannot create a virtualenv in {venv}: {text}", hint="check the disk and permissions"
             )
-        say(f"installing {build.requirement} from {index_url}", None)
+        source = (
+            ["--no-index", "--find-links", str(wheelhouse), build.requirement]
+            if wheelhouse
+            else (build.pip_arguments(index_url, platform.machine()))
+        )
+        say(f"installing {build.requirement} from {wheelhouse or index_url}", None)
         code, text = await _run(
             [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-             "--disable-pip-version-check", *build.pip_arguments(index_url, platform.machine())],
+             "--disable-pip-version-check", *source],
             install_timeout_s,
         )  # fmt: skip
         if code != 0:

@@ -70,3 +70,25 @@ def relabel_wheel(wheel: Path, version: str, into: Path) -> Path:
         for name, data in files.items():
             target.writestr(name, data)
     return path
+
+
+def fake_engine_wheel(directory: Path, engine: str, version: str) -> Path:
+    """A pure wheel named like an engine's (``vllm``), of ``version``, whose console script of the
+    engine's name prints the version: pip installs it offline, and the install's check runs it."""
+    name = f"{engine}-{version}-py3-none-any.whl"
+    info = f"{engine}-{version}.dist-info"
+    files = {
+        f"{engine}/__init__.py": f"def main():\n    print({version!r})\n".encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {engine}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: llmgw-tests\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+        f"{info}/entry_points.txt": f"[console_scripts]\n{engine} = {engine}:main\n".encode(),
+    }
+    record = [f"{path},sha256={_digest(data)},{len(data)}" for path, data in files.items()]
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = directory / name
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, data in files.items():
+            wheel.writestr(member, data)
+    return path
