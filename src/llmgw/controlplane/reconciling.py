@@ -21,6 +21,7 @@ start a span until it serves (:mod:`llmgw.controlplane.reconciletracing`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -33,7 +34,7 @@ from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStart
 from llmgw.controlplane.shardspecs import profile_of, replica_key, shard_spec
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
-from llmgw.core.environments import entry_name, environment_of, expand_environments
+from llmgw.core.environments import entry_name, environment_of, expand_environments, is_entry
 from llmgw.core.eviction import plan_eviction
 from llmgw.core.placement import Ask, Decision, Placed, place_profiles
 from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, decide_scale
@@ -207,13 +208,28 @@ class Reconciler:
                 models[record.name] = parse_model(record.definition)
             except LlmgwError as error:
                 log.error("model %s in the store cannot be read: %s", record.name, error)
+        stored = {name: m for name, m in models.items() if is_entry(m)}
+        models = {name: m for name, m in models.items() if name not in stored}
         self._on_catalog(list(models.values()))  # the gateway knows members, and which entry serves each
         expanded = expand_environments(models)
         for environment, why in expanded.refusals.items():
             self._set_unplaced(entry_name(environment), why)
+        await self._keep_entries(stored, expanded.placed)
         self._members = expanded.members
         self._definitions = expanded.placed
         return expanded.placed
+
+    async def _keep_entries(
+        self, stored: dict[str, ModelDefinition], placed: dict[str, ModelDefinition]
+    ) -> None:
+        """Store each environment's entry as it is now (its replicas' rows name it) and remove
+        the entries of environments gone (their replicas go with them)."""
+        for name, model in placed.items():
+            if is_entry(model) and stored.get(name) != model:
+                await self._store.models.put(name, model.model_dump(mode="json", exclude_defaults=True))
+        for name in stored.keys() - placed.keys():
+            with contextlib.suppress(NotFound):
+                await self._store.models.remove(name)
 
     async def load(self) -> tuple[dict[str, ModelDefinition], list[ReplicaRecord]]:
         """Read the desired state: the catalog (handed to the gateway) and the replicas placed,

@@ -436,7 +436,9 @@ class ModelDefinition(Strict):
         if self.comfyui is not None and find_engine(COMFYUI_ENGINE) is not None:
             others = sorted({p.engine for p in self.profiles} - {COMFYUI_ENGINE})
             if others:
-                raise ValueError(f"comfyui: runs on engine {COMFYUI_ENGINE}, but profiles name {', '.join(others)}")
+                raise ValueError(
+                    f"comfyui: runs on engine {COMFYUI_ENGINE}, but profiles name {', '.join(others)}"
+                )
         return self
 
     @model_validator(mode="before")

@@ -122,7 +122,9 @@ class ComfyUISection(_Strict):
     @classmethod
     def _environment(cls, value: str) -> str:
         if value and not ENVIRONMENT_PATTERN.fullmatch(value):
-            raise ValueError(f"{value!r}: an environment's name is lower-case letters, digits and '-' (40 at most)")
+            raise ValueError(
+                f"{value!r}: an environment's name is lower-case letters, digits and '-' (40 at most)"
+            )
         return value
 
     @field_validator("hf_repository")
@@ -138,7 +140,9 @@ class ComfyUISection(_Strict):
         if isinstance(value, str):
             if value not in workflow_names():
                 known = ", ".join(workflow_names())
-                raise ValueError(f"no workflow {value!r} comes with llmgw (known: {known}); or give one inline")
+                raise ValueError(
+                    f"no workflow {value!r} comes with llmgw (known: {known}); or give one inline"
+                )
             return value
         why = workflow_problem(value)
         if why:

@@ -27,6 +27,11 @@ def entry_name(environment: str) -> str:
     return f"{ENTRY_PREFIX}{environment}"
 
 
+def is_entry(model: ModelDefinition) -> bool:
+    """True for an environment's entry (the reconciler keeps it in the store, for its replicas' sake)."""
+    return model.comfyui is not None and bool(model.comfyui.members)
+
+
 def environment_of(model: ModelDefinition) -> str:
     """The environment ``model`` belongs to; empty when none."""
     return model.comfyui.environment if model.comfyui is not None else ""
@@ -82,7 +87,10 @@ def environment_entry(environment: str, group: list[ModelDefinition]) -> ModelDe
     files: dict[str, SourceFile] = {}
     for member in group:
         source = member.source
-        for file in (SourceFile(sha256=source.sha256, filename=source.filename, size=source.size), *source.files):
+        for file in (
+            SourceFile(sha256=source.sha256, filename=source.filename, size=source.size),
+            *source.files,
+        ):
             held = files.get(file.filename)
             if held is not None and held.sha256 != file.sha256:
                 raise ValueError(
@@ -102,7 +110,9 @@ def environment_entry(environment: str, group: list[ModelDefinition]) -> ModelDe
                     f"custom node {node.folder} is named at two commits in environment {environment}; "
                     "give every member the same commit"
                 )
-    repositories = tuple(dict.fromkeys(m.comfyui.hf_repository for m in group if m.comfyui and m.comfyui.hf_repository))
+    repositories = tuple(
+        dict.fromkeys(m.comfyui.hf_repository for m in group if m.comfyui and m.comfyui.hf_repository)
+    )
     comfyui = ComfyUISection(
         workflow=first.comfyui.workflow,
         inputs=first.comfyui.inputs,
