@@ -22,7 +22,6 @@ from starlette.staticfiles import StaticFiles
 
 from llmgw.testing.serving import serving
 
-
 LOOPBACK = "127.0.0.1"
 
 
