@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.engines.comfyui_builds import Recipe, recipe
-from llmgw.engines.comfyui_install import comfyui_dir, install_comfyui, installed_comfyui
+from llmgw.engines.comfyui_builds import TORCH_BUILDS, Recipe, recipe, torch_builds
+from llmgw.engines.comfyui_install import comfyui_dir, comfyui_for_node, install_comfyui, installed_comfyui
 from llmgw.errors import BuildError
 
 MAIN = "import sys\nprint('ComfyUI stand-in', sys.argv[1:])\n"
@@ -74,3 +74,33 @@ async def test_a_release_installs_with_uv_as_pypi_stood_the_day_after(tmp_path: 
     assert not any("torch" in step for step in steps)
     again = await install_comfyui(made, tmp_path / "cache", None, progress=lambda m, f: steps.append(m))
     assert again == built and steps.count("creating the virtualenv") == 1
+
+
+def fake_install(cache: Path, made: Recipe, variant: str) -> None:
+    """A whole install's folder (its build.json, python and main), as an earlier install left it."""
+    folder = comfyui_dir(cache, made, next(b for b in TORCH_BUILDS if b.variant == variant))
+    (folder / "venv/bin").mkdir(parents=True)
+    (folder / "src").mkdir()
+    (folder / "venv/bin/python").write_text("")
+    (folder / "src/main.py").write_text("")
+    record = {
+        "torch": variant,
+        "python": str(folder / "venv/bin/python"),
+        "main": str(folder / "src/main.py"),
+    }
+    (folder / "build.json").write_text(json.dumps(record))
+
+
+async def test_a_turing_node_keeps_its_installed_cuda_13_build(tmp_path: Path) -> None:
+    made = recipe("0.3.60", "ab" * 32, "2025-09-23", "file:///nonexistent.tar.gz")
+    fake_install(tmp_path, made, "cu126")
+    fake_install(tmp_path, made, "cu130")
+    kept = await comfyui_for_node(made, tmp_path, torch_builds("580.82.07", [(7, 5)]))
+    assert kept.torch == "cu130" and kept.main.parent.parent.name.endswith("-cu130")
+
+
+async def test_a_node_no_torch_fits_is_told_what_to_do(tmp_path: Path) -> None:
+    made = recipe("0.3.60", "ab" * 32, "2025-09-23")
+    with pytest.raises(BuildError) as caught:
+        await comfyui_for_node(made, tmp_path, torch_builds("470.57.02", [(7, 5)]))
+    assert "engines.comfyui" in caught.value.hint

@@ -24,6 +24,7 @@ import json
 import shutil
 import sys
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +32,13 @@ from urllib.parse import unquote, urlparse
 
 import aiohttp
 
-from llmgw.engines.comfyui_builds import Recipe, TorchBuild, card_check_command, check_requirements
+from llmgw.engines.comfyui_builds import (
+    Recipe,
+    TorchBuild,
+    card_check_command,
+    check_requirements,
+    choose_installed,
+)
 from llmgw.engines.pythonbuilds import _run
 from llmgw.engines.sourcebuild import Progress
 from llmgw.errors import BuildError
@@ -209,3 +216,35 @@ def _unpack(archive: Path, target: Path) -> None:
                 continue
             kept.append(member.replace(name=name))
         tar.extractall(target, members=kept, filter="data")
+
+
+async def comfyui_for_node(
+    recipe: Recipe,
+    cache_dir: Path,
+    wanted: Sequence[TorchBuild],
+    *,
+    progress: Progress | None = None,
+) -> InstalledComfyUI:
+    """The node's ComfyUI: the first of ``wanted`` (:func:`~llmgw.engines.comfyui_builds.torch_builds`,
+    best first) already installed, else the first that installs and passes the card check."""
+    if not wanted:
+        raise BuildError(
+            "no torch build for ComfyUI fits this node's driver and cards",
+            hint="ComfyUI's torch needs driver 525 or newer and a card of compute capability 6.0 or more; "
+            "or name an installed ComfyUI in agent.yaml (engines.comfyui.python and .main)",
+        )
+    kept = choose_installed(wanted, [b.variant for b in wanted if installed_comfyui(cache_dir, recipe, b)])
+    if kept is not None:
+        found = installed_comfyui(cache_dir, recipe, kept)
+        assert found is not None
+        return found
+    failures = []
+    for torch in wanted:
+        try:
+            return await install_comfyui(recipe, cache_dir, torch, progress=progress)
+        except (BuildError, OSError) as error:
+            failures.append(f"{torch.variant}: {error}")
+    raise BuildError(
+        f"no ComfyUI {recipe.version} build could be installed; tried " + "; ".join(failures),
+        hint="fix the first reason above, or name an installed ComfyUI in agent.yaml (engines.comfyui)",
+    )
