@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.engines import Task
+from llmgw.core.environments import served_by
 from llmgw.core.tenancy import CLUSTER, Owner, Place, visible
 
 LISTINGS_KEPT = 1024
@@ -39,6 +40,9 @@ class ModelEntry:
     """Who owns it: only keys that see this owner see the entry."""
     serves: Task = Task.CHAT
     """What its replicas serve: the routes that reach it."""
+    served_by: str = ""
+    """A member of a ComfyUI environment: the hidden entry whose replicas serve it
+    (``comfyui-env-<name>``, :mod:`llmgw.core.environments`); empty: its own replicas."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -54,13 +58,25 @@ class ModelEntry:
 
 
 def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
-    """What clients may ask for: each model, and each of its LoRA adapters (``parent`` the model)."""
+    """What clients may ask for: each model, and each of its LoRA adapters (``parent`` the model).
+    An environment's hidden entry is not among them; its members name it in ``served_by``."""
     entries = []
+    models = list(models)
+    serving = served_by(models)
     for model in models:
         on_demand = model.on_demand or model.replicas.min == 0
         owned = model.owned_by()
         serves = model.profile.serves
-        entries.append(ModelEntry(model.name, on_demand, owner=_owned_by(owned), owned=owned, serves=serves))
+        entries.append(
+            ModelEntry(
+                model.name,
+                on_demand,
+                owner=_owned_by(owned),
+                owned=owned,
+                serves=serves,
+                served_by=serving.get(model.name, ""),
+            )
+        )
         for adapter in model.adapters:
             owned = model.adapter_owner(adapter)
             entries.append(
