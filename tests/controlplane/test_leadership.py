@@ -142,6 +142,24 @@ async def test_the_leader_pauses_when_the_store_is_away_for_a_lease_and_leads_ag
     assert (cp1.state, cp1.epoch) == (LEADING, 1)
 
 
+async def test_a_leader_renews_as_soon_as_the_store_returns_from_an_outage_shorter_than_the_lease(
+    store: Store, time_: FakeClock
+) -> None:
+    outage = Outage(Leases(store, time_.elapsed))
+    cp1 = control_plane(store, time_, "cp1", outage)
+    await cp1.round()
+    renewed_at = time_.monotonic()
+    outage.out = True
+    while time_.monotonic() - renewed_at < 2 * cp1.lease_s:  # as run() drives it
+        await time_.advance(cp1.next_round_in())
+        cp1.expire()
+        if time_.monotonic() - renewed_at >= 0.85 * cp1.lease_s:  # a failover of 8.5 s in a 10 s lease
+            outage.out = False
+        await cp1.round()
+    assert PAUSED not in cp1.changes  # type: ignore[attr-defined]
+    assert (cp1.state, cp1.epoch) == (LEADING, 1)
+
+
 async def test_a_standby_leaves_the_lease_alone_for_one_round_after_the_store_returns(
     store: Store, time_: FakeClock
 ) -> None:

@@ -23,6 +23,10 @@ the moment it thaws, before its first round tells it another leads.
 
 A standby times its next round to the moment the lease it saw lapses, so a
 leader that died silently is replaced one lease after its last renewal.
+While the store does not answer, rounds come every second (``OUTAGE_ROUND_S``)
+rather than every third of the lease, so a leader renews as soon as the store
+is back (a Patroni failover, a server restarted): an outage shorter than the
+lease, less that second, never pauses it.
 A standby that saw the store out of reach leaves the lease alone for one round
 after the store returns, so a leader that kept leading through the outage
 renews first instead of the lease moving needlessly.
@@ -48,6 +52,9 @@ STANDBY = "standby"
 
 LAPSE_MARGIN_S = 0.05
 """A standby asks for the lease this long after the one it saw should lapse."""
+
+OUTAGE_ROUND_S = 1.0
+"""Seconds between rounds while the store does not answer (a round, if that is shorter)."""
 
 
 class LeaseBackend(Protocol):
@@ -116,7 +123,10 @@ class Leadership:
         return self.lease_s / 3
 
     def next_round_in(self) -> float:
-        """Seconds until the next round: a standby asks again the moment the lease it saw lapses."""
+        """Seconds until the next round: a standby asks again the moment the lease it saw lapses;
+        while the store is away, every :data:`OUTAGE_ROUND_S`."""
+        if self._store_out:
+            return min(self.round_s, OUTAGE_ROUND_S)
         if self.epoch is not None or self._lapses_in <= 0:
             return self.round_s
         return min(self.round_s, self._lapses_in + LAPSE_MARGIN_S)
