@@ -99,7 +99,13 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || \
 		(apt-get install -y chromium || (apt-get update && apt-get install -y chromium))
 
-test unit e2e: postgres prometheus chromium
+# etcd and Patroni (Debian's etcd-server and patroni), for the store's failover test (a throwaway cluster).
+.PHONY: patroni
+patroni:
+	@command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 || \
+		(apt-get install -y patroni etcd-server || (apt-get update && apt-get install -y patroni etcd-server))
+
+test unit e2e: postgres prometheus chromium patroni
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py
