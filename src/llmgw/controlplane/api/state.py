@@ -27,6 +27,7 @@ from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.selfrestart import SelfRestart
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized
@@ -70,6 +71,8 @@ class AdminState:
     """What changed, for /api/events: the fleet and the reconciler tell the same publisher."""
     clock: Clock = SYSTEM_CLOCK
     """Paces /api/events (coalescing, keepalives)."""
+    self_restart: SelfRestart = field(default_factory=SelfRestart)
+    """Set by ``/api/control-plane/restart``: this process stops cleanly and starts again."""
 
     def __post_init__(self) -> None:
         if self.callers is None:
