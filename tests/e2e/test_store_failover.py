@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -24,7 +24,7 @@ from llmgw.errors import LlmgwError
 from llmgw.store import Leases, LeaseState, Store
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.llama_server_standin import write_launcher
-from llmgw.testing.patroni import PatroniCluster, available
+from llmgw.testing.patroni import Member, PatroniCluster, available
 from llmgw.testing.traffic import Traffic
 
 pytestmark = [
@@ -43,6 +43,8 @@ class AdminWrites:
     """A thread creating API keys one after another through ``cluster``; each answer kept."""
 
     cluster: Cluster
+    prefix: str
+    """The keys' names start with it (each run its own: a name taken is refused)."""
     pause_s: float = 0.2
     done: list[tuple[float, str]] = field(default_factory=list)
     """(when answered, key name) of every write answered 2xx."""
@@ -60,7 +62,7 @@ class AdminWrites:
         number = 0
         while not self._stop.is_set():
             number += 1
-            name = f"write-{number}"
+            name = f"{self.prefix}-{number}"
             try:
                 self.cluster.admin.request("POST", "/api/keys", {"name": name})
             except (LlmgwError, OSError) as error:
@@ -146,22 +148,22 @@ class LeaderStates:
         return self.seen
 
 
-def test_the_leader_rides_out_a_patroni_failover_without_failing_a_request_or_losing_a_write(
-    ha: Cluster, patroni: PatroniCluster, capsys: pytest.CaptureFixture[str]
-) -> None:
+def ride_out(ha: Cluster, patroni: PatroniCluster, fault: Callable[[Member], object], what: str) -> str:
+    """Apply ``fault`` to the primary under /v1 traffic and admin writes; check what must hold and
+    say what was measured."""
     old = patroni.wait_healthy()
     before = lease(patroni.url)
     states = LeaderStates(ha.url).start()
     traffic = Traffic(ha.url, ha.key, MODEL, pause_s=0.05, timeout_s=30).start()
-    writes = AdminWrites(ha).start()
+    writes = AdminWrites(ha, prefix=f"write-{old.name}-{time.monotonic():.0f}").start()
     try:
         wait_for(lambda: len(writes.done) >= 5 and len(traffic.outcomes) >= 10, 30, "writes and traffic flow")
+        written = len(writes.done)
         killed = time.monotonic()
-        patroni.kill(old)
-        new = patroni.wait_primary(60, other_than=old)
-        promoted_s = time.monotonic() - killed
-        wait_for(lambda: writes.working_again_after(killed + promoted_s), 60, "admin writes work again")
+        fault(old)
+        wait_for(lambda: writes.working_again_after(killed) is not None, 60, "admin writes work again")
         writes_back_s = writes.working_again_after(killed)
+        primary = patroni.wait_primary(60)
         wait_for(
             lambda: len(traffic.outcomes) > 0 and traffic.outcomes[-1].started > killed + LEASE_S,
             60,
@@ -172,16 +174,38 @@ def test_the_leader_rides_out_a_patroni_failover_without_failing_a_request_or_lo
         outcomes = traffic.stop()
         said = states.stop()
     failed = [o for o in outcomes if not o.ok]
-    with capsys.disabled():
-        print(
-            f"\nstore failover: {new.name} promoted {promoted_s:.1f} s after {old.name} died; admin writes "
-            f"worked again after {writes_back_s:.1f} s; {len(writes.refused)} writes refused meanwhile; "
-            f"/v1: {len(failed)} of {len(outcomes)} requests failed"
-        )
     assert failed == [], f"/v1 requests failed: {failed[:3]}\n{ha.tails()}"
     after = lease(patroni.url)
     assert (after.holder, after.epoch) == ("cp1", before.epoch), "the lease changed hands"
     assert set(said) == {"leading"}, f"cp1's /leader said {sorted(set(said))} meanwhile"
     missing = {name for _, name in writes.done} - key_names(ha)
     assert not missing, f"writes answered 2xx but not in the store: {sorted(missing)}"
-    assert len(writes.done) > 10
+    assert len(writes.done) > written + 5
+    return (
+        f"{what}: {old.name} was primary, then {primary.name}; admin writes worked again after "
+        f"{writes_back_s:.1f} s ({len(writes.refused)} refused meanwhile); "
+        f"/v1: {len(failed)} of {len(outcomes)} requests failed"
+    )
+
+
+def test_the_leader_rides_out_a_patroni_failover_without_failing_a_request_or_losing_a_write(
+    ha: Cluster, patroni: PatroniCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def machine_dies(member: Member) -> None:
+        patroni.kill(member)
+        patroni.wait_primary(60, other_than=member)
+
+    said = ride_out(ha, patroni, machine_dies, "the primary's machine died (Patroni and postmaster)")
+    with capsys.disabled():
+        print(f"\n{said}")
+
+
+def test_the_leader_rides_out_the_primary_s_postmaster_killed_alone(
+    ha: Cluster, patroni: PatroniCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for member in patroni.members:  # the member killed before rejoins, as a replica
+        if member.process is None:
+            patroni.start_member(member)
+    said = ride_out(ha, patroni, patroni.kill_postmaster, "the primary's postmaster was killed alone")
+    with capsys.disabled():
+        print(f"\n{said}")

@@ -236,6 +236,10 @@ class PatroniCluster:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
+    def kill_postmaster(self, member: Member) -> None:
+        """kill -9 the member's postmaster alone: its Patroni starts it again (or fails over)."""
+        os.kill(member.postmaster_pid(), signal.SIGKILL)
+
     def logs(self, lines: int = 20) -> str:
         out = []
         for member in self.members:
