@@ -186,18 +186,7 @@ class Leadership:
                 log.info("the store is back: leaving the lease alone for one round")
             else:
                 await self._ask(started)
-            lease = await self._leases.current()
-            planes = await self._leases.control_planes()
-            known = {p.agent_address for p in self.control_planes}
-            self.control_planes = planes
-            if known and {p.agent_address for p in planes} != known:
-                self._notify()  # watchers (the leader's duties) tell the agents
-                self._on_planes()
-            holder = lease.holder if lease.held else ""
-            self._lapses_in = lease.expires_in_s if holder else 0.0
-            if holder != self.holder:
-                self.holder = holder
-                self._notify()
+            await self._learn()
             if self._store_out:
                 log.info("the store answers again")
             self._store_out = False
@@ -211,6 +200,31 @@ class Leadership:
                 self._set(PAUSED, "the store has not answered for a whole lease")
         finally:
             self._last_round = self._clock()
+
+    async def _learn(self) -> None:
+        """Read who leads and which control planes there are; tell watchers what changed."""
+        lease = await self._leases.current()
+        planes = await self._leases.control_planes()
+        known = {p.agent_address for p in self.control_planes}
+        self.control_planes = planes
+        if known and {p.agent_address for p in planes} != known:
+            self._notify()  # watchers (the leader's duties) tell the agents
+            self._on_planes()
+        holder = lease.holder if lease.held else ""
+        self._lapses_in = lease.expires_in_s if holder else 0.0
+        if holder != self.holder:
+            self.holder = holder
+            self._notify()
+
+    async def follow(self) -> None:
+        """Learn who leads every second, never asking for the lease, until cancelled: a control plane
+        stopping runs this once it resigned, so the requests it still holds go to the new leader."""
+        while True:
+            try:
+                await self._learn()
+            except StoreError as error:
+                log.info("stopping: cannot learn who leads: %s", error)
+            await asyncio.sleep(min(self.round_s, OUTAGE_ROUND_S))
 
     async def _renew(self, started: float) -> None:
         assert self.epoch is not None

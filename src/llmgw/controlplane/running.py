@@ -5,7 +5,8 @@ HTTP server listens (an event, :attr:`HttpServer.listening`), leadership joins
 with the addresses this process is reached at, and :attr:`ControlPlane.ready`
 is set. Stop, in order: the agents' streams end at once (so agents move to
 another control plane), leadership and the leader's work stop and the lease is
-given up, the HTTP server finishes its requests, the other components stop
+given up, the HTTP server finishes its requests (those it relays go to the
+next leader, which it keeps learning of meanwhile), the other components stop
 (the usage writer writes what waits), then every part is closed. A FATAL
 component's failure ends :meth:`ControlPlane.run` with
 :class:`~llmgw.runtime.supervising.ComponentFailed` (exit code 1).
@@ -95,11 +96,18 @@ class ControlPlane:
         for name in ("leadership", "leader-duties", "reconciler"):
             await supervisor.stop(name)
         await parts.leadership.resign()
+        # requests still held (relayed) go to whoever leads next, learnt while the server finishes them
+        following = asyncio.create_task(parts.leadership.follow(), name="follow-leader")
         parts.sessions.let_go()
         parts.admin.state.changes.close()  # event streams end, or the HTTP server would wait on them
         if self.restarting:  # clients connecting meanwhile wait in the backlog for the next start
             hand_over(parts.http.servers[0].sockets[0])
-        await parts.http.stop()
+        try:
+            await parts.http.stop()
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
         supervisor.shutdown()  # the rest: the load reader, the usage writer (it writes what waits)
 
 
