@@ -15,19 +15,10 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 import typer
 
 from llmgw import __version__
-from llmgw.cli import (
-    agent,
-    ctl,
-    doctor,
-    engine,
-    mirror,
-    restarting,
-    server,
-    serving,
-    up,
-)
+from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserving, server, serving, up  # noqa: F401  (modelserving adds "model serve")
 from llmgw.cli.console import console
 from llmgw.cli.output import fail
+from llmgw.cli.restarting import restart
 from llmgw.errors import LlmgwError
 
 app = typer.Typer(
@@ -47,7 +38,7 @@ app.command("up")(up.up)
 app.command("console")(console)
 app.command("doctor")(doctor.doctor)
 serving.register(app)
-app.command("restart")(restarting.restart)
+app.command("restart")(restart)
 
 
 @app.command()
