@@ -121,8 +121,13 @@ opstools:
 sshd:
 	@test -x /usr/sbin/sshd || (apt-get install -y openssh-server || (apt-get update && apt-get install -y openssh-server))
 
+# etcd and Patroni (Debian's etcd-server and patroni), for the store's failover test (a throwaway cluster).
+.PHONY: patroni
+patroni:
+	@command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 || \
+		(apt-get install -y patroni etcd-server || (apt-get update && apt-get install -y patroni etcd-server))
 
-test unit e2e: postgres prometheus chromium opstools sshd
+test unit e2e: postgres prometheus chromium opstools sshd patroni
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py

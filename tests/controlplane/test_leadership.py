@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from llmgw.errors import NotLeader, StoreUnavailable
 from llmgw.store import Fence, Leases, LeaseState, Store
 from llmgw.store.leases import ControlPlaneRecord
 from llmgw.testing.clock import FakeClock
+from llmgw.testing.eventually import eventually
 
 
 class Outage:
@@ -142,6 +144,24 @@ async def test_the_leader_pauses_when_the_store_is_away_for_a_lease_and_leads_ag
     assert (cp1.state, cp1.epoch) == (LEADING, 1)
 
 
+async def test_a_leader_renews_as_soon_as_the_store_returns_from_an_outage_shorter_than_the_lease(
+    store: Store, time_: FakeClock
+) -> None:
+    outage = Outage(Leases(store, time_.elapsed))
+    cp1 = control_plane(store, time_, "cp1", outage)
+    await cp1.round()
+    renewed_at = time_.monotonic()
+    outage.out = True
+    while time_.monotonic() - renewed_at < 2 * cp1.lease_s:  # as run() drives it
+        await time_.advance(cp1.next_round_in())
+        cp1.expire()
+        if time_.monotonic() - renewed_at >= 0.85 * cp1.lease_s:  # a failover of 8.5 s in a 10 s lease
+            outage.out = False
+        await cp1.round()
+    assert PAUSED not in cp1.changes  # type: ignore[attr-defined]
+    assert (cp1.state, cp1.epoch) == (LEADING, 1)
+
+
 async def test_a_standby_leaves_the_lease_alone_for_one_round_after_the_store_returns(
     store: Store, time_: FakeClock
 ) -> None:
@@ -162,6 +182,27 @@ async def test_a_standby_leaves_the_lease_alone_for_one_round_after_the_store_re
     await time_.advance(cp1.round_s)
     await cp2.round()
     assert cp2.state == STANDBY
+
+
+async def test_a_control_plane_that_resigned_follows_who_leads_next_without_asking_for_the_lease(
+    store: Store, time_: FakeClock
+) -> None:
+    cp1 = control_plane(store, time_, "cp1")
+    cp2 = control_plane(store, time_, "cp2")
+    await cp1.round()
+    await cp2.round()
+    await cp1.resign()
+    following = asyncio.create_task(cp1.follow())
+    try:
+        await eventually(lambda: cp1.holder == "", message="cp1 learns nobody leads")
+        assert (await Leases(store, time_.elapsed).current()).holder == "cp1"  # released, not taken again
+        await cp2.round()
+        await eventually(
+            lambda: cp1.leader is not None and cp1.leader.name == "cp2", message="cp1 learns cp2 leads"
+        )
+        assert (cp1.state, cp1.epoch, cp2.state) == (STANDBY, None, LEADING)
+    finally:
+        following.cancel()
 
 
 async def test_resigning_frees_the_lease_at_once(store: Store, time_: FakeClock) -> None:

@@ -1,4 +1,4 @@
-"""``llmgw ctl config``: the cluster's settings; ``llmgw restart``: every agent, engines serving."""
+"""``llmgw ctl config``: the cluster's settings (``llmgw restart`` is :mod:`llmgw.cli.restarting`)."""
 
 from __future__ import annotations
 
@@ -102,18 +102,3 @@ def config_history(
             for c in rows
         ],
     )
-
-
-def restart(
-    reason: str = typer.Option("llmgw restart", help="Why, for the agents' logs and the audit."),
-    url: str | None = URL,
-    token: str | None = TOKEN,
-) -> None:
-    """Restart every connected agent over its stream (RestartAgent); engines keep serving.
-
-    Each agent starts its own command again and adopts its engines. Only the
-    agents: this command does not restart control planes (not over ssh
-    either); restart each with its service manager where it runs.
-    """
-    restarted = client(url, token).restart_agents(reason).restarted
-    console.print(f"asked {len(restarted)} agents to restart: {', '.join(restarted) or 'none connected'}")

@@ -26,6 +26,7 @@ from llmgw.cli.mirrorbuilds import add_build
 from llmgw.cli.nodeadd import app as node_app
 from llmgw.cli.output import fail
 from llmgw.cli.release import app as release_app
+from llmgw.cli.restarting import restart
 from llmgw.cli.upgrade import upgrade
 from llmgw.errors import LlmgwError
 
@@ -50,7 +51,7 @@ app.command("up")(up.up)
 app.command("console")(console)
 app.command("doctor")(doctor.doctor)
 serving.register(app)
-app.command("restart")(configuring.restart)
+app.command("restart")(restart)
 app.add_typer(firewall_commands.app, name="firewall")
 app.add_typer(service_commands.app, name="service")
 app.command("wipe")(wipe_command.wipe_command)

@@ -283,6 +283,8 @@ class HttpServer(uvicorn.Server):
         """Set once the socket is bound and the server accepts connections."""
         self.ended = asyncio.Event()
         """Set once the server has stopped serving."""
+        self.sockets: list[socket.socket] | None = None
+        """Listening sockets to serve on instead of binding (one handed over across a restart)."""
 
     @property
     def port(self) -> int:
@@ -302,7 +304,7 @@ class HttpServer(uvicorn.Server):
     async def serve_until_stopped(self) -> None:
         """Serve until :meth:`stop`; ConfigError when the address cannot be bound."""
         try:
-            await self.serve()
+            await self.serve(self.sockets)
         except SystemExit as exited:  # uvicorn's answer to a socket it cannot bind
             config = self.config
             raise ConfigError(

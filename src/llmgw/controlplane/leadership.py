@@ -23,6 +23,10 @@ the moment it thaws, before its first round tells it another leads.
 
 A standby times its next round to the moment the lease it saw lapses, so a
 leader that died silently is replaced one lease after its last renewal.
+While the store does not answer, rounds come every second (``OUTAGE_ROUND_S``)
+rather than every third of the lease, so a leader renews as soon as the store
+is back (a Patroni failover, a server restarted): an outage shorter than the
+lease, less that second, never pauses it.
 A standby that saw the store out of reach leaves the lease alone for one round
 after the store returns, so a leader that kept leading through the outage
 renews first instead of the lease moving needlessly.
@@ -48,6 +52,9 @@ STANDBY = "standby"
 
 LAPSE_MARGIN_S = 0.05
 """A standby asks for the lease this long after the one it saw should lapse."""
+
+OUTAGE_ROUND_S = 1.0
+"""Seconds between rounds while the store does not answer (a round, if that is shorter)."""
 
 
 class LeaseBackend(Protocol):
@@ -116,7 +123,10 @@ class Leadership:
         return self.lease_s / 3
 
     def next_round_in(self) -> float:
-        """Seconds until the next round: a standby asks again the moment the lease it saw lapses."""
+        """Seconds until the next round: a standby asks again the moment the lease it saw lapses;
+        while the store is away, every :data:`OUTAGE_ROUND_S`."""
+        if self._store_out:
+            return min(self.round_s, OUTAGE_ROUND_S)
         if self.epoch is not None or self._lapses_in <= 0:
             return self.round_s
         return min(self.round_s, self._lapses_in + LAPSE_MARGIN_S)
@@ -176,18 +186,7 @@ class Leadership:
                 log.info("the store is back: leaving the lease alone for one round")
             else:
                 await self._ask(started)
-            lease = await self._leases.current()
-            planes = await self._leases.control_planes()
-            known = {p.agent_address for p in self.control_planes}
-            self.control_planes = planes
-            if known and {p.agent_address for p in planes} != known:
-                self._notify()  # watchers (the leader's duties) tell the agents
-                self._on_planes()
-            holder = lease.holder if lease.held else ""
-            self._lapses_in = lease.expires_in_s if holder else 0.0
-            if holder != self.holder:
-                self.holder = holder
-                self._notify()
+            await self._learn()
             if self._store_out:
                 log.info("the store answers again")
             self._store_out = False
@@ -201,6 +200,31 @@ class Leadership:
                 self._set(PAUSED, "the store has not answered for a whole lease")
         finally:
             self._last_round = self._clock()
+
+    async def _learn(self) -> None:
+        """Read who leads and which control planes there are; tell watchers what changed."""
+        lease = await self._leases.current()
+        planes = await self._leases.control_planes()
+        known = {p.agent_address for p in self.control_planes}
+        self.control_planes = planes
+        if known and {p.agent_address for p in planes} != known:
+            self._notify()  # watchers (the leader's duties) tell the agents
+            self._on_planes()
+        holder = lease.holder if lease.held else ""
+        self._lapses_in = lease.expires_in_s if holder else 0.0
+        if holder != self.holder:
+            self.holder = holder
+            self._notify()
+
+    async def follow(self) -> None:
+        """Learn who leads every second, never asking for the lease, until cancelled: a control plane
+        stopping runs this once it resigned, so the requests it still holds go to the new leader."""
+        while True:
+            try:
+                await self._learn()
+            except StoreError as error:
+                log.info("stopping: cannot learn who leads: %s", error)
+            await asyncio.sleep(min(self.round_s, OUTAGE_ROUND_S))
 
     async def _renew(self, started: float) -> None:
         assert self.epoch is not None

@@ -53,7 +53,13 @@ REPLAY_LIMIT = 1 << 20
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "host", "proxy-connection"}
 
 
+LOCAL_PATHS = frozenset({"/api/control-plane/restart"})
+"""Paths every control plane answers itself: they are about the process asked."""
+
+
 def relayed_paths(path: str) -> bool:
+    if path in LOCAL_PATHS:
+        return False
     return path.startswith(("/api/", "/v1/")) or path in ("/api", "/v1") or path in ROOT_ROUTES
 
 

@@ -5,10 +5,15 @@ HTTP server listens (an event, :attr:`HttpServer.listening`), leadership joins
 with the addresses this process is reached at, and :attr:`ControlPlane.ready`
 is set. Stop, in order: the agents' streams end at once (so agents move to
 another control plane), leadership and the leader's work stop and the lease is
-given up, the HTTP server finishes its requests, the other components stop
+given up, the HTTP server finishes its requests (those it relays go to the
+next leader, which it keeps learning of meanwhile), the other components stop
 (the usage writer writes what waits), then every part is closed. A FATAL
 component's failure ends :meth:`ControlPlane.run` with
 :class:`~llmgw.runtime.supervising.ComponentFailed` (exit code 1).
+
+A restart (``POST /api/control-plane/restart``, :mod:`llmgw.controlplane.selfrestart`)
+makes the same clean stop, keeping the HTTP listening socket open, then the
+process executes its own command again and serves on that socket.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from llmgw.controlplane.agentsettings import SettingsCheck, forbidden_only
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.firewalling import server_source
 from llmgw.controlplane.leadership import Identity
+from llmgw.controlplane.selfrestart import hand_over, start_again
 from llmgw.controlplane.wiring import ControlPlaneParts, wire
 from llmgw.operations.firewallkeeping import FirewallKeeper
 from llmgw.operations.nftables import FirewallState, Nft
@@ -42,6 +48,8 @@ class ControlPlane:
         self.ready = asyncio.Event()
         self.http_port = 0
         self.agent_port = 0
+        self.restarting = False
+        """Set when the run ended for a restart (``/api/control-plane/restart``): start the command again."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set; ComponentFailed when a FATAL component fails."""
@@ -57,8 +65,14 @@ class ControlPlane:
                     if listening.done():
                         self._serving(parts)
                         stopping = tasks.create_task(stop.wait(), name="stop")
-                        await asyncio.wait({supervising, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                        restart = parts.admin.state.self_restart.requested
+                        restarting = tasks.create_task(restart.wait(), name="restart")
+                        await asyncio.wait(
+                            {supervising, stopping, restarting}, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        self.restarting = restarting.done() and not stopping.done()
                         stopping.cancel()
+                        restarting.cancel()
                     listening.cancel()
                     if not supervising.done():
                         await self._stop(parts)
@@ -92,9 +106,18 @@ class ControlPlane:
         for name in ("leadership", "leader-duties", "reconciler"):
             await supervisor.stop(name)
         await parts.leadership.resign()
+        # requests still held (relayed) go to whoever leads next, learnt while the server finishes them
+        following = asyncio.create_task(parts.leadership.follow(), name="follow-leader")
         parts.sessions.let_go()
         parts.admin.state.changes.close()  # event streams end, or the HTTP server would wait on them
-        await parts.http.stop()
+        if self.restarting:  # clients connecting meanwhile wait in the backlog for the next start
+            hand_over(parts.http.servers[0].sockets[0])
+        try:
+            await parts.http.stop()
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
         supervisor.shutdown()  # the rest: the load reader, the usage writer (it writes what waits)
 
 
@@ -105,4 +128,8 @@ async def run_until_signalled(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await ControlPlane(config, check_agent_settings).run(stop)
+    plane = ControlPlane(config, check_agent_settings)
+    await plane.run(stop)
+    if plane.restarting:
+        log.info("control plane %s stopped cleanly: starting again", config.name)
+        start_again()

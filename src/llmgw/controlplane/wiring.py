@@ -54,6 +54,7 @@ from llmgw.controlplane.limit_counting import LimitCounts
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
+from llmgw.controlplane.selfrestart import inherited_socket
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
@@ -321,6 +322,9 @@ async def wire(
     # the token and the body limit are checked before a standby's relaying reads a body
     edge = Admission(front, callers, config.http.api_body_max_bytes)
     http = HttpServer(edge, config.http)
+    handed_over = inherited_socket(config.http.host, config.http.port)
+    if handed_over is not None:
+        http.sockets = [handed_over]
 
     supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
     supervisor.add("load-reader", gateway.loads.run)

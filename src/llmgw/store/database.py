@@ -10,23 +10,31 @@ Every call into the database runs under ``timeout_s``; errors of the drivers
 (``OSError``, SQLAlchemy's ``DBAPIError``, timeouts) are translated here into
 :class:`~llmgw.errors.StoreUnavailable` or :class:`~llmgw.errors.StoreError`,
 so nothing above the store ever sees a driver's exception.
+
+PostgreSQL may fail over (Patroni): the URL then names every member with
+``target_session_attrs=read-write`` and new connections go to the primary.
+A connection that finds itself on a server that cannot take writes or is
+shutting down counts as lost, which drops every pooled connection, so the
+next ones go to the new primary; :meth:`Store.read` runs a read again, once,
+on a fresh connection when the first one was lost under it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
@@ -54,6 +62,10 @@ from llmgw.store.tenants import Tenants
 from llmgw.store.users import Users
 from llmgw.store.usertokens import UserTokens
 
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 """Alembic's script folder, shipped inside the package."""
 
@@ -78,6 +90,18 @@ REFUSED_STATES = {"28", "3D"}
 
 UNAVAILABLE_STATES = {"08", "53", "57"}
 """SQLSTATE classes of a database that cannot serve now: connection lost, out of resources, shutting down."""
+
+LOST_STATES = {"25006", "57P01", "57P02", "57P03"}
+"""SQLSTATEs that end a connection's use though it is still open: a server that does not take
+writes (a primary demoted, or a replica), and one shutting down, crashed or starting up."""
+
+NO_PRIMARY = "TargetServerAttributeNotMatched"
+"""asyncpg's error when no host of the URL matches ``target_session_attrs`` (none is primary yet)."""
+
+FAILOVER_HINT = (
+    "check that the database is running and reachable; during a failover (Patroni) this lasts until a "
+    "replica is promoted, and the store URL must name every member with target_session_attrs=read-write"
+)
 
 
 class Store:
@@ -196,6 +220,11 @@ class Store:
                 f"the store at {self.where} cannot be reached: {_reason(error)}", hint=self._hint()
             ) from error
         except (OSError, InterfaceError) as error:
+            if _error_name(error) == NO_PRIMARY:
+                raise StoreUnavailable(
+                    f"no server of the store at {self.where} takes writes now: {_reason(error)}",
+                    hint=FAILOVER_HINT,
+                ) from error
             raise StoreUnavailable(
                 f"the store at {self.where} cannot be reached: {_reason(error)}", hint=self._hint()
             ) from error
@@ -205,6 +234,16 @@ class Store:
                 raise StoreUnavailable(
                     f"the store at {self.where} refused the connection: {_reason(error)}",
                     hint="check the user, password and database name in the store URL",
+                ) from error
+            if _error_name(error) == NO_PRIMARY:
+                raise StoreUnavailable(
+                    f"no server of the store at {self.where} takes writes now: {_reason(error)}",
+                    hint=FAILOVER_HINT,
+                ) from error
+            if state in LOST_STATES:
+                raise StoreUnavailable(
+                    f"the store at {self.where} cannot take this statement now: {_reason(error)}",
+                    hint=FAILOVER_HINT,
                 ) from error
             if error.connection_invalidated or state[:2] in UNAVAILABLE_STATES:
                 raise StoreUnavailable(
@@ -228,6 +267,21 @@ class Store:
         """
         async with self.bounded(), self._sessions.begin() as session:
             yield session
+
+    async def read(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        """Run ``work``, which only reads, in a session; once more on a fresh connection if the
+        connection was lost under the first try (a failover, a server restarted), both within the
+        store's one timeout."""
+        async with self.bounded():
+            try:
+                async with self._sessions.begin() as session:
+                    return await work(session)
+            except (DBAPIError, OSError) as error:
+                if not _lost(error):
+                    raise
+                log.info("the store lost a connection under a read, reading again: %s", _reason(error))
+            async with self._sessions.begin() as session:
+                return await work(session)
 
     def _hint(self) -> str:
         if self.url.get_backend_name() == "sqlite" and self.url.database:
@@ -270,7 +324,18 @@ def _create_engine(url: URL, timeout_s: float) -> AsyncEngine:
         ) from None
     if backend == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas(timeout_s))
+    else:
+        event.listen(engine.sync_engine, "handle_error", _count_lost_as_disconnects)
     return engine
+
+
+def _count_lost_as_disconnects(context: ExceptionContext) -> None:
+    """A server that stopped taking writes or is going away ends the connection's use like a
+    disconnect: SQLAlchemy then drops it and every connection pooled before it."""
+    if context.sqlalchemy_exception is None and context.original_exception is None:
+        return
+    if _state_of(context.original_exception) in LOST_STATES:
+        context.is_disconnect = True
 
 
 def _sqlite_pragmas(timeout_s: float) -> Callable[[Any, Any], None]:
@@ -317,11 +382,34 @@ def _migrate(connection: Connection) -> None:
 
 def _sqlstate(error: DBAPIError) -> str:
     """PostgreSQL's SQLSTATE of the error, or "" (SQLite has none)."""
-    original = error.orig
+    return _state_of(error.orig)
+
+
+def _state_of(original: BaseException | None) -> str:
+    """The SQLSTATE a driver's exception carries (asyncpg's own, or under SQLAlchemy's adapter), or ""."""
     state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
     if state is None and original is not None:
         state = getattr(original.__cause__, "sqlstate", None)
     return str(state or "")
+
+
+def _error_name(error: BaseException) -> str:
+    """The class name of the driver's own exception under SQLAlchemy's wrappers."""
+    original: BaseException | None = getattr(error, "orig", None) or error
+    if original is not None and original.__cause__ is not None:
+        original = original.__cause__
+    return type(original).__name__
+
+
+def _lost(error: BaseException) -> bool:
+    """Whether ``error`` means the connection went away (so the same work may be tried on a fresh one)."""
+    if isinstance(error, DBAPIError):
+        return (
+            bool(error.connection_invalidated)
+            or _sqlstate(error)[:2] == "08"
+            or _sqlstate(error) in LOST_STATES
+        )
+    return isinstance(error, OSError)
 
 
 def _reason(error: BaseException) -> str:

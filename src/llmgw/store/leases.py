@@ -17,7 +17,9 @@ PostgreSQL, so a take-over waits for it) and refuse with
 this epoch: a leader that was deposed while it slept cannot write, whatever
 it believes.
 
-The lease's own statements run on a plain connection, outside any fence.
+The lease's own statements run on a plain connection, outside any fence;
+its reads run again once on a fresh connection when a failover took the
+first one away (:meth:`~llmgw.store.database.Store.read`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sqlalchemy import text
 from llmgw.errors import NotLeader
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
     from llmgw.store.database import Store
@@ -97,6 +100,12 @@ class Leases:
             result = await connection.execute(text(sql), {"skew": self._skew(), **params})
             return list(result.all()) if result.returns_rows else []
 
+    async def _read(self, sql: str) -> list[Any]:
+        async def read(session: AsyncSession) -> list[Any]:
+            return list((await session.execute(text(sql), {"skew": self._skew()})).all())
+
+        return await self._store.read(read)
+
     async def acquire(self, name: str, ttl_s: float) -> int | None:
         """Take the lease if it lapsed (or ``name`` already holds it): the new epoch, or None."""
         now = self._now()
@@ -129,7 +138,7 @@ class Leases:
 
     async def current(self) -> LeaseState:
         """Who holds the lease and for how much longer."""
-        rows = await self._run(
+        rows = await self._read(
             f"SELECT holder, epoch, expires_s - {self._now()} FROM leadership WHERE id = 1"
         )
         holder, epoch, remaining = rows[0]
@@ -156,7 +165,7 @@ class Leases:
 
     async def control_planes(self) -> list[ControlPlaneRecord]:
         """Every control plane that ever announced itself, by name."""
-        rows = await self._run(
+        rows = await self._read(
             f"SELECT name, agent_address, http_address, {self._now()} - seen_s FROM control_planes "
             "ORDER BY name"
         )

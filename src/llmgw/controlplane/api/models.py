@@ -62,6 +62,8 @@ class ErrorBody(AnswerModel):
 
 class Health(AnswerModel):
     status: str = "ok"
+    instance: str = ""
+    """This start of the process: a new one after every restart (``llmgw restart``)."""
 
 
 class LeaderView(AnswerModel):
@@ -321,6 +323,28 @@ class RestartRequest(RequestModel):
 class RestartAnswer(AnswerModel):
     restarted: list[str]
     """The nodes asked to restart."""
+
+
+class RestartedView(AnswerModel):
+    kind: str
+    """``agent`` or ``control-plane``."""
+    name: str
+    """The node, or the control plane."""
+    seconds: float
+    """From asking it to restart to seeing it back."""
+
+
+class ClusterRestartAnswer(AnswerModel):
+    restarted: list[RestartedView]
+    """Each process restarted, in order, once it was back."""
+    then: str
+    """The control plane that answered: it starts again once this answer is sent."""
+
+
+class SelfRestartAnswer(AnswerModel):
+    name: str
+    instance: str
+    """The instance that stops; ``/healthz`` answers a new one once it is back."""
 
 
 # plan

@@ -28,6 +28,7 @@ from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.selfrestart import SelfRestart
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
@@ -79,6 +80,8 @@ class AdminState:
     """Rolls signed releases over the agents (``/api/upgrades/agents``); None: not here."""
     replicator: MirrorReplicator | None = None
     """Records this plane's copy of an import and waits for its peers' (None: no copies recorded)."""
+    self_restart: SelfRestart = field(default_factory=SelfRestart)
+    """Set by ``/api/control-plane/restart``: this process stops cleanly and starts again."""
 
     def __post_init__(self) -> None:
         if self.callers is None:

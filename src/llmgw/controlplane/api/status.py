@@ -23,6 +23,7 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
 from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
+from llmgw.controlplane.selfrestart import INSTANCE
 from llmgw.core.settingtypes import SERVING_STOPPED, VIP_SETTING
 from llmgw.store.leases import ControlPlaneRecord
 
@@ -38,8 +39,8 @@ router = APIRouter(prefix="/api", tags=["status"], dependencies=AUTH, responses=
 
 @probes.get("/healthz", response_model=Health)
 async def healthz() -> Health:
-    """The process answers."""
-    return Health()
+    """The process answers, with this start of it (a new instance after a restart)."""
+    return Health(instance=INSTANCE)
 
 
 @probes.get(
