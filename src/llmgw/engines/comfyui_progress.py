@@ -122,8 +122,7 @@ class Progress:
             if data.get("node") is None:
                 entry.state, entry.node = DONE, None
             else:
-                entry.state, entry.node = RUNNING, str(data["node"])
-                entry.step = entry.steps = 0
+                entry.state, entry.node = RUNNING, str(data["node"])  # step: the last sampler's, never back
         elif kind == "progress":
             entry.state = RUNNING
             entry.node = str(data.get("node")) if data.get("node") is not None else entry.node

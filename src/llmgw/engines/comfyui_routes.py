@@ -68,8 +68,11 @@ def build_app(
         given = request.headers.get("Authorization", "")
         token = given[7:].strip() if given[:7].lower() == "bearer " else ""
         if not hmac.compare_digest(token.encode(), expected):
-            return _error(401, "invalid API key: give the replica's key as 'Authorization: Bearer KEY'",
-                          "authentication_error")  # fmt: skip
+            return _error(
+                401,
+                "invalid API key: give the replica's key as 'Authorization: Bearer KEY'",
+                "authentication_error",
+            )
         try:
             return await handler(request)
         except web.HTTPMethodNotAllowed:
@@ -135,8 +138,11 @@ def build_app(
             or not isinstance(delete, list)
             or not all(isinstance(i, str) for i in delete)
         ):
-            return _error(400, 'the gate takes only {"delete": [prompt ids]} here (never "clear": other '
-                          "clients' workflows wait in the same queue)")  # fmt: skip
+            return _error(
+                400,
+                'the gate takes only {"delete": [prompt ids]} here (never "clear": other '
+                "clients' workflows wait in the same queue)",
+            )
         answer = await relay(request, "POST", "/queue", {"delete": delete})
         for prompt_id in delete:
             progress.cancelled(prompt_id)
