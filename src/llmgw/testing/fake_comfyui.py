@@ -55,6 +55,11 @@ _KNOWN = (
 )
 
 
+RUNNER = web.AppKey("runner", Runner)
+"""The stand-in's queue and worker, for tests that look inside."""
+TASKS = web.AppKey("tasks", list)
+
+
 def build_app(settings: Settings) -> web.Application:
     runner = Runner(settings)
     routes = web.RouteTableDef()
@@ -179,12 +184,11 @@ def build_app(settings: Settings) -> web.Application:
         )
 
     async def start_worker(app: web.Application) -> None:
-        app["worker"] = asyncio.create_task(runner.work())
-        app["publisher"] = asyncio.create_task(runner.publish())
+        app[TASKS] = [asyncio.create_task(runner.work()), asyncio.create_task(runner.publish())]
 
     async def stop_worker(app: web.Application) -> None:
-        app["worker"].cancel()
-        app["publisher"].cancel()
+        for task in app[TASKS]:
+            task.cancel()
         for ws in list(runner.sockets.values()):
             await ws.close()
 
@@ -192,7 +196,7 @@ def build_app(settings: Settings) -> web.Application:
     app.add_routes(routes)
     app.on_startup.append(start_worker)
     app.on_shutdown.append(stop_worker)
-    app["runner"] = runner
+    app[RUNNER] = runner
     return app
 
 
