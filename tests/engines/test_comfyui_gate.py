@@ -220,3 +220,16 @@ async def test_bad_bodies_are_refused_with_what_to_send(gated: Gated) -> None:
     assert status == 400 and 'give {"prompt"' in answer["error"]["message"]
     status, answer = await gated.call("POST", "/prompt", {"prompt": {"1": {"inputs": {}}}})
     assert status == 400 and answer["error"]["type"] == "invalid_prompt"  # ComfyUI's own refusal, passed on
+
+
+async def test_deleting_a_running_workflow_from_the_queue_leaves_it_running(gated: Gated) -> None:
+    prompt_id = await gated.queue(workflow(steps=500))
+
+    async def stepping() -> bool:
+        return (await gated.progress(prompt_id))["step"] > 0
+
+    await eventually(stepping, timeout_s=10)
+    assert (await gated.call("POST", "/queue", {"delete": [prompt_id]}))[0] == 200
+    state = await gated.progress(prompt_id)
+    assert state["state"] == "running" and state["error"] is None
+    await gated.call("POST", "/interrupt", {})

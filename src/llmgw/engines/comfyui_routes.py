@@ -79,6 +79,8 @@ def build_app(
             return _error(405, f"{request.method} is not taken on {request.path}; the gate takes {SHOWN}")
         except web.HTTPNotFound:
             return _error(404, f"{request.path} is not served by this ComfyUI gate; it serves {SHOWN}")
+        except ValueError as failed:  # JSON ComfyUI should have sent and did not
+            return _error(502, f"ComfyUI answered what is not JSON ({failed}); check its log", "bad_gateway")
         except (aiohttp.ClientError, TimeoutError) as failed:
             why = f"ComfyUI is not answering: {failed or type(failed).__name__}; try again shortly"
             return _error(503, why, "service_unavailable")
@@ -144,8 +146,12 @@ def build_app(
                 "clients' workflows wait in the same queue)",
             )
         answer = await relay(request, "POST", "/queue", {"delete": delete})
+        async with client.get(upstream.url + "/queue") as listed:
+            queue = await listed.json(content_type=None)
+        held = {item[1] for item in [*queue.get("queue_running", []), *queue.get("queue_pending", [])]}
         for prompt_id in delete:
-            progress.cancelled(prompt_id)
+            if prompt_id not in held:  # ComfyUI deletes only waiting ones; a running one goes on
+                progress.cancelled(prompt_id)
         return answer
 
     async def post_interrupt(request: web.Request) -> web.StreamResponse:
