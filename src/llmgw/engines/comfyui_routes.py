@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -51,7 +51,6 @@ class Upstream:
     client_id: str = ""
     connected: bool = False
     """The gate's websocket to ComfyUI is open."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
