@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -191,3 +192,34 @@ def test_a_gate_given_two_weights_of_one_name_ends_saying_so(tmp_path: Path) -> 
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "two weights files are named m.safetensors" in done.stderr
+
+
+def test_a_gate_whose_port_is_taken_ends_before_starting_comfyui(tmp_path: Path) -> None:
+    (tmp_path / "key").write_text("k\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "llmgw.engines.comfyui_gate", "--port", str(port),
+             "--key-file", str(tmp_path / "key"), "--base-dir", str(tmp_path / "base"),
+             "--comfyui-python", "/nonexistent/python", "--comfyui-main", "m"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_missing_comfyui_python_is_named(tmp_path: Path) -> None:
+    (tmp_path / "key").write_text("k\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw.engines.comfyui_gate", "--port", str(free_port()),
+         "--key-file", str(tmp_path / "key"), "--base-dir", str(tmp_path / "base"),
+         "--comfyui-python", "/nonexistent/python", "--comfyui-main", "m"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert (
+        "cannot start ComfyUI with /nonexistent/python" in done.stderr
+        and "engines.comfyui.python" in done.stderr
+    )

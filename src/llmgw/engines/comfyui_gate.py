@@ -37,7 +37,7 @@ from aiohttp import web
 from llmgw.engines.comfyui_files import child_environment, parse_pairs, prepare_base, weight_links
 from llmgw.engines.comfyui_progress import Progress
 from llmgw.engines.comfyui_routes import Upstream, build_app
-from llmgw.errors import LlmgwError
+from llmgw.errors import ConfigError, LlmgwError
 
 log = logging.getLogger("llmgw.comfyui_gate")
 RECONNECT_S = (0.2, 5.0)
@@ -110,25 +110,39 @@ async def run(options: argparse.Namespace, key: str, extra: list[str]) -> int:
     repos = dict((name, path) for name, path in parse_pairs(options.hf_repo, "--hf-repo"))
     await asyncio.to_thread(prepare_base, base, links, repos)
     port = free_port()
-    child = await asyncio.create_subprocess_exec(
-        *comfyui_command(options.comfyui_python, options.comfyui_main, port, base, extra),
-        env=child_environment(base, os.environ),
-        cwd=str(base),
-        preexec_fn=_die_with_parent,
-    )
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
     upstream = Upstream(url=f"http://127.0.0.1:{port}", client_id=f"llmgw-gate-{uuid.uuid4().hex}")
     progress = Progress()
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
     async with aiohttp.ClientSession(timeout=timeout) as client:
         runner = web.AppRunner(build_app(key, upstream, client, progress, options.model), access_log=None)
         await runner.setup()
+        try:  # the replica's port first: a port taken ends the gate before ComfyUI starts
+            await web.TCPSite(runner, options.host, options.port).start()
+        except OSError as error:
+            await runner.cleanup()
+            raise LlmgwError(
+                f"cannot listen on {options.host}:{options.port}: {error.strerror}",
+                "the agent starts the replica again on another free port",
+            ) from None
+        try:
+            child = await asyncio.create_subprocess_exec(
+                *comfyui_command(options.comfyui_python, options.comfyui_main, port, base, extra),
+                env=child_environment(base, os.environ),
+                cwd=str(base),
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as error:
+            await runner.cleanup()
+            raise LlmgwError(
+                f"cannot start ComfyUI with {options.comfyui_python}: {error.strerror}",
+                "set engines.comfyui.python in agent.yaml to the Python of ComfyUI's environment",
+            ) from None
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stopping.set)
         follower = asyncio.create_task(follow(upstream, progress, client))
         try:
-            await web.TCPSite(runner, options.host, options.port).start()
             ended = asyncio.create_task(child.wait())
             asked = asyncio.create_task(stopping.wait())
             await asyncio.wait({ended, asked}, return_when=asyncio.FIRST_COMPLETED)
@@ -191,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run(options, key, extra))
     except LlmgwError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(error, ConfigError) else 1
 
 
 if __name__ == "__main__":
