@@ -208,3 +208,14 @@ def test_the_trtllm_launcher_refuses_to_start_without_the_replica_key() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "no replica key in LLMGW_REPLICA_KEY" in done.stderr
+
+
+def test_each_engine_is_given_the_pipeline_parallel_degree_by_its_own_flag() -> None:
+    spec = launch(tp=2, pp=3)
+    argv = vllm.ENGINE.command_line(Path("vllm"), spec)
+    assert (flag(argv, "--tensor-parallel-size"), flag(argv, "--pipeline-parallel-size")) == ("2", "3")
+    argv = sglang.ENGINE.command_line(Path("python"), spec)
+    assert (flag(argv, "--tp-size"), flag(argv, "--pp-size")) == ("2", "3")
+    argv = trtllm.ENGINE.command_line(Path("/opt/trt/bin/python"), spec)
+    serve = argv[argv.index("--") + 1 :]
+    assert (flag(serve, "--tp_size"), flag(serve, "--pp_size")) == ("2", "3")

@@ -26,6 +26,7 @@ def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int
         ctx_size=profile.ctx_size,
         parallel=profile.parallel,
         tp=profile.tp,
+        pp=profile.pp,
         kv_events=profile.kv_events,
         max_loaded_adapters=profile.max_loaded_adapters,
         weights_format=model.source.format,

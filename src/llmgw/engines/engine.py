@@ -52,7 +52,9 @@ class Launch:
     parallel: int = 4
     """Requests served at once."""
     tp: int = 1
-    """Cards one replica spans."""
+    """Tensor-parallel degree."""
+    pp: int = 1
+    """Pipeline-parallel degree: stages the model is cut into (tp x pp cards in all)."""
     args: tuple[str, ...] = ()
     """The profile's extra arguments (checked by :mod:`llmgw.core.validation`)."""
     projector: Path | None = None

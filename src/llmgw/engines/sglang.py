@@ -4,7 +4,8 @@ Facts of the real server this module relies on (SGLang's documented server
 arguments and production metrics):
 
 - ``--model-path``, ``--host``, ``--port``, ``--served-model-name``,
-  ``--tp-size`` (``--tp`` is only argparse's abbreviation),
+  ``--tp-size`` (``--tp`` is only argparse's abbreviation), ``--pp-size``
+  (alias of ``--pipeline-parallel-size``),
   ``--context-length``, ``--max-running-requests``.
 - The key: SGLang reads it from ``--api-key`` and from no environment
   variable. ``--config FILE.yaml`` (``ConfigArgumentMerger``) reads settings
@@ -59,6 +60,7 @@ class SglangEngine:
             *key_arguments(CAPABILITIES, launch),
             "--served-model-name", launch.model,
             "--tp-size", str(launch.tp),
+            "--pp-size", str(launch.pp),
             "--context-length", str(launch.ctx_size),
             "--max-running-requests", str(launch.parallel),
             "--enable-metrics",

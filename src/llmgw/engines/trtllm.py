@@ -4,7 +4,8 @@ Facts of the real server this module relies on (``trtllm-serve`` docs and
 ``tensorrt_llm.metrics``):
 
 - ``trtllm-serve serve <model>`` (click) with ``--host``, ``--port``,
-  ``--backend pytorch``, ``--tp_size``, ``--max_seq_len``,
+  ``--backend pytorch``, ``--tp_size``, ``--pp_size`` (click aliases of
+  ``--tensor_parallel_size`` and ``--pipeline_parallel_size``), ``--max_seq_len``,
   ``--max_batch_size`` and ``--extra_llm_api_options <yaml>``. It has no API
   key of its own, so :mod:`llmgw.engines.trtllm_launcher` runs it on a private
   loopback port and answers the replica's port itself, demanding the key.
@@ -71,6 +72,7 @@ class TrtllmEngine:
             "serve", str(launch.weights),
             "--backend", "pytorch",
             "--tp_size", str(launch.tp),
+            "--pp_size", str(launch.pp),
             "--max_seq_len", str(launch.ctx_size),
             "--max_batch_size", str(launch.parallel),
             *launch.args,

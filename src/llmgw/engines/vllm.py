@@ -4,7 +4,8 @@ Facts of the real server this module relies on (vLLM's documented CLI and
 metrics, V1 engine):
 
 - ``vllm serve <model>`` with ``--host``, ``--port``,
-  ``--served-model-name``, ``--tensor-parallel-size``, ``--max-model-len``,
+  ``--served-model-name``, ``--tensor-parallel-size``,
+  ``--pipeline-parallel-size``, ``--max-model-len``,
   ``--max-num-seqs``. The key is read from ``VLLM_API_KEY`` when
   ``--api-key`` is not given; llmgw never gives ``--api-key``, which ``ps``
   would show and ``vllm serve`` logs among its "non-default args". The key
@@ -85,6 +86,7 @@ class VllmEngine:
             "--port", str(launch.port),
             "--served-model-name", launch.model,
             "--tensor-parallel-size", str(launch.tp),
+            "--pipeline-parallel-size", str(launch.pp),
             "--max-model-len", str(launch.ctx_size),
             "--max-num-seqs", str(launch.parallel),
         ]  # fmt: skip
