@@ -276,7 +276,8 @@ def test_too_few_nodes_with_room_turns_every_set_down_with_each_nodes_reason() -
         == {
             "a": "fits one shard (10000 MiB on 1 card), but a replica spans 2 nodes and only 1 has the room",
             "b": "needs 1 card with 10000 MiB free each; 0 there",
-            "cpu": "needs 1 card with 10000 MiB free each; 0 there",  # host memory never serves a multi-node replica
+            # host memory never serves a multi-node replica
+            "cpu": "needs 1 card with 10000 MiB free each; 0 there",
         }
     )
 
