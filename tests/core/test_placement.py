@@ -271,15 +271,12 @@ def test_too_few_nodes_with_room_turns_every_set_down_with_each_nodes_reason() -
     nodes = [l4_node("a", 20000), l4_node("b", 4000), node("cpu", 512000)]
     decision = place_nodes("m", 20000, nodes, [], Spread(tp=2, gpus=1, nodes=2))
     assert not decision.placed and decision.more == ()
-    assert (
-        decision.refusals
-        == {
-            "a": "fits one shard (10000 MiB on 1 card), but a replica spans 2 nodes and only 1 has the room",
-            "b": "needs 1 card with 10000 MiB free each; 0 there",
-            # host memory never serves a multi-node replica
-            "cpu": "needs 1 card with 10000 MiB free each; 0 there",
-        }
-    )
+    assert decision.refusals == {
+        "a": "fits one shard (10000 MiB on 1 card), but a replica spans 2 nodes and only 1 has the room",
+        "b": "needs 1 card with 10000 MiB free each; 0 there",
+        # host memory never serves a multi-node replica
+        "cpu": "needs 1 card with 10000 MiB free each; 0 there",
+    }
 
 
 def test_a_multi_node_profile_falls_back_to_the_next_with_both_reasons() -> None:

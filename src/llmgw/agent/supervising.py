@@ -375,6 +375,7 @@ class Supervisor:
             key_file=key_file,
             serves=spec.serves,
             pooling=spec.pooling,
+            rendezvous=spec.rendezvous,
         )
         binary = prepared.program
         command = engine.command_line(binary, launch)

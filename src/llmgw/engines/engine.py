@@ -19,6 +19,7 @@ from typing import Protocol
 import aiohttp
 
 from llmgw.core.engines import EngineCapabilities, KeyPassing
+from llmgw.core.shards import Rendezvous
 from llmgw.engines import prometheus
 from llmgw.errors import ConfigError, EngineUnhealthy
 
@@ -77,6 +78,8 @@ class Launch:
     """What the engine is started for: ``chat``, ``embeddings`` or ``rerank`` (``core.engines.Task``)."""
     pooling: str = ""
     """llama.cpp: ``--pooling`` for an embedding model; empty: the model's own."""
+    rendezvous: Rendezvous | None = None
+    """A shard of a multi-node replica: its rank, the node count and the head's ``HOST:PORT``."""
 
     def checked(self, engine: str) -> None:
         """ConfigError unless the key and port can start an engine."""

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from llmgw.core.engines import TRTLLM
 from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices, key_environment
+from llmgw.errors import ConfigError
 
 CAPABILITIES = TRTLLM
 NAME = CAPABILITIES.name
@@ -63,6 +64,11 @@ class TrtllmEngine:
     def command_line(self, program: Path, launch: Launch) -> list[str]:
         """The launcher wrapping ``trtllm-serve serve``; ``program`` is the operator's Python."""
         launch.checked(NAME)
+        if launch.rendezvous is not None:
+            raise ConfigError(
+                "TensorRT-LLM replicas spanning several nodes are not started by llmgw",
+                hint="give the model's TensorRT-LLM profile nodes 1, or use vLLM or SGLang for several nodes",
+            )
         return [
             self.launcher_python, "-m", LAUNCHER,
             "--trtllm-serve", str(serve_program(program)),
