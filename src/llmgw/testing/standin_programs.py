@@ -3,6 +3,7 @@
 :func:`write_standins` puts, in one folder:
 
 - ``vllm``: the ``vllm`` command of a vLLM build (→ :mod:`llmgw.testing.fake_vllm`);
+- ``ray`` beside it: Ray's ``ray start`` for a multi-node vLLM replica (→ :mod:`llmgw.testing.fake_ray`);
 - ``python``: a build's Python that runs ``-m sglang.launch_server`` as
   :mod:`llmgw.testing.fake_sglang` and anything else as this Python;
 - ``trtllm-serve`` beside that ``python``: the operator's TensorRT-LLM
@@ -21,6 +22,7 @@ class StandinPrograms:
     vllm: Path
     python: Path
     trtllm_serve: Path
+    ray: Path
 
 
 def _write(path: Path, python: str, body: str) -> Path:
@@ -43,6 +45,7 @@ def _module(name: str) -> str:
 def write_standins(directory: Path, python: str = sys.executable) -> StandinPrograms:
     directory.mkdir(parents=True, exist_ok=True)
     vllm = _write(directory / "vllm", python, _module("llmgw.testing.fake_vllm"))
+    ray = _write(directory / "ray", python, _module("llmgw.testing.fake_ray"))
     wrapper = _write(
         directory / "python",
         python,
@@ -54,4 +57,4 @@ def write_standins(directory: Path, python: str = sys.executable) -> StandinProg
         f"    os.execv({python!r}, [{python!r}, *sys.argv[1:]])",
     )
     trtllm = _write(directory / "trtllm-serve", python, _module("llmgw.testing.fake_trtllm"))
-    return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm)
+    return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm, ray=ray)
