@@ -72,8 +72,13 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def _first_to_end(processes: list[subprocess.Popen[bytes]]) -> int:
     """Wait until one of ``processes`` ends, stop the rest, return the first's exit code."""
     ended = threading.Event()
+
+    def wait(process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        ended.set()
+
     for process in processes:
-        threading.Thread(target=lambda p=process: (p.wait(), ended.set()), daemon=True).start()
+        threading.Thread(target=wait, args=(process,), daemon=True).start()
     ended.wait()
     code = next(p.returncode for p in processes if p.returncode is not None)
     for process in processes:
