@@ -93,7 +93,7 @@ def test_vllm_over_ray_serves_once_the_cluster_holds_tp_x_pp_cards_and_ends_when
     worker = start(started, [*launcher, "--address", rendezvous, "--port", str(worker_port)], cards="0")
     eventually_sync(lambda: health(serve_port) == 200, timeout_s=30, message="vLLM serves on the head")
     eventually_sync(lambda: health(worker_port) == 200, timeout_s=30, message="the worker answers /health")
-    worker.terminate()  # the node's shard stops: its Ray node leaves the cluster
+    worker.kill()  # the shard killed outright: its Ray node goes with it and leaves the cluster
     worker.wait(30)
     assert head.wait(30) == 1  # vLLM lost a card of its placement group: the head ends, and with it Ray
 

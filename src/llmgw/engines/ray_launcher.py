@@ -18,7 +18,9 @@ process the agent supervises, so this launcher makes one process of each role:
   health-checks a worker as it does any engine.
 
 The launcher ends when any of its children ends, with that child's exit code,
-after stopping the other; SIGTERM is passed on to the children. A worker whose
+after stopping the other; SIGTERM is passed on to the children, and a launcher
+killed outright takes them with it (``PR_SET_PDEATHSIG``), so a killed shard
+leaves no Ray node behind in the cluster. A worker whose
 head goes away exits (its ``ray start`` loses the cluster), so the agent sees
 the shard fail and the replica is taken down and placed again.
 """
@@ -26,6 +28,7 @@ the shard fail and the replica is taken down and placed again.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import socket
@@ -35,6 +38,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a child gets when its parent ends."""
 HEAD_WAIT_S = 120.0
 """How long the head waits for its own Ray port before it gives up."""
 
@@ -57,6 +62,19 @@ def head_command(ray: str, address: str) -> list[str]:
 def worker_command(ray: str, address: str) -> list[str]:
     """``ray start --address HOST:PORT --block``: join the head's cluster, in the foreground."""
     return [ray, "start", "--address", address, "--block"]
+
+
+def _die_with_parent() -> None:
+    """In a child, before it runs: end it (SIGTERM) when the launcher ends, even by SIGKILL (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the children are stopped on the launcher's way out only
+
+
+def _spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -87,7 +105,7 @@ def _first_to_end(processes: list[subprocess.Popen[bytes]]) -> int:
 
 
 def run_head(ray: str, address: str, engine: list[str]) -> int:
-    cluster = subprocess.Popen(head_command(ray, address))
+    cluster = _spawn(head_command(ray, address))
     deadline = time.monotonic() + HEAD_WAIT_S
     while not reachable(address):
         if cluster.poll() is not None:
@@ -98,13 +116,13 @@ def run_head(ray: str, address: str, engine: list[str]) -> int:
             _stop(cluster)
             return 1
         time.sleep(0.1)
-    server = subprocess.Popen(engine, env={**os.environ, "RAY_ADDRESS": address})
+    server = _spawn(engine, {**os.environ, "RAY_ADDRESS": address})
     _pass_on_sigterm([cluster, server])
     return _first_to_end([cluster, server])
 
 
 def run_worker(ray: str, address: str, host: str, port: int) -> int:
-    member = subprocess.Popen(worker_command(ray, address))
+    member = _spawn(worker_command(ray, address))
 
     class Health(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
