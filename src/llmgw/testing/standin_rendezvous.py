@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TextIO
 
 JOIN_WAIT_S = float(os.environ.get("LLMGW_STANDIN_JOIN_WAIT_S", "60"))
 """How long a member keeps trying to reach its head before it gives up (exit 1)."""
@@ -73,7 +74,7 @@ class Cluster:
             with self._changed:
                 self._members[connection] = amount
                 self._changed.notify_all()
-            reader.read()  # until the member goes away
+            _until_closed(reader)  # until the member goes away
             with self._changed:
                 self._members.pop(connection, None)
                 self._changed.notify_all()
@@ -108,7 +109,7 @@ def join(address: str, brings: int, what: str) -> None:
     print(f"INFO: {what} joined the head at {address}", flush=True)
 
     def watch() -> None:
-        connection.makefile("r").read()
+        _until_closed(connection.makefile("r"))
         print(f"ERROR: {what} lost the head at {address}; exiting", file=sys.stderr, flush=True)
         os._exit(1)
 
@@ -127,11 +128,19 @@ def wait(address: str, needed: int, what: str) -> None:
     print(f"INFO: {what}: the cluster at {address} holds the {needed} it needs", flush=True)
 
     def watch() -> None:
-        reader.read()
+        _until_closed(reader)
         print(f"ERROR: {what}: the cluster at {address} lost a member; exiting", file=sys.stderr, flush=True)
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def _until_closed(reader: TextIO) -> None:
+    """Read until the peer closes the connection, or resets it (a process killed before reading all)."""
+    try:
+        reader.read()
+    except OSError:
+        pass
 
 
 def visible_cards() -> int:
