@@ -78,9 +78,11 @@ async def receive(agent, kind: str) -> pb.ControlMessage:  # type: ignore[no-unt
                 return message
 
 
-async def report(agent, replica_id: str, state: int, port: int = 0, error: str = "") -> None:  # type: ignore[no-untyped-def]
+async def report(
+    agent, replica_id: str, state: int, port: int = 0, error: str = "", restarts: int = 0
+) -> None:  # type: ignore[no-untyped-def]
     """The node reports a shard's state, and the control plane has taken it in."""
-    status = pb.ShardStatus(replica_id=replica_id, state=state, port=port, error=error)  # type: ignore[arg-type]
+    status = pb.ShardStatus(replica_id=replica_id, state=state, port=port, error=error, restarts=restarts)  # type: ignore[arg-type]
     await agent.send(pb.AgentMessage(status=status))
     await agent.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
     await receive(agent, "heartbeat")
@@ -167,3 +169,15 @@ async def test_stopping_the_model_stops_every_shard(harness: Harness) -> None:
     await harness.reconciler.pass_once()
     for node, agent in agents.items():
         assert (await receive(agent, "stop")).stop.replica_id == starts[node].replica_id
+
+
+async def test_a_shard_restarted_and_ready_again_between_passes_still_takes_the_replica_down(
+    harness: Harness,
+) -> None:
+    agents, starts = await place_two_node_replica(harness)
+    member_node = next(node for node, s in starts.items() if s.rank == 1)
+    member = starts[member_node].replica_id
+    await report(agents[member_node], member, pb.SHARD_STATE_READY, port=21001, restarts=1)
+    await harness.reconciler.pass_once()
+    for agent in agents.values():
+        assert "was restarted by its node" in (await receive(agent, "stop")).stop.reason

@@ -15,7 +15,8 @@ taken on the head node makes the head fail, which takes the replica down; it is
 placed again under a new id, so with another port.
 
 A replica stands or falls whole: once any shard fails, is restarted by its
-agent after a failure, goes missing from its node, or its node is lost,
+agent after a failure (even one back to ready by the next pass: its restart
+count says so), goes missing from its node, or its node is lost,
 :func:`broken` says why, and the reconciler stops every shard and places the
 replica again (engines' ranks cannot be restarted one at a time).
 """
@@ -81,8 +82,8 @@ def broken(fleet: Fleet, shards: list[ReplicaState]) -> str:
         where = f"shard {shard.replica_id} on {shard.node_id}"
         if shard.state is ReplicaPhase.FAILED:
             return f"{where} failed: {shard.error or 'no reason given'}"
-        if shard.state is ReplicaPhase.STARTING and shard.error:
-            return f"{where} was restarted by its node: {shard.error}"
+        if shard.restarts or (shard.state is ReplicaPhase.STARTING and shard.error):
+            return f"{where} was restarted by its node: {shard.error or 'its engine ended'}"
         if shard.node_id in fleet.nodes and shard.state in (ReplicaPhase.ABSENT, ReplicaPhase.STOPPED):
             return f"{where} is no longer running there"
         if fleet.lost(shard.node_id):
