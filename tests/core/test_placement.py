@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.core.devices import Device, NodeInventory
 from llmgw.core.mig import Spread
-from llmgw.core.placement import Ask, Placed, place, place_profiles
+from llmgw.core.placement import Ask, Placed, ShardPlace, place, place_nodes, place_profiles
 
 
 def card(index: int, free_mb: int, total_mb: int = 24576) -> Device:
@@ -236,17 +236,62 @@ def test_one_profile_keeps_its_reasons_unprefixed() -> None:
     assert decision.refusals == {"small": "needs 4000 MiB; 2000 MiB of host memory left"}
 
 
-def test_pipeline_profiles_are_turned_down_with_the_reason_and_the_next_one_taken() -> None:
-    nodes = [node("n", 64000, card(0, 20000), card(1, 20000))]
-    asks = [Ask(16000, Spread(tp=1, pp=2, gpus=2)), Ask(16000, Spread(tp=2, gpus=2))]
-    decision = place_profiles("m", asks, nodes, [])
-    assert (decision.node_id, decision.devices, decision.profile) == ("n", (0, 1), 1)
+def test_a_pipeline_parallel_profile_takes_tp_x_pp_cards_of_one_node() -> None:
+    nodes = [
+        node("two", 64000, card(0, 20000), card(1, 20000)),
+        node("four", 64000, *(card(i, 20000) for i in range(4))),
+    ]
+    decision = place_profiles("m", [Ask(32000, Spread(tp=2, pp=2, gpus=4))], nodes, [])
+    assert (decision.node_id, decision.devices, decision.more) == ("four", (0, 1, 2, 3), ())
+    assert decision.refusals["two"] == "needs 4 cards with 8000 MiB free each; 2 there"
 
 
-def test_multi_node_profiles_are_turned_down_with_the_reason() -> None:
-    nodes = [node("a", 64000, card(0, 20000)), node("b", 64000, card(0, 20000))]
-    asks = [Ask(16000, Spread(tp=2, gpus=1, nodes=2)), Ask(1000)]
+def l4_node(node_id: str, *free_mb: int) -> NodeInventory:
+    return node(node_id, 64000, *(card(i, free) for i, free in enumerate(free_mb)))
+
+
+def test_a_two_node_replica_takes_one_shard_on_each_of_two_nodes_the_roomiest_first() -> None:
+    nodes = [l4_node("a", 8000, 8000), l4_node("b", 20000, 20000), l4_node("c", 16000, 16000)]
+    decision = place_profiles("m", [Ask(40000, Spread(tp=2, pp=2, gpus=2, nodes=2))], nodes, [])
+    assert (decision.node_id, decision.devices) == ("b", (0, 1))
+    assert decision.more == (ShardPlace("c", (0, 1)),)
+    assert decision.refusals == {"a": "needs 2 cards with 10000 MiB free each; 0 there"}
+
+
+def test_a_node_fitting_a_shard_but_not_taken_says_which_nodes_were() -> None:
+    nodes = [l4_node("a", 20000), l4_node("b", 20000), l4_node("c", 20000)]
+    placed = [Placed("m", "a", 1000, (0,))]
+    decision = place_nodes("m", 20000, nodes, placed, Spread(tp=2, gpus=1, nodes=2))
+    assert {decision.node_id, decision.more[0].node_id} == {"b", "c"}
+    assert decision.refusals["a"].startswith("fits one shard (10000 MiB on 1 card), but ")
+    assert decision.refusals["a"].endswith("were taken: fewer replicas of this model, more room")
+
+
+def test_too_few_nodes_with_room_turns_every_set_down_with_each_nodes_reason() -> None:
+    nodes = [l4_node("a", 20000), l4_node("b", 4000), node("cpu", 512000)]
+    decision = place_nodes("m", 20000, nodes, [], Spread(tp=2, gpus=1, nodes=2))
+    assert not decision.placed and decision.more == ()
+    assert decision.refusals == {
+        "a": "fits one shard (10000 MiB on 1 card), but a replica spans 2 nodes and only 1 has the room",
+        "b": "needs 1 card with 10000 MiB free each; 0 there",
+        # host memory never serves a multi-node replica
+        "cpu": "needs 1 card with 10000 MiB free each; 0 there",
+    }
+
+
+def test_a_multi_node_profile_falls_back_to_the_next_with_both_reasons() -> None:
+    nodes = [l4_node("a", 20000), l4_node("b", 20000)]
+    asks = [Ask(60000, Spread(tp=2, gpus=1, nodes=2)), Ask(1000)]
     decision = place_profiles("m", asks, nodes, [])
-    assert decision.profile == 1
+    assert decision.profile == 1 and decision.more == ()
     refused = "a" if decision.node_id == "b" else "b"
-    assert decision.refusals[refused].startswith("profile 1: multi-node replicas are placed by")
+    assert decision.refusals[refused].startswith("profile 1: needs 1 card with 30000 MiB free each; 0 there")
+
+
+def test_a_multi_node_replica_is_never_placed_on_mig_instances() -> None:
+    mig = Device(kind="nvidia", index=1000, name="MIG 3g.40gb", memory_mb=40000, memory_free_mb=40000,
+                 device_class="a100-80g-mig-3g.40gb")  # fmt: skip
+    nodes = [node("a", 64000, mig), node("b", 64000, mig)]
+    decision = place_nodes("m", 20000, nodes, [], Spread(tp=2, gpus=1, nodes=2))
+    assert not decision.placed
+    assert "device 0/mig0: " in decision.refusals["a"]

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from llmgw.core.engines import LLAMA_CPP, SGLANG
-from llmgw.engines import llamacpp, sglang, trtllm, vllm
+from llmgw.core.shards import Rendezvous
+from llmgw.engines import llamacpp, ray_launcher, sglang, trtllm, vllm
 from llmgw.engines.engine import Launch, parse_load
 from llmgw.engines.registry import engine_named
 from llmgw.errors import ConfigError, EngineUnhealthy
@@ -208,3 +209,61 @@ def test_the_trtllm_launcher_refuses_to_start_without_the_replica_key() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "no replica key in LLMGW_REPLICA_KEY" in done.stderr
+
+
+def test_each_engine_is_given_the_pipeline_parallel_degree_by_its_own_flag() -> None:
+    spec = launch(tp=2, pp=3)
+    argv = vllm.ENGINE.command_line(Path("vllm"), spec)
+    assert (flag(argv, "--tensor-parallel-size"), flag(argv, "--pipeline-parallel-size")) == ("2", "3")
+    argv = sglang.ENGINE.command_line(Path("python"), spec)
+    assert (flag(argv, "--tp-size"), flag(argv, "--pp-size")) == ("2", "3")
+    argv = trtllm.ENGINE.command_line(Path("/opt/trt/bin/python"), spec)
+    serve = argv[argv.index("--") + 1 :]
+    assert (flag(serve, "--tp_size"), flag(serve, "--pp_size")) == ("2", "3")
+
+
+def test_a_multi_node_vllm_head_starts_the_ray_head_then_vllm_over_ray() -> None:
+    spec = launch(tp=2, pp=2, rendezvous=Rendezvous(rank=0, nodes=2, address="10.0.0.1:24100"))
+    argv = vllm.ENGINE.command_line(Path("/v/bin/vllm"), spec)
+    assert argv[1:3] == ["-m", "llmgw.engines.ray_launcher"]
+    assert (flag(argv, "--ray"), flag(argv, "--address")) == ("/v/bin/ray", "10.0.0.1:24100")
+    assert "--head" in argv[: argv.index("--")]
+    serve = argv[argv.index("--") + 1 :]
+    assert serve[:3] == ["/v/bin/vllm", "serve", str(WEIGHTS)]
+    assert flag(serve, "--distributed-executor-backend") == "ray"
+    assert (flag(serve, "--tensor-parallel-size"), flag(serve, "--pipeline-parallel-size")) == ("2", "2")
+    assert ray_launcher.head_command("/v/bin/ray", "10.0.0.1:24100") == [
+        "/v/bin/ray", "start", "--head", "--port", "24100", "--block",
+    ]  # fmt: skip
+
+
+def test_a_multi_node_vllm_worker_only_joins_the_head_and_answers_health_on_its_port() -> None:
+    spec = launch(tp=2, pp=2, rendezvous=Rendezvous(rank=1, nodes=2, address="10.0.0.1:24100"))
+    argv = vllm.ENGINE.command_line(Path("/v/bin/vllm"), spec)
+    assert argv[1:3] == ["-m", "llmgw.engines.ray_launcher"]
+    assert "--head" not in argv and "serve" not in argv
+    assert (flag(argv, "--address"), flag(argv, "--port")) == ("10.0.0.1:24100", "21001")
+    assert ray_launcher.worker_command("/v/bin/ray", "10.0.0.1:24100") == [
+        "/v/bin/ray", "start", "--address", "10.0.0.1:24100", "--block",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_sglang_shard_gets_the_node_count_its_rank_and_the_heads_address(rank: int) -> None:
+    spec = launch(tp=4, rendezvous=Rendezvous(rank=rank, nodes=2, address="10.0.0.1:24100"))
+    argv = sglang.ENGINE.command_line(Path("python"), spec)
+    assert flag(argv, "--nnodes") == "2" and flag(argv, "--node-rank") == str(rank)
+    assert flag(argv, "--dist-init-addr") == "10.0.0.1:24100"
+    assert flag(argv, "--port") == "21001"  # rank 0 serves there; the others answer /health there
+
+
+def test_one_node_command_lines_carry_no_rendezvous() -> None:
+    assert "--nnodes" not in sglang.ENGINE.command_line(Path("python"), launch())
+    assert "--distributed-executor-backend" not in vllm.ENGINE.command_line(Path("vllm"), launch())
+
+
+def test_trtllm_refuses_a_multi_node_shard_saying_what_to_do() -> None:
+    spec = launch(rendezvous=Rendezvous(rank=0, nodes=2, address="10.0.0.1:24100"))
+    with pytest.raises(ConfigError, match="several nodes") as raised:
+        trtllm.ENGINE.command_line(Path("python"), spec)
+    assert "nodes 1" in (raised.value.hint or "")

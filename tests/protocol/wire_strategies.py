@@ -11,6 +11,7 @@ from llmgw.core.shards import (
     AdapterSpec,
     Compute,
     FetchProgress,
+    Rendezvous,
     RunningShard,
     ShardSpec,
     ShardState,
@@ -61,6 +62,8 @@ shard_specs = st.builds(
     max_loaded_adapters=int32,
     adapters=st.lists(adapters, **small).map(tuple),
     max_lora_rank=int32,
+    pp=int32,
+    rendezvous=st.none() | st.builds(Rendezvous, rank=int32, nodes=st.integers(1, 2**31 - 1), address=text),
 )
 computes = st.builds(
     Compute,

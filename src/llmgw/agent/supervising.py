@@ -363,6 +363,7 @@ class Supervisor:
             ctx_size=spec.ctx_size or 4096,
             parallel=spec.parallel or 1,
             tp=spec.tp or max(1, len(spec.devices)),
+            pp=max(1, spec.pp),
             args=tuple(spec.args),
             projector=prepared.projector,
             kv_events_port=kv_port,
@@ -375,6 +376,7 @@ class Supervisor:
             serves=spec.serves,
             pooling=spec.pooling,
             entry=prepared.entry,
+            rendezvous=spec.rendezvous,
         )
         binary = prepared.program
         command = engine.command_line(binary, launch)

@@ -76,6 +76,10 @@ class ReplicaState:
     drain_reason: str = ""
     fetching: FetchProgress | None = None
     """While starting: how far its node has fetched its files, as last reported."""
+    nodes: int = 1
+    """Nodes its replica spans (:mod:`llmgw.controlplane.multinode`); 1: a one-node replica."""
+    rank: int = 0
+    """Its rank among its replica's shards: only rank 0 (the head) serves, so only it is routed to."""
 
 
 def shard_blobs(spec: ShardSpec) -> frozenset[str]:
@@ -298,7 +302,7 @@ class Fleet:
         node = self.nodes.get(replica.node_id)
         if replica.draining_since is not None and state is ReplicaPhase.READY:
             return  # draining: it takes no new request, ready or not
-        if state is ReplicaPhase.READY and node is not None and replica.port:
+        if state is ReplicaPhase.READY and node is not None and replica.port and replica.rank == 0:
             self._on_ready(replica, f"http://{node.inventory.address}:{replica.port}")
         else:
             self._on_gone(replica.replica_id)

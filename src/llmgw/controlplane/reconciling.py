@@ -28,6 +28,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from llmgw.controlplane import multinode
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
 from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
@@ -252,6 +253,8 @@ class Reconciler:
                         engine=profile.engine if profile else DEFAULT_ENGINE,
                         state=ReplicaPhase.ABSENT,
                         profile=replica_record.profile,
+                        nodes=profile.nodes if profile else 1,
+                        rank=multinode.rank_of(replica_record.id)[1],
                     )
                 )
         for replica in self._fleet.replicas.values():
@@ -293,7 +296,8 @@ class Reconciler:
         return load
 
     async def _reconcile_model(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
-        every = self._fleet.of_model(model.name)
+        await self._take_down_broken(model, placed)
+        every = [r for r in self._fleet.of_model(model.name) if r.rank == 0]  # a replica is its head
         mine = [r for r in every if r.draining_since is None]
         floor = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
         want = self._scale(model, floor, mine) if floor else 0
@@ -317,8 +321,8 @@ class Reconciler:
         await self._replace_lost(model, placed)
         now = self._clock()
         for replica in self._fleet.of_model(model.name):
-            if replica.node_id not in self._fleet.nodes:
-                continue
+            if replica.node_id not in self._fleet.nodes or replica.nodes > 1:
+                continue  # a multi-node replica starts whole when placed, and is placed again whole
             if replica.state is ReplicaPhase.ABSENT or (
                 replica.state is ReplicaPhase.FAILED and now >= replica.next_start
             ):
@@ -332,7 +336,7 @@ class Reconciler:
         A replica no other node can take stays where it is, so the node coming back resumes it.
         """
         for replica in self._fleet.of_model(model.name):
-            if not self._fleet.lost(replica.node_id):
+            if not self._fleet.lost(replica.node_id) or replica.nodes > 1:
                 continue
             if not await self._place(model, placed):
                 return
@@ -354,6 +358,19 @@ class Reconciler:
                 await self._store.replicas.remove(replica.replica_id)
             except NotFound:
                 pass
+
+    async def _take_down_broken(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
+        """Stop every shard of each multi-node replica of ``model`` that lost one; it is placed again."""
+        heads = {multinode.rank_of(r.replica_id)[0] for r in self._fleet.of_model(model.name) if r.nodes > 1}
+        for replica_id in sorted(heads):
+            shards = multinode.shards_of(self._fleet, replica_id)
+            why = multinode.broken(self._fleet, shards)
+            if not why:
+                continue
+            log.warning("multi-node replica %s of %s is taken down: %s", replica_id, model.name, why)
+            for shard in shards:
+                await self._remove(shard, f"replica {replica_id} taken down: {why}")
+            placed[:] = [p for p in placed if multinode.rank_of(p.id)[0] != replica_id]
 
     def _scale(self, model: ModelDefinition, floor: int, mine: list[ReplicaState]) -> int:
         """The count autoscaling keeps for ``model`` now (at least ``floor``), logged when it changes."""
@@ -422,30 +439,39 @@ class Reconciler:
         self.evictions.pop(model.name, None)
         self._trace.placed(model.name, decision)
         profile = model.profiles[decision.profile]
-        record = ReplicaRecord(
-            id=f"{_slug(model.name)}-{secrets.token_hex(3)}",
-            model=model.name,
-            node_id=decision.node_id,
-            api_key=replica_key(),
-            devices=list(decision.devices),
-            memory_mb=model.memory_needed_mb(profile),
-            profile=decision.profile,
-        )
-        await self._store.replicas.add(record)
-        placed.append(record)
-        replica = ReplicaState(
-            replica_id=record.id,
-            model=model.name,
-            node_id=record.node_id,
-            api_key=record.api_key,
-            capacity=profile.parallel,
-            engine=profile.engine,
-            profile=decision.profile,
-        )
-        self._fleet.track(replica)
+        replica_id, api_key = f"{_slug(model.name)}-{secrets.token_hex(3)}", replica_key()
+        where = [(decision.node_id, decision.devices), *((s.node_id, s.devices) for s in decision.more)]
+        shards: list[tuple[ReplicaState, tuple[int, ...]]] = []
+        for rank, (node_id, devices) in enumerate(where):  # a multi-node replica: one shard a node
+            record = ReplicaRecord(
+                id=multinode.shard_id(replica_id, rank),
+                model=model.name,
+                node_id=node_id,
+                api_key=api_key,
+                devices=list(devices),
+                memory_mb=model.memory_needed_mb(profile) // len(where),
+                profile=decision.profile,
+            )
+            await self._store.replicas.add(record)
+            placed.append(record)
+            replica = ReplicaState(
+                replica_id=record.id,
+                model=model.name,
+                node_id=node_id,
+                api_key=api_key,
+                capacity=profile.parallel,
+                engine=profile.engine,
+                profile=decision.profile,
+                nodes=len(where),
+                rank=rank,
+            )
+            self._fleet.track(replica)
+            shards.append((replica, tuple(devices)))
         on = f" with profile {decision.profile + 1}" if len(model.profiles) > 1 else ""
-        log.info("placed replica %s of %s on %s%s", record.id, model.name, record.node_id, on)
-        await self._start(replica, model, tuple(decision.devices), why="placed")
+        nodes = ", ".join(node_id for node_id, _ in where)
+        log.info("placed replica %s of %s on %s%s", replica_id, model.name, nodes, on)
+        for replica, devices in shards:
+            await self._start(replica, model, devices, why="placed")
         return True
 
     def _evict(self, model: ModelDefinition, unplaced: Decision, placed: list[ReplicaRecord]) -> Decision:
@@ -505,7 +531,10 @@ class Reconciler:
         node = self._fleet.nodes.get(replica.node_id)
         if node is None:
             return
-        start = shard_spec(replica, model, devices)
+        together = multinode.rendezvous(self._fleet, replica)
+        if replica.nodes > 1 and together is None:
+            return  # its head's node is away: the replica is taken down and placed again
+        start = shard_spec(replica, model, devices, rendezvous=together)
         if self._tracing.enabled:
             context = self.starts.begin(self._trace, replica.replica_id, model.name, replica.node_id, why)
             start = dataclasses.replace(start, traceparent=context)
@@ -519,6 +548,9 @@ class Reconciler:
             self.starts.end(replica.replica_id, "its node's stream closed")
 
     async def _remove(self, replica: ReplicaState, reason: str) -> None:
+        if replica.nodes > 1 and replica.rank == 0:  # a multi-node replica stops whole
+            for shard in multinode.shards_of(self._fleet, replica.replica_id)[1:]:
+                await self._remove(shard, reason)
         node = self._fleet.nodes.get(replica.node_id)
         log.info("stopping replica %s of %s: %s", replica.replica_id, replica.model, reason)
         self.starts.end(replica.replica_id, f"stopped: {reason}")

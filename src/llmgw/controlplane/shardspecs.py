@@ -6,11 +6,18 @@ import secrets
 
 from llmgw.controlplane.fleet import ReplicaState
 from llmgw.core.catalog import Adapter, ModelDefinition, Profile
-from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
+from llmgw.core.shards import AdapterSpec, Rendezvous, ShardSpec, WeightsFile
 
 
-def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = ()) -> ShardSpec:
-    """The StartShard a replica's node is sent: the model's files, its profile and the replica's key."""
+def shard_spec(
+    replica: ReplicaState,
+    model: ModelDefinition,
+    devices: tuple[int, ...] = (),
+    *,
+    rendezvous: Rendezvous | None = None,
+) -> ShardSpec:
+    """The StartShard a replica's node is sent: the model's files, its profile and the replica's key
+    (and, for a shard of a multi-node replica, its rank and where the shards meet)."""
     profile = profile_of(model, replica.profile)
     return ShardSpec(
         replica_id=replica.replica_id,
@@ -26,6 +33,7 @@ def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int
         ctx_size=profile.ctx_size,
         parallel=profile.parallel,
         tp=profile.tp,
+        pp=profile.pp,
         kv_events=profile.kv_events,
         max_loaded_adapters=profile.max_loaded_adapters,
         weights_format=model.source.format,
@@ -39,6 +47,7 @@ def shard_spec(replica: ReplicaState, model: ModelDefinition, devices: tuple[int
         max_lora_rank=model.max_lora_rank(),
         serves=profile.serves.value,
         pooling=profile.pooling or "",
+        rendezvous=rendezvous,
     )
 
 

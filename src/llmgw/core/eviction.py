@@ -39,7 +39,7 @@ def plan_eviction(
     kept: dict[str, str] = {}
     best: tuple[tuple[int, int, int], Decision] | None = None
     for index, ask in enumerate(asks):
-        if ask.spread.nodes > 1 or ask.spread.pp > 1:
+        if ask.spread.nodes > 1:
             continue
         for node in nodes:
             here = [p for p in placed if p.node_id == node.node_id]

@@ -35,6 +35,14 @@ class Ask:
 
 
 @dataclass(frozen=True)
+class ShardPlace:
+    """Where one more shard of a multi-node replica goes: a node and its cards."""
+
+    node_id: str
+    devices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Decision:
     """Where a replica goes (``node_id`` empty when nowhere), and every refusal on the way.
 
@@ -52,6 +60,7 @@ class Decision:
     evict: tuple[str, ...] = ()
     waiting_for: tuple[str, ...] = ()
     kept: dict[str, str] = field(default_factory=dict)
+    more: tuple[ShardPlace, ...] = ()
 
     @property
     def placed(self) -> bool:
@@ -100,7 +109,7 @@ def place(
     refusals: dict[str, str] = {}
     candidates: list[tuple[tuple[int, bool, int], str, tuple[int, ...]]] = []
     share = -(-memory_mb // gpus)
-    needs_cards = gpus > 1 or bool(gpu_class)
+    needs_cards = gpus > 1 or bool(gpu_class) or spread_over.nodes > 1
     for node in nodes:
         spread = sum(1 for p in placed if p.node_id == node.node_id and p.model == model)
         gpu_free = free_gpu_memory(node, placed)
@@ -146,15 +155,55 @@ def place(
     return Decision(node_id=node_id, devices=devices, refusals=refusals)
 
 
-MULTI_NODE = (
-    "multi-node replicas are placed by multi-node placement, which this control plane does not have yet: "
-    "give the model a profile with nodes 1"
-)
+def place_nodes(
+    model: str,
+    memory_mb: int,
+    nodes: list[NodeInventory],
+    placed: list[Placed],
+    spread: Spread,
+    *,
+    gpu_class: str | None = None,
+) -> Decision:
+    """Pick ``spread.nodes`` distinct nodes for one multi-node replica of ``model`` (C5.5).
 
-PIPELINE = (
-    "pipeline-parallel replicas (pp above 1) are not started yet: engines are given tp alone; "
-    "give the model a profile with pp 1 (tp spreads a replica over the cards of one node)"
-)
+    Each node takes one shard: ``spread.gpus`` cards holding ``memory_mb / nodes``
+    between them (host memory never serves a multi-node replica, nor a MIG instance).
+    A node set is turned down exactly when one of its nodes is, so each node's
+    reason covers every set it is in: a node without the room says what it lacks,
+    one with the room says how many of the nodes needed fit, or, when enough do,
+    which nodes were taken before it. The nodes taken are the ones with fewer
+    replicas of the model, then the most memory left on their cards; the first is
+    the head (rank 0), which serves the replica's requests.
+    """
+    share = -(-memory_mb // max(1, spread.nodes))
+    per_node = Spread(tp=1, pp=1, gpus=max(1, spread.gpus), nodes=spread.nodes)
+    refusals: dict[str, str] = {}
+    fitting: list[tuple[tuple[int, int], ShardPlace]] = []
+    for node in nodes:
+        found = place(model, share, [node], placed, per_node, gpu_class=gpu_class)
+        if not found.placed:
+            refusals[node.node_id] = found.refusals.get(node.node_id, "does not fit")
+            continue
+        siblings = sum(1 for p in placed if p.node_id == node.node_id and p.model == model)
+        free = free_gpu_memory(node, placed)
+        least = min(free[index] for index in found.devices)
+        fitting.append(((siblings, -least), ShardPlace(node.node_id, found.devices)))
+    cards = "card" if per_node.gpus == 1 else "cards"
+    fits = f"fits one shard ({share} MiB on {per_node.gpus} {cards})"
+    if len(fitting) < spread.nodes:
+        for _, shard in fitting:
+            refusals[shard.node_id] = (
+                f"{fits}, but a replica spans {spread.nodes} nodes and only {len(fitting)} "
+                f"{'has' if len(fitting) == 1 else 'have'} the room"
+            )
+        return Decision(refusals=refusals)
+    fitting.sort(key=lambda f: f[0])
+    chosen = [shard for _, shard in fitting[: spread.nodes]]
+    taken = ", ".join(s.node_id for s in chosen)
+    for _, shard in fitting[spread.nodes :]:
+        refusals[shard.node_id] = f"{fits}, but {taken} were taken: fewer replicas of this model, more room"
+    head, *more = chosen
+    return Decision(node_id=head.node_id, devices=head.devices, refusals=refusals, more=tuple(more))
 
 
 def place_profiles(model: str, asks: list[Ask], nodes: list[NodeInventory], placed: list[Placed]) -> Decision:
@@ -167,16 +216,20 @@ def place_profiles(model: str, asks: list[Ask], nodes: list[NodeInventory], plac
     seen: dict[str, list[str]] = {}
     for index, ask in enumerate(asks):
         if ask.spread.nodes > 1:
-            found = Decision(refusals={n.node_id: MULTI_NODE for n in nodes})
-        elif ask.spread.pp > 1:
-            found = Decision(refusals={n.node_id: PIPELINE for n in nodes})
+            found = place_nodes(model, ask.memory_mb, nodes, placed, ask.spread, gpu_class=ask.gpu_class)
         else:
             found = place(model, ask.memory_mb, nodes, placed, ask.spread, gpu_class=ask.gpu_class)
         if found.placed:
             refusals = {node: "; ".join(reasons) for node, reasons in seen.items() if node != found.node_id}
             for node, why in found.refusals.items():
                 refusals[node] = "; ".join([*seen.get(node, []), _named(index, asks, why)])
-            return Decision(node_id=found.node_id, devices=found.devices, refusals=refusals, profile=index)
+            return Decision(
+                node_id=found.node_id,
+                devices=found.devices,
+                refusals=refusals,
+                profile=index,
+                more=found.more,
+            )
         for node, why in found.refusals.items():
             seen.setdefault(node, []).append(_named(index, asks, why))
     return Decision(refusals={node: "; ".join(reasons) for node, reasons in seen.items()})

@@ -94,6 +94,28 @@ class AdapterSpec:
 
 
 @dataclass(frozen=True)
+class Rendezvous:
+    """How the shards of one multi-node replica find each other (C5.5).
+
+    Every shard of the replica is started at once; rank 0 (the head) runs the
+    engine's server and the others join it at ``address`` (``HOST:PORT``, a port
+    on the head's node that the reconciler chose from the replica's id).
+    """
+
+    rank: int
+    nodes: int
+    address: str
+
+    @property
+    def host(self) -> str:
+        return self.address.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2])
+
+
+@dataclass(frozen=True)
 class ShardSpec:
     """What a node needs to start one replica's engine."""
 
@@ -119,7 +141,9 @@ class ShardSpec:
     ctx_size: int = 0
     parallel: int = 0
     tp: int = 0
-    """Cards one replica spans (vLLM, SGLang, TensorRT-LLM); 0: one per device given."""
+    """Tensor-parallel degree (vLLM, SGLang, TensorRT-LLM); 0: one per device given."""
+    pp: int = 0
+    """Pipeline-parallel degree; 0 or 1: one stage. A shard on one node spans tp x pp cards."""
     kv_events: bool = False
     """The engine publishes its KV-cache events to the agent (vLLM)."""
     max_loaded_adapters: int = 0
@@ -133,6 +157,13 @@ class ShardSpec:
     """What the engine is started for: ``chat``, ``embeddings`` or ``rerank`` (``core.engines.Task``)."""
     pooling: str = ""
     """llama.cpp's pooling for an embedding model; empty: the model's own."""
+    rendezvous: Rendezvous | None = None
+    """A shard of a multi-node replica: its rank, the node count and the head's address."""
+
+    @property
+    def head(self) -> bool:
+        """True for the shard that serves the replica's requests (rank 0, or the only one)."""
+        return self.rendezvous is None or self.rendezvous.rank == 0
 
 
 @dataclass(frozen=True)

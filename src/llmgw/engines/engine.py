@@ -19,6 +19,7 @@ from typing import Protocol
 import aiohttp
 
 from llmgw.core.engines import EngineCapabilities, KeyPassing
+from llmgw.core.shards import Rendezvous
 from llmgw.engines import prometheus
 from llmgw.errors import ConfigError, EngineUnhealthy
 
@@ -52,7 +53,9 @@ class Launch:
     parallel: int = 4
     """Requests served at once."""
     tp: int = 1
-    """Cards one replica spans."""
+    """Tensor-parallel degree."""
+    pp: int = 1
+    """Pipeline-parallel degree: stages the model is cut into (tp x pp cards in all)."""
     args: tuple[str, ...] = ()
     """The profile's extra arguments (checked by :mod:`llmgw.core.validation`)."""
     projector: Path | None = None
@@ -77,6 +80,8 @@ class Launch:
     """llama.cpp: ``--pooling`` for an embedding model; empty: the model's own."""
     entry: Path | None = None
     """The script the engine's program runs (ComfyUI's ``main.py``); None for the others."""
+    rendezvous: Rendezvous | None = None
+    """A shard of a multi-node replica: its rank, the node count and the head's ``HOST:PORT``."""
 
     def checked(self, engine: str) -> None:
         """ConfigError unless the key and port can start an engine."""

@@ -4,7 +4,8 @@ Facts of the real server this module relies on (SGLang's documented server
 arguments and production metrics):
 
 - ``--model-path``, ``--host``, ``--port``, ``--served-model-name``,
-  ``--tp-size`` (``--tp`` is only argparse's abbreviation),
+  ``--tp-size`` (``--tp`` is only argparse's abbreviation), ``--pp-size``
+  (alias of ``--pipeline-parallel-size``),
   ``--context-length``, ``--max-running-requests``.
 - The key: SGLang reads it from ``--api-key`` and from no environment
   variable. ``--config FILE.yaml`` (``ConfigArgumentMerger``) reads settings
@@ -21,6 +22,10 @@ arguments and production metrics):
   ``sglang:token_usage`` (0..1), ``sglang:prompt_tokens_total``,
   ``sglang:generation_tokens_total``, ``sglang:num_requests_total``.
 - ``GET /health`` is 200 once the server serves.
+- Several nodes: every node runs the server with ``--nnodes N --node-rank R
+  --dist-init-addr HEAD:PORT`` (the head's address, the same on all); rank 0
+  serves the API, the others answer ``/health`` on their own ``--host``/
+  ``--port`` (its ``launch_dummy_health_check_server``).
 """
 
 from __future__ import annotations
@@ -59,10 +64,17 @@ class SglangEngine:
             *key_arguments(CAPABILITIES, launch),
             "--served-model-name", launch.model,
             "--tp-size", str(launch.tp),
+            "--pp-size", str(launch.pp),
             "--context-length", str(launch.ctx_size),
             "--max-running-requests", str(launch.parallel),
             "--enable-metrics",
         ]  # fmt: skip
+        if launch.rendezvous is not None:
+            argv += [
+                "--nnodes", str(launch.rendezvous.nodes),
+                "--node-rank", str(launch.rendezvous.rank),
+                "--dist-init-addr", launch.rendezvous.address,
+            ]  # fmt: skip
         if launch.serves in ("embeddings", "rerank"):
             argv.append("--is-embedding")  # an embedding model, or a cross-encoder serving /v1/rerank
         return argv + list(launch.args)

@@ -4,7 +4,8 @@ Facts of the real server this module relies on (``trtllm-serve`` docs and
 ``tensorrt_llm.metrics``):
 
 - ``trtllm-serve serve <model>`` (click) with ``--host``, ``--port``,
-  ``--backend pytorch``, ``--tp_size``, ``--max_seq_len``,
+  ``--backend pytorch``, ``--tp_size``, ``--pp_size`` (click aliases of
+  ``--tensor_parallel_size`` and ``--pipeline_parallel_size``), ``--max_seq_len``,
   ``--max_batch_size`` and ``--extra_llm_api_options <yaml>``. It has no API
   key of its own, so :mod:`llmgw.engines.trtllm_launcher` runs it on a private
   loopback port and answers the replica's port itself, demanding the key.
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from llmgw.core.engines import TRTLLM
 from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices, key_environment
+from llmgw.errors import ConfigError
 
 CAPABILITIES = TRTLLM
 NAME = CAPABILITIES.name
@@ -62,6 +64,11 @@ class TrtllmEngine:
     def command_line(self, program: Path, launch: Launch) -> list[str]:
         """The launcher wrapping ``trtllm-serve serve``; ``program`` is the operator's Python."""
         launch.checked(NAME)
+        if launch.rendezvous is not None:
+            raise ConfigError(
+                "TensorRT-LLM replicas spanning several nodes are not started by llmgw",
+                hint="give the model's TensorRT-LLM profile nodes 1, or use vLLM or SGLang for several nodes",
+            )
         return [
             self.launcher_python, "-m", LAUNCHER,
             "--trtllm-serve", str(serve_program(program)),
@@ -71,6 +78,7 @@ class TrtllmEngine:
             "serve", str(launch.weights),
             "--backend", "pytorch",
             "--tp_size", str(launch.tp),
+            "--pp_size", str(launch.pp),
             "--max_seq_len", str(launch.ctx_size),
             "--max_batch_size", str(launch.parallel),
             *launch.args,

@@ -4,7 +4,8 @@ Facts of the real server this module relies on (vLLM's documented CLI and
 metrics, V1 engine):
 
 - ``vllm serve <model>`` with ``--host``, ``--port``,
-  ``--served-model-name``, ``--tensor-parallel-size``, ``--max-model-len``,
+  ``--served-model-name``, ``--tensor-parallel-size``,
+  ``--pipeline-parallel-size``, ``--max-model-len``,
   ``--max-num-seqs``. The key is read from ``VLLM_API_KEY`` when
   ``--api-key`` is not given; llmgw never gives ``--api-key``, which ``ps``
   would show and ``vllm serve`` logs among its "non-default args". The key
@@ -37,12 +38,19 @@ metrics, V1 engine):
   the last ``buffer_steps`` batches from ``start_seq`` on, then an end
   marker. Block hashes are stable across processes only with
   ``--prefix-caching-hash-algo sha256_cbor`` and a fixed ``PYTHONHASHSEED``.
+- Several nodes: a Ray cluster (``ray start --head --port P --block`` on the
+  head, ``ray start --address HEAD:P --block`` on the others), then ``vllm
+  serve`` on the head with ``--distributed-executor-backend ray`` and the
+  whole replica's ``--tensor-parallel-size`` and ``--pipeline-parallel-size``;
+  ``ray`` is installed beside ``vllm``. :mod:`llmgw.engines.ray_launcher` runs
+  each shard's part.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from llmgw.core.engines import VLLM
@@ -50,6 +58,7 @@ from llmgw.engines.engine import Compute, Launch, MetricNames, cuda_devices, key
 
 CAPABILITIES = VLLM
 NAME = CAPABILITIES.name
+RAY_LAUNCHER = "llmgw.engines.ray_launcher"
 KV_EVENTS_TOPIC = "kv-events"
 HASH_ALGO = "sha256_cbor"
 BUFFER_STEPS = 10_000
@@ -76,15 +85,37 @@ class VllmEngine:
         generated_tokens_total=("vllm:generation_tokens_total",),
     )
 
+    launcher_python = sys.executable
+    """The Python that runs :mod:`llmgw.engines.ray_launcher` for a multi-node replica's shards."""
+
     def command_line(self, program: Path, launch: Launch) -> list[str]:
-        """``vllm serve`` for one replica; ``program`` is the build's ``vllm`` executable."""
+        """``vllm serve`` for one replica; ``program`` is the build's ``vllm`` executable.
+
+        A multi-node replica's head runs it behind the Ray launcher (Ray head first,
+        ``--distributed-executor-backend ray``); its other shards run only the launcher,
+        which joins the head's Ray cluster.
+        """
         launch.checked(NAME)
+        rendezvous = launch.rendezvous
+        ray = str(Path(program).parent / "ray")
+        launcher = [self.launcher_python, "-m", RAY_LAUNCHER, "--ray", ray]
+        if rendezvous is not None and rendezvous.rank > 0:
+            return [
+                *launcher,
+                "--address",
+                rendezvous.address,
+                "--host",
+                launch.host,
+                "--port",
+                str(launch.port),
+            ]
         argv = [
             str(program), "serve", str(launch.weights),
             "--host", launch.host,
             "--port", str(launch.port),
             "--served-model-name", launch.model,
             "--tensor-parallel-size", str(launch.tp),
+            "--pipeline-parallel-size", str(launch.pp),
             "--max-model-len", str(launch.ctx_size),
             "--max-num-seqs", str(launch.parallel),
         ]  # fmt: skip
@@ -99,7 +130,11 @@ class VllmEngine:
             config = kv_events_config(launch.kv_events_port, launch.kv_replay_port)
             argv += ["--kv-events-config", json.dumps(config)]
             argv += ["--prefix-caching-hash-algo", HASH_ALGO]
-        return argv + task_arguments(launch.serves) + list(launch.args)
+        argv += task_arguments(launch.serves) + list(launch.args)
+        if rendezvous is None:
+            return argv
+        argv += ["--distributed-executor-backend", "ray"]
+        return [*launcher, "--head", "--address", rendezvous.address, "--", *argv]
 
     def environment(self, launch: Launch) -> dict[str, str]:
         env = key_environment(CAPABILITIES, launch)

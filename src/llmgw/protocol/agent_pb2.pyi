@@ -760,6 +760,10 @@ class StartShard(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _builtins.int
     SERVES_FIELD_NUMBER: _builtins.int
     POOLING_FIELD_NUMBER: _builtins.int
+    PP_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     model: _builtins.str
     engine: _builtins.str
@@ -792,6 +796,14 @@ class StartShard(_message.Message):
     """"chat" (or empty), "embeddings" or "rerank": what the engine is started for"""
     pooling: _builtins.str
     """llama.cpp --pooling for an embedding model (empty: the model's own)"""
+    pp: _builtins.int
+    """pipeline-parallel degree (0 or 1: one stage)"""
+    rank: _builtins.int
+    """A shard of a multi-node replica: its rank (0: the head, which serves), the replica's node
+    count and the rendezvous address (HOST:PORT on the head's node). nodes 0: a one-node replica.
+    """
+    nodes: _builtins.int
+    rendezvous: _builtins.str
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -836,10 +848,14 @@ class StartShard(_message.Message):
         traceparent: _builtins.str = ...,
         serves: _builtins.str = ...,
         pooling: _builtins.str = ...,
+        pp: _builtins.int = ...,
+        rank: _builtins.int = ...,
+        nodes: _builtins.int = ...,
+        rendezvous: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapters", b"adapters", "api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "max_lora_rank", b"max_lora_rank", "model", b"model", "parallel", b"parallel", "pooling", b"pooling", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "replica_id", b"replica_id", "serves", b"serves", "tp", b"tp", "traceparent", b"traceparent", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapters", b"adapters", "api_key", b"api_key", "args", b"args", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "max_lora_rank", b"max_lora_rank", "model", b"model", "nodes", b"nodes", "parallel", b"parallel", "pooling", b"pooling", "pp", b"pp", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "rank", b"rank", "rendezvous", b"rendezvous", "replica_id", b"replica_id", "serves", b"serves", "tp", b"tp", "traceparent", b"traceparent", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

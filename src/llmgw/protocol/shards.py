@@ -6,6 +6,7 @@ from llmgw.core.shards import (
     AdapterSpec,
     Compute,
     FetchProgress,
+    Rendezvous,
     RunningShard,
     ShardSpec,
     ShardState,
@@ -93,6 +94,10 @@ def encode_shard_spec(spec: ShardSpec) -> pb.StartShard:
         traceparent=spec.traceparent,
         serves="" if spec.serves == "chat" else spec.serves,  # empty on the wire: chat, as before
         pooling=spec.pooling,
+        pp=spec.pp,
+        rank=spec.rendezvous.rank if spec.rendezvous else 0,
+        nodes=spec.rendezvous.nodes if spec.rendezvous else 0,
+        rendezvous=spec.rendezvous.address if spec.rendezvous else "",
     )
 
 
@@ -123,6 +128,8 @@ def decode_shard_spec(message: pb.StartShard) -> ShardSpec:
         traceparent=message.traceparent,
         serves=message.serves or "chat",
         pooling=message.pooling,
+        pp=message.pp,
+        rendezvous=Rendezvous(message.rank, message.nodes, message.rendezvous) if message.nodes else None,
     )
 
 

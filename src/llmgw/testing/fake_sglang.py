@@ -6,17 +6,24 @@ Metrics are served only with ``--enable-metrics`` (404 otherwise, as SGLang);
 (one file only, ``.yaml``/``.yml``, a mapping of flag names to values, merged
 before the command line's arguments, which win). Like SGLang, it prints
 ``server_args=ServerArgs(...)`` at start, the API key among them.
+With ``--nnodes N`` every node meets at ``--dist-init-addr`` over TCP
+(:mod:`llmgw.testing.standin_rendezvous`): rank 0 serves only once all N have
+joined and exits when one leaves; the others answer ``/health`` on their own
+port and exit when rank 0 goes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import yaml
+from aiohttp import web
 
+from llmgw.testing import standin_rendezvous
 from llmgw.testing.engine_standin import StandinSettings, serve
 
 
@@ -29,7 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--port", type=int, default=30000)
     add("--api-key")
     add("--served-model-name")
-    add("--tp-size", type=int, default=1)
+    add("--tp-size", "--tensor-parallel-size", type=int, default=1)
+    add("--pp-size", "--pipeline-parallel-size", type=int, default=1)
+    add("--nnodes", type=int, default=1)
+    add("--node-rank", type=int, default=0)
+    add("--dist-init-addr", "--nccl-init-addr")
     add("--dp-size", type=int, default=1)
     add("--context-length", type=int)
     add("--max-running-requests", type=int)
@@ -119,8 +130,37 @@ def main(argv: list[str] | None = None) -> int:
         metrics_on=options.enable_metrics,
         tasks=frozenset({"embeddings", "rerank"}) if options.is_embedding else frozenset({"chat"}),
     )
+    if options.nnodes > 1:
+        if not options.dist_init_addr:
+            print("ValueError: --dist-init-addr is required with --nnodes above 1", file=sys.stderr)
+            return 1
+        if options.node_rank > 0:
+            standin_rendezvous.join(options.dist_init_addr, 1, f"sglang node rank {options.node_rank}")
+            serve_health(options.host, options.port)  # as SGLang's launch_dummy_health_check_server
+            return 0
+        port = int(options.dist_init_addr.rpartition(":")[2])
+        cluster = standin_rendezvous.Cluster(port, own=1)
+        cluster.wait_for(options.nnodes, on_short=lambda: _lost(options.nnodes))
+        print(f"INFO: all {options.nnodes} nodes joined at {options.dist_init_addr}", flush=True)
     serve(settings)
     return 0
+
+
+def _lost(nnodes: int) -> None:
+    print(f"ERROR: a node of the {nnodes} left the distributed group; exiting", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+def serve_health(host: str, port: int) -> None:
+    """A node of rank 1 and above: ``/health`` and ``/health_generate`` only, 200 while it runs."""
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_get("/health", ok)
+    app.router.add_get("/health_generate", ok)
+    web.run_app(app, host=host, port=port, print=None, access_log=None)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ replay socket (:mod:`llmgw.testing.kv_events_publisher`;
 ``LLMGW_STANDIN_KV_LOSE`` names batches to lose on the way). Its key comes
 from ``--api-key`` or else ``VLLM_API_KEY`` and guards the routes under
 ``/v1`` only, and it prints its "non-default args" at start, as vLLM does.
+With ``--distributed-executor-backend ray`` it joins the Ray cluster at
+``RAY_ADDRESS`` (:mod:`llmgw.testing.fake_ray`) and serves only once the cluster
+holds tp x pp cards, exiting when it holds fewer again.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import os
 import sys
 
+from llmgw.testing import standin_rendezvous
 from llmgw.testing.block_hashing import block_hash, none_hash
 from llmgw.testing.engine_standin import StandinSettings, peft_refusal, serve
 
@@ -45,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--tensor-parallel-size", "-tp", type=int, default=1)
     add("--pipeline-parallel-size", "-pp", type=int, default=1)
     add("--data-parallel-size", "-dp", type=int, default=1)
+    add("--distributed-executor-backend", choices=["ray", "mp", "uni", "external_launcher"])
     add("--max-model-len", type=int)
     add("--max-num-seqs", type=int, default=256)
     add("--max-num-batched-tokens", type=int)
@@ -159,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
             from llmgw.testing.kv_events_publisher import attach
 
             publisher = config
+    if options.distributed_executor_backend == "ray":
+        address = os.environ.get("RAY_ADDRESS", "")
+        if not address:
+            print("RuntimeError: no Ray cluster to join (RAY_ADDRESS is not set)", file=sys.stderr)
+            return 1
+        needed = options.tensor_parallel_size * options.pipeline_parallel_size
+        standin_rendezvous.wait(address, needed, f"vllm (placement group of {needed} GPU(s))")
     serve(settings, on_start=(lambda standin: attach(standin, publisher)) if publisher else None)
     return 0
 

@@ -3,6 +3,7 @@
 :func:`write_standins` puts, in one folder:
 
 - ``vllm``: the ``vllm`` command of a vLLM build (→ :mod:`llmgw.testing.fake_vllm`);
+- ``ray`` beside it: Ray's ``ray start`` for a multi-node vLLM replica (→ :mod:`llmgw.testing.fake_ray`);
 - ``python``: a build's Python that runs ``-m sglang.launch_server`` as
   :mod:`llmgw.testing.fake_sglang` and anything else as this Python;
 - ``trtllm-serve`` beside that ``python``: the operator's TensorRT-LLM
@@ -24,6 +25,7 @@ class StandinPrograms:
     python: Path
     trtllm_serve: Path
     comfyui_main: Path
+    ray: Path
 
 
 def _write(path: Path, python: str, body: str) -> Path:
@@ -46,6 +48,7 @@ def _module(name: str) -> str:
 def write_standins(directory: Path, python: str = sys.executable) -> StandinPrograms:
     directory.mkdir(parents=True, exist_ok=True)
     vllm = _write(directory / "vllm", python, _module("llmgw.testing.fake_vllm"))
+    ray = _write(directory / "ray", python, _module("llmgw.testing.fake_ray"))
     wrapper = _write(
         directory / "python",
         python,
@@ -59,4 +62,4 @@ def write_standins(directory: Path, python: str = sys.executable) -> StandinProg
     trtllm = _write(directory / "trtllm-serve", python, _module("llmgw.testing.fake_trtllm"))
     (directory / "comfyui").mkdir(exist_ok=True)
     comfyui_main = _write(directory / "comfyui" / "main.py", python, _module("llmgw.testing.fake_comfyui"))
-    return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm, comfyui_main=comfyui_main)
+    return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm, comfyui_main=comfyui_main, ray=ray)

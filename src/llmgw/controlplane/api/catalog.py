@@ -41,7 +41,7 @@ async def list_models(state: State, caller: Who) -> list[ModelView]:
     for record in await state.store.models.list():
         if not caller.sees(record.owner):
             continue
-        mine = state.fleet.of_model(record.name)
+        mine = [r for r in state.fleet.of_model(record.name) if r.rank == 0]  # a multi-node replica: its head
         definition, problem = _stored(record.definition)
         out.append(
             ModelView(

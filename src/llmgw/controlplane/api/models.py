@@ -374,6 +374,8 @@ class PlanView(AnswerModel):
     """The same devices as views show them: ``3`` for a card, ``1/mig0`` for a MIG instance."""
     profile: int = 0
     """The profile the replica would run (1: the first; profiles are tried in order); 0 when nowhere."""
+    more_nodes: list[str] = []
+    """A multi-node replica: the nodes of its other shards, rank 1 first (``node`` is its head)."""
     priority: int = 0
     """The model's priority: a replica that fits nowhere evicts replicas of lower priorities."""
     evict_node: str = ""

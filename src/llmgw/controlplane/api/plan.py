@@ -16,6 +16,7 @@ from llmgw.controlplane.api.columns import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import PlanRefusal, PlanView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
+from llmgw.controlplane.multinode import rank_of
 from llmgw.core.catalog import parse_model
 from llmgw.core.mig import device_label
 from llmgw.errors import LlmgwError, NotFound
@@ -39,7 +40,7 @@ async def plan(state: State, model: str | None = None) -> list[PlanView]:
     placed = await state.store.replicas.list()
     out = []
     for record in records:
-        mine = sum(1 for r in placed if r.model == record.name)
+        mine = sum(1 for r in placed if r.model == record.name and rank_of(r.id)[1] == 0)  # heads only
         try:
             definition = parse_model(record.definition)
         except LlmgwError as error:
@@ -72,6 +73,7 @@ async def plan(state: State, model: str | None = None) -> list[PlanView]:
                 waiting_for=list(decision.waiting_for),
                 kept=[PlanRefusal(node=r, reason=why) for r, why in sorted(decision.kept.items())],
                 scaling=state.reconciler.scaling.get(record.name, ""),
+                more_nodes=[shard.node_id for shard in decision.more],
             )
         )
     return out
