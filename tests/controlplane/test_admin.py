@@ -209,3 +209,13 @@ async def test_models_list_their_typed_definition_and_keys_their_times(api) -> N
     assert (listed["replicas"], listed["ready"], listed["problem"]) == (0, 0, "")
     key = (await client.get("/api/keys")).json()[0]
     assert key["created_at"].startswith("20") and key["revoked_at"] is None
+
+
+async def test_a_refused_profile_is_named_as_the_definition_names_it(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    one = {"engine": "vllm", "args": ["--trust-remote-code"]}
+    source = {"sha256": "a" * 64, "format": "safetensors"}
+    for given, field in (({"profile": one}, "profile.args"), ({"profiles": [{}, one]}, "profiles.1.args")):
+        answer = await client.post("/api/models", json={"name": "bad", "source": source, **given})
+        assert answer.status_code == 400
+        assert [p["field"] for p in answer.json()["error"]["problems"]] == [field]

@@ -557,7 +557,7 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     return problems
 
 
-def _one_profile(field: str) -> str:
+def one_profile_field(field: str) -> str:
     """``profiles.0.tp`` as a definition with one ``profile`` names it: ``profile.tp``."""
     if field == "profiles.0" or field.startswith("profiles.0."):
         return "profile" + field.removeprefix("profiles.0")
@@ -573,7 +573,7 @@ def parse_model(data: Any) -> ModelDefinition:
     except ValidationError as error:
         problems = problems_of(error)
         if "profile" in data and "profiles" not in data:  # named as the definition names them
-            problems = [(_one_profile(field), why) for field, why in problems]
+            problems = [(one_profile_field(field), why) for field, why in problems]
         raise ValidationFailed(problems, "fix the fields named and try again") from None
     problems = adapter_problems(model.profile.engine, model.name, model.adapters)
     if problems:

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from llmgw.controlplane.api.models import ErrorBody
+from llmgw.core.catalog import one_profile_field
 from llmgw.errors import LlmgwError, ValidationFailed
 
 ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
@@ -101,6 +102,10 @@ def request_problems(error: RequestValidationError) -> list[tuple[str, str]]:
         else:
             why = str(item["msg"]).removeprefix("Value error, ")
         problems.append((field, why))
+    body = getattr(error, "body", None)
+    if isinstance(body, dict) and "profile" in body and "profiles" not in body:
+        # A definition with one ``profile`` is read as a list of one: its fields keep its names.
+        problems = [(one_profile_field(field), why) for field, why in problems]
     return problems
 
 
