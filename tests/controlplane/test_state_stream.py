@@ -235,16 +235,19 @@ async def test_requests_reach_the_leader_and_wait_while_no_stream_is_up(planes: 
 
 def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
     seen: list[object] = []
-    dispatch = request_dispatcher(seen.append, seen.append, seen.append, lambda r, why: seen.append((r, why)))
+    dispatch = request_dispatcher(
+        seen.append, seen.append, seen.append, lambda r, why: seen.append((r, why)), seen.append
+    )
     record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5)
     for request in (
         usage_request(record),
         {"kind": "wanted", "model": "a"},
         {"kind": "used", "model": "b"},
         {"kind": "replica_failed", "replica_id": "r1", "reason": "refused"},
+        {"kind": "counted", "tokens": {"key:k1": 12}},
     ):
         dispatch(request)
-    assert seen == [record, "a", "b", ("r1", "refused")]
+    assert seen == [record, "a", "b", ("r1", "refused"), {"key:k1": 12}]
     with pytest.raises(ValueError, match="unknown request"):
         dispatch({"kind": "write-the-store"})
 

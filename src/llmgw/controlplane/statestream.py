@@ -8,7 +8,8 @@ in tests):
   :class:`~llmgw.controlplane.gatewaystate.GatewayState`, ending with
   ``live``, then every change as its feed is told it;
 - the standby (:class:`StateFollowing`) sends back what only the leader
-  decides or writes: usage records (the leader writes them), models wanted on
+  decides or writes: usage records (the leader writes them), tokens counted
+  against budgets (``controlplane/limit_counting.py``), models wanted on
   demand or kept in use, replicas it could not reach.
 
 The leader answers only a certificate naming a control plane the store lists,
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 Connect = Callable[[str], Awaitable[StateChannel]]
 """Opens a state stream to the control plane whose agent server is at the given address."""
 OnRequest = Callable[[Event], None]
-"""What the leader does with a standby's request (usage, wanted, used, replica_failed)."""
+"""What the leader does with a standby's request (usage, counted, wanted, used, replica_failed)."""
 
 RETRY_S = 0.2
 """How soon a standby whose stream ended tries the leader again."""
@@ -218,6 +219,7 @@ def request_dispatcher(
     on_wanted: Callable[[str], None],
     on_used: Callable[[str], None],
     on_replica_failed: Callable[[str, str], None],
+    on_counted: Callable[[dict[str, int]], None],
 ) -> OnRequest:
     """The leader's :data:`OnRequest` over its own parts."""
 
@@ -231,6 +233,8 @@ def request_dispatcher(
             on_used(request["model"])
         elif kind == "replica_failed":
             on_replica_failed(request["replica_id"], request["reason"])
+        elif kind == "counted":
+            on_counted({str(s): int(n) for s, n in request["tokens"].items()})
         else:
             raise ValueError(f"unknown request {kind!r}")
 

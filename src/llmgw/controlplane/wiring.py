@@ -206,7 +206,9 @@ async def wire(
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
     state = GatewayState(feed)  # what the feed is told, streamed to the standbys while leading
-    on_request = request_dispatcher(usage.add, demand.want, demand.used, _log_unreachable)
+    on_request = request_dispatcher(
+        usage.add, demand.want, demand.used, _log_unreachable, lambda tokens: counts.add(tokens)
+    )
 
     fleet = Fleet(
         on_ready=replica_ready_to(feed),
@@ -231,7 +233,13 @@ async def wire(
     )
     callers = Callers(config.admin_token_sha256)
     # written while leading only (``leadership`` is built below, before anything runs)
-    counts = LimitCounts(store, feed, gateway.limiter.clock, may_write=lambda: leadership.leading)
+    counts = LimitCounts(
+        store,
+        feed,
+        gateway.limiter.clock,
+        may_write=lambda: leadership.leading,
+        hand_off=lambda tokens: following.request({"kind": "counted", "tokens": tokens}),
+    )
     keys = KeyLoading(store, feed, callers, counts)
     try:
         await keys.reload()
