@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,6 +34,7 @@ from llmgw.controlplane.gatewaystate import Event, GatewayState, StateApplier
 from llmgw.controlplane.leadership import Leadership
 from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
+from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.usage import UsageRecord
 from llmgw.protocol.channels import StateChannel
 
@@ -239,3 +241,24 @@ def request_dispatcher(
             raise ValueError(f"unknown request {kind!r}")
 
     return dispatch
+
+
+class RuntimeAdapters:
+    """The requests a standby leaves to the leader (a ``LeaderDecides`` of ``relaying.py``): those
+    naming an adapter loaded at run time (``max_loaded_adapters``), so that one plane alone decides
+    which replica loads which adapter, and none is loaded twice."""
+
+    def __init__(self, adapters: Adapters, body_max: int) -> None:
+        self._adapters = adapters
+        self.body_max = body_max
+
+    def peek(self) -> bool:
+        return any(not entry.at_start for entry in self._adapters.entries())
+
+    def named_in(self, body: bytes) -> bool:
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            return False  # the gateway answers what is wrong with it
+        entry = self._adapters.get(model) if isinstance(model, str) else None
+        return entry is not None and not entry.at_start

@@ -56,7 +56,13 @@ from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
-from llmgw.controlplane.statestream import StateFollowing, StateServing, request_dispatcher, usage_request
+from llmgw.controlplane.statestream import (
+    RuntimeAdapters,
+    StateFollowing,
+    StateServing,
+    request_dispatcher,
+    usage_request,
+)
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
@@ -327,7 +333,12 @@ async def wire(
     relays = RelayClient(tls)
     closing.push_async_callback(relays.close)
     front = StandbyForwarding(
-        local, leadership, relays.relay, config.gateway.request_wait_s, serves_v1=lambda: following.live
+        local,
+        leadership,
+        relays.relay,
+        config.gateway.request_wait_s,
+        serves_v1=lambda: following.live,
+        leader_decides=RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes),
     )
     agent_server = AgentServer(
         sessions.serve,
