@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.gatewaystate import GatewayState, apply, encode
+from llmgw.controlplane.gatewaystate import QUEUE_MAX, GatewayState, apply, encode
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.relaying import StandbyForwarding
 from llmgw.controlplane.statestream import (
@@ -331,3 +331,16 @@ async def test_a_standby_leaves_requests_naming_a_runtime_adapter_to_the_leader(
     standby.gateway.feed.catalog_replaced(catalog())  # adapters given at start: nothing is peeked at
     assert not decides.peek()
     assert not decides.named_in(b'{"model": "m-sql"}') and not decides.named_in(b"not json")
+
+
+def test_a_subscriber_that_falls_too_far_behind_is_dropped_to_take_a_new_full_copy() -> None:
+    state = GatewayState(Gateway().feed)
+    copy, queue = state.subscribe()
+    assert copy[-1] == {"kind": "live"}
+    for n in range(QUEUE_MAX + 1):
+        state.feed.set_stopped(n % 2 == 0)
+    assert queue.qsize() == QUEUE_MAX + 1
+    events = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert events[-1] == {"kind": "overflow"}  # its stream ends; the standby reconnects for a full copy
+    state.feed.set_stopped(False)
+    assert queue.empty()  # no longer fed

@@ -186,7 +186,7 @@ class StateFollowing:
             await asyncio.wait(tasks)
             await channel.close()
         if receiving.done() and not receiving.cancelled() and (ended := receiving.exception()) is not None:
-            log.warning("the gateway state stream from %s ended: %s", name, ended)
+            log.info("the gateway state stream from %s ended: %s", name, ended)
 
     async def _receive(self, channel: StateChannel) -> None:
         while True:
