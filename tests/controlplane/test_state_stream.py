@@ -23,6 +23,7 @@ from llmgw.controlplane.statestream import (
     RuntimeAdapters,
     StateFollowing,
     StateServing,
+    drop_inherited,
     request_dispatcher,
     usage_record,
     usage_request,
@@ -344,3 +345,19 @@ def test_a_subscriber_that_falls_too_far_behind_is_dropped_to_take_a_new_full_co
     assert events[-1] == {"kind": "overflow"}  # its stream ends; the standby reconnects for a full copy
     state.feed.set_stopped(False)
     assert queue.empty()  # no longer fed
+
+
+async def test_a_new_leader_drops_the_inherited_replicas_its_fleet_does_not_know_after_the_grace(
+    planes: dict[str, Plane],
+) -> None:
+    leader = planes["cp1"]
+    leader.gateway.feed.replica_ready(endpoint("r1"))  # came back: its node registered again
+    leader.gateway.feed.replica_ready(endpoint("r2"))  # its node never did
+    task = asyncio.create_task(drop_inherited(leader.state, leader.leadership, lambda: {"r1"}, 0.2))
+    try:
+        await asyncio.sleep(0)
+        assert leader.gateway.replicas.get("r2") is not None  # kept meanwhile: it may still answer
+        await eventually(lambda: leader.gateway.replicas.get("r2") is None)
+        assert leader.gateway.replicas.get("r1") == endpoint("r1")
+    finally:
+        task.cancel()

@@ -262,3 +262,23 @@ class RuntimeAdapters:
             return False  # the gateway answers what is wrong with it
         entry = self._adapters.get(model) if isinstance(model, str) else None
         return entry is not None and not entry.at_start
+
+
+async def drop_inherited(
+    state: GatewayState, leadership: Leadership, known: Callable[[], set[str]], grace_s: float
+) -> None:
+    """A plane that comes to lead serves, meanwhile, the replicas the old leader's stream named; once
+    it has led for ``grace_s`` (nodes had time to register again), those its own fleet does not know
+    (``known``: replica ids) are told gone (the fleet itself tells of those it knows)."""
+    while True:
+        seen = leadership.generation
+        if not leadership.serving:
+            await leadership.wait_changed(leadership.round_s, seen)
+            continue
+        await leadership.wait_changed(grace_s, seen)
+        if leadership.generation == seen and leadership.serving:
+            for replica_id in sorted(state.replica_ids - known()):
+                log.info("replica %s, inherited from the last leader, did not come back: dropped", replica_id)
+                state.feed.replica_gone(replica_id)
+            while leadership.serving:
+                await leadership.wait_changed(leadership.round_s)

@@ -60,6 +60,7 @@ from llmgw.controlplane.statestream import (
     RuntimeAdapters,
     StateFollowing,
     StateServing,
+    drop_inherited,
     request_dispatcher,
     usage_request,
 )
@@ -363,4 +364,8 @@ async def wire(
     supervisor.add("leader-duties", duties.follow)
     supervisor.add("mirror-replicator", replicator.run)
     supervisor.add("state-following", following.run)
+    grace_s = config.reconcile.node_grace_s
+    supervisor.add(
+        "inherited-replicas", lambda: drop_inherited(state, leadership, lambda: set(fleet.replicas), grace_s)
+    )
     return ControlPlaneParts(store, gateway, reconciler, leadership, sessions, admin, agent_server, http)
