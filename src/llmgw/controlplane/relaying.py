@@ -11,6 +11,10 @@ process. A client that goes away from the standby cancels the call, which the
 leader's app sees as ``http.disconnect`` (so the gateway cancels the engine's
 request as it does for a client of its own).
 
+A standby that holds a full copy of the leader's gateway state
+(``controlplane/statestream.py``) serves ``/v1/`` itself instead
+(``serves_v1``), leader or none: only ``/api/`` is relayed then.
+
 While no control plane leads (a failover), a standby holds the request,
 up to the gateway's wait for ``/v1/`` or :data:`API_WAIT_S` for ``/api/``,
 and relays it (or serves it itself) as soon as someone leads: a client sees
@@ -150,14 +154,25 @@ class _ClientBody:
 class StandbyForwarding:
     """Pure ASGI: serve locally while leading; otherwise relay ``/api/`` and ``/v1/`` to the leader."""
 
-    def __init__(self, local: ASGIApp, leadership: Leadership, relay: Relayer, v1_wait_s: float) -> None:
+    def __init__(
+        self,
+        local: ASGIApp,
+        leadership: Leadership,
+        relay: Relayer,
+        v1_wait_s: float,
+        serves_v1: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._local = local
         self._leadership = leadership
         self._relay = relay
         self._v1_wait_s = v1_wait_s
+        self._serves_v1 = serves_v1
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not relayed_paths(scope["path"]) or self._leadership.serving:
+            await self._local(scope, receive, send)
+            return
+        if gateway_path(scope["path"]) and self._serves_v1():
             await self._local(scope, receive, send)
             return
         wait_s = self._v1_wait_s if gateway_path(scope["path"]) else API_WAIT_S

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmgw.controlplane.admin import AdminApi
@@ -46,6 +46,7 @@ from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, wa
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.httpserving import HttpServer, route_by_prefix
 from llmgw.controlplane.leaderduties import LeaderDuties
@@ -53,8 +54,9 @@ from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_counting import LimitCounts
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.relaying import RelayAnswering, StandbyForwarding
+from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.statestream import StateFollowing, StateServing, request_dispatcher, usage_request
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
@@ -72,6 +74,7 @@ from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
 from llmgw.observability.tracing import Tracing
 from llmgw.portal.serving import Portal
+from llmgw.protocol.channels import StateChannel
 from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, RelayClient, TlsFiles
 from llmgw.runtime.supervising import Policy, Supervisor
 from llmgw.store.database import Store
@@ -192,14 +195,19 @@ async def wire(
             access_log=config.gateway.access_log,
         ),
         replicas=ReplicaTable(Router(config.routing)),
-        on_demand=demand.want,
-        on_used=demand.used,
-        on_usage=usage.add,
-        on_replica_failed=_log_unreachable,
+        # done here while leading; sent to the leader over the state stream otherwise
+        on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
+        on_used=lambda model: following.request({"kind": "used", "model": model}),
+        on_usage=lambda record: following.request(usage_request(record)),
+        on_replica_failed=lambda replica_id, reason: following.request(
+            {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
+        ),
         tracing=tracing,
     )
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
+    state = GatewayState(feed)  # what the feed is told, streamed to the standbys while leading
+    on_request = request_dispatcher(usage.add, demand.want, demand.used, _log_unreachable)
 
     fleet = Fleet(
         on_ready=replica_ready_to(feed),
@@ -249,6 +257,13 @@ async def wire(
     closing.push_async_callback(leadership.resign)
     closing.push_async_callback(counts.close)  # the last counts, written before resigning
     closing.callback(register_cluster(fleet, leadership))
+    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
+
+    def state_stream(address: str) -> Awaitable[StateChannel]:
+        return GrpcConnector(address, tls).gateway_state(RELAY_CONNECT_S)
+
+    following = StateFollowing(state, leadership, state_stream, on_request)
+    serving = StateServing(state, leadership, on_request)
     sessions = NodeSessions(
         store,
         fleet,
@@ -258,7 +273,6 @@ async def wire(
         on_kv_blocks=feed.kv_blocks,
         gpu_history=GpuHistory(),
     )
-    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
 
     def pull_from_peer(address: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
         return GrpcConnector(address, tls).fetch(sha256, offset)
@@ -308,7 +322,9 @@ async def wire(
     answering = RelayAnswering(local, leadership)
     relays = RelayClient(tls)
     closing.push_async_callback(relays.close)
-    front = StandbyForwarding(local, leadership, relays.relay, config.gateway.request_wait_s)
+    front = StandbyForwarding(
+        local, leadership, relays.relay, config.gateway.request_wait_s, serves_v1=lambda: following.live
+    )
     agent_server = AgentServer(
         sessions.serve,
         blob_chunks,
@@ -316,6 +332,7 @@ async def wire(
         config.agent_server.host,
         config.agent_server.port,
         relay=answering.answer,
+        state=serving.serve,
     )
     closing.push_async_callback(agent_server.stop)
     # the token and the body limit are checked before a standby's relaying reads a body
@@ -330,4 +347,5 @@ async def wire(
     supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
     supervisor.add("leader-duties", duties.follow)
     supervisor.add("mirror-replicator", replicator.run)
+    supervisor.add("state-following", following.run)
     return ControlPlaneParts(store, gateway, reconciler, leadership, sessions, admin, agent_server, http)

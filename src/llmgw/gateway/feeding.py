@@ -13,12 +13,17 @@ index, the adapters or the key ring:
 - a replica draining (no new requests; the ones on it finish);
 - serving stopped or started (``llmgw stop`` / ``llmgw start``).
 
-Every method runs on the event loop and returns at once.
+Every method runs on the event loop and returns at once. Whoever must see
+the same changes (a control plane streaming them to its standbys:
+``controlplane/gatewaystate.py``) listens with :meth:`GatewayFeed.listen`:
+each change is told to every listener, by the method's name and arguments,
+after the gateway applied it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
@@ -29,6 +34,9 @@ from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+
+FeedListener = Callable[[str, tuple[Any, ...]], None]
+"""Told each change after it is applied: the change's method name and its arguments (iterables as lists)."""
 
 
 class GatewayFeed:
@@ -49,6 +57,15 @@ class GatewayFeed:
         self._adapters = adapters
         self.stopped = False
         """When True (``llmgw stop``) every POST under ``/v1`` answers 503 ``system_stopped``."""
+        self._listeners: list[FeedListener] = []
+
+    def listen(self, listener: FeedListener) -> None:
+        """Tell ``listener`` every change from now on (it must return at once, as the changes do)."""
+        self._listeners.append(listener)
+
+    def _told(self, change: str, *args: Any) -> None:
+        for listener in self._listeners:
+            listener(change, args)
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -58,36 +75,43 @@ class GatewayFeed:
         """``endpoint`` serves (or serves again); ``adapter_paths``: adapter name -> file on its node."""
         self._adapters.set_paths(endpoint.replica_id, dict(adapter_paths or {}))
         self._replicas.set_ready(endpoint)
+        self._told("replica_ready", endpoint, dict(adapter_paths or {}))
 
     def replica_gone(self, replica_id: str) -> None:
         """The replica left: no new request goes to it; requests on it finish there."""
         self._replicas.remove(replica_id)
         self._adapters.forget(replica_id)
+        self._told("replica_gone", replica_id)
 
     def replica_draining(self, replica_id: str) -> None:
         """Scaled down or evicted: no new request goes to it; :meth:`replica_in_flight` counts the rest."""
         self._replicas.drain(replica_id)
         self._adapters.forget(replica_id)
+        self._told("replica_draining", replica_id)
 
     def catalog_replaced(self, models: Iterable[ModelDefinition]) -> None:
         """The catalog as it is now: ``/v1/models`` and the adapters requests may name."""
         models = list(models)
         self._catalog.replace(catalog_entries(models))
         self._adapters.replace(adapter_entries(models))
+        self._told("catalog_replaced", models)
 
     def keys_replaced(self, keys: Iterable[KeyEntry]) -> None:
         """The API keys that are valid now (every other key is refused from the next request)."""
         keys = list(keys)
         self._keys.replace(keys)
         self._limiter.replace_keys(keys)
+        self._told("keys_replaced", keys)
 
     def limits_replaced(self, limits: Mapping[str, Limits]) -> None:
         """The limits by subject (``key:ID`` or an owner's text) as they are now; counts are kept."""
         self._limiter.replace_limits(limits)
+        self._told("limits_replaced", dict(limits))
 
     def limits_counted(self, used: Mapping[str, tuple[int, int]]) -> None:
         """Tokens spent this UTC day and month per subject, as the store holds them (on leading)."""
         self._limiter.counted(used)
+        self._told("limits_counted", dict(used))
 
     def kv_blocks(self, update: KvBlocksUpdate) -> None:
         """A replica's engine stored or freed KV blocks: the router mirrors them."""
@@ -97,10 +121,12 @@ class GatewayFeed:
             router.kv.clear(update.replica_id)
         router.kv.stored(update.replica_id, update.stored)
         router.kv.removed(update.replica_id, update.removed)
+        self._told("kv_blocks", update)
 
     def set_stopped(self, stopped: bool) -> None:
         """``llmgw stop`` (True) or ``llmgw start`` (False)."""
         self.stopped = stopped
+        self._told("set_stopped", stopped)
 
     # -- questions from the control plane ----------------------------------------------------------
 

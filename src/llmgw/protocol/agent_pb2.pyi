@@ -1373,3 +1373,24 @@ class MirroredBuild(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MirroredBuild: _TypeAlias = MirroredBuild  # noqa: Y015
+
+@_typing.final
+class StateFrame(_message.Message):
+    """One gateway state event or request, as a JSON object (controlplane/gatewaystate.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JSON_FIELD_NUMBER: _builtins.int
+    json: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        json: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["json", b"json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateFrame: _TypeAlias = StateFrame  # noqa: Y015

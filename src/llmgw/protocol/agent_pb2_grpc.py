@@ -49,6 +49,11 @@ class AgentServiceStub:
                 request_serializer=llmgw_dot_protocol_dot_agent__pb2.RelayRequest.SerializeToString,
                 response_deserializer=llmgw_dot_protocol_dot_agent__pb2.RelayChunk.FromString,
                 _registered_method=True)
+        self.GatewayState = channel.stream_stream(
+                '/llmgw.agent.v1.AgentService/GatewayState',
+                request_serializer=llmgw_dot_protocol_dot_agent__pb2.StateFrame.SerializeToString,
+                response_deserializer=llmgw_dot_protocol_dot_agent__pb2.StateFrame.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -80,6 +85,16 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GatewayState(self, request_iterator, context):
+        """The leader streams the gateway's state to a standby (a full copy, then
+        changes); the standby sends back what the leader decides or writes
+        (usage, on-demand starts, replica failures). Only a control plane's
+        certificate is answered, and only while the callee leads.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +112,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Relay,
                     request_deserializer=llmgw_dot_protocol_dot_agent__pb2.RelayRequest.FromString,
                     response_serializer=llmgw_dot_protocol_dot_agent__pb2.RelayChunk.SerializeToString,
+            ),
+            'GatewayState': grpc.stream_stream_rpc_method_handler(
+                    servicer.GatewayState,
+                    request_deserializer=llmgw_dot_protocol_dot_agent__pb2.StateFrame.FromString,
+                    response_serializer=llmgw_dot_protocol_dot_agent__pb2.StateFrame.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,6 +200,33 @@ class AgentService:
             '/llmgw.agent.v1.AgentService/Relay',
             llmgw_dot_protocol_dot_agent__pb2.RelayRequest.SerializeToString,
             llmgw_dot_protocol_dot_agent__pb2.RelayChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GatewayState(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/llmgw.agent.v1.AgentService/GatewayState',
+            llmgw_dot_protocol_dot_agent__pb2.StateFrame.SerializeToString,
+            llmgw_dot_protocol_dot_agent__pb2.StateFrame.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from llmgw.errors import ChannelClosed
 from llmgw.protocol import agent_pb2 as pb
@@ -52,6 +52,8 @@ AgentChannel = Channel[pb.AgentMessage, pb.ControlMessage]
 """The agent's side of its stream."""
 ControlChannel = Channel[pb.ControlMessage, pb.AgentMessage]
 """The control plane's side of a node's stream."""
+StateChannel = Channel[dict[str, Any], dict[str, Any]]
+"""Either side of a gateway state stream (``controlplane/gatewaystate.py``): JSON objects both ways."""
 
 
 class BlobSource(Protocol):
@@ -110,3 +112,12 @@ def memory_pair(
     agent: MemoryChannel[pb.AgentMessage, pb.ControlMessage] = MemoryChannel(down, up, control_name)
     control: MemoryChannel[pb.ControlMessage, pb.AgentMessage] = MemoryChannel(up, down, agent_name)
     return agent, control
+
+
+def memory_state_pair(
+    receiver: str = "standby", sender: str = "leader"
+) -> tuple[MemoryChannel[dict[str, Any], dict[str, Any]], MemoryChannel[dict[str, Any], dict[str, Any]]]:
+    """A gateway state stream's two sides joined in memory: the receiver's, then the sender's."""
+    up: asyncio.Queue[object] = asyncio.Queue()
+    down: asyncio.Queue[object] = asyncio.Queue()
+    return MemoryChannel(down, up, sender), MemoryChannel(up, down, receiver)

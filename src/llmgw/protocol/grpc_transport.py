@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -22,7 +24,7 @@ from llmgw.errors import ChannelClosed, ConfigError, NotFound, NotLeader, Unauth
 from llmgw.pki.authority import serves
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol import agent_pb2_grpc as pb_grpc
-from llmgw.protocol.channels import ControlChannel
+from llmgw.protocol.channels import ControlChannel, StateChannel
 from llmgw.protocol.grpc_relaying import KeptRelayChannels, RelayCall, relay_over
 from llmgw.protocol.grpc_relaying import describe as _describe
 from llmgw.protocol.relays import encode_relay_chunks
@@ -87,6 +89,8 @@ caller may not fetch (answered PERMISSION_DENIED)."""
 RelayHandler = Callable[[RelayPeer, IncomingRelay], AsyncIterator[RelayChunk]]
 """Answers a relayed HTTP request, given who sent it (by its certificate), reading the request only
 once it accepts the sender."""
+StateHandler = Callable[[RelayPeer, StateChannel], Awaitable[None]]
+"""Serves a GatewayState call, given who called (by its certificate); the call ends when it returns."""
 
 
 def _common_name(context: aio.ServicerContext) -> str:  # type: ignore[type-arg,unused-ignore]
@@ -230,11 +234,39 @@ class _ServerChannel(_StreamChannel):
         await self._ended.wait()
 
 
+def _frame(message: dict[str, Any]) -> pb.StateFrame:
+    return pb.StateFrame(json=json.dumps(message, separators=(",", ":")).encode())
+
+
+def _unframe(frame: object) -> dict[str, Any]:
+    data = json.loads(frame.json)  # type: ignore[attr-defined]
+    if not isinstance(data, dict):
+        raise ValueError("a gateway state frame holds no JSON object")
+    return data
+
+
+class _ServerStateChannel(_ServerChannel):
+    """The leader's side of a standby's GatewayState stream: JSON objects in StateFrames."""
+
+    async def send(self, message: dict[str, Any]) -> None:  # type: ignore[override]
+        await self._send(_frame(message))
+
+    async def receive(self) -> dict[str, Any]:  # type: ignore[override]
+        return _unframe(await self._receive())
+
+
 class _Servicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, handler: SessionHandler, blobs: BlobProvider, relay: RelayHandler | None) -> None:
+    def __init__(
+        self,
+        handler: SessionHandler,
+        blobs: BlobProvider,
+        relay: RelayHandler | None,
+        state: StateHandler | None = None,
+    ) -> None:
         self._handler = handler
         self._blobs = blobs
         self._relay = relay
+        self._state = state
         self._sessions: set[asyncio.Future[None]] = set()
         """Handlers still running after their stream ended (kept so they are not collected)."""
 
@@ -262,6 +294,24 @@ class _Servicer(pb_grpc.AgentServiceServicer):
                 raise
             await incoming.take_in_refused()
             _refuse(context, grpc.StatusCode.FAILED_PRECONDITION, f"{error.message}; {error.hint}")
+
+    async def GatewayState(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        """Serve a standby's state stream; refusals end the call with PERMISSION_DENIED or
+        FAILED_PRECONDITION before anything is sent."""
+        serve = self._state
+        if serve is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this control plane streams no state")
+            return
+        peer = _relay_peer(context)
+        channel = _ServerStateChannel(context)
+        try:
+            await serve(peer, channel)
+        except Unauthorized as error:
+            _refuse(context, grpc.StatusCode.PERMISSION_DENIED, f"{error.message}; {error.hint}")
+        except NotLeader as error:
+            _refuse(context, grpc.StatusCode.FAILED_PRECONDITION, f"{error.message}; {error.hint}")
+        finally:
+            await channel.close()
 
     async def Connect(self, request_iterator, context):  # type: ignore[no-untyped-def]
         """Run the session handler; the call ends when it returns or when the stream has ended."""
@@ -315,10 +365,12 @@ class AgentServer:
         host: str,
         port: int,
         relay: RelayHandler | None = None,
+        state: StateHandler | None = None,
     ) -> None:
         self._handler = handler
         self._blobs = blobs
         self._relay = relay
+        self._state = state
         self._tls = tls
         self._address = f"{host}:{port}"
         self._server: aio.Server | None = None
@@ -331,7 +383,7 @@ class AgentServer:
         )
         server = aio.server(options=_SERVER_OPTIONS)
         pb_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _Servicer(self._handler, self._blobs, self._relay), server
+            _Servicer(self._handler, self._blobs, self._relay, self._state), server
         )
         self.port = server.add_secure_port(self._address, credentials)
         if not self.port:
@@ -384,6 +436,16 @@ class _ClientChannel(_StreamChannel):
             await asyncio.wait_for(self._channel.close(grace=None), CLOSE_GRACE_S)
 
 
+class _ClientStateChannel(_ClientChannel):
+    """A standby's side of its GatewayState stream to the leader."""
+
+    async def send(self, message: dict[str, Any]) -> None:  # type: ignore[override]
+        await self._send(_frame(message))
+
+    async def receive(self) -> dict[str, Any]:  # type: ignore[override]
+        return _unframe(await self._receive())
+
+
 class GrpcConnector:
     """Opens an agent's stream to one control plane."""
 
@@ -411,6 +473,20 @@ class GrpcConnector:
             ) from None
         call = pb_grpc.AgentServiceStub(channel).Connect()  # type: ignore[no-untyped-call]
         return _ClientChannel(channel, call, self.target)
+
+    async def gateway_state(self, timeout_s: float = 1.0) -> StateChannel:
+        """A GatewayState stream to the control plane at the target (a standby's to the leader);
+        ChannelClosed when it cannot be reached, and from ``receive`` when it refuses."""
+        channel = self._channel()
+        try:
+            await asyncio.wait_for(channel.channel_ready(), timeout_s)
+        except (TimeoutError, grpc.RpcError) as error:
+            await channel.close(grace=None)
+            raise ChannelClosed(
+                f"cannot reach the control plane at {self.target} ({type(error).__name__})", "retrying"
+            ) from None
+        call = pb_grpc.AgentServiceStub(channel).GatewayState()  # type: ignore[no-untyped-call]
+        return _ClientStateChannel(channel, call, self.target)
 
     async def fetch(self, sha256: str, offset: int = 0) -> AsyncIterator[bytes]:
         """A blob's bytes from the control plane's mirror, from ``offset``."""

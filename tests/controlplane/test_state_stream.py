@@ -1,0 +1,288 @@
+"""The gateway state stream: a standby's gateway follows the leader's (full copy, changes, reconnect,
+revocation) and sends back what the leader decides or writes.
+
+Two control planes share one SQLite store (so leadership is real); the stream
+between them is the in-memory pair (over gRPC: tests/protocol/test_grpc_state.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmgw.controlplane.gatewaystate import GatewayState, apply, encode
+from llmgw.controlplane.leadership import Identity, Leadership
+from llmgw.controlplane.relaying import StandbyForwarding
+from llmgw.controlplane.statestream import (
+    StateFollowing,
+    StateServing,
+    request_dispatcher,
+    usage_record,
+    usage_request,
+)
+from llmgw.core.catalog import ModelDefinition, parse_model
+from llmgw.core.kvblocks import KvBlocksUpdate
+from llmgw.core.limits import Limits
+from llmgw.core.relays import RelayChunk, RelayPeer
+from llmgw.core.tenancy import Owner, Place
+from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
+from llmgw.gateway import Gateway, KeyEntry, ReplicaEndpoint, hash_secret
+from llmgw.gateway.feeding import GatewayFeed
+from llmgw.gateway.usage import UsageRecord
+from llmgw.protocol.channels import StateChannel, memory_state_pair
+from llmgw.store import Fence, Leases, Store
+from llmgw.testing.eventually import eventually
+
+SHA = "0123456789abcdef" * 4
+
+
+def endpoint(replica_id: str, model: str = "m") -> ReplicaEndpoint:
+    return ReplicaEndpoint(replica_id, model, f"http://127.0.0.1:1/{replica_id}", "rk", 2, "vllm")
+
+
+def catalog() -> list[ModelDefinition]:
+    model = {"name": "m", "source": {"sha256": SHA}, "adapters": [{"name": "m-sql", "sha256": SHA}]}
+    return [parse_model(model)]
+
+
+def key(key_id: str, secret: str) -> KeyEntry:
+    place = Place(Owner.parse("user:ann"), frozenset({Owner.parse("team:acme/ml")}))
+    return KeyEntry(key_id, key_id, hash_secret(secret), "ann", place)
+
+
+class Plane:
+    """One control plane's gateway, the state recorded from its feed and its leadership."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.gateway = Gateway()
+        self.state = GatewayState(self.gateway.feed)
+        self.leadership = Leadership(
+            Leases(store), Fence(name), Identity(name, f"{name}:8443", f"http://{name}:8080"), lease_s=30
+        )
+        self.requests: list[dict[str, Any]] = []
+        self.serving = StateServing(self.state, self.leadership, self.requests.append)
+
+
+class Link:
+    """The standby's ``connect``: an in-memory stream served by whichever plane ``to`` names."""
+
+    def __init__(self, planes: dict[str, Plane], to: str) -> None:
+        self.planes = planes
+        self.to = to
+        self.streams: list[StateChannel] = []
+        self.served: list[asyncio.Task[None]] = []
+        self.refused = False
+
+    async def __call__(self, address: str) -> StateChannel:
+        if self.refused:
+            raise ChannelClosed(f"cannot reach {address}", "retrying")
+        mine, theirs = memory_state_pair()
+        serving = self.planes[self.to].serving
+        self.served.append(asyncio.create_task(serving.serve(RelayPeer("cp2", control_plane=True), theirs)))
+        self.streams.append(theirs)
+        return mine
+
+    async def break_off(self) -> None:
+        """The leader's end goes away (as a killed process's stream ends)."""
+        for stream in self.streams:
+            await stream.close()
+
+
+@pytest.fixture
+async def planes(tmp_path: Path) -> AsyncIterator[dict[str, Plane]]:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
+    found = {name: Plane(store, name) for name in ("cp1", "cp2", "cp3")}
+    for name in ("cp1", "cp2", "cp3", "cp1"):
+        await found[name].leadership.round()
+    assert found["cp1"].leadership.serving
+    yield found
+    await store.close()
+
+
+@contextlib.asynccontextmanager
+async def following(planes: dict[str, Plane], link: Link) -> AsyncIterator[StateFollowing]:
+    standby = planes["cp2"]
+    follower = StateFollowing(standby.state, standby.leadership, link, standby.requests.append)
+    task = asyncio.create_task(follower.run())
+    try:
+        yield follower
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for served in link.served:
+            served.cancel()
+
+
+def fill(feed: GatewayFeed) -> None:
+    feed.catalog_replaced(catalog())
+    feed.keys_replaced([key("k1", "sk-1"), key("k2", "sk-2")])
+    feed.limits_replaced({"key:k1": Limits(requests_per_minute=5, models=frozenset({"m"}))})
+    feed.replica_ready(endpoint("r1"), {"m-sql": "/data/sql"})
+    feed.replica_ready(endpoint("r2"))
+    feed.replica_draining("r2")
+    feed.kv_blocks(KvBlocksUpdate(model="m", replica_id="r1", stored=(1, 2, 3), hash_seed="0"))
+    feed.kv_blocks(KvBlocksUpdate(model="m", replica_id="r1", removed=(3,)))
+
+
+def test_every_change_of_the_feed_round_trips_as_an_event() -> None:
+    leader, standby = Gateway(), Gateway()
+    told: list[dict[str, Any]] = []
+    leader.feed.listen(lambda change, args: told.append(encode(change, args)))
+    fill(leader.feed)
+    leader.feed.limits_counted({"key:k1": (10, 20)})
+    leader.feed.set_stopped(True)
+    for event in told:
+        apply(event, standby.feed)
+    assert standby.keys.lookup("sk-1") == leader.keys.lookup("sk-1")
+    assert standby.replicas.endpoints() == leader.replicas.endpoints()
+    assert standby.replicas.router.kv.held("r1") == 2
+    assert standby.feed.served_model("m-sql") == "m"
+    assert standby.feed.stopped
+    assert standby.catalog.entries() == leader.catalog.entries()
+    assert standby.limiter.limits() == leader.limiter.limits()
+
+
+async def test_a_standby_gets_a_full_copy_and_serves_from_it(planes: dict[str, Plane]) -> None:
+    fill(planes["cp1"].gateway.feed)
+    standby = planes["cp2"].gateway
+    async with following(planes, Link(planes, "cp1")) as follower:
+        await eventually(lambda: follower.live)
+        assert standby.keys.lookup("sk-1") == key("k1", "sk-1")
+        assert standby.replicas.get("r1") == endpoint("r1")
+        assert standby.replicas.pick("m") == endpoint("r1")  # r2 drains
+        assert standby.replicas.router.kv.held("r1") == 2
+        assert "m" in standby.catalog
+
+
+async def test_changes_on_the_leader_reach_the_standby(planes: dict[str, Plane]) -> None:
+    fill(planes["cp1"].gateway.feed)
+    leader, standby = planes["cp1"].gateway, planes["cp2"].gateway
+    async with following(planes, Link(planes, "cp1")) as follower:
+        await eventually(lambda: follower.live)
+        leader.feed.replica_ready(endpoint("r3", "other"))
+        leader.feed.replica_gone("r1")
+        await eventually(lambda: standby.replicas.get("r3") is not None)
+        await eventually(lambda: standby.replicas.get("r1") is None)
+
+
+async def test_a_key_revoked_on_the_leader_is_refused_at_the_standby_within_a_second(
+    planes: dict[str, Plane],
+) -> None:
+    fill(planes["cp1"].gateway.feed)
+    standby = planes["cp2"].gateway
+    async with following(planes, Link(planes, "cp1")) as follower:
+        await eventually(lambda: follower.live)
+        planes["cp1"].gateway.feed.keys_replaced([key("k2", "sk-2")])
+        await eventually(lambda: standby.keys.lookup("sk-1") is None, timeout_s=1.0)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=standby.asgi_app()), base_url="http://cp2"
+        ) as client:
+            answer = await client.get("/v1/models", headers={"Authorization": "Bearer sk-1"})
+        assert answer.status_code == 401
+        assert standby.keys.lookup("sk-2") is not None
+
+
+async def test_a_standby_keeps_its_copy_when_the_stream_ends_and_takes_a_new_full_copy(
+    planes: dict[str, Plane],
+) -> None:
+    fill(planes["cp1"].gateway.feed)
+    link = Link(planes, "cp1")
+    standby = planes["cp2"].gateway
+    async with following(planes, link) as follower:
+        await eventually(lambda: follower.live)
+        link.refused = True
+        await link.break_off()
+        await eventually(lambda: not follower.connected)
+        assert follower.live  # it keeps routing with what it has
+        assert standby.replicas.pick("m") == endpoint("r1")
+        # the next leader's state differs: r1 left, r9 came, k1 was revoked meanwhile
+        planes["cp3"].gateway.feed.keys_replaced([key("k2", "sk-2")])
+        planes["cp3"].gateway.feed.replica_ready(endpoint("r9"))
+        # cp3's gateway state, served as the leader's (leadership itself: tests/e2e/test_standby_serves.py)
+        next_leader = planes["cp3"]
+        next_leader.serving = StateServing(
+            next_leader.state, planes["cp1"].leadership, next_leader.requests.append
+        )
+        link.to = "cp3"
+        link.refused = False
+        await eventually(lambda: follower.connected)
+        assert standby.replicas.get("r1") is None
+        assert standby.replicas.get("r9") == endpoint("r9")
+        assert standby.keys.lookup("sk-1") is None
+
+
+async def test_requests_reach_the_leader_and_wait_while_no_stream_is_up(planes: dict[str, Plane]) -> None:
+    link = Link(planes, "cp1")
+    link.refused = True
+    record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5, place="user:ann", ttft_s=0.1)
+    async with following(planes, link) as follower:
+        follower.request(usage_request(record))
+        follower.request({"kind": "wanted", "model": "m"})
+        await asyncio.sleep(0)
+        assert planes["cp1"].requests == []
+        link.refused = False
+        await eventually(lambda: len(planes["cp1"].requests) == 2)
+    assert usage_record(planes["cp1"].requests[0]) == record
+    assert planes["cp1"].requests[1] == {"kind": "wanted", "model": "m"}
+
+
+def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
+    seen: list[object] = []
+    dispatch = request_dispatcher(seen.append, seen.append, seen.append, lambda r, why: seen.append((r, why)))
+    record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5)
+    for request in (
+        usage_request(record),
+        {"kind": "wanted", "model": "a"},
+        {"kind": "used", "model": "b"},
+        {"kind": "replica_failed", "replica_id": "r1", "reason": "refused"},
+    ):
+        dispatch(request)
+    assert seen == [record, "a", "b", ("r1", "refused")]
+    with pytest.raises(ValueError, match="unknown request"):
+        dispatch({"kind": "write-the-store"})
+
+
+async def test_the_leader_refuses_nodes_unlisted_planes_and_a_standby_refuses_to_stream(
+    planes: dict[str, Plane],
+) -> None:
+    _, theirs = memory_state_pair()
+    with pytest.raises(Unauthorized, match="is a node's"):
+        await planes["cp1"].serving.serve(RelayPeer("cp2", control_plane=False), theirs)
+    with pytest.raises(Unauthorized, match="names no control plane"):
+        await planes["cp1"].serving.serve(RelayPeer("cp9", control_plane=True), theirs)
+    with pytest.raises(NotLeader):
+        await planes["cp2"].serving.serve(RelayPeer("cp1", control_plane=True), theirs)
+
+
+async def test_a_standby_holding_a_copy_serves_v1_itself_and_relays_only_api(
+    planes: dict[str, Plane],
+) -> None:
+    relayed: list[str] = []
+
+    async def relay(address: str, request: Any, body: Any, connect_s: float) -> AsyncIterator[Any]:
+        relayed.append(request.path)
+        if request.path.startswith("/v1"):
+            raise ChannelClosed("the leader is gone", "wait")
+        yield RelayChunk(status=200, data=b"{}")
+
+    live = False
+    standby = planes["cp2"]
+    front = StandbyForwarding(standby.gateway.asgi_app(), standby.leadership, relay, 0.1, lambda: live)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front), base_url="http://cp2") as client:
+        waited = await client.get("/v1/models", headers={"Authorization": "Bearer sk-1"})
+        assert waited.status_code == 503  # relayed to a leader that is gone, until the wait ran out
+        assert relayed and set(relayed) == {"/v1/models"}
+        tried = len(relayed)
+        live = True
+        answer = await client.get("/v1/models", headers={"Authorization": "Bearer sk-1"})
+        api = await client.get("/api/status")
+        assert relayed[tried:] == ["/api/status"]
+        assert api.status_code == 200
+        assert answer.status_code == 401  # the standby's own gateway answered
