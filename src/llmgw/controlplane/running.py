@@ -5,7 +5,8 @@ HTTP server listens (an event, :attr:`HttpServer.listening`), leadership joins
 with the addresses this process is reached at, and :attr:`ControlPlane.ready`
 is set. Stop, in order: the agents' streams end at once (so agents move to
 another control plane), leadership and the leader's work stop and the lease is
-given up, the HTTP server finishes its requests, the other components stop
+given up, the gateway workers (if any) finish theirs and exit, the HTTP server
+finishes its requests, the other components stop
 (the usage writer writes what waits), then every part is closed. A FATAL
 component's failure ends :meth:`ControlPlane.run` with
 :class:`~llmgw.runtime.supervising.ComponentFailed` (exit code 1).
@@ -94,6 +95,8 @@ class ControlPlane:
         await parts.leadership.resign()
         parts.sessions.let_go()
         parts.admin.state.changes.close()  # event streams end, or the HTTP server would wait on them
+        if parts.workers is not None:  # they finish their requests, still handing /api to this process
+            await parts.workers.stop()
         await parts.http.stop()
         supervisor.shutdown()  # the rest: the load reader, the usage writer (it writes what waits)
 

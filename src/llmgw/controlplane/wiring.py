@@ -14,6 +14,11 @@ runs in the process :class:`~llmgw.runtime.supervising.Supervisor`:
 component          policy    what
 =================  ========  =================================================
 ``http``           FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
+                             (behind gateway workers: on ``http.sock``)
+``workers``        RESTART   gateway worker processes (``gateway.workers``
+                             above 1), each restarted with backoff
+``worker-channel`` RESTART   the gateway's state to the workers, their usage
+                             back (the local channel)
 ``load-reader``    RESTART   engines' load into the router
 ``usage-writer``   RESTART   usage sums into the store
 ``limit-counts``   RESTART   tokens counted against budgets into the store
@@ -43,15 +48,16 @@ from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
 from llmgw.controlplane.blobaccess import BlobAccess
 from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
-from llmgw.controlplane.config import ServerConfig
+from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.gpu_history import GpuHistory
-from llmgw.controlplane.httpserving import HttpServer, route_by_prefix
+from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_counting import LimitCounts
+from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerChannelServer, private_unix_socket
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
@@ -60,6 +66,8 @@ from llmgw.controlplane.statestream import StateFollowing, StateServing, request
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.controlplane.workers import WorkerSupervisor, subprocess_launcher, worker_count
+from llmgw.controlplane.workerserving import HTTP_SOCKET_NAME
 from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
@@ -154,6 +162,8 @@ class ControlPlaneParts:
     admin: AdminApi
     agent_server: AgentServer
     http: HttpServer
+    workers: WorkerSupervisor | None = None
+    """The gateway workers serving /v1 on the HTTP port (``gateway.workers`` above 1), else None."""
 
 
 async def record_vip(store: Store, name: str, vip: str) -> None:
@@ -337,7 +347,17 @@ async def wire(
     closing.push_async_callback(agent_server.stop)
     # the token and the body limit are checked before a standby's relaying reads a body
     edge = Admission(front, callers, config.http.api_body_max_bytes)
-    http = HttpServer(edge, config.http)
+    workers = worker_count(config.gateway.workers)
+    pool: WorkerSupervisor | None = None
+    if workers > 1:
+        http, pool = behind_workers(config, workers, edge, closing)
+        channel = WorkerChannelServer(
+            state, gateway.limiter, following.request, serves=lambda: leadership.serving or following.live
+        )
+        supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
+        supervisor.add("workers", pool.run)
+    else:
+        http = HttpServer(edge, config.http)
 
     supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
     supervisor.add("load-reader", gateway.loads.run)
@@ -348,4 +368,24 @@ async def wire(
     supervisor.add("leader-duties", duties.follow)
     supervisor.add("mirror-replicator", replicator.run)
     supervisor.add("state-following", following.run)
-    return ControlPlaneParts(store, gateway, reconciler, leadership, sessions, admin, agent_server, http)
+    return ControlPlaneParts(
+        store, gateway, reconciler, leadership, sessions, admin, agent_server, http, pool
+    )
+
+
+def behind_workers(
+    config: ServerConfig, workers: int, edge: ASGIApp, closing: contextlib.AsyncExitStack
+) -> tuple[HttpServer, WorkerSupervisor]:
+    """The HTTP port held (not listened on) for ``workers`` gateway workers, and this process's own
+    HTTP server on its Unix socket, where the workers pass on all but ``/v1``."""
+    held = reuse_port_socket(config.http.host, config.http.port, listen=False)
+    closing.callback(held.close)
+    port = int(held.getsockname()[1])
+    listener = private_unix_socket(config.data_path / HTTP_SOCKET_NAME)
+    closing.callback(lambda: (config.data_path / HTTP_SOCKET_NAME).unlink(missing_ok=True))
+    copy = config.model_copy(update={"data_dir": str(config.data_path)})
+    worker_config = config.data_path / "worker-server.yaml"
+    save_server_config(copy, worker_config)
+    log.info("%d gateway workers share HTTP port %d", workers, port)
+    launch = subprocess_launcher(worker_config, port, logging.getLevelName(logging.getLogger().level).lower())
+    return HttpServer(edge, config.http, listener, port), WorkerSupervisor(workers, launch)
