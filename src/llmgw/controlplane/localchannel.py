@@ -119,6 +119,7 @@ class WorkerChannelServer:
         self._serves = serves
         self.connected = 0
         """Workers connected now."""
+        self._writers: set[asyncio.StreamWriter] = set()
 
     async def run(self, path: Path) -> None:
         server = await asyncio.start_unix_server(
@@ -128,17 +129,21 @@ class WorkerChannelServer:
             await asyncio.Future()  # serve until cancelled
         finally:
             server.close()
+            for writer in self._writers:  # each worker's channel ends: it connects again
+                writer.close()
             path.unlink(missing_ok=True)  # noqa: ASYNC240  # one unlink, on the way out
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         copy, queue = self._state.subscribe()
         self.connected += 1
+        self._writers.add(writer)
         sending = asyncio.ensure_future(self._send(writer, copy, queue))
         taking = asyncio.ensure_future(self._take(reader))
         try:
             await asyncio.wait({sending, taking}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.connected -= 1
+            self._writers.discard(writer)
             self._state.unsubscribe(queue)
             for task in (sending, taking):
                 task.cancel()
