@@ -57,7 +57,9 @@ class Worker:
     def __init__(self, path: Path) -> None:
         self.gateway = Gateway()
         self.gateway.limiter.share = 0.5
-        self.following = WorkerFollowing(GatewayState(self.gateway.feed), self.gateway.limiter, path)
+        self.following = WorkerFollowing(
+            GatewayState(self.gateway.feed), self.gateway.limiter, path, models=self.gateway.replicas.models
+        )
         self.task = asyncio.ensure_future(self.following.run(Backoff(base=0.01, cap=0.05)))
 
 
@@ -141,3 +143,14 @@ async def test_a_worker_keeps_its_copy_and_requests_while_the_channel_is_down_th
     assert worker.gateway.keys.lookup("sk-3") is not None
     assert worker.gateway.replicas.ready("m") == []  # the copy named no replica: the old one forgotten
     await eventually(lambda: {"kind": "used", "model": "m"} in main.requests, timeout_s=2)
+
+
+async def test_the_control_plane_sees_the_requests_a_worker_has_in_flight(pair: tuple[Main, Worker]) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.gateway.replicas.get("r1") is not None, timeout_s=5)
+    loads = main.server.loads
+    replica = worker.gateway.replicas.get("r1")
+    assert replica is not None
+    with worker.gateway.replicas.acquire(replica):
+        await eventually(lambda: loads.replica_in_flight("r1") == 1 and loads.in_flight("m") == 1, timeout_s=2)
+    await eventually(lambda: loads.replica_in_flight("r1") == 0 and loads.in_flight("m") == 0, timeout_s=2)

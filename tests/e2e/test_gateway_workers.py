@@ -138,7 +138,9 @@ def test_a_killed_worker_leaves_v1_answering_and_is_started_again(cluster: Clust
         status, pid = chat(cluster, cluster.key)
         assert status == 200 and pid != victim
     again = wait_for(
-        lambda: len(worker_pids(cluster)) == 2 and victim not in worker_pids(cluster) and worker_pids(cluster),
+        lambda: (
+            len(worker_pids(cluster)) == 2 and victim not in worker_pids(cluster) and worker_pids(cluster)
+        ),
         30,
         "the killed worker is started again",
     )

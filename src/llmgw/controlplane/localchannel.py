@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from llmgw.controlplane.gatewaystate import Event, GatewayState, StateApplier
@@ -106,13 +106,40 @@ def private_unix_socket(path: Path) -> socket.socket:
     return sock
 
 
+class WorkerLoads:
+    """The requests each connected worker has in flight, per model and per replica, as last reported
+    (every :data:`TICK_S` when they change): what the reconciler adds to this plane's own before it
+    lets an on-demand model idle or a draining replica stop."""
+
+    def __init__(self) -> None:
+        self._reports: dict[int, Event] = {}
+
+    def report(self, worker: int, event: Event) -> None:
+        self._reports[worker] = event
+
+    def forget(self, worker: int) -> None:
+        self._reports.pop(worker, None)
+
+    def in_flight(self, model: str) -> int:
+        return sum(int(r["models"].get(model, 0)) for r in self._reports.values())
+
+    def replica_in_flight(self, replica_id: str) -> int:
+        return sum(int(r["replicas"].get(replica_id, 0)) for r in self._reports.values())
+
+
 class WorkerChannelServer:
     """The control plane's side: a full copy and the changes to each worker; their requests to
     ``on_request``, their limit counts into ``limiter``."""
 
     def __init__(
-        self, state: GatewayState, limiter: Limiter, on_request: OnRequest, serves: Callable[[], bool]
+        self,
+        state: GatewayState,
+        limiter: Limiter,
+        on_request: OnRequest,
+        serves: Callable[[], bool],
+        loads: WorkerLoads | None = None,
     ) -> None:
+        self.loads = loads if loads is not None else WorkerLoads()
         self._state = state
         self._limiter = limiter
         self._on_request = on_request
@@ -138,12 +165,13 @@ class WorkerChannelServer:
         self.connected += 1
         self._writers.add(writer)
         sending = asyncio.ensure_future(self._send(writer, copy, queue))
-        taking = asyncio.ensure_future(self._take(reader))
+        taking = asyncio.ensure_future(self._take(reader, id(writer)))
         try:
             await asyncio.wait({sending, taking}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.connected -= 1
             self._writers.discard(writer)
+            self.loads.forget(id(writer))
             self._state.unsubscribe(queue)
             for task in (sending, taking):
                 task.cancel()
@@ -181,13 +209,15 @@ class WorkerChannelServer:
                         writer.write(encode_line({"kind": "limits_counted", "used": used}))
                 await writer.drain()
 
-    async def _take(self, reader: asyncio.StreamReader) -> None:
+    async def _take(self, reader: asyncio.StreamReader, worker: int) -> None:
         with contextlib.suppress(ConnectionError, EOFError):
             while True:
                 request = await read_event(reader)
                 try:
                     if request["kind"] == "counted":
                         add_counted(self._limiter, {s: int(t) for s, t in request["used"].items()})
+                    elif request["kind"] == "in_flight":
+                        self.loads.report(worker, request)
                     else:
                         self._on_request(request)
                 except (KeyError, TypeError, ValueError) as error:
@@ -204,7 +234,16 @@ class WorkerFollowing:
     ``/v1`` to the control plane like everything else.
     """
 
-    def __init__(self, state: GatewayState, limiter: Limiter, path: Path) -> None:
+    def __init__(
+        self,
+        state: GatewayState,
+        limiter: Limiter,
+        path: Path,
+        models: Callable[[], Iterable[str]] = tuple,
+    ) -> None:
+        self._models = models
+        """The models this worker routes to (its replica table's)."""
+        self._state = state
         self._applier = StateApplier(state)
         self._limiter = limiter
         self._path = path
@@ -271,14 +310,25 @@ class WorkerFollowing:
                 if kind == "live":
                     self.connected = True
 
+    def in_flight(self) -> Event:
+        """This worker's requests in flight, per model and per replica (those with any)."""
+        feed = self._state.feed
+        replicas = {r: n for r in self._state.replica_ids if (n := feed.replica_in_flight(r))}
+        models = {m: n for m in self._models() if (n := feed.in_flight(m))}
+        return {"kind": "in_flight", "models": models, "replicas": replicas}
+
     async def _send(self, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError):
             loop = asyncio.get_running_loop()
             next_count = loop.time() + COUNT_S
+            reported: Event | None = None
             while True:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._more.wait(), max(0.0, next_count - loop.time()))
+                    await asyncio.wait_for(self._more.wait(), min(TICK_S, max(0.0, next_count - loop.time())))
                 self._more.clear()
+                if (load := self.in_flight()) != reported:
+                    reported = load
+                    self._pending.append(load)
                 if loop.time() >= next_count:
                     next_count = loop.time() + COUNT_S
                     if used := self._limiter.unsaved():

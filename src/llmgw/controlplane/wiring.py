@@ -57,7 +57,12 @@ from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socke
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_counting import LimitCounts
-from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerChannelServer, private_unix_socket
+from llmgw.controlplane.localchannel import (
+    SOCKET_NAME,
+    WorkerChannelServer,
+    WorkerLoads,
+    private_unix_socket,
+)
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
@@ -218,6 +223,8 @@ async def wire(
     feed = gateway.feed
     state = GatewayState(feed)  # what the feed is told, streamed to the standbys while leading
     on_request = request_dispatcher(usage.add, demand.want, demand.used, _log_unreachable)
+    workers = worker_count(config.gateway.workers)
+    worker_loads = WorkerLoads()  # what the gateway workers have in flight, when there are any
 
     fleet = Fleet(
         on_ready=replica_ready_to(feed),
@@ -231,10 +238,10 @@ async def wire(
         backoff_s=config.reconcile.restart_backoff_s,
         backoff_max_s=config.reconcile.restart_backoff_max_s,
         on_catalog=feed.catalog_replaced,
-        in_flight=feed.in_flight,
+        in_flight=lambda model: feed.in_flight(model) + worker_loads.in_flight(model),
         load=feed.model_load,
         drain=feed.replica_draining,
-        replica_in_flight=feed.replica_in_flight,
+        replica_in_flight=lambda r: feed.replica_in_flight(r) + worker_loads.replica_in_flight(r),
         demand=demand,
         on_stopped=feed.set_stopped,
         on_pass=observe_pass,
@@ -347,12 +354,15 @@ async def wire(
     closing.push_async_callback(agent_server.stop)
     # the token and the body limit are checked before a standby's relaying reads a body
     edge = Admission(front, callers, config.http.api_body_max_bytes)
-    workers = worker_count(config.gateway.workers)
     pool: WorkerSupervisor | None = None
     if workers > 1:
         http, pool = behind_workers(config, workers, edge, closing)
         channel = WorkerChannelServer(
-            state, gateway.limiter, following.request, serves=lambda: leadership.serving or following.live
+            state,
+            gateway.limiter,
+            following.request,
+            serves=lambda: leadership.serving or following.live,
+            loads=worker_loads,
         )
         supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
         supervisor.add("workers", pool.run)

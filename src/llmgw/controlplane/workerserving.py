@@ -189,7 +189,9 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
     )
     gateway.limiter.share = 1.0 / workers  # set before any limit arrives: every meter holds this share
     state = GatewayState(gateway.feed)
-    following = WorkerFollowing(state, gateway.limiter, config.data_path / SOCKET_NAME)
+    following = WorkerFollowing(
+        state, gateway.limiter, config.data_path / SOCKET_NAME, models=gateway.replicas.models
+    )
     pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
     app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves)
     http = HttpServer(app, config.http, reuse_port_socket(config.http.host, port))
