@@ -152,5 +152,7 @@ async def test_the_control_plane_sees_the_requests_a_worker_has_in_flight(pair: 
     replica = worker.gateway.replicas.get("r1")
     assert replica is not None
     with worker.gateway.replicas.acquire(replica):
-        await eventually(lambda: loads.replica_in_flight("r1") == 1 and loads.in_flight("m") == 1, timeout_s=2)
+        await eventually(
+            lambda: loads.replica_in_flight("r1") == 1 and loads.in_flight("m") == 1, timeout_s=2
+        )
     await eventually(lambda: loads.replica_in_flight("r1") == 0 and loads.in_flight("m") == 0, timeout_s=2)

@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.controlplane.config import save_server_config
 from llmgw.testing.cluster import Cluster, wait_for
@@ -101,11 +102,26 @@ def answered_by_both(cluster: Cluster, key: str) -> set[int]:
     return seen
 
 
+def requests_counted(cluster: Cluster) -> float:
+    """llmgw_gateway_requests_total summed over its labels, as the port's /metrics shows it."""
+    with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "llmgw_gateway_requests_total"
+    )
+
+
 def test_v1_is_spread_over_both_workers_and_api_reaches_the_control_plane(cluster: Cluster) -> None:
     pids = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    counted = requests_counted(cluster)
     assert answered_by_both(cluster, cluster.key) == pids
     answers = [chat(cluster, cluster.key) for _ in range(20)]
     assert all(status == 200 and pid in pids for status, pid in answers)  # no /v1 left to the control plane
+    # the workers' requests are counted in the port's /metrics, which the control plane serves
+    wait_for(lambda: requests_counted(cluster) >= counted + 22, 10, "/metrics counts the workers' requests")
     assert cluster.processes["server"].pid not in pids
     # everything but /v1 is the control plane's, whichever worker took the connection
     for _ in range(10):

@@ -32,6 +32,7 @@ import os
 import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from llmgw.controlplane.gatewaystate import Event, GatewayState, StateApplier
 from llmgw.core.backoff import Backoff
@@ -147,6 +148,8 @@ class WorkerChannelServer:
         self.connected = 0
         """Workers connected now."""
         self._writers: set[asyncio.StreamWriter] = set()
+        self.metrics: dict[int, list[Any]] = {}
+        """Each connected worker's last gateway metric samples."""
 
     async def run(self, path: Path) -> None:
         server = await asyncio.start_unix_server(
@@ -172,6 +175,7 @@ class WorkerChannelServer:
             self.connected -= 1
             self._writers.discard(writer)
             self.loads.forget(id(writer))
+            self.metrics.pop(id(writer), None)
             self._state.unsubscribe(queue)
             for task in (sending, taking):
                 task.cancel()
@@ -218,6 +222,8 @@ class WorkerChannelServer:
                         add_counted(self._limiter, {s: int(t) for s, t in request["used"].items()})
                     elif request["kind"] == "in_flight":
                         self.loads.report(worker, request)
+                    elif request["kind"] == "metrics":
+                        self.metrics[worker] = list(request["samples"])
                     else:
                         self._on_request(request)
                 except (KeyError, TypeError, ValueError) as error:
@@ -240,7 +246,10 @@ class WorkerFollowing:
         limiter: Limiter,
         path: Path,
         models: Callable[[], Iterable[str]] = tuple,
+        metrics: Callable[[], list[Any]] | None = None,
     ) -> None:
+        self._metrics = metrics
+        """This worker's gateway metric samples, sent every :data:`COUNT_S` (workermetrics.py)."""
         self._models = models
         """The models this worker routes to (its replica table's)."""
         self._state = state
@@ -333,6 +342,8 @@ class WorkerFollowing:
                     next_count = loop.time() + COUNT_S
                     if used := self._limiter.unsaved():
                         self._pending.append({"kind": "counted", "used": used})
+                    if self._metrics is not None:
+                        self._pending.append({"kind": "metrics", "samples": self._metrics()})
                 while self._pending:
                     writer.write(encode_line(self._pending[0]))
                     del self._pending[0]

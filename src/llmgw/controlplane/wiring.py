@@ -42,6 +42,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from prometheus_client import REGISTRY
+
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
@@ -71,6 +73,7 @@ from llmgw.controlplane.statestream import StateFollowing, StateServing, request
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.controlplane.workermetrics import SummedRegistry, serve_metrics
 from llmgw.controlplane.workers import WorkerSupervisor, subprocess_launcher, worker_count
 from llmgw.controlplane.workerserving import HTTP_SOCKET_NAME
 from llmgw.core.relays import RelayPeer
@@ -356,7 +359,6 @@ async def wire(
     edge = Admission(front, callers, config.http.api_body_max_bytes)
     pool: WorkerSupervisor | None = None
     if workers > 1:
-        http, pool = behind_workers(config, workers, edge, closing)
         channel = WorkerChannelServer(
             state,
             gateway.limiter,
@@ -364,6 +366,8 @@ async def wire(
             serves=lambda: leadership.serving or following.live,
             loads=worker_loads,
         )
+        summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
+        http, pool = behind_workers(config, workers, serve_metrics(edge, summed), closing)
         supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
         supervisor.add("workers", pool.run)
     else:

@@ -39,6 +39,7 @@ from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerFollowing
 from llmgw.controlplane.statestream import usage_request
+from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.replicas import ReplicaTable
@@ -190,7 +191,11 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
     gateway.limiter.share = 1.0 / workers  # set before any limit arrives: every meter holds this share
     state = GatewayState(gateway.feed)
     following = WorkerFollowing(
-        state, gateway.limiter, config.data_path / SOCKET_NAME, models=gateway.replicas.models
+        state,
+        gateway.limiter,
+        config.data_path / SOCKET_NAME,
+        models=gateway.replicas.models,
+        metrics=gateway_samples,
     )
     pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
     app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves)
