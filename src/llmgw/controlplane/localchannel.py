@@ -14,7 +14,11 @@ It carries the same gateway state events as the stream to standbys
   (``usage``, ``wanted``, ``used``, ``replica_failed``) and, every
   :data:`COUNT_S`, the tokens it counted against limits since the last report
   (``counted``), which the control plane adds to its own meters, so that its
-  limit writer stores them and every worker sees them.
+  limit writer stores them and every worker sees them; the samples of its
+  gateway metrics (``metrics``, every :data:`COUNT_S`:
+  :mod:`llmgw.controlplane.workermetrics`); and its requests in flight per
+  model and replica (``in_flight``, when they change, looked at every
+  :data:`TICK_S`: :class:`WorkerLoads`).
 
 A worker whose channel ends keeps its copy and serves from it, keeps its
 requests (at most :data:`PENDING_MAX`) and connects again with backoff; the
