@@ -20,6 +20,7 @@ from llmgw.controlplane.gatewaystate import GatewayState, apply, encode
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.relaying import StandbyForwarding
 from llmgw.controlplane.statestream import (
+    RuntimeAdapters,
     StateFollowing,
     StateServing,
     request_dispatcher,
@@ -235,16 +236,19 @@ async def test_requests_reach_the_leader_and_wait_while_no_stream_is_up(planes: 
 
 def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
     seen: list[object] = []
-    dispatch = request_dispatcher(seen.append, seen.append, seen.append, lambda r, why: seen.append((r, why)))
+    dispatch = request_dispatcher(
+        seen.append, seen.append, seen.append, lambda r, why: seen.append((r, why)), seen.append
+    )
     record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5)
     for request in (
         usage_request(record),
         {"kind": "wanted", "model": "a"},
         {"kind": "used", "model": "b"},
         {"kind": "replica_failed", "replica_id": "r1", "reason": "refused"},
+        {"kind": "counted", "tokens": {"key:k1": 12}},
     ):
         dispatch(request)
-    assert seen == [record, "a", "b", ("r1", "refused")]
+    assert seen == [record, "a", "b", ("r1", "refused"), {"key:k1": 12}]
     with pytest.raises(ValueError, match="unknown request"):
         dispatch({"kind": "write-the-store"})
 
@@ -286,3 +290,44 @@ async def test_a_standby_holding_a_copy_serves_v1_itself_and_relays_only_api(
         assert relayed[tried:] == ["/api/status"]
         assert api.status_code == 200
         assert answer.status_code == 401  # the standby's own gateway answered
+
+
+def runtime_lora_catalog() -> list[ModelDefinition]:
+    model = {
+        "name": "lm",
+        "source": {"sha256": SHA, "format": "safetensors"},
+        "profile": {"engine": "vllm", "max_loaded_adapters": 2},
+        "adapters": [
+            {"name": "lm-sql", "sha256": SHA, "files": [{"sha256": SHA, "filename": "adapter_config.json"}]}
+        ],
+    }
+    return [parse_model(model)]
+
+
+async def test_a_standby_leaves_requests_naming_a_runtime_adapter_to_the_leader(
+    planes: dict[str, Plane],
+) -> None:
+    """Only the leader loads adapters at run time: a standby serving /v1 relays every request that names
+    one (the leader's residency then places it: loaded once per replica), and serves the rest itself."""
+    relayed: list[bytes] = []
+
+    async def relay(address: str, request: Any, body: Any, connect_s: float) -> AsyncIterator[RelayChunk]:
+        relayed.append(b"".join([data async for data in body]))
+        yield RelayChunk(status=200, data=b'{"answered_by": "cp1"}')
+
+    standby = planes["cp2"]
+    standby.gateway.feed.catalog_replaced(runtime_lora_catalog())
+    decides = RuntimeAdapters(standby.gateway.adapters, 1 << 20)
+    front = StandbyForwarding(
+        standby.gateway.asgi_app(), standby.leadership, relay, 1.0, lambda: True, decides
+    )
+    adapter_body = b'{"model": "lm-sql", "messages": [{"role": "user", "content": "hi"}]}'
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front), base_url="http://cp2") as client:
+        to_leader = await client.post("/v1/chat/completions", content=adapter_body)
+        here = await client.post("/v1/chat/completions", content=b'{"model": "lm", "messages": []}')
+    assert to_leader.json() == {"answered_by": "cp1"}
+    assert relayed == [adapter_body]  # the body went on whole, after the standby read it
+    assert here.status_code == 401  # the standby's own gateway answered (no key)
+    standby.gateway.feed.catalog_replaced(catalog())  # adapters given at start: nothing is peeked at
+    assert not decides.peek()
+    assert not decides.named_in(b'{"model": "m-sql"}') and not decides.named_in(b"not json")

@@ -59,3 +59,25 @@ async def test_a_standby_writes_nothing_and_keeps_what_it_counted(store: Store) 
     leading = True
     assert await writer.flush() == 2
     assert await store.limits.spent(NOW) == {"team:acme/ml": (40, 40), "key:k1": (40, 40)}
+
+
+async def test_a_standby_hands_its_counts_to_the_leader_whose_totals_reach_both(store: Store) -> None:
+    leader, standby = limited_gateway(), limited_gateway()
+    handed: list[dict[str, int]] = []
+    writer = LimitCounts(store, leader.feed, lambda: NOW, hand_off=handed.append)
+    follower = LimitCounts(store, standby.feed, lambda: NOW, may_write=lambda: False, hand_off=handed.append)
+    spend(standby, 30)
+    assert await follower.flush() == 0
+    assert handed == [{"team:acme/ml": 30, "key:k1": 30}]
+    assert await follower.flush() == 0 and len(handed) == 1  # handed once, not again
+    writer.add(handed[0])
+    spend(leader, 5)
+    assert await writer.flush() == 2
+    assert await store.limits.spent(NOW) == {"team:acme/ml": (35, 35), "key:k1": (35, 35)}
+    told: list[dict[str, tuple[int, int]]] = []
+    leader.feed.listen(lambda change, args: told.append(args[0]) if change == "limits_counted" else None)
+    spend(leader, 1)
+    await writer.flush()
+    assert told == [{"team:acme/ml": (36, 36), "key:k1": (36, 36)}]  # the totals, streamed to standbys
+    meter = leader.limiter.meter("team:acme/ml")
+    assert meter is not None and meter.day_used == 36

@@ -7,6 +7,13 @@ The gateway counts in memory (:class:`~llmgw.gateway.limiting.Limiter`);
 counts for the next one. The leader reads the counts back on leading
 (:meth:`load`), so a failover or restart loses at most one interval of
 counting (docs/tenancy.md, Limits).
+
+A standby serving ``/v1`` from the leader's state (``controlplane/statestream.py``)
+writes nothing: it hands what it counted to the leader (``hand_off``), which
+adds it (:meth:`LimitCounts.add`) to what it writes. After each write the
+leader reads the totals back into its gateway, whose feed streams them to
+the standbys: every plane's meters then hold what every plane spent, up to
+about two intervals late.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ class LimitCounts:
         now: Callable[[], float],
         may_write: Callable[[], bool] = lambda: True,
         interval_s: float = INTERVAL_S,
+        hand_off: Callable[[dict[str, int]], None] | None = None,
     ) -> None:
         self._store = store
         self._feed = feed
@@ -42,6 +50,12 @@ class LimitCounts:
         self._may_write = may_write
         self._interval_s = interval_s
         self._pending: dict[str, int] = {}
+        self._hand_off = hand_off
+
+    def add(self, tokens: dict[str, int]) -> None:
+        """Tokens another plane counted: written with the next write."""
+        for subject, count in tokens.items():
+            self._pending[subject] = self._pending.get(subject, 0) + int(count)
 
     async def load(self) -> None:
         """The counts of this day and month as the store holds them (plus what waits to be written),
@@ -56,7 +70,12 @@ class LimitCounts:
         """Write what was counted since the last write; returns the subjects written."""
         for subject, tokens in self._feed.limits_unsaved().items():
             self._pending[subject] = self._pending.get(subject, 0) + tokens
-        if not self._pending or not self._may_write():
+        if not self._pending:
+            return 0
+        if not self._may_write():
+            if self._hand_off is not None:
+                pending, self._pending = self._pending, {}
+                self._hand_off(pending)
             return 0
         pending, self._pending = self._pending, {}
         try:
@@ -65,6 +84,8 @@ class LimitCounts:
             for subject, tokens in pending.items():
                 self._pending[subject] = self._pending.get(subject, 0) + tokens
             raise
+        if self._hand_off is not None:
+            await self.load()  # the totals, every plane's share included, to the gateway and its standbys
         return len(pending)
 
     async def close(self) -> None:

@@ -13,7 +13,11 @@ request as it does for a client of its own).
 
 A standby that holds a full copy of the leader's gateway state
 (``controlplane/statestream.py``) serves ``/v1/`` itself instead
-(``serves_v1``), leader or none: only ``/api/`` is relayed then.
+(``serves_v1``), leader or none: only ``/api/`` is relayed then, and the
+requests whose decision stays with the leader (``leader_decides``: those
+naming an adapter loaded at run time, so that one plane alone loads
+adapters on replicas). To tell those, the standby reads such a request's
+whole body first (only while the catalog has runtime adapters: ``peek``).
 
 While no control plane leads (a failover), a standby holds the request,
 up to the gateway's wait for ``/v1/`` or :data:`API_WAIT_S` for ``/api/``,
@@ -30,7 +34,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from llmgw.controlplane.asgi_calls import ASGIApp, call_app
 from llmgw.controlplane.leadership import Leadership
@@ -55,6 +59,21 @@ REPLAY_LIMIT = 1 << 20
 """Body bytes a standby keeps so that it can send them again when the leader fails before answering."""
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "host", "proxy-connection"}
+
+
+class LeaderDecides(Protocol):
+    """Which ``/v1`` requests a standby serving ``/v1`` itself still relays to the leader."""
+
+    body_max: int
+    """The longest body read to tell (longer ones are relayed)."""
+
+    def peek(self) -> bool:
+        """Whether any request may be one (else none is read first)."""
+        ...
+
+    def named_in(self, body: bytes) -> bool:
+        """Whether the request with this body is one."""
+        ...
 
 
 def relayed_paths(path: str) -> bool:
@@ -92,8 +111,9 @@ class _ClientGone(Exception):
 class _ClientBody:
     """A client's request body, read from ``receive`` only as fast as a relay sends it on."""
 
-    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]], keep: int = REPLAY_LIMIT) -> None:
         self._receive = receive
+        self._keep = keep
         self._kept: list[bytes] = []
         self._kept_bytes = 0
         self.replayable = True
@@ -114,7 +134,7 @@ class _ClientBody:
             if self.replayable:
                 self._kept_bytes += len(data)
                 self._kept.append(data)
-                if self._kept_bytes > REPLAY_LIMIT:
+                if self._kept_bytes > self._keep:
                     self._kept.clear()
                     self.replayable = False
             if not message.get("more_body", False):
@@ -143,6 +163,17 @@ class _ClientBody:
 
         return receive
 
+    async def read_whole(self) -> bytes | None:
+        """The whole body (kept, so it can be sent on from its start); None when it is longer than
+        kept bodies may be, or the client went away."""
+        try:
+            async for _ in self.chunks():
+                if not self.replayable:
+                    return None
+        except _ClientGone:
+            return None
+        return b"".join(self._kept) if self.replayable else None
+
     async def disconnected(self) -> None:
         """Returns once the client went away after sending its whole body."""
         await self.whole.wait()
@@ -161,19 +192,32 @@ class StandbyForwarding:
         relay: Relayer,
         v1_wait_s: float,
         serves_v1: Callable[[], bool] = lambda: False,
+        leader_decides: LeaderDecides | None = None,
     ) -> None:
         self._local = local
         self._leadership = leadership
         self._relay = relay
         self._v1_wait_s = v1_wait_s
         self._serves_v1 = serves_v1
+        self._leader_decides = leader_decides
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not relayed_paths(scope["path"]) or self._leadership.serving:
             await self._local(scope, receive, send)
             return
         if gateway_path(scope["path"]) and self._serves_v1():
-            await self._local(scope, receive, send)
+            decides = self._leader_decides
+            if scope["method"] != "POST" or decides is None or not decides.peek():
+                await self._local(scope, receive, send)
+                return
+            body = _ClientBody(receive, keep=decides.body_max)
+            data = await body.read_whole()
+            if body.gone:
+                return
+            if data is not None and not decides.named_in(data):
+                await self._local(scope, body.receive_from_start(), send)
+                return
+            await self._forward(scope, body, send, time.monotonic() + self._v1_wait_s)
             return
         wait_s = self._v1_wait_s if gateway_path(scope["path"]) else API_WAIT_S
         await self._forward(scope, _ClientBody(receive), send, time.monotonic() + wait_s)

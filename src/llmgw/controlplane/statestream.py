@@ -8,7 +8,8 @@ in tests):
   :class:`~llmgw.controlplane.gatewaystate.GatewayState`, ending with
   ``live``, then every change as its feed is told it;
 - the standby (:class:`StateFollowing`) sends back what only the leader
-  decides or writes: usage records (the leader writes them), models wanted on
+  decides or writes: usage records (the leader writes them), tokens counted
+  against budgets (``controlplane/limit_counting.py``), models wanted on
   demand or kept in use, replicas it could not reach.
 
 The leader answers only a certificate naming a control plane the store lists,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,6 +34,7 @@ from llmgw.controlplane.gatewaystate import Event, GatewayState, StateApplier
 from llmgw.controlplane.leadership import Leadership
 from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
+from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.usage import UsageRecord
 from llmgw.protocol.channels import StateChannel
 
@@ -40,7 +43,7 @@ log = logging.getLogger(__name__)
 Connect = Callable[[str], Awaitable[StateChannel]]
 """Opens a state stream to the control plane whose agent server is at the given address."""
 OnRequest = Callable[[Event], None]
-"""What the leader does with a standby's request (usage, wanted, used, replica_failed)."""
+"""What the leader does with a standby's request (usage, counted, wanted, used, replica_failed)."""
 
 RETRY_S = 0.2
 """How soon a standby whose stream ended tries the leader again."""
@@ -218,6 +221,7 @@ def request_dispatcher(
     on_wanted: Callable[[str], None],
     on_used: Callable[[str], None],
     on_replica_failed: Callable[[str, str], None],
+    on_counted: Callable[[dict[str, int]], None],
 ) -> OnRequest:
     """The leader's :data:`OnRequest` over its own parts."""
 
@@ -231,7 +235,30 @@ def request_dispatcher(
             on_used(request["model"])
         elif kind == "replica_failed":
             on_replica_failed(request["replica_id"], request["reason"])
+        elif kind == "counted":
+            on_counted({str(s): int(n) for s, n in request["tokens"].items()})
         else:
             raise ValueError(f"unknown request {kind!r}")
 
     return dispatch
+
+
+class RuntimeAdapters:
+    """The requests a standby leaves to the leader (a ``LeaderDecides`` of ``relaying.py``): those
+    naming an adapter loaded at run time (``max_loaded_adapters``), so that one plane alone decides
+    which replica loads which adapter, and none is loaded twice."""
+
+    def __init__(self, adapters: Adapters, body_max: int) -> None:
+        self._adapters = adapters
+        self.body_max = body_max
+
+    def peek(self) -> bool:
+        return any(not entry.at_start for entry in self._adapters.entries())
+
+    def named_in(self, body: bytes) -> bool:
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            return False  # the gateway answers what is wrong with it
+        entry = self._adapters.get(model) if isinstance(model, str) else None
+        return entry is not None and not entry.at_start

@@ -69,7 +69,13 @@ from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
 from llmgw.controlplane.sessions import NodeSessions
-from llmgw.controlplane.statestream import StateFollowing, StateServing, request_dispatcher, usage_request
+from llmgw.controlplane.statestream import (
+    RuntimeAdapters,
+    StateFollowing,
+    StateServing,
+    request_dispatcher,
+    usage_request,
+)
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
@@ -225,7 +231,9 @@ async def wire(
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
     state = GatewayState(feed)  # what the feed is told, streamed to the standbys while leading
-    on_request = request_dispatcher(usage.add, demand.want, demand.used, _log_unreachable)
+    on_request = request_dispatcher(
+        usage.add, demand.want, demand.used, _log_unreachable, lambda tokens: counts.add(tokens)
+    )
     workers = worker_count(config.gateway.workers)
     worker_loads = WorkerLoads()  # what the gateway workers have in flight, when there are any
 
@@ -252,7 +260,13 @@ async def wire(
     )
     callers = Callers(config.admin_token_sha256)
     # written while leading only (``leadership`` is built below, before anything runs)
-    counts = LimitCounts(store, feed, gateway.limiter.clock, may_write=lambda: leadership.leading)
+    counts = LimitCounts(
+        store,
+        feed,
+        gateway.limiter.clock,
+        may_write=lambda: leadership.leading,
+        hand_off=lambda tokens: following.request({"kind": "counted", "tokens": tokens}),
+    )
     keys = KeyLoading(store, feed, callers, counts)
     try:
         await keys.reload()
@@ -343,7 +357,12 @@ async def wire(
     relays = RelayClient(tls)
     closing.push_async_callback(relays.close)
     front = StandbyForwarding(
-        local, leadership, relays.relay, config.gateway.request_wait_s, serves_v1=lambda: following.live
+        local,
+        leadership,
+        relays.relay,
+        config.gateway.request_wait_s,
+        serves_v1=lambda: following.live,
+        leader_decides=RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes),
     )
     agent_server = AgentServer(
         sessions.serve,
