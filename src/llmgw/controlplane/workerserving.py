@@ -10,7 +10,9 @@ it with the same guarded protocol and connection limits as the control plane
   (it leads, or is a standby holding the leader's copy) and it holds a full
   copy; each answer carries ``x-llmgw-worker: <pid>``;
 - everything else (``/api``, the portal, ``/metrics``, ``/healthz``,
-  ``/leader``, and ``/v1`` while its plane does not serve it) by passing the
+  ``/leader``, ``/v1`` while its plane does not serve it, and ``/v1``
+  requests naming an adapter loaded at run time, which its plane decides
+  alone) by passing the
   request on, streamed both ways, to the control plane's HTTP listener on its
   Unix socket (``http.sock`` in the data dir, 0600), which answers exactly
   as it would on the port.
@@ -29,6 +31,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,8 @@ from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerFollowing
-from llmgw.controlplane.statestream import usage_request
+from llmgw.controlplane.relaying import LeaderDecides
+from llmgw.controlplane.statestream import RuntimeAdapters, usage_request
 from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
 from llmgw.gateway.app import Gateway
@@ -143,8 +147,41 @@ class PassOn:
                 return
 
 
-def worker_app(gateway: ASGIApp, other: ASGIApp, serves: Any) -> ASGIApp:
-    """``/v1`` to ``gateway`` (tagged with this pid) while ``serves()``; everything else to ``other``."""
+async def _read_body(receive: Any, limit: int) -> tuple[list[Any], bytes | None]:
+    """The request's first messages and its whole body (None: longer than ``limit``, or the client
+    went away: then the messages end with ``http.disconnect``)."""
+    messages: list[Any] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] == "http.disconnect":
+            return messages, None
+        size += len(message.get("body", b""))
+        if size > limit:
+            return messages, None
+        if not message.get("more_body"):
+            return messages, b"".join(m.get("body", b"") for m in messages)
+
+
+def _replaying(messages: list[Any], receive: Any) -> Any:
+    """``receive`` that gives ``messages`` again first."""
+    waiting = list(messages)
+
+    async def replay() -> Any:
+        return waiting.pop(0) if waiting else await receive()
+
+    return replay
+
+
+def worker_app(
+    gateway: ASGIApp, other: ASGIApp, serves: Callable[[], bool], decides: LeaderDecides | None = None
+) -> ASGIApp:
+    """``/v1`` to ``gateway`` (tagged with this pid) while ``serves()``; everything else to ``other``.
+
+    ``decides``: the ``/v1`` requests left to the control plane all the same (those naming an adapter
+    loaded at run time, so that one process alone decides where adapters load), as a standby leaves
+    them to the leader."""
     tag = (WORKER_HEADER, str(os.getpid()).encode())
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -155,6 +192,12 @@ def worker_app(gateway: ASGIApp, other: ASGIApp, serves: Any) -> ASGIApp:
                     message = {**message, "headers": [*message.get("headers", ()), tag]}
                 await send(message)
 
+            if scope["method"] == "POST" and decides is not None and decides.peek():
+                messages, body = await _read_body(receive, decides.body_max)
+                receive = _replaying(messages, receive)
+                if body is None or decides.named_in(body):
+                    await other(scope, receive, send)
+                    return
             await gateway(scope, receive, tagged)
         else:
             await other(scope, receive, send)
@@ -198,7 +241,8 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         metrics=gateway_samples,
     )
     pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
-    app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves)
+    decides = RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes)
+    app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves, decides)
     http = HttpServer(app, config.http, reuse_port_socket(config.http.host, port))
     supervisor = Supervisor()
     supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
