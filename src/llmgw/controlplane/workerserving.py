@@ -81,6 +81,9 @@ class PassOn:
         self._client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(path)),
             timeout=httpx.Timeout(None, connect=5.0),
+            # event streams (/api/events) hold their connection as long as they last: no pool cap,
+            # so they never keep other requests waiting (the control plane bounds its connections)
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
         )
 
     async def close(self) -> None:
