@@ -65,7 +65,7 @@ def test_the_count_is_the_setting_or_the_cores_at_most_eight() -> None:
 
 
 def test_a_worker_runs_the_hidden_command_with_the_port_its_control_plane_holds(tmp_path: object) -> None:
-    command = worker_command(tmp_path / "w.yaml", 8080, 1)  # type: ignore[operator]
+    command = worker_command(tmp_path / "w.yaml", 8080, 1, ["--log-level", "info", "--log-json"])  # type: ignore[operator]
     assert command[1:] == [
         "-m",
         "llmgw.cli.main",
@@ -79,6 +79,7 @@ def test_a_worker_runs_the_hidden_command_with_the_port_its_control_plane_holds(
         "1",
         "--log-level",
         "info",
+        "--log-json",
     ]
 
 

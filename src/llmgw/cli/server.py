@@ -210,7 +210,8 @@ def run(
     from llmgw.agent.config import settings_problems
     from llmgw.controlplane.running import run_until_signalled
 
-    _run(run_until_signalled(loaded, settings_problems))
+    logging_args = ["--log-level", log_level, *(["--log-json"] if log_json else [])]
+    _run(run_until_signalled(loaded, settings_problems, logging_args))
 
 
 @app.command(hidden=True)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Sequence
 
 from llmgw.controlplane.agentsettings import SettingsCheck, forbidden_only
 from llmgw.controlplane.config import ServerConfig
@@ -34,8 +35,15 @@ log = logging.getLogger(__name__)
 class ControlPlane:
     """One control plane: leads while it holds the lease, stands by (relaying to the leader) otherwise."""
 
-    def __init__(self, config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        check_agent_settings: SettingsCheck = forbidden_only,
+        worker_log_args: Sequence[str] = (),
+    ) -> None:
         self.config = config
+        self._worker_log_args = worker_log_args
+        """How gateway workers log (``--log-level``, ``--log-json``): as this process does."""
         self._check_agent_settings = check_agent_settings
         """How agents' settings are checked before they are kept: agent.yaml's schema, from the wiring."""
         self.supervisor = Supervisor()
@@ -48,7 +56,9 @@ class ControlPlane:
         """Serve until ``stop`` is set; ComponentFailed when a FATAL component fails."""
         supervisor = self.supervisor
         async with contextlib.AsyncExitStack() as closing:
-            parts = await wire(self.config, self._check_agent_settings, supervisor, closing)
+            parts = await wire(
+                self.config, self._check_agent_settings, supervisor, closing, self._worker_log_args
+            )
             self.agent_port = await parts.agent_server.start()
             try:
                 async with asyncio.TaskGroup() as tasks:
@@ -102,10 +112,12 @@ class ControlPlane:
 
 
 async def run_until_signalled(
-    config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only
+    config: ServerConfig,
+    check_agent_settings: SettingsCheck = forbidden_only,
+    worker_log_args: Sequence[str] = (),
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await ControlPlane(config, check_agent_settings).run(stop)
+    await ControlPlane(config, check_agent_settings, worker_log_args).run(stop)

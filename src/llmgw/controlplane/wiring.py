@@ -195,8 +195,11 @@ async def wire(
     check_agent_settings: SettingsCheck,
     supervisor: Supervisor,
     closing: contextlib.AsyncExitStack,
+    worker_log_args: Sequence[str] = (),
 ) -> ControlPlaneParts:
-    """Build every part in dependency order; ``closing`` closes them (in reverse) when the process ends."""
+    """Build every part in dependency order; ``closing`` closes them (in reverse) when the process ends.
+
+    ``worker_log_args``: how gateway workers log (``--log-level``, ``--log-json``), if there are any."""
     config.data_path.mkdir(parents=True, exist_ok=True)
     fence = Fence(config.name)
     store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
@@ -386,7 +389,7 @@ async def wire(
             loads=worker_loads,
         )
         summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
-        http, pool = behind_workers(config, workers, serve_metrics(edge, summed), closing)
+        http, pool = behind_workers(config, workers, serve_metrics(edge, summed), closing, worker_log_args)
         supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
         supervisor.add("workers", pool.run)
     else:
@@ -407,7 +410,11 @@ async def wire(
 
 
 def behind_workers(
-    config: ServerConfig, workers: int, edge: ASGIApp, closing: contextlib.AsyncExitStack
+    config: ServerConfig,
+    workers: int,
+    edge: ASGIApp,
+    closing: contextlib.AsyncExitStack,
+    log_args: Sequence[str] = (),
 ) -> tuple[HttpServer, WorkerSupervisor]:
     """The HTTP port held (not listened on) for ``workers`` gateway workers, and this process's own
     HTTP server on its Unix socket, where the workers pass on all but ``/v1``."""
@@ -420,5 +427,5 @@ def behind_workers(
     worker_config = config.data_path / "worker-server.yaml"
     save_server_config(copy, worker_config)
     log.info("%d gateway workers share HTTP port %d", workers, port)
-    launch = subprocess_launcher(worker_config, port, logging.getLevelName(logging.getLogger().level).lower())
+    launch = subprocess_launcher(worker_config, port, log_args)
     return HttpServer(edge, config.http, listener, port), WorkerSupervisor(workers, launch)

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -67,7 +67,7 @@ Launch = Callable[[int], Awaitable[WorkerProcess]]
 """Starts worker number ``index``."""
 
 
-def worker_command(config_path: Path, port: int, index: int, log_level: str = "info") -> list[str]:
+def worker_command(config_path: Path, port: int, index: int, log_args: Sequence[str] = ()) -> list[str]:
     """The command line of worker ``index`` of the control plane configured by ``config_path``."""
     return [
         sys.executable,
@@ -81,16 +81,15 @@ def worker_command(config_path: Path, port: int, index: int, log_level: str = "i
         str(port),
         "--index",
         str(index),
-        "--log-level",
-        log_level,
+        *log_args,
     ]
 
 
-def subprocess_launcher(config_path: Path, port: int, log_level: str = "info") -> Launch:
+def subprocess_launcher(config_path: Path, port: int, log_args: Sequence[str] = ()) -> Launch:
     """Starts workers as subprocesses of this process, their output on this process's."""
 
     async def launch(index: int) -> WorkerProcess:
-        return await asyncio.create_subprocess_exec(*worker_command(config_path, port, index, log_level))
+        return await asyncio.create_subprocess_exec(*worker_command(config_path, port, index, log_args))
 
     return launch
 
