@@ -338,9 +338,13 @@ class Meter:
 
 
 def _bucket(old: Bucket | None, limit: int | None, share: float, now: float) -> Bucket | None:
+    """A per-minute bucket holding ``share`` of ``limit``: its refill is the share's, its capacity
+    at least one (a request takes one whole: a smaller share would never admit any)."""
     if limit is None:
         return None
     bucket = Bucket(limit * share, 60.0, now)
+    if share < 1.0 and 0 < bucket.capacity < 1.0:
+        bucket.capacity = bucket.level = 1.0
     if old is not None:
         old.refill(now)
         bucket.level = min(bucket.capacity, old.level)
