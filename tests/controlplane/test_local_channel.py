@@ -57,8 +57,13 @@ class Worker:
     def __init__(self, path: Path) -> None:
         self.gateway = Gateway()
         self.gateway.limiter.share = 0.5
+        self.answered = 0
         self.following = WorkerFollowing(
-            GatewayState(self.gateway.feed), self.gateway.limiter, path, models=self.gateway.replicas.models
+            GatewayState(self.gateway.feed),
+            self.gateway.limiter,
+            path,
+            models=self.gateway.replicas.models,
+            metrics=lambda: [["llmgw_gateway_requests_total", {}, float(self.answered)]],
         )
         self.task = asyncio.ensure_future(self.following.run(Backoff(base=0.01, cap=0.05)))
 
@@ -156,3 +161,12 @@ async def test_the_control_plane_sees_the_requests_a_worker_has_in_flight(pair: 
             lambda: loads.replica_in_flight("r1") == 1 and loads.in_flight("m") == 1, timeout_s=2
         )
     await eventually(lambda: loads.replica_in_flight("r1") == 0 and loads.in_flight("m") == 0, timeout_s=2)
+
+
+async def test_a_scrape_gets_each_workers_samples_as_of_now(pair: tuple[Main, Worker]) -> None:
+    main, worker = pair
+    await eventually(lambda: main.server.connected == 1 and worker.following.connected, timeout_s=5)
+    worker.answered = 7
+    assert await main.server.fresh_metrics(timeout_s=0.5) == [[["llmgw_gateway_requests_total", {}, 7.0]]]
+    worker.answered = 9  # asked again: no waiting for the next second's samples
+    assert await main.server.fresh_metrics(timeout_s=0.5) == [[["llmgw_gateway_requests_total", {}, 9.0]]]

@@ -15,7 +15,8 @@ It carries the same gateway state events as the stream to standbys
   :data:`COUNT_S`, the tokens it counted against limits since the last report
   (``counted``), which the control plane adds to its own meters, so that its
   limit writer stores them and every worker sees them; the samples of its
-  gateway metrics (``metrics``, every :data:`COUNT_S`:
+  gateway metrics (``metrics``, every :data:`COUNT_S` and whenever the
+  control plane asks, ``send_metrics``, as a scrape of its ``/metrics`` does:
   :mod:`llmgw.controlplane.workermetrics`); and its requests in flight per
   model and replica (``in_flight``, when they change, looked at every
   :data:`TICK_S`: :class:`WorkerLoads`).
@@ -52,6 +53,8 @@ TICK_S = 0.2
 """How often the control plane looks whether it serves /v1 itself."""
 COUNT_S = 1.0
 """How often limit counts go each way."""
+METRICS_WAIT_S = 1.0
+"""Longest a scrape of ``/metrics`` waits for the workers' fresh samples."""
 PENDING_MAX = 100_000
 """Requests a worker keeps while its channel is down; past that the oldest are dropped."""
 
@@ -154,6 +157,7 @@ class WorkerChannelServer:
         self._writers: set[asyncio.StreamWriter] = set()
         self.metrics: dict[int, list[Any]] = {}
         """Each connected worker's last gateway metric samples."""
+        self._asked: dict[int, asyncio.Event] = {}
 
     async def run(self, path: Path) -> None:
         server = await asyncio.start_unix_server(
@@ -166,6 +170,20 @@ class WorkerChannelServer:
             for writer in self._writers:  # each worker's channel ends: it connects again
                 writer.close()
             path.unlink(missing_ok=True)  # noqa: ASYNC240  # one unlink, on the way out
+
+    async def fresh_metrics(self, timeout_s: float = METRICS_WAIT_S) -> list[list[Any]]:
+        """Every connected worker's gateway samples as of now (a scrape counts every request answered
+        before it): each is asked, and answers within ``timeout_s`` or its last samples are used."""
+        waits = []
+        for writer in list(self._writers):
+            asked = self._asked.setdefault(id(writer), asyncio.Event())
+            waits.append(asked.wait())
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                writer.write(encode_line({"kind": "send_metrics"}))
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
+        return list(self.metrics.values())
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         copy, queue = self._state.subscribe()
@@ -180,6 +198,8 @@ class WorkerChannelServer:
             self._writers.discard(writer)
             self.loads.forget(id(writer))
             self.metrics.pop(id(writer), None)
+            if (asked := self._asked.pop(id(writer), None)) is not None:
+                asked.set()
             self._state.unsubscribe(queue)
             for task in (sending, taking):
                 task.cancel()
@@ -228,6 +248,8 @@ class WorkerChannelServer:
                         self.loads.report(worker, request)
                     elif request["kind"] == "metrics":
                         self.metrics[worker] = list(request["samples"])
+                        if (asked := self._asked.pop(worker, None)) is not None:
+                            asked.set()
                     else:
                         self._on_request(request)
                 except (KeyError, TypeError, ValueError) as error:
@@ -318,6 +340,11 @@ class WorkerFollowing:
                 kind = event["kind"]
                 if kind == "serves":
                     self._serves = bool(event["serves"])
+                    continue
+                if kind == "send_metrics":
+                    if self._metrics is not None:
+                        self._pending.append({"kind": "metrics", "samples": self._metrics()})
+                        self._more.set()
                     continue
                 self._applier.apply(event)
                 if kind == "live":

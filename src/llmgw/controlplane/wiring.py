@@ -389,7 +389,9 @@ async def wire(
             loads=worker_loads,
         )
         summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
-        http, pool = behind_workers(config, workers, serve_metrics(edge, summed), closing, worker_log_args)
+        http, pool = behind_workers(
+            config, workers, serve_metrics(edge, summed, channel.fresh_metrics), closing, worker_log_args
+        )
         supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
         supervisor.add("workers", pool.run)
     else:

@@ -2,8 +2,9 @@
 
 Each worker sends the samples of its gateway metrics (the families named
 ``llmgw_gateway_*`` and ``llmgw_adapter_*``: counters, histograms, gauges)
-over the local channel every second (:func:`gateway_samples`). The control
-plane's ``/metrics`` (:func:`serve_metrics`) then renders its own registry
+over the local channel every second, and when asked (:func:`gateway_samples`).
+The control plane's ``/metrics`` (:func:`serve_metrics`) asks every worker
+for its samples as of now (waiting a second at most), then renders its own registry
 with each worker's last samples added to the sample of the same name and
 labels (:class:`SummedRegistry`), so a scrape sees the whole port's requests
 as it did with one process. A worker's samples go when its channel ends: its
@@ -13,7 +14,7 @@ samples stay the control plane's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -67,11 +68,13 @@ class SummedRegistry:
             yield family
 
 
-def serve_metrics(app: ASGIApp, view: SummedRegistry) -> ASGIApp:
-    """``GET /metrics`` answered from ``view``; everything else to ``app``."""
+def serve_metrics(app: ASGIApp, view: SummedRegistry, refresh: Callable[[], Awaitable[Any]]) -> ASGIApp:
+    """``GET /metrics`` answered from ``view`` once ``refresh`` (the workers' fresh samples) returned;
+    everything else to ``app``."""
 
     async def metrics(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
+            await refresh()
             body = generate_latest(view)  # any object with collect() will do
             head = [
                 (b"content-type", CONTENT_TYPE_LATEST.encode()),
