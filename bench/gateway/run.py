@@ -18,7 +18,13 @@ With ``--limits`` llmgw is measured twice: with limits off, then with
 load sent with one of those keys; the JSON line gains ``llmgw_limits`` and
 the ratios to the run with limits off.
 
-    python bench/gateway/run.py [--litellm-venv DIR] [--quick] [--profile FILE] [--limits]
+With ``--workers N`` (default 2; 0 skips it) the control plane is then
+started again with one gateway process and with ``N`` workers
+(``bench/gateway/workerphase.py``), each measured at concurrency 64 with the
+CPU it spent per request; the JSON line gains ``workers``. The other phases
+run with ``gateway.workers: 1``. ``--workers-only`` runs only this phase.
+
+    python bench/gateway/run.py [--litellm-venv DIR] [--quick] [--profile FILE] [--limits] [--workers N]
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from workerphase import measure_workers
+
+from llmgw.controlplane.config import save_server_config
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, OwnerKind
 from llmgw.store.database import Store
@@ -132,6 +141,8 @@ def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path
 def start_cluster(home: Path) -> tuple[Cluster, int, str]:
     """A control plane and an agent whose llama-server is the stand-in; (cluster, engine port, engine key)."""
     cluster = Cluster(home / "cluster", home / "cache")
+    cluster.config.gateway.workers = 1  # one process, as the figures before gateway workers (see --workers)
+    save_server_config(cluster.config, cluster.home / "server.yaml")
     cluster.start_server()
     weights = home / "standin.gguf"
     weights.write_bytes(b"GGUF stand-in weights\n")
@@ -254,6 +265,9 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="record llmgw at concurrency 64 with py-spy into this file"
     )
+    parser.add_argument("--workers", type=int, default=2,
+                        help="also measure c=64 with N gateway workers against one (0: skip)")  # fmt: skip
+    parser.add_argument("--workers-only", action="store_true", help="measure only the workers phase")
     args = parser.parse_args()
     scale = 0.1 if args.quick else 1.0
     started = time.monotonic()
@@ -264,6 +278,13 @@ def main() -> None:
         bodies["stream"].write_text(json.dumps({**CHAT, "stream": True}))
         cluster, engine_port, engine_key = start_cluster(home)
         litellm: subprocess.Popen[bytes] | None = None
+        if args.workers_only:
+            try:
+                figures = measure_workers(cluster, args.workers, MODEL, bodies["whole"], scale, load)
+            finally:
+                cluster.stop()
+            print(json.dumps({"workers": figures}, separators=(",", ":")))
+            return
         try:
             gateway_pid = cluster.processes["server"].pid
             targets = [
@@ -291,6 +312,9 @@ def main() -> None:
             long = load(cluster.http_port, cluster.key, bodies["whole"], concurrency=64, count=rss_count,  # type: ignore[attr-defined]
                         duration=300)  # fmt: skip
             rss_after = rss_kib(gateway_pid)
+            workers = None
+            if args.workers:
+                workers = measure_workers(cluster, args.workers, MODEL, bodies["whole"], scale, load)
         finally:
             if litellm is not None:
                 litellm.terminate()
@@ -336,6 +360,8 @@ def main() -> None:
         }
         report["ratio_limits_on_off_c64_rps"] = round(lim["c64_rps"] / gw["c64_rps"], 3)
         report["ratio_limits_on_off_c1_p50"] = round(lim["c1_p50_us"] / gw["c1_p50_us"], 3)
+    if workers is not None:
+        report["workers"] = workers
     report["seconds"] = round(time.monotonic() - started, 1)
     print_table(report)
     print(json.dumps(report, separators=(",", ":")))
@@ -368,6 +394,13 @@ def print_table(report: dict[str, Any]) -> None:
     if "ratio_limits_on_off_c64_rps" in report:
         print(f"limits on/off: req/s at c=64 {report['ratio_limits_on_off_c64_rps']}, added p50 "
               f"{report['llmgw_limits']['added_p50_us_over_limits_off']} µs")  # fmt: skip
+    if "workers" in report:
+        w = report["workers"]
+        for name in (n for n in w if n.startswith("workers_")):
+            f = w[name]
+            print(f"{name}: {f['c64_rps']} req/s at c=64, {f['cpu_us_per_request']} µs CPU/request, "
+                  f"{f['cores_busy']} cores busy")  # fmt: skip
+        print(f"workers/one process req/s at c=64: {w['ratio_workers_c64_rps']}")
     if "ratio_llmgw_litellm_c64_rps" in report:
         print(f"llmgw/LiteLLM req/s at c=64: {report['ratio_llmgw_litellm_c64_rps']}; "
               f"added p50: {report['ratio_llmgw_litellm_added_p50']}")  # fmt: skip

@@ -81,6 +81,15 @@ def test_a_share_holds_its_part_of_each_limit() -> None:
     assert meter.check("m", T0) is not None
 
 
+def test_a_share_smaller_than_one_request_still_admits_one_and_refills_at_its_share() -> None:
+    meter = Meter("key:k", Limits(requests_per_minute=1), T0, share=0.5)
+    assert admit([meter], "m", T0) is None
+    meter.concurrent = 0
+    refusal = admit([meter], "m", T0 + 1)
+    assert refusal is not None and refusal.retry_after_s == pytest.approx(119, abs=1)  # 0.5 a minute
+    assert admit([meter], "m", T0 + 121) is None
+
+
 def test_new_limits_keep_the_counts() -> None:
     meter = Meter("org:a", Limits(requests_per_minute=10), T0)
     admit([meter], "m", T0)

@@ -210,7 +210,26 @@ def run(
     from llmgw.agent.config import settings_problems
     from llmgw.controlplane.running import run_until_signalled
 
-    _run(run_until_signalled(loaded, settings_problems))
+    logging_args = ["--log-level", log_level, *(["--log-json"] if log_json else [])]
+    _run(run_until_signalled(loaded, settings_problems, logging_args))
+
+
+@app.command(hidden=True)
+def worker(
+    config: Path = typer.Option(
+        ..., "--config", "-c", help="The worker's server.yaml (its control plane writes it)."
+    ),
+    port: int = typer.Option(..., help="The HTTP port its control plane holds."),
+    index: int = typer.Option(0, help="This worker's number."),
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    log_json: bool = typer.Option(False, "--log-json", help="Log one JSON object per line."),
+) -> None:
+    """Serve /v1 as one gateway worker of a control plane (started by 'llmgw server run')."""
+    setup_logging(log_level, log_json)
+    loaded = load_server_config(config)
+    from llmgw.controlplane.workerserving import run_worker
+
+    _run(run_worker(loaded, port, index))
 
 
 @app.command()

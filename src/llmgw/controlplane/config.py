@@ -90,6 +90,10 @@ class GatewaySettingsFile(Section):
     """How long a request may take on its engine."""
     access_log: bool = False
     """Log one line per /v1 request (logger ``llmgw.access``): status, duration, tokens. Off costs nothing."""
+    workers: int = Field(default=0, ge=0, le=64)
+    """Gateway worker processes sharing the HTTP port (``SO_REUSEPORT``), each serving /v1 from its own
+    copy of the gateway's state; 0: one fewer than the machine's cores, at most 8 (on two cores: this
+    process alone); 1: this process alone serves."""
 
 
 class ServerConfig(ConfigFile):

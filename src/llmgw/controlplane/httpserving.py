@@ -259,11 +259,43 @@ def raise_descriptor_limit(wanted: int) -> int:
     return soft
 
 
+def reuse_port_socket(host: str, port: int, listen: bool = True) -> socket.socket:
+    """A TCP socket bound to ``host:port`` with ``SO_REUSEPORT``: every process of this user that binds
+    the same port so shares its connections, the kernel spreading them over those listening.
+
+    ``listen=False`` only holds the port (a socket that does not listen gets no connection): the
+    control plane keeps one so that its workers, and those restarted later, bind the same port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        if listen:
+            sock.listen(2048)
+            sock.setblocking(False)
+    except OSError as error:
+        sock.close()
+        raise ConfigError(
+            f"cannot serve HTTP on {host}:{port}: {error.strerror}",
+            hint="free that port or set http.port in server.yaml to one that is free",
+        ) from error
+    return sock
+
+
 class HttpServer(uvicorn.Server):
     """uvicorn serving ``app`` on ``settings.host:settings.port`` (0: any free port), with its connection
-    limits; the process wiring owns the signals."""
+    limits; the process wiring owns the signals.
 
-    def __init__(self, app: ASGIApp, settings: HttpSettings) -> None:
+    ``sock``: a socket already bound and listening to serve on instead (a gateway worker's
+    :func:`reuse_port_socket`, or the control plane's Unix socket behind its workers), and ``port``
+    the HTTP port to report then."""
+
+    def __init__(
+        self, app: ASGIApp, settings: HttpSettings, sock: socket.socket | None = None, port: int = 0
+    ) -> None:
+        self._sock = sock
+        self._port = port
         self.guard = ConnectionGuard(settings)
         """This server's connection limits and counts."""
         super().__init__(
@@ -289,6 +321,8 @@ class HttpServer(uvicorn.Server):
     @property
     def port(self) -> int:
         """The port bound (known once :attr:`listening` is set)."""
+        if self._sock is not None and self._sock.family == socket.AF_UNIX:
+            return self._port
         return int(self.servers[0].sockets[0].getsockname()[1])
 
     @contextlib.contextmanager
@@ -304,7 +338,7 @@ class HttpServer(uvicorn.Server):
     async def serve_until_stopped(self) -> None:
         """Serve until :meth:`stop`; ConfigError when the address cannot be bound."""
         try:
-            await self.serve(self.sockets)
+            await self.serve(self.sockets or (None if self._sock is None else [self._sock]))
         except SystemExit as exited:  # uvicorn's answer to a socket it cannot bind
             config = self.config
             raise ConfigError(

@@ -5,8 +5,9 @@ HTTP server listens (an event, :attr:`HttpServer.listening`), leadership joins
 with the addresses this process is reached at, and :attr:`ControlPlane.ready`
 is set. Stop, in order: the agents' streams end at once (so agents move to
 another control plane), leadership and the leader's work stop and the lease is
-given up, the HTTP server finishes its requests (those it relays go to the
-next leader, which it keeps learning of meanwhile), the other components stop
+given up, the gateway workers (if any) finish theirs and exit, the HTTP server
+finishes its requests (those it relays go to the next leader, which it keeps
+learning of meanwhile), the other components stop
 (the usage writer writes what waits), then every part is closed. A FATAL
 component's failure ends :meth:`ControlPlane.run` with
 :class:`~llmgw.runtime.supervising.ComponentFailed` (exit code 1).
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Sequence
 
 from llmgw.controlplane.agentsettings import SettingsCheck, forbidden_only
 from llmgw.controlplane.config import ServerConfig
@@ -39,8 +41,15 @@ log = logging.getLogger(__name__)
 class ControlPlane:
     """One control plane: leads while it holds the lease, stands by (relaying to the leader) otherwise."""
 
-    def __init__(self, config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        check_agent_settings: SettingsCheck = forbidden_only,
+        worker_log_args: Sequence[str] = (),
+    ) -> None:
         self.config = config
+        self._worker_log_args = worker_log_args
+        """How gateway workers log (``--log-level``, ``--log-json``): as this process does."""
         self._check_agent_settings = check_agent_settings
         """How agents' settings are checked before they are kept: agent.yaml's schema, from the wiring."""
         self.supervisor = Supervisor()
@@ -55,7 +64,9 @@ class ControlPlane:
         """Serve until ``stop`` is set; ComponentFailed when a FATAL component fails."""
         supervisor = self.supervisor
         async with contextlib.AsyncExitStack() as closing:
-            parts = await wire(self.config, self._check_agent_settings, supervisor, closing)
+            parts = await wire(
+                self.config, self._check_agent_settings, supervisor, closing, self._worker_log_args
+            )
             self.agent_port = await parts.agent_server.start()
             try:
                 async with asyncio.TaskGroup() as tasks:
@@ -110,7 +121,9 @@ class ControlPlane:
         following = asyncio.create_task(parts.leadership.follow(), name="follow-leader")
         parts.sessions.let_go()
         parts.admin.state.changes.close()  # event streams end, or the HTTP server would wait on them
-        if self.restarting:  # clients connecting meanwhile wait in the backlog for the next start
+        if parts.workers is not None:  # they finish their requests, still handing /api to this process
+            await parts.workers.stop()
+        elif self.restarting:  # clients connecting meanwhile wait in the backlog for the next start
             hand_over(parts.http.servers[0].sockets[0])
         try:
             await parts.http.stop()
@@ -122,13 +135,15 @@ class ControlPlane:
 
 
 async def run_until_signalled(
-    config: ServerConfig, check_agent_settings: SettingsCheck = forbidden_only
+    config: ServerConfig,
+    check_agent_settings: SettingsCheck = forbidden_only,
+    worker_log_args: Sequence[str] = (),
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    plane = ControlPlane(config, check_agent_settings)
+    plane = ControlPlane(config, check_agent_settings, worker_log_args)
     await plane.run(stop)
     if plane.restarting:
         log.info("control plane %s stopped cleanly: starting again", config.name)

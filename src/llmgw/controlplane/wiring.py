@@ -14,6 +14,11 @@ runs in the process :class:`~llmgw.runtime.supervising.Supervisor`:
 component          policy    what
 =================  ========  =================================================
 ``http``           FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
+                             (behind gateway workers: on ``http.sock``)
+``workers``        RESTART   gateway worker processes (``gateway.workers``
+                             above 1), each restarted with backoff
+``worker-channel`` RESTART   the gateway's state to the workers, their usage
+                             back (the local channel)
 ``load-reader``    RESTART   engines' load into the router
 ``usage-writer``   RESTART   usage sums into the store
 ``limit-counts``   RESTART   tokens counted against budgets into the store
@@ -37,21 +42,29 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from prometheus_client import REGISTRY
+
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
 from llmgw.controlplane.blobaccess import BlobAccess
 from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
-from llmgw.controlplane.config import ServerConfig
+from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.gpu_history import GpuHistory
-from llmgw.controlplane.httpserving import HttpServer, route_by_prefix
+from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_counting import LimitCounts
+from llmgw.controlplane.localchannel import (
+    SOCKET_NAME,
+    WorkerChannelServer,
+    WorkerLoads,
+    private_unix_socket,
+)
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
@@ -68,6 +81,9 @@ from llmgw.controlplane.statestream import (
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.controlplane.workermetrics import SummedRegistry, serve_metrics
+from llmgw.controlplane.workers import WorkerSupervisor, subprocess_launcher, worker_count
+from llmgw.controlplane.workerserving import HTTP_SOCKET_NAME
 from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
@@ -162,6 +178,8 @@ class ControlPlaneParts:
     admin: AdminApi
     agent_server: AgentServer
     http: HttpServer
+    workers: WorkerSupervisor | None = None
+    """The gateway workers serving /v1 on the HTTP port (``gateway.workers`` above 1), else None."""
 
 
 async def record_vip(store: Store, name: str, vip: str) -> None:
@@ -179,8 +197,11 @@ async def wire(
     check_agent_settings: SettingsCheck,
     supervisor: Supervisor,
     closing: contextlib.AsyncExitStack,
+    worker_log_args: Sequence[str] = (),
 ) -> ControlPlaneParts:
-    """Build every part in dependency order; ``closing`` closes them (in reverse) when the process ends."""
+    """Build every part in dependency order; ``closing`` closes them (in reverse) when the process ends.
+
+    ``worker_log_args``: how gateway workers log (``--log-level``, ``--log-json``), if there are any."""
     config.data_path.mkdir(parents=True, exist_ok=True)
     fence = Fence(config.name)
     store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
@@ -218,6 +239,8 @@ async def wire(
     on_request = request_dispatcher(
         usage.add, demand.want, demand.used, _log_unreachable, lambda tokens: counts.add(tokens)
     )
+    workers = worker_count(config.gateway.workers)
+    worker_loads = WorkerLoads()  # what the gateway workers have in flight, when there are any
 
     fleet = Fleet(
         on_ready=replica_ready_to(feed),
@@ -231,10 +254,10 @@ async def wire(
         backoff_s=config.reconcile.restart_backoff_s,
         backoff_max_s=config.reconcile.restart_backoff_max_s,
         on_catalog=feed.catalog_replaced,
-        in_flight=feed.in_flight,
+        in_flight=lambda model: feed.in_flight(model) + worker_loads.in_flight(model),
         load=feed.model_load,
         drain=feed.replica_draining,
-        replica_in_flight=feed.replica_in_flight,
+        replica_in_flight=lambda r: feed.replica_in_flight(r) + worker_loads.replica_in_flight(r),
         demand=demand,
         on_stopped=feed.set_stopped,
         on_pass=observe_pass,
@@ -358,10 +381,26 @@ async def wire(
     closing.push_async_callback(agent_server.stop)
     # the token and the body limit are checked before a standby's relaying reads a body
     edge = Admission(front, callers, config.http.api_body_max_bytes)
-    http = HttpServer(edge, config.http)
-    handed_over = inherited_socket(config.http.host, config.http.port)
-    if handed_over is not None:
-        http.sockets = [handed_over]
+    pool: WorkerSupervisor | None = None
+    if workers > 1:
+        channel = WorkerChannelServer(
+            state,
+            gateway.limiter,
+            following.request,
+            serves=lambda: leadership.serving or following.live,
+            loads=worker_loads,
+        )
+        summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
+        http, pool = behind_workers(
+            config, workers, serve_metrics(edge, summed, channel.fresh_metrics), closing, worker_log_args
+        )
+        supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
+        supervisor.add("workers", pool.run)
+    else:
+        http = HttpServer(edge, config.http)
+        handed_over = inherited_socket(config.http.host, config.http.port)
+        if handed_over is not None:
+            http.sockets = [handed_over]
 
     supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
     supervisor.add("load-reader", gateway.loads.run)
@@ -376,4 +415,28 @@ async def wire(
     supervisor.add(
         "inherited-replicas", lambda: drop_inherited(state, leadership, lambda: set(fleet.replicas), grace_s)
     )
-    return ControlPlaneParts(store, gateway, reconciler, leadership, sessions, admin, agent_server, http)
+    return ControlPlaneParts(
+        store, gateway, reconciler, leadership, sessions, admin, agent_server, http, pool
+    )
+
+
+def behind_workers(
+    config: ServerConfig,
+    workers: int,
+    edge: ASGIApp,
+    closing: contextlib.AsyncExitStack,
+    log_args: Sequence[str] = (),
+) -> tuple[HttpServer, WorkerSupervisor]:
+    """The HTTP port held (not listened on) for ``workers`` gateway workers, and this process's own
+    HTTP server on its Unix socket, where the workers pass on all but ``/v1``."""
+    held = reuse_port_socket(config.http.host, config.http.port, listen=False)
+    closing.callback(held.close)
+    port = int(held.getsockname()[1])
+    listener = private_unix_socket(config.data_path / HTTP_SOCKET_NAME)
+    closing.callback(lambda: (config.data_path / HTTP_SOCKET_NAME).unlink(missing_ok=True))
+    copy = config.model_copy(update={"data_dir": str(config.data_path)})
+    worker_config = config.data_path / "worker-server.yaml"
+    save_server_config(copy, worker_config)
+    log.info("%d gateway workers share HTTP port %d", workers, port)
+    launch = subprocess_launcher(worker_config, port, log_args)
+    return HttpServer(edge, config.http, listener, port), WorkerSupervisor(workers, launch)

@@ -15,8 +15,10 @@ sum that starts again at the period's start. Everything here is plain
 arithmetic on floats: the caller passes the time (``now``: Unix seconds).
 
 Several processes enforcing one limit each hold a :attr:`Meter.share` of it
-(docs/tenancy.md, Limits): with shares summing to one, the cluster admits at
-most the limit plus what is in flight when shares move.
+of its rates and concurrency (docs/tenancy.md, Limits): with shares summing to
+one, the cluster admits at most the limit plus what is in flight when shares
+move. Day and month budgets are held whole: every process counts against the
+cluster's total, which reaches it every second.
 """
 
 from __future__ import annotations
@@ -222,8 +224,8 @@ class Meter:
         s = self.share
         self.gated = limits.expires_s is not None or limits.models is not None
         self.concurrent_cap = INF if limits.concurrent is None else limits.concurrent * s
-        self.day_cap = INF if limits.tokens_per_day is None else limits.tokens_per_day * s
-        self.month_cap = INF if limits.tokens_per_month is None else limits.tokens_per_month * s
+        self.day_cap = INF if limits.tokens_per_day is None else limits.tokens_per_day
+        self.month_cap = INF if limits.tokens_per_month is None else limits.tokens_per_month
         self.requests = _bucket(self.requests, limits.requests_per_minute, s, now)
         self.tokens = _bucket(self.tokens, limits.tokens_per_minute, s, now)
 
@@ -336,9 +338,13 @@ class Meter:
 
 
 def _bucket(old: Bucket | None, limit: int | None, share: float, now: float) -> Bucket | None:
+    """A per-minute bucket holding ``share`` of ``limit``: its refill is the share's, its capacity
+    at least one (a request takes one whole: a smaller share would never admit any)."""
     if limit is None:
         return None
     bucket = Bucket(limit * share, 60.0, now)
+    if share < 1.0 and 0 < bucket.capacity < 1.0:
+        bucket.capacity = bucket.level = 1.0
     if old is not None:
         old.refill(now)
         bucket.level = min(bucket.capacity, old.level)

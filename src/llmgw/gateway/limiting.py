@@ -103,8 +103,10 @@ def cut_short(refusal: Refusal) -> bytes:
 class Limiter:
     """Every limited subject's meter, and per key the meters its requests count against."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, share: float = 1.0) -> None:
         self.clock = clock
+        self.share = share
+        """The part of each limit this process enforces (a gateway worker's: 1 / workers)."""
         self._limits: dict[str, Limits] = {}
         self._meters: dict[str, Meter] = {}
         self._chains: dict[str, tuple[str, ...]] = {}
@@ -121,7 +123,7 @@ class Limiter:
                 continue
             meter = self._meters.get(subject)
             if meter is None:
-                meter = Meter(subject, value, now)
+                meter = Meter(subject, value, now, self.share)
             else:
                 meter.set_limits(value, now)
             meters[subject] = meter

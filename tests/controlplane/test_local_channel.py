@@ -1,0 +1,172 @@
+"""The local channel between a control plane and its gateway workers, over a real Unix socket: a full
+copy on connect, the changes after it, requests and limit counts back, reconnection with a new copy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmgw.controlplane.gatewaystate import GatewayState
+from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerChannelServer, WorkerFollowing
+from llmgw.core.backoff import Backoff
+from llmgw.core.limits import Limits
+from llmgw.core.tenancy import Owner, Place
+from llmgw.gateway import Gateway, KeyEntry, ReplicaEndpoint, hash_secret
+from llmgw.testing.eventually import eventually
+
+
+def key(key_id: str, secret: str) -> KeyEntry:
+    return KeyEntry(key_id, key_id, hash_secret(secret), "ann", Place(Owner.parse("project:acme/ml/chat")))
+
+
+def endpoint(replica_id: str) -> ReplicaEndpoint:
+    return ReplicaEndpoint(replica_id, "m", f"http://127.0.0.1:1/{replica_id}", "rk", 2, "vllm")
+
+
+class Main:
+    """The control plane's side: its gateway, its state, the channel server and what workers asked."""
+
+    def __init__(self, path: Path) -> None:
+        self.gateway = Gateway()
+        self.state = GatewayState(self.gateway.feed)
+        self.requests: list[dict[str, Any]] = []
+        self.serving = True
+        self.server = WorkerChannelServer(
+            self.state, self.gateway.limiter, self.requests.append, serves=lambda: self.serving
+        )
+        self.path = path
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(self.server.run(self.path))
+
+    async def stop(self) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+class Worker:
+    def __init__(self, path: Path) -> None:
+        self.gateway = Gateway()
+        self.gateway.limiter.share = 0.5
+        self.answered = 0
+        self.following = WorkerFollowing(
+            GatewayState(self.gateway.feed),
+            self.gateway.limiter,
+            path,
+            models=self.gateway.replicas.models,
+            metrics=lambda: [["llmgw_gateway_requests_total", {}, float(self.answered)]],
+        )
+        self.task = asyncio.ensure_future(self.following.run(Backoff(base=0.01, cap=0.05)))
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[Main, Worker]]:
+    main = Main(tmp_path / SOCKET_NAME)
+    main.gateway.feed.keys_replaced([key("k1", "sk-1"), key("k2", "sk-2")])
+    main.gateway.feed.replica_ready(endpoint("r1"))
+    main.start()
+    worker = Worker(tmp_path / SOCKET_NAME)
+    try:
+        yield main, worker
+    finally:
+        worker.task.cancel()
+        await main.stop()
+        await asyncio.gather(worker.task, return_exceptions=True)
+        await main.gateway.close()
+        await worker.gateway.close()
+
+
+async def test_a_worker_gets_a_full_copy_through_a_socket_only_its_user_opens(
+    pair: tuple[Main, Worker], tmp_path: Path
+) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.following.serves, timeout_s=5)
+    assert worker.gateway.keys.lookup("sk-1") == key("k1", "sk-1")
+    assert [e.replica_id for e in worker.gateway.replicas.ready("m")] == ["r1"]
+    assert stat.S_IMODE((tmp_path / SOCKET_NAME).stat().st_mode) == 0o600
+    main.serving = False  # e.g. a standby without a leader's copy: the worker hands /v1 on
+    await eventually(lambda: not worker.following.serves, timeout_s=2)
+
+
+async def test_a_key_revoked_on_the_control_plane_is_gone_from_the_worker_within_a_second(
+    pair: tuple[Main, Worker],
+) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.following.connected, timeout_s=5)
+    main.gateway.feed.keys_replaced([key("k2", "sk-2")])
+    main.gateway.feed.replica_gone("r1")
+    await eventually(lambda: worker.gateway.keys.lookup("sk-1") is None, timeout_s=1.0)
+    assert worker.gateway.keys.lookup("sk-2") is not None
+    assert worker.gateway.replicas.ready("m") == []
+
+
+async def test_requests_and_limit_counts_go_back_and_the_totals_come_to_every_worker(
+    pair: tuple[Main, Worker],
+) -> None:
+    main, worker = pair
+    limits = {"project:acme/ml/chat": Limits(tokens_per_day=1000, requests_per_minute=60)}
+    main.gateway.feed.limits_replaced(limits)
+    await eventually(lambda: worker.gateway.limiter.meter("project:acme/ml/chat") is not None, timeout_s=5)
+    meter = worker.gateway.limiter.meter("project:acme/ml/chat")
+    assert meter is not None and meter.requests is not None and meter.requests.capacity == 30  # its share
+    assert meter.day_cap == 1000  # budgets are held whole, against the cluster's count
+    ticket = worker.gateway.limiter.admit(key("k1", "sk-1"), "m")
+    assert ticket is not None
+    ticket.spend(40)
+    worker.following.request({"kind": "wanted", "model": "m"})
+    await eventually(lambda: main.requests == [{"kind": "wanted", "model": "m"}], timeout_s=2)
+    main_meter = main.gateway.limiter.meter("project:acme/ml/chat")
+    assert main_meter is not None
+    await eventually(lambda: main_meter.day_used == 40 and main_meter.unsaved == 40, timeout_s=3)
+    main_meter.day_used += 100  # what another worker reported
+    await eventually(lambda: meter.day_used == 140, timeout_s=3)
+
+
+async def test_a_worker_keeps_its_copy_and_requests_while_the_channel_is_down_then_takes_a_new_copy(
+    pair: tuple[Main, Worker],
+) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.following.connected, timeout_s=5)
+    await main.stop()
+    await eventually(lambda: not worker.following.connected, timeout_s=2)
+    assert worker.gateway.keys.lookup("sk-1") is not None  # still serving from its copy
+    worker.following.request({"kind": "used", "model": "m"})
+    main.gateway.feed.keys_replaced([key("k3", "sk-3")])
+    main.gateway.feed.replica_gone("r1")
+    main.start()
+    await eventually(lambda: worker.following.connections == 2 and worker.following.connected, timeout_s=5)
+    assert worker.gateway.keys.lookup("sk-1") is None
+    assert worker.gateway.keys.lookup("sk-3") is not None
+    assert worker.gateway.replicas.ready("m") == []  # the copy named no replica: the old one forgotten
+    await eventually(lambda: {"kind": "used", "model": "m"} in main.requests, timeout_s=2)
+
+
+async def test_the_control_plane_sees_the_requests_a_worker_has_in_flight(pair: tuple[Main, Worker]) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.gateway.replicas.get("r1") is not None, timeout_s=5)
+    loads = main.server.loads
+    replica = worker.gateway.replicas.get("r1")
+    assert replica is not None
+    with worker.gateway.replicas.acquire(replica):
+        await eventually(
+            lambda: loads.replica_in_flight("r1") == 1 and loads.in_flight("m") == 1, timeout_s=2
+        )
+    await eventually(lambda: loads.replica_in_flight("r1") == 0 and loads.in_flight("m") == 0, timeout_s=2)
+
+
+async def test_a_scrape_gets_each_workers_samples_as_of_now(pair: tuple[Main, Worker]) -> None:
+    main, worker = pair
+    await eventually(lambda: main.server.connected == 1 and worker.following.connected, timeout_s=5)
+    worker.answered = 7
+    assert await main.server.fresh_metrics(timeout_s=0.5) == [[["llmgw_gateway_requests_total", {}, 7.0]]]
+    worker.answered = 9  # asked again: no waiting for the next second's samples
+    assert await main.server.fresh_metrics(timeout_s=0.5) == [[["llmgw_gateway_requests_total", {}, 9.0]]]

@@ -1,0 +1,160 @@
+"""A control plane with two gateway workers sharing its HTTP port: /v1 spread over both, /api passed
+on to the control plane, a revoked key refused by both within a second, a killed worker's place
+taken by the other until it is started again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmgw.controlplane.config import save_server_config
+from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.llama_server_standin import write_launcher
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "standin-chat"
+BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    home = tmp_path_factory.mktemp("workers")
+    running = Cluster(home / "cluster", home / "cache")
+    running.config.gateway.workers = 2
+    save_server_config(running.config, running.home / "server.yaml")
+    try:
+        running.start_server()
+        weights = home / "weights.gguf"
+        weights.write_bytes(b"GGUF stand-in\n")
+        running.add_model(MODEL, weights)
+        running.create_key("tests")
+        launcher = write_launcher(home / "bin" / "llama-server")
+        running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
+        running.start_agent("node1")
+        running.wait_ready(MODEL, 60)
+        yield running
+    finally:
+        running.stop()
+
+
+def chat(cluster: Cluster, key: str) -> tuple[int, int]:
+    """One request on a connection of its own: its status and the pid of the worker that answered (0: the
+    control plane itself, to which a worker without a full copy yet hands /v1)."""
+    request = urllib.request.Request(
+        f"{cluster.url}/v1/chat/completions",
+        data=BODY,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, int(answer.headers.get("x-llmgw-worker") or 0)
+    except urllib.error.HTTPError as error:
+        return error.code, int(error.headers.get("x-llmgw-worker") or 0)
+
+
+def worker_pids(cluster: Cluster) -> set[int]:
+    """The pids of the control plane's ``llmgw server worker`` children."""
+    parent = cluster.processes["server"].pid
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"worker" in argv:
+            found.add(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is still there: gone once its control plane reaped it (every thread exited, so
+    its listening socket is closed)."""
+    return os.path.exists(f"/proc/{pid}")
+
+
+def answered_by_both(cluster: Cluster, key: str) -> set[int]:
+    """The workers that answered (200) requests, up to both of them (at most 200 requests)."""
+    seen = set()
+    for _ in range(200):
+        status, pid = chat(cluster, key)
+        assert status == 200, status
+        if pid:
+            seen.add(pid)
+        if len(seen) == 2:
+            break
+    return seen
+
+
+def requests_counted(cluster: Cluster) -> float:
+    """llmgw_gateway_requests_total summed over its labels, as the port's /metrics shows it."""
+    with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "llmgw_gateway_requests_total"
+    )
+
+
+def test_v1_is_spread_over_both_workers_and_api_reaches_the_control_plane(cluster: Cluster) -> None:
+    pids = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    counted = requests_counted(cluster)
+    assert answered_by_both(cluster, cluster.key) == pids
+    answers = [chat(cluster, cluster.key) for _ in range(20)]
+    assert all(status == 200 and pid in pids for status, pid in answers)  # no /v1 left to the control plane
+    # the workers' requests are counted in the port's /metrics, which the control plane serves
+    wait_for(lambda: requests_counted(cluster) >= counted + 22, 10, "/metrics counts the workers' requests")
+    assert cluster.processes["server"].pid not in pids
+    # everything but /v1 is the control plane's, whichever worker took the connection
+    for _ in range(10):
+        assert any(m["name"] == MODEL for m in cluster.admin.get("/api/models"))
+
+
+def test_a_revoked_key_is_refused_by_every_worker_within_a_second(cluster: Cluster) -> None:
+    key = str(cluster.admin.request("POST", "/api/keys", {"name": "to-revoke"})["key"])
+    answered_by_both(cluster, key)
+    cluster.admin.request("DELETE", "/api/keys/to-revoke")
+    revoked = time.monotonic()
+
+    def refused_by_both() -> bool:
+        statuses: dict[int, set[int]] = {}
+        for _ in range(40):
+            status, pid = chat(cluster, key)
+            statuses.setdefault(pid, set()).add(status)
+        return len(statuses) == 2 and all(seen == {401} for seen in statuses.values())
+
+    wait_for(refused_by_both, 1.0, "both workers refuse the revoked key", interval_s=0.05)
+    assert time.monotonic() - revoked < 1.5  # the last round of 40 requests included
+
+
+def test_a_killed_worker_leaves_v1_answering_and_is_started_again(cluster: Cluster) -> None:
+    pids = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    victim = min(pids)
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: not alive(victim), 10, "the killed worker's sockets are closed")
+    for _ in range(50):  # the kernel gives new connections to the other worker at once
+        status, pid = chat(cluster, cluster.key)
+        assert status == 200 and pid != victim
+    again = wait_for(
+        lambda: (
+            len(worker_pids(cluster)) == 2 and victim not in worker_pids(cluster) and worker_pids(cluster)
+        ),
+        30,
+        "the killed worker is started again",
+    )
+    wait_for(lambda: answered_by_both(cluster, cluster.key) == again, 30, "both workers answer again")
