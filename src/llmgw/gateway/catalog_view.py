@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.engines import Task
 from llmgw.core.tenancy import CLUSTER, Owner, Place, visible
+from llmgw.gateway.workflows import Workflow, workflow_of
 
 LISTINGS_KEPT = 1024
 """Encoded ``/v1/models`` answers kept (one per place that asked) before the cache starts afresh."""
@@ -39,6 +40,8 @@ class ModelEntry:
     """Who owns it: only keys that see this owner see the entry."""
     serves: Task = Task.CHAT
     """What its replicas serve: the routes that reach it."""
+    workflow: Workflow | None = field(default=None, compare=False)
+    """A ComfyUI model's workflow (its ``comfyui:`` section); None for every other model."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -59,8 +62,13 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
     for model in models:
         on_demand = model.on_demand or model.replicas.min == 0
         owned = model.owned_by()
-        serves = model.profile.serves
-        entries.append(ModelEntry(model.name, on_demand, owner=_owned_by(owned), owned=owned, serves=serves))
+        workflow = workflow_of(getattr(model, "comfyui", None))
+        serves = workflow.serves if workflow is not None else model.profile.serves
+        entries.append(
+            ModelEntry(
+                model.name, on_demand, owner=_owned_by(owned), owned=owned, serves=serves, workflow=workflow
+            )
+        )
         for adapter in model.adapters:
             owned = model.adapter_owner(adapter)
             entries.append(
