@@ -39,7 +39,12 @@ def tiny_png(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (200, 
 
     rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 @dataclass
@@ -63,7 +68,9 @@ class FakeGate:
 
     @property
     def endpoint(self) -> ReplicaEndpoint:
-        return ReplicaEndpoint(self.replica_id, self.model, f"http://127.0.0.1:{self.port}", self.key, engine="comfyui")
+        return ReplicaEndpoint(
+            self.replica_id, self.model, f"http://127.0.0.1:{self.port}", self.key, engine="comfyui"
+        )
 
     def set(self, prompt_id: str, state: str, **fields: Any) -> None:
         """The workflow's progress from now on (``done`` lists ``saves`` as its outputs)."""

@@ -66,7 +66,9 @@ def _key(key_id: str, secret: str, user: str) -> KeyEntry:
 @pytest.fixture
 async def gates() -> AsyncIterator[tuple[FakeGate, FakeGate]]:
     pictures = FakeGate(key="pictures-key", replica_id="p1", model=PICTURES, finish_at_once=True)
-    meshes = FakeGate(key="meshes-key", replica_id="m1", model=MESHES, saves={"mesh_00001_.obj": COLOURED_OBJ})
+    meshes = FakeGate(
+        key="meshes-key", replica_id="m1", model=MESHES, saves={"mesh_00001_.obj": COLOURED_OBJ}
+    )
     await pictures.start()
     await meshes.start()
     yield pictures, meshes
@@ -312,7 +314,9 @@ async def test_another_key_can_neither_read_nor_cancel_a_job(
         assert response.status == 404
 
 
-async def test_jobs_refuse_unknown_inputs_and_models_serving_no_workflow(alice: aiohttp.ClientSession) -> None:
+async def test_jobs_refuse_unknown_inputs_and_models_serving_no_workflow(
+    alice: aiohttp.ClientSession,
+) -> None:
     async with alice.post("/v1/jobs", json={"model": MESHES, "inputs": {"colour": "red"}}) as response:
         assert response.status == 400
         error = (await response.json())["error"]
