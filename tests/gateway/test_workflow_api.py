@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -339,3 +340,17 @@ async def test_a_picture_model_serves_jobs_too(
         job_id = (await response.json())["id"]
     done = await eventually(lambda: _in_state(alice, job_id, "done"))
     assert [f["content_type"] for f in done["files"]] == ["image/png"]
+
+
+async def test_a_client_gone_before_its_pictures_cancels_them_on_the_gate(
+    alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate], hooks: Hooks
+) -> None:
+    pictures, _ = gates
+    pictures.finish_at_once = False
+    body = {"model": PICTURES, "prompt": "a fox", "n": 2}
+    asking = asyncio.create_task(alice.post("/v1/images/generations", json=body))
+    await eventually(lambda: len(pictures.prompts) == 2)
+    asking.cancel()
+    await eventually(lambda: sorted(pictures.deleted) == sorted(pictures.prompts))
+    await eventually(lambda: hooks.usage)
+    assert [(r.completion_tokens, r.status) for r in hooks.usage] == [(0, 499)]
