@@ -99,3 +99,14 @@ def test_plan_lines_show_an_eviction_and_the_replicas_kept() -> None:
         ("", "n1", "needs 6000 MiB; 2192 MiB of host memory left"),
         ("", "mid-1", "not evicted: priority 7, not below 5"),
     ]
+
+
+def test_the_comfyui_presets_are_listed_and_ask_for_their_weights_from_hugging_face(
+    admin_server: AdminServer,
+) -> None:
+    rows = {p["name"]: p for p in json.loads(run(admin_server, "model", "presets", "--json"))}
+    assert "hf:Comfy-Org/flux1-schnell" in rows["flux-schnell"]["needs"]
+    assert rows["triposr"]["definition"]["comfyui"]["outputs"] == "mesh"
+    answer = CliRunner().invoke(app, ["ctl", "model", "add", "triposr", *admin_server.options()])
+    assert isinstance(answer.exception, NotFound)
+    assert "llmgw ctl mirror pull hf:stabilityai/TripoSR" in answer.exception.hint

@@ -8,6 +8,7 @@ import io
 import json
 import struct
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -16,10 +17,12 @@ import pytest
 import trimesh
 from openai import AsyncOpenAI
 
+from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
-from llmgw.gateway.workflows import workflow_of
+from llmgw.gateway.catalog_view import catalog_entries
+from llmgw.testing.comfyui_models import comfyui_model
 from llmgw.testing.eventually import eventually
 from llmgw.testing.serving import serving
 
@@ -41,8 +44,8 @@ PICTURE_SECTION = {
     },
     "inputs": {
         "prompt": {"node": "6", "input": "text"},
-        "width": "5.width",
-        "height": ["5", "height"],
+        "width": {"node": "5", "input": "width"},
+        "height": {"node": "5", "input": "height"},
         "seed": {"node": "3", "input": "seed"},
     },
     "outputs": "image",
@@ -54,10 +57,14 @@ MESH_SECTION = {
         "2": {"class_type": "TripoSRSampler", "inputs": {"image": ["1", 0], "resolution": 256}},
         "3": {"class_type": "SaveOBJ", "inputs": {"mesh": ["2", 0], "filename_prefix": "mesh"}},
     },
-    "inputs": {"image": "1.image", "resolution": "2.resolution"},
+    "inputs": {"image": {"node": "1", "input": "image"}, "resolution": {"node": "2", "input": "resolution"}},
     "outputs": "mesh",
     "licence": "MIT (TripoSR)",
 }
+
+
+def _model(name: str, section: dict[str, Any], filename: str = "model.safetensors") -> ModelDefinition:
+    return parse_model(comfyui_model(name, "a" * 64, filename=filename, comfyui=section))
 
 
 def _key(key_id: str, secret: str, user: str) -> KeyEntry:
@@ -81,15 +88,8 @@ async def gates() -> AsyncIterator[tuple[FakeGate, FakeGate]]:
 async def gw(gates: tuple[FakeGate, FakeGate], hooks: Hooks) -> AsyncIterator[Gateway]:
     gateway = Gateway(GatewaySettings(request_wait_s=0.3, job_poll_s=0.01), on_usage=hooks.on_usage)
     gateway.keys.replace([_key("key-alice", ALICE, "alice"), _key("key-bob", BOB, "bob")])
-    pictures, meshes = (workflow_of(PICTURE_SECTION), workflow_of(MESH_SECTION))
-    assert pictures is not None and meshes is not None
-    gateway.catalog.replace(
-        [
-            ModelEntry(PICTURES, serves=pictures.serves, workflow=pictures),
-            ModelEntry(MESHES, serves=meshes.serves, workflow=meshes),
-            ModelEntry(CHAT, serves=Task.CHAT),
-        ]
-    )
+    models = [_model(PICTURES, PICTURE_SECTION), _model(MESHES, MESH_SECTION)]
+    gateway.catalog.replace([*catalog_entries(models), ModelEntry(CHAT, serves=Task.CHAT)])
     for gate in gates:
         gateway.feed.replica_ready(gate.endpoint)
     yield gateway
@@ -354,3 +354,34 @@ async def test_a_client_gone_before_its_pictures_cancels_them_on_the_gate(
     await eventually(lambda: sorted(pictures.deleted) == sorted(pictures.prompts))
     await eventually(lambda: hooks.usage)
     assert [(r.completion_tokens, r.status) for r in hooks.usage] == [(0, 499)]
+
+
+async def test_members_of_an_environment_run_on_its_entrys_replica_with_their_own_checkpoint(
+    gw: Gateway, sdk: AsyncOpenAI, gates: tuple[FakeGate, FakeGate]
+) -> None:
+    pictures, _ = gates
+    section = {
+        "workflow": "flux-schnell",
+        "environment": "pics",
+        "inputs": {"prompt": {"node": "6", "input": "text"}},
+    }
+    members = [
+        parse_model(comfyui_model(name, "a" * 64, filename=f"{name}.safetensors", comfyui=section))
+        for name in ("flux-a", "flux-b")
+    ]
+    gw.catalog.replace(catalog_entries(members))
+    used: list[str] = []
+    gw.on_used = used.append
+    gw.feed.replica_ready(replace(pictures.endpoint, model="comfyui-env-pics"))
+    for member in ("flux-b", "flux-a"):
+        answer = await sdk.images.generate(model=member, prompt="a fox", response_format="b64_json")
+        assert answer.data is not None and len(answer.data) == 1
+    checkpoints = [
+        node["inputs"]["ckpt_name"]
+        for graph in pictures.prompts.values()
+        for node in graph.values()
+        if node["class_type"] == "CheckpointLoaderSimple"
+    ]
+    assert checkpoints == ["flux-b.safetensors", "flux-a.safetensors"]
+    await eventually(lambda: len(used) == 2)
+    assert used == ["comfyui-env-pics"] * 2, "a member's use keeps its environment's entry in use"

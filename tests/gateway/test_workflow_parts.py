@@ -9,6 +9,7 @@ import struct
 import pytest
 import trimesh
 
+from llmgw.core.catalog import parse_model
 from llmgw.core.engines import Task
 from llmgw.gateway.files import FileStore
 from llmgw.gateway.jobs import JobBook, JobState, new_job
@@ -16,34 +17,35 @@ from llmgw.gateway.meshes import MeshError, glb_name, obj_to_glb
 from llmgw.gateway.responses import ApiError
 from llmgw.gateway.workflows import Slot, Workflow, parse_size, workflow_of
 from llmgw.testing.clock import FakeClock
+from llmgw.testing.comfyui_models import comfyui_model
 
 from .fake_gate import COLOURED_OBJ
 
 GRAPH = {"6": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}}}
 
 
-def test_a_section_reads_inputs_in_each_shape_and_serves_by_what_it_outputs() -> None:
+def test_a_section_gives_the_workflow_its_inputs_outputs_licence_and_checkpoint() -> None:
     section = {
-        "workflow": json.dumps(GRAPH),
-        "inputs": {
-            "a": {"node": "6", "input": "text"},
-            "b": "6.clip",
-            "c": ["7", "seed"],
-            "d": {"node": 8, "key": "k"},
-        },
+        "workflow": GRAPH,
+        "inputs": {"prompt": {"node": "6", "input": "text"}},
         "outputs": "mesh",
         "licence": "MIT",
     }
-    workflow = workflow_of(section)
+    model = parse_model(comfyui_model("m", "a" * 64, filename="mine.safetensors", comfyui=section))
+    workflow = workflow_of(model)
     assert workflow is not None
-    assert dict(workflow.inputs) == {
-        "a": Slot("6", "text"), "b": Slot("6", "clip"), "c": Slot("7", "seed"), "d": Slot("8", "k")
-    }  # fmt: skip
-    assert (workflow.serves, workflow.licence) == (Task.JOBS, "MIT")
-    assert workflow_of({"workflow": GRAPH}) == Workflow(GRAPH, {}, "image", "")
+    assert dict(workflow.inputs) == {"prompt": Slot("6", "text")}
+    assert (workflow.serves, workflow.licence, workflow.checkpoint) == (Task.JOBS, "MIT", "mine.safetensors")
     assert Task.IMAGES.covers(Task.JOBS) and not Task.JOBS.covers(Task.IMAGES)
-    assert workflow_of(None) is None
-    assert workflow_of({"workflow": "flux-schnell"}) is None, "a preset name is resolved before the gateway"
+
+
+def test_a_preset_workflow_is_read_and_its_checkpoint_loader_given_the_models_file() -> None:
+    model = parse_model(comfyui_model("flux", "a" * 64, filename="flux-dev.safetensors"))
+    workflow = workflow_of(model)
+    assert workflow is not None and workflow.serves is Task.IMAGES
+    filled = workflow.filled({}, "flux")
+    loaders = [node for node in filled.values() if node["class_type"] == "CheckpointLoaderSimple"]
+    assert [node["inputs"]["ckpt_name"] for node in loaders] == ["flux-dev.safetensors"]
 
 
 def test_filling_copies_the_graph_and_refuses_names_and_values_it_cannot_take() -> None:

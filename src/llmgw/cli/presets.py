@@ -30,6 +30,12 @@ def presets(url: str | None = URL, token: str | None = TOKEN, as_json: bool = AS
 
 def preset_weights(preset: Preset) -> Path:
     """The preset's weights file in its installed package; NotFound saying how to install it."""
+    if not preset.package:
+        raise NotFound(
+            f"preset {preset.name} needs {preset.filename} from Hugging Face {preset.hf_repository}",
+            f"'llmgw ctl mirror pull hf:{preset.hf_repository}' prints its sha256; then "
+            f"'llmgw ctl model add {preset.name} --weights SHA256'",
+        )
     spec = importlib.util.find_spec(preset.module)
     if spec is not None and spec.submodule_search_locations:
         path = Path(next(iter(spec.submodule_search_locations))) / preset.filename

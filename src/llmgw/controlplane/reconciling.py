@@ -21,6 +21,7 @@ start a span until it serves (:mod:`llmgw.controlplane.reconciletracing`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -33,6 +34,7 @@ from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStart
 from llmgw.controlplane.shardspecs import profile_of, replica_key, shard_spec
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
+from llmgw.core.environments import entry_name, environment_of, expand_environments, is_entry
 from llmgw.core.eviction import plan_eviction
 from llmgw.core.placement import Ask, Decision, Placed, place_profiles
 from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, decide_scale
@@ -108,6 +110,8 @@ class Reconciler:
         self._definitions: dict[str, ModelDefinition] = {}
         """The catalog as last read: the priorities eviction compares."""
         self._catalog: dict[str, object] = {}
+        self._members: dict[str, tuple[str, ...]] = {}
+        """Each environment entry's members, whose demand and load count as the entry's."""
         """The definitions last loaded: a catalog loaded with something new is told to the fleet's changes."""
 
     @property
@@ -204,9 +208,28 @@ class Reconciler:
                 models[record.name] = parse_model(record.definition)
             except LlmgwError as error:
                 log.error("model %s in the store cannot be read: %s", record.name, error)
-        self._definitions = models
-        self._on_catalog(list(models.values()))
-        return models
+        stored = {name: m for name, m in models.items() if is_entry(m)}
+        models = {name: m for name, m in models.items() if name not in stored}
+        self._on_catalog(list(models.values()))  # the gateway knows members, and which entry serves each
+        expanded = expand_environments(models)
+        for environment, why in expanded.refusals.items():
+            self._set_unplaced(entry_name(environment), why)
+        await self._keep_entries(stored, expanded.placed)
+        self._members = expanded.members
+        self._definitions = expanded.placed
+        return expanded.placed
+
+    async def _keep_entries(
+        self, stored: dict[str, ModelDefinition], placed: dict[str, ModelDefinition]
+    ) -> None:
+        """Store each environment's entry as it is now (its replicas' rows name it) and remove
+        the entries of environments gone (their replicas go with them)."""
+        for name, model in placed.items():
+            if is_entry(model) and stored.get(name) != model:
+                await self._store.models.put(name, model.model_dump(mode="json", exclude_defaults=True))
+        for name in stored.keys() - placed.keys():
+            with contextlib.suppress(NotFound):
+                await self._store.models.remove(name)
 
     async def load(self) -> tuple[dict[str, ModelDefinition], list[ReplicaRecord]]:
         """Read the desired state: the catalog (handed to the gateway) and the replicas placed,
@@ -252,11 +275,22 @@ class Reconciler:
             self._trace = NO_PASS
 
     def _demanded(self, model: ModelDefinition) -> bool:
-        if self._in_flight(model.name) > 0:
+        names = (model.name, *self._members.get(model.name, ()))  # an environment's members count as it
+        if sum(self._in_flight(name) for name in names) > 0:
             self._last_used[model.name] = self._clock()
             return True
-        last = self._last_used.get(model.name)
-        return last is not None and self._clock() - last < model.idle_timeout_s
+        used = [at for name in names if (at := self._last_used.get(name)) is not None]
+        return bool(used) and self._clock() - max(used) < model.idle_timeout_s
+
+    def _model_load(self, name: str) -> ModelLoad:
+        """The gateway's view of ``name``'s load, an environment's members' requests added to its entry's."""
+        load = self._load(name)
+        for member in self._members.get(name, ()):
+            theirs = self._load(member)
+            load = dataclasses.replace(
+                load, running=load.running + theirs.running, waiting=load.waiting + theirs.waiting
+            )
+        return load
 
     async def _reconcile_model(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
         every = self._fleet.of_model(model.name)
@@ -334,7 +368,7 @@ class Reconciler:
         decision = decide_scale(
             policy,
             len(mine),
-            self._load(model.name),
+            self._model_load(model.name),
             self._scaling.get(model.name, ScalingHistory()),
             self._clock(),
             starting=starting,
@@ -447,7 +481,9 @@ class Reconciler:
         held = [self._placed(r) for r in placed]
         if unplaced is None:
             return place_profiles(model.name, asks, nodes, held)
-        return plan_eviction(model.name, model.priority, asks, nodes, held, unplaced)
+        return plan_eviction(
+            model.name, model.priority, asks, nodes, held, unplaced, environment=environment_of(model)
+        )
 
     def _placed(self, record: ReplicaRecord) -> Placed:
         replica = self._fleet.replicas.get(record.id)
@@ -459,6 +495,7 @@ class Reconciler:
             tuple(record.devices),
             replica_id=record.id,
             priority=definition.priority if definition else 0,
+            environment=environment_of(definition) if definition else "",
             draining=replica is not None and replica.draining_since is not None,
         )
 

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from llmgw.core.comfyui import ComfyUISection
 from llmgw.core.engines import (
     DEFAULT_ENGINE,
     ENGINE_NAMES,
@@ -41,6 +42,8 @@ from llmgw.errors import ValidationFailed
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+COMFYUI_ENGINE = "comfyui"
+"""The engine a model with a ``comfyui:`` section runs."""
 PEFT_CONFIG = "adapter_config.json"
 """The file that makes a folder a PEFT adapter (vLLM reads it beside the weights)."""
 
@@ -425,6 +428,18 @@ class ModelDefinition(Strict):
     adapters: tuple[Adapter, ...] = ()
     """LoRA adapters served on the model's replicas, each under its own name: all given to the
     engine at start, or (vLLM with ``profile.max_loaded_adapters`` N) loaded when first asked for."""
+    comfyui: ComfyUISection | None = None
+    """A ComfyUI model's workflow, custom nodes, licence and environment (:mod:`llmgw.core.comfyui`)."""
+
+    @model_validator(mode="after")
+    def _comfyui_engine(self) -> ModelDefinition:
+        if self.comfyui is not None and find_engine(COMFYUI_ENGINE) is not None:
+            others = sorted({p.engine for p in self.profiles} - {COMFYUI_ENGINE})
+            if others:
+                raise ValueError(
+                    f"comfyui: runs on engine {COMFYUI_ENGINE}, but profiles name {', '.join(others)}"
+                )
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.engines import Task
+from llmgw.core.environments import served_by
 from llmgw.core.tenancy import CLUSTER, Owner, Place, visible
 from llmgw.gateway.workflows import Workflow, workflow_of
 
@@ -40,6 +41,9 @@ class ModelEntry:
     """Who owns it: only keys that see this owner see the entry."""
     serves: Task = Task.CHAT
     """What its replicas serve: the routes that reach it."""
+    served_by: str = ""
+    """A member of a ComfyUI environment: the hidden entry whose replicas serve it
+    (``comfyui-env-<name>``, :mod:`llmgw.core.environments`); empty: its own replicas."""
     workflow: Workflow | None = field(default=None, compare=False)
     """A ComfyUI model's workflow (its ``comfyui:`` section); None for every other model."""
 
@@ -57,16 +61,25 @@ class ModelEntry:
 
 
 def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
-    """What clients may ask for: each model, and each of its LoRA adapters (``parent`` the model)."""
+    """What clients may ask for: each model, and each of its LoRA adapters (``parent`` the model).
+    An environment's hidden entry is not among them; its members name it in ``served_by``."""
     entries = []
+    models = list(models)
+    serving = served_by(models)
     for model in models:
         on_demand = model.on_demand or model.replicas.min == 0
         owned = model.owned_by()
-        workflow = workflow_of(getattr(model, "comfyui", None))
+        workflow = workflow_of(model)
         serves = workflow.serves if workflow is not None else model.profile.serves
         entries.append(
             ModelEntry(
-                model.name, on_demand, owner=_owned_by(owned), owned=owned, serves=serves, workflow=workflow
+                model.name,
+                on_demand,
+                owner=_owned_by(owned),
+                owned=owned,
+                serves=serves,
+                served_by=serving.get(model.name, ""),
+                workflow=workflow,
             )
         )
         for adapter in model.adapters:

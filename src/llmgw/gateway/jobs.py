@@ -63,6 +63,8 @@ class Job:
     graph: dict[str, Any]
     workflow: Workflow
     created_at: int
+    served_by: str = ""
+    """The model whose replicas run it: an environment's entry for a member; empty: ``model``'s own."""
     state: JobState = JobState.QUEUED
     ahead: int = 0
     node: str | None = None
@@ -165,8 +167,10 @@ class JobBook:
             del self._jobs[job_id]
 
 
-def new_job(key_id: str, model: str, graph: dict[str, Any], workflow: Workflow) -> Job:
-    return Job("job-" + secrets.token_urlsafe(18), key_id, model, graph, workflow, int(time.time()))
+def new_job(key_id: str, model: str, graph: dict[str, Any], workflow: Workflow, served_by: str = "") -> Job:
+    """A job of ``key_id`` for ``model``, run on ``served_by``'s replicas (empty: the model's own)."""
+    job_id = "job-" + secrets.token_urlsafe(18)
+    return Job(job_id, key_id, model, graph, workflow, int(time.time()), served_by)
 
 
 OnEnded = Callable[[Job], None]
@@ -205,7 +209,7 @@ class JobRunner:
         endpoint: ReplicaEndpoint | None = None
         try:
             async with asyncio.timeout(self._gateway.settings.job_timeout_s):
-                endpoint = await self._replica(job.model)
+                endpoint = await self._replica(job.served_by or job.model)
                 job.replica_id = endpoint.replica_id
                 with self._gateway.replicas.acquire(endpoint):
                     await self._follow(job, endpoint)

@@ -87,13 +87,13 @@ async def serve_workflows(
             exchange.status = CLIENT_CLOSED
             return
         facts = model_and_stream(body)
-        workflow = _workflow(gateway, key, facts.model, path)
+        workflow, served_by = _workflow(gateway, key, facts.model, path)
         exchange.model = facts.model
         data = facts.data or {}
         if path == IMAGES:
-            await _images(gateway, scope, receive, send, exchange, key, workflow, data)
+            await _images(gateway, scope, receive, send, exchange, key, (workflow, served_by), data)
         else:
-            await _job(gateway, send, exchange, key, workflow, data)
+            await _job(gateway, send, exchange, key, (workflow, served_by), data)
     elif path.startswith(JOBS + "/"):
         _allow(method, path, "GET", "DELETE")
         job = gateway.jobs.book.get(path[len(JOBS) + 1 :], key.key_id)
@@ -129,8 +129,9 @@ async def serve_workflows(
         )
 
 
-def _workflow(gateway: Gateway, key: KeyEntry, model: str, path: str) -> Workflow:
-    """The model's workflow when ``key`` sees the model and it serves ``path``; else 404 or 400."""
+def _workflow(gateway: Gateway, key: KeyEntry, model: str, path: str) -> tuple[Workflow, str]:
+    """The model's workflow and the model whose replicas run it (an environment's entry for a
+    member, else itself) when ``key`` sees the model and it serves ``path``; else 404 or 400."""
     if not gateway._visible(model, key):
         raise ApiError(
             404,
@@ -148,7 +149,7 @@ def _workflow(gateway: Gateway, key: KeyEntry, model: str, path: str) -> Workflo
             "model",
             hint="an administrator checks the model's comfyui section (`llmgw ctl model show`)",
         )
-    return entry.workflow
+    return entry.workflow, entry.served_by or model
 
 
 async def _send_json(send: Send, exchange: Exchange, status: int, value: Any) -> None:
@@ -189,8 +190,14 @@ def _status_of(job: Job) -> int:
 
 
 async def _job(
-    gateway: Gateway, send: Send, exchange: Exchange, key: KeyEntry, workflow: Workflow, data: dict[str, Any]
+    gateway: Gateway,
+    send: Send,
+    exchange: Exchange,
+    key: KeyEntry,
+    run: tuple[Workflow, str],
+    data: dict[str, Any],
 ) -> None:
+    workflow, served_by = run
     inputs = data.get("inputs", {})
     if not isinstance(inputs, dict):
         raise ApiError(400, "'inputs' must be an object of input name -> value.", "invalid_inputs", "inputs")
@@ -205,7 +212,7 @@ async def _job(
             _report(gateway, key, model, job.replica_id, 1, _status_of(job), started)
 
     try:
-        job = gateway.jobs.start(new_job(key.key_id, model, graph, workflow), ended)
+        job = gateway.jobs.start(new_job(key.key_id, model, graph, workflow, served_by), ended)
     except ApiError:
         _settle(ticket, 0)
         raise
@@ -226,9 +233,10 @@ async def _images(
     send: Send,
     exchange: Exchange,
     key: KeyEntry,
-    workflow: Workflow,
+    run: tuple[Workflow, str],
     data: dict[str, Any],
 ) -> None:
+    workflow, served_by = run
     model = exchange.model
     request = parse_images(model, data)
     graphs = graphs_for(request, workflow)
@@ -237,7 +245,9 @@ async def _images(
     jobs: list[Job] = []
     status = CLIENT_CLOSED
     try:
-        jobs = [gateway.jobs.start(new_job(key.key_id, model, graph, workflow)) for graph in graphs]
+        jobs = [
+            gateway.jobs.start(new_job(key.key_id, model, graph, workflow, served_by)) for graph in graphs
+        ]
         if not await _all_ended(jobs, receive):
             for job in jobs:
                 await gateway.jobs.cancel(job)

@@ -1,22 +1,24 @@
 """A ComfyUI model's workflow as the gateway uses it: the graph, its named inputs, what it makes.
 
-The catalog's ``comfyui:`` section names the workflow (an API-format graph:
-node id -> ``{"class_type", "inputs"}``), the inputs a client may set (name ->
-node id and input key), what it outputs (``image`` or ``mesh``) and the
-model's licence. :func:`workflow_of` reads that section into a
-:class:`Workflow`; :meth:`Workflow.filled` puts a request's values into a copy
-of the graph, refusing (400) a name the workflow does not take.
+The catalog's ``comfyui:`` section (:mod:`llmgw.core.comfyui`) names the
+workflow (an API-format graph: node id -> ``{"class_type", "inputs"}``, or a
+preset's), the inputs a client may set (name -> node id and input key), what
+it outputs (``image`` or ``mesh``), the model's licence and its checkpoint.
+A member of an environment is sent with its own workflow and checkpoint.
+:func:`workflow_of` reads that section into a :class:`Workflow`;
+:meth:`Workflow.filled` puts a request's values into a copy of the graph,
+refusing (400) a name the workflow does not take.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw.core.catalog import ModelDefinition
 from llmgw.core.engines import Task
 from llmgw.gateway.responses import ApiError
 
@@ -44,6 +46,9 @@ class Workflow:
     inputs: Mapping[str, Slot] = field(default_factory=dict)
     outputs: str = "image"
     licence: str = ""
+    checkpoint: str = ""
+    """The weights file its checkpoint loaders load (every ``ckpt_name`` input): the section's
+    ``checkpoint``, else the model's one weights file; empty: as the workflow says."""
 
     @property
     def serves(self) -> Task:
@@ -56,6 +61,10 @@ class Workflow:
     def filled(self, values: Mapping[str, Any], model: str) -> dict[str, Any]:
         """A copy of the graph with ``values`` (input name -> value) put in; 400 for a name it lacks."""
         graph = copy.deepcopy(dict(self.graph))
+        if self.checkpoint:
+            for node in graph.values():
+                if "ckpt_name" in node.get("inputs", {}):
+                    node["inputs"]["ckpt_name"] = self.checkpoint
         for name, value in values.items():
             slot = self.inputs.get(name)
             if slot is None:
@@ -77,41 +86,15 @@ class Workflow:
         return graph
 
 
-def workflow_of(section: Any) -> Workflow | None:
-    """The :class:`Workflow` of a catalog model's ``comfyui:`` section (None: no section, or a
-    workflow not resolved to a graph). Reads ``workflow``, ``inputs``, ``outputs`` and ``licence``
-    as attributes or mapping keys; an input's place is ``{node, input}`` (or ``key``), ``[node,
-    input]`` or ``"node.input"``."""
+def workflow_of(model: ModelDefinition) -> Workflow | None:
+    """The :class:`Workflow` of a catalog model's ``comfyui:`` section (a preset's read from its
+    file); None for a model without one."""
+    section = model.comfyui
     if section is None:
         return None
-    graph = _field(section, "graph") or _field(section, "workflow")
-    if callable(graph):
-        graph = graph()
-    if isinstance(graph, str) and graph.lstrip().startswith("{"):
-        graph = json.loads(graph)
-    if not isinstance(graph, Mapping):
-        return None
-    inputs = {str(name): _slot(place) for name, place in (_field(section, "inputs") or {}).items()}
-    outputs = str(_field(section, "outputs") or "image")
-    licence = str(_field(section, "licence") or "")
-    return Workflow(graph, inputs, outputs if outputs in OUTPUTS else "image", licence)
-
-
-def _field(section: Any, name: str) -> Any:
-    if isinstance(section, Mapping):
-        return section.get(name)
-    return getattr(section, name, None)
-
-
-def _slot(place: Any) -> Slot:
-    if isinstance(place, str):
-        node, _, key = place.partition(".")
-        return Slot(node, key)
-    if isinstance(place, list | tuple) and len(place) == 2:
-        return Slot(str(place[0]), str(place[1]))
-    node = _field(place, "node")
-    key = _field(place, "input") or _field(place, "key")
-    return Slot(str(node), str(key))
+    inputs = {name: Slot(where.node, where.input) for name, where in section.inputs.items()}
+    checkpoint = section.checkpoint or ("" if model.source.files else model.source.filename)
+    return Workflow(section.api_workflow(), inputs, section.outputs, section.licence, checkpoint)
 
 
 def parse_size(size: object) -> tuple[int, int]:
