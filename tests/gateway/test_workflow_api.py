@@ -385,3 +385,21 @@ async def test_members_of_an_environment_run_on_its_entrys_replica_with_their_ow
     assert checkpoints == ["flux-b.safetensors", "flux-a.safetensors"]
     await eventually(lambda: len(used) == 2)
     assert used == ["comfyui-env-pics"] * 2, "a member's use keeps its environment's entry in use"
+
+
+async def test_without_a_ready_replica_pictures_ask_for_one_then_answer_503_and_jobs_fail_saying_so(
+    gw: Gateway, sdk: AsyncOpenAI, alice: aiohttp.ClientSession
+) -> None:
+    demanded: list[str] = []
+    gw.on_demand = demanded.append
+    gw.feed.replica_gone("p1")
+    gw.feed.replica_gone("m1")
+    with pytest.raises(openai.InternalServerError) as waited:
+        await sdk.images.generate(model=PICTURES, prompt="a fox")
+    assert waited.value.status_code == 503 and waited.value.response.headers["retry-after"] == "5"
+    assert "No replica of model 'pictures' is ready" in waited.value.message
+    async with alice.post("/v1/jobs", json={"model": MESHES, "inputs": {}}) as response:
+        job_id = (await response.json())["id"]
+    failed = await eventually(lambda: _in_state(alice, job_id, "failed"))
+    assert "No replica of model 'meshes' is ready" in failed["error"]
+    assert demanded == [PICTURES, MESHES]

@@ -207,7 +207,7 @@ async def _job(
     started = time.perf_counter()
 
     def ended(job: Job) -> None:
-        _settle(ticket, 1)
+        _settle(ticket, 1 if job.state is JobState.DONE else 0)
         if job.replica_id:
             _report(gateway, key, model, job.replica_id, 1, _status_of(job), started)
 
@@ -255,7 +255,13 @@ async def _images(
         failed = next((job for job in jobs if job.state is not JobState.DONE), None)
         if failed is not None:
             status = _status_of(failed)
-            raise ApiError(status, f"The picture could not be made: {failed.error}", "image_failed")
+            retry_after = gateway.settings.retry_after_s if status == 503 else None
+            raise ApiError(
+                status,
+                f"The picture could not be made: {failed.error}",
+                "image_failed",
+                retry_after=retry_after,
+            )
         pictures = [job.files[0] for job in jobs if job.files]
         if len(pictures) < len(jobs):
             status = 502
