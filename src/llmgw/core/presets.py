@@ -28,7 +28,7 @@ TRIPOSR_NODE = {
         "huggingface-hub",
         "imageio[ffmpeg]",
         "scikit-image",
-    ],  # fmt: skip
+    ],
 }
 """TripoSR's nodes (model loader, sampler, the viewer that saves the OBJ), as of 6 March 2024."""
 REMBG_NODE = {
@@ -132,7 +132,9 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             name="triposr",
-            description="TripoSR on ComfyUI: a mesh (GLB, vertex colours) from one picture, background removed",
+            description=(
+                "TripoSR on ComfyUI: a mesh (GLB with vertex colours) from a picture, its background removed"
+            ),
             filename="model.ckpt",
             package="",
             module="",
