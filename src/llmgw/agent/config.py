@@ -63,11 +63,19 @@ class TrtllmSettings(Section):
     TensorRT-LLM is brought by the operator, never installed by llmgw."""
 
 
+class ComfyuiSettings(Section):
+    python: str = ""
+    """The Python of ComfyUI's environment (relative paths are under the config's directory)."""
+    main: str = ""
+    """ComfyUI's ``main.py``, which that Python runs. Both empty: ComfyUI is not available here."""
+
+
 class EngineSettings(Section):
     llamacpp: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
     vllm: PythonEngineSettings = Field(default_factory=PythonEngineSettings)
     sglang: PythonEngineSettings = Field(default_factory=PythonEngineSettings)
     trtllm: TrtllmSettings = Field(default_factory=TrtllmSettings)
+    comfyui: ComfyuiSettings = Field(default_factory=ComfyuiSettings)
 
 
 class ShardSettings(Section):

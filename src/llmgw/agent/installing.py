@@ -24,7 +24,7 @@ from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
 from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
-from llmgw.engines import builds, pythonbuilds, trtllm
+from llmgw.engines import builds, comfyui, pythonbuilds, trtllm
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
 from llmgw.mirror.fetching import BlobWriter, read_ahead
@@ -49,6 +49,8 @@ class Prepared:
     projector: Path | None = None
     adapters: tuple[LaunchAdapter, ...] = ()
     """Every LoRA adapter of the model on this node (a PEFT folder or a GGUF file)."""
+    entry: Path | None = None
+    """The script ``program`` runs (ComfyUI's main.py); None for the other engines."""
 
 
 class Installer:
@@ -133,6 +135,8 @@ class Installer:
                     "set engines.trtllm.python to the Python of the environment TensorRT-LLM is installed in",
                 )
             return Path(python)
+        if engine == comfyui.NAME:
+            return (await self.comfyui())[0]
         caps = find_engine(engine)
         if caps is None or caps.provisioning is not Provisioning.PYTHON_WHEELS:
             raise LlmgwError(
@@ -165,6 +169,24 @@ class Installer:
                 metrics.BUILDS_INSTALLED.labels(engine).inc()
                 self._python_installed[engine] = found.program
             return self._python_installed[engine]
+
+    async def comfyui(self) -> tuple[Path, Path]:
+        """The operator's ComfyUI: its Python and its main.py (``engines.comfyui`` in agent.yaml)."""
+        settings = self._config.engines.comfyui
+        if not settings.python or not settings.main:
+            raise LlmgwError(
+                "engine comfyui is not available on this node: engines.comfyui.python and .main are not set",
+                "install ComfyUI and set engines.comfyui.python (its environment's Python) and "
+                "engines.comfyui.main (its main.py) in agent.yaml",
+            )
+        python, main = self._config.path(settings.python), self._config.path(settings.main)
+        for path, setting in ((python, "python"), (main, "main")):
+            if not await asyncio.to_thread(path.is_file):
+                raise LlmgwError(
+                    f"engines.comfyui.{setting} names {path}, which is not a file",
+                    "point it at ComfyUI's installation on this node",
+                )
+        return python, main
 
     async def weights(self, spec: ShardSpec) -> Path:
         """The GGUF file, or the folder of a safetensors repository with every file of it inside."""
@@ -270,7 +292,8 @@ class Installer:
             self.projector(spec),
             fetching,
         )
-        return Prepared(program, weights, projector, tuple(adapters))
+        entry = (await self.comfyui())[1] if spec.engine == comfyui.NAME else None
+        return Prepared(program, weights, projector, tuple(adapters), entry)
 
 
 async def _traced(

@@ -374,6 +374,7 @@ class Supervisor:
             key_file=key_file,
             serves=spec.serves,
             pooling=spec.pooling,
+            entry=prepared.entry,
         )
         binary = prepared.program
         command = engine.command_line(binary, launch)

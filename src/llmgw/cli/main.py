@@ -20,6 +20,7 @@ from llmgw.cli import agent, configuring, ctl, doctor, engine, mirror, modelserv
 from llmgw.cli import firewall as firewall_commands
 from llmgw.cli import service as service_commands
 from llmgw.cli import wipe as wipe_command
+from llmgw.cli.comfyuigate import register as register_comfyui_gate
 from llmgw.cli.console import console
 from llmgw.cli.nodeadd import app as node_app
 from llmgw.cli.output import fail
@@ -51,6 +52,7 @@ app.add_typer(firewall_commands.app, name="firewall")
 app.add_typer(service_commands.app, name="service")
 app.command("wipe")(wipe_command.wipe_command)
 app.command("upgrade")(upgrade)
+register_comfyui_gate(app)
 
 
 @app.command()

@@ -11,7 +11,7 @@ The *behaviour* of an engine (its command line, health, metric names,
 compute parsing, builds) lives in its own module of ``llmgw.engines``, whose
 engine object points at its row here (``capabilities = VLLM``).
 
-Adding an engine (ComfyUI is next) takes exactly two things:
+Adding an engine takes exactly two things:
 
 1. Here, one row: a module constant ``COMFYUI = EngineCapabilities(name=...,
    ...)`` filled in field by field (each field's docstring says what it
@@ -319,7 +319,29 @@ TRTLLM = EngineCapabilities(
 )  # fmt: skip
 """TensorRT-LLM's ``trtllm-serve``, behind llmgw's launcher (click: no abbreviated flags)."""
 
-ENGINES: tuple[EngineCapabilities, ...] = (LLAMA_CPP, VLLM, SGLANG, TRTLLM)
+COMFYUI = EngineCapabilities(
+    name="comfyui",
+    title="ComfyUI",
+    weights_format=WeightsFormat.SAFETENSORS,
+    provisioning=Provisioning.OPERATOR,
+    key_input=KeyInput(KeyPassing.FILE, "--key-file", filename="api-key"),
+    own_flags=(
+        "--host", "--port", "--key-file", "--base-dir", "--comfyui-python", "--comfyui-main", "--weights",
+        "--hf-repo", "--model", "--stop-grace-s",
+        # ComfyUI's own, set by the gate (a profile's args go on to ComfyUI)
+        "--listen", "--base-directory", "--output-directory", "--input-directory", "--temp-directory",
+        "--user-directory", "--disable-auto-launch",
+    ),
+    tool_calls=False,
+    structured_output=False,
+    logprobs=False,
+)  # fmt: skip
+"""ComfyUI behind llmgw's gate (``llmgw comfyui-gate``), which holds the replica's key, lets through
+only queueing, waiting, fetching and cancelling, and starts ComfyUI as its child on the loopback.
+Its weights are safetensors files (checkpoints, VAEs, text encoders) shown to ComfyUI by their
+own names; ComfyUI itself is the operator's (``engines.comfyui`` in agent.yaml)."""
+
+ENGINES: tuple[EngineCapabilities, ...] = (LLAMA_CPP, VLLM, SGLANG, TRTLLM, COMFYUI)
 """Every engine a profile may name; the first of a weights format is that format's default."""
 
 ENGINE_NAMES: tuple[str, ...] = tuple(row.name for row in ENGINES)

@@ -75,6 +75,8 @@ class Launch:
     """What the engine is started for: ``chat``, ``embeddings`` or ``rerank`` (``core.engines.Task``)."""
     pooling: str = ""
     """llama.cpp: ``--pooling`` for an embedding model; empty: the model's own."""
+    entry: Path | None = None
+    """The script the engine's program runs (ComfyUI's ``main.py``); None for the others."""
 
     def checked(self, engine: str) -> None:
         """ConfigError unless the key and port can start an engine."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.core.engines import DEFAULT_ENGINE
-from llmgw.engines import llamacpp, sglang, trtllm, vllm
+from llmgw.engines import comfyui, llamacpp, sglang, trtllm, vllm
 from llmgw.engines.engine import Engine
 from llmgw.errors import ConfigError
 
@@ -12,6 +12,7 @@ ENGINES: dict[str, Engine] = {
     vllm.NAME: vllm.ENGINE,
     sglang.NAME: sglang.ENGINE,
     trtllm.NAME: trtllm.ENGINE,
+    comfyui.NAME: comfyui.ENGINE,
 }
 
 

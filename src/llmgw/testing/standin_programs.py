@@ -6,7 +6,9 @@
 - ``python``: a build's Python that runs ``-m sglang.launch_server`` as
   :mod:`llmgw.testing.fake_sglang` and anything else as this Python;
 - ``trtllm-serve`` beside that ``python``: the operator's TensorRT-LLM
-  (→ :mod:`llmgw.testing.fake_trtllm`), so ``engines.trtllm.python`` can name it.
+  (→ :mod:`llmgw.testing.fake_trtllm`), so ``engines.trtllm.python`` can name it;
+- ``comfyui/main.py``: ComfyUI's ``main.py``, run by that ``python``
+  (→ :mod:`llmgw.testing.fake_comfyui`), for ``engines.comfyui.main``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class StandinPrograms:
     vllm: Path
     python: Path
     trtllm_serve: Path
+    comfyui_main: Path
 
 
 def _write(path: Path, python: str, body: str) -> Path:
@@ -54,4 +57,6 @@ def write_standins(directory: Path, python: str = sys.executable) -> StandinProg
         f"    os.execv({python!r}, [{python!r}, *sys.argv[1:]])",
     )
     trtllm = _write(directory / "trtllm-serve", python, _module("llmgw.testing.fake_trtllm"))
-    return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm)
+    (directory / "comfyui").mkdir(exist_ok=True)
+    comfyui_main = _write(directory / "comfyui" / "main.py", python, _module("llmgw.testing.fake_comfyui"))
+    return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm, comfyui_main=comfyui_main)

@@ -1,0 +1,279 @@
+"""The ComfyUI stand-in's queue and its worker: one workflow at a time, messages as ComfyUI sends them.
+
+Shapes follow ComfyUI's ``execution.py`` (``PromptQueue``, ``PromptExecutor``)
+and ``main.py`` (``prompt_worker``, ``hijack_progress``): queue items are
+``(number, prompt_id, prompt, extra_data, outputs_to_execute)``; a history
+record is ``{"prompt": item, "outputs": {node: ui}, "status": {"status_str",
+"completed", "messages"}, "meta": {node: {...}}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.testing.standin_media import obj_text, png_bytes
+
+Item = tuple[float, str, dict[str, Any], dict[str, Any], list[str]]
+UNSTEPPED_SAMPLER_STEPS = 8
+
+
+@dataclass
+class Settings:
+    base: Path
+    directories: dict[str, Path]
+    """``output``, ``temp`` and ``input``: where ``/view`` reads by ``type``."""
+    step_s: float = 0.05
+
+
+class Interrupted(Exception):
+    pass
+
+
+class NodeFailed(Exception):
+    pass
+
+
+def _is_image_output(kind: str) -> bool:
+    return kind in ("SaveImage", "PreviewImage")
+
+
+def _is_mesh_output(kind: str) -> bool:
+    return kind == "TripoSRViewer" or kind.endswith("Viewer") or kind.endswith("SaveMesh")
+
+
+@dataclass
+class Runner:
+    settings: Settings
+    pending: list[Item] = field(default_factory=list)
+    running: list[Item] = field(default_factory=list)
+    history: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
+    interrupted: bool = False
+    number: int = 0
+    counter: int = 0
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _outbox: asyncio.Queue[tuple[dict[str, Any], str | None]] = field(default_factory=asyncio.Queue)
+
+    # the queue -------------------------------------------------------------
+    def queue_info(self) -> dict[str, Any]:
+        return {"exec_info": {"queue_remaining": len(self.pending) + len(self.running)}}
+
+    def next_number(self, front: bool) -> float:
+        number = -self.number if front else self.number
+        self.number += 1
+        return float(number)
+
+    def validate(self, prompt: Any) -> dict[str, Any] | None:
+        """ComfyUI's ``validate_prompt`` errors the stand-in can tell; None when it runs."""
+        if not isinstance(prompt, dict) or any(
+            not isinstance(n, dict) or "class_type" not in n for n in prompt.values()
+        ):
+            return {
+                "type": "invalid_prompt",
+                "message": "Cannot execute because a node is missing the class_type property.",
+                "details": "",
+                "extra_info": {},
+            }
+        if not self.outputs_of(prompt):
+            return {
+                "type": "prompt_no_outputs",
+                "message": "Prompt has no outputs",
+                "details": "",
+                "extra_info": {},
+            }
+        return None
+
+    @staticmethod
+    def outputs_of(prompt: dict[str, Any]) -> list[str]:
+        return [
+            n
+            for n, node in prompt.items()
+            if _is_image_output(node["class_type"]) or _is_mesh_output(node["class_type"])
+        ]
+
+    def put(self, item: Item) -> None:
+        heapq.heappush(self.pending, item)
+        self.queue_updated()
+        self._wake.set()
+
+    def delete(self, prompt_id: str) -> None:
+        for index, item in enumerate(self.pending):
+            if item[1] == prompt_id:
+                self.pending.pop(index)
+                heapq.heapify(self.pending)
+                self.queue_updated()
+                return
+
+    def queue_updated(self) -> None:
+        self.send("status", {"status": self.queue_info()}, None)
+
+    # messages --------------------------------------------------------------
+    def send(self, event: str, data: dict[str, Any], sid: str | None) -> None:
+        """Queue a message for ``sid`` (all sockets when None); sent in order, as ComfyUI does."""
+        self._outbox.put_nowait(({"type": event, "data": data}, sid))
+
+    async def publish(self) -> None:
+        while True:
+            message, sid = await self._outbox.get()
+            targets = (
+                list(self.sockets.values())
+                if sid is None
+                else [self.sockets[sid]]
+                if sid in self.sockets
+                else []
+            )
+            for ws in targets:
+                if not ws.closed:
+                    try:
+                        await ws.send_json(message)
+                    except (ConnectionError, RuntimeError):
+                        pass
+
+    def add_message(
+        self, messages: list[list[Any]], event: str, data: dict[str, Any], sid: str | None, broadcast: bool
+    ) -> None:
+        data = {**data, "timestamp": int(time.time() * 1000)}
+        messages.append([event, data])
+        if sid is not None or broadcast:
+            self.send(event, data, sid)
+
+    # the worker ------------------------------------------------------------
+    async def work(self) -> None:
+        while True:
+            while not self.pending:
+                self._wake.clear()
+                await self._wake.wait()
+            item = heapq.heappop(self.pending)
+            self.running.append(item)
+            self.queue_updated()
+            outputs, status = await self.execute(item)
+            self.running.remove(item)
+            meta = {
+                n: {"node_id": n, "display_node": n, "parent_node": None, "real_node_id": n} for n in outputs
+            }
+            self.history[item[1]] = {"prompt": list(item), "outputs": outputs, "status": status, "meta": meta}
+            self.queue_updated()
+            self.send("executing", {"node": None, "prompt_id": item[1]}, item[3].get("client_id"))
+
+    async def execute(self, item: Item) -> tuple[dict[str, Any], dict[str, Any]]:
+        _, prompt_id, prompt, extra, _ = item
+        sid = extra.get("client_id")
+        self.interrupted = False
+        messages: list[list[Any]] = []
+        self.add_message(messages, "execution_start", {"prompt_id": prompt_id}, sid, False)
+        self.add_message(messages, "execution_cached", {"nodes": [], "prompt_id": prompt_id}, sid, False)
+        outputs: dict[str, Any] = {}
+        executed: list[str] = []
+        node_id = ""
+        try:
+            for node_id in _order(prompt):
+                node = prompt[node_id]
+                self.send(
+                    "executing", {"node": node_id, "display_node": node_id, "prompt_id": prompt_id}, sid
+                )
+                ui = await self.run_node(prompt_id, node_id, node, prompt, sid)
+                executed.append(node_id)
+                if ui is not None:
+                    outputs[node_id] = ui
+                    self.send(
+                        "executed",
+                        {"node": node_id, "display_node": node_id, "output": ui, "prompt_id": prompt_id},
+                        sid,
+                    )
+        except Interrupted:
+            mes = {
+                "prompt_id": prompt_id,
+                "node_id": node_id,
+                "node_type": prompt[node_id]["class_type"],
+                "executed": executed,
+            }
+            self.add_message(messages, "execution_interrupted", mes, sid, True)
+            return outputs, {"status_str": "error", "completed": False, "messages": messages}
+        except NodeFailed as failure:
+            mes = {
+                "prompt_id": prompt_id,
+                "node_id": node_id,
+                "node_type": prompt[node_id]["class_type"],
+                "executed": executed,
+                "exception_message": str(failure),
+                "exception_type": "RuntimeError",
+                "traceback": [],
+                "current_inputs": {},
+                "current_outputs": [],
+            }
+            self.add_message(messages, "execution_error", mes, sid, False)
+            return outputs, {"status_str": "error", "completed": False, "messages": messages}
+        self.add_message(messages, "execution_success", {"prompt_id": prompt_id}, sid, False)
+        return outputs, {"status_str": "success", "completed": True, "messages": messages}
+
+    async def run_node(
+        self, prompt_id: str, node_id: str, node: dict[str, Any], prompt: dict[str, Any], sid: str | None
+    ) -> dict[str, Any] | None:
+        kind, inputs = node["class_type"], node.get("inputs", {})
+        if kind == "StandinFail":
+            raise NodeFailed(str(inputs.get("message", "the stand-in was told to fail")))
+        steps = inputs.get("steps")
+        if not isinstance(steps, int):
+            steps = UNSTEPPED_SAMPLER_STEPS if kind.endswith("Sampler") else 0
+        for step in range(1, steps + 1):
+            await asyncio.sleep(self.settings.step_s)
+            if self.interrupted:
+                raise Interrupted()
+            self.send("progress", {"value": step, "max": steps, "prompt_id": prompt_id, "node": node_id}, sid)
+        if self.interrupted:
+            raise Interrupted()
+        text = " ".join(str(n.get("inputs", {}).get("text", "")) for n in prompt.values())
+        if _is_image_output(kind):
+            return {"images": self.save_pictures(kind, inputs, prompt, text)}
+        if _is_mesh_output(kind):
+            return {"mesh": [self.save_file("meshsave", "obj", obj_text(text).encode(), "output")]}
+        return None
+
+    def save_pictures(
+        self, kind: str, inputs: dict[str, Any], prompt: dict[str, Any], text: str
+    ) -> list[dict[str, str]]:
+        width, height, batch = 64, 64, 1
+        for node in prompt.values():
+            given = node.get("inputs", {})
+            if isinstance(given.get("width"), int) and isinstance(given.get("height"), int):
+                width, height = given["width"], given["height"]
+                batch = given.get("batch_size", 1) if isinstance(given.get("batch_size"), int) else 1
+        kind_dir = "output" if kind == "SaveImage" else "temp"
+        prefix = str(inputs.get("filename_prefix", "ComfyUI"))
+        return [
+            self.save_file(prefix, "png", png_bytes(width, height, f"{text}#{i}"), kind_dir)
+            for i in range(batch)
+        ]
+
+    def save_file(self, prefix: str, suffix: str, data: bytes, kind: str) -> dict[str, str]:
+        directory = self.settings.directories[kind]
+        subfolder, _, name = prefix.rpartition("/")
+        (directory / subfolder).mkdir(parents=True, exist_ok=True)
+        self.counter += 1
+        filename = f"{name}_{self.counter:05}_.{suffix}"
+        (directory / subfolder / filename).write_bytes(data)
+        return {"filename": filename, "subfolder": subfolder, "type": kind}
+
+
+def _order(prompt: dict[str, Any]) -> list[str]:
+    """Nodes after the nodes their inputs link to (``[node_id, output_index]``)."""
+    done: list[str] = []
+
+    def visit(node_id: str, path: tuple[str, ...]) -> None:
+        if node_id in done or node_id in path or node_id not in prompt:
+            return
+        for value in prompt[node_id].get("inputs", {}).values():
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+                visit(value[0], (*path, node_id))
+        done.append(node_id)
+
+    for node_id in prompt:
+        visit(node_id, ())
+    return done

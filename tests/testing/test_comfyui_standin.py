@@ -1,0 +1,208 @@
+"""The ComfyUI stand-in speaks as ComfyUI does: message shapes from its source, real PNG and OBJ files.
+
+The shapes below are those ComfyUI's ``server.py``, ``execution.py`` and
+``main.py`` send (Comfy-Org/ComfyUI at a125cd84, October 2025).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+import subprocess
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import trimesh
+from aiohttp import web
+
+from llmgw.testing import fake_comfyui
+from llmgw.testing.comfyui_standin_run import Settings
+from llmgw.testing.standin_media import obj_text, png_bytes, png_size
+from llmgw.testing.standin_programs import write_standins
+
+COMFYUI_SHAPES: dict[str, set[str]] = {
+    "status": {"status"},  # + "sid" in the first message of a socket
+    "execution_start": {"prompt_id", "timestamp"},
+    "execution_cached": {"nodes", "prompt_id", "timestamp"},
+    "executing": {"node", "display_node", "prompt_id"},  # the last one: {"node": None, "prompt_id"}
+    "progress": {"value", "max", "prompt_id", "node"},
+    "executed": {"node", "display_node", "output", "prompt_id"},
+    "execution_success": {"prompt_id", "timestamp"},
+    "execution_error": {"prompt_id", "node_id", "node_type", "executed", "exception_message",
+                        "exception_type", "traceback", "current_inputs", "current_outputs", "timestamp"},
+    "execution_interrupted": {"prompt_id", "node_id", "node_type", "executed", "timestamp"},
+}  # fmt: skip
+
+PICTURE = {
+    "3": {"class_type": "EmptyLatentImage", "inputs": {"width": 40, "height": 24, "batch_size": 1}},
+    "4": {"class_type": "KSampler", "inputs": {"steps": 3, "latent_image": ["3", 0]}},
+    "6": {"class_type": "SaveImage", "inputs": {"filename_prefix": "pics/llmgw", "images": ["4", 0]}},
+}
+MESH = {
+    "1": {"class_type": "LoadImage", "inputs": {"image": "chair.png"}},
+    "2": {"class_type": "TripoSRSampler", "inputs": {"reference_image": ["1", 0]}},
+    "3": {"class_type": "TripoSRViewer", "inputs": {"mesh": ["2", 0]}},
+}
+
+
+@pytest.fixture
+async def comfy(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
+    for directory in directories.values():
+        directory.mkdir()
+    runner = web.AppRunner(fake_comfyui.build_app(Settings(tmp_path, directories, step_s=0.01)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    async with aiohttp.ClientSession() as client:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", client
+    await runner.cleanup()
+
+
+async def run(
+    url: str, client: aiohttp.ClientSession, prompt: dict[str, Any]
+) -> tuple[str, list[dict[str, Any]]]:
+    """Queue ``prompt`` under a client id and collect its messages until ComfyUI's last ``executing``."""
+    messages: list[dict[str, Any]] = []
+    async with client.ws_connect(f"{url}/ws?clientId=tester") as ws:
+        messages.append(await ws.receive_json())
+        async with client.post(f"{url}/prompt", json={"prompt": prompt, "client_id": "tester"}) as answer:
+            queued = await answer.json()
+        assert set(queued) == {"prompt_id", "number", "node_errors"}
+        while True:
+            message = await asyncio.wait_for(ws.receive_json(), 10)
+            messages.append(message)
+            if message["type"] == "executing" and message["data"]["node"] is None:
+                return str(queued["prompt_id"]), messages
+
+
+async def test_a_workflow_sends_comfyuis_messages_in_comfyuis_order(
+    comfy: tuple[str, aiohttp.ClientSession],
+) -> None:
+    url, client = comfy
+    prompt_id, messages = await run(url, client, PICTURE)
+    assert messages[0] == {
+        "type": "status",
+        "data": {"status": {"exec_info": {"queue_remaining": 0}}, "sid": "tester"},
+    }
+    for message in messages[1:-1]:
+        assert set(message) == {"type", "data"}
+        assert set(message["data"]) == COMFYUI_SHAPES[message["type"]], message
+    assert messages[-1]["data"] == {"node": None, "prompt_id": prompt_id}
+    kinds = [m["type"] for m in messages if m["type"] != "status"]
+    assert kinds[:2] == ["execution_start", "execution_cached"]
+    assert kinds.index("execution_success") < len(kinds) - 1
+    steps = [m["data"]["value"] for m in messages if m["type"] == "progress"]
+    assert steps == [1, 2, 3] and {m["data"]["max"] for m in messages if m["type"] == "progress"} == {3}
+    executed = next(m["data"] for m in messages if m["type"] == "executed")
+    image = executed["output"]["images"][0]
+    assert image == {"filename": "llmgw_00001_.png", "subfolder": "pics", "type": "output"}
+    async with client.get(f"{url}/view", params=image) as answer:
+        assert answer.status == 200 and answer.content_type == "image/png"
+        assert png_size(await answer.read()) == (40, 24)
+    async with client.get(f"{url}/history/{prompt_id}") as answer:
+        record = (await answer.json())[prompt_id]
+    assert set(record) == {"prompt", "outputs", "status", "meta"}
+    assert record["prompt"][1] == prompt_id and record["prompt"][3] == {"client_id": "tester"}
+    assert record["status"]["status_str"] == "success" and record["status"]["completed"] is True
+    assert record["outputs"]["6"]["images"] == [image]
+
+
+async def test_a_mesh_workflow_saves_an_obj_with_vertex_colours(
+    comfy: tuple[str, aiohttp.ClientSession],
+) -> None:
+    url, client = comfy
+    _, messages = await run(url, client, MESH)
+    assert len([m for m in messages if m["type"] == "progress"]) == 8  # a sampler without steps: eight
+    mesh = next(m["data"]["output"]["mesh"][0] for m in messages if m["type"] == "executed")
+    assert mesh["filename"].startswith("meshsave_") and mesh["filename"].endswith(".obj")
+    async with client.get(f"{url}/view", params=mesh) as answer:
+        loaded = trimesh.load(io.BytesIO(await answer.read()), file_type="obj", process=False)
+    assert len(loaded.vertices) == 6 and len(loaded.faces) == 8
+    colours = loaded.visual.vertex_colors
+    assert len({tuple(c) for c in colours}) > 1  # each vertex its own colour, read back
+
+
+async def test_a_failing_node_sends_comfyuis_execution_error(
+    comfy: tuple[str, aiohttp.ClientSession],
+) -> None:
+    url, client = comfy
+    failing = {**PICTURE, "5": {"class_type": "StandinFail", "inputs": {"message": "CUDA out of memory"}}}
+    _, messages = await run(url, client, failing)
+    error = next(m["data"] for m in messages if m["type"] == "execution_error")
+    assert set(error) == COMFYUI_SHAPES["execution_error"]
+    assert error["exception_message"] == "CUDA out of memory" and error["node_type"] == "StandinFail"
+    assert "execution_success" not in [m["type"] for m in messages]
+
+
+async def test_a_workflow_without_outputs_or_prompt_is_refused_as_comfyui_does(
+    comfy: tuple[str, aiohttp.ClientSession],
+) -> None:
+    url, client = comfy
+    async with client.post(f"{url}/prompt", json={"prompt": {"1": {"class_type": "KSampler"}}}) as answer:
+        assert answer.status == 400
+        assert (await answer.json())["error"]["type"] == "prompt_no_outputs"
+    async with client.post(f"{url}/prompt", json={"client_id": "x"}) as answer:
+        assert answer.status == 400 and (await answer.json())["error"]["type"] == "no_prompt"
+
+
+async def test_queue_and_interrupt_answer_as_comfyui_does(comfy: tuple[str, aiohttp.ClientSession]) -> None:
+    url, client = comfy
+    slow = {**PICTURE, "4": {"class_type": "KSampler", "inputs": {"steps": 1000, "latent_image": ["3", 0]}}}
+    ids = []
+    for _ in range(2):
+        async with client.post(f"{url}/prompt", json={"prompt": slow}) as answer:
+            ids.append((await answer.json())["prompt_id"])
+    async with client.get(f"{url}/queue") as answer:
+        queue = await answer.json()
+    assert [item[1] for item in queue["queue_pending"]] == ids[1:]
+    assert [item[1] for item in queue["queue_running"]] == ids[:1]
+    async with client.post(f"{url}/queue", json={"delete": [ids[1]]}) as answer:
+        assert answer.status == 200
+    async with client.post(f"{url}/interrupt", json={"prompt_id": "not-running"}) as answer:
+        assert answer.status == 200
+    async with client.post(f"{url}/interrupt") as answer:
+        assert answer.status == 200
+    for _ in range(500):
+        async with client.get(f"{url}/history/{ids[0]}") as answer:
+            record = (await answer.json()).get(ids[0])
+        if record:
+            break
+        await asyncio.sleep(0.01)
+    assert record["status"]["status_str"] == "error"
+    assert record["status"]["messages"][-1][0] == "execution_interrupted"
+    assert set(record["status"]["messages"][-1][1]) == COMFYUI_SHAPES["execution_interrupted"]
+    async with client.get(f"{url}/history/{ids[1]}") as answer:
+        assert await answer.json() == {}
+
+
+def test_pictures_are_real_pngs() -> None:
+    data = png_bytes(7, 5, "a cat")
+    assert png_size(data) == (7, 5)
+    length = struct.unpack(">I", data[33:37])[0]
+    assert data[37:41] == b"IDAT"
+    raw = zlib.decompress(data[41 : 41 + length])
+    assert len(raw) == 5 * (1 + 3 * 7)
+    assert png_bytes(7, 5, "a dog") != data
+
+
+def test_meshes_carry_a_colour_per_vertex() -> None:
+    vertices = [line.split() for line in obj_text("x").splitlines() if line.startswith("v ")]
+    assert len(vertices) == 6 and all(len(v) == 7 for v in vertices)
+    assert all(0.0 <= float(c) <= 1.0 for v in vertices for c in v[4:])
+
+
+def test_the_standin_refuses_a_flag_comfyui_has_not(tmp_path: Path) -> None:
+    programs = write_standins(tmp_path / "bin")
+    done = subprocess.run(
+        [str(programs.python), str(programs.comfyui_main), "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "unrecognized arguments: --bogus" in done.stderr
