@@ -22,6 +22,7 @@ from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
 from llmgw.gateway.catalog_view import catalog_entries
+from llmgw.gateway.jobs import JobRunner
 from llmgw.testing.comfyui_models import comfyui_model
 from llmgw.testing.eventually import eventually
 from llmgw.testing.serving import serving
@@ -403,3 +404,26 @@ async def test_without_a_ready_replica_pictures_ask_for_one_then_answer_503_and_
     failed = await eventually(lambda: _in_state(alice, job_id, "failed"))
     assert "No replica of model 'meshes' is ready" in failed["error"]
     assert demanded == [PICTURES, MESHES]
+
+
+async def test_a_job_waits_while_its_replicas_load_cannot_be_read_and_runs_once_it_can(
+    gw: Gateway, alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate]
+) -> None:
+    _, meshes = gates
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        await asyncio.sleep(seconds)
+
+    gw.jobs = JobRunner(gw, gw.jobs.book, sleep=pause)
+    gw.replicas.set_engine_load("m1", None)
+    async with alice.post("/v1/jobs", json={"model": MESHES, "inputs": {}}) as response:
+        job_id = (await response.json())["id"]
+    await eventually(lambda: len(pauses) >= 3, message="the job waits for the replica's load")
+    assert meshes.prompts == {} and (await _job_state(alice, job_id))["state"] == "queued"
+    gw.replicas.set_engine_load("m1", 0)
+    await eventually(lambda: meshes.prompts)
+    meshes.set(next(iter(meshes.prompts)), "done")
+    done = await eventually(lambda: _in_state(alice, job_id, "done"))
+    assert done["files"][0]["filename"] == "mesh_00001_.glb"

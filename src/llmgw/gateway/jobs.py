@@ -245,14 +245,21 @@ class JobRunner:
         job.state, job.error, job.status = JobState.FAILED, why, status
 
     async def _replica(self, model: str) -> ReplicaEndpoint:
+        """A ready replica the router would send to, waiting up to ``request_wait_s`` for one: asked
+        for on demand when there is none, or until its engine's load can be read again."""
         gateway = self._gateway
-        endpoint = gateway.replicas.pick(model)
-        if endpoint is None:
-            gateway.want_replica(model)
-            if await gateway.replicas.wait_ready(model, gateway.settings.request_wait_s):
-                endpoint = gateway.replicas.pick(model)
-        if endpoint is None:
-            raise gateway.not_ready_error(model)
+        table = gateway.replicas
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + gateway.settings.request_wait_s
+        while (endpoint := table.pick(model)) is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise gateway.not_ready_error(model)
+            if table.ready(model):  # there, but its load unread: the router never sends blind
+                await self._sleep(min(gateway.settings.job_poll_s, remaining))
+            else:
+                gateway.want_replica(model)
+                await table.wait_ready(model, remaining)
         return endpoint
 
     async def _follow(self, job: Job, endpoint: ReplicaEndpoint) -> None:
