@@ -94,6 +94,18 @@ class GatewaySettingsFile(Section):
     """Gateway worker processes sharing the HTTP port (``SO_REUSEPORT``), each serving /v1 from its own
     copy of the gateway's state; 0: one fewer than the machine's cores, at most 8 (on two cores: this
     process alone); 1: this process alone serves."""
+    job_poll_s: float = Field(default=0.5, gt=0)
+    """How often a ComfyUI job's progress is read from its gate (docs/comfyui-api.md)."""
+    job_timeout_s: float = Field(default=3600.0, gt=0)
+    """Longest a job or a picture may take; past it, it fails and is cancelled on its gate."""
+    jobs_kept: int = Field(default=1000, gt=0)
+    """Jobs held in memory at most."""
+    job_kept_s: float = Field(default=3600.0, gt=0)
+    """How long an ended job can still be read."""
+    files_kept_s: float = Field(default=3600.0, gt=0)
+    """How long a made file (a picture's url, a job's files) can be read at /v1/files/{id}."""
+    files_max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
+    """Bytes of made files kept in memory at most; the oldest go first."""
 
 
 class ServerConfig(ConfigFile):

@@ -222,6 +222,12 @@ async def wire(
             request_wait_s=config.gateway.request_wait_s,
             upstream_timeout_s=config.gateway.upstream_timeout_s,
             access_log=config.gateway.access_log,
+            job_poll_s=config.gateway.job_poll_s,
+            job_timeout_s=config.gateway.job_timeout_s,
+            jobs_kept=config.gateway.jobs_kept,
+            job_kept_s=config.gateway.job_kept_s,
+            files_kept_s=config.gateway.files_kept_s,
+            files_max_bytes=config.gateway.files_max_bytes,
         ),
         replicas=ReplicaTable(Router(config.routing)),
         # done here while leading; sent to the leader over the state stream otherwise

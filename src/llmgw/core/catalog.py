@@ -45,6 +45,8 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 COMFYUI_ENGINE = COMFYUI.name
 """The engine a model with a ``comfyui:`` section runs."""
+COMFYUI_SECTION = COMFYUI.name
+"""A model definition's ``comfyui:`` section, named after the engine it configures."""
 PEFT_CONFIG = "adapter_config.json"
 """The file that makes a folder a PEFT adapter (vLLM reads it beside the weights)."""
 

@@ -21,11 +21,6 @@ from typing import Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmgw.core.engines import COMFYUI
-
-SECTION: str = COMFYUI.name
-"""A model definition's ``comfyui:`` section is named after the engine it configures."""
-
 COMMIT_PATTERN = re.compile(r"[0-9a-f]{40}")
 REPOSITORY_PATTERN = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~-]+)+/?")
 ENVIRONMENT_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")

@@ -89,6 +89,14 @@ class Task(StrEnum):
     """``/v1/embeddings``: the engine started as an embedding model (pooled hidden states)."""
     RERANK = "rerank"
     """``/v1/rerank`` (and ``/rerank``): the engine started as a reranker (a cross-encoder's score)."""
+    IMAGES = "images"
+    """A ComfyUI workflow making pictures: ``/v1/images/generations``, and ``/v1/jobs`` as any workflow."""
+    JOBS = "jobs"
+    """A ComfyUI workflow making anything (a mesh, say): ``/v1/jobs`` only."""
+
+    def covers(self, wanted: Task) -> bool:
+        """Whether a replica serving this answers a route wanting ``wanted`` (pictures are jobs too)."""
+        return self is wanted or (self is Task.IMAGES and wanted is Task.JOBS)
 
     @property
     def routes(self) -> str:
@@ -97,6 +105,8 @@ class Task(StrEnum):
             Task.CHAT: "/v1/chat/completions, /v1/completions and /v1/responses",
             Task.EMBEDDINGS: "/v1/embeddings",
             Task.RERANK: "/v1/rerank",
+            Task.IMAGES: "/v1/images/generations and /v1/jobs",
+            Task.JOBS: "/v1/jobs",
         }[self]
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from llmgw.core.catalog import ModelDefinition, Replicas, SourceFile
-from llmgw.core.comfyui import SECTION, ComfyUISection, CustomNode
+from llmgw.core.catalog import COMFYUI_SECTION, ModelDefinition, Replicas, SourceFile
+from llmgw.core.comfyui import ComfyUISection, CustomNode
 
 ENTRY_PREFIX = "comfyui-env-"
 
@@ -137,6 +137,6 @@ def environment_entry(environment: str, group: list[ModelDefinition]) -> ModelDe
                 min=max(m.replicas.min for m in group), max=max(m.replicas.max for m in group)
             ),
             "adapters": (),
-            SECTION: comfyui,
+            COMFYUI_SECTION: comfyui,
         }
     )

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmgw.core.catalog import COMFYUI_ENGINE
-from llmgw.core.comfyui import SECTION
+from llmgw.core.catalog import COMFYUI_ENGINE, COMFYUI_SECTION
 from llmgw.core.engines import LLAMA_CPP, WeightsFormat, find_engine
 from llmgw.errors import NotFound
 
@@ -79,7 +78,7 @@ class Preset:
         """The definition to add, its weights being the mirrored file ``sha256``."""
         template = dict(self.template)
         source: dict[str, Any] = {"sha256": sha256, "filename": self.filename, "size": size}
-        if SECTION in template:
+        if COMFYUI_SECTION in template:
             caps = find_engine(COMFYUI_ENGINE)
             source["format"] = caps.weights_format.value if caps else WeightsFormat.SAFETENSORS.value
         return {
@@ -117,7 +116,7 @@ PRESETS: dict[str, Preset] = {
                 "profile": {"engine": COMFYUI_ENGINE, "parallel": 1},
                 "replicas": {"min": 0, "max": 1},
                 "on_demand": True,
-                SECTION: {
+                COMFYUI_SECTION: {
                     "workflow": "flux-schnell",
                     "inputs": {
                         "prompt": {"node": "6", "input": "text"},
@@ -145,7 +144,7 @@ PRESETS: dict[str, Preset] = {
                 "profile": {"engine": COMFYUI_ENGINE, "parallel": 1},
                 "replicas": {"min": 0, "max": 1},
                 "on_demand": True,
-                SECTION: {
+                COMFYUI_SECTION: {
                     "workflow": "triposr",
                     "inputs": {
                         "image": {"node": "1", "input": "image"},

@@ -37,7 +37,10 @@ from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.bodies import asking_for_usage, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.feeding import GatewayFeed
+from llmgw.gateway.files import FileStore
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
+from llmgw.gateway.gate import GateClient
+from llmgw.gateway.jobs import JobBook, JobRunner
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
@@ -50,6 +53,7 @@ from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream
 from llmgw.gateway.usage import UsageRecord
+from llmgw.gateway.workflow_routes import serve_workflows, workflow_route
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import TRACING_OFF, Tracing
 
@@ -167,6 +171,12 @@ class Gateway:
         """The one way the control plane changes what the gateway knows."""
         self.loads = LoadReader(self.replicas)
         """Reads the ready replicas' load from their engines: the process runs :meth:`LoadReader.run`."""
+        self.gate = GateClient(self.settings)
+        """Calls to ComfyUI replicas' gates (pictures and jobs)."""
+        self.files = FileStore(self.settings.files_kept_s, self.settings.files_max_bytes)
+        """Files workflows made, readable by the key that asked (``/v1/files/{id}``)."""
+        self.jobs = JobRunner(self, JobBook(self.settings.jobs_kept, self.settings.job_kept_s))
+        """Workflow runs followed on their replica's gate (``/v1/jobs``, pictures)."""
 
     @property
     def stopped(self) -> bool:
@@ -179,6 +189,8 @@ class Gateway:
 
     async def close(self) -> None:
         """Close the upstream connections (call on shutdown, in the serving loop)."""
+        self.jobs.close()
+        await self.gate.close()
         await self.upstream.close()
 
     # -- hooks, each shielded from the request ---------------------------------------------------
@@ -323,12 +335,15 @@ class Gateway:
                 )
             key = self._authenticate(authorization)
             await self._models(send, exchange, path, key)
+        elif workflow_route(path):
+            await serve_workflows(self, scope, receive, send, exchange, path, authorization, length)
         else:
             raise ApiError(
                 404,
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
-                "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank) "
-                "and GET /v1/models.",
+                "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank), "
+                "/v1/images/generations and /v1/jobs, GET /v1/models, /v1/jobs/{id} and /v1/files/{id}, "
+                "and DELETE /v1/jobs/{id}.",
                 "unknown_url",
             )
 
@@ -359,7 +374,7 @@ class Gateway:
             adapter = self.adapters.get(model)
             entry = self.catalog.get(adapter.model) if adapter is not None else None
         wanted = TASK_OF_ROUTE[path]
-        if entry is None or entry.serves is wanted:
+        if entry is None or entry.serves.covers(wanted):
             return
         raise ApiError(
             400,

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.engines import Task
 from llmgw.core.environments import served_by
 from llmgw.core.tenancy import CLUSTER, Owner, Place, visible
+from llmgw.gateway.workflows import Workflow, workflow_of
 
 LISTINGS_KEPT = 1024
 """Encoded ``/v1/models`` answers kept (one per place that asked) before the cache starts afresh."""
@@ -43,6 +44,8 @@ class ModelEntry:
     served_by: str = ""
     """A member of a ComfyUI environment: the hidden entry whose replicas serve it
     (``comfyui-env-<name>``, :mod:`llmgw.core.environments`); empty: its own replicas."""
+    workflow: Workflow | None = field(default=None, compare=False)
+    """A ComfyUI model's workflow (its ``comfyui:`` section); None for every other model."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -66,7 +69,8 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
     for model in models:
         on_demand = model.on_demand or model.replicas.min == 0
         owned = model.owned_by()
-        serves = model.profile.serves
+        workflow = workflow_of(model)
+        serves = workflow.serves if workflow is not None else model.profile.serves
         entries.append(
             ModelEntry(
                 model.name,
@@ -75,6 +79,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                 owned=owned,
                 serves=serves,
                 served_by=serving.get(model.name, ""),
+                workflow=workflow,
             )
         )
         for adapter in model.adapters:

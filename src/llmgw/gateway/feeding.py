@@ -148,6 +148,10 @@ class GatewayFeed:
         return self._replicas.model_load(model)
 
     def served_model(self, name: str) -> str:
-        """The catalog model a request for ``name`` keeps in use: an adapter's base model, else ``name``."""
+        """The catalog model a request for ``name`` keeps in use: an adapter's base model, an
+        environment member's entry, else ``name``."""
         adapter = self._adapters.get(name)
-        return adapter.model if adapter is not None else name
+        if adapter is not None:
+            return adapter.model
+        entry = self._catalog.get(name)
+        return entry.served_by if entry is not None and entry.served_by else name

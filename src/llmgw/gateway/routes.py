@@ -3,7 +3,8 @@
 Every ``/v1`` route is the gateway's, and so is ``/rerank`` (the path Jina and
 Cohere clients call, which vLLM and llama.cpp also serve). A forwarded route
 reaches only a model serving its task (``profile.serves``); any other model
-answers 400 naming what it serves.
+answers 400 naming what it serves. The ComfyUI routes (pictures, jobs, their
+files) are run by the gateway itself on a replica's gate.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ TASK_OF_ROUTE: dict[str, Task] = {
     "/v1/embeddings": Task.EMBEDDINGS,
     "/v1/rerank": Task.RERANK,
     "/rerank": Task.RERANK,
+    "/v1/images/generations": Task.IMAGES,
+    "/v1/jobs": Task.JOBS,
 }
 """Routes answered by a replica, and what the replica must serve."""
 
-FORWARDED = frozenset(TASK_OF_ROUTE)
+WORKFLOW_ROUTES = frozenset({"/v1/images/generations", "/v1/jobs"})
+"""Routes run as ComfyUI workflows on a replica's gate (gateway/workflow_routes.py), not forwarded."""
+
+FORWARDED = frozenset(TASK_OF_ROUTE) - WORKFLOW_ROUTES
 
 ENGINE_ROUTE = {"/rerank": "/v1/rerank"}
 """Where an engine is asked when it is not the route the client called."""

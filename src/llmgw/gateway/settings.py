@@ -26,3 +26,15 @@ class GatewaySettings(BaseModel):
     keep-alive (uvicorn-based engines close after 5 s) so a reused connection is never a stale one."""
     access_log: bool = False
     """Log one line per /v1 request (logger ``llmgw.access``): status, duration, tokens."""
+    job_poll_s: float = Field(default=0.5, gt=0)
+    """How often a job's progress is read from its replica's gate while it waits (docs/comfyui-api.md)."""
+    job_timeout_s: float = Field(default=3600.0, gt=0)
+    """Longest a job (or a picture) may take from its arrival; past it, it fails and is cancelled."""
+    jobs_kept: int = Field(default=1000, gt=0)
+    """Jobs held in memory at most; past it the oldest ended one goes (none ended: 429)."""
+    job_kept_s: float = Field(default=3600.0, gt=0)
+    """How long an ended job can still be read back."""
+    files_kept_s: float = Field(default=3600.0, gt=0)
+    """How long a made file (a picture's ``url``, a job's files) can be read at ``/v1/files/{id}``."""
+    files_max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
+    """Bytes of made files kept in memory at most; the oldest go first."""

@@ -1,0 +1,294 @@
+"""Jobs: one ComfyUI workflow run on a replica's gate, followed by the router while it waits.
+
+A job is taken (``POST /v1/jobs``, or one per picture of an images request),
+kept in :class:`JobBook` under its key and run by one task
+(:meth:`JobRunner.start`): a ready replica is picked (one is asked for on
+demand, bounded by ``request_wait_s``), the workflow is queued on its gate,
+and the gate's ``/progress`` is polled every ``job_poll_s`` and written into
+the job (queued and how many ahead; running, node, step of steps, percent)
+until it is done (its files fetched, an OBJ turned into a GLB, kept in the
+:class:`~llmgw.gateway.files.FileStore` for the same key) or failed (why).
+A job longer than ``job_timeout_s`` fails and is cancelled on the gate.
+
+Jobs live in this control plane's memory: at most ``jobs_kept``, each kept
+``job_kept_s`` after it ended. A job whose control plane goes (a failover)
+is gone with it: the new leader answers 404 for its id, and the workflow
+left on the gate finishes there unread. Only the key that made a job reads
+or cancels it; to any other key it does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from llmgw.gateway.files import StoredFile
+from llmgw.gateway.gate import GateError, OutputFile, Progress
+from llmgw.gateway.meshes import MeshError, glb_name, obj_to_glb
+from llmgw.gateway.replicas import ReplicaEndpoint
+from llmgw.gateway.responses import ApiError
+from llmgw.gateway.workflows import Workflow
+
+if TYPE_CHECKING:
+    from llmgw.gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ENDED = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+
+
+@dataclass(eq=False)
+class Job:
+    """One workflow run, as its key reads it back."""
+
+    job_id: str
+    key_id: str
+    model: str
+    graph: dict[str, Any]
+    workflow: Workflow
+    created_at: int
+    served_by: str = ""
+    """The model whose replicas run it: an environment's entry for a member; empty: ``model``'s own."""
+    state: JobState = JobState.QUEUED
+    ahead: int = 0
+    node: str | None = None
+    step: int = 0
+    steps: int = 0
+    percent: float = 0.0
+    error: str | None = None
+    status: int = 502
+    """The HTTP status its failure answers as (a picture's request; its usage record)."""
+    files: list[StoredFile] = field(default_factory=list)
+    replica_id: str = ""
+    prompt_id: str | None = None
+    ended_at: float | None = None
+    """When it ended (the book's clock); None while it runs."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def follow(self, progress: Progress) -> None:
+        """Write the gate's word into the job."""
+        self.ahead = progress.ahead
+        self.node = progress.node
+        self.step, self.steps = progress.step, progress.steps
+        self.percent = (
+            max(self.percent, progress.percent) if progress.state == "running" else progress.percent
+        )
+        if progress.state in ("queued", "running"):
+            self.state = JobState(progress.state)
+
+    def as_json(self, files_url: str) -> dict[str, Any]:
+        """The job as ``GET /v1/jobs/{id}`` answers it (``files_url``: where ``/v1/files`` is)."""
+        return {
+            "id": self.job_id,
+            "object": "job",
+            "model": self.model,
+            "created_at": self.created_at,
+            "state": self.state.value,
+            "ahead": self.ahead if self.state is JobState.QUEUED else 0,
+            "node": self.node if self.state is JobState.RUNNING else None,
+            "step": self.step,
+            "steps": self.steps,
+            "percent": 100.0 if self.state is JobState.DONE else round(self.percent, 1),
+            "error": self.error,
+            "files": [
+                {
+                    "id": f.file_id,
+                    "filename": f.filename,
+                    "content_type": f.content_type,
+                    "bytes": len(f.data),
+                    "url": f"{files_url}/{f.file_id}",
+                }
+                for f in self.files
+            ],
+        }
+
+
+class JobBook:
+    """The jobs this gateway holds, by id, bounded in number and in time after they end."""
+
+    def __init__(self, max_jobs: int, kept_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_jobs = max_jobs
+        self.kept_s = kept_s
+        self.clock = clock
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+
+    def add(self, job: Job) -> None:
+        """Hold ``job``; 429 when ``max_jobs`` are held and none has ended."""
+        self._expire()
+        if len(self._jobs) >= self.max_jobs:
+            oldest_ended = next((j for j in self._jobs.values() if j.state in ENDED), None)
+            if oldest_ended is None:
+                raise ApiError(
+                    429,
+                    f"The gateway holds {self.max_jobs} unfinished jobs; wait for some to end and retry.",
+                    "too_many_jobs",
+                    retry_after=5,
+                )
+            del self._jobs[oldest_ended.job_id]
+        self._jobs[job.job_id] = job
+
+    def get(self, job_id: str, key_id: str) -> Job | None:
+        """The job when ``key_id`` made it; None for another key's, as for an id never given."""
+        self._expire()
+        job = self._jobs.get(job_id)
+        return job if job is not None and job.key_id == key_id else None
+
+    def unfinished(self) -> list[Job]:
+        return [job for job in self._jobs.values() if job.state not in ENDED]
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def _expire(self) -> None:
+        now = self.clock()
+        gone = [
+            j.job_id
+            for j in self._jobs.values()
+            if j.ended_at is not None and now - j.ended_at >= self.kept_s
+        ]
+        for job_id in gone:
+            del self._jobs[job_id]
+
+
+def new_job(key_id: str, model: str, graph: dict[str, Any], workflow: Workflow, served_by: str = "") -> Job:
+    """A job of ``key_id`` for ``model``, run on ``served_by``'s replicas (empty: the model's own)."""
+    job_id = "job-" + secrets.token_urlsafe(18)
+    return Job(job_id, key_id, model, graph, workflow, int(time.time()), served_by)
+
+
+OnEnded = Callable[[Job], None]
+
+
+class JobRunner:
+    """Runs each job as a task of its own: replica, queue, progress, files."""
+
+    def __init__(
+        self, gateway: Gateway, book: JobBook, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    ) -> None:
+        self._gateway = gateway
+        self.book = book
+        self._sleep = sleep
+
+    def start(self, job: Job, on_ended: OnEnded | None = None) -> Job:
+        """Hold ``job`` and run it in a task of its own; ``on_ended`` is called when it ends."""
+        self.book.add(job)
+        job.task = asyncio.get_running_loop().create_task(self._run(job, on_ended), name=job.job_id)
+        return job
+
+    async def cancel(self, job: Job) -> None:
+        """Cancel an unfinished job (off the gate's queue, or interrupted) and wait for it to end."""
+        if job.state in ENDED or job.task is None:
+            return
+        job.task.cancel()
+        await asyncio.wait({job.task}, timeout=self._gateway.settings.connect_timeout_s * 2)
+
+    def close(self) -> None:
+        """Stop following every unfinished job (the process ends)."""
+        for job in self.book.unfinished():
+            if job.task is not None:
+                job.task.cancel()
+
+    async def _run(self, job: Job, on_ended: OnEnded | None) -> None:
+        endpoint: ReplicaEndpoint | None = None
+        try:
+            async with asyncio.timeout(self._gateway.settings.job_timeout_s):
+                endpoint = await self._replica(job.served_by or job.model)
+                job.replica_id = endpoint.replica_id
+                with self._gateway.replicas.acquire(endpoint):
+                    await self._follow(job, endpoint)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            running = job.state is JobState.RUNNING
+            job.state, job.error = JobState.CANCELLED, "cancelled by its key (DELETE /v1/jobs/{id})"
+            await self._cancel_on_gate(job, endpoint, running)
+        except TimeoutError:
+            running = job.state is JobState.RUNNING
+            limit = self._gateway.settings.job_timeout_s
+            self._fail(job, f"the workflow did not finish within {limit:g} s (gateway.job_timeout_s)", 504)
+            await self._cancel_on_gate(job, endpoint, running)
+        except ApiError as error:
+            self._fail(job, error.message, error.status)
+        except (GateError, MeshError) as error:
+            self._fail(job, f"{error}; submit the job again")
+        except Exception as error:
+            log.exception("job %s failed", job.job_id)
+            self._fail(
+                job, f"the gateway failed while following the job ({type(error).__name__}); retry", 500
+            )
+        finally:
+            job.ended_at = self.book.clock()
+            job.ended.set()
+            if on_ended is not None:
+                on_ended(job)
+
+    @staticmethod
+    def _fail(job: Job, why: str, status: int = 502) -> None:
+        job.state, job.error, job.status = JobState.FAILED, why, status
+
+    async def _replica(self, model: str) -> ReplicaEndpoint:
+        """A ready replica the router would send to, waiting up to ``request_wait_s`` for one: asked
+        for on demand when there is none, or until its engine's load can be read again."""
+        gateway = self._gateway
+        table = gateway.replicas
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + gateway.settings.request_wait_s
+        while (endpoint := table.pick(model)) is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise gateway.not_ready_error(model)
+            if table.ready(model):  # there, but its load unread: the router never sends blind
+                await self._sleep(min(gateway.settings.job_poll_s, remaining))
+            else:
+                gateway.want_replica(model)
+                await table.wait_ready(model, remaining)
+        return endpoint
+
+    async def _follow(self, job: Job, endpoint: ReplicaEndpoint) -> None:
+        gate = self._gateway.gate
+        job.prompt_id = await gate.queue(endpoint, job.graph)
+        while True:
+            progress = await gate.progress(endpoint, job.prompt_id)
+            job.follow(progress)
+            if progress.state == "failed":
+                self._fail(job, f"the workflow failed on its replica: {progress.error or 'no reason given'}")
+                return
+            if progress.state == "done":
+                job.files = [await self._fetch(job, endpoint, output) for output in progress.outputs]
+                job.state = JobState.DONE
+                return
+            await self._sleep(self._gateway.settings.job_poll_s)
+
+    async def _fetch(self, job: Job, endpoint: ReplicaEndpoint, output: OutputFile) -> StoredFile:
+        data = await self._gateway.gate.view(endpoint, output)
+        name = output.filename
+        if name.lower().endswith(".obj"):
+            data = await asyncio.to_thread(obj_to_glb, data, job.workflow.licence, job.model)
+            name = glb_name(name)
+        return self._gateway.files.put(job.key_id, name, data)
+
+    async def _cancel_on_gate(self, job: Job, endpoint: ReplicaEndpoint | None, running: bool) -> None:
+        if endpoint is None or job.prompt_id is None:
+            return
+        try:
+            await self._gateway.gate.cancel(endpoint, job.prompt_id, running)
+        except GateError as error:
+            log.warning("job %s: cancelling on its replica failed: %s", job.job_id, error)
