@@ -375,6 +375,7 @@ class Supervisor:
             key_file=key_file,
             serves=spec.serves,
             pooling=spec.pooling,
+            comfyui_nodes=spec.comfyui_nodes,
             entry=prepared.entry,
             rendezvous=spec.rendezvous,
         )

@@ -48,6 +48,7 @@ def shard_spec(
         serves=profile.serves.value,
         pooling=profile.pooling or "",
         rendezvous=rendezvous,
+        comfyui_nodes=tuple(node.model_dump_json() for node in model.comfyui.nodes) if model.comfyui else (),
     )
 
 

@@ -157,6 +157,8 @@ class ShardSpec:
     """What the engine is started for: ``chat``, ``embeddings`` or ``rerank`` (``core.engines.Task``)."""
     pooling: str = ""
     """llama.cpp's pooling for an embedding model; empty: the model's own."""
+    comfyui_nodes: tuple[str, ...] = ()
+    """ComfyUI: the replica's custom nodes, each ``{"repository", "commit", "packages"}`` as JSON."""
     rendezvous: Rendezvous | None = None
     """A shard of a multi-node replica: its rank, the node count and the head's address."""
 

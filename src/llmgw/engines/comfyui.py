@@ -72,6 +72,7 @@ class ComfyuiEngine:
             "--comfyui-main", str(launch.entry),
             "--model", launch.model,
             *weights_arguments(launch.weights),
+            *(argument for node in launch.comfyui_nodes for argument in ("--custom-node", node)),
             "--",
             *launch.args,
         ]  # fmt: skip

@@ -159,6 +159,10 @@ def link_hf_repo(hub: Path, repo: str, folder: Path) -> Path:
     return snapshot
 
 
-def child_environment(base: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """ComfyUI's environment: the gate's, with the Hugging Face cache its own and offline."""
-    return {**environ, "HF_HOME": str(base / HF_DIR), "HF_HUB_OFFLINE": "1"}
+def child_environment(base: Path, environ: Mapping[str, str], overlay: Path | None = None) -> dict[str, str]:
+    """ComfyUI's environment: the gate's, with the Hugging Face cache its own and offline, and the
+    custom nodes' packages (``overlay``) importable before ComfyUI's own environment."""
+    env = {**environ, "HF_HOME": str(base / HF_DIR), "HF_HUB_OFFLINE": "1"}
+    if overlay is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(overlay), environ.get("PYTHONPATH", "")) if p)
+    return env

@@ -34,7 +34,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from llmgw.core.comfyui import CustomNode
 from llmgw.engines.comfyui_files import child_environment, parse_pairs, prepare_base, weight_links
+from llmgw.engines.comfyui_nodes import install_nodes
 from llmgw.engines.comfyui_progress import Progress
 from llmgw.engines.comfyui_routes import Upstream, build_app
 from llmgw.errors import ConfigError, LlmgwError
@@ -104,11 +106,29 @@ async def stop_child(child: asyncio.subprocess.Process, grace_s: float) -> int:
     return await child.wait()
 
 
+async def custom_nodes(given: list[str], base: Path, comfyui_python: Path) -> Path | None:
+    """The replica's custom nodes cloned into ``base/custom_nodes`` at their commits, their packages
+    in ``base/overlay`` (ComfyUI's own environment never changes); the overlay, or None without one."""
+    if not given:
+        return None
+    try:
+        nodes = [CustomNode.model_validate_json(text) for text in given]
+    except ValueError as error:
+        raise LlmgwError(
+            f"a --custom-node is not a custom node: {error}",
+            'give {"repository": "https://...", "commit": "<40 hex>", "packages": [...]}',
+        ) from None
+    log.info("installing %d custom nodes into %s", len(nodes), base / "custom_nodes")
+    installed = await install_nodes(nodes, base, comfyui_python)
+    return installed.overlay if installed.installed else None
+
+
 async def run(options: argparse.Namespace, key: str, extra: list[str]) -> int:
     base = Path(options.base_dir)
     links = weight_links(parse_pairs(options.weights, "--weights"))
     repos = dict((name, path) for name, path in parse_pairs(options.hf_repo, "--hf-repo"))
     await asyncio.to_thread(prepare_base, base, links, repos)
+    overlay = await custom_nodes(options.custom_node, base, Path(options.comfyui_python))
     port = free_port()
     upstream = Upstream(url=f"http://127.0.0.1:{port}", client_id=f"llmgw-gate-{uuid.uuid4().hex}")
     progress = Progress()
@@ -127,7 +147,7 @@ async def run(options: argparse.Namespace, key: str, extra: list[str]) -> int:
         try:
             child = await asyncio.create_subprocess_exec(
                 *comfyui_command(options.comfyui_python, options.comfyui_main, port, base, extra),
-                env=child_environment(base, os.environ),
+                env=child_environment(base, os.environ, overlay),
                 cwd=str(base),
                 preexec_fn=_die_with_parent,
             )
@@ -177,6 +197,13 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="REPO=PATH",
         help="a Hugging Face repository's folder",
+    )
+    add(
+        "--custom-node",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help='a custom node: {"repository": "https://...", "commit": "<40 hex>", "packages": [...]}',
     )
     add("--model", default="comfyui", help="the model's name on /v1/models")
     add("--stop-grace-s", type=float, default=5.0, help="seconds ComfyUI gets to end after SIGTERM")

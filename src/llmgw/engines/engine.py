@@ -78,6 +78,8 @@ class Launch:
     """What the engine is started for: ``chat``, ``embeddings`` or ``rerank`` (``core.engines.Task``)."""
     pooling: str = ""
     """llama.cpp: ``--pooling`` for an embedding model; empty: the model's own."""
+    comfyui_nodes: tuple[str, ...] = ()
+    """ComfyUI: the replica's custom nodes as JSON (``{"repository", "commit", "packages"}``)."""
     entry: Path | None = None
     """The script the engine's program runs (ComfyUI's ``main.py``); None for the others."""
     rendezvous: Rendezvous | None = None
