@@ -79,3 +79,22 @@ def test_the_overlay_goes_first_on_comfyuis_path(tmp_path: Path) -> None:
     env = child_environment(tmp_path, {"PYTHONPATH": "/elsewhere"}, tmp_path / "overlay")
     assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "overlay"), "/elsewhere"]
     assert "PYTHONPATH" not in child_environment(tmp_path, {})
+
+
+def test_a_models_hf_repository_is_its_fetched_folder_linked_as_that_repositorys_snapshot(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"w")
+    launch = Launch(
+        weights=folder, port=1, api_key="k", model="mesh", key_file=Path("/s/api-key"),
+        entry=Path("/opt/ComfyUI/main.py"), comfyui_hf_repository="stabilityai/TripoSR",
+    )  # fmt: skip
+    argv = comfyui.ENGINE.command_line(Path("python"), launch)
+    assert argv[argv.index("--hf-repo") + 1] == f"stabilityai/TripoSR={folder}"
+    one_file = Launch(
+        weights=folder / "model.safetensors", port=1, api_key="k", model="mesh", key_file=Path("/s/api-key"),
+        entry=Path("/opt/ComfyUI/main.py"), comfyui_hf_repository="stabilityai/TripoSR",
+    )  # fmt: skip
+    assert "--hf-repo" not in comfyui.ENGINE.command_line(Path("python"), one_file)

@@ -376,6 +376,7 @@ class Supervisor:
             serves=spec.serves,
             pooling=spec.pooling,
             comfyui_nodes=spec.comfyui_nodes,
+            comfyui_hf_repository=spec.comfyui_hf_repository,
             entry=prepared.entry,
             rendezvous=spec.rendezvous,
         )

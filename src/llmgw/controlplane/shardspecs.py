@@ -49,6 +49,7 @@ def shard_spec(
         pooling=profile.pooling or "",
         rendezvous=rendezvous,
         comfyui_nodes=tuple(node.model_dump_json() for node in model.comfyui.nodes) if model.comfyui else (),
+        comfyui_hf_repository=model.comfyui.hf_repository if model.comfyui else "",
     )
 
 

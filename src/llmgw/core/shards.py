@@ -159,6 +159,8 @@ class ShardSpec:
     """llama.cpp's pooling for an embedding model; empty: the model's own."""
     comfyui_nodes: tuple[str, ...] = ()
     """ComfyUI: the replica's custom nodes, each ``{"repository", "commit", "packages"}`` as JSON."""
+    comfyui_hf_repository: str = ""
+    """ComfyUI: the Hugging Face repository (``ORG/NAME``) the model's fetched files are a snapshot of."""
     rendezvous: Rendezvous | None = None
     """A shard of a multi-node replica: its rank, the node count and the head's address."""
 

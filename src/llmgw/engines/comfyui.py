@@ -43,6 +43,14 @@ def weights_arguments(weights: Path) -> list[str]:
     return found
 
 
+def hf_repository_arguments(launch: Launch) -> list[str]:
+    """``--hf-repo ORG/NAME=FOLDER``: the model's fetched folder as its repository's cached snapshot,
+    so a node loading it by name finds it offline (none for one weights file)."""
+    if not launch.comfyui_hf_repository or not launch.weights.is_dir():
+        return []
+    return ["--hf-repo", f"{launch.comfyui_hf_repository}={launch.weights}"]
+
+
 class ComfyuiEngine:
     capabilities = CAPABILITIES
     name = NAME
@@ -73,6 +81,7 @@ class ComfyuiEngine:
             "--model", launch.model,
             *weights_arguments(launch.weights),
             *(argument for node in launch.comfyui_nodes for argument in ("--custom-node", node)),
+            *hf_repository_arguments(launch),
             "--",
             *launch.args,
         ]  # fmt: skip

@@ -80,6 +80,8 @@ class Launch:
     """llama.cpp: ``--pooling`` for an embedding model; empty: the model's own."""
     comfyui_nodes: tuple[str, ...] = ()
     """ComfyUI: the replica's custom nodes as JSON (``{"repository", "commit", "packages"}``)."""
+    comfyui_hf_repository: str = ""
+    """ComfyUI: the Hugging Face repository (``ORG/NAME``) the fetched weights folder is a snapshot of."""
     entry: Path | None = None
     """The script the engine's program runs (ComfyUI's ``main.py``); None for the others."""
     rendezvous: Rendezvous | None = None

@@ -765,6 +765,7 @@ class StartShard(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     RENDEZVOUS_FIELD_NUMBER: _builtins.int
     COMFYUI_NODES_FIELD_NUMBER: _builtins.int
+    COMFYUI_HF_REPOSITORY_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     model: _builtins.str
     engine: _builtins.str
@@ -805,6 +806,8 @@ class StartShard(_message.Message):
     """
     nodes: _builtins.int
     rendezvous: _builtins.str
+    comfyui_hf_repository: _builtins.str
+    """ComfyUI: the Hugging Face repository the model's files are (ORG/NAME)"""
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -860,10 +863,11 @@ class StartShard(_message.Message):
         nodes: _builtins.int = ...,
         rendezvous: _builtins.str = ...,
         comfyui_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        comfyui_hf_repository: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapters", b"adapters", "api_key", b"api_key", "args", b"args", "comfyui_nodes", b"comfyui_nodes", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "max_lora_rank", b"max_lora_rank", "model", b"model", "nodes", b"nodes", "parallel", b"parallel", "pooling", b"pooling", "pp", b"pp", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "rank", b"rank", "rendezvous", b"rendezvous", "replica_id", b"replica_id", "serves", b"serves", "tp", b"tp", "traceparent", b"traceparent", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapters", b"adapters", "api_key", b"api_key", "args", b"args", "comfyui_hf_repository", b"comfyui_hf_repository", "comfyui_nodes", b"comfyui_nodes", "ctx_size", b"ctx_size", "devices", b"devices", "engine", b"engine", "env", b"env", "files", b"files", "kv_events", b"kv_events", "max_loaded_adapters", b"max_loaded_adapters", "max_lora_rank", b"max_lora_rank", "model", b"model", "nodes", b"nodes", "parallel", b"parallel", "pooling", b"pooling", "pp", b"pp", "projector_filename", b"projector_filename", "projector_sha256", b"projector_sha256", "projector_size", b"projector_size", "rank", b"rank", "rendezvous", b"rendezvous", "replica_id", b"replica_id", "serves", b"serves", "tp", b"tp", "traceparent", b"traceparent", "weights_filename", b"weights_filename", "weights_format", b"weights_format", "weights_sha256", b"weights_sha256", "weights_size", b"weights_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

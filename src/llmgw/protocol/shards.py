@@ -95,6 +95,7 @@ def encode_shard_spec(spec: ShardSpec) -> pb.StartShard:
         serves="" if spec.serves == "chat" else spec.serves,  # empty on the wire: chat, as before
         pooling=spec.pooling,
         comfyui_nodes=list(spec.comfyui_nodes),
+        comfyui_hf_repository=spec.comfyui_hf_repository,
         pp=spec.pp,
         rank=spec.rendezvous.rank if spec.rendezvous else 0,
         nodes=spec.rendezvous.nodes if spec.rendezvous else 0,
@@ -130,6 +131,7 @@ def decode_shard_spec(message: pb.StartShard) -> ShardSpec:
         serves=message.serves or "chat",
         pooling=message.pooling,
         comfyui_nodes=tuple(message.comfyui_nodes),
+        comfyui_hf_repository=message.comfyui_hf_repository,
         pp=message.pp,
         rendezvous=Rendezvous(message.rank, message.nodes, message.rendezvous) if message.nodes else None,
     )
