@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.agent.config import AgentConfig, ComfyuiSettings, EngineSettings
+from llmgw.agent.config import AgentConfig, ComfyuiRecipeSettings, ComfyuiSettings, EngineSettings
 from llmgw.agent.installing import BlobFetcher, Installer
 from llmgw.core.devices import NodeInventory
 from llmgw.core.shards import ShardSpec
+from llmgw.engines.comfyui_builds import TORCH_BUILDS, recipe
+from llmgw.engines.comfyui_install import comfyui_dir
 from llmgw.errors import LlmgwError
 
 WEIGHTS = b"checkpoint" * 10
@@ -55,3 +57,26 @@ async def test_a_comfyui_shard_starts_from_the_operators_python_and_main(tmp_pat
     prepared = await installer(tmp_path, str(tmp_path / "python"), str(tmp_path / "main.py")).prepare(spec)
     assert prepared.program == tmp_path / "python" and prepared.entry == tmp_path / "main.py"
     assert (prepared.weights / "flux1-schnell.safetensors").read_bytes() == WEIGHTS
+
+
+async def test_a_node_given_a_recipe_starts_from_the_build_it_installed_and_keeps(tmp_path: Path) -> None:
+    wanted = ComfyuiRecipeSettings(version="0.3.60", sha256="c" * 64, released="2025-09-23")
+    config = AgentConfig(
+        node_id="n1",
+        control_planes=["127.0.0.1:1"],
+        work_dir=str(tmp_path / "work"),
+        cache_dir=str(tmp_path / "cache"),
+        engines=EngineSettings(comfyui=ComfyuiSettings(recipe=wanted)),
+    )
+    kept = comfyui_dir(config.cache_path, recipe("0.3.60", "c" * 64, "2025-09-23"), TORCH_BUILDS[1])
+    (kept / "venv/bin").mkdir(parents=True)
+    (kept / "ComfyUI").mkdir()
+    python, main = kept / "venv/bin/python", kept / "ComfyUI/main.py"
+    python.write_text("")
+    main.write_text("")
+    (kept / "build.json").write_text(
+        f'{{"python": "{python}", "main": "{main}", "torch": "{TORCH_BUILDS[1].variant}"}}'
+    )
+    inventory = NodeInventory(node_id="n1", address="127.0.0.1", cpu_cores=2, memory_mb=4096)
+    found = await Installer(config, lambda: inventory, fetcher).comfyui()
+    assert found == (python, main)  # the installed build is kept: nothing is downloaded

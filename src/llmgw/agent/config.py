@@ -63,11 +63,26 @@ class TrtllmSettings(Section):
     TensorRT-LLM is brought by the operator, never installed by llmgw."""
 
 
+class ComfyuiRecipeSettings(Section):
+    """A ComfyUI release the node installs itself (docs/comfyui-models.md, "Install")."""
+
+    version: str
+    sha256: str
+    """The release's source archive's sha256 (required: an archive is installed only against it)."""
+    released: str
+    """The release's date (``YYYY-MM-DD``): its requirements resolve as PyPI stood the day after."""
+    url: str = ""
+    """The source archive's address; empty: the release's own archive of tag ``v<version>``."""
+
+
 class ComfyuiSettings(Section):
     python: str = ""
     """The Python of ComfyUI's environment (relative paths are under the config's directory)."""
     main: str = ""
-    """ComfyUI's ``main.py``, which that Python runs. Both empty: ComfyUI is not available here."""
+    """ComfyUI's ``main.py``, which that Python runs. Both empty: the node installs ``recipe``."""
+    recipe: ComfyuiRecipeSettings | None = None
+    """The ComfyUI release the node installs (with torch for its driver and cards) when ``python`` and
+    ``main`` name none; neither: ComfyUI is not available here."""
 
 
 class EngineSettings(Section):

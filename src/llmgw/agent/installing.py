@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from llmgw.agent import metrics, weightfiles
-from llmgw.agent.config import AgentConfig
+from llmgw.agent.config import AgentConfig, ComfyuiRecipeSettings
 from llmgw.agent.fetchprogress import FetchMeters, shard_files
 from llmgw.agent.mirrorbuilds import MirrorBuildSource
 from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
 from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
-from llmgw.engines import builds, comfyui, pythonbuilds, trtllm
+from llmgw.engines import builds, comfyui, comfyui_builds, comfyui_install, pythonbuilds, trtllm
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
 from llmgw.mirror.fetching import BlobWriter, read_ahead
@@ -199,13 +199,17 @@ class Installer:
         return None
 
     async def comfyui(self) -> tuple[Path, Path]:
-        """The operator's ComfyUI: its Python and its main.py (``engines.comfyui`` in agent.yaml)."""
+        """ComfyUI's Python and main.py: the operator's (``engines.comfyui.python`` and ``.main``), or
+        the build of ``engines.comfyui.recipe`` this node installs (torch for its driver and cards)."""
         settings = self._config.engines.comfyui
+        if not settings.python and not settings.main and settings.recipe is not None:
+            return await self._comfyui_build(settings.recipe)
         if not settings.python or not settings.main:
             raise LlmgwError(
                 "engine comfyui is not available on this node: engines.comfyui.python and .main are not set",
                 "install ComfyUI and set engines.comfyui.python (its environment's Python) and "
-                "engines.comfyui.main (its main.py) in agent.yaml",
+                "engines.comfyui.main (its main.py) in agent.yaml, or name a release for the node to "
+                "install in engines.comfyui.recipe",
             )
         python, main = self._config.path(settings.python), self._config.path(settings.main)
         for path, setting in ((python, "python"), (main, "main")):
@@ -215,6 +219,18 @@ class Installer:
                     "point it at ComfyUI's installation on this node",
                 )
         return python, main
+
+    async def _comfyui_build(self, wanted: ComfyuiRecipeSettings) -> tuple[Path, Path]:
+        """The recipe's ComfyUI, installed once (kept: an installed build keeps its torch)."""
+        chosen = comfyui_builds.recipe(wanted.version, wanted.sha256, wanted.released, wanted.url)
+        async with self._python_locks.setdefault(comfyui.NAME, asyncio.Lock()):
+            inventory = self._inventory()
+            capabilities = [pythonbuilds.compute_capability(gpu.name) for gpu in inventory.gpus]
+            torch = comfyui_builds.torch_builds(inventory.driver_version or None, capabilities)
+            found = await comfyui_install.comfyui_for_node(
+                chosen, self._config.cache_path, torch, progress=_log_progress
+            )
+            return found.python, found.main
 
     async def weights(self, spec: ShardSpec) -> Path:
         """The GGUF file, or the folder of a safetensors repository with every file of it inside."""
