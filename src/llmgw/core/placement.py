@@ -101,9 +101,13 @@ def place(
     candidates: list[tuple[tuple[int, bool, int], str, tuple[int, ...]]] = []
     share = -(-memory_mb // gpus)
     needs_cards = gpus > 1 or bool(gpu_class)
+    on_node: dict[str, list[Placed]] = {}
+    for p in placed:  # each node's replicas, once: a pass over every node stays linear at a thousand
+        on_node.setdefault(p.node_id, []).append(p)
     for node in nodes:
-        spread = sum(1 for p in placed if p.node_id == node.node_id and p.model == model)
-        gpu_free = free_gpu_memory(node, placed)
+        here = on_node.get(node.node_id, [])
+        spread = sum(1 for p in here if p.model == model)
+        gpu_free = free_gpu_memory(node, here)
         left_out = [f"card {device_label(g.index)}: {g.unavailable}" for g in node.gpus if g.unavailable]
         for gpu in node.gpus:
             reason = mig_refusal(gpu.device_class, spread_over)
@@ -128,7 +132,7 @@ def place(
                 + "".join(f"; {reason}" for reason in left_out)
             )
             continue
-        host_free = free_memory(node, placed)
+        host_free = free_memory(node, here)
         if host_free >= memory_mb:
             candidates.append(((-spread, False, host_free), node.node_id, ()))
             continue
