@@ -118,7 +118,10 @@ async def in_process(
         started = time.monotonic()
         fleet.start()
         try:
-            await until(lambda: len(control.fleet.nodes) == nodes, 120, f"{nodes} nodes registered")
+            def registered() -> bool:
+                return len(control.fleet.nodes) == nodes and fleet.registered() == nodes
+
+            await until(registered, 120, f"{nodes} nodes registered")
             register_s = time.monotonic() - started
             for definition in definitions:
                 await control.store.models.add(definition["name"], definition)
