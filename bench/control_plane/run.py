@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -118,6 +119,7 @@ async def in_process(
         started = time.monotonic()
         fleet.start()
         try:
+
             def registered() -> bool:
                 return len(control.fleet.nodes) == nodes and fleet.registered() == nodes
 
@@ -180,6 +182,7 @@ def route_times(table: ReplicaTable, decisions: int, seed: int = 7) -> dict[str,
         table.set_engine_load(replica, rng.randrange(8))
     for which, prompt in enumerate(prompts):  # first sight: the tree learns each prompt
         table.pick(WIDE, prompt=prompt, tokens=tokens[which])
+    gc.collect()  # the set-up's garbage, not the decisions', is collected here
     times = []
     for n in range(decisions):
         which = n % len(prompts)
@@ -208,7 +211,11 @@ def failover(nodes: int, definitions: list[dict[str, Any]], slices: int, lease_s
     from llmgw.testing.postgres import PostgresServer
 
     out: dict[str, float] = {}
-    with PostgresServer.start() as database, tempfile.TemporaryDirectory(prefix="llmgw-bench-cpf-") as home:
+    with PostgresServer.start() as database, tempfile.TemporaryDirectory(prefix="llmgw-bench-cpf-") as temp:
+        home = os.environ.get("LLMGW_BENCH_KEEP", "") or temp
+        if home != temp:
+            home = str(Path(home) / f"nodes-{nodes}")
+            Path(home).mkdir(parents=True, exist_ok=True)
         cluster = Cluster(Path(home), Path(home) / "cache", store_url=database.url, lease_s=lease_s)
         simulators: list[subprocess.Popen[bytes]] = []
         try:
