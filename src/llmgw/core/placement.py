@@ -108,13 +108,14 @@ def place(
         here = on_node.get(node.node_id, [])
         spread = sum(1 for p in here if p.model == model)
         gpu_free = free_gpu_memory(node, here)
-        left_out = [f"card {device_label(g.index)}: {g.unavailable}" for g in node.gpus if g.unavailable]
-        for gpu in node.gpus:
+        cards = node.gpus
+        left_out = [f"card {device_label(g.index)}: {g.unavailable}" for g in cards if g.unavailable]
+        for gpu in cards:
             reason = mig_refusal(gpu.device_class, spread_over)
             if reason and gpu.index in gpu_free:
                 del gpu_free[gpu.index]
                 left_out.append(f"device {device_label(gpu.index)}: {reason}")
-        classes = {gpu.index: gpu.device_class for gpu in node.gpus}
+        classes = {gpu.index: gpu.device_class for gpu in cards} if gpu_class else {}
         fitting = [
             index
             for index, free in gpu_free.items()
