@@ -315,6 +315,7 @@ def main() -> int:
     parser.add_argument("--steady-passes", type=int, default=100)
     parser.add_argument("--decisions", type=int, default=5000)
     parser.add_argument("--no-failover", action="store_true", help="skip the real processes' part")
+    parser.add_argument("--no-in-process", action="store_true", help="skip the in-process part")
     parser.add_argument("--slices", type=int, default=4, help="processes the gRPC nodes run in")
     parser.add_argument("--lease", type=float, default=10.0, help="leader lease (s), the product's default")
     args = parser.parse_args()
@@ -329,11 +330,11 @@ def main() -> int:
     print(f"{args.models} models, {wanted_replicas(definitions)} replicas; nodes of 8 cards of 80 GB")
     results: dict[int, dict[str, float | None]] = {}
     for nodes in sizes:
-        print(f"\n{nodes} nodes: in process (memory channels)", flush=True)
-        found: dict[str, float | None] = dict(
-            asyncio.run(in_process(nodes, definitions, args.steady_passes, args.decisions))
-        )
-        print("  " + ", ".join(f"{k} {v}" for k, v in found.items()), flush=True)
+        found: dict[str, float | None] = {}
+        if not args.no_in_process:
+            print(f"\n{nodes} nodes: in process (memory channels)", flush=True)
+            found.update(asyncio.run(in_process(nodes, definitions, args.steady_passes, args.decisions)))
+            print("  " + ", ".join(f"{k} {v}" for k, v in found.items()), flush=True)
         if not args.no_failover:
             print(f"{nodes} nodes: two control planes on PostgreSQL, nodes over gRPC, kill -9", flush=True)
             real = failover(nodes, definitions, args.slices, args.lease)

@@ -49,8 +49,8 @@ class NodeInventory:
 
     @functools.cached_property
     def gpus(self) -> tuple[Device, ...]:
-        """The NVIDIA devices: whole cards and MIG instances, the unusable ones included (found once: placement
-        asks for every node's on every replica placed)."""
+        """The NVIDIA devices: whole cards and MIG instances, the unusable ones included (found once:
+        placement asks for every node's on every replica placed)."""
         return tuple(d for d in self.devices if d.kind == "nvidia")
 
 

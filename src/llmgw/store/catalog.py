@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Row, delete, select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from llmgw.core.tenancy import CLUSTER, Owner, OwnerKind
@@ -117,7 +117,7 @@ _COLUMNS = (ModelRow.name, ModelRow.definition, ModelRow.created_at, ModelRow.up
             ModelRow.owner_path)  # fmt: skip
 
 
-def _record(row: ModelRow | Row[Any]) -> ModelRecord:
+def _record(row: Any) -> ModelRecord:  # a ModelRow, or a row of _COLUMNS
     try:
         owner = Owner(OwnerKind(row.owner_kind), row.owner_path)
     except ValueError:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Row, delete, select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from llmgw.errors import Conflict, NotFound
@@ -116,7 +116,7 @@ _COLUMNS = (ReplicaRow.id, ReplicaRow.model, ReplicaRow.node_id, ReplicaRow.api_
             ReplicaRow.memory_mb, ReplicaRow.created_at, ReplicaRow.profile)  # fmt: skip
 
 
-def _record(row: ReplicaRow | Row[Any]) -> ReplicaRecord:
+def _record(row: Any) -> ReplicaRecord:  # a ReplicaRow, or a row of _COLUMNS
     return ReplicaRecord(
         id=row.id,
         model=row.model,
