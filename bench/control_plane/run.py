@@ -113,7 +113,7 @@ async def in_process(
 
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-cp-") as folder:
         control = await InProcessControlPlane.open(
-            f"sqlite+aiosqlite:///{folder}/llmgw.db", on_ready=on_ready, on_gone=table.remove
+            f"sqlite+aiosqlite:///{folder}/llmgw.db", on_ready=on_ready, on_gone=table.remove, freeze_gc=True
         )
         fleet = SimulatedFleet(nodes, [control.ADDRESS], control.connect_of)
         started = time.monotonic()

@@ -19,6 +19,8 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,6 +126,7 @@ class SimulatedNode:
             tasks.create_task(self._heartbeats())
 
     async def _heartbeats(self) -> None:
+        await asyncio.sleep(random.uniform(0, self.heartbeat_s))  # a fleet's nodes do not beat in step
         while True:
             await asyncio.sleep(self.heartbeat_s)
             self.session.send(Heartbeat(sent_unix_ms=int(time.time() * 1000)))
@@ -215,14 +218,22 @@ class InProcessControlPlane:
         store_url: str,
         on_ready: Callable[[ReplicaState, str], None] = lambda replica, url: None,
         on_gone: Callable[[str], None] = lambda replica_id: None,
+        *,
+        freeze_gc: bool = False,
     ) -> InProcessControlPlane:
-        """A leading control plane named ``cp1`` on the store at ``store_url``."""
+        """A leading control plane named ``cp1`` on the store at ``store_url``; with ``freeze_gc``, what this
+        process holds by then is frozen out of the collector, as a control plane process does once built
+        (``controlplane/running.py``)."""
         store = await Store.open(store_url)
         leadership = Leadership(
             Leases(store), Fence("cp1"), Identity("cp1", cls.ADDRESS, "http://127.0.0.1:8080")
         )
         await leadership.round()
-        return cls(store, leadership, on_ready, on_gone)
+        plane = cls(store, leadership, on_ready, on_gone)
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
+        return plane
 
     def connect_of(self, node_id: str) -> Connect:
         """Join ``node_id`` to this control plane's sessions in memory (its name as its certificate's)."""
