@@ -7,6 +7,7 @@ JSON line it prints are tested on their own.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 GOALS: dict[str, float] = {
@@ -26,7 +27,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def verdicts(sizes: dict[int, dict[str, float | None]]) -> dict[str, bool | None]:
