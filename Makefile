@@ -87,6 +87,10 @@ bench-routing: install
 bench-mirror: install
 	$(BIN)/python bench/mirror/run.py $(BENCH_ARGS)
 
+.PHONY: bench-control-plane
+bench-control-plane: install postgres
+	$(BIN)/python bench/control_plane/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 

@@ -37,7 +37,7 @@ COMPONENTS = [
 @pytest.fixture
 def admin_server(tmp_path: Path) -> Iterator[AdminServer]:
     fleet = empty_fleet()
-    fleet.replicas["r-1"] = ReplicaState("r-1", "m1", "node1", "k", state="ready", port=9001, compute="cpu")
+    fleet.track(ReplicaState("r-1", "m1", "node1", "k", state="ready", port=9001, compute="cpu"))
     opened = lambda: admin_app(tmp_path, token=TOKEN, fleet=fleet, components=lambda: COMPONENTS)  # noqa: E731
     with served_in_thread(opened) as url:
         yield AdminServer(url, TOKEN, fleet)

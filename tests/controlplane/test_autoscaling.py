@@ -84,6 +84,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     yield h
     for task in h.tasks:
         task.cancel()
+    await asyncio.gather(*h.tasks, return_exceptions=True)  # sessions end before the store closes
     await store.close()
 
 

@@ -84,6 +84,7 @@ async def traced(tmp_path: Path) -> AsyncIterator[Traced]:
     yield h
     for task in h.tasks:
         task.cancel()
+    await asyncio.gather(*h.tasks, return_exceptions=True)  # sessions end before the store closes
     await store.close()
 
 
@@ -195,4 +196,5 @@ async def test_tracing_off_sends_no_traceparent(tmp_path: Path) -> None:
     assert (await receive(agent, "start")).start.traceparent == ""
     for task in h.tasks:
         task.cancel()
+    await asyncio.gather(*h.tasks, return_exceptions=True)  # sessions end before the store closes
     await store.close()

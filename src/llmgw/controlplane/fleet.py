@@ -108,6 +108,9 @@ class Fleet:
         Past it the node is lost and its replicas are placed elsewhere."""
         self.nodes: dict[str, NodeState] = {}
         self.replicas: dict[str, ReplicaState] = {}
+        """Every replica tracked, by id: :meth:`track` and :meth:`forget` are the only ways in and out."""
+        self._by_model: dict[str, dict[str, ReplicaState]] = {}
+        """The same replicas by model (a pass asks for each model's: linear, not quadratic, at scale)."""
         self.away_since: dict[str, float] = {}
         """Nodes without a session that replicas are placed on, with when (``clock``) they went away."""
         self.release_blobs: dict[str, frozenset[str]] = {}
@@ -254,6 +257,7 @@ class Fleet:
     # replicas --------------------------------------------------------------
     def track(self, replica: ReplicaState) -> None:
         self.replicas[replica.replica_id] = replica
+        self._by_model.setdefault(replica.model, {})[replica.replica_id] = replica
         self.changes.changed("replicas")
         if replica.node_id not in self.nodes:
             self.away_since.setdefault(replica.node_id, self._clock())  # a new leader's grace starts now
@@ -261,6 +265,10 @@ class Fleet:
     def forget(self, replica_id: str) -> ReplicaState | None:
         replica = self.replicas.pop(replica_id, None)
         if replica is not None:
+            of_model = self._by_model.get(replica.model, {})
+            of_model.pop(replica_id, None)
+            if not of_model:
+                self._by_model.pop(replica.model, None)
             self._on_gone(replica_id)
             self.changes.changed("replicas")
         return replica
@@ -308,4 +316,4 @@ class Fleet:
             self._on_gone(replica.replica_id)
 
     def of_model(self, model: str) -> list[ReplicaState]:
-        return [r for r in self.replicas.values() if r.model == model]
+        return list(self._by_model.get(model, {}).values())

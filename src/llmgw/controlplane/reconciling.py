@@ -114,6 +114,9 @@ class Reconciler:
         self._members: dict[str, tuple[str, ...]] = {}
         """Each environment entry's members, whose demand and load count as the entry's."""
         """The definitions last loaded: a catalog loaded with something new is told to the fleet's changes."""
+        self._parsed: dict[str, tuple[object, ModelDefinition]] = {}
+        """Each model's definition as stored and as parsed (frozen), last pass: parsing 500 models takes
+        longer than the rest of a pass, and a definition rarely changes."""
 
     @property
     def stopped(self) -> bool:
@@ -204,11 +207,20 @@ class Reconciler:
         if catalog != self._catalog:
             self._catalog = dict(catalog)
             self._fleet.changes.changed("models")
+        parsed: dict[str, tuple[object, ModelDefinition]] = {}
         for record in records:
+            known = self._parsed.get(record.name)
+            if known is not None and known[0] == record.definition:  # unchanged: parsed once, not every pass
+                models[record.name] = known[1]
+                parsed[record.name] = known
+                continue
             try:
                 models[record.name] = parse_model(record.definition)
             except LlmgwError as error:
                 log.error("model %s in the store cannot be read: %s", record.name, error)
+            else:
+                parsed[record.name] = (record.definition, models[record.name])
+        self._parsed = parsed
         stored = {name: m for name, m in models.items() if is_entry(m)}
         models = {name: m for name, m in models.items() if name not in stored}
         self._on_catalog(list(models.values()))  # the gateway knows members, and which entry serves each

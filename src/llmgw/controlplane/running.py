@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Sequence
@@ -68,6 +69,11 @@ class ControlPlane:
                 self.config, self._check_agent_settings, supervisor, closing, self._worker_log_args
             )
             self.agent_port = await parts.agent_server.start()
+            # What is built by now (modules, the parts) lives as long as the process: kept out of the
+            # collector's full passes, which otherwise scan it all and stall a reconcile pass (or a
+            # request) by tens of milliseconds (bench/control_plane/README.md).
+            gc.collect()
+            gc.freeze()
             try:
                 async with asyncio.TaskGroup() as tasks:
                     supervising = tasks.create_task(supervisor.run(), name="supervisor")

@@ -156,15 +156,17 @@ class NodeSessions:
             len(register.shards),
         )
         try:
-            await self._store.nodes.upsert(node_id, register.inventory.address, _inventory_dict(node))
-        except LlmgwError as error:
-            log.warning("could not record node %s in the store: %s", node_id, error)
-        try:
+            # Answered before anything awaits: a reconcile pass running meanwhile (a new leader's, as a
+            # thousand nodes register at once) must not send the node a StartShard ahead of this answer.
             await channel.send(self._registered())
             if self._settings is not None:
                 await self._settings.send(node_id, channel)
             await self._send_builds(node_id, channel)
             await self._adopt(node_id, register, channel)
+            try:
+                await self._store.nodes.upsert(node_id, register.inventory.address, _inventory_dict(node))
+            except LlmgwError as error:
+                log.warning("could not record node %s in the store: %s", node_id, error)
             self._reconciler.wake()
             while True:
                 message = await channel.receive()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -46,9 +47,10 @@ class NodeInventory:
     devices: tuple[Device, ...] = field(default_factory=tuple)
     driver_version: str = ""
 
-    @property
+    @functools.cached_property
     def gpus(self) -> tuple[Device, ...]:
-        """The NVIDIA devices: whole cards and MIG instances, the unusable ones included."""
+        """The NVIDIA devices: whole cards and MIG instances, the unusable ones included (found once:
+        placement asks for every node's on every replica placed)."""
         return tuple(d for d in self.devices if d.kind == "nvidia")
 
 

@@ -110,16 +110,21 @@ def place(
     candidates: list[tuple[tuple[int, bool, int], str, tuple[int, ...]]] = []
     share = -(-memory_mb // gpus)
     needs_cards = gpus > 1 or bool(gpu_class) or spread_over.nodes > 1
+    on_node: dict[str, list[Placed]] = {}
+    for p in placed:  # each node's replicas, once: a pass over every node stays linear at a thousand
+        on_node.setdefault(p.node_id, []).append(p)
     for node in nodes:
-        spread = sum(1 for p in placed if p.node_id == node.node_id and p.model == model)
-        gpu_free = free_gpu_memory(node, placed)
-        left_out = [f"card {device_label(g.index)}: {g.unavailable}" for g in node.gpus if g.unavailable]
-        for gpu in node.gpus:
+        here = on_node.get(node.node_id, [])
+        spread = sum(1 for p in here if p.model == model)
+        gpu_free = free_gpu_memory(node, here)
+        cards = node.gpus
+        left_out = [f"card {device_label(g.index)}: {g.unavailable}" for g in cards if g.unavailable]
+        for gpu in cards:
             reason = mig_refusal(gpu.device_class, spread_over)
             if reason and gpu.index in gpu_free:
                 del gpu_free[gpu.index]
                 left_out.append(f"device {device_label(gpu.index)}: {reason}")
-        classes = {gpu.index: gpu.device_class for gpu in node.gpus}
+        classes = {gpu.index: gpu.device_class for gpu in cards} if gpu_class else {}
         fitting = [
             index
             for index, free in gpu_free.items()
@@ -137,7 +142,7 @@ def place(
                 + "".join(f"; {reason}" for reason in left_out)
             )
             continue
-        host_free = free_memory(node, placed)
+        host_free = free_memory(node, here)
         if host_free >= memory_mb:
             candidates.append(((-spread, False, host_free), node.node_id, ()))
             continue

@@ -140,6 +140,9 @@ class _StreamChannel:
         self._ended = asyncio.Event()
         """Set once the stream has ended: this side closed it, or the reader saw its end."""
         self._reader = asyncio.create_task(self._read_ahead())
+        self._writing = asyncio.Lock()
+        """One write at a time, in the order asked: gRPC refuses a second write while one is pending
+        (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS), and the reconciler, the session and telemetry all send."""
 
     @property
     def peer(self) -> str:
@@ -176,7 +179,10 @@ class _StreamChannel:
         if self._closed:
             raise self._closed_error()
         try:
-            await self._write(message)
+            async with self._writing:
+                if self._closed:
+                    raise self._closed_error()
+                await self._write(message)
         except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
             self._closed = True
             self._why = f"the stream to {self._peer} ended: {_describe(error)}"

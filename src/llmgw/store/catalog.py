@@ -108,12 +108,16 @@ class Catalog:
 
     async def list(self) -> builtins.list[ModelRecord]:
         """Every model, by name."""
-        async with self._store.session() as session:
-            rows = await session.scalars(select(ModelRow).order_by(ModelRow.name))
+        async with self._store.session() as session:  # columns, not ORM objects: read every reconcile pass
+            rows = await session.execute(select(*_COLUMNS).order_by(ModelRow.name))
             return [_record(row) for row in rows]
 
 
-def _record(row: ModelRow) -> ModelRecord:
+_COLUMNS = (ModelRow.name, ModelRow.definition, ModelRow.created_at, ModelRow.updated_at, ModelRow.owner_kind,
+            ModelRow.owner_path)  # fmt: skip
+
+
+def _record(row: Any) -> ModelRecord:  # a ModelRow, or a row of _COLUMNS
     try:
         owner = Owner(OwnerKind(row.owner_kind), row.owner_path)
     except ValueError:

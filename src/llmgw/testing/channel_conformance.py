@@ -10,7 +10,8 @@ is checked by handing :func:`run_check` a factory of connected
 
 The contract, as :mod:`llmgw.protocol.channels` states it:
 
-- what one side sends arrives at the other, in order, both ways;
+- what one side sends arrives at the other, in order, both ways, sends made
+  at once by several tasks included (in the order they were made);
 - ``peer`` names the other end;
 - ``close`` ends the stream for both sides: a ``receive`` on either side,
   waiting or to come, raises :class:`~llmgw.errors.ChannelClosed` (after the
@@ -127,6 +128,14 @@ async def messages_cross_both_ways_at_once(pair: Pair) -> None:
     assert await _stamps([pair.agent.receive()]) == [2]
 
 
+async def sends_made_at_once_all_arrive_in_the_order_made(pair: Pair) -> None:
+    """Many tasks send on one side at the same moment (the reconciler, the session, telemetry)."""
+    await asyncio.wait_for(asyncio.gather(*(pair.control.send(down(n)) for n in range(50))), WAIT_S)
+    assert await _stamps([pair.agent.receive() for _ in range(50)]) == list(range(50))
+    await asyncio.wait_for(asyncio.gather(*(pair.agent.send(up(n)) for n in range(50))), WAIT_S)
+    assert await _stamps([pair.control.receive() for _ in range(50)]) == list(range(50))
+
+
 async def each_side_names_the_other_as_its_peer(pair: Pair) -> None:
     assert (pair.agent.peer, pair.control.peer) == (pair.control_name, pair.agent_name)
 
@@ -211,6 +220,7 @@ _BOTH_WAYS = (
     messages_from_the_agent_arrive_in_order,
     messages_from_the_control_plane_arrive_in_order,
     messages_cross_both_ways_at_once,
+    sends_made_at_once_all_arrive_in_the_order_made,
     each_side_names_the_other_as_its_peer,
 )
 _PER_CLOSER = (
