@@ -122,6 +122,18 @@ class ControlPlane:
         await parts.agent_server.stop()  # agents' streams end at once: they move to another control plane
         for name in ("leadership", "leader-duties", "reconciler"):
             await supervisor.stop(name)
+        if self.restarting and parts.workers is None and parts.leadership.serving:
+            # A leader starting again finishes what it accepted while it still leads, and only then
+            # gives up the lease: a request accepted after it resigned would wait for a leader that,
+            # with no other control plane, only its next start can be. New connections wait in the
+            # backlog of the socket handed over.
+            hand_over(parts.http.servers[0].sockets[0])
+            parts.admin.state.changes.close()
+            await parts.http.stop()
+            await parts.leadership.resign()
+            parts.sessions.let_go()
+            supervisor.shutdown()
+            return
         await parts.leadership.resign()
         # requests still held (relayed) go to whoever leads next, learnt while the server finishes them
         following = asyncio.create_task(parts.leadership.follow(), name="follow-leader")
