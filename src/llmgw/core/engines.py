@@ -212,12 +212,6 @@ class EngineCapabilities:
     responses_api: bool = False
     """It serves OpenAI's Responses API (``/v1/responses``) itself; else the gateway translates a
     Responses request into a chat completion and the answer back."""
-    tool_calls: bool = True
-    """It takes ``tools`` in a chat request (whether a model calls them is the model's chat template)."""
-    structured_output: bool = True
-    """It takes ``response_format`` of type ``json_schema`` (constrained decoding)."""
-    logprobs: bool = True
-    """It answers ``logprobs`` and ``top_logprobs`` in a chat request."""
     pooling_flag: bool = False
     """It takes the pooling an embedding model needs (``profile.pooling``)."""
     health_path: str = "/health"
@@ -332,9 +326,6 @@ COMFYUI = EngineCapabilities(
         "--listen", "--base-directory", "--output-directory", "--input-directory", "--temp-directory",
         "--user-directory", "--disable-auto-launch",
     ),
-    tool_calls=False,
-    structured_output=False,
-    logprobs=False,
 )  # fmt: skip
 """ComfyUI behind llmgw's gate (``llmgw comfyui-gate``), which holds the replica's key, lets through
 only queueing, waiting, fetching and cancelling, and starts ComfyUI as its child on the loopback.

@@ -93,7 +93,7 @@ class ResponsesCall:
         body["store"] = False
         return json.dumps(body, separators=(",", ":")).encode()
 
-    def chat_body(self, caps_logprobs: bool = True) -> bytes:
+    def chat_body(self) -> bytes:
         """The chat completion carrying this request, for an engine without the Responses API."""
         data = self.data
         for field in UNTRANSLATED:
