@@ -14,6 +14,16 @@ from llmgw.core.nodes import Heartbeat, RestartAgent, SettingsUpdate
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardState, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.trainingstream import (
+    CancelTraining,
+    StartTraining,
+    TrainingCollected,
+    TrainingFetch,
+    TrainingFile,
+    TrainingPiece,
+    TrainingState,
+    TrainingStatus,
+)
 from llmgw.core.upgrades import ReleaseFile, UpgradeAgent, UpgradeResult
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair
@@ -38,6 +48,11 @@ from .wire_strategies import (
     text,
 )
 
+training_files = st.lists(st.builds(TrainingFile, sha256=text, filename=text, size=int64), max_size=2).map(
+    tuple
+)
+int32 = st.integers(-(2**31), 2**31 - 1)
+
 agent_messages = st.one_of(
     registrations,
     shard_statuses,
@@ -48,6 +63,23 @@ agent_messages = st.one_of(
         LogLines, request_id=text, lines=st.lists(text, max_size=3).map(tuple), end=st.booleans(), error=text
     ),
     st.builds(UpgradeResult, version=text, error=text),
+    st.builds(
+        TrainingStatus,
+        job_id=text,
+        attempt=int32,
+        state=st.sampled_from(TrainingState),
+        step=int32,
+        steps=int32,
+        loss=st.floats(allow_nan=False),
+        peak_memory_bytes=int64,
+        error=text,
+        results=training_files,
+        log_lines=st.lists(text, max_size=3).map(tuple),
+        detail=text,
+    ),
+    st.builds(
+        TrainingPiece, job_id=text, filename=text, offset=int64, data=st.binary(max_size=16), error=text
+    ),
 )
 control_messages = st.one_of(
     registereds,
@@ -87,6 +119,21 @@ control_messages = st.one_of(
         follow=st.booleans(),
         cancel=st.booleans(),
     ),
+    st.builds(
+        StartTraining,
+        job_id=text,
+        attempt=int32,
+        model=text,
+        weights=training_files,
+        device=text,
+        memory_mb=int64,
+        pairs=st.binary(max_size=16),
+        options=text.filter(bool),
+        gguf=st.booleans(),
+    ),
+    st.builds(CancelTraining, job_id=text, reason=text),
+    st.builds(TrainingFetch, job_id=text, filename=text, offset=int64, length=int32),
+    st.builds(TrainingCollected, job_id=text),
 )
 
 

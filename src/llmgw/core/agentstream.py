@@ -12,10 +12,26 @@ from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAge
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.trainingstream import (
+    CancelTraining,
+    StartTraining,
+    TrainingCollected,
+    TrainingFetch,
+    TrainingPiece,
+    TrainingStatus,
+)
 from llmgw.core.upgrades import UpgradeAgent, UpgradeResult
 
 AgentMessage = (
-    NodeRegistration | ShardStatus | Heartbeat | Telemetry | LogLines | KvBlocksUpdate | UpgradeResult
+    NodeRegistration
+    | ShardStatus
+    | Heartbeat
+    | Telemetry
+    | LogLines
+    | KvBlocksUpdate
+    | UpgradeResult
+    | TrainingStatus
+    | TrainingPiece
 )
 """What an agent sends: its registration first, then reports."""
 
@@ -29,6 +45,10 @@ ControlMessage = (
     | LogRequest
     | UpgradeAgent
     | MirrorBuilds
+    | StartTraining
+    | CancelTraining
+    | TrainingFetch
+    | TrainingCollected
 )
 """What the control plane sends: the registration's answer, then commands (a ShardSpec starts a shard)."""
 

@@ -44,6 +44,38 @@ SHARD_STATE_FAILED: ShardState.ValueType  # 3
 SHARD_STATE_STOPPED: ShardState.ValueType  # 4
 Global___ShardState: _TypeAlias = ShardState  # noqa: Y015
 
+class _TrainingState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TrainingStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TrainingState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TRAINING_STATE_UNSPECIFIED: _TrainingState.ValueType  # 0
+    TRAINING_STATE_PREPARING: _TrainingState.ValueType  # 1
+    """installing the environment, fetching the base model's files"""
+    TRAINING_STATE_TRAINING: _TrainingState.ValueType  # 2
+    TRAINING_STATE_CONVERTING: _TrainingState.ValueType  # 3
+    """making the GGUF adapter"""
+    TRAINING_STATE_FINISHED: _TrainingState.ValueType  # 4
+    """the results are on the node: the control plane pulls them"""
+    TRAINING_STATE_FAILED: _TrainingState.ValueType  # 5
+    TRAINING_STATE_CANCELLED: _TrainingState.ValueType  # 6
+
+class TrainingState(_TrainingState, metaclass=_TrainingStateEnumTypeWrapper):
+    """Training jobs (core/trainingstream.py says how they go)."""
+
+TRAINING_STATE_UNSPECIFIED: TrainingState.ValueType  # 0
+TRAINING_STATE_PREPARING: TrainingState.ValueType  # 1
+"""installing the environment, fetching the base model's files"""
+TRAINING_STATE_TRAINING: TrainingState.ValueType  # 2
+TRAINING_STATE_CONVERTING: TrainingState.ValueType  # 3
+"""making the GGUF adapter"""
+TRAINING_STATE_FINISHED: TrainingState.ValueType  # 4
+"""the results are on the node: the control plane pulls them"""
+TRAINING_STATE_FAILED: TrainingState.ValueType  # 5
+TRAINING_STATE_CANCELLED: TrainingState.ValueType  # 6
+Global___TrainingState: _TypeAlias = TrainingState  # noqa: Y015
+
 @_typing.final
 class Device(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -633,6 +665,8 @@ class AgentMessage(_message.Message):
     LOGS_FIELD_NUMBER: _builtins.int
     KV_BLOCKS_FIELD_NUMBER: _builtins.int
     UPGRADE_RESULT_FIELD_NUMBER: _builtins.int
+    TRAINING_FIELD_NUMBER: _builtins.int
+    TRAINING_PIECE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -647,6 +681,10 @@ class AgentMessage(_message.Message):
     def kv_blocks(self) -> Global___KvBlocks: ...
     @_builtins.property
     def upgrade_result(self) -> Global___UpgradeResult: ...
+    @_builtins.property
+    def training(self) -> Global___TrainingStatus: ...
+    @_builtins.property
+    def training_piece(self) -> Global___TrainingPiece: ...
     def __init__(
         self,
         *,
@@ -657,12 +695,14 @@ class AgentMessage(_message.Message):
         logs: Global___LogLines | None = ...,
         kv_blocks: Global___KvBlocks | None = ...,
         upgrade_result: Global___UpgradeResult | None = ...,
+        training: Global___TrainingStatus | None = ...,
+        training_piece: Global___TrainingPiece | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry", "upgrade_result", b"upgrade_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry", "training", b"training", "training_piece", b"training_piece", "upgrade_result", b"upgrade_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry", "upgrade_result", b"upgrade_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "kind", b"kind", "kv_blocks", b"kv_blocks", "logs", b"logs", "register", b"register", "status", b"status", "telemetry", b"telemetry", "training", b"training", "training_piece", b"training_piece", "upgrade_result", b"upgrade_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry", "logs", "kv_blocks", "upgrade_result"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["register", "status", "heartbeat", "telemetry", "logs", "kv_blocks", "upgrade_result", "training", "training_piece"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1082,6 +1122,10 @@ class ControlMessage(_message.Message):
     LOGS_FIELD_NUMBER: _builtins.int
     UPGRADE_FIELD_NUMBER: _builtins.int
     BUILDS_FIELD_NUMBER: _builtins.int
+    START_TRAINING_FIELD_NUMBER: _builtins.int
+    CANCEL_TRAINING_FIELD_NUMBER: _builtins.int
+    TRAINING_FETCH_FIELD_NUMBER: _builtins.int
+    TRAINING_COLLECTED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___Registered: ...
     @_builtins.property
@@ -1100,6 +1144,14 @@ class ControlMessage(_message.Message):
     def upgrade(self) -> Global___UpgradeAgent: ...
     @_builtins.property
     def builds(self) -> Global___MirrorBuilds: ...
+    @_builtins.property
+    def start_training(self) -> Global___StartTraining: ...
+    @_builtins.property
+    def cancel_training(self) -> Global___CancelTraining: ...
+    @_builtins.property
+    def training_fetch(self) -> Global___TrainingFetch: ...
+    @_builtins.property
+    def training_collected(self) -> Global___TrainingCollected: ...
     def __init__(
         self,
         *,
@@ -1112,12 +1164,16 @@ class ControlMessage(_message.Message):
         logs: Global___LogRequest | None = ...,
         upgrade: Global___UpgradeAgent | None = ...,
         builds: Global___MirrorBuilds | None = ...,
+        start_training: Global___StartTraining | None = ...,
+        cancel_training: Global___CancelTraining | None = ...,
+        training_fetch: Global___TrainingFetch | None = ...,
+        training_collected: Global___TrainingCollected | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["builds", b"builds", "heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["builds", b"builds", "cancel_training", b"cancel_training", "heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "start_training", b"start_training", "stop", b"stop", "training_collected", b"training_collected", "training_fetch", b"training_fetch", "upgrade", b"upgrade"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["builds", b"builds", "heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "stop", b"stop", "upgrade", b"upgrade"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["builds", b"builds", "cancel_training", b"cancel_training", "heartbeat", b"heartbeat", "kind", b"kind", "logs", b"logs", "registered", b"registered", "restart", b"restart", "settings", b"settings", "start", b"start", "start_training", b"start_training", "stop", b"stop", "training_collected", b"training_collected", "training_fetch", b"training_fetch", "upgrade", b"upgrade"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat", "logs", "upgrade", "builds"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["registered", "start", "stop", "settings", "restart", "heartbeat", "logs", "upgrade", "builds", "start_training", "cancel_training", "training_fetch", "training_collected"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1422,3 +1478,215 @@ class StateFrame(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StateFrame: _TypeAlias = StateFrame  # noqa: Y015
+
+@_typing.final
+class StartTraining(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    MEMORY_MB_FIELD_NUMBER: _builtins.int
+    PAIRS_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    GGUF_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    attempt: _builtins.int
+    model: _builtins.str
+    """the catalog model the adapter is for"""
+    device: _builtins.str
+    """"cpu", or a card as placement names it ("0", "1/mig0")"""
+    memory_mb: _builtins.int
+    pairs: _builtins.bytes
+    """JSON lines {"question": ..., "answer": ...}, at most 2 MiB"""
+    options: _builtins.str
+    """JSON: rank, alpha, dropout, target_modules, steps, learning_rate, seed, max_length"""
+    gguf: _builtins.bool
+    """also make a GGUF adapter"""
+    @_builtins.property
+    def weights(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightsFile]:
+        """the base model's files in the mirror"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        model: _builtins.str = ...,
+        weights: _abc.Iterable[Global___WeightsFile] | None = ...,
+        device: _builtins.str = ...,
+        memory_mb: _builtins.int = ...,
+        pairs: _builtins.bytes = ...,
+        options: _builtins.str = ...,
+        gguf: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "device", b"device", "gguf", b"gguf", "job_id", b"job_id", "memory_mb", b"memory_mb", "model", b"model", "options", b"options", "pairs", b"pairs", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartTraining: _TypeAlias = StartTraining  # noqa: Y015
+
+@_typing.final
+class CancelTraining(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelTraining: _TypeAlias = CancelTraining  # noqa: Y015
+
+@_typing.final
+class TrainingFetch(_message.Message):
+    """Send `length` bytes of a finished job's file from `offset`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    filename: _builtins.str
+    offset: _builtins.int
+    length: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        filename: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        length: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filename", b"filename", "job_id", b"job_id", "length", b"length", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrainingFetch: _TypeAlias = TrainingFetch  # noqa: Y015
+
+@_typing.final
+class TrainingCollected(_message.Message):
+    """Every result is held by the control plane: the node may remove its copy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrainingCollected: _TypeAlias = TrainingCollected  # noqa: Y015
+
+@_typing.final
+class TrainingStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    LOSS_FIELD_NUMBER: _builtins.int
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    LOG_LINES_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    attempt: _builtins.int
+    state: Global___TrainingState.ValueType
+    step: _builtins.int
+    steps: _builtins.int
+    loss: _builtins.float
+    peak_memory_bytes: _builtins.int
+    error: _builtins.str
+    detail: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightsFile]:
+        """with FINISHED: the files made"""
+
+    @_builtins.property
+    def log_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the trainer's output since the last status"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        state: Global___TrainingState.ValueType = ...,
+        step: _builtins.int = ...,
+        steps: _builtins.int = ...,
+        loss: _builtins.float = ...,
+        peak_memory_bytes: _builtins.int = ...,
+        error: _builtins.str = ...,
+        results: _abc.Iterable[Global___WeightsFile] | None = ...,
+        log_lines: _abc.Iterable[_builtins.str] | None = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "detail", b"detail", "error", b"error", "job_id", b"job_id", "log_lines", b"log_lines", "loss", b"loss", "peak_memory_bytes", b"peak_memory_bytes", "results", b"results", "state", b"state", "step", b"step", "steps", b"steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrainingStatus: _TypeAlias = TrainingStatus  # noqa: Y015
+
+@_typing.final
+class TrainingPiece(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    filename: _builtins.str
+    offset: _builtins.int
+    data: _builtins.bytes
+    """at most 1 MiB; empty at the file's end"""
+    error: _builtins.str
+    """no such job or file on this node"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        filename: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "error", b"error", "filename", b"filename", "job_id", b"job_id", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrainingPiece: _TypeAlias = TrainingPiece  # noqa: Y015

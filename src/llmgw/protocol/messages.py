@@ -15,6 +15,14 @@ from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered, RestartAge
 from llmgw.core.shardlogs import LogLines, LogRequest
 from llmgw.core.shards import ShardSpec, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.trainingstream import (
+    CancelTraining,
+    StartTraining,
+    TrainingCollected,
+    TrainingFetch,
+    TrainingPiece,
+    TrainingStatus,
+)
 from llmgw.core.upgrades import ReleaseFile, UpgradeAgent, UpgradeResult
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.nodes import (
@@ -32,6 +40,20 @@ from llmgw.protocol.shards import (
     encode_stop,
 )
 from llmgw.protocol.telemetry import decode_telemetry, encode_telemetry
+from llmgw.protocol.training import (
+    decode_cancel,
+    decode_collected,
+    decode_fetch,
+    decode_piece,
+    decode_start,
+    decode_status,
+    encode_cancel,
+    encode_collected,
+    encode_fetch,
+    encode_piece,
+    encode_start,
+    encode_status,
+)
 
 
 def encode_kv_blocks(update: KvBlocksUpdate) -> pb.KvBlocks:
@@ -131,6 +153,10 @@ def encode_agent_message(message: AgentMessage) -> pb.AgentMessage:
             return pb.AgentMessage(
                 upgrade_result=pb.UpgradeResult(version=message.version, error=message.error)
             )
+        case TrainingStatus():
+            return pb.AgentMessage(training=encode_status(message))
+        case TrainingPiece():
+            return pb.AgentMessage(training_piece=encode_piece(message))
 
 
 def decode_agent_message(message: pb.AgentMessage) -> AgentMessage | None:
@@ -150,6 +176,10 @@ def decode_agent_message(message: pb.AgentMessage) -> AgentMessage | None:
         return decode_kv_blocks(message.kv_blocks)
     if kind == "upgrade_result":
         return UpgradeResult(version=message.upgrade_result.version, error=message.upgrade_result.error)
+    if kind == "training":
+        return decode_status(message.training)
+    if kind == "training_piece":
+        return decode_piece(message.training_piece)
     return None
 
 
@@ -171,6 +201,14 @@ def encode_control_message(message: ControlMessage) -> pb.ControlMessage:
             return pb.ControlMessage(upgrade=encode_upgrade(message))
         case MirrorBuilds():
             return pb.ControlMessage(builds=encode_builds(message))
+        case StartTraining():
+            return pb.ControlMessage(start_training=encode_start(message))
+        case CancelTraining():
+            return pb.ControlMessage(cancel_training=encode_cancel(message))
+        case TrainingFetch():
+            return pb.ControlMessage(training_fetch=encode_fetch(message))
+        case TrainingCollected():
+            return pb.ControlMessage(training_collected=encode_collected(message))
         case LogRequest():
             return pb.ControlMessage(
                 logs=pb.LogRequest(
@@ -201,6 +239,14 @@ def decode_control_message(message: pb.ControlMessage) -> ControlMessage | None:
         return decode_upgrade(message.upgrade)
     if kind == "builds":
         return decode_builds(message.builds)
+    if kind == "start_training":
+        return decode_start(message.start_training)
+    if kind == "cancel_training":
+        return decode_cancel(message.cancel_training)
+    if kind == "training_fetch":
+        return decode_fetch(message.training_fetch)
+    if kind == "training_collected":
+        return decode_collected(message.training_collected)
     if kind == "logs":
         logs = message.logs
         return LogRequest(
