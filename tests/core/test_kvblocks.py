@@ -88,3 +88,21 @@ def test_long_prompts_hash_alike_through_the_span_memo() -> None:
     assert hasher.digests(tokens) == golden  # from the memo
     changed = tokens[:200] + [1] * 100  # the second span differs: its blocks are hashed again
     assert hasher.digests(changed) == _golden_chain(changed, "7", 16)
+
+
+def test_a_cache_salt_enters_the_first_block_as_vllms_extra_keys() -> None:
+    """vLLM: ``extra_keys = (cache_salt,)`` for the block starting at token 0, None after it."""
+    tokens = [(i * 7919) % 32000 for i in range(300)]  # past a whole memo span
+    salt = "kb-0123456789abcdef0123456789abcdef"
+    root = none_hash("0")
+    first = hashlib.sha256(cbor2.dumps([root, tokens[:16], [salt]], canonical=True)).digest()
+    golden = [first]
+    for start in range(16, 288, 16):
+        block = [golden[-1], tokens[start : start + 16], None]
+        golden.append(hashlib.sha256(cbor2.dumps(block, canonical=True)).digest())
+    hasher = BlockHasher("0", block_size=16)
+    plain = hasher.digests(tokens)
+    assert hasher.digests(tokens, salt) == golden
+    assert hasher.digests(tokens) == plain  # the salted chain left the plain memo alone
+    assert not set(plain) & set(golden)
+    assert hasher.digests(tokens[:15], salt) == []

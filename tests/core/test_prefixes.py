@@ -58,3 +58,12 @@ def test_roots_count_the_distinct_prefixes_each_replica_was_sent() -> None:
     assert tree.roots == {"r3": 1, "r1": 1}
     tree.forget("r3")
     assert tree.roots == {"r1": 1}
+
+
+def test_a_salt_keys_the_same_text_apart() -> None:
+    tree = PrefixTree(max_nodes=100, chunk_chars=4)
+    tree.insert("abcdefgh", "r1", salt="kb-a")
+    tree.insert("abcdefgh", "r2")
+    assert tree.match("abcdefgh", salt="kb-a") == ({"r1": 2}, 2)
+    assert tree.match("abcdefgh") == ({"r2": 2}, 2)
+    assert tree.match("abcdefgh", salt="kb-b") == ({}, 2)

@@ -120,3 +120,34 @@ def test_with_many_unshared_prompts_load_decides_a_new_one() -> None:
     assert table.pick("m", prompt="a question never asked " + "in many words " * 10) == idle
     for lease in leases:
         lease.release()
+
+
+def test_the_same_prompt_under_another_cache_salt_shares_no_prefix() -> None:
+    """Two teams' requests with the same text (their collections' salts differ) are not kept together
+    for a cache they cannot share; the same team's are; a request without a salt keeps today's keys."""
+    table = _table("prefix", replicas=8, capacity=8)
+    team_a = "kb-" + "a" * 32
+    first = table.pick("m", prompt=SYSTEM + "one", salt=team_a)
+    assert first is not None
+    tree = table.router.tree("m")
+    assert tree.match(SYSTEM, salt=team_a)[0] == {first.replica_id: len(SYSTEM) // 128}
+    assert tree.match(SYSTEM, salt="kb-" + "b" * 32)[0] == {}
+    assert tree.match(SYSTEM)[0] == {}
+    assert table.pick("m", prompt=SYSTEM + "two", salt=team_a) == first
+    plain = table.pick("m", prompt=SYSTEM + "three")
+    assert plain is not None
+    assert tree.match(SYSTEM)[0] == {plain.replica_id: len(SYSTEM) // 128}
+
+
+def test_kv_keys_of_a_salted_prompt_are_the_engines_salted_blocks() -> None:
+    table = _table("kv")
+    router = table.router
+    router.set_block_hashing("m", "0", 4)
+    tokens = list(range(40))
+    salt = "kb-" + "c" * 32
+    router.kv.stored("r1", BlockHasher("0", 4).keys(tokens, salt)[:6])  # what r1's engine published
+    router.kv.stored("r3", BlockHasher("0", 4).keys(tokens)[:8])  # the same text, unsalted
+    chosen = table.pick("m", prompt="anything", tokens=tokens, salt=salt)
+    assert chosen is not None and chosen.replica_id == "r1"
+    chosen = table.pick("m", prompt="anything", tokens=tokens)
+    assert chosen is not None and chosen.replica_id == "r3"

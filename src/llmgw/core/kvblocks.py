@@ -4,7 +4,10 @@ vLLM names a full block of ``block_size`` prompt tokens (with
 ``--prefix-caching-hash-algo sha256_cbor``) as
 ``sha256(cbor((parent, tuple(tokens), extra_keys)))`` in canonical CBOR,
 the first block's parent being ``NONE_HASH = sha256(cbor(PYTHONHASHSEED))``
-and ``extra_keys`` None for plain text. Its KV events carry a hash either as
+and ``extra_keys`` None for plain text, except that a request's ``cache_salt``
+makes the first block's ``extra_keys`` ``(salt,)`` (vLLM's
+``generate_block_hash_extra_keys``: the salt counts from token 0 only, and
+the blocks after it differ through their parent). Its KV events carry a hash either as
 that 32-byte digest or as the integer of its last eight bytes read big-endian
 (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``); :func:`block_key` brings both to the
 integer, which is what :class:`KvIndex` stores.
@@ -113,13 +116,21 @@ class BlockHasher:
                 del memo[next(iter(memo))]  # the oldest entry
         return known
 
-    def _chain(self, tokens: Sequence[int]) -> list[tuple[bytes, int]]:
+    def _chain(self, tokens: Sequence[int], salt: str = "") -> list[tuple[bytes, int]]:
         size = self.block_size
         span = size * SPAN_BLOCKS
         spans = self._spans
         parent = self.root
         out: list[tuple[bytes, int]] = []
         start = 0
+        if salt:
+            if len(tokens) < size:
+                return out
+            # The salted first block is hashed apart (never memoised under the unsalted key).
+            digest = sha256_cbor((parent, tuple(tokens[:size]), (salt,)))
+            out.append((digest, int.from_bytes(digest[-8:], "big")))
+            parent = digest
+            start = size
         # Whole spans of SPAN_BLOCKS blocks first, one memo lookup each (a long shared prefix
         # costs a few lookups, not one per block); then the blocks left, one by one.
         while start + span <= len(tokens):
@@ -142,13 +153,13 @@ class BlockHasher:
             parent = known_block[0]
         return out
 
-    def digests(self, tokens: Sequence[int]) -> list[bytes]:
-        """The 32-byte hash of each full block of ``tokens``, in order."""
-        return [digest for digest, _ in self._chain(tokens)]
+    def digests(self, tokens: Sequence[int], salt: str = "") -> list[bytes]:
+        """The 32-byte hash of each full block of ``tokens`` (sent with cache ``salt``), in order."""
+        return [digest for digest, _ in self._chain(tokens, salt)]
 
-    def keys(self, tokens: Sequence[int]) -> list[int]:
+    def keys(self, tokens: Sequence[int], salt: str = "") -> list[int]:
         """The blocks' hashes as :class:`KvIndex` keys them (the last 8 bytes as an integer)."""
-        return [key for _, key in self._chain(tokens)]
+        return [key for _, key in self._chain(tokens, salt)]
 
 
 class KvIndex:

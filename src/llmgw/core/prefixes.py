@@ -5,7 +5,10 @@ prompt. :class:`PrefixTree` cuts a prompt's text into fixed-size chunks and
 names each chunk by a hash chained over the chunks before it, so a node
 stands for a whole prefix (a radix tree over chunks, stored flat by name).
 Each node remembers the replicas that were sent that prefix, most recent
-last. Memory is bounded: at most ``max_nodes`` nodes, the least recently
+last. A prompt sent with a cache salt (a request that searched knowledge
+collections: :func:`llmgw.core.knowledge.cache_salt`) chains its names from the
+salt, so it shares no node with the same text under another salt or none, as
+the engine's cache shares no block. Memory is bounded: at most ``max_nodes`` nodes, the least recently
 used evicted first (a prefix's children are always used after it, so leaves
 go before their parents), and at most ``max_holders`` replicas per node.
 
@@ -47,22 +50,25 @@ class PrefixTree:
             else:
                 self.roots.pop(replica, None)
 
-    def _names(self, text: str) -> list[int]:
+    def _names(self, text: str, salt: str = "") -> list[int]:
         size = self.chunk_chars
         limit = min(len(text) // size, self.max_chunks)
         names = []
-        name = 0
+        name = hash(salt) if salt else 0
         for start in range(0, limit * size, size):
             name = hash((name, text[start : start + size]))
             names.append(name)
         return names
 
-    def match(self, text: str, replicas: Collection[str] | None = None) -> tuple[dict[str, int], int]:
+    def match(
+        self, text: str, replicas: Collection[str] | None = None, salt: str = ""
+    ) -> tuple[dict[str, int], int]:
         """Per replica, how many leading full chunks of ``text`` it was sent; and the chunk count.
 
-        ``replicas``: only these are counted (others, e.g. gone ones, are left out).
+        ``replicas``: only these are counted (others, e.g. gone ones, are left out). ``salt``: the
+        request's cache salt; the same text under another salt (or none) shares no chunk.
         """
-        names = self._names(text)
+        names = self._names(text, salt)
         depth: dict[str, int] = {}
         nodes = self._nodes
         for index, name in enumerate(names):
@@ -74,10 +80,10 @@ class PrefixTree:
                     depth[replica] = index + 1
         return depth, len(names)
 
-    def insert(self, text: str, replica: str) -> None:
-        """Remember that ``text`` was sent to ``replica``."""
+    def insert(self, text: str, replica: str, salt: str = "") -> None:
+        """Remember that ``text`` (under cache ``salt``) was sent to ``replica``."""
         nodes = self._nodes
-        for index, name in enumerate(self._names(text)):
+        for index, name in enumerate(self._names(text, salt)):
             holders = nodes.get(name)
             if holders is None:
                 nodes[name] = [replica]

@@ -172,13 +172,19 @@ class ReplicaTable:
         self._ttft.add(model, self._clock(), ttft_s * 1000)
 
     def pick(
-        self, model: str, exclude: Collection[str] = (), prompt: str = "", tokens: Sequence[int] | None = None
+        self,
+        model: str,
+        exclude: Collection[str] = (),
+        prompt: str = "",
+        tokens: Sequence[int] | None = None,
+        salt: str = "",
     ) -> ReplicaEndpoint | None:
         """The ready replica of ``model`` the router chooses for ``prompt`` (:mod:`llmgw.gateway.routing`).
 
         Without a prompt (or under the least-loaded policy): the lowest share of
         its capacity in use, ties rotating. ``tokens``: the prompt's tokens, for
-        KV-block overlap. ``exclude`` names replicas this request already failed on.
+        KV-block overlap; ``salt``: its cache salt, if any. ``exclude`` names
+        replicas this request already failed on.
         """
         loads = self._by_model.get(model)
         if not loads:
@@ -187,7 +193,7 @@ class ReplicaTable:
             loads = [load for load in loads if load.replica_id not in exclude]
         if len(loads) == 1:
             return self._endpoints[loads[0].replica_id] if loads[0].readable else None
-        chosen = self.router.choose(model, loads, prompt, tokens)
+        chosen = self.router.choose(model, loads, prompt, tokens, salt)
         return None if chosen is None else self._endpoints[chosen.replica_id]
 
     def endpoints(self) -> list[ReplicaEndpoint]:

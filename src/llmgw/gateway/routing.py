@@ -122,8 +122,13 @@ class Router:
         loads: Sequence[ReplicaLoad],
         prompt: str = "",
         tokens: Sequence[int] | None = None,
+        salt: str = "",
     ) -> ReplicaLoad | None:
-        """The replica of ``model`` (among ``loads``) that takes a request for ``prompt``."""
+        """The replica of ``model`` (among ``loads``) that takes a request for ``prompt``.
+
+        ``salt``: the request's cache salt (it searched knowledge collections): its prompt's
+        prefix and blocks are keyed under it, apart from the same text under another salt or none.
+        """
         started = self.clock()
         self._turn += 1
         turn = self._turn
@@ -135,7 +140,7 @@ class Router:
         elif policy == "least-loaded" or not prompt:
             chosen = least_loaded(loads, turn)
         else:
-            affinity, kind = self._affinity(model, loads, prompt, tokens if policy == "kv" else None)
+            affinity, kind = self._affinity(model, loads, prompt, tokens if policy == "kv" else None, salt)
             s = self.settings
             chosen = with_affinity(loads, affinity, turn, s.saturation, s.load_weight)
             if chosen is not None and kind != "none":
@@ -144,25 +149,30 @@ class Router:
                     kind = "saturated"
             if chosen is not None and kind != "kv":
                 # Where the KV index already knows, the tree need not (it is the fallback).
-                self.tree(model).insert(prompt, chosen.replica_id)
+                self.tree(model).insert(prompt, chosen.replica_id, salt)
         self._counters[kind].inc()
         DECISION_SECONDS.observe(self.clock() - started)
         return chosen
 
     def _affinity(
-        self, model: str, loads: Sequence[ReplicaLoad], prompt: str, tokens: Sequence[int] | None
+        self,
+        model: str,
+        loads: Sequence[ReplicaLoad],
+        prompt: str,
+        tokens: Sequence[int] | None,
+        salt: str = "",
     ) -> tuple[dict[str, float], str]:
         ids = {load.replica_id for load in loads}
         hasher = self._hashers.get(model)
         if tokens is not None and hasher is not None:
-            keys = hasher.keys(tokens)
+            keys = hasher.keys(tokens, salt)
             if keys:
                 held = self.kv.leading(keys, ids)
                 if held:
                     total = len(keys)
                     return {replica: count / total for replica, count in held.items()}, "kv"
         tree = self.tree(model)
-        depth, chunks = tree.match(prompt, ids)
+        depth, chunks = tree.match(prompt, ids, salt)
         if not depth:
             # A prompt starting like none before: even out the distinct prefixes each replica
             # caches, so that every replica's share of the hot prefixes fits its cache. Counted

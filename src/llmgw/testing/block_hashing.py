@@ -5,7 +5,8 @@ vLLM hashes a full block of ``block_size`` tokens as
 CBOR, the first block's parent being ``NONE_HASH``: ``sha256(cbor(seed))`` of
 the ``PYTHONHASHSEED`` string (random bytes without one, which is why the
 agent fixes the seed). ``extra_keys`` is None for plain text (no LoRA,
-images or cache salt). KV events publish a hash either as the 32-byte digest
+images or cache salt; a request's ``cache_salt`` makes the first block's
+``(salt,)``). KV events publish a hash either as the 32-byte digest
 or, with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (on by default), as the
 integer of its last eight bytes read big-endian.
 
@@ -36,9 +37,12 @@ def none_hash(seed: str | None = None) -> bytes:
     return os.urandom(32) if seed is None else sha256_cbor(seed)
 
 
-def block_hash(parent: bytes | None, tokens: Sequence[int], root: bytes) -> bytes:
-    """One block's hash, chained on its parent's (``root``, NONE_HASH, for the first block)."""
-    return sha256_cbor((parent or root, tuple(tokens), None))
+def block_hash(
+    parent: bytes | None, tokens: Sequence[int], root: bytes, extra_keys: tuple[str, ...] | None = None
+) -> bytes:
+    """One block's hash, chained on its parent's (``root``, NONE_HASH, for the first block);
+    ``extra_keys``: ``(cache_salt,)`` for the first block of a salted request."""
+    return sha256_cbor((parent or root, tuple(tokens), extra_keys))
 
 
 def external(digest: bytes, as_int: bool) -> bytes | int:
