@@ -212,6 +212,9 @@ class EngineCapabilities:
     responses_api: bool = False
     """It serves OpenAI's Responses API (``/v1/responses``) itself; else the gateway translates a
     Responses request into a chat completion and the answer back."""
+    cache_salt: bool = False
+    """Its OpenAI server takes a request's ``cache_salt`` (salting its prefix cache): the gateway sends
+    one for a request that searched knowledge collections (docs/knowledge.md), to no other engine."""
     pooling_flag: bool = False
     """It takes the pooling an embedding model needs (``profile.pooling``)."""
     health_path: str = "/health"
@@ -275,6 +278,7 @@ VLLM = EngineCapabilities(
     agent_env=("PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_API_KEY"),
     tasks=frozenset(Task),
     responses_api=True,
+    cache_salt=True,
 )  # fmt: skip
 """vLLM's OpenAI server: PEFT adapters (at start or at run time), KV events, tensor parallelism."""
 
@@ -293,6 +297,7 @@ SGLANG = EngineCapabilities(
     abbreviated_flags=True,
     env_families=("SGLANG_",),
     tasks=frozenset(Task),
+    cache_salt=True,
 )  # fmt: skip
 """SGLang's server."""
 
