@@ -29,12 +29,13 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.tenancy import visible
-from llmgw.gateway import metrics
+from llmgw.gateway import knowledge, metrics
 from llmgw.gateway.adapters import Adapters
-from llmgw.gateway.bodies import asking_for_usage, model_and_stream, read_body
+from llmgw.gateway.bodies import RequestFacts, asking_for_usage, json_body, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.files import FileStore
@@ -147,6 +148,8 @@ class Gateway:
         on_used: OnUsed | None = None,
         on_replica_failed: OnReplicaFailed | None = None,
         tracing: Tracing = TRACING_OFF,
+        knowledge: KnowledgeSearch | None = None,
+        knowledge_relay: ASGIApp | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
         self.tracing = tracing
@@ -177,6 +180,12 @@ class Gateway:
         """Files workflows made, readable by the key that asked (``/v1/files/{id}``)."""
         self.jobs = JobRunner(self, JobBook(self.settings.jobs_kept, self.settings.job_kept_s))
         """Workflow runs followed on their replica's gate (``/v1/jobs``, pictures)."""
+        self.knowledge = knowledge
+        """Searches knowledge collections for requests that name them (None: such requests answer
+        503, unless :attr:`knowledge_relay` takes them)."""
+        self.knowledge_relay = knowledge_relay
+        """Where a request that searches collections goes when this gateway has no search of its
+        own (a gateway worker's control plane): handed on whole, answered there."""
 
     @property
     def stopped(self) -> bool:
@@ -267,17 +276,18 @@ class Gateway:
                 await send_bytes(send, 500, body, exchange.request_id)
         finally:
             metrics.InFlight.value -= 1
-            duration_s = exchange.elapsed()
-            metrics.observe(
-                exchange.model,
-                metrics.project_of(exchange.key),
-                exchange.status,
-                duration_s,
-                exchange.prompt_tokens,
-                exchange.completion_tokens,
-            )
-            if self.settings.access_log:
-                _log_access(scope, exchange, duration_s)
+            if not exchange.relayed:  # a relayed request is counted and logged where it was answered
+                duration_s = exchange.elapsed()
+                metrics.observe(
+                    exchange.model,
+                    metrics.project_of(exchange.key),
+                    exchange.status,
+                    duration_s,
+                    exchange.prompt_tokens,
+                    exchange.completion_tokens,
+                )
+                if self.settings.access_log:
+                    _log_access(scope, exchange, duration_s)
 
     async def _serve(
         self,
@@ -320,6 +330,13 @@ class Gateway:
             exchange.model = model
             logcontext.MODEL.set(model)
             self._check_task(model, path)
+            if facts.data is not None and (knowledge.FIELD in facts.data or key.collections):
+                ask = knowledge.asked(facts.data, key, path)
+                if ask is not None:
+                    if self.knowledge is None and self.knowledge_relay is not None:
+                        await self._relay(scope, receive, send, exchange, body)
+                        return
+                    body, facts = await self._with_knowledge(path, key, facts, ask)
             strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
             if strip_usage:
                 body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
@@ -346,6 +363,37 @@ class Gateway:
                 "and DELETE /v1/jobs/{id}.",
                 "unknown_url",
             )
+
+    async def _with_knowledge(
+        self, path: str, key: KeyEntry, facts: RequestFacts, ask: knowledge.Ask
+    ) -> tuple[bytes, RequestFacts]:
+        """The body and facts of a request once its collections were searched (knowledge.py)."""
+        assert facts.data is not None
+        query = knowledge.query_of(facts.data, path)
+        settings = self.settings
+        passages = await knowledge.search(
+            self.knowledge, key, ask, query, settings.knowledge_timeout_s, settings.retry_after_s
+        )
+        body = json_body(knowledge.with_passages(facts.data, path, passages))
+        found = knowledge.retrieved(ask.collections, passages)
+        return body, model_and_stream(body)._replace(knowledge=found)
+
+    async def _relay(
+        self, scope: Scope, receive: Receive, send: Send, exchange: Exchange, body: bytes
+    ) -> None:
+        """Hand the request (its body already read) to :attr:`knowledge_relay`, which answers it."""
+        assert self.knowledge_relay is not None
+        exchange.relayed = True
+        replayed = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def again() -> Message:
+            return replayed.pop() if replayed else await receive()
+
+        async def started(message: Message) -> None:
+            exchange.response_started = True
+            await send(message)
+
+        await self.knowledge_relay(scope, again, started)
 
     def _authenticate(self, authorization: bytes | None) -> KeyEntry:
         if not authorization:

@@ -21,6 +21,7 @@ from starlette.types import Receive
 from llmgw.gateway.responses import ApiError
 
 if TYPE_CHECKING:
+    from llmgw.gateway.knowledge import Retrieved
     from llmgw.gateway.responses_api import ResponsesCall
 
 
@@ -76,6 +77,8 @@ class RequestFacts(NamedTuple):
     """The body as parsed."""
     responses: ResponsesCall | None = None
     """A ``/v1/responses`` request, ready for either kind of engine (set by the gateway)."""
+    knowledge: Retrieved | None = None
+    """What the knowledge collections it searched brought (set by the gateway; None: it searched none)."""
 
 
 ABSENT: Any = object()
@@ -113,6 +116,11 @@ def choosing_lora(body: bytes, lora: bytes) -> bytes:
         return body[: start + 1] + b'"lora":' + lora + separator + rest
     data = json.loads(body)
     data["lora"] = json.loads(lora)
+    return _encoded(data)
+
+
+def json_body(data: Any) -> bytes:
+    """A body the gateway made (``data``) as the engine is sent it."""
     return _encoded(data)
 
 

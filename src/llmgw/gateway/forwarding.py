@@ -28,6 +28,7 @@ from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.knowledge import Retrieved, salted
 from llmgw.gateway.limiting import Ticket, cut_short, events_in, limit_message
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses import (
@@ -39,6 +40,7 @@ from llmgw.gateway.responses import (
 )
 from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.shaping import AnswerShape, EventShaper, NativeResponses, TranslatedResponses
+from llmgw.gateway.sources import SourcesShape
 from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
 from llmgw.observability import logcontext
@@ -64,6 +66,7 @@ class Exchange:
         "key",
         "model",
         "prompt_tokens",
+        "relayed",
         "replica_id",
         "request_id",
         "response_started",
@@ -97,6 +100,8 @@ class Exchange:
         """When the first event of a stream was relayed (``perf_counter``; 0: none was)."""
         self.ticket: Ticket | None = None
         """The request's hold on its limits (None: nothing limits its key)."""
+        self.relayed = False
+        """Handed whole to another gateway (a worker's control plane), which answers and counts it."""
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -220,23 +225,27 @@ async def _forward(
     model = exchange.model
     table = gateway.replicas
     adapter = gateway.adapters.get(model)
+    found = facts.knowledge if facts is not None else None
     if adapter is not None:
         call = facts.responses if facts is not None else None
-        await _forward_adapter(gateway, exchange, send, path, body, stream, strip_usage, adapter.model, call)
+        await _forward_adapter(
+            gateway, exchange, send, path, body, stream, strip_usage, adapter.model, call, found
+        )
         return
     call = facts.responses if facts is not None else None
     prompt = facts.prompt if facts is not None else ""
+    salt = found.salt if found is not None else ""
     tokens = None
     if prompt and facts is not None and facts.prompt_request is not None and table.router.wants_tokens(model):
         tokens = await _tokens(gateway, exchange, prompt, facts.prompt_request)
-    endpoint = table.pick(model, prompt=prompt, tokens=tokens)
+    endpoint = table.pick(model, prompt=prompt, tokens=tokens, salt=salt)
     if endpoint is None:
         gateway.want_replica(model)
         if await table.wait_ready(model, gateway.settings.request_wait_s):
-            endpoint = table.pick(model, prompt=prompt, tokens=tokens)
+            endpoint = table.pick(model, prompt=prompt, tokens=tokens, salt=salt)
         if endpoint is None:
             raise gateway.not_ready_error(model)
-    path, body, shape = _for_engine(gateway, model, endpoint, path, body, call)
+    path, body, shape = _for_engine(gateway, model, endpoint, path, body, call, found)
     await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage, shape)
 
 
@@ -247,11 +256,14 @@ def _for_engine(
     path: str,
     body: bytes,
     call: ResponsesCall | None,
+    found: Retrieved | None = None,
 ) -> tuple[str, bytes, AnswerShape | None]:
     """The route and body as the replica's engine needs them, and how its answer is reshaped.
 
     A Responses request goes as one to an engine serving the Responses API and as a chat
-    completion to any other; an engine that takes the adapter in the body is told which.
+    completion to any other; an engine that takes the adapter in the body is told which. A
+    request that searched knowledge collections (``found``) carries its sources back, and its
+    cache salt to an engine that takes one.
     """
     shape: AnswerShape | None = None
     if call is not None:
@@ -260,6 +272,11 @@ def _for_engine(
             path, body, shape = "/v1/responses", call.native_body(), NativeResponses(call)
         else:
             path, body, shape = "/v1/chat/completions", call.chat_body(), TranslatedResponses(call)
+    if found is not None:
+        shape = SourcesShape(shape, found.sources)
+        caps = find_engine(endpoint.engine)
+        if caps is not None and caps.cache_salt:
+            body = salted(body, found.salt)
     if adapter_in_body(endpoint.engine):
         choice = gateway.adapters.lora_choice(model)
         if choice is not None:
@@ -277,6 +294,7 @@ async def _forward_adapter(
     strip_usage: bool,
     base: str,
     call: ResponsesCall | None,
+    found: Retrieved | None = None,
 ) -> None:
     """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""
     adapters = gateway.adapters
@@ -295,7 +313,7 @@ async def _forward_adapter(
         if endpoint is None:
             raise gateway.not_ready_error(base)
     try:
-        path, body, shape = _for_engine(gateway, exchange.model, endpoint, path, body, call)
+        path, body, shape = _for_engine(gateway, exchange.model, endpoint, path, body, call, found)
         await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage, shape)
     finally:
         adapters.done(endpoint.replica_id, exchange.model)

@@ -38,6 +38,9 @@ class KeyEntry:
     place: Place = NOWHERE
     """Where the key sits (its project, or its user and the user's teams and organizations): it sees
     public models and adapters and those owned at or above it (:func:`llmgw.core.tenancy.visible`)."""
+    collections: tuple[str, ...] = ()
+    """Knowledge collections its chat and Responses requests search when they name none
+    (docs/knowledge.md); empty: none."""
     project: str = field(init=False, compare=False)
     """What its requests count under in metrics, logs and usage: where it sits as text
     (``project:ORG/TEAM/PROJECT``, ``user:NAME``), empty when nowhere; made once, not per request."""

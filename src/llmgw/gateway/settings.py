@@ -38,3 +38,5 @@ class GatewaySettings(BaseModel):
     """How long a made file (a picture's ``url``, a job's files) can be read at ``/v1/files/{id}``."""
     files_max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
     """Bytes of made files kept in memory at most; the oldest go first."""
+    knowledge_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest a request's search of knowledge collections may take before it answers 503."""
