@@ -63,12 +63,14 @@ def _key(entry: KeyEntry) -> dict[str, Any]:
         "owner": entry.owner,
         "at": str(entry.place.at),
         "memberships": sorted(str(owner) for owner in entry.place.memberships),
+        "collections": list(entry.collections),
     }
 
 
 def _key_entry(data: Mapping[str, Any]) -> KeyEntry:
     place = Place(Owner.parse(data["at"]), frozenset(Owner.parse(text) for text in data["memberships"]))
-    return KeyEntry(data["key_id"], data["name"], data["secret_hash"], data["owner"], place)
+    collections = tuple(data.get("collections", ()))  # absent from a peer of an earlier version
+    return KeyEntry(data["key_id"], data["name"], data["secret_hash"], data["owner"], place, collections)
 
 
 def _kv(update: KvBlocksUpdate) -> dict[str, Any]:

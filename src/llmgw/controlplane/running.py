@@ -32,6 +32,7 @@ from llmgw.controlplane.firewalling import server_source
 from llmgw.controlplane.leadership import Identity
 from llmgw.controlplane.selfrestart import hand_over, start_again
 from llmgw.controlplane.wiring import ControlPlaneParts, wire
+from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.operations.firewallkeeping import FirewallKeeper
 from llmgw.operations.nftables import FirewallState, Nft
 from llmgw.runtime.supervising import Supervisor
@@ -47,8 +48,11 @@ class ControlPlane:
         config: ServerConfig,
         check_agent_settings: SettingsCheck = forbidden_only,
         worker_log_args: Sequence[str] = (),
+        knowledge: KnowledgeSearch | None = None,
     ) -> None:
         self.config = config
+        self._knowledge = knowledge
+        """What the gateway searches knowledge collections with (None: wiring's own choice)."""
         self._worker_log_args = worker_log_args
         """How gateway workers log (``--log-level``, ``--log-json``): as this process does."""
         self._check_agent_settings = check_agent_settings
@@ -66,7 +70,12 @@ class ControlPlane:
         supervisor = self.supervisor
         async with contextlib.AsyncExitStack() as closing:
             parts = await wire(
-                self.config, self._check_agent_settings, supervisor, closing, self._worker_log_args
+                self.config,
+                self._check_agent_settings,
+                supervisor,
+                closing,
+                self._worker_log_args,
+                knowledge=self._knowledge,
             )
             self.agent_port = await parts.agent_server.start()
             # What is built by now (modules, the parts) lives as long as the process: kept out of the

@@ -84,6 +84,7 @@ from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.controlplane.workermetrics import SummedRegistry, serve_metrics
 from llmgw.controlplane.workers import WorkerSupervisor, subprocess_launcher, worker_count
 from llmgw.controlplane.workerserving import HTTP_SOCKET_NAME
+from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
@@ -188,6 +189,15 @@ async def record_vip(store: Store, name: str, vip: str) -> None:
         await store.settings.set(VIP_SETTING, vip, name)
 
 
+def knowledge_search(store: Store) -> KnowledgeSearch | None:
+    """The cluster's search of its knowledge collections, for the gateway (docs/knowledge.md).
+
+    None until the collections' index is part of the control plane: a request naming collections
+    then answers 503 ``knowledge_unavailable``."""
+    del store
+    return None
+
+
 def _log_unreachable(replica_id: str, reason: str) -> None:
     log.warning("replica %s unreachable: %s", replica_id, reason)
 
@@ -198,10 +208,13 @@ async def wire(
     supervisor: Supervisor,
     closing: contextlib.AsyncExitStack,
     worker_log_args: Sequence[str] = (),
+    knowledge: KnowledgeSearch | None = None,
 ) -> ControlPlaneParts:
     """Build every part in dependency order; ``closing`` closes them (in reverse) when the process ends.
 
-    ``worker_log_args``: how gateway workers log (``--log-level``, ``--log-json``), if there are any."""
+    ``worker_log_args``: how gateway workers log (``--log-level``, ``--log-json``), if there are any.
+    ``knowledge``: what the gateway searches knowledge collections with; None: the cluster's own
+    search (:func:`knowledge_search`)."""
     config.data_path.mkdir(parents=True, exist_ok=True)
     fence = Fence(config.name)
     store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
@@ -238,6 +251,7 @@ async def wire(
             {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
         ),
         tracing=tracing,
+        knowledge=knowledge if knowledge is not None else knowledge_search(store),
     )
     closing.push_async_callback(gateway.close)
     feed = gateway.feed

@@ -12,7 +12,8 @@ it with the same guarded protocol and connection limits as the control plane
 - everything else (``/api``, the portal, ``/metrics``, ``/healthz``,
   ``/leader``, ``/v1`` while its plane does not serve it, and ``/v1``
   requests naming an adapter loaded at run time, which its plane decides
-  alone) by passing the
+  alone, and ``/v1`` requests that search knowledge collections, which its
+  plane searches: docs/knowledge.md) by passing the
   request on, streamed both ways, to the control plane's HTTP listener on its
   Unix socket (``http.sock`` in the data dir, 0600), which answers exactly
   as it would on the port.
@@ -31,7 +32,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ class PassOn:
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         disconnected = asyncio.Event()
@@ -219,6 +220,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
     workers = worker_count(config.gateway.workers)
     tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name} worker {index}")
     following: WorkerFollowing
+    pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
     gateway = Gateway(
         GatewaySettings(
             request_wait_s=config.gateway.request_wait_s,
@@ -233,6 +235,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
             {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
         ),
         tracing=tracing,
+        knowledge_relay=pass_on,  # the search runs in the control plane: such a request is answered there
     )
     gateway.limiter.share = 1.0 / workers  # set before any limit arrives: every meter holds this share
     state = GatewayState(gateway.feed)
@@ -243,7 +246,6 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         models=gateway.replicas.models,
         metrics=gateway_samples,
     )
-    pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
     decides = RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes)
     app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves, decides)
     http = HttpServer(app, config.http, reuse_port_socket(config.http.host, port))
