@@ -64,6 +64,15 @@ def test_the_lru_block_cache_keeps_a_fixed_number_of_blocks() -> None:
     assert cache.cached_prefix(first) == 2  # its leading block outlived its tail
 
 
+def test_a_cache_salt_keeps_the_same_prompt_apart_in_the_block_cache() -> None:
+    cache = BlockCache(num_blocks=8, block_size=2)
+    prompt = [1, 2, 3, 4]
+    cache.store(prompt, salt="kb-a")
+    assert cache.cached_prefix(prompt, salt="kb-a") == 4
+    assert cache.cached_prefix(prompt, salt="kb-b") == 0
+    assert cache.cached_prefix(prompt) == 0
+
+
 async def test_prefill_is_charged_only_for_uncached_tokens() -> None:
     waits: list[float] = []
 

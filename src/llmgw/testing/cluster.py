@@ -190,11 +190,12 @@ class Cluster:
     def log(self, name: str) -> Path:
         return self.home / "logs" / f"{name}.log"
 
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, name: str, *args: str, module: str = "llmgw.cli.main") -> subprocess.Popen[bytes]:
+        """``python -m module *args`` as process ``name`` (``llmgw`` itself unless told otherwise)."""
         self.log(name).parent.mkdir(parents=True, exist_ok=True)
         with self.log(name).open("ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "llmgw.cli.main", *args],
+                [sys.executable, "-m", module, *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -96,12 +96,18 @@ class StandinSettings:
     """Seconds a runtime LoRA load takes."""
     hash_block: Callable[[bytes | None, list[int]], bytes] | None = None
     """vLLM: how blocks are hashed (``--prefix-caching-hash-algo sha256_cbor``); None: a plain chain."""
+    hash_salted: Callable[[list[int], str], bytes] | None = None
+    """vLLM: how the first block of a request with a ``cache_salt`` is hashed; None: a plain hash."""
     startup_s: float = field(default_factory=lambda: float(os.environ.get("LLMGW_STANDIN_STARTUP_S", "0.2")))
     """Seconds /health answers 503 after start (weights loading)."""
 
 
 def _plain_hash(parent: bytes | None, tokens: list[int]) -> bytes:
     return hashlib.sha256((parent or b"") + json.dumps(tokens).encode()).digest()
+
+
+def _plain_salted(tokens: list[int], salt: str) -> bytes:
+    return hashlib.sha256(json.dumps([salt, tokens]).encode()).digest()
 
 
 class BlockCache:
@@ -116,20 +122,24 @@ class BlockCache:
         num_blocks: int,
         block_size: int,
         hash_block: Callable[[bytes | None, list[int]], bytes] | None = None,
+        hash_salted: Callable[[list[int], str], bytes] | None = None,
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.hash_block = hash_block or _plain_hash
+        self.hash_salted = hash_salted or _plain_salted
+        """How the first block of a salted request is named (its salt mixed in, as vLLM does)."""
         """How a block is named from its parent's name and its tokens (vLLM's sha256_cbor where asked)."""
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
         self.on_stored: Callable[[list[bytes], bytes | None, list[int]], None] = lambda *a: None
         self.on_removed: Callable[[list[bytes]], None] = lambda hashes: None
 
-    def hashes(self, tokens: list[int]) -> list[bytes]:
+    def hashes(self, tokens: list[int], salt: str = "") -> list[bytes]:
         chain: list[bytes] = []
         parent: bytes | None = None
         for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
-            parent = self.hash_block(parent, tokens[start : start + self.block_size])
+            block = tokens[start : start + self.block_size]
+            parent = self.hash_salted(block, salt) if salt and not start else self.hash_block(parent, block)
             chain.append(parent)
         return chain
 
@@ -144,18 +154,18 @@ class BlockCache:
             if digest in self._blocks:
                 self._blocks.move_to_end(digest)
 
-    def cached_prefix(self, tokens: list[int]) -> int:
+    def cached_prefix(self, tokens: list[int], salt: str = "") -> int:
         """Tokens at the start of ``tokens`` whose blocks are cached (and now recently used)."""
         held: list[bytes] = []
-        for digest in self.hashes(tokens):
+        for digest in self.hashes(tokens, salt):
             if digest not in self._blocks:
                 break
             held.append(digest)
         self._touch(held)
         return len(held) * self.block_size
 
-    def store(self, tokens: list[int]) -> None:
-        chain = self.hashes(tokens)
+    def store(self, tokens: list[int], salt: str = "") -> None:
+        chain = self.hashes(tokens, salt)
         self._touch(chain)
         parent: bytes | None = None
         for index, digest in enumerate(chain):
@@ -185,7 +195,9 @@ class Standin:
         self.settings = settings
         self.sleep = sleep
         """How the timing model waits (a seam: tests record the waits instead)."""
-        self.cache = BlockCache(settings.num_blocks, settings.block_size, settings.hash_block)
+        self.cache = BlockCache(
+            settings.num_blocks, settings.block_size, settings.hash_block, settings.hash_salted
+        )
         self.started = time.monotonic()
         self.slots = asyncio.Semaphore(settings.max_running)
         self.running = 0
@@ -203,8 +215,9 @@ class Standin:
 
     # -- serving ------------------------------------------------------------------------------
 
-    async def generate(self, prompt: list[int], max_tokens: int) -> Any:
-        """Yield generated token texts on the timing model, holding a slot while running."""
+    async def generate(self, prompt: list[int], max_tokens: int, salt: str = "") -> Any:
+        """Yield generated token texts on the timing model, holding a slot while running; ``salt``:
+        the request's ``cache_salt`` (its blocks are cached apart)."""
         self.waiting += 1
         try:
             await self.slots.acquire()
@@ -214,9 +227,9 @@ class Standin:
         blocks = -(-(len(prompt) + max_tokens) // self.settings.block_size)
         self.held_blocks += blocks
         try:
-            cached = self.cache.cached_prefix(prompt)
+            cached = self.cache.cached_prefix(prompt, salt)
             await self.sleep(self.settings.prefill_s * (len(prompt) - cached))
-            self.cache.store(prompt)
+            self.cache.store(prompt, salt)
             self.prompt_tokens += len(prompt)
             self.cached_tokens += cached
             for index in range(max_tokens):
@@ -342,6 +355,12 @@ def build_app(standin: Standin) -> web.Application:
         if model in standin.adapters:
             standin.adapters.move_to_end(model)
         prompt = prompt_of(body, chat)
+        salt = body.get("cache_salt")
+        if salt is not None and s.engine in ("vllm", "sglang"):
+            if not isinstance(salt, str) or not salt:
+                return _error(400, "Parameter 'cache_salt' must be a non-empty string if provided.")
+        else:
+            salt = ""
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         if len(prompt) + max_tokens > s.max_model_len:
             return _error(400, f"This model's maximum context length is {s.max_model_len} tokens.")
@@ -364,7 +383,7 @@ def build_app(standin: Standin) -> web.Application:
             return {"index": 0, key: content, "finish_reason": finish, "logprobs": logprobs}
 
         if not body.get("stream"):
-            pieces = [piece async for piece in standin.generate(prompt, max_tokens)]
+            pieces = [piece async for piece in standin.generate(prompt, max_tokens, salt)]
             constrained = constrained_text(body) if chat else None
             text, finish = (constrained, "stop") if constrained is not None else ("".join(pieces), "length")
             answer = {"id": ident, "object": kind, "created": created, "model": model,
@@ -379,7 +398,7 @@ def build_app(standin: Standin) -> web.Application:
         async def send(payload: dict[str, Any]) -> None:
             await response.write(f"data: {json.dumps(payload)}\n\n".encode())
 
-        async for piece in standin.generate(prompt, max_tokens):
+        async for piece in standin.generate(prompt, max_tokens, salt):
             await send({"id": ident, "object": chunk_kind, "created": created, "model": model,
                         "choices": [choice(piece, None, True, [piece])]})  # fmt: skip
         final: dict[str, Any] = {"id": ident, "object": chunk_kind, "created": created, "model": model,

@@ -3,7 +3,8 @@
 It parses the flags vLLM documents for ``vllm serve`` (underscores read as
 dashes, as vLLM does), refuses unknown ones as argparse does (exit 2,
 "unrecognized arguments"), and serves the OpenAI routes, ``/tokenize``,
-``/metrics`` under vLLM's names, the runtime LoRA routes (with
+``/metrics`` under vLLM's names (a request's ``cache_salt`` salting its prefix cache as vLLM does: the
+first block's extra keys), the runtime LoRA routes (with
 ``--enable-lora``, ``--max-loras`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
 and, with ``--kv-events-config``, KV-cache events over ZMQ with vLLM's
 replay socket (:mod:`llmgw.testing.kv_events_publisher`;
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.prefix_caching_hash_algo == "sha256_cbor":
         root = none_hash()
         settings.hash_block = lambda parent, tokens: block_hash(parent, tokens, root)
+        settings.hash_salted = lambda tokens, salt: block_hash(None, tokens, root, (salt,))
     publisher = None
     if options.kv_events_config:
         config = json.loads(options.kv_events_config)
