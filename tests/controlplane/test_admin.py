@@ -142,6 +142,18 @@ async def test_key_secret_is_shown_once_and_the_ring_reloads(api) -> None:  # ty
     assert reloads == [1, 0]
 
 
+async def test_a_key_keeps_its_default_collections(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    created = await client.post("/api/keys", json={"name": "kb", "collections": ["handbook", "runbook"]})
+    assert created.status_code == 201
+    [listed] = [k for k in (await client.get("/api/keys")).json() if k["name"] == "kb"]
+    assert listed["collections"] == ["handbook", "runbook"]
+    for bad in ([""], "handbook", [f"c{i}" for i in range(9)]):
+        answer = await client.post("/api/keys", json={"name": "kb2", "collections": bad})
+        assert answer.status_code == 400
+        assert answer.json()["error"]["problems"][0]["field"].startswith("collections")
+
+
 async def test_key_request_with_unknown_field_is_a_400(api) -> None:  # type: ignore[no-untyped-def]
     client, _ = api
     answer = await client.post("/api/keys", json={"name": "app", "scope": "all"})

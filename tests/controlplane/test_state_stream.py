@@ -55,7 +55,7 @@ def catalog() -> list[ModelDefinition]:
 
 def key(key_id: str, secret: str) -> KeyEntry:
     place = Place(Owner.parse("user:ann"), frozenset({Owner.parse("team:acme/ml")}))
-    return KeyEntry(key_id, key_id, hash_secret(secret), "ann", place)
+    return KeyEntry(key_id, key_id, hash_secret(secret), "ann", place, ("handbook",))
 
 
 class Plane:

@@ -71,6 +71,13 @@ async def test_a_revoked_key_leaves_the_active_ones_and_the_default_list(
     assert {key.id for key in await store.keys.list(include_revoked=True)} == {kept.id, gone.id}
 
 
+async def test_a_key_keeps_its_default_collections_in_order_once_each(store: Store) -> None:
+    await store.keys.create("kb", collections=["runbook", "handbook", "runbook"])
+    await store.keys.create("plain")
+    searched = {k.name: k.collections for k in await store.keys.active()}
+    assert searched == {"kb": ("runbook", "handbook"), "plain": ()}
+
+
 async def test_a_key_can_be_revoked_by_name(store: Store) -> None:
     await store.keys.create("ci")
     revoked = await store.keys.revoke("ci")

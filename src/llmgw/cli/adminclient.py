@@ -113,8 +113,12 @@ class AdminClient:
     def keys(self) -> list[KeyView]:
         return self._get(list[KeyView], "/api/keys")
 
-    def create_key(self, name: str, owner: str = "", place: str = "") -> KeyCreated:
-        body = {"name": name, "owner": owner} | ({"place": place} if place else {})
+    def create_key(
+        self, name: str, owner: str = "", place: str = "", collections: list[str] | None = None
+    ) -> KeyCreated:
+        body: dict[str, Any] = {"name": name, "owner": owner} | ({"place": place} if place else {})
+        if collections:
+            body["collections"] = collections
         return self._call(KeyCreated, "POST", "/api/keys", body)
 
     # tenancy

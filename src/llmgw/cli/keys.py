@@ -16,6 +16,11 @@ def key_create(
     owner: str = typer.Option("", help="A label saying who uses the key."),
     project: str = typer.Option("", help="The project the key sits in (ORG/TEAM/PROJECT)."),
     user: str = typer.Option("", help="The user the key belongs to (instead of a project)."),
+    collections: str = typer.Option(
+        "",
+        help="Knowledge collections its chat and Responses requests search when they name none "
+        "(comma-separated).",
+    ),
     url: str | None = URL,
     token: str | None = TOKEN,
 ) -> None:
@@ -26,7 +31,8 @@ def key_create(
             "a key sits in a project or with a user, not both", param_hint="--project/--user"
         )
     place = f"project:{project}" if project else f"user:{user}" if user else ""
-    created = client(url, token).create_key(name, owner, place)
+    names = [c.strip() for c in collections.split(",") if c.strip()]
+    created = client(url, token).create_key(name, owner, place, names)
     console.print(f"created key {created.id} ({created.name}); the secret is shown only now:")
     print(created.key)
 

@@ -152,6 +152,7 @@ class KeyLoading:
                 secret_hash=k.secret_hash,
                 owner=k.owner,
                 place=key_place(k.place, bindings),
+                collections=k.collections,
             )
             for k in keys
         )

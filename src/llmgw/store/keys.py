@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -70,6 +71,8 @@ class KeyRecord:
     revoked_at: datetime | None
     place: Owner = CLUSTER
     """Where the key sits: a project, a user, or the cluster (nowhere: public models only)."""
+    collections: tuple[str, ...] = ()
+    """Knowledge collections its chat and Responses requests search when they name none."""
 
     @property
     def active(self) -> bool:
@@ -82,9 +85,11 @@ class Keys:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def create(self, name: str, owner: str = "", place: Owner = CLUSTER) -> tuple[KeyRecord, str]:
-        """Create a key at ``place`` (a project or a user); returns it and its secret, which cannot be
-        read again.
+    async def create(
+        self, name: str, owner: str = "", place: Owner = CLUSTER, collections: Sequence[str] = ()
+    ) -> tuple[KeyRecord, str]:
+        """Create a key at ``place`` (a project or a user), searching ``collections`` by default;
+        returns it and its secret, which cannot be read again.
 
         :class:`Conflict` when an active key already has that name.
         """
@@ -106,6 +111,7 @@ class Keys:
             revoked_at=None,
             place_kind=place.kind.value,
             place_path=place.path,
+            collections=list(dict.fromkeys(collections)),
         )
         async with self._store.session() as session:
             taken = await session.scalar(
@@ -176,6 +182,7 @@ def _record(row: ApiKeyRow) -> KeyRecord:
         created_at=row.created_at,
         revoked_at=row.revoked_at,
         place=_place(row.place_kind, row.place_path),
+        collections=tuple(row.collections or ()),
     )
 
 

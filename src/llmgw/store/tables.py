@@ -142,6 +142,8 @@ class ApiKeyRow(Base):
     place_kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default="cluster")
     """Where the key sits: ``project`` or ``user`` (``cluster``: nowhere, public models only)."""
     place_path: Mapped[str] = mapped_column(String(200), nullable=False, server_default="")
+    collections: Mapped[list[str]] = mapped_column(JSON, nullable=False, server_default="[]")
+    """Knowledge collections the key's chat and Responses requests search when they name none."""
 
 
 class OrgRow(Base):

@@ -31,6 +31,7 @@ def _view(k: KeyRecord) -> KeyView:
         created_at=k.created_at,
         revoked_at=k.revoked_at,
         place=str(k.place),
+        collections=list(k.collections),
     )
 
 
@@ -58,7 +59,7 @@ async def create_key(body: KeyRequest, state: State, caller: Who) -> KeyCreated:
         await state.store.users.get(place.path)
     elif not await state.store.tenants.exists(place):
         raise NotFound(f"{place} does not exist", "'llmgw ctl project list' lists the projects")
-    record, secret = await state.store.keys.create(body.name, body.owner, place)
+    record, secret = await state.store.keys.create(body.name, body.owner, place, body.collections)
     await state.store.audit.record(
         caller.name, "key.create", record.id, {"name": body.name, "place": str(place)}
     )

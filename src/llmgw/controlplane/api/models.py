@@ -231,6 +231,12 @@ class KeyRequest(RequestModel):
     place: Annotated[str, Field(max_length=KEY_PLACE), AfterValidator(owner_text)] = ""
     """Where the key sits: ``project:ORG/TEAM/PROJECT`` or ``user:NAME`` (empty: nowhere, public
     models only; cluster admins only)."""
+    collections: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=200), AfterValidator(keepable)]],
+        Field(max_length=8),
+    ] = []
+    """Knowledge collections its chat and Responses requests search when they name none
+    (docs/knowledge.md); whether the key may read them is checked when a request searches."""
 
 
 class KeyView(AnswerModel):
@@ -241,6 +247,8 @@ class KeyView(AnswerModel):
     created_at: datetime
     revoked_at: datetime | None
     place: str = ""
+    collections: list[str] = []
+    """Knowledge collections its requests search when they name none."""
 
 
 class KeyCreated(AnswerModel):
