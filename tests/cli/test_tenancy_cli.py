@@ -74,3 +74,9 @@ def test_a_key_is_created_in_a_project(admin_server: AdminServer) -> None:
     run(admin_server, "ctl", "key", "create", "chat-ci", "--project", "acme/ml/chat")
     [key] = json.loads(run(admin_server, "ctl", "key", "list", "--json"))
     assert key["place"] == "project:acme/ml/chat"
+
+
+def test_a_key_is_created_with_default_knowledge_collections(admin_server: AdminServer) -> None:
+    run(admin_server, "ctl", "key", "create", "kb-ci", "--collections", "handbook, runbook")
+    [key] = [k for k in json.loads(run(admin_server, "ctl", "key", "list", "--json")) if k["name"] == "kb-ci"]
+    assert key["collections"] == ["handbook", "runbook"]
