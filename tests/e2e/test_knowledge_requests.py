@@ -8,7 +8,8 @@ from the SDK's ``model_extra``); the engine is sent the passages and a
 ``cache_salt`` per collection, so the same prompt start is cached apart: the
 second project's request finds nothing of the first's in the engine's prefix
 cache, while the first project's repeat does. A collection of another project
-answers 404 as one that does not exist.
+answers 404 as one that does not exist. The control plane runs two gateway
+workers: they search nothing themselves, and hand such requests whole to it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.agent.config import EngineSettings, PythonEngineSettings
+from llmgw.controlplane.config import save_server_config
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
@@ -47,6 +49,8 @@ def kb_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Clust
     collections = home / "collections.json"
     collections.write_text(json.dumps(COLLECTIONS))
     running = Cluster(home / "cluster", home / "cache")
+    running.config.gateway.workers = 2
+    save_server_config(running.config, running.home / "server.yaml")
     try:
         running.start(
             "server",
@@ -114,7 +118,21 @@ def test_each_project_gets_its_sources_and_its_own_cache(kb_cluster: tuple[Clust
     alpha = OpenAI(base_url=f"{cluster.url}/v1", api_key=alpha_key, max_retries=0)
     beta = OpenAI(base_url=f"{cluster.url}/v1", api_key=beta_key, max_retries=0)
 
-    answer = _ask(alpha, "alpha-handbook")
+    def by_a_worker() -> bool:
+        raw = alpha.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1
+        )
+        return bool(raw.headers.get("x-llmgw-worker"))
+
+    wait_for(by_a_worker, 30, "the gateway workers answer /v1")
+    raw = alpha.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": QUESTION}],
+        max_tokens=2,
+        extra_body={"knowledge": {"collections": ["alpha-handbook"], "limit": 1}},
+    )
+    assert raw.headers.get("x-llmgw-worker"), "a worker took the request and handed it to its control plane"
+    answer = raw.parse()
     [source] = (answer.model_extra or {})["sources"]
     assert source["collection"] == "alpha-handbook" and source["document"] == "handbook.md"
     assert source["position"] == 0 and source["text"] == PASSAGE
