@@ -78,7 +78,8 @@ class TrainingScheduler:
         self._wake = asyncio.Event()
         self._sent: dict[str, ControlLink] = {}
         """Each job's StartTraining, by the node's stream it went on (sent again on a new stream)."""
-        self._away: dict[str, float] = {}
+        self.away: dict[str, float] = {}
+        """Jobs whose node is not connected, with when (``clock``) this plane first saw it away."""
         self._written: dict[str, float] = {}
         self._unwritten: dict[str, tuple[int, dict[str, Any]]] = {}
         """Progress held back by the throttle: (attempt, columns), written on the next pass due."""
@@ -112,7 +113,7 @@ class TrainingScheduler:
                 task.cancel()
             self._collecting.clear()
             self._sent.clear()
-            self._away.clear()
+            self.away.clear()
 
     async def step(self) -> None:
         """One pass: statuses heard, jobs on nodes followed, queued ones placed, progress written."""
@@ -187,7 +188,7 @@ class TrainingScheduler:
         if node is None:
             await self._away_from(job)
             return
-        self._away.pop(job.id, None)
+        self.away.pop(job.id, None)
         if self._sent.get(job.id) is not node.channel:
             try:
                 await node.channel.send(start_message(job))
@@ -200,10 +201,10 @@ class TrainingScheduler:
             task.add_done_callback(lambda _: self._collecting.pop(job.id, None))
 
     async def _away_from(self, job: JobRecord) -> None:
-        since = self._away.setdefault(job.id, self._clock())
+        since = self.away.setdefault(job.id, self._clock())
         if self._clock() - since < self.grace_s:
             return
-        self._away.pop(job.id, None)
+        self.away.pop(job.id, None)
         self._sent.pop(job.id, None)
         gone = f"node {job.node_id} has been away for over {self.grace_s:.0f} s"
         if job.retry > 0:
