@@ -72,7 +72,7 @@ async def test_collection_resumes_from_what_the_mirror_holds(plane: Plane) -> No
     plane.connect(agent)
     plane.start()
     await eventually(lambda: _is(plane, job.id, JobState.SUCCEEDED), timeout_s=10)
-    assert [f.offset for f in agent.fetches if f.filename == "adapter_model.safetensors"][0] == 1000
+    assert next(f.offset for f in agent.fetches if f.filename == "adapter_model.safetensors") == 1000
     assert plane.blobs.path_of(sha(ADAPTER)).read_bytes() == ADAPTER
 
 
