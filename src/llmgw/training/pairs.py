@@ -17,6 +17,7 @@ from llmgw.core.tenancy import Owner
 from llmgw.errors import NotFound, ValidationFailed
 
 NOT_AVAILABLE = "knowledge collections are not available"
+UNKNOWN_HINT = "name a collection you may read"
 
 
 class CollectionPairs(Protocol):
@@ -52,12 +53,12 @@ async def gather_pairs(
     owners: list[Owner] = []
     pairs: list[tuple[str, str]] = []
     for name in collections:
-        found_owner, found = await source.pairs(name)
+        try:
+            found_owner, found = await source.pairs(name)
+        except NotFound as error:
+            raise NotFound(error.message, error.hint or UNKNOWN_HINT) from None
         if not may_read(found_owner):
-            raise NotFound(
-                f"no knowledge collection {name!r}",
-                "name a collection you may read ('llmgw ctl knowledge list')",
-            )
+            raise NotFound(f"no knowledge collection {name!r}", UNKNOWN_HINT)
         owners.append(found_owner)
         pairs += found
     distinct = sorted(set(owners), key=str)
