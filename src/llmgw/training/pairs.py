@@ -75,5 +75,8 @@ async def gather_pairs(
             "give an organization, team, project or user as the owner",
         )
     if not pairs:
-        raise ValidationFailed([("pairs_from", "the collections hold no question/answer pair")])
+        raise ValidationFailed(
+            [("pairs_from", "the collections hold no question/answer pair")],
+            "add pairs to the collections, or upload them with --pairs FILE",
+        )
     return GatheredPairs(owner, pairs)

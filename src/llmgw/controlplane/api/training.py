@@ -66,7 +66,9 @@ async def submit(body: TrainingSubmit, state: State, caller: Who) -> TrainingJob
     asked = Owner.parse(body.owner) if body.owner is not None else None
     if body.pairs_from:
         if body.pairs:
-            raise ValidationFailed([("pairs", "give pairs or pairs_from, not both")])
+            raise ValidationFailed(
+                [("pairs", "give pairs or pairs_from, not both")], "drop one of --pairs and --pairs-from"
+            )
         gathered = await gather_pairs(state.collection_pairs, body.pairs_from, caller.sees, asked)
         owner, pairs = gathered.owner, gathered.pairs
     else:
