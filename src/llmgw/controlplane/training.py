@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -30,16 +29,15 @@ from typing import Any
 
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.trainingcollect import Pieces, ResultMissing, collect_file
+from llmgw.controlplane.trainingprogress import ended_there, progressed, start_message
 from llmgw.core.placement import Placed
-from llmgw.core.training import MAX_LOG_LINES, MAX_LOSSES, JobState, job_state
+from llmgw.core.training import JobState, job_state
 from llmgw.core.trainingplacement import TrainingAsk, TrainingNode, place_training
 from llmgw.core.trainingstream import (
     CancelTraining,
-    StartTraining,
     TrainingCollected,
     TrainingFile,
     TrainingPiece,
-    TrainingState,
     TrainingStatus,
 )
 from llmgw.errors import ChannelClosed, ChecksumMismatch, Conflict, DownloadError, LlmgwError, NotFound
@@ -234,7 +232,7 @@ class TrainingScheduler:
         except NotFound:
             job = None
         if job is None or job.node_id != node_id:
-            if node is not None and not _ended_there(status.state):
+            if node is not None and not ended_there(status.state):
                 with contextlib.suppress(ChannelClosed):
                     await node.channel.send(
                         CancelTraining(status.job_id, "the job does not run on this node")
@@ -252,13 +250,13 @@ class TrainingScheduler:
             if node is not None and job.state is JobState.SUCCEEDED:
                 with contextlib.suppress(ChannelClosed):
                     await node.channel.send(TrainingCollected(job.id))
-            elif node is not None and not _ended_there(status.state):
+            elif node is not None and not ended_there(status.state):
                 with contextlib.suppress(ChannelClosed):
                     await node.channel.send(CancelTraining(job.id, f"the job is {job.state.value}"))
             return
         held = self._unwritten.get(job.id)
         base = held[1] if held and held[0] == job.attempt else {}
-        values = _progressed(job, base, status)
+        values = progressed(job, base, status)
         state = job_state(status.state)
         if state is JobState.COLLECTING and job.state is JobState.COLLECTING:
             state = job.state  # a finished job's status again (after a registration): nothing new
@@ -319,42 +317,3 @@ class TrainingScheduler:
             self._sent.pop(job.id, None)  # the node is asked again, and answers with its results
         except (Conflict, NotFound):
             return
-
-
-def start_message(job: JobRecord) -> StartTraining:
-    """The StartTraining of a job's current attempt."""
-    return StartTraining(
-        job_id=job.id,
-        attempt=job.attempt,
-        model=job.model,
-        weights=tuple(TrainingFile(w["sha256"], w["filename"], int(w.get("size", 0))) for w in job.weights),
-        device=job.device,
-        memory_mb=job.memory_mb,
-        pairs=job.pairs,
-        options=json.dumps(job.options, sort_keys=True),
-        gguf=job.gguf,
-    )
-
-
-def _ended_there(state: TrainingState) -> bool:
-    return state in (TrainingState.FAILED, TrainingState.CANCELLED)
-
-
-def _progressed(job: JobRecord, held: dict[str, Any], status: TrainingStatus) -> dict[str, Any]:
-    """The job's progress and log columns once ``status`` is taken in (over what is not yet written)."""
-    progress = dict(held.get("progress", job.progress))
-    losses = list(progress.get("losses", []))
-    if status.steps and status.step and (not losses or status.step > losses[-1][0]):
-        losses.append([status.step, status.loss])
-        if len(losses) > MAX_LOSSES:
-            losses = losses[::2]  # every other reading, the first kept: the curve's shape at half the points
-    progress.update(
-        step=status.step or progress.get("step", 0),
-        steps=status.steps or progress.get("steps", 0),
-        loss=status.loss if status.step else progress.get("loss", 0.0),
-        losses=losses,
-        peak_memory_bytes=max(status.peak_memory_bytes, int(progress.get("peak_memory_bytes", 0))),
-        detail=status.detail,
-    )
-    logs = [*held.get("logs", job.logs), *status.log_lines][-MAX_LOG_LINES:]
-    return {"progress": progress, "logs": logs}
