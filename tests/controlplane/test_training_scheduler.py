@@ -182,3 +182,12 @@ def _standin_job(agent: TrainingAgentStandin):  # type: ignore[no-untyped-def]
 def test_results_name_their_bytes() -> None:
     (result,) = results_of({"a.gguf": b"abc"})
     assert (result.filename, result.size, result.sha256) == ("a.gguf", 3, sha(b"abc"))
+
+
+async def test_a_job_finished_without_results_fails_saying_so(plane: Plane) -> None:
+    agent = TrainingAgentStandin("n1", statuses=[TrainingStatus("", 0, TrainingState.FINISHED, 1, 1, 0.5)])
+    job = await add_job(plane.store)
+    plane.connect(agent)
+    plane.start()
+    await eventually(lambda: _is(plane, job.id, JobState.FAILED), timeout_s=10)
+    assert "named no result" in (await plane.store.training.get(job.id)).error

@@ -267,7 +267,10 @@ class TrainingScheduler:
                     {"sha256": f.sha256, "filename": f.filename, "size": f.size, "collected": 0}
                     for f in status.results
                 ]
-            if state is JobState.FAILED:
+            if state is JobState.COLLECTING and not status.results:
+                state = values["state"] = JobState.FAILED
+                values["error"] = "its node reported it finished but named no result: submit the job again"
+            elif state is JobState.FAILED:
                 values["error"] = (
                     status.error or "the trainer failed without saying why: see 'llmgw ctl train logs'"
                 )
