@@ -10,6 +10,7 @@ import pytest
 from llmgw.controlplane.blobaccess import BlobAccess
 from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.core.relays import RelayPeer
+from llmgw.core.tenancy import CLUSTER
 from llmgw.errors import Unauthorized
 from llmgw.store.database import Store
 from llmgw.store.replicas import ReplicaRecord
@@ -64,3 +65,24 @@ async def test_a_node_certificate_named_like_a_control_plane_gets_nothing_extra(
     access = BlobAccess(store, empty_fleet(), leading=lambda: False)
     with pytest.raises(Unauthorized):
         await access.check(RelayPeer("cp2", control_plane=False), OTHER)
+
+
+async def test_a_node_fetches_the_base_files_of_a_training_job_placed_on_it_only(store: Store) -> None:
+    base = "12" * 32
+    spec = {"device_kind": "cpu", "weights": [{"sha256": base, "filename": "model.safetensors", "size": 1}]}
+    job = await store.training.add(
+        owner=CLUSTER, model="m1", node="any", memory_mb=1, retry=0, spec=spec, pairs=b"{}"
+    )
+    for leading in (True, False):
+        access = BlobAccess(store, empty_fleet(), leading=lambda leading=leading: leading)
+        with pytest.raises(Unauthorized):
+            await access.check(NODE, base)  # queued: on no node yet
+    await store.training.change(job.id, state="placed", node_id="node1", device="cpu", attempt=1)
+    for leading in (True, False):
+        access = BlobAccess(store, empty_fleet(), leading=lambda leading=leading: leading)
+        await access.check(NODE, base)
+        with pytest.raises(Unauthorized):
+            await access.check(RelayPeer("node2", control_plane=False), base)
+    await store.training.change(job.id, state="succeeded")
+    with pytest.raises(Unauthorized):
+        await BlobAccess(store, empty_fleet(), leading=lambda: True).check(NODE, base)

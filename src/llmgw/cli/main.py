@@ -28,6 +28,7 @@ from llmgw.cli.nodeadd import app as node_app
 from llmgw.cli.output import fail
 from llmgw.cli.release import app as release_app
 from llmgw.cli.restarting import restart
+from llmgw.cli.training import train_app
 from llmgw.cli.upgrade import upgrade
 from llmgw.errors import LlmgwError
 
@@ -41,6 +42,7 @@ app = typer.Typer(
 app.add_typer(server.app, name="server")
 app.add_typer(agent.app, name="agent")
 app.add_typer(ctl.app, name="ctl")
+ctl.app.add_typer(train_app, name="train")
 app.add_typer(ctl.model_app, name="model")  # also "llmgw model", with serve (modelserving)
 app.add_typer(mirror.app, name="mirror")
 mirror.app.command("add-build")(add_build)

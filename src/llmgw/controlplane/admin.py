@@ -35,6 +35,7 @@ from llmgw.controlplane.api import (
     settings,
     status,
     tokens,
+    training,
     units,
     upgrades,
     usage,
@@ -80,6 +81,7 @@ ROUTERS = (
     plan.router,
     presets.router,
     upgrades.router,
+    training.router,
 )
 
 

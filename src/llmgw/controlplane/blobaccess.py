@@ -6,7 +6,9 @@ certificate fetches only the files of the replicas placed on it. The leader
 knows those in memory (:meth:`~llmgw.controlplane.fleet.Fleet.check_fetch`);
 a standby, whose fleet is empty, reads them from the store (the replicas
 placed on the node and their models' definitions), so a node whose leader
-lacks a blob fetches it from a standby that holds it.
+lacks a blob fetches it from a standby that holds it. A node also fetches
+the base model's files of a training job placed on it (read from the store,
+on the leader as on a standby).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class BlobAccess:
     async def check(self, caller: RelayPeer, sha256: str) -> None:
         if caller.control_plane:
             return
+        if sha256 in await self.training_files(caller.name):
+            return
         if self._leading():
             self._fleet.check_fetch(caller.name, sha256)
             return
@@ -41,6 +45,11 @@ class BlobAccess:
                 "a node fetches only the weights, files and adapters of the replicas placed on it "
                 "('llmgw ctl replicas' shows where each one runs)",
             )
+
+    async def training_files(self, node_id: str) -> frozenset[str]:
+        """The base files of the training jobs placed on ``node_id`` and not ended."""
+        jobs = await self._store.training.list(unfinished=True)
+        return frozenset(w["sha256"] for j in jobs if j.node_id == node_id for w in j.weights)
 
     async def placed_files(self, node_id: str) -> frozenset[str]:
         """Every mirrored file of the replicas the store places on ``node_id``."""

@@ -45,6 +45,8 @@ class NodeState:
     connected_at: float = field(default_factory=time.time)
     last_heard: float = field(default_factory=time.monotonic)
     agent_version: str = ""
+    foreign: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Each card's processes that are not llmgw's, by name, from the last telemetry (training placement)."""
 
 
 @dataclass
@@ -223,8 +225,11 @@ class Fleet:
         if node is None or not telemetry.samples:
             return False
         foreign: dict[int, int] = {}
+        names: dict[int, tuple[str, ...]] = {}
         for process in telemetry.foreign:
             foreign[process.device] = foreign.get(process.device, 0) + int(process.used_mb)
+            names[process.device] = (*names.get(process.device, ()), process.name or f"pid {process.pid}")
+        node.foreign = names
         devices = []
         changed = False
         for device in node.inventory.devices:

@@ -20,6 +20,7 @@ from llmgw.core.nodes import Heartbeat, NodeRegistration, Registered
 from llmgw.core.shardlogs import LogLines
 from llmgw.core.shards import ReplicaPhase, ShardStatus, StopShard
 from llmgw.core.telemetry import Telemetry
+from llmgw.core.trainingstream import TrainingPiece, TrainingStatus
 from llmgw.core.upgrades import UpgradeResult
 from llmgw.errors import ChannelClosed, LlmgwError
 from llmgw.observability import logcontext
@@ -60,6 +61,10 @@ class NodeSessions:
         self.on_kv_blocks = on_kv_blocks
         self.on_upgrade_result: Callable[[str, UpgradeResult], None] = lambda node_id, result: None
         """Given a node's answer that it did not upgrade (``ctl upgrade agents``)."""
+        self.on_training: Callable[[str, TrainingStatus | TrainingPiece], None] = lambda node_id, message: (
+            None
+        )
+        """Given a node's training status or piece of a result (:mod:`llmgw.controlplane.training`)."""
         self.mirror_builds: Callable[[], MirrorBuilds] = MirrorBuilds
         """The engine builds the mirror holds, told to each node as it registers."""
         """Given a node's KV-block changes for one of its own replicas, its model named (the router
@@ -187,6 +192,8 @@ class NodeSessions:
                         await channel.send(Heartbeat(sent_unix_ms=int(time.time() * 1000)))
                     case UpgradeResult():
                         self.on_upgrade_result(node_id, message)
+                    case TrainingStatus() | TrainingPiece():
+                        self.on_training(node_id, message)
                     case NodeRegistration():
                         log.warning("node %s registered again on the same stream: ignored", node_id)
         except ChannelClosed as closed:

@@ -78,6 +78,7 @@ from llmgw.controlplane.statestream import (
     request_dispatcher,
     usage_request,
 )
+from llmgw.controlplane.training import TrainingScheduler
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
@@ -345,7 +346,9 @@ async def wire(
         config.mirror,
         live_s=3 * config.leadership.lease_s,
     )
-    duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler"])
+    training = TrainingScheduler(store, fleet, blobs, grace_s=config.reconcile.node_grace_s)
+    sessions.on_training = training.receive
+    duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler", "training"])
     admin = AdminApi(
         name=config.name,
         token_sha256=config.admin_token_sha256,
@@ -367,6 +370,7 @@ async def wire(
     upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub))
     sessions.on_upgrade_result = upgrades.on_result
     admin.state.upgrades = upgrades
+    admin.state.training = training
     access = BlobAccess(store, fleet, leading=lambda: leadership.serving)
     builds = BuildIndex(blobs.root)
     sessions.mirror_builds = builds.message
@@ -429,6 +433,7 @@ async def wire(
     supervisor.add("limit-counts", counts.run)
     supervisor.add("callers", lambda: callers.keep_loaded(store))
     supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
+    supervisor.add("training", training.run, start=False)
     supervisor.add("leader-duties", duties.follow)
     supervisor.add("mirror-replicator", replicator.run)
     supervisor.add("state-following", following.run)

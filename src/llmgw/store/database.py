@@ -59,6 +59,7 @@ from llmgw.store.nodes import Nodes
 from llmgw.store.replicas import Replicas
 from llmgw.store.settings import StoredSettings
 from llmgw.store.tenants import Tenants
+from llmgw.store.training import TrainingJobs
 from llmgw.store.users import Users
 from llmgw.store.usertokens import UserTokens
 
@@ -132,6 +133,7 @@ class Store:
         self.users = Users(self)
         self.tokens = UserTokens(self)
         self.limits = StoredLimits(self)
+        self.training = TrainingJobs(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

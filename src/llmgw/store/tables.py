@@ -24,8 +24,10 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
+    Text,
     TypeDecorator,
     UniqueConstraint,
     text,
@@ -351,6 +353,36 @@ class ControlPlaneRow(Base):
     agent_address: Mapped[str] = mapped_column(String(512), nullable=False)
     http_address: Mapped[str] = mapped_column(String(512), nullable=False)
     seen_s: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class TrainingJobRow(Base):
+    """A training job (:mod:`llmgw.store.training`): what it trains on, where it runs, how far it got."""
+
+    __tablename__ = "training_jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256), nullable=False)
+    model: Mapped[str] = mapped_column(String(128), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    node: Mapped[str] = mapped_column(String(128), nullable=False)
+    """The node asked for, or ``any``."""
+    node_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    """The node it is placed on (empty: none yet)."""
+    device: Mapped[str] = mapped_column(String(32), nullable=False)
+    memory_mb: Mapped[int] = mapped_column(Integer, nullable=False)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)
+    retry: Mapped[int] = mapped_column(Integer, nullable=False)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    """device kind, weights, options, gguf, the collections the pairs came from, who submitted it."""
+    pairs: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    progress: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    logs: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+    results: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    reasons: Mapped[str] = mapped_column(Text, nullable=False)
+    error: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 def rowcount(result: Result[Any]) -> int:

@@ -29,6 +29,7 @@ from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.selfrestart import SelfRestart
+from llmgw.controlplane.training import TrainingScheduler
 from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
@@ -37,6 +38,7 @@ from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.pulling import Pulls
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
+from llmgw.training.pairs import CollectionPairs
 
 
 def no_components() -> Sequence[ComponentHealth]:
@@ -82,6 +84,10 @@ class AdminState:
     """Records this plane's copy of an import and waits for its peers' (None: no copies recorded)."""
     self_restart: SelfRestart = field(default_factory=SelfRestart)
     """Set by ``/api/control-plane/restart``: this process stops cleanly and starts again."""
+    training: TrainingScheduler | None = None
+    """Runs training jobs while leading (None: jobs wait in the store); ``collection_pairs``: where
+    pairs from knowledge collections come from (None: not available)."""
+    collection_pairs: CollectionPairs | None = None
 
     def __post_init__(self) -> None:
         if self.callers is None:

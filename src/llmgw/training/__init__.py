@@ -1,0 +1,1 @@
+"""Training: LoRA adapters trained on the cluster's own cards (docs/training.md)."""
