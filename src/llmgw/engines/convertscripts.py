@@ -90,9 +90,15 @@ def source_of(build_folder: Path, fallback: SourcePin) -> SourcePin:
             f"{build_folder} has no readable build.json: {error}",
             hint="install the llama.cpp build again ('llmgw engine install')",
         ) from error
-    source = record.get("build", {}).get("source")
-    if source:
-        return SourcePin(**source)
+    build = record.get("build", {})
+    if build.get("source"):
+        return SourcePin(**build["source"])
+    if str(build.get("version", "")).lstrip("b") != fallback.version.split(".")[0]:
+        raise BuildError(
+            f"the llama.cpp build at {build_folder} is release {build.get('version')}, and llmgw pins the "
+            f"sdist of release b{fallback.version.split('.')[0]} only",
+            hint="install this llmgw's llama.cpp build ('llmgw engine install') to convert adapters",
+        )
     return fallback
 
 
