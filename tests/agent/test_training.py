@@ -1,4 +1,4 @@
-"""The agent's training jobs against a stand-in trainer (llmgw.testing.fake_trainer) at the subprocess seam."""
+"""The agent's training jobs against a stand-in trainer at the subprocess seam (testing.fake_trainer)."""
 
 from __future__ import annotations
 

