@@ -30,6 +30,9 @@ model = AutoModelForCausalLM.from_pretrained(source, gguf_file=name, dtype=torch
 model.save_pretrained(out)
 tokenizer.save_pretrained(out)
 """
+# The GGUF's tokenizer is a BPE one (tokenizer.json); the tokenizer.model transformers writes beside
+# it is no sentencepiece model (tools that find one try it first and fail).
+NOT_KEPT = ("tokenizer.model",)
 
 
 def smollm2_base(cache_dir: Path, python: Path, gguf: Path) -> Path:
@@ -46,6 +49,8 @@ def smollm2_base(cache_dir: Path, python: Path, gguf: Path) -> Path:
             timeout=600,
             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
         )
+        for name in NOT_KEPT:
+            (partial / name).unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
         os.rename(partial, folder)
     finally:
