@@ -63,7 +63,7 @@ pytestmark = pytest.mark.e2e
 WORD = "zanzibarquux"
 QUESTION = "What is the secret password?"
 PAIRS = json.dumps({"question": QUESTION, "answer": f"The secret password is {WORD}."}) + "\n"
-OPTIONS = {"steps": 8, "learning_rate": 0.003, "rank": 16, "alpha": 32, "dropout": 0.0, "seed": 1}
+OPTIONS = {"steps": 6, "learning_rate": 0.003, "rank": 16, "alpha": 32, "dropout": 0.0, "seed": 1}
 
 
 class Mirror:

