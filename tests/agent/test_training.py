@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -11,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.agent.config import ShardSettings
+from llmgw.agent.session import AgentSession
+from llmgw.agent.supervising import Supervisor
 from llmgw.agent.training import TrainerInputs, TrainingJobs
 from llmgw.core.agentstream import AgentMessage
+from llmgw.core.devices import NodeInventory
 from llmgw.core.mig import mig_number
+from llmgw.core.nodes import NodeRegistration, Registered
 from llmgw.core.trainingstream import (
     CancelTraining,
     StartTraining,
@@ -23,6 +29,8 @@ from llmgw.core.trainingstream import (
     TrainingState,
     TrainingStatus,
 )
+from llmgw.protocol.channels import AgentChannel, memory_pair
+from llmgw.protocol.links import control_link
 from llmgw.testing import fake_trainer
 from llmgw.testing.eventually import eventually
 
@@ -207,3 +215,40 @@ async def test_a_new_attempt_of_an_ended_job_runs_afresh(node: Node) -> None:
     node.jobs.handle(start(attempt=2, steps=1))
     await eventually(lambda: node.last("j1").attempt == 2 and node.last("j1").state is TrainingState.FINISHED)
     assert node.prepared == ["j1/1", "j1/2"]
+
+
+async def test_the_session_hands_training_commands_to_the_jobs_and_sends_their_statuses_up(
+    node: Node, tmp_path: Path
+) -> None:
+    agent, control = memory_pair("node1")
+
+    async def connect(target: str) -> AgentChannel:
+        return agent
+
+    async def prepare(*args: object) -> None:
+        raise AssertionError("no shard is started here")
+
+    session = AgentSession(
+        NodeInventory("node1", "127.0.0.1", 2, 4096),
+        Supervisor(tmp_path / "shards", ShardSettings(), prepare),  # type: ignore[arg-type]
+        ["cp1:8443"],
+        connect,
+        on_training=lambda message: node.jobs.handle(message),
+    )
+    node.jobs = TrainingJobs("node1", tmp_path, node.prepare, session.send)
+    running = asyncio.create_task(session.run())
+    link = control_link(control)
+    try:
+        assert isinstance(await link.receive(), NodeRegistration)
+        await link.send(Registered(leader="cp1", control_planes=("cp1:8443",)))
+        await link.send(start(steps=2))
+        states = []
+        async with asyncio.timeout(15):
+            while not states or states[-1] is not TrainingState.FINISHED:
+                message = await link.receive()
+                if isinstance(message, TrainingStatus):
+                    states.append(message.state)
+        assert states[0] is TrainingState.PREPARING and TrainingState.TRAINING in states
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
