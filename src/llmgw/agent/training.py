@@ -170,6 +170,12 @@ class TrainingJobs:
         except (LlmgwError, OSError, ValueError) as error:
             log.warning("training job %s failed: %s", job.start.job_id, error)
             self._update(job, state=TrainingState.FAILED, error=str(error))
+        except Exception as error:  # never leave a job preparing for ever: say what broke
+            log.exception("training job %s failed", job.start.job_id)
+            what = f"{type(error).__name__}: {error}"
+            self._update(
+                job, state=TrainingState.FAILED, error=f"the node failed the job: {what} (report this)"
+            )
 
     async def _train(self, job: Job) -> None:
         start = job.start
