@@ -186,6 +186,9 @@ async def test_results_are_fetched_in_pieces_and_removed_once_collected(node: No
             break
         held += piece.data
     assert hashlib.sha256(held).hexdigest() == wanted.sha256 and len(held) == wanted.size
+    node.jobs.handle(TrainingFetch("j1", wanted.filename, -5))
+    bad = node.sent[-1]
+    assert isinstance(bad, TrainingPiece) and "from byte -5" in bad.error and not bad.data
     node.jobs.handle(TrainingFetch("j1", "../pairs.jsonl", 0))
     refused = node.sent[-1]
     assert isinstance(refused, TrainingPiece) and "no file '../pairs.jsonl'" in refused.error

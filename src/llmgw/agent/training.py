@@ -13,7 +13,8 @@ without a result fails the job with its last lines.
 
 The results stay in ``<work>/training/<job>/out/`` until the control plane
 has every file (:class:`TrainingFetch` answered a piece at a time with
-:class:`TrainingPiece`) and says :class:`TrainingCollected`. Every job held is
+:class:`TrainingPiece`: :mod:`llmgw.agent.trainingfiles`) and says
+:class:`TrainingCollected`. Every job held is
 reported again after each registration.
 """
 
@@ -31,22 +32,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from llmgw.agent import trainingfiles
 from llmgw.agent.engineuser import EngineUser
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.mig import parse_device_label, visible_devices
 from llmgw.core.trainingstream import (
-    MAX_PIECE_BYTES,
     CancelTraining,
     StartTraining,
     TrainingCollected,
     TrainingFetch,
-    TrainingFile,
     TrainingPiece,
     TrainingState,
     TrainingStatus,
 )
 from llmgw.errors import LlmgwError
-from llmgw.mirror.blobs import hash_file
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +222,7 @@ class TrainingJobs:
                 f"the trainer exited with code {code} without a result; its last lines: {said}",
                 "read the job's log ('llmgw ctl train logs'), fix its options or pairs, and submit it again",
             )
-        files = await asyncio.to_thread(_describe, out, results)
+        files = await asyncio.to_thread(trainingfiles.describe, out, results)
         self._update(job, state=TrainingState.FINISHED, results=files, detail="")
 
     def _make_folder(self, job: Job) -> None:
@@ -315,20 +314,9 @@ class TrainingJobs:
 
     def _piece(self, fetch: TrainingFetch) -> TrainingPiece:
         job = self.jobs.get(fetch.job_id)
-        named = {f.filename for f in job.status.results} if job is not None else set()
-        if job is None or fetch.filename not in named:
-            what = f"no file {fetch.filename!r} of training job {fetch.job_id}"
-            return TrainingPiece(
-                fetch.job_id, fetch.filename, fetch.offset, error=f"node {self._node_id} has {what}"
-            )
-        length = max(0, min(fetch.length, MAX_PIECE_BYTES))
-        try:
-            with (job.folder / "out" / fetch.filename).open("rb") as stream:
-                stream.seek(fetch.offset)
-                data = stream.read(length)
-        except OSError as error:
-            return TrainingPiece(fetch.job_id, fetch.filename, fetch.offset, error=f"cannot read it: {error}")
-        return TrainingPiece(fetch.job_id, fetch.filename, fetch.offset, data)
+        if job is None:
+            return trainingfiles.missing(self._node_id, fetch)
+        return trainingfiles.piece(self._node_id, job.folder / "out", job.status.results, fetch)
 
     def _collected(self, job_id: str) -> None:
         job = self.jobs.get(job_id)
@@ -338,16 +326,3 @@ class TrainingJobs:
     def _remove(self, job: Job) -> None:
         self.jobs.pop(job.start.job_id, None)
         shutil.rmtree(job.folder, ignore_errors=True)
-
-
-def _describe(out: Path, names: list[str]) -> tuple[TrainingFile, ...]:
-    files = []
-    for name in names:
-        path = out / name
-        if "/" in name or not path.is_file():
-            raise LlmgwError(
-                f"the trainer named a result {name!r} it did not write", "report this; the job may be retried"
-            )
-        sha, size = hash_file(path)
-        files.append(TrainingFile(sha, name, size))
-    return tuple(files)
