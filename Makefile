@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
+.PHONY: help install engine training up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
@@ -38,6 +38,9 @@ install: $(STAMP)
 engine: install
 	$(BIN)/llmgw engine install --cache-dir $(LLMGW_CACHE)
 
+training: install
+	$(BIN)/python -m llmgw.training.environment
+
 up: engine
 	$(BIN)/llmgw up
 
@@ -46,13 +49,13 @@ lint: install
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 
-test: engine lint
+test: engine training lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
-e2e: engine
+e2e: engine training
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000

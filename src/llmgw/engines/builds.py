@@ -38,6 +38,7 @@ from urllib.parse import urljoin
 import aiohttp
 
 from llmgw.core.engines import LLAMA_CPP
+from llmgw.engines import convertscripts
 from llmgw.engines.sourcebuild import Progress, SourcePin, build_from_source, download, fetch_json, unpack
 from llmgw.errors import BuildError, ChecksumMismatch, DownloadError, LlmgwError
 
@@ -277,6 +278,8 @@ async def _install(
             sha = await build_from_source(
                 http, build.source, work, staging, pypi_url=pypi_url, downloads=downloads, progress=say
             )
+            tree = convertscripts.source_tree(work / "source", build.source)
+            await asyncio.to_thread(convertscripts.keep_scripts, tree, staging)
         elif mirror is not None and (archives := await mirror(build, downloads)) is not None:
             say(f"{build.key} from the mirror", None)
             sha = {}
