@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from llmgw.core.tenancy import Owner
-from llmgw.errors import Conflict, NotFound, StoreError
+from llmgw.errors import Conflict, NotFound
 from llmgw.store import Store
 from llmgw.store.knowledge import DocumentRecord, NewPassage
 

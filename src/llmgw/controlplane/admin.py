@@ -23,6 +23,7 @@ from llmgw.controlplane.api import (
     events,
     gpuhistory,
     keys,
+    knowledge,
     limits,
     mirror,
     nodes,
@@ -80,6 +81,7 @@ ROUTERS = (
     plan.router,
     presets.router,
     upgrades.router,
+    knowledge.router,
 )
 
 

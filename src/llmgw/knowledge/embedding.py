@@ -39,6 +39,8 @@ Vectors = npt.NDArray[np.float32]
 class EmbeddingFailed(LlmgwError):
     """The embedding model could not embed (not served, not an embedding model, out of reach)."""
 
+    status = 503
+
 
 class Embedder(Protocol):
     """Turns texts into vectors with a named embedding model."""

@@ -33,6 +33,7 @@ from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized
+from llmgw.knowledge.service import Knowledge
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.pulling import Pulls
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
@@ -82,6 +83,8 @@ class AdminState:
     """Records this plane's copy of an import and waits for its peers' (None: no copies recorded)."""
     self_restart: SelfRestart = field(default_factory=SelfRestart)
     """Set by ``/api/control-plane/restart``: this process stops cleanly and starts again."""
+    knowledge: Knowledge | None = None
+    """Knowledge collections (``/api/knowledge``); None: not kept here."""
 
     def __post_init__(self) -> None:
         if self.callers is None:
