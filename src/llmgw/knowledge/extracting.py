@@ -71,6 +71,8 @@ class _Text(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in self.SKIPPED:
             self.skipping += 1
+        elif self.skipping:
+            return
         elif tag in self.HEADINGS:
             self.parts.append("\n\n# ")
         elif tag in self.BLOCKS:
@@ -95,6 +97,7 @@ def html_text(html: str) -> str:
     text = "".join(parser.parts)
     text = re.sub(r"[ \t\r\f\v]+", " ", text)
     text = re.sub(r" *\n *", "\n", text)
+    text = re.sub(r"^#\s*$", "", text, flags=re.MULTILINE)  # a heading with no text
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 

@@ -38,6 +38,11 @@ class Knowledge:
         ):
             await on_keys_changed()
 
+    async def close(self) -> None:
+        """Close the embedder's connections (when it holds any)."""
+        if isinstance(self.embedder, GatewayEmbedder):
+            await self.embedder.close()
+
     async def default_model(self) -> str:
         value = await self.store.settings.get(EMBEDDING_MODEL_SETTING, "")
         return value if isinstance(value, str) else ""
@@ -60,3 +65,11 @@ def knowledge_for(store: Store, admin_token_sha256: str, base_url: Callable[[], 
     derived from the admin token."""
     secret = service_secret(admin_token_sha256)
     return knowledge_with(store, GatewayEmbedder(base_url, secret), secret)
+
+
+def own_url(host: str, port: int) -> str:
+    """Where a control plane reaches its own HTTP port: an address it listens on (loopback for
+    every address)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
