@@ -6,17 +6,13 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.main import app
-from llmgw.controlplane.admin import AdminApi
-from llmgw.knowledge.service import knowledge_with
 from llmgw.testing.admin import admin_app
-from llmgw.testing.hashed_embeddings import HashedEmbedder
 from llmgw.testing.pdfs import text_pdf
 from llmgw.testing.serving import served_in_thread
 
@@ -24,14 +20,9 @@ from .conftest import TOKEN, AdminServer
 from .test_tenancy_cli import run
 
 
-def _with_knowledge(admin: AdminApi) -> Any:
-    admin.state.knowledge = knowledge_with(admin.state.store, HashedEmbedder())
-    return admin.app()
-
-
 @pytest.fixture
 def kb_server(tmp_path: Path) -> Iterator[AdminServer]:
-    with served_in_thread(lambda: admin_app(tmp_path, token=TOKEN, front=_with_knowledge)) as url:
+    with served_in_thread(lambda: admin_app(tmp_path, token=TOKEN)) as url:
         admin = AdminClient(url, TOKEN)
         blob = admin.upload_blob("e.gguf", io.BytesIO(b"GGUF"), 4)
         admin.add_model(
