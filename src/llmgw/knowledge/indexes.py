@@ -30,8 +30,35 @@ K = TypeVar("K", bound=Hashable)
 _TOKEN = re.compile(r"\w+")
 
 
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have
+    having he her here hers him his how i if in into is it its itself just me more most my no nor not now of
+    off on once only or other our ours out over own same she should so some such than that the their them
+    then there these they this those through to too under until up very was we were what when where which
+    while who whom why will with would you your yours""".split()
+)
+"""English words too common to rank by: a keyword query leaves them out (a passage matching only
+"the" or "of" would otherwise rank above one the vectors found, once fused)."""
+
+
+def stem(word: str) -> str:
+    """A light English stemmer (plural and verb endings), close to what FTS5's porter tokenizer
+    does for the common cases: ``taxes`` and ``tax``, ``searched`` and ``search`` meet."""
+    for suffix, keep in (("ies", "y"), ("sses", "ss"), ("es", ""), ("ing", ""), ("ed", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            return word[: -len(suffix)] + keep
+    return word
+
+
 def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text.lower())
+    return [stem(t) for t in _TOKEN.findall(text.lower())]
+
+
+def query_terms(query: str) -> list[str]:
+    """The words of a query that keyword search ranks by: no stopwords, each once."""
+    words = _TOKEN.findall(query.lower())
+    return list(dict.fromkeys(w for w in words if w not in STOPWORDS))
 
 
 @dataclass
@@ -60,7 +87,7 @@ class Bm25:
             return []
         average = sum(self.lengths) / count or 1.0
         scores: dict[int, float] = defaultdict(float)
-        for term in set(tokens(query)):
+        for term in dict.fromkeys(tokens(" ".join(query_terms(query)))):
             posting = self.postings.get(term)
             if not posting:
                 continue

@@ -21,7 +21,7 @@ from enum import StrEnum
 from llmgw.core.knowledge import Passage, UnknownCollection
 from llmgw.core.tenancy import Owner, Place, visible
 from llmgw.knowledge.embedding import Embedder, Vectors
-from llmgw.knowledge.indexes import CollectionIndex, fuse
+from llmgw.knowledge.indexes import CollectionIndex, fuse, query_terms
 from llmgw.store.knowledge import CollectionRecord, KnowledgeStore
 
 CANDIDATES = 50
@@ -111,9 +111,12 @@ class KnowledgeIndex:
     async def _keywords(
         self, record: CollectionRecord, index: CollectionIndex, query: str
     ) -> list[tuple[int, float]]:
+        terms = " ".join(query_terms(query))
+        if not terms:
+            return []
         if index.keywords is not None:
-            return index.keywords.search(query, self._candidates)
-        found = await self._store.keyword(record.id, query, self._candidates)
+            return index.keywords.search(terms, self._candidates)
+        found = await self._store.keyword(record.id, terms, self._candidates)
         return [(index.row_of[pid], score) for pid, score in found if pid in index.row_of]
 
     async def index(self, record: CollectionRecord) -> CollectionIndex:

@@ -1,7 +1,7 @@
 """Knowledge collections: collections, documents, passages (text, offsets, vector) and pairs.
 
-On SQLite a full-text index of the passages (FTS5, ``knowledge_fts``: rowid is
-the passage's id) is created too; PostgreSQL keeps none (the control plane's
+On SQLite a full-text index of the passages (FTS5 with the porter stemmer,
+``knowledge_fts``: rowid is the passage's id) is created too; PostgreSQL keeps none (the control plane's
 in-memory BM25 serves keyword search there, docs/knowledge.md).
 
 Revision ID: 0011
@@ -107,7 +107,10 @@ def upgrade() -> None:
     op.create_index("ix_knowledge_passages_collection_id", "knowledge_passages", ["collection_id"])
     op.create_index("ix_knowledge_passages_document_id", "knowledge_passages", ["document_id"])
     if op.get_bind().dialect.name == "sqlite":
-        op.execute("CREATE VIRTUAL TABLE knowledge_fts USING fts5(text, collection_id UNINDEXED)")
+        op.execute(
+            "CREATE VIRTUAL TABLE knowledge_fts "
+            "USING fts5(text, collection_id UNINDEXED, tokenize='porter unicode61')"
+        )
 
 
 def downgrade() -> None:
