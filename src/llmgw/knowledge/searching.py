@@ -70,23 +70,27 @@ class KnowledgeIndex:
         if limit <= 0 or not records or not query.strip():
             return []
         indexes = [await self.index(record) for record in records]
-        vectors: dict[str, Vectors] = {}
-        if mode is not Mode.KEYWORD:
-            for model in dict.fromkeys(r.embedding_model for r in records):
-                if any(
-                    i.passages for r, i in zip(records, indexes, strict=True) if r.embedding_model == model
-                ):
-                    vectors[model] = (await self._embedder.embed(model, [query]))[0]
+        pairs = list(zip(records, indexes, strict=True))
+        keywords = None
+        if mode is not Mode.VECTOR:  # the store's keyword search runs while the query is embedded
+            keywords = asyncio.ensure_future(asyncio.gather(*(self._keywords(r, i, query) for r, i in pairs)))
+        try:
+            vectors: dict[str, Vectors] = {}
+            if mode is not Mode.KEYWORD:
+                for model in dict.fromkeys(r.embedding_model for r in records):
+                    if any(i.passages for r, i in pairs if r.embedding_model == model):
+                        vectors[model] = (await self._embedder.embed(model, [query]))[0]
+            found = await keywords if keywords is not None else [[] for _ in pairs]
+        finally:
+            if keywords is not None and not keywords.done():
+                keywords.cancel()
         by_vector: list[tuple[float, tuple[int, int]]] = []
         by_keyword: list[tuple[float, tuple[int, int]]] = []
-        for number, (record, index) in enumerate(zip(records, indexes, strict=True)):
+        for number, ((record, index), hits) in enumerate(zip(pairs, found, strict=True)):
             if record.embedding_model in vectors:
                 for row, score in index.nearest(vectors[record.embedding_model], self._candidates):
                     by_vector.append((score, (number, row)))
-            if mode is not Mode.VECTOR:
-                by_keyword.extend(
-                    (score, (number, row)) for row, score in await self._keywords(record, index, query)
-                )
+            by_keyword.extend((score, (number, row)) for row, score in hits)
         rankings = {
             Mode.VECTOR: [_ranked(by_vector)],
             Mode.KEYWORD: [_ranked(by_keyword)],
