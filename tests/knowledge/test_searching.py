@@ -8,7 +8,7 @@ from llmgw.core.knowledge import UnknownCollection
 from llmgw.core.tenancy import Owner, OwnerKind, Place
 from llmgw.knowledge.indexes import Bm25, fuse
 from llmgw.knowledge.searching import Mode
-from llmgw.knowledge.service import Knowledge, own_url
+from llmgw.knowledge.service import Knowledge, knowledge_with, own_url
 from llmgw.testing.hashed_embeddings import HashedEmbedder
 
 ML = Owner.parse("team:acme/ml")
@@ -104,3 +104,16 @@ def test_a_control_plane_reaches_its_own_port_on_loopback_when_it_listens_everyw
     assert own_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
     assert own_url("::1", 80) == "http://[::1]:80"
     assert own_url("10.0.0.5", 8080) == "http://10.0.0.5:8080"
+
+
+async def test_a_second_control_plane_on_the_same_store_finds_what_the_first_stored(
+    knowledge: Knowledge, embedder: HashedEmbedder
+) -> None:
+    standby = knowledge_with(knowledge.store, embedder)  # its own in-memory index, the same store
+    await _collection(knowledge, "guide", ML, {"cooling.md": DOCS["cooling.md"]})
+    assert (await standby.index.search(ML_KEY, ["guide"], "bread yeast", 1))[0].document == "cooling.md"
+    record = await knowledge.store.knowledge.get("guide")
+    await knowledge.ingesting.store(
+        record, knowledge.ingesting.prepare("baking.md", DOCS["baking.md"]), "bob"
+    )
+    assert (await standby.index.search(ML_KEY, ["guide"], "bread yeast", 1))[0].document == "baking.md"
