@@ -90,6 +90,14 @@ bench-routing: install
 bench-mirror: install
 	$(BIN)/python bench/mirror/run.py $(BENCH_ARGS)
 
+# all-MiniLM-L6-v2 converted to GGUF (llmgw.testing.embedding_model), cached in $(LLMGW_CACHE)/models.
+.PHONY: embedding-model bench-knowledge
+embedding-model: engine
+	$(BIN)/python -m llmgw.testing.embedding_model
+
+bench-knowledge: embedding-model
+	$(BIN)/python bench/knowledge/run.py $(BENCH_ARGS)
+
 .PHONY: bench-control-plane
 bench-control-plane: install postgres
 	$(BIN)/python bench/control_plane/run.py $(BENCH_ARGS)

@@ -18,6 +18,7 @@ from llmgw.cli.configuring import config_app
 from llmgw.cli.contexts import context_app
 from llmgw.cli.enginecheck import engine_check
 from llmgw.cli.keys import key_app
+from llmgw.cli.knowledge import kb_app
 from llmgw.cli.limits import limits_app
 from llmgw.cli.mirror import app as mirror_app
 from llmgw.cli.modelcatalog import list_models, model_app
@@ -43,6 +44,7 @@ app.add_typer(team_app, name="team")
 app.add_typer(project_app, name="project")
 app.add_typer(user_app, name="user")
 app.add_typer(limits_app, name="limits")
+app.add_typer(kb_app, name="kb")
 app.add_typer(upgrade_app, name="upgrade")
 app.add_typer(mirror_app, name="mirror")  # also "llmgw mirror"
 app.command("engine-check")(engine_check)

@@ -23,6 +23,7 @@ from llmgw.controlplane.api import (
     events,
     gpuhistory,
     keys,
+    knowledge,
     limits,
     mirror,
     nodes,
@@ -82,6 +83,7 @@ ROUTERS = (
     presets.router,
     upgrades.router,
     training.router,
+    knowledge.router,
 )
 
 

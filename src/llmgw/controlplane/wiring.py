@@ -96,6 +96,7 @@ from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
+from llmgw.knowledge.service import knowledge_for, own_url
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
 from llmgw.observability.tracing import Tracing
@@ -371,6 +372,10 @@ async def wire(
     sessions.on_upgrade_result = upgrades.on_result
     admin.state.upgrades = upgrades
     admin.state.training = training
+    admin.state.knowledge = knowledge_for(  # embeds through this plane's own /v1 (docs/knowledge.md)
+        store, config.admin_token_sha256, lambda: own_url(config.http.host, http.port)
+    )
+    closing.push_async_callback(admin.state.knowledge.close)
     access = BlobAccess(store, fleet, leading=lambda: leadership.serving)
     builds = BuildIndex(blobs.root)
     sessions.mirror_builds = builds.message

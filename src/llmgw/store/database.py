@@ -53,6 +53,7 @@ from llmgw.store.blobcopies import BlobCopies
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
 from llmgw.store.keys import Keys
+from llmgw.store.knowledge import KnowledgeStore
 from llmgw.store.leases import Fence, check_fence
 from llmgw.store.limits import StoredLimits
 from llmgw.store.nodes import Nodes
@@ -134,6 +135,7 @@ class Store:
         self.tokens = UserTokens(self)
         self.limits = StoredLimits(self)
         self.training = TrainingJobs(self)
+        self.knowledge = KnowledgeStore(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

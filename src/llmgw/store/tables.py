@@ -383,6 +383,71 @@ class TrainingJobRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+class KnowledgeCollectionRow(Base):
+    """A knowledge collection: its owner, the embedding model its passages were embedded with."""
+
+    __tablename__ = "knowledge_collections"
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), nullable=False, unique=True)
+    owner_kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    owner_path: Mapped[str] = mapped_column(String(200), nullable=False)
+    embedding_model: Mapped[str] = mapped_column(String(256), nullable=False)
+    created_by: Mapped[str] = mapped_column(String(128), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    revision: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    """Grows by one with every document added or removed: in-memory indexes rebuild on a change."""
+
+
+class KnowledgeDocumentRow(Base):
+    """A document of a collection; written with all its passages in one transaction."""
+
+    __tablename__ = "knowledge_documents"
+    __table_args__ = (UniqueConstraint("collection_id", "name"),)
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    collection_id: Mapped[int] = mapped_column(
+        ForeignKey("knowledge_collections.id", ondelete="CASCADE"), nullable=False
+    )
+    name: Mapped[str] = mapped_column(String(512), nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    size: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    passages: Mapped[int] = mapped_column(Integer, nullable=False)
+    uploaded_by: Mapped[str] = mapped_column(String(128), nullable=False)
+    uploaded_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class KnowledgePassageRow(Base):
+    """One passage of a document: its text, where it sits, and its vector (float32, little-endian)."""
+
+    __tablename__ = "knowledge_passages"
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    collection_id: Mapped[int] = mapped_column(
+        ForeignKey("knowledge_collections.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    document_id: Mapped[int] = mapped_column(
+        ForeignKey("knowledge_documents.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    text: Mapped[str] = mapped_column(String, nullable=False)
+    start: Mapped[int] = mapped_column(Integer, nullable=False)
+    end: Mapped[int] = mapped_column(Integer, nullable=False)
+    vector: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class KnowledgePairRow(Base):
+    """A question/answer pair of a collection, for training (never made public)."""
+
+    __tablename__ = "knowledge_pairs"
+
+    id: Mapped[int] = mapped_column(SerialId, primary_key=True, autoincrement=True)
+    collection_id: Mapped[int] = mapped_column(
+        ForeignKey("knowledge_collections.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    question: Mapped[str] = mapped_column(String, nullable=False)
+    answer: Mapped[str] = mapped_column(String, nullable=False)
 
 
 def rowcount(result: Result[Any]) -> int:

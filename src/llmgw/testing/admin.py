@@ -11,8 +11,10 @@ from typing import Any
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.fleet import Fleet
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.knowledge.service import knowledge_with
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
+from llmgw.testing.hashed_embeddings import HashedEmbedder
 
 TOKEN = "llmgw-admin-test-token"
 """The admin token of :func:`admin_api` unless another is given."""
@@ -31,10 +33,11 @@ def admin_api(
     store: Store, folder: Path, *, token: str = TOKEN, fleet: Fleet | None = None, **options: Any
 ) -> AdminApi:
     """:class:`AdminApi` named cp1 on ``store``, its mirror in ``folder``; ``options`` go to it as they are
-    (``on_keys_changed``, ``components``, ``settings_push``, ``callers``...)."""
+    (``on_keys_changed``, ``components``, ``settings_push``, ``callers``...). Its knowledge
+    collections embed with :class:`~llmgw.testing.hashed_embeddings.HashedEmbedder`."""
     fleet = fleet or empty_fleet()
     options.setdefault("on_keys_changed", _nothing)
-    return AdminApi(
+    api = AdminApi(
         name="cp1",
         token_sha256=hashlib.sha256(token.encode()).hexdigest(),
         store=store,
@@ -43,6 +46,8 @@ def admin_api(
         blobs=BlobStore(folder / "mirror"),
         **options,
     )
+    api.state.knowledge = knowledge_with(store, HashedEmbedder())  # knowledge collections, no model needed
+    return api
 
 
 @asynccontextmanager

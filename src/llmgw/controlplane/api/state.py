@@ -34,6 +34,7 @@ from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized
+from llmgw.knowledge.service import Knowledge
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.pulling import Pulls
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
@@ -88,6 +89,8 @@ class AdminState:
     """Runs training jobs while leading (None: jobs wait in the store); ``collection_pairs``: where
     pairs from knowledge collections come from (None: not available)."""
     collection_pairs: CollectionPairs | None = None
+    knowledge: Knowledge | None = None
+    """Knowledge collections (``/api/knowledge``); None: not kept here."""
 
     def __post_init__(self) -> None:
         if self.callers is None:

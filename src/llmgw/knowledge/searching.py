@@ -1,0 +1,146 @@
+"""Searching collections: vector, keyword, or both fused (the gateway's :class:`KnowledgeSearch`).
+
+:class:`KnowledgeIndex` answers :meth:`~KnowledgeIndex.search` for the
+gateway (a key's :class:`~llmgw.core.tenancy.Place`) and
+:meth:`~KnowledgeIndex.search_in` for ``/api`` (collections the caller was
+already allowed to read). Per search it reads the collections' rows (their
+revisions: one small read), embeds the query once per embedding model (through
+the gateway), ranks passages by cosine in the collections' in-memory indexes
+(:mod:`llmgw.knowledge.indexes`), ranks them by keywords (SQLite: FTS5 in the
+store; PostgreSQL: BM25 in memory) and, in ``hybrid`` mode, fuses the two
+rankings by reciprocal rank. Every control plane, a standby too, can search:
+the index is built from what the store holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+
+from llmgw.core.knowledge import Passage, UnknownCollection
+from llmgw.core.tenancy import Owner, Place, visible
+from llmgw.knowledge.embedding import Embedder, Vectors
+from llmgw.knowledge.indexes import CollectionIndex, fuse, query_terms
+from llmgw.store.knowledge import CollectionRecord, KnowledgeStore
+
+CANDIDATES = 50
+"""Passages each ranking contributes per collection before fusion."""
+
+
+class Mode(StrEnum):
+    HYBRID = "hybrid"
+    VECTOR = "vector"
+    KEYWORD = "keyword"
+
+
+class KnowledgeIndex:
+    """Searches collections; keeps one in-memory index per collection searched."""
+
+    def __init__(self, store: KnowledgeStore, embedder: Embedder, candidates: int = CANDIDATES) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._candidates = candidates
+        self._indexes: dict[int, CollectionIndex] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def search(
+        self, place: Place, collections: Sequence[str], query: str, limit: int
+    ) -> Sequence[Passage]:
+        """The best ``limit`` passages of ``collections`` for ``query`` (hybrid), as a key at ``place``
+        sees them; :class:`UnknownCollection` for the first name it cannot read."""
+        records = await self.readable(collections, lambda owner: visible(owner, place))
+        return await self.search_in(records, query, limit)
+
+    async def readable(self, names: Sequence[str], sees: Callable[[Owner], bool]) -> list[CollectionRecord]:
+        """The collections of ``names``, in order; UnknownCollection for one missing or not seen."""
+        found = {r.name: r for r in await self._store.list(list(dict.fromkeys(names)), counted=False)}
+        records = []
+        for name in dict.fromkeys(names):
+            record = found.get(name)
+            if record is None or not sees(record.owner):
+                raise UnknownCollection(name)
+            records.append(record)
+        return records
+
+    async def search_in(
+        self, records: Sequence[CollectionRecord], query: str, limit: int, mode: Mode = Mode.HYBRID
+    ) -> list[Passage]:
+        """Search collections already found readable."""
+        if limit <= 0 or not records or not query.strip():
+            return []
+        indexes = [await self.index(record) for record in records]
+        pairs = list(zip(records, indexes, strict=True))
+        keywords = None
+        if mode is not Mode.VECTOR:  # the store's keyword search runs while the query is embedded
+            keywords = asyncio.ensure_future(asyncio.gather(*(self._keywords(r, i, query) for r, i in pairs)))
+        try:
+            vectors: dict[str, Vectors] = {}
+            if mode is not Mode.KEYWORD:
+                for model in dict.fromkeys(r.embedding_model for r in records):
+                    if any(i.passages for r, i in pairs if r.embedding_model == model):
+                        vectors[model] = (await self._embedder.embed(model, [query]))[0]
+            found = await keywords if keywords is not None else [[] for _ in pairs]
+        finally:
+            if keywords is not None and not keywords.done():
+                keywords.cancel()
+        by_vector: list[tuple[float, tuple[int, int]]] = []
+        by_keyword: list[tuple[float, tuple[int, int]]] = []
+        for number, ((record, index), hits) in enumerate(zip(pairs, found, strict=True)):
+            if record.embedding_model in vectors:
+                for row, score in index.nearest(vectors[record.embedding_model], self._candidates):
+                    by_vector.append((score, (number, row)))
+            by_keyword.extend((score, (number, row)) for row, score in hits)
+        rankings = {
+            Mode.VECTOR: [_ranked(by_vector)],
+            Mode.KEYWORD: [_ranked(by_keyword)],
+            Mode.HYBRID: [_ranked(by_vector), _ranked(by_keyword)],
+        }[mode]
+        scored = (
+            fuse(rankings)
+            if mode is Mode.HYBRID
+            else [
+                (key, score)
+                for score, key in sorted(
+                    by_vector if mode is Mode.VECTOR else by_keyword, key=lambda e: -e[0]
+                )
+            ]
+        )
+        out = []
+        for (number, row), score in scored[:limit]:
+            passage = indexes[number].passages[row]
+            out.append(Passage(records[number].name, passage.document, passage.position, passage.text, score))
+        return out
+
+    async def _keywords(
+        self, record: CollectionRecord, index: CollectionIndex, query: str
+    ) -> list[tuple[int, float]]:
+        terms = " ".join(query_terms(query))
+        if not terms:
+            return []
+        if index.keywords is not None:
+            return index.keywords.search(terms, self._candidates)
+        found = await self._store.keyword(record.id, terms, self._candidates)
+        return [(index.row_of[pid], score) for pid, score in found if pid in index.row_of]
+
+    async def index(self, record: CollectionRecord) -> CollectionIndex:
+        """The collection's in-memory index at the record's revision (built, or built again, here)."""
+        current = self._indexes.get(record.id)
+        if current is not None and current.revision == record.revision:
+            return current
+        lock = self._locks.setdefault(record.id, asyncio.Lock())
+        async with lock:
+            current = self._indexes.get(record.id)
+            if current is None or current.revision != record.revision:
+                passages = await self._store.passages(record.id)
+                current = CollectionIndex(record.revision, passages, with_keywords=not self._store.full_text)
+                self._indexes[record.id] = current
+            return current
+
+    def forget(self, collection_id: int) -> None:
+        """Drop a collection's index (it was deleted)."""
+        self._indexes.pop(collection_id, None)
+
+
+def _ranked(entries: list[tuple[float, tuple[int, int]]]) -> list[tuple[int, int]]:
+    return [key for _, key in sorted(entries, key=lambda e: -e[0])]

@@ -1,0 +1,111 @@
+"""Knowledge collections on a real cluster: all-MiniLM-L6-v2 (converted to GGUF) served by
+llama-server with ``serves: embeddings``, embedded through the control plane's own /v1 with its
+own key; a Markdown and a PDF document uploaded and found by vector, keyword and hybrid search;
+another team's user gets 404 for the collection."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmgw.cli.adminclient import AdminClient
+from llmgw.errors import LlmgwError
+from llmgw.testing.cluster import Cluster
+from llmgw.testing.embedding_model import embedding_model
+from llmgw.testing.pdfs import text_pdf
+
+pytestmark = pytest.mark.e2e
+
+EMBED = "minilm"
+
+GUIDE = """# Operations guide
+
+## Backups
+
+Backups run every night at two o'clock and are kept for thirty days on the archive server.
+
+## Certificates
+
+The TLS certificates are renewed automatically sixty days before they expire.
+
+## Holidays
+
+The office is closed between Christmas and New Year; the support line stays open.
+"""
+
+MANUAL = [
+    ["Pump maintenance"],
+    ["The coolant pump must be lubricated with synthetic grease every three months."],
+]
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path) -> Iterator[Cluster]:
+    model = embedding_model(engine_cache)
+    running = Cluster(tmp_path_factory.mktemp("kb"), engine_cache)
+    try:
+        running.start_server()
+        profile = {"ctx_size": 512, "parallel": 1, "serves": "embeddings", "pooling": "mean"}
+        running.add_model(EMBED, model, profile)
+        running.start_agent("node1")
+        running.wait_ready(EMBED, 180)
+        for path, body in (
+            ("/api/orgs", {"name": "acme"}),
+            ("/api/teams", {"org": "acme", "name": "ml"}),
+            ("/api/teams", {"org": "acme", "name": "web"}),
+        ):
+            running.admin.request("POST", path, body)
+        yield running
+    finally:
+        running.stop()
+
+
+def _user(cluster: Cluster, name: str, scope: str) -> AdminClient:
+    cluster.admin.request("POST", "/api/users", {"name": name})
+    cluster.admin.request("PUT", f"/api/users/{name}/roles", {"role": "member", "scope": scope})
+    token = cluster.admin.request("POST", f"/api/users/{name}/tokens", {"name": "t"})["token"]
+    return AdminClient(cluster.url, token)
+
+
+def _upload(client: AdminClient, name: str, data: bytes) -> dict[str, object]:
+    path = f"/api/knowledge/collections/ops/documents/{name}"
+    stored: dict[str, object] = client.request("PUT", path, data=io.BytesIO(data), length=len(data))
+    return stored
+
+
+def _search(client: AdminClient, query: str, mode: str) -> list[dict[str, object]]:
+    body = {"collections": ["ops"], "query": query, "mode": mode, "limit": 3}
+    found: list[dict[str, object]] = client.request("POST", "/api/knowledge/search", body)
+    return found
+
+
+def test_documents_are_embedded_by_the_served_model_and_found(kb: Cluster) -> None:
+    mia = _user(kb, "mia", "team:acme/ml")
+    made = mia.request(
+        "POST",
+        "/api/knowledge/collections",
+        {"name": "ops", "owner": "team:acme/ml", "embedding_model": EMBED},
+    )
+    assert made["embedding_model"] == EMBED
+    guide = _upload(mia, "guide.md", GUIDE.encode())
+    assert guide["passages"] >= 3
+    pdf = text_pdf(MANUAL)
+    manual = _upload(mia, "manual.pdf", pdf)
+    assert manual["kind"] == "pdf"
+    # a paraphrase, no word of which is in the passage: only the vectors find it
+    vector = _search(mia, "how often does the grease go on the pump?", "vector")
+    assert vector[0]["document"] == "manual.pdf"
+    keyword = _search(mia, "certificates renewed", "keyword")
+    assert "sixty days" in str(keyword[0]["text"])
+    hybrid = _search(mia, "when are the backups made and how long kept", "hybrid")
+    assert "Backups run every night" in str(hybrid[0]["text"])
+
+
+def test_another_teams_user_is_told_the_collection_does_not_exist(kb: Cluster) -> None:
+    wes = _user(kb, "wes", "team:acme/web")
+    with pytest.raises(LlmgwError, match="collection 'ops' does not exist"):
+        _search(wes, "backups", "hybrid")
+    assert wes.request("GET", "/api/knowledge/collections") == []

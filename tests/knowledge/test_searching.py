@@ -1,0 +1,119 @@
+"""Search as the gateway asks it: collections a key's place may read, hybrid ranking, fresh indexes."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.core.knowledge import UnknownCollection
+from llmgw.core.tenancy import Owner, OwnerKind, Place
+from llmgw.knowledge.indexes import Bm25, fuse
+from llmgw.knowledge.searching import Mode
+from llmgw.knowledge.service import Knowledge, knowledge_with, own_url
+from llmgw.testing.hashed_embeddings import HashedEmbedder
+
+ML = Owner.parse("team:acme/ml")
+WEB = Owner.parse("team:acme/web")
+ML_KEY = Place(Owner(OwnerKind.PROJECT, "acme/ml/chat"))
+
+DOCS = {
+    "cooling.md": b"# Cooling\n\nThe reactor is cooled by heavy water pumped through the core.",
+    "baking.md": b"# Baking\n\nBread rises because yeast turns sugar into carbon dioxide.",
+    "sailing.md": b"# Sailing\n\nA sloop carries one mast and a single headsail.",
+}
+
+
+async def _collection(knowledge: Knowledge, name: str, owner: Owner, docs: dict[str, bytes]) -> None:
+    record = await knowledge.store.knowledge.create(name, owner, "minilm", "alice")
+    for doc, data in docs.items():
+        await knowledge.ingesting.store(record, knowledge.ingesting.prepare(doc, data), "alice")
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+async def test_each_mode_finds_the_passage_that_answers(knowledge: Knowledge, mode: Mode) -> None:
+    await _collection(knowledge, "guide", ML, DOCS)
+    records = await knowledge.index.readable(["guide"], lambda owner: True)
+    found = await knowledge.index.search_in(records, "why does bread rise? yeast", 3, mode)
+    assert found[0].document == "baking.md" and found[0].collection == "guide"
+    assert "yeast" in found[0].text
+
+
+async def test_a_key_searches_its_teams_and_public_collections_together(knowledge: Knowledge) -> None:
+    await _collection(knowledge, "ml", ML, {"cooling.md": DOCS["cooling.md"]})
+    await _collection(knowledge, "public", Owner(), {"sailing.md": DOCS["sailing.md"]})
+    found = await knowledge.index.search(ML_KEY, ["ml", "public"], "heavy water reactor", 5)
+    assert {p.collection for p in found} == {"ml", "public"}
+    assert found[0].collection == "ml"
+
+
+async def test_another_teams_collection_or_a_missing_one_is_unknown(knowledge: Knowledge) -> None:
+    await _collection(knowledge, "web", WEB, {"baking.md": DOCS["baking.md"]})
+    for names in (["web"], ["nope"]):
+        with pytest.raises(UnknownCollection, match=f"collection '{names[0]}' does not exist"):
+            await knowledge.index.search(ML_KEY, names, "bread", 5)
+
+
+async def test_a_document_added_later_is_found_by_the_next_search(knowledge: Knowledge) -> None:
+    await _collection(knowledge, "guide", ML, {"cooling.md": DOCS["cooling.md"]})
+    assert (await knowledge.index.search(ML_KEY, ["guide"], "sloop mast", 1))[0].document == "cooling.md"
+    record = await knowledge.store.knowledge.get("guide")
+    await knowledge.ingesting.store(
+        record, knowledge.ingesting.prepare("sailing.md", DOCS["sailing.md"]), "bob"
+    )
+    assert (await knowledge.index.search(ML_KEY, ["guide"], "sloop mast", 1))[0].document == "sailing.md"
+
+
+async def test_an_upload_whose_embedding_fails_leaves_no_document(
+    knowledge: Knowledge, embedder: HashedEmbedder
+) -> None:
+    record = await knowledge.store.knowledge.create("guide", ML, "minilm", "alice")
+    text = "\n\n".join(f"# Part {i}\n\nwords " * 3 for i in range(70)).encode()
+    embedder.fail_after = 1  # the model goes away after the first batch
+    with pytest.raises(RuntimeError):
+        await knowledge.ingesting.store(record, knowledge.ingesting.prepare("long.md", text), "alice")
+    assert await knowledge.store.knowledge.documents("guide") == []
+    assert await knowledge.index.search(ML_KEY, ["guide"], "words", 5) == []
+
+
+async def test_the_query_is_embedded_once_per_search(knowledge: Knowledge, embedder: HashedEmbedder) -> None:
+    await _collection(knowledge, "a", ML, {"cooling.md": DOCS["cooling.md"]})
+    await _collection(knowledge, "b", ML, {"baking.md": DOCS["baking.md"]})
+    embedder.calls.clear()
+    await knowledge.index.search(ML_KEY, ["a", "b"], "water", 5)
+    assert embedder.calls == [("minilm", 1)]
+
+
+async def test_pairs_come_with_their_collections_owner(knowledge: Knowledge) -> None:
+    await knowledge.store.knowledge.create("guide", ML, "minilm", "alice")
+    await knowledge.store.knowledge.set_pairs("guide", [("q", "a")])
+    assert await knowledge.pairs.pairs("guide") == (ML, [("q", "a")])
+    with pytest.raises(UnknownCollection):
+        await knowledge.pairs.pairs("nope")
+
+
+def test_fusion_ranks_what_both_rankings_agree_on_first() -> None:
+    fused = fuse([["a", "b", "c"], ["d", "b", "e"]])
+    assert [item for item, _ in fused][:3] == ["b", "a", "d"]  # second in both beats first in one
+
+
+def test_bm25_prefers_the_rarer_word() -> None:
+    index = Bm25.of(["the cat", "the dog", "the bird", "a cat sat"])
+    assert [row for row, _ in index.search("the cat", 2)] == [0, 3]
+
+
+def test_a_control_plane_reaches_its_own_port_on_loopback_when_it_listens_everywhere() -> None:
+    assert own_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
+    assert own_url("::1", 80) == "http://[::1]:80"
+    assert own_url("10.0.0.5", 8080) == "http://10.0.0.5:8080"
+
+
+async def test_a_second_control_plane_on_the_same_store_finds_what_the_first_stored(
+    knowledge: Knowledge, embedder: HashedEmbedder
+) -> None:
+    standby = knowledge_with(knowledge.store, embedder)  # its own in-memory index, the same store
+    await _collection(knowledge, "guide", ML, {"cooling.md": DOCS["cooling.md"]})
+    assert (await standby.index.search(ML_KEY, ["guide"], "bread yeast", 1))[0].document == "cooling.md"
+    record = await knowledge.store.knowledge.get("guide")
+    await knowledge.ingesting.store(
+        record, knowledge.ingesting.prepare("baking.md", DOCS["baking.md"]), "bob"
+    )
+    assert (await standby.index.search(ML_KEY, ["guide"], "bread yeast", 1))[0].document == "baking.md"
