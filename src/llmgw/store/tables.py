@@ -383,6 +383,8 @@ class TrainingJobRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
 class KnowledgeCollectionRow(Base):
     """A knowledge collection: its owner, the embedding model its passages were embedded with."""
 

@@ -5,7 +5,7 @@ On SQLite a full-text index of the passages (FTS5 with the porter stemmer,
 in-memory BM25 serves keyword search there, docs/knowledge.md).
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Created: 2026-11-30
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011"
-down_revision: str | None = "0009"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

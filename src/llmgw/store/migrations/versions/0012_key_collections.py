@@ -2,7 +2,7 @@
 they name none (docs/knowledge.md). Existing keys search none.
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Created: 2026-11-30
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0012"
-down_revision: str | None = "0010"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
