@@ -348,6 +348,7 @@ async def wire(
     )
     training = TrainingScheduler(store, fleet, blobs, grace_s=config.reconcile.node_grace_s)
     sessions.on_training = training.receive
+    reconciler.training_holds = training.holds
     duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler", "training"])
     admin = AdminApi(
         name=config.name,
