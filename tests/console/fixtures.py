@@ -123,6 +123,15 @@ USAGE: dict[str, Any] = {
     "limit": 10000,
     "truncated": False,
 }  # fmt: skip
+TRAINING: list[dict[str, Any]] = [
+    {"id": "tj_0123456789ab", "owner": "team:acme/ml", "model": "chat", "state": "training", "node": "any",
+     "node_id": "gpu1", "device": "1", "memory_mb": 8000, "step": 40, "steps": 100, "loss": 0.8123,
+     "peak_memory_bytes": 6 << 30, "created_at": "2026-11-02T09:00:00Z",
+     "updated_at": "2026-11-02T09:05:00Z"},
+    {"id": "tj_ba9876543210", "owner": "", "model": "chat", "state": "queued", "node": "any",
+     "memory_mb": 90000, "reasons": "gpu1: card 1: 20000 MiB free, the job needs 90000",
+     "created_at": "2026-11-02T09:01:00Z", "updated_at": "2026-11-02T09:01:00Z"},
+]  # fmt: skip
 METRICS = """\
 # TYPE llmgw_gpu_utilization_ratio gauge
 llmgw_gpu_utilization_ratio{node="gpu1",device="1",device_class="h100-80g"} 0.87
@@ -144,7 +153,13 @@ STREAMED: dict[str, Any] = {
     "serving": {"stopped": False},
     "keys": KEYS,
 }
-FETCHED: dict[str, Any] = {"blobs": BLOBS, "history": HISTORY, "usage": USAGE, "gpus": METRICS}
+FETCHED: dict[str, Any] = {
+    "blobs": BLOBS,
+    "history": HISTORY,
+    "usage": USAGE,
+    "gpus": METRICS,
+    "training": TRAINING,
+}
 
 
 class FixedSource:

@@ -118,6 +118,23 @@ async def test_mirror_settings_and_keys_fetch_what_the_stream_does_not_carry() -
     assert usage == [["2026-11", "chat-app", "120", "2", "5000", "8000"]]
 
 
+async def test_the_training_view_fetches_the_jobs_with_their_progress_and_why_one_waits() -> None:
+    app = console_app(FixedSource())
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(app, pilot)
+        await pilot.press("9")
+        await eventually(lambda: app.data.training, message="training jobs fetched")
+        await pilot.pause()
+        jobs = cells(app, "#training")
+    assert jobs == [
+        ["tj_0123456789ab", "chat", "team:acme/ml", "training", "gpu1/1", "40/100", "0.8123", "6144", "-"],
+        [
+            "tj_ba9876543210", "chat", "cluster", "queued", "(any)", "-", "-", "-",
+            "gpu1: card 1: 20000 MiB free, the job needs 90000",
+        ],
+    ]  # fmt: skip
+
+
 async def test_a_replicas_event_changes_the_replicas_view() -> None:
     source = FixedSource()
     app = console_app(source)

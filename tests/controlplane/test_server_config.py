@@ -1,4 +1,4 @@
-"""server.yaml: the routing section reaches the router; a bad routing field is named."""
+"""server.yaml: the routing section reaches the router; a bad routing field is named; training's grace."""
 
 from __future__ import annotations
 
@@ -36,3 +36,15 @@ def test_a_misspelt_routing_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LlmgwError) as raised:
         load_server_config(path)
     assert "routing.saturaton" in str(raised.value)
+
+
+def test_a_training_node_has_its_own_grace_minutes_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text("name: cp1\nreconcile:\n  node_grace_s: 10\n")
+    config = load_server_config(path)
+    assert (config.reconcile.node_grace_s, config.training.node_grace_s) == (10, 300)
+    path.write_text("training:\n  node_grace_s: 900\n")
+    assert load_server_config(path).training.node_grace_s == 900
+    path.write_text("training:\n  node_grace_s: -1\n")
+    with pytest.raises(LlmgwError, match=r"training\.node_grace_s"):
+        load_server_config(path)

@@ -14,9 +14,10 @@ import pytest
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.callers import Callers
-from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.fleet import Fleet, ReplicaState
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.catalog import parse_model
+from llmgw.core.shards import ReplicaPhase
 from llmgw.core.tenancy import Owner
 from llmgw.core.training import JobState
 from llmgw.errors import NotFound
@@ -223,6 +224,19 @@ async def test_publish_makes_the_adapter_of_the_model_owned_by_the_jobs_owner(ap
     assert [f.filename for f in adapter.files] == ["adapter_config.json"]
     clash = await api.client.post(f"/api/training/jobs/{job_id}/publish", json={"name": "tiny-blue"})
     assert clash.status_code == 409
+
+
+async def test_publish_drains_the_models_replicas_so_that_new_ones_load_the_adapter(api: Api) -> None:
+    job_id = await succeeded_job(api, FITTING)
+    fleet = api.admin.state.fleet
+    fleet.track(ReplicaState("tiny-1", "tiny-llama", "n1", "key", state=ReplicaPhase.READY))
+    fleet.track(ReplicaState("other-1", "other", "n1", "key", state=ReplicaPhase.READY))
+    answer = await api.client.post(f"/api/training/jobs/{job_id}/publish", json={"name": "tiny-blue"})
+    assert answer.status_code == 200, answer.text
+    drained = fleet.replicas["tiny-1"]
+    assert drained.draining_since is not None
+    assert drained.drain_reason == "adapter tiny-blue was published; a new replica loads it"
+    assert fleet.replicas["other-1"].draining_since is None
 
 
 async def test_publish_refuses_an_adapter_that_does_not_fit_naming_what_differs(api: Api) -> None:

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.controlplane.reconciling import Reconciler
+from llmgw.core.catalog import parse_model
 from llmgw.core.devices import Device
 from llmgw.core.telemetry import DeviceSample, ForeignProcess, Telemetry
 from llmgw.core.training import JobState
+from llmgw.core.trainingplacement import TrainingHold
 from llmgw.core.trainingstream import MAX_PIECE_BYTES, TrainingState, TrainingStatus
 from llmgw.testing.eventually import eventually
 from llmgw.testing.trainingagent import TrainingAgentStandin, results_of, script
@@ -191,3 +194,34 @@ async def test_a_job_finished_without_results_fails_saying_so(plane: Plane) -> N
     plane.start()
     await eventually(lambda: _is(plane, job.id, JobState.FAILED), timeout_s=10)
     assert "named no result" in (await plane.store.training.get(job.id)).error
+
+
+async def test_a_card_a_job_trains_on_is_withheld_from_replica_placement_until_the_job_ends(
+    plane: Plane,
+) -> None:
+    card = Device("nvidia", 0, "NVIDIA L4", 24000, 24000, device_class="l4")
+    agent = TrainingAgentStandin("n1", cards=(card,), statuses=script(3, FILES), files=FILES, hold=2)
+    job = await add_job(plane.store, device_kind="card")
+    plane.connect(agent)
+    await eventually(lambda: "n1" in plane.fleet.nodes)
+    plane.fleet.apply_telemetry("n1", Telemetry(samples=(DeviceSample(0, memory_total_mb=24000),)))
+    reconciler = Reconciler(plane.store, plane.fleet)
+    reconciler.training_holds = plane.scheduler.holds
+    chat = parse_model(
+        {
+            "name": "chat",
+            "source": {"sha256": "0" * 64, "filename": "chat.gguf"},
+            "profile": {"gpu_class": "l4"},
+        }
+    )
+    assert reconciler.decide(chat, []).devices == (0,)
+    plane.start()
+    await eventually(lambda: _is(plane, job.id, JobState.TRAINING), timeout_s=10)
+    assert plane.scheduler.holds() == (TrainingHold(job.id, "n1", "0", 1024),)
+    refused = reconciler.decide(chat, [])
+    assert not refused.placed
+    assert refused.refusals["n1"].endswith(f"; card 0: training job {job.id} trains on it")
+    agent.release()
+    await eventually(lambda: _is(plane, job.id, JobState.SUCCEEDED), timeout_s=10)
+    await eventually(lambda: not plane.scheduler.holds())
+    assert reconciler.decide(chat, []).devices == (0,)

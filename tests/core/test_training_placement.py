@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from llmgw.core.devices import Device, NodeInventory
-from llmgw.core.placement import Placed
-from llmgw.core.trainingplacement import TrainingAsk, TrainingNode, place_training
+from llmgw.core.mig import Spread
+from llmgw.core.placement import Ask, Placed, place_profiles
+from llmgw.core.trainingplacement import TrainingAsk, TrainingHold, TrainingNode, place_training, withheld
 
 
 def card(index: int, free: int, total: int = 24000, unavailable: str = "") -> Device:
@@ -62,3 +63,27 @@ def test_a_cpu_job_needs_the_host_memory_left_and_a_named_node_is_kept_to() -> N
 
 def test_no_node_at_all_says_so() -> None:
     assert place_training(TrainingAsk("j", 1), [], []).reasons == "no node is connected"
+
+
+def test_replica_placement_leaves_a_training_card_alone_and_says_which_job_holds_it() -> None:
+    nodes = [NodeInventory("n1", "10.0.0.1", 8, 2000, (card(0, 24000), card(1, 24000)))]
+    holds = [TrainingHold("tj_0123456789ab", "n1", "0", 8000)]
+    both = place_profiles("chat", [Ask(16000, Spread(gpus=2))], withheld(nodes, holds), [])
+    assert not both.placed
+    assert both.refusals["n1"] == (
+        "needs 2 cards with 8000 MiB free each; 1 there; card 0: training job tj_0123456789ab trains on it"
+    )
+    one = place_profiles("chat", [Ask(16000)], withheld(nodes, holds), [])
+    assert (one.node_id, one.devices) == ("n1", (1,))
+    free = place_profiles("chat", [Ask(16000, Spread(gpus=2))], withheld(nodes, []), [])
+    assert free.devices == (0, 1)  # the cards are the replicas' again once the job is done
+
+
+def test_a_cpu_job_takes_its_memory_from_the_host_memory_replicas_see() -> None:
+    nodes = [NodeInventory("n1", "10.0.0.1", 8, 6000), NodeInventory("n2", "10.0.0.2", 8, 3000)]
+    holds = [TrainingHold("tj_0123456789ab", "n1", "cpu", 4000)]
+    seen = withheld(nodes, holds)
+    assert [n.memory_mb for n in seen] == [2000, 3000]
+    decision = place_profiles("small", [Ask(2500)], seen, [])
+    assert decision.node_id == "n2"
+    assert decision.refusals["n1"] == "needs 2500 MiB; 2000 MiB of host memory left"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.core.training import TrainingOptions
 from llmgw.training import trainer
 
 
@@ -42,6 +43,11 @@ def test_options_take_their_defaults_and_unknown_ones_are_refused() -> None:
     assert trainer.options_of('{"steps": 5}') == {**trainer.DEFAULTS, "steps": 5}
     with pytest.raises(SystemExit, match="unknown training options epochs; the options are rank"):
         trainer.options_of('{"epochs": 3}')
+
+
+def test_the_control_planes_options_are_the_trainers_with_the_same_defaults() -> None:
+    submitted = TrainingOptions().model_dump(mode="json")
+    assert {**submitted, "target_modules": list(submitted["target_modules"])} == trainer.DEFAULTS
 
 
 def test_pairs_are_read_and_a_bad_one_is_named(tmp_path: Path) -> None:

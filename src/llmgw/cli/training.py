@@ -81,11 +81,12 @@ def submit(
     ),
     rank: int | None = typer.Option(None, "--rank", help="LoRA rank (8)."),
     alpha: int | None = typer.Option(None, "--alpha", help="LoRA alpha (16)."),
+    dropout: float | None = typer.Option(None, "--dropout", help="LoRA dropout (0.05)."),
     steps: int | None = typer.Option(None, "--steps", help="Training steps (100)."),
     learning_rate: float | None = typer.Option(None, "--learning-rate", help="2e-4 by default."),
     seed: int | None = typer.Option(None, "--seed", help="0 by default."),
     target: list[str] | None = typer.Option(
-        None, "--target", help="A module to adapt (repeat; q_proj, v_proj)."
+        None, "--target", help="A module to adapt (repeat; q_proj, k_proj, v_proj, o_proj)."
     ),
     gguf: bool | None = typer.Option(
         None, "--gguf/--no-gguf", help="Also make a GGUF adapter (default: llama.cpp)."
@@ -105,6 +106,7 @@ def submit(
     options = {
         "rank": rank,
         "alpha": alpha,
+        "dropout": dropout,
         "steps": steps,
         "learning_rate": learning_rate,
         "seed": seed,

@@ -34,11 +34,13 @@ from llmgw.console.views import (
     NodesView,
     ReplicasView,
     SettingsView,
+    TrainingView,
 )
 from llmgw.errors import LlmgwError
 
 REFRESH_S = 5.0
-"""How often the shown view's fetched kinds (GPU readings, the mirror, history, usage) are asked again."""
+"""How often the shown view's fetched kinds (GPU readings, the mirror, training jobs, history, usage)
+are asked again."""
 
 VIEWS: list[tuple[str, type[Widget]]] = [
     ("overview", OverviewView),
@@ -49,6 +51,7 @@ VIEWS: list[tuple[str, type[Widget]]] = [
     ("mirror", MirrorView),
     ("settings", SettingsView),
     ("keys", KeysView),
+    ("training", TrainingView),
 ]
 
 CSS = """

@@ -82,6 +82,7 @@ _ROUTES = {
     "blobs": "/api/mirror/blobs",
     "history": "/api/settings-history?limit=50",
     "usage": "/api/usage?group_by=key&by=month",
+    "training": "/api/training/jobs",
 }
 
 

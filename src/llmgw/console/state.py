@@ -25,13 +25,14 @@ from llmgw.controlplane.api.models import (
     SettingChange,
     StatusView,
 )
+from llmgw.controlplane.api.trainingmodels import TrainingJobView
 from llmgw.controlplane.api.usagemodels import UsageAnswer
 from llmgw.errors import LlmgwError
 
 STREAMED = ("status", "nodes", "replicas", "models", "settings", "serving", "keys")
 """The kinds ``/api/events`` sends, each whole, once on connect and again on every change."""
 
-FETCHED = ("blobs", "history", "usage", "gpus")
+FETCHED = ("blobs", "history", "usage", "gpus", "training")
 """The kinds the console asks for itself (on opening their view, on refresh, every few seconds)."""
 
 _SHAPES: dict[str, TypeAdapter[Any]] = {
@@ -45,6 +46,7 @@ _SHAPES: dict[str, TypeAdapter[Any]] = {
     "blobs": TypeAdapter(list[BlobView]),
     "history": TypeAdapter(list[SettingChange]),
     "usage": TypeAdapter(UsageAnswer),
+    "training": TypeAdapter(list[TrainingJobView]),
 }
 
 _READINGS = {
@@ -94,6 +96,7 @@ class ClusterData:
     blobs: list[BlobView] = field(default_factory=list)
     history: list[SettingChange] = field(default_factory=list)
     usage: UsageAnswer | None = None
+    training: list[TrainingJobView] = field(default_factory=list)
     gpus: dict[tuple[str, str], GpuReading] = field(default_factory=dict)
 
     def apply(self, kind: str, data: Any) -> None:

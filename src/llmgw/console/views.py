@@ -1,4 +1,5 @@
-"""The table views: nodes, GPUs, models, replicas, mirror, settings with history, keys and usage.
+"""The table views: nodes, GPUs, models, replicas, mirror, training jobs, settings with history, keys
+and usage.
 
 Each is a widget with a ``title``, the kinds it ``needs`` fetched when shown
 (those the events stream does not carry) and ``show(data, now)``, which draws
@@ -148,6 +149,26 @@ class MirrorView(TableView):
     def lines(self, data: ClusterData) -> Iterable[Row]:
         for b in data.blobs:
             yield (b.filename, b.kind, f"{b.size / (1 << 20):.1f}", b.sha256[:16])
+
+
+class TrainingView(TableView):
+    title = "Training"
+    headings = ("JOB", "MODEL", "OWNER", "STATE", "WHERE", "STEP", "LOSS", "PEAK MiB", "WHY")
+    needs = ("training",)
+
+    def lines(self, data: ClusterData) -> Iterable[Row]:
+        for j in data.training:
+            yield (
+                j.id,
+                j.model,
+                j.owner or "cluster",
+                j.state,
+                f"{j.node_id}/{j.device}" if j.node_id else f"({j.node})",
+                f"{j.step}/{j.steps}" if j.steps else "-",
+                f"{j.loss:.4f}" if j.steps else "-",
+                _mib(j.peak_memory_bytes / (1 << 20)) if j.peak_memory_bytes else "-",
+                (j.error or j.reasons or j.detail)[:60] or "-",
+            )
 
 
 class _Stacked(Vertical):

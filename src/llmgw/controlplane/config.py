@@ -64,6 +64,12 @@ class ReconcileSettings(Section):
     its replicas are placed on other nodes and, should it come back, its engines for them stopped."""
 
 
+class TrainingSettings(Section):
+    node_grace_s: float = Field(default=300.0, ge=0)
+    """Seconds a node may be away while it runs a training job (a job takes minutes to hours; an agent
+    restarting should not lose it); past them the job fails, or is queued again while its --retry lasts."""
+
+
 class LeadershipSettings(Section):
     lease_s: float = Field(default=10.0, gt=0.5)
     """Length of the leader lease on the database's clock; renewed every third of it."""
@@ -130,6 +136,8 @@ class ServerConfig(ConfigFile):
     """OpenTelemetry spans of reconcile passes, replica starts and /v1 requests over OTLP (off by default)."""
     release: ReleaseSettings = Field(default_factory=ReleaseSettings)
     """The key releases and bundles must be signed by (``release.trusted_pub``)."""
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+    """Training jobs (docs/training.md): how long a node running one may be away."""
 
     @property
     def data_path(self) -> Path:

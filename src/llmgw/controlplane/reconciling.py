@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from llmgw.controlplane import multinode
 from llmgw.controlplane.demand import ModelDemand
@@ -41,6 +41,7 @@ from llmgw.core.placement import Ask, Decision, Placed, place_profiles
 from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, decide_scale
 from llmgw.core.settingtypes import SERVING_STOPPED
 from llmgw.core.shards import ReplicaPhase, StopShard
+from llmgw.core.trainingplacement import TrainingHold, withheld
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
 from llmgw.observability.tracing import TRACING_OFF, Tracing
 from llmgw.store.database import Store
@@ -76,6 +77,8 @@ class Reconciler:
     ) -> None:
         self._tracing = tracing
         self._trace = NO_PASS
+        self.training_holds: Callable[[], Sequence[TrainingHold]] = lambda: ()
+        """The cards and host memory training jobs hold (TrainingScheduler.holds): no replica goes there."""
         self.starts = ReplicaStarts(tracing)
         """Each replica's open start span, closed when its node reports it ready (:meth:`observed`)."""
         self._store = store
@@ -514,7 +517,7 @@ class Reconciler:
         """Where one more replica of ``model`` would go now, among the connected nodes, with every
         other node's reason (what ``/api/plan`` shows, and what a pass acts on). With ``unplaced``
         (the answer that found no room), which lower-priority replicas would have to go."""
-        nodes = [n.inventory for n in self._fleet.nodes.values()]
+        nodes = withheld([n.inventory for n in self._fleet.nodes.values()], self.training_holds())
         asks = [Ask(model.memory_needed_mb(p), p.spread, p.gpu_class) for p in model.profiles]
         held = [self._placed(r) for r in placed]
         if unplaced is None:

@@ -32,7 +32,7 @@ from llmgw.controlplane.trainingcollect import Pieces, ResultMissing, collect_fi
 from llmgw.controlplane.trainingprogress import ended_there, progressed, start_message
 from llmgw.core.placement import Placed
 from llmgw.core.training import JobState, job_state
-from llmgw.core.trainingplacement import TrainingAsk, TrainingNode, place_training
+from llmgw.core.trainingplacement import HOLDING, TrainingAsk, TrainingHold, TrainingNode, place_training
 from llmgw.core.trainingstream import (
     CancelTraining,
     TrainingCollected,
@@ -82,6 +82,7 @@ class TrainingScheduler:
         self._unwritten: dict[str, tuple[int, dict[str, Any]]] = {}
         """Progress held back by the throttle: (attempt, columns), written on the next pass due."""
         self._collecting: dict[str, asyncio.Task[None]] = {}
+        self._holds: tuple[TrainingHold, ...] = ()
 
     def receive(self, node_id: str, message: TrainingStatus | TrainingPiece) -> None:
         """A node's training message (:attr:`~llmgw.controlplane.sessions.NodeSessions.on_training`)."""
@@ -112,6 +113,7 @@ class TrainingScheduler:
             self._collecting.clear()
             self._sent.clear()
             self.away.clear()
+            self._holds = ()
 
     async def step(self) -> None:
         """One pass: statuses heard, jobs on nodes followed, queued ones placed, progress written."""
@@ -124,13 +126,21 @@ class TrainingScheduler:
             if job.state.on_node:
                 await self._follow(job)
         placed: list[Placed] | None = None
+        holding = [job for job in jobs if job.state in HOLDING]
         for job in jobs:
             if job.state is JobState.QUEUED:
                 placed = placed if placed is not None else await self._replicas()
-                node_id = await self._place(job, busy, placed)
-                if node_id:
-                    busy[node_id] = job.id
+                sent = await self._place(job, busy, placed)
+                if sent is not None:
+                    busy[sent.node_id] = job.id
+                    holding.append(sent)
+        self._holds = tuple(TrainingHold(j.id, j.node_id, j.device, j.memory_mb) for j in holding)
         await self._flush(force=False)
+
+    def holds(self) -> tuple[TrainingHold, ...]:
+        """The cards (and host memory) the jobs on nodes hold, as of the last pass: replica placement
+        leaves them alone (:attr:`~llmgw.controlplane.reconciling.Reconciler.training_holds`)."""
+        return self._holds
 
     async def cancel(self, job_id: str, by: str) -> JobRecord:
         """Cancel a job (Conflict once it ended); its node is told at once if it is there."""
@@ -155,7 +165,7 @@ class TrainingScheduler:
             for r in await self._store.replicas.list()
         ]
 
-    async def _place(self, job: JobRecord, busy: dict[str, str], placed: list[Placed]) -> str:
+    async def _place(self, job: JobRecord, busy: dict[str, str], placed: list[Placed]) -> JobRecord | None:
         nodes = [
             TrainingNode(node.inventory, dict(node.foreign), busy.get(node_id, ""))
             for node_id, node in sorted(self._fleet.nodes.items())
@@ -165,7 +175,7 @@ class TrainingScheduler:
         if not decision.placed:
             if decision.reasons != job.reasons:
                 await self._store.training.change(job.id, expect=job.attempt, reasons=decision.reasons)
-            return ""
+            return None
         job = await self._store.training.change(
             job.id,
             expect=job.attempt,
@@ -179,7 +189,7 @@ class TrainingScheduler:
             "training job %s placed on %s (%s), attempt %d", job.id, job.node_id, job.device, job.attempt
         )
         await self._follow(job)
-        return decision.node_id
+        return job
 
     async def _follow(self, job: JobRecord) -> None:
         node = self._fleet.nodes.get(job.node_id)

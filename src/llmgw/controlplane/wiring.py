@@ -347,8 +347,9 @@ async def wire(
         config.mirror,
         live_s=3 * config.leadership.lease_s,
     )
-    training = TrainingScheduler(store, fleet, blobs, grace_s=config.reconcile.node_grace_s)
+    training = TrainingScheduler(store, fleet, blobs, grace_s=config.training.node_grace_s)
     sessions.on_training = training.receive
+    reconciler.training_holds = training.holds
     duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler", "training"])
     admin = AdminApi(
         name=config.name,

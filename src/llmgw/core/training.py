@@ -80,15 +80,15 @@ def job_state(state: TrainingState) -> JobState:
 
 
 class TrainingOptions(BaseModel):
-    """How the LoRA is trained; sent to the trainer as JSON."""
+    """How the LoRA is trained; sent to the trainer as JSON (the defaults are the trainer's own)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rank: int = Field(default=8, ge=1, le=512)
     """The LoRA rank (PEFT's ``r``)."""
     alpha: int = Field(default=16, ge=1, le=4096)
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     steps: int = Field(default=100, ge=1, le=100_000)
     learning_rate: float = Field(default=2e-4, gt=0.0, le=1.0)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)

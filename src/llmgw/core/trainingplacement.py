@@ -6,17 +6,21 @@ on it and no replica holding it. A job on the CPU needs a node whose host
 memory, less what its host-memory replicas hold, leaves that much. A node
 trains one job at a time. Among the nodes that fit, the one with the most
 room wins; the decision names every node and card turned down, and why.
+
+The other way round, :func:`withheld` keeps replica placement off what a
+training job holds: the card it trains on (marked unavailable, naming the
+job) and, for a job on the CPU, its ``memory_mb`` of host memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llmgw.core.devices import NodeInventory
 from llmgw.core.mig import device_label
 from llmgw.core.placement import Placed, free_memory
-from llmgw.core.training import ANY_NODE, CPU
+from llmgw.core.training import ANY_NODE, CPU, JobState
 
 
 @dataclass(frozen=True)
@@ -123,3 +127,44 @@ def _cards(
         else:
             room.append((gpu.memory_free_mb, device_label(gpu.index)))
     return room, why
+
+
+HOLDING = frozenset({JobState.PLACED, JobState.PREPARING, JobState.TRAINING, JobState.CONVERTING})
+"""The states in which a job holds its card (or host memory): sent to its node and not finished there
+(a job collecting its results has stopped training)."""
+
+
+@dataclass(frozen=True)
+class TrainingHold:
+    """What a job placed on a node holds: a card (its label), or ``cpu`` and ``memory_mb`` of host memory."""
+
+    job_id: str
+    node_id: str
+    device: str
+    memory_mb: int
+
+
+def withheld(nodes: Sequence[NodeInventory], holds: Sequence[TrainingHold]) -> list[NodeInventory]:
+    """``nodes`` as replica placement sees them while ``holds`` train: each card a job trains on is
+    unavailable (``training job J trains on it``), and a CPU job's memory is taken from host memory."""
+    if not holds:
+        return list(nodes)
+    by_node: dict[str, list[TrainingHold]] = {}
+    for hold in holds:
+        by_node.setdefault(hold.node_id, []).append(hold)
+    seen = []
+    for node in nodes:
+        here = by_node.get(node.node_id)
+        if not here:
+            seen.append(node)
+            continue
+        cards = {hold.device: hold.job_id for hold in here if hold.device != CPU}
+        host = sum(hold.memory_mb for hold in here if hold.device == CPU)
+        devices = tuple(
+            replace(d, unavailable=f"training job {cards[device_label(d.index)]} trains on it")
+            if d.kind == "nvidia" and device_label(d.index) in cards
+            else d
+            for d in node.devices
+        )
+        seen.append(replace(node, devices=devices, memory_mb=node.memory_mb - host))
+    return seen
