@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import random
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from llmgw.core.nodes import Heartbeat
 from llmgw.core.shards import RunningShard, ShardSpec, ShardState, ShardStatus
 from llmgw.protocol.channels import AgentChannel, memory_pair
 from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.runtime import collector
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
 
@@ -222,8 +222,8 @@ class InProcessControlPlane:
         freeze_gc: bool = False,
     ) -> InProcessControlPlane:
         """A leading control plane named ``cp1`` on the store at ``store_url``; with ``freeze_gc``, what this
-        process holds by then is frozen out of the collector, as a control plane process does once built
-        (``controlplane/running.py``)."""
+        process holds by then is frozen out of the collector and its thresholds raised, as a control plane
+        process does once built (``controlplane/running.py``, :mod:`llmgw.runtime.collector`)."""
         store = await Store.open(store_url)
         leadership = Leadership(
             Leases(store), Fence("cp1"), Identity("cp1", cls.ADDRESS, "http://127.0.0.1:8080")
@@ -231,8 +231,7 @@ class InProcessControlPlane:
         await leadership.round()
         plane = cls(store, leadership, on_ready, on_gone)
         if freeze_gc:
-            gc.collect()
-            gc.freeze()
+            collector.settle()
         return plane
 
     def connect_of(self, node_id: str) -> Connect:
