@@ -37,7 +37,7 @@ from llmgw.core.devices import Device, NodeInventory
 from llmgw.core.nodes import Heartbeat
 from llmgw.core.shards import RunningShard, ShardSpec, ShardState, ShardStatus
 from llmgw.protocol.channels import AgentChannel, memory_pair
-from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.protocol.grpc_transport import KeptChannels, TlsFiles
 from llmgw.runtime import collector
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
@@ -180,10 +180,10 @@ def grpc_connect(node_dir: Callable[[str], Path]) -> Callable[[str], Connect]:
 
     def connect_of(node_id: str) -> Connect:
         directory = node_dir(node_id)
-        tls = TlsFiles(directory / "ca.crt", directory / "node.crt", directory / "node.key")
+        kept = KeptChannels(TlsFiles(directory / "ca.crt", directory / "node.crt", directory / "node.key"))
 
         async def connect(target: str) -> AgentChannel:
-            return await GrpcConnector(target, tls).connect(timeout_s=5.0)
+            return await kept.connect(target, timeout_s=5.0)
 
         return connect
 
