@@ -217,7 +217,7 @@ async def test_streams_one_after_another_share_a_kept_channel(
     kept = KeptChannels(pki.node)
     target = f"127.0.0.1:{server.port}"
     try:
-        for attempt in range(3):
+        for _ in range(3):
             agent = await kept.connect(target, timeout_s=WAIT_S)
             await agent.send(register())
             answer = await asyncio.wait_for(agent.receive(), WAIT_S)

@@ -77,7 +77,7 @@ class ControlPlaneLinks:
         self._tls = tls
         self._control_planes = control_planes
         self._kept = KeptChannels(tls)
-        """One TLS channel per control plane, kept between streams (a standby asked again costs no handshake)."""
+        """One TLS channel per control plane, kept between streams: asking a standby again is no handshake."""
         self.current = ""
         """The control plane the last stream was opened to ("" before any)."""
 
