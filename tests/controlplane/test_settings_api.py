@@ -163,7 +163,7 @@ async def test_changes_within_the_delay_go_out_in_one_push(setup: Setup) -> None
     await push.close()
 
 
-async def test_what_every_node_shares_is_read_once_for_many_registrations(setup: Setup) -> None:
+async def test_the_settings_are_read_once_for_many_registrations(setup: Setup) -> None:
     now = [0.0]
     push = SettingsPush(setup.store, setup.fleet, delay_s=0.0, clock=lambda: now[0])
     await setup.store.settings.set("agents.default", {"shards": {"stop_grace_s": 3}}, "test")

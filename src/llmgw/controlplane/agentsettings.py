@@ -4,10 +4,10 @@ A node's settings are ``agents.default`` with ``agents.nodes.<id>`` over it,
 sent as YAML in a ``Settings`` message; the agent compares them with those it
 runs and starts again on new ones. Changes within the delay go out together.
 
-What every node shares (``agents.default``, ``firewall.enabled``) is read once
-and kept until a change is told (:meth:`SettingsPush.changed`, as the admin API
-does) or :data:`SHARED_MAX_AGE_S` has passed: a new leader that a thousand
-nodes register with reads it once, not once for each of them.
+The settings are read all at once (one query) and kept until a change is told
+(:meth:`SettingsPush.changed`, as the admin API does) or
+:data:`SHARED_MAX_AGE_S` has passed: a new leader that a thousand nodes
+register with reads them once, not three times for each node.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 PUSH_DELAY_S = 1.0
 SHARED_MAX_AGE_S = 5.0
-"""How long what every node shares is kept before it is read again (a change told reads it at once)."""
+"""How long the settings read are kept before they are read again (a change told reads them at once)."""
 
 SettingsCheck = Callable[[Any], list[tuple[str, str]]]
 """Why a value cannot be an agent's settings, each key named (empty: it can)."""
@@ -79,24 +79,22 @@ class SettingsPush:
     ) -> None:
         self._sleep = sleep
         self._clock = clock
-        self._shared: tuple[float, asyncio.Task[tuple[Any, Any]]] | None = None
-        """When what every node shares was read, and the read (awaited by every registration meanwhile)."""
+        self._shared: tuple[float, asyncio.Task[dict[str, Any]]] | None = None
+        """When the settings were read, and the read (awaited by every registration meanwhile)."""
         self.shared_reads = 0
-        """Reads of what every node shares, for the tests."""
+        """Reads of the settings, for the tests."""
         self._store = store
         self._fleet = fleet
         self._delay_s = delay_s
         self._pending: asyncio.Task[None] | None = None
         self._dirty = False
 
-    async def _read_shared(self) -> tuple[Any, Any]:
+    async def _read_shared(self) -> dict[str, Any]:
         self.shared_reads += 1
-        default = await self._store.settings.get(DEFAULT_KEY, {})
-        firewall = await self._store.settings.get(FIREWALL_ENABLED)
-        return default, firewall
+        return await self._store.settings.all()
 
-    async def shared(self) -> tuple[Any, Any]:
-        """``agents.default`` and ``firewall.enabled``, read at most once per :data:`SHARED_MAX_AGE_S`."""
+    async def shared(self) -> dict[str, Any]:
+        """Every setting by key, read at most once per :data:`SHARED_MAX_AGE_S` (or change told)."""
         kept = self._shared
         if (
             kept is None
@@ -108,9 +106,9 @@ class SettingsPush:
         return await asyncio.shield(kept[1])
 
     async def settings_of(self, node_id: str) -> str:
-        default, firewall = await self.shared()
-        node = await self._store.settings.get(NODE_PREFIX + node_id, {})
-        settings = node_settings(default, node)
+        stored = await self.shared()
+        settings = node_settings(stored.get(DEFAULT_KEY, {}), stored.get(NODE_PREFIX + node_id, {}))
+        firewall = stored.get(FIREWALL_ENABLED)
         if isinstance(firewall, bool):  # the cluster's firewall.enabled, over agents' own (C10.2)
             settings = node_settings(settings, {"firewall": {"enabled": firewall}})
         return yaml.safe_dump(settings, sort_keys=True)
