@@ -185,6 +185,15 @@ async def test_a_control_plane_that_is_not_there_cannot_be_reached(server: Agent
         await GrpcConnector(f"127.0.0.1:{port}", pki.node).connect(timeout_s=REFUSAL_WAIT_S)
 
 
+async def test_a_refused_connection_fails_at_once_not_at_the_timeout(server: AgentServer, pki: Pki) -> None:
+    port = server.port
+    await server.stop()
+
+    async with asyncio.timeout(WAIT_S):  # the connect's own timeout is far longer
+        with pytest.raises(ChannelClosed, match="cannot reach the control plane"):
+            await GrpcConnector(f"127.0.0.1:{port}", pki.node).connect(timeout_s=WAIT_S * 20)
+
+
 async def test_stopping_the_server_ends_an_open_stream_promptly(
     connect: Connect, server: AgentServer, sessions: Sessions, pki: Pki
 ) -> None:

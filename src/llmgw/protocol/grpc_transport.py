@@ -514,6 +514,24 @@ class KeptChannels:
             await self._drop(target, channel)
 
 
+async def _ready_or_refused(channel: aio.Channel) -> None:
+    """Wait until ``channel`` is up; ConnectionRefusedError as soon as its first try fails (nothing
+    listens there, or the handshake was refused), rather than the whole timeout: an agent whose
+    leader died moves on to the next control plane at once."""
+    state = channel.get_state(try_to_connect=True)
+    tried = False
+    while state is not grpc.ChannelConnectivity.READY:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE or (
+            tried and state is grpc.ChannelConnectivity.IDLE
+        ):
+            raise ConnectionRefusedError("the connection failed")
+        if state is grpc.ChannelConnectivity.SHUTDOWN:
+            raise ConnectionRefusedError("the channel was closed")
+        tried = tried or state is grpc.ChannelConnectivity.CONNECTING
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
 def _usable(channel: aio.Channel) -> bool:
     """A channel that may carry another stream: not shut down, not failing to connect."""
     state = channel.get_state(try_to_connect=False)
@@ -545,8 +563,8 @@ class GrpcConnector:
         """A stream over ``channel`` once it is up (closed when it is not, and ChannelClosed raised);
         with ``kept``, the channel outlives the stream there."""
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout_s)
-        except (TimeoutError, grpc.RpcError) as error:
+            await asyncio.wait_for(_ready_or_refused(channel), timeout_s)
+        except (TimeoutError, grpc.RpcError, ConnectionRefusedError) as error:
             await channel.close(grace=None)
             raise ChannelClosed(
                 f"cannot reach the control plane at {self.target} ({type(error).__name__})",
