@@ -194,6 +194,34 @@ async def test_a_standby_without_a_leader_is_asked_again_later_each_time_and_wit
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_registration_left_unanswered_is_given_up_and_tried_again(tmp_path: Path) -> None:
+    planes = Planes()
+
+    async def prepare(*args: object) -> None:
+        raise AssertionError("no shard is started in these tests")
+
+    session = AgentSession(
+        NodeInventory("node1", "127.0.0.1", 4, 8192),
+        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ["cp2:8443"],
+        planes.connect,
+        backoff=Backoff(base=0.001, factor=2.0, cap=0.01),
+        answer_timeout_s=0.01,
+    )
+    task = asyncio.create_task(session.run())
+    try:
+        _, silent = await planes.next()  # never answers
+        _, control = await planes.next()  # the agent gave up on it and asked again
+        await control.send(registered("cp2", ["cp2:8443"]))
+        async with asyncio.timeout(5):
+            await session.connected.wait()
+        with pytest.raises(ChannelClosed):
+            await asyncio.wait_for(silent.receive(), 5)  # the agent closed the silent stream
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_the_agent_learns_a_control_plane_that_joins_mid_session(
     running: tuple[AgentSession, Planes],
 ) -> None:

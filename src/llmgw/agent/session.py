@@ -61,6 +61,9 @@ UNREACHABLE_MEMORY_S = 15.0
 """For this long after a control plane failed the agent, a standby naming it leader is not believed:
 the lease of a leader that died still names it until it lapses."""
 
+ANSWER_TIMEOUT_S = 10.0
+"""How long a control plane may take to answer a registration before the agent tries again."""
+
 WORKED, STANDBY, FAILED = "worked", "standby", "failed"
 
 
@@ -79,6 +82,7 @@ class AgentSession:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         standby_backoff: Backoff | None = None,
+        answer_timeout_s: float = ANSWER_TIMEOUT_S,
         on_settings: Callable[[str], None] | None = None,
         on_restart: Callable[[str], None] | None = None,
         refusal: Callable[[], SettingsRefusal | None] = lambda: None,
@@ -86,6 +90,7 @@ class AgentSession:
         on_upgrade: Callable[[UpgradeAgent], None] | None = None,
         on_builds: Callable[[MirrorBuilds], None] = lambda builds: None,
     ) -> None:
+        self._answer_timeout_s = answer_timeout_s
         self._on_upgrade = on_upgrade
         self._on_builds = on_builds
         self._refusal = refusal
@@ -211,7 +216,13 @@ class AgentSession:
         try:
             registering = self._supervisor.snapshot()
             await channel.send(self._registration(registering))
-            answer = await channel.receive()
+            try:
+                answer = await asyncio.wait_for(channel.receive(), self._answer_timeout_s)
+            except TimeoutError:
+                log.warning(
+                    "%s did not answer the registration within %.1f s", target, self._answer_timeout_s
+                )
+                return FAILED
             if not isinstance(answer, Registered):
                 log.warning("%s answered the registration with %s", target, type(answer).__name__)
                 return FAILED

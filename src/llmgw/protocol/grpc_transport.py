@@ -136,6 +136,8 @@ class _StreamChannel:
         self._hint = hint
         self._closed = False
         self._why = f"the stream with {peer} is closed"
+        self._finished = False
+        """Whether the peer ended the stream cleanly (all read, no error): a standby that answered."""
         self._inbox: asyncio.Queue[object] = asyncio.Queue(INBOX)
         self._ended = asyncio.Event()
         """Set once the stream has ended: this side closed it, or the reader saw its end."""
@@ -160,6 +162,7 @@ class _StreamChannel:
                 message = await self._read()
                 if message is aio.EOF:
                     self._why = f"{self._peer} ended the stream"
+                    self._finished = True
                     break
                 await self._inbox.put(message)
         except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
@@ -443,10 +446,10 @@ class _ClientChannel(_StreamChannel):
             with contextlib.suppress(grpc.RpcError, aio.UsageError, RuntimeError, TimeoutError):
                 async with asyncio.timeout(CLOSE_GRACE_S):
                     await self._call.done_writing()
-                    await self._call.code()
+                    self._finished = await self._call.code() is grpc.StatusCode.OK
             self._call.cancel()
             self._reader.cancel()
-        if self._kept is not None and self._kept.keeps(self._peer, self._channel):
+        if self._kept is not None and self._kept.keeps(self._peer, self._channel, self._finished):
             return  # the channel serves the agent's next stream to this control plane
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._channel.close(grace=None), CLOSE_GRACE_S)
@@ -494,9 +497,11 @@ class KeptChannels:
             if self._channels.get(target) is channel and not _usable(channel):
                 self._channels.pop(target, None)
 
-    def keeps(self, target: str, channel: aio.Channel) -> bool:
-        """Whether ``channel`` (a stream over it just ended) stays for the next stream to ``target``."""
-        if self._channels.get(target) is channel and _usable(channel):
+    def keeps(self, target: str, channel: aio.Channel, finished: bool) -> bool:
+        """Whether ``channel``, a stream over it just ended, stays for the next stream to ``target``:
+        only when the control plane ``finished`` the stream cleanly (a standby's answer) and the
+        channel is well; a stream that failed, or that the agent gave up on, takes its channel along."""
+        if finished and self._channels.get(target) is channel and _usable(channel):
             return True
         if self._channels.get(target) is channel:
             del self._channels[target]
