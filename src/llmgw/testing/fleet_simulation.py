@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from llmgw.agent.session import AgentSession, Connect
 from llmgw.agent.supervising import Supervisor
@@ -122,8 +122,24 @@ class SimulatedNode:
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self.session.run())
+            self.session_task = tasks.create_task(self.session.run())
             tasks.create_task(self._heartbeats())
+
+    def where(self) -> str:
+        """Where this node's session waits now (its coroutines' stack), for a node that never registers."""
+        task = getattr(self, "session_task", None)
+        if task is None:
+            return "not started"
+        lines = []
+        awaited: Any = task.get_coro()
+        while awaited is not None:  # the chain of awaits, down to what the session waits on
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is None:
+                lines.append(f"  {awaited!r}")
+                break
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        return "\n".join(lines)
 
     async def _heartbeats(self) -> None:
         await asyncio.sleep(random.uniform(0, self.heartbeat_s))  # a fleet's nodes do not beat in step
@@ -275,6 +291,9 @@ async def run_slice(args: argparse.Namespace) -> None:
                 last = now
             await asyncio.sleep(0.5)
     finally:
+        for node in fleet.nodes:  # a node left unregistered says where its session waits
+            if not node.session.connected.is_set():
+                print(f"{node.node_id} is not registered; its session:\n{node.where()}", flush=True)
         await fleet.stop()
 
 
