@@ -569,13 +569,15 @@ class GrpcConnector:
         with ``kept``, the channel outlives the stream there."""
         try:
             await asyncio.wait_for(_ready_or_refused(channel), timeout_s)
-        except (TimeoutError, grpc.RpcError, ConnectionRefusedError) as error:
-            await channel.close(grace=None)
+            call = pb_grpc.AgentServiceStub(channel).Connect()  # type: ignore[no-untyped-call]
+        except Exception as error:  # whatever gRPC raises here (UsageError, RuntimeError from
+            # a channel that changed under the wait), the control plane cannot be reached on it
+            with contextlib.suppress(Exception):
+                await channel.close(grace=None)
             raise ChannelClosed(
                 f"cannot reach the control plane at {self.target} ({type(error).__name__})",
                 "check that it runs and that this node's certificate comes from the cluster's CA",
             ) from None
-        call = pb_grpc.AgentServiceStub(channel).Connect()  # type: ignore[no-untyped-call]
         return _ClientChannel(channel, call, self.target, kept)
 
     async def gateway_state(self, timeout_s: float = 1.0) -> StateChannel:

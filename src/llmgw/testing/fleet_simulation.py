@@ -110,6 +110,8 @@ class SimulatedNode:
         heartbeat_s: float = 10.0,
     ) -> None:
         self.node_id = node_id
+        self.session_errors: list[str] = []
+        """Each error that ended the session (the agent's supervisor would log it and run it again)."""
         self.shards = SimulatedShards()
         self.heartbeat_s = heartbeat_s
         self.session = AgentSession(
@@ -122,8 +124,21 @@ class SimulatedNode:
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
-            self.session_task = tasks.create_task(self.session.run())
+            self.session_task = tasks.create_task(self._session())
             tasks.create_task(self._heartbeats())
+
+    async def _session(self) -> None:
+        """The session, run again after an error as the agent's process supervisor does (0.5 s on)."""
+        while True:
+            try:
+                await self.session.run()
+            except Exception as error:  # told, and run again, as the supervisor does
+                self.session_errors.append(f"{type(error).__name__}: {error}")
+                print(
+                    f"{self.node_id}: the session failed ({self.session_errors[-1]}); again in 0.5 s",
+                    flush=True,
+                )
+                await asyncio.sleep(0.5)
 
     def where(self) -> str:
         """Where this node's session waits now (its coroutines' stack), for a node that never registers."""
