@@ -279,13 +279,23 @@ def failover(nodes: int, definitions: list[dict[str, Any]], slices: int, lease_s
             out["all_ready_s"] = round(time.monotonic() - started, 2)
             leader = cluster.processes["server"].pid
             out["leader_rss_mib"] = round(rss_mib(leader)["VmHWM"], 1)
+            if cluster.leader() != "cp1":  # a failover before the kill would make the figures meaningless
+                raise RuntimeError(f"cp1 no longer leads before the kill (the leader: {cluster.leader()!r})")
             cluster.kill("server", signal.SIGKILL)
             killed = time.monotonic()
             wait_for(lambda: cluster.leader() == "cp2", 120, "cp2 leads", 0.1)
             out["failover_leader_s"] = round(time.monotonic() - killed, 2)
             # Every 0.5 s: /api/nodes with a thousand nodes costs the new leader CPU its registrations need.
-            wait_for(lambda: connected("cp2") == nodes, 120, f"{nodes} nodes registered with cp2", 0.5)
+            curve = CURVES.setdefault(nodes, [])
+            while (count := _count(connected, "cp2")) < nodes:
+                curve.append((round(time.monotonic() - killed, 1), count))
+                if time.monotonic() - killed > 120:
+                    raise RuntimeError(f"{nodes} nodes registered with cp2: {count} after 120 s")
+                time.sleep(0.5)
             out["failover_all_registered_s"] = round(time.monotonic() - killed, 2)
+            curve.append((out["failover_all_registered_s"], nodes))
+            print("  registered with cp2 (s after the kill: nodes): "
+                  + ", ".join(f"{t}: {n}" for t, n in curve), flush=True)  # fmt: skip
             wait_for(lambda: ready("cp2") >= wanted, 120, f"{wanted} replicas ready on cp2", 0.5)
             out["failover_all_ready_s"] = round(time.monotonic() - killed, 2)
             standby = cluster.processes["server-cp2"].pid
@@ -304,6 +314,18 @@ def failover(nodes: int, definitions: list[dict[str, Any]], slices: int, lease_s
                     process.wait()
             cluster.stop()
     return out
+
+
+CURVES: dict[int, list[tuple[float, int]]] = {}
+"""Each size's registration curve after the kill: (seconds after it, nodes registered with cp2)."""
+
+
+def _count(connected: Any, name: str) -> int:
+    """``connected(name)``, or 0 while that control plane does not answer (busy taking over)."""
+    try:
+        return int(connected(name))
+    except (OSError, ValueError):
+        return 0
 
 
 def main() -> int:
@@ -348,7 +370,8 @@ def main() -> int:
     print(figures.table(results))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     setting = {"models": args.models, "sizes": sizes, "gpus_per_node": 8, "lease_s": args.lease,
-               "steady_passes": args.steady_passes, "bench_peak_rss_mib": round(peak, 1)}  # fmt: skip
+               "steady_passes": args.steady_passes, "bench_peak_rss_mib": round(peak, 1),
+               "registration_curves": {str(n): curve for n, curve in CURVES.items()}}  # fmt: skip
     print(json.dumps(figures.summary(results, setting)))
     return 0
 

@@ -154,6 +154,74 @@ async def test_a_standby_naming_the_leader_that_just_died_is_not_believed(
     assert session.current == "cp3:8443"
 
 
+async def test_a_standby_without_a_leader_is_asked_again_later_each_time_and_with_jitter(
+    tmp_path: Path,
+) -> None:
+    planes = Planes()
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+        await asyncio.sleep(0)
+
+    async def prepare(*args: object) -> None:
+        raise AssertionError("no shard is started in these tests")
+
+    draws = iter([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    session = AgentSession(
+        NodeInventory("node1", "127.0.0.1", 4, 8192),
+        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ["cp2:8443"],
+        planes.connect,
+        sleep=sleep,
+        standby_backoff=Backoff(base=0.5, factor=2.0, cap=1.5, jitter=0.5, draw=lambda: next(draws)),
+    )
+    task = asyncio.create_task(session.run())
+    try:
+        for _ in range(4):  # no leader yet: 0.5 s, 1 s shortened by half, then the cap
+            _, control = await planes.next()
+            await control.send(registered("", ["cp2:8443", "cp3:8443"], standby=True))
+        _, control = await planes.next()  # the standby leads now elsewhere: the agent goes there at once
+        await control.send(registered("cp3", ["cp2:8443", "cp3:8443"], standby=True, address="cp3:8443"))
+        target, control = await planes.next()
+        assert target == "cp3:8443"
+        assert slept == [0.5, 0.5, 1.5, 1.5]
+        await control.send(registered("", ["cp2:8443", "cp3:8443"], standby=True))  # it lost the lease
+        await planes.next()
+        assert slept == [0.5, 0.5, 1.5, 1.5, 0.5]  # the delays start again once pointed on
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_registration_left_unanswered_is_given_up_and_tried_again(tmp_path: Path) -> None:
+    planes = Planes()
+
+    async def prepare(*args: object) -> None:
+        raise AssertionError("no shard is started in these tests")
+
+    session = AgentSession(
+        NodeInventory("node1", "127.0.0.1", 4, 8192),
+        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ["cp2:8443"],
+        planes.connect,
+        backoff=Backoff(base=0.001, factor=2.0, cap=0.01),
+        answer_timeout_s=0.01,
+    )
+    task = asyncio.create_task(session.run())
+    try:
+        _, silent = await planes.next()  # never answers
+        _, control = await planes.next()  # the agent gave up on it and asked again
+        await control.send(registered("cp2", ["cp2:8443"]))
+        async with asyncio.timeout(5):
+            await session.connected.wait()
+        with pytest.raises(ChannelClosed):
+            await asyncio.wait_for(silent.receive(), 5)  # the agent closed the silent stream
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_the_agent_learns_a_control_plane_that_joins_mid_session(
     running: tuple[AgentSession, Planes],
 ) -> None:

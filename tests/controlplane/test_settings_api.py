@@ -161,3 +161,23 @@ async def test_changes_within_the_delay_go_out_in_one_push(setup: Setup) -> None
     second = await asyncio.wait_for(node.receive(), 5)
     assert second.WhichOneof("kind") == "settings" and waits == [1.0, 1.0]
     await push.close()
+
+
+async def test_the_settings_are_read_once_for_many_registrations(setup: Setup) -> None:
+    now = [0.0]
+    push = SettingsPush(setup.store, setup.fleet, delay_s=0.0, clock=lambda: now[0])
+    await setup.store.settings.set("agents.default", {"shards": {"stop_grace_s": 3}}, "test")
+    await setup.store.settings.set("agents.nodes.gpu7", {"shards": {"stop_grace_s": 9}}, "test")
+    texts = await asyncio.gather(*(push.settings_of(f"gpu{n}") for n in range(10)))
+    assert push.shared_reads == 1
+    assert [yaml.safe_load(text)["shards"]["stop_grace_s"] for text in texts] == [3] * 7 + [9] + [3] * 2
+    await setup.store.settings.set("agents.default", {"shards": {"stop_grace_s": 4}}, "test")
+    push.changed()  # a change told is read at once
+    assert yaml.safe_load(await push.settings_of("gpu1"))["shards"]["stop_grace_s"] == 4
+    assert push.shared_reads == 2
+    await setup.store.settings.set("agents.default", {"shards": {"stop_grace_s": 5}}, "test")
+    assert yaml.safe_load(await push.settings_of("gpu1"))["shards"]["stop_grace_s"] == 4  # kept a while
+    now[0] += 5.0  # one written elsewhere, untold, is read once what was kept is old
+    assert yaml.safe_load(await push.settings_of("gpu1"))["shards"]["stop_grace_s"] == 5
+    assert push.shared_reads == 3
+    await push.close()

@@ -48,3 +48,27 @@ def test_delays_never_shrink_nor_pass_the_cap(base: float, factor: float, cap: f
 
     assert found == sorted(found)
     assert max(found) <= cap
+
+
+@given(
+    draws=st.lists(st.floats(min_value=0.0, max_value=0.999), min_size=1, max_size=12),
+    jitter=st.floats(min_value=0.0, max_value=1.0),
+)
+def test_jitter_shortens_each_delay_by_at_most_its_fraction(draws: list[float], jitter: float) -> None:
+    plain = delays(Backoff(base=0.5, factor=1.5, cap=2.0), len(draws))
+    drawn = iter(draws)
+    jittered = delays(
+        Backoff(base=0.5, factor=1.5, cap=2.0, jitter=jitter, draw=lambda: next(drawn)), len(draws)
+    )
+    for full, short, draw in zip(plain, jittered, draws, strict=True):
+        assert short == full * (1.0 - jitter * draw)
+        assert full * (1.0 - jitter) <= short <= full
+
+
+def test_two_clients_drawing_differently_try_again_at_different_times() -> None:
+    early, late = (
+        Backoff(base=1.0, jitter=0.5, draw=lambda: 0.9),
+        Backoff(base=1.0, jitter=0.5, draw=lambda: 0.1),
+    )
+    assert early.next_delay() == 0.55
+    assert late.next_delay() == 0.95

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from llmgw.core.health import ComponentState
-from llmgw.gateway.loads import LoadReader
+from llmgw.gateway.loads import LoadReader, LoadSettings
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.runtime.supervising import RestartSettings, Supervisor
 from llmgw.testing.clock import FakeClock
@@ -104,6 +104,37 @@ async def test_a_model_with_no_readable_replica_gets_none(start: Start) -> None:
         assert table.pick("m") is None
     finally:
         await reader.close()
+
+
+async def test_a_replica_whose_reads_keep_failing_is_read_less_often_up_to_a_bound(start: Start) -> None:
+    table = ReplicaTable()
+    table.set_ready(ReplicaEndpoint("gone", "m", "http://127.0.0.1:9", KEY, engine="vllm"))
+    reader = LoadReader(table, LoadSettings(unreadable_every=4))
+    try:
+        failures = []
+        for _ in range(16):
+            await reader.read_once()
+            failures.append(reader.readings["gone"].failures)
+        # read in rounds 1, 2, 4, 8, 12, 16: after 1, 2, then 4 rounds (the bound)
+        assert failures == [1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6]
+    finally:
+        await reader.close()
+
+
+async def test_at_most_the_set_number_of_reads_run_at_once(start: Start) -> None:
+    table = ReplicaTable()
+    for n in range(6):
+        table.set_ready(ReplicaEndpoint(f"r{n}", "m", await start(standin("vllm")), KEY, engine="vllm"))
+    limited, unlimited = LoadReader(table, LoadSettings(concurrency=2)), LoadReader(table)
+    try:
+        await limited.read_once()
+        await unlimited.read_once()
+        assert all(reading.load is not None for reading in limited.readings.values())
+        assert limited.most_at_once == 2
+        assert unlimited.most_at_once == 6
+    finally:
+        await limited.close()
+        await unlimited.close()
 
 
 async def test_metrics_of_the_wrong_engine_count_as_unreadable(start: Start) -> None:

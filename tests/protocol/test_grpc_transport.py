@@ -15,7 +15,7 @@ from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotFound, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel
-from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, TlsFiles
+from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, KeptChannels, TlsFiles
 
 from .cluster_pki import Pki
 
@@ -185,6 +185,15 @@ async def test_a_control_plane_that_is_not_there_cannot_be_reached(server: Agent
         await GrpcConnector(f"127.0.0.1:{port}", pki.node).connect(timeout_s=REFUSAL_WAIT_S)
 
 
+async def test_a_refused_connection_fails_at_once_not_at_the_timeout(server: AgentServer, pki: Pki) -> None:
+    port = server.port
+    await server.stop()
+
+    async with asyncio.timeout(WAIT_S):  # the connect's own timeout is far longer
+        with pytest.raises(ChannelClosed, match="cannot reach the control plane"):
+            await GrpcConnector(f"127.0.0.1:{port}", pki.node).connect(timeout_s=WAIT_S * 20)
+
+
 async def test_stopping_the_server_ends_an_open_stream_promptly(
     connect: Connect, server: AgentServer, sessions: Sessions, pki: Pki
 ) -> None:
@@ -208,6 +217,47 @@ async def test_a_session_handler_that_returns_ends_the_agents_stream(
 
     with pytest.raises(ChannelClosed, match="ended the stream"):
         await asyncio.wait_for(agent.receive(), WAIT_S)
+
+
+async def test_streams_one_after_another_share_a_kept_channel(
+    server: AgentServer, sessions: Sessions, pki: Pki
+) -> None:
+    sessions.end_after_first = True  # as a standby does: answer the registration, end the stream
+    kept = KeptChannels(pki.node)
+    target = f"127.0.0.1:{server.port}"
+    try:
+        for _ in range(3):
+            agent = await kept.connect(target, timeout_s=WAIT_S)
+            await agent.send(register())
+            answer = await asyncio.wait_for(agent.receive(), WAIT_S)
+            assert answer.registered.leader == "echo:node-1"
+            await agent.close()
+        assert sessions.peers == ["node-1"] * 3
+        assert kept.made == 1  # one TLS handshake for the three streams
+    finally:
+        await kept.close()
+
+
+async def test_a_kept_channel_whose_control_plane_is_gone_is_made_anew(
+    server: AgentServer, sessions: Sessions, pki: Pki
+) -> None:
+    kept = KeptChannels(pki.node)
+    target = f"127.0.0.1:{server.port}"
+    try:
+        agent = await kept.connect(target, timeout_s=WAIT_S)
+        await agent.send(register())
+        await asyncio.wait_for(agent.receive(), WAIT_S)
+        await server.stop()
+        with pytest.raises(ChannelClosed):
+            await asyncio.wait_for(agent.receive(), WAIT_S)
+        await agent.close()
+        for _ in range(2):
+            made = kept.made
+            with pytest.raises(ChannelClosed, match="cannot reach the control plane"):
+                await kept.connect(target, timeout_s=REFUSAL_WAIT_S)
+        assert kept.made == made + 1  # a channel that failed is never tried again: the next try makes its own
+    finally:
+        await kept.close()
 
 
 async def test_fetch_streams_a_blobs_bytes(server: AgentServer, blobs: Blobs, pki: Pki) -> None:

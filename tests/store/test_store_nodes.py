@@ -36,3 +36,18 @@ async def test_list_returns_every_node_by_id(store: Store) -> None:
     for node_id in ("b", "a"):
         await store.nodes.upsert(node_id, "host", {})
     assert [node.id for node in await store.nodes.list()] == ["a", "b"]
+
+
+async def test_many_registrations_are_recorded_as_one_by_one(store: Store, clock: FakeClock) -> None:
+    first = await store.nodes.upsert("node-1", "10.0.0.5:7001", INVENTORY)
+    await clock.advance(30)
+    await store.nodes.upsert_many(
+        [("node-1", "10.0.0.6:7001", {"devices": []}), ("node-2", "10.0.0.7:7001", INVENTORY)]
+    )
+    again, new = await store.nodes.get("node-1"), await store.nodes.get("node-2")
+    assert (again.first_seen, again.last_seen) == (first.first_seen, clock.utcnow())
+    assert (again.address, again.inventory) == ("10.0.0.6:7001", {"devices": []})
+    assert new.first_seen == new.last_seen == clock.utcnow()
+    assert (new.address, new.inventory) == ("10.0.0.7:7001", INVENTORY)
+    await store.nodes.upsert_many([])
+    assert [node.id for node in await store.nodes.list()] == ["node-1", "node-2"]

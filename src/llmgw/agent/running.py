@@ -63,7 +63,7 @@ from llmgw.observability.tracing import Tracing
 from llmgw.operations.firewallkeeping import FirewallKeeper, agent_source
 from llmgw.operations.nftables import FirewallState, Nft
 from llmgw.protocol.channels import AgentChannel
-from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.protocol.grpc_transport import GrpcConnector, KeptChannels, TlsFiles
 from llmgw.runtime import supervising
 
 log = logging.getLogger(__name__)
@@ -78,13 +78,19 @@ class ControlPlaneLinks:
     def __init__(self, tls: TlsFiles, control_planes: list[str]) -> None:
         self._tls = tls
         self._control_planes = control_planes
+        self._kept = KeptChannels(tls)
+        """One TLS channel per control plane, kept between streams: asking a standby again is no handshake."""
         self.current = ""
         """The control plane the last stream was opened to ("" before any)."""
 
     async def connect(self, target: str) -> AgentChannel:
-        channel = await GrpcConnector(target, self._tls).connect(timeout_s=CONNECT_TIMEOUT_S)
+        channel = await self._kept.connect(target, timeout_s=CONNECT_TIMEOUT_S)
         self.current = target
         return channel
+
+    async def close(self) -> None:
+        """Close the kept channels (the agent stops)."""
+        await self._kept.close()
 
     def fetch_from(self, target: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
         """A blob's bytes from the control plane at ``target`` (any of them: each keeps the mirror)."""
@@ -215,6 +221,7 @@ async def run_agent(
     try:
         await run_components(components, stop)
     finally:
+        await links.close()
         failed = [h for h in components.health() if h.restarts]
         if failed:
             log.warning(

@@ -6,9 +6,14 @@ that worked, so each failover does not make the next one slower.
 
 The leader tells the agent every control plane there is. A standby answers
 a registration with the leader's address, and the agent goes there at once;
-while no control plane leads (a failover), it asks that standby again every
-:data:`STANDBY_RETRY_S`, so it reaches the new leader within half a second of the
-standby taking the lease.
+while no control plane leads (a failover), it asks that standby again after
+:data:`STANDBY_RETRY_S`, then a little later each time up to
+:data:`STANDBY_RETRY_CAP_S`, each delay shortened by a random part of up to
+half (jitter): a thousand nodes whose leader died together neither ask the
+standby in step while its lease lapses nor all register in the same instant
+once it leads, and each reaches the new leader within about two seconds of its
+taking the lease. (The agent's connector keeps its TLS channel to a control
+plane between such tries: each costs a stream, not a handshake.)
 """
 
 from __future__ import annotations
@@ -47,13 +52,20 @@ log = logging.getLogger(__name__)
 Connect = Callable[[str], Awaitable[AgentChannel]]
 
 STANDBY_RETRY_S = 0.5
-"""How soon to ask a standby again when it knows of no leader."""
+"""How soon to ask a standby again, the first time, when it knows of no leader."""
+STANDBY_RETRY_CAP_S = 2.0
+"""The longest wait before asking a standby that knows of no leader again."""
+STANDBY_RETRY_FACTOR = 1.5
+STANDBY_RETRY_JITTER = 0.5
 
 UNREACHABLE_MEMORY_S = 15.0
 """For this long after a control plane failed the agent, a standby naming it leader is not believed:
 the lease of a leader that died still names it until it lapses."""
 
 TrainingCommand = StartTraining | CancelTraining | TrainingFetch | TrainingCollected
+
+ANSWER_TIMEOUT_S = 10.0
+"""How long a control plane may take to answer a registration before the agent tries again."""
 
 WORKED, STANDBY, FAILED = "worked", "standby", "failed"
 
@@ -71,6 +83,9 @@ class AgentSession:
         backoff: Backoff | None = None,
         standby_retry_s: float = STANDBY_RETRY_S,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        standby_backoff: Backoff | None = None,
+        answer_timeout_s: float = ANSWER_TIMEOUT_S,
         on_settings: Callable[[str], None] | None = None,
         on_restart: Callable[[str], None] | None = None,
         refusal: Callable[[], SettingsRefusal | None] = lambda: None,
@@ -80,6 +95,7 @@ class AgentSession:
         on_training: Callable[[TrainingCommand], None] | None = None,
     ) -> None:
         self._on_training = on_training
+        self._answer_timeout_s = answer_timeout_s
         self._on_upgrade = on_upgrade
         self._on_builds = on_builds
         self._refusal = refusal
@@ -102,7 +118,14 @@ class AgentSession:
         self.leader: str = ""
         """The leading control plane's name, as last told."""
         self._next: str = ""
-        self._standby_retry_s = standby_retry_s
+        self._standby_backoff = standby_backoff or Backoff(
+            base=standby_retry_s,
+            factor=STANDBY_RETRY_FACTOR,
+            cap=max(standby_retry_s, STANDBY_RETRY_CAP_S),
+            jitter=STANDBY_RETRY_JITTER,
+        )
+        """The delays between asking a standby that knows of no leader again (reset once pointed on)."""
+        self._sleep = sleep
         self._failed_at: dict[str, float] = {}
         self._clock = clock
         self._stopping: set[asyncio.Task[None]] = set()
@@ -145,21 +168,25 @@ class AgentSession:
                 self._failed_at[target] = self._clock()
                 delay = self._backoff.next_delay()
                 log.warning("%s; trying again in %.1f s", error, delay)
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
                 continue
             outcome = await self._serve(channel, target)
             if outcome != STANDBY:
                 self._failed_at[target] = self._clock()
             if outcome == WORKED:
                 self._backoff.reset()
+                self._standby_backoff.reset()
                 delay = self._backoff.next_delay()
-            elif outcome == STANDBY:
-                delay = 0.0 if self._next != target else self._standby_retry_s
+            elif outcome == STANDBY and self._next != target:  # pointed to the leader: there at once
+                self._standby_backoff.reset()
+                delay = 0.0
+            elif outcome == STANDBY:  # no leader yet: ask again a little later each time
+                delay = self._standby_backoff.next_delay()
             else:
                 delay = self._backoff.next_delay()
             if delay:
                 log.info("reconnecting in %.1f s", delay)
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
 
     def _learn(self, registered: Registered) -> None:
         for address in registered.control_planes:
@@ -194,7 +221,13 @@ class AgentSession:
         try:
             registering = self._supervisor.snapshot()
             await channel.send(self._registration(registering))
-            answer = await channel.receive()
+            try:
+                answer = await asyncio.wait_for(channel.receive(), self._answer_timeout_s)
+            except TimeoutError:
+                log.warning(
+                    "%s did not answer the registration within %.1f s", target, self._answer_timeout_s
+                )
+                return FAILED
             if not isinstance(answer, Registered):
                 log.warning("%s answered the registration with %s", target, type(answer).__name__)
                 return FAILED

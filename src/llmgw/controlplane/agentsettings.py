@@ -3,12 +3,18 @@
 A node's settings are ``agents.default`` with ``agents.nodes.<id>`` over it,
 sent as YAML in a ``Settings`` message; the agent compares them with those it
 runs and starts again on new ones. Changes within the delay go out together.
+
+The settings are read all at once (one query) and kept until a change is told
+(:meth:`SettingsPush.changed`, as the admin API does) or
+:data:`SHARED_MAX_AGE_S` has passed: a new leader that a thousand nodes
+register with reads them once, not three times for each node.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +38,8 @@ from llmgw.store.database import Store
 log = logging.getLogger(__name__)
 
 PUSH_DELAY_S = 1.0
+SHARED_MAX_AGE_S = 5.0
+"""How long the settings read are kept before they are read again (a change told reads them at once)."""
 
 SettingsCheck = Callable[[Any], list[tuple[str, str]]]
 """Why a value cannot be an agent's settings, each key named (empty: it can)."""
@@ -67,19 +75,40 @@ class SettingsPush:
         fleet: Fleet,
         delay_s: float = PUSH_DELAY_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sleep = sleep
+        self._clock = clock
+        self._shared: tuple[float, asyncio.Task[dict[str, Any]]] | None = None
+        """When the settings were read, and the read (awaited by every registration meanwhile)."""
+        self.shared_reads = 0
+        """Reads of the settings, for the tests."""
         self._store = store
         self._fleet = fleet
         self._delay_s = delay_s
         self._pending: asyncio.Task[None] | None = None
         self._dirty = False
 
+    async def _read_shared(self) -> dict[str, Any]:
+        self.shared_reads += 1
+        return await self._store.settings.all()
+
+    async def shared(self) -> dict[str, Any]:
+        """Every setting by key, read at most once per :data:`SHARED_MAX_AGE_S` (or change told)."""
+        kept = self._shared
+        if (
+            kept is None
+            or self._clock() - kept[0] >= SHARED_MAX_AGE_S
+            or (kept[1].done() and (kept[1].cancelled() or kept[1].exception() is not None))
+        ):  # none yet, too old, or failed: read again
+            kept = (self._clock(), asyncio.ensure_future(self._read_shared()))
+            self._shared = kept
+        return await asyncio.shield(kept[1])
+
     async def settings_of(self, node_id: str) -> str:
-        default = await self._store.settings.get(DEFAULT_KEY, {})
-        node = await self._store.settings.get(NODE_PREFIX + node_id, {})
-        settings = node_settings(default, node)
-        firewall = await self._store.settings.get(FIREWALL_ENABLED)
+        stored = await self.shared()
+        settings = node_settings(stored.get(DEFAULT_KEY, {}), stored.get(NODE_PREFIX + node_id, {}))
+        firewall = stored.get(FIREWALL_ENABLED)
         if isinstance(firewall, bool):  # the cluster's firewall.enabled, over agents' own (C10.2)
             settings = node_settings(settings, {"firewall": {"enabled": firewall}})
         return yaml.safe_dump(settings, sort_keys=True)
@@ -92,6 +121,7 @@ class SettingsPush:
     def changed(self) -> None:
         """Agents' settings changed: send every connected node its settings after the delay."""
         self._dirty = True
+        self._shared = None  # read again
         if self._pending is None or self._pending.done():
             self._pending = asyncio.create_task(self._push_later(), name="settings-push")
 
@@ -108,3 +138,5 @@ class SettingsPush:
     async def close(self) -> None:
         if self._pending is not None:
             self._pending.cancel()
+        if self._shared is not None and not self._shared[1].done():
+            self._shared[1].cancel()

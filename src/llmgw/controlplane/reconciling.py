@@ -37,6 +37,7 @@ from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.environments import entry_name, environment_of, expand_environments, is_entry
 from llmgw.core.eviction import plan_eviction
+from llmgw.core.freecards import FreeCards
 from llmgw.core.placement import Ask, Decision, Placed, place_profiles
 from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, decide_scale
 from llmgw.core.settingtypes import SERVING_STOPPED
@@ -117,6 +118,9 @@ class Reconciler:
         self._members: dict[str, tuple[str, ...]] = {}
         """Each environment entry's members, whose demand and load count as the entry's."""
         """The definitions last loaded: a catalog loaded with something new is told to the fleet's changes."""
+        self._free: FreeCards | None = None
+        """The fleet's free cards, built at a pass's first placement and kept up to date by the pass's own
+        placements (a pass that places a thousand replicas looks at the best node first, not at every one)."""
         self._parsed: dict[str, tuple[object, ModelDefinition]] = {}
         """Each model's definition as stored and as parsed (frozen), last pass: parsing 500 models takes
         longer than the rest of a pass, and a definition rarely changes."""
@@ -280,6 +284,7 @@ class Reconciler:
     async def pass_once(self) -> None:
         if self._tracing.enabled:
             self._trace = PassTrace(self._tracing)
+        self._free = None
         try:
             models, placed = await self.load()
             wanted = {p.id for p in placed}
@@ -289,6 +294,7 @@ class Reconciler:
                 await self._reconcile_model(model, placed)
             await self._finish_drains(models, placed)
         finally:
+            self._free = None
             self._trace.end()
             self._trace = NO_PASS
 
@@ -369,6 +375,7 @@ class Reconciler:
                 "replica.move", {"llmgw.replica": replica.replica_id, "llmgw.node": replica.node_id}
             )
             placed[:] = [p for p in placed if p.id != replica.replica_id]
+            self._free = None
             try:
                 await self._store.replicas.remove(replica.replica_id)
             except NotFound:
@@ -386,6 +393,7 @@ class Reconciler:
             for shard in shards:
                 await self._remove(shard, f"replica {replica_id} taken down: {why}")
             placed[:] = [p for p in placed if multinode.rank_of(p.id)[0] != replica_id]
+            self._free = None
 
     def _scale(self, model: ModelDefinition, floor: int, mine: list[ReplicaState]) -> int:
         """The count autoscaling keeps for ``model`` now (at least ``floor``), logged when it changes."""
@@ -434,9 +442,10 @@ class Reconciler:
             ended = f"{left} request(s) still on it after {timeout_s:.0f} s" if left else "drained"
             await self._remove(replica, f"{replica.drain_reason} ({ended})")
             placed[:] = [p for p in placed if p.id != replica.replica_id]
+            self._free = None
 
     async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
-        decision = self.decide(model, placed)
+        decision = self._from_index(model, placed) or self.decide(model, placed)
         if not decision.placed:
             decision = self._evict(model, decision, placed)
             reasons = (
@@ -469,6 +478,8 @@ class Reconciler:
             )
             await self._store.replicas.add(record)
             placed.append(record)
+            if self._free is not None:
+                self._free.add(self._placed(record))
             replica = ReplicaState(
                 replica_id=record.id,
                 model=model.name,
@@ -488,6 +499,21 @@ class Reconciler:
         for replica, devices in shards:
             await self._start(replica, model, devices, why="placed")
         return True
+
+    def _from_index(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> Decision | None:
+        """Where the index of free cards puts one more replica of ``model`` (its first profile, on a node
+        without one); None when it cannot tell, and every node is weighed (:meth:`decide`)."""
+        if self._free is None:
+            nodes = [n.inventory for n in self._fleet.nodes.values()]
+            self._free = FreeCards(nodes, [self._placed(r) for r in placed])
+        profile = model.profiles[0]
+        found = self._free.best(
+            model.name, model.memory_needed_mb(profile), profile.spread, gpu_class=profile.gpu_class
+        )
+        if found is not None and found.node_id not in self._fleet.nodes:  # it left during the pass
+            self._free.node_left(found.node_id)
+            return None
+        return found
 
     def _evict(self, model: ModelDefinition, unplaced: Decision, placed: list[ReplicaRecord]) -> Decision:
         """Drain the lower-priority replicas whose going makes room for ``model``, if any would."""

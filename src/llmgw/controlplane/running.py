@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from llmgw.controlplane.wiring import ControlPlaneParts, wire
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.operations.firewallkeeping import FirewallKeeper
 from llmgw.operations.nftables import FirewallState, Nft
+from llmgw.runtime import collector
 from llmgw.runtime.supervising import Supervisor
 
 log = logging.getLogger(__name__)
@@ -79,10 +79,9 @@ class ControlPlane:
             )
             self.agent_port = await parts.agent_server.start()
             # What is built by now (modules, the parts) lives as long as the process: kept out of the
-            # collector's full passes, which otherwise scan it all and stall a reconcile pass (or a
-            # request) by tens of milliseconds (bench/control_plane/README.md).
-            gc.collect()
-            gc.freeze()
+            # collector's full passes, and the thresholds raised so that those are rare, which otherwise
+            # stall a reconcile pass (or a request) by tens of milliseconds (bench/control_plane/README.md).
+            collector.settle()
             try:
                 async with asyncio.TaskGroup() as tasks:
                     supervising = tasks.create_task(supervisor.run(), name="supervisor")

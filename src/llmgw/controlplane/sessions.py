@@ -13,6 +13,7 @@ from llmgw.controlplane.agentsettings import SettingsPush
 from llmgw.controlplane.fleet import Fleet, NodeState
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
+from llmgw.controlplane.noderecording import NodeRecords
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.mirrorbuilds import MirrorBuilds
@@ -47,7 +48,10 @@ class NodeSessions:
         gpu_metrics: GpuMetrics | None = None,
         on_kv_blocks: Callable[[KvBlocksUpdate], None] = lambda update: None,
         gpu_history: GpuHistory | None = None,
+        records: NodeRecords | None = None,
     ) -> None:
+        self.records = records or NodeRecords(store)
+        """Registrations written to the store in batches."""
         self._settings = settings
         self._store = store
         self._fleet = fleet
@@ -168,10 +172,7 @@ class NodeSessions:
                 await self._settings.send(node_id, channel)
             await self._send_builds(node_id, channel)
             await self._adopt(node_id, register, channel)
-            try:
-                await self._store.nodes.upsert(node_id, register.inventory.address, _inventory_dict(node))
-            except LlmgwError as error:
-                log.warning("could not record node %s in the store: %s", node_id, error)
+            self.records.record(node_id, register.inventory.address, _inventory_dict(node))
             self._reconciler.wake()
             while True:
                 message = await channel.receive()

@@ -335,6 +335,7 @@ async def wire(
         on_kv_blocks=feed.kv_blocks,
         gpu_history=GpuHistory(),
     )
+    closing.push_async_callback(sessions.records.close)
 
     def pull_from_peer(address: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
         return GrpcConnector(address, tls).fetch(sha256, offset)

@@ -9,6 +9,11 @@ gauges, ``+Inf`` or NaN gauges, bytes that are not text, anything — is marked
 unreadable with the reason and routed around until a later read succeeds: the
 router never routes to a replica blind, and one replica's failure never stops
 the reader (which runs under the process supervisor, restarted if it fails).
+
+At most ``concurrency`` reads run at once, and a replica whose reads keep
+failing is read again after 1, 2, 4, then at most ``unreadable_every``
+intervals: a new leader with a thousand replicas, many not serving yet, does
+not spend its CPU on a thousand failing connections a second.
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ class LoadSettings:
     """Seconds between two reads of every replica's metrics."""
     timeout_s: float = 2.0
     """A read that takes longer counts as failed."""
+    concurrency: int = 32
+    """Reads running at once, at most."""
+    unreadable_every: int = 8
+    """The most intervals between two reads of a replica whose reads keep failing."""
 
 
 @dataclass
@@ -47,6 +56,8 @@ class LoadReading:
     """Why the last read failed (empty after a success)."""
     failures: int = field(default=0)
     """Reads failed in a row."""
+    next_round: int = 0
+    """The round (:meth:`LoadReader.read_once`) it is read again in, after failures."""
 
 
 class LoadReader:
@@ -60,15 +71,35 @@ class LoadReader:
         self._clock = clock
         self.readings: dict[str, LoadReading] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._round = 0
+        self._running = 0
+        self.most_at_once = 0
+        """The most reads that ran at the same time, for the tests."""
 
     async def read_once(self) -> None:
-        """Read every ready replica once, all at the same time."""
+        """Read every ready replica that is due, ``concurrency`` at a time."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
+        self._round += 1
         endpoints = self.table.endpoints()
         for gone in set(self.readings) - {e.replica_id for e in endpoints}:
             del self.readings[gone]
-        await asyncio.gather(*(self._read(endpoint) for endpoint in endpoints))
+        due = [
+            e
+            for e in endpoints
+            if self.readings.setdefault(e.replica_id, LoadReading()).next_round <= self._round
+        ]
+        limit = asyncio.Semaphore(max(1, self.settings.concurrency))
+        await asyncio.gather(*(self._read_within(limit, endpoint) for endpoint in due))
+
+    async def _read_within(self, limit: asyncio.Semaphore, endpoint: ReplicaEndpoint) -> None:
+        async with limit:
+            self._running += 1
+            self.most_at_once = max(self.most_at_once, self._running)
+            try:
+                await self._read(endpoint)
+            finally:
+                self._running -= 1
 
     async def _read(self, endpoint: ReplicaEndpoint) -> None:
         assert self._session is not None
@@ -87,11 +118,13 @@ class LoadReader:
             if reading.failures == 0:
                 log.warning("replica %s: routed around, load unreadable: %s", endpoint.replica_id, why)
             reading.load, reading.error, reading.failures = None, why, reading.failures + 1
+            wait = min(2 ** (reading.failures - 1), max(1, self.settings.unreadable_every))
+            reading.next_round = self._round + wait
             self.table.set_engine_load(endpoint.replica_id, None)
             return
         if reading.failures:
             log.info("replica %s: load readable again; routed to", endpoint.replica_id)
-        reading.load, reading.error, reading.failures = load, "", 0
+        reading.load, reading.error, reading.failures, reading.next_round = load, "", 0, 0
         self.table.set_engine_load(endpoint.replica_id, load.running + load.waiting)
 
     async def run(self) -> None:

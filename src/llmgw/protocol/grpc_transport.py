@@ -136,6 +136,8 @@ class _StreamChannel:
         self._hint = hint
         self._closed = False
         self._why = f"the stream with {peer} is closed"
+        self._finished = False
+        """Whether the peer ended the stream cleanly (all read, no error): a standby that answered."""
         self._inbox: asyncio.Queue[object] = asyncio.Queue(INBOX)
         self._ended = asyncio.Event()
         """Set once the stream has ended: this side closed it, or the reader saw its end."""
@@ -160,6 +162,7 @@ class _StreamChannel:
                 message = await self._read()
                 if message is aio.EOF:
                     self._why = f"{self._peer} ended the stream"
+                    self._finished = True
                     break
                 await self._inbox.put(message)
         except (grpc.RpcError, aio.UsageError, RuntimeError) as error:
@@ -411,9 +414,17 @@ class AgentServer:
 class _ClientChannel(_StreamChannel):
     """The agent's side of its gRPC stream."""
 
-    def __init__(self, channel: aio.Channel, call: aio.StreamStreamCall, target: str) -> None:  # type: ignore[type-arg,unused-ignore]
+    def __init__(
+        self,
+        channel: aio.Channel,
+        call: aio.StreamStreamCall,  # type: ignore[type-arg,unused-ignore]
+        target: str,
+        kept: KeptChannels | None = None,
+    ) -> None:
         self._channel = channel
         self._call = call
+        self._kept = kept
+        """Where the channel is kept for the next stream (None: closed with this stream)."""
         super().__init__(target, "reconnecting")
 
     async def _read(self) -> object:
@@ -435,9 +446,11 @@ class _ClientChannel(_StreamChannel):
             with contextlib.suppress(grpc.RpcError, aio.UsageError, RuntimeError, TimeoutError):
                 async with asyncio.timeout(CLOSE_GRACE_S):
                     await self._call.done_writing()
-                    await self._call.code()
+                    self._finished = await self._call.code() is grpc.StatusCode.OK
             self._call.cancel()
             self._reader.cancel()
+        if self._kept is not None and self._kept.keeps(self._peer, self._channel, self._finished):
+            return  # the channel serves the agent's next stream to this control plane
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._channel.close(grace=None), CLOSE_GRACE_S)
 
@@ -452,6 +465,84 @@ class _ClientStateChannel(_ClientChannel):
         return _unframe(await self._receive())
 
 
+class KeptChannels:
+    """An agent's TLS channels, one per control plane, kept from one stream to the next.
+
+    During a failover a standby that knows of no leader is asked again and again; over a
+    kept channel each try is a new stream, not a new TLS handshake (a thousand nodes'
+    handshakes twice a second took the standby's CPU just as it took the lease). A
+    channel that fails (its control plane gone) or cannot be made ready in time is
+    closed and forgotten, so the next try builds a new one from the TLS files as they
+    are then.
+    """
+
+    def __init__(self, tls: TlsFiles) -> None:
+        self._tls = tls
+        self._channels: dict[str, aio.Channel] = {}
+        self.made = 0
+        """Channels made (each a TLS handshake), for the tests and the benchmark."""
+
+    async def connect(self, target: str, timeout_s: float = 10.0) -> _ClientChannel:
+        """A new stream to the control plane at ``target``, over its kept channel when it has one."""
+        channel = self._channels.get(target)
+        if channel is None or not _usable(channel):
+            if channel is not None:
+                await self._drop(target, channel)
+            channel = GrpcConnector(target, self._tls).channel()
+            self._channels[target] = channel
+            self.made += 1
+        try:
+            return await GrpcConnector(target, self._tls).open(channel, timeout_s, self)
+        finally:
+            if self._channels.get(target) is channel and not _usable(channel):
+                self._channels.pop(target, None)
+
+    def keeps(self, target: str, channel: aio.Channel, finished: bool) -> bool:
+        """Whether ``channel``, a stream over it just ended, stays for the next stream to ``target``:
+        only when the control plane ``finished`` the stream cleanly (a standby's answer) and the
+        channel is well; a stream that failed, or that the agent gave up on, takes its channel along."""
+        if finished and self._channels.get(target) is channel and _usable(channel):
+            return True
+        if self._channels.get(target) is channel:
+            del self._channels[target]
+        return False
+
+    async def _drop(self, target: str, channel: aio.Channel) -> None:
+        if self._channels.get(target) is channel:
+            del self._channels[target]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(channel.close(grace=None), CLOSE_GRACE_S)
+
+    async def close(self) -> None:
+        """Close every kept channel (the agent stops)."""
+        for target, channel in list(self._channels.items()):
+            await self._drop(target, channel)
+
+
+async def _ready_or_refused(channel: aio.Channel) -> None:
+    """Wait until ``channel`` is up; ConnectionRefusedError as soon as its first try fails (nothing
+    listens there, or the handshake was refused), rather than the whole timeout: an agent whose
+    leader died moves on to the next control plane at once."""
+    state = channel.get_state(try_to_connect=True)
+    tried = False
+    while state is not grpc.ChannelConnectivity.READY:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE or (
+            tried and state is grpc.ChannelConnectivity.IDLE
+        ):
+            raise ConnectionRefusedError("the connection failed")
+        if state is grpc.ChannelConnectivity.SHUTDOWN:
+            raise ConnectionRefusedError("the channel was closed")
+        tried = tried or state is grpc.ChannelConnectivity.CONNECTING
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
+def _usable(channel: aio.Channel) -> bool:
+    """A channel that may carry another stream: not shut down, not failing to connect."""
+    state = channel.get_state(try_to_connect=False)
+    return state not in (grpc.ChannelConnectivity.SHUTDOWN, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+
+
 class GrpcConnector:
     """Opens an agent's stream to one control plane."""
 
@@ -459,7 +550,8 @@ class GrpcConnector:
         self.target = target
         self._tls = tls
 
-    def _channel(self) -> aio.Channel:
+    def channel(self) -> aio.Channel:
+        """A new TLS channel to the target, from the TLS files as they are now."""
         ca, cert, key = self._tls.read()
         credentials = grpc.ssl_channel_credentials(
             root_certificates=ca, private_key=key, certificate_chain=cert
@@ -468,22 +560,30 @@ class GrpcConnector:
 
     async def connect(self, timeout_s: float = 10.0) -> _ClientChannel:
         """A stream to the control plane, once its channel is up; ChannelClosed when it cannot be reached."""
-        channel = self._channel()
+        return await self.open(self.channel(), timeout_s)
+
+    async def open(
+        self, channel: aio.Channel, timeout_s: float, kept: KeptChannels | None = None
+    ) -> _ClientChannel:
+        """A stream over ``channel`` once it is up (closed when it is not, and ChannelClosed raised);
+        with ``kept``, the channel outlives the stream there."""
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout_s)
-        except (TimeoutError, grpc.RpcError) as error:
-            await channel.close(grace=None)
+            await asyncio.wait_for(_ready_or_refused(channel), timeout_s)
+            call = pb_grpc.AgentServiceStub(channel).Connect()  # type: ignore[no-untyped-call]
+        except Exception as error:  # whatever gRPC raises here (UsageError, RuntimeError from
+            # a channel that changed under the wait), the control plane cannot be reached on it
+            with contextlib.suppress(Exception):
+                await channel.close(grace=None)
             raise ChannelClosed(
                 f"cannot reach the control plane at {self.target} ({type(error).__name__})",
                 "check that it runs and that this node's certificate comes from the cluster's CA",
             ) from None
-        call = pb_grpc.AgentServiceStub(channel).Connect()  # type: ignore[no-untyped-call]
-        return _ClientChannel(channel, call, self.target)
+        return _ClientChannel(channel, call, self.target, kept)
 
     async def gateway_state(self, timeout_s: float = 1.0) -> StateChannel:
         """A GatewayState stream to the control plane at the target (a standby's to the leader);
         ChannelClosed when it cannot be reached, and from ``receive`` when it refuses."""
-        channel = self._channel()
+        channel = self.channel()
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout_s)
         except (TimeoutError, grpc.RpcError) as error:
@@ -496,7 +596,7 @@ class GrpcConnector:
 
     async def fetch(self, sha256: str, offset: int = 0) -> AsyncIterator[bytes]:
         """A blob's bytes from the control plane's mirror, from ``offset``."""
-        channel = self._channel()
+        channel = self.channel()
         try:
             stream = pb_grpc.AgentServiceStub(channel).FetchBlob(  # type: ignore[no-untyped-call]
                 pb.BlobRequest(sha256=sha256, offset=offset)
@@ -531,7 +631,7 @@ class GrpcConnector:
         cancels the call and is raised here. One channel for this request
         only: a standby relaying many keeps one with :class:`RelayClient`.
         """
-        channel = self._channel()
+        channel = self.channel()
         try:
             async for chunk in relay_over(channel, self.target, request, body, connect_s):
                 yield chunk
@@ -543,4 +643,4 @@ class RelayClient(KeptRelayChannels):
     """A standby's relays to the leader over kept channels, with this process's certificates."""
 
     def __init__(self, tls: TlsFiles) -> None:
-        super().__init__(lambda target: GrpcConnector(target, tls)._channel())
+        super().__init__(lambda target: GrpcConnector(target, tls).channel())

@@ -19,13 +19,12 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from llmgw.agent.session import AgentSession, Connect
 from llmgw.agent.supervising import Supervisor
@@ -38,7 +37,8 @@ from llmgw.core.devices import Device, NodeInventory
 from llmgw.core.nodes import Heartbeat
 from llmgw.core.shards import RunningShard, ShardSpec, ShardState, ShardStatus
 from llmgw.protocol.channels import AgentChannel, memory_pair
-from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.protocol.grpc_transport import KeptChannels, TlsFiles
+from llmgw.runtime import collector
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
 
@@ -110,6 +110,8 @@ class SimulatedNode:
         heartbeat_s: float = 10.0,
     ) -> None:
         self.node_id = node_id
+        self.session_errors: list[str] = []
+        """Each error that ended the session (the agent's supervisor would log it and run it again)."""
         self.shards = SimulatedShards()
         self.heartbeat_s = heartbeat_s
         self.session = AgentSession(
@@ -122,8 +124,37 @@ class SimulatedNode:
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self.session.run())
+            self.session_task = tasks.create_task(self._session())
             tasks.create_task(self._heartbeats())
+
+    async def _session(self) -> None:
+        """The session, run again after an error as the agent's process supervisor does (0.5 s on)."""
+        while True:
+            try:
+                await self.session.run()
+            except Exception as error:  # told, and run again, as the supervisor does
+                self.session_errors.append(f"{type(error).__name__}: {error}")
+                print(
+                    f"{self.node_id}: the session failed ({self.session_errors[-1]}); again in 0.5 s",
+                    flush=True,
+                )
+                await asyncio.sleep(0.5)
+
+    def where(self) -> str:
+        """Where this node's session waits now (its coroutines' stack), for a node that never registers."""
+        task = getattr(self, "session_task", None)
+        if task is None:
+            return "not started"
+        lines = []
+        awaited: Any = task.get_coro()
+        while awaited is not None:  # the chain of awaits, down to what the session waits on
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is None:
+                lines.append(f"  {awaited!r}")
+                break
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        return "\n".join(lines)
 
     async def _heartbeats(self) -> None:
         await asyncio.sleep(random.uniform(0, self.heartbeat_s))  # a fleet's nodes do not beat in step
@@ -180,10 +211,10 @@ def grpc_connect(node_dir: Callable[[str], Path]) -> Callable[[str], Connect]:
 
     def connect_of(node_id: str) -> Connect:
         directory = node_dir(node_id)
-        tls = TlsFiles(directory / "ca.crt", directory / "node.crt", directory / "node.key")
+        kept = KeptChannels(TlsFiles(directory / "ca.crt", directory / "node.crt", directory / "node.key"))
 
         async def connect(target: str) -> AgentChannel:
-            return await GrpcConnector(target, tls).connect(timeout_s=5.0)
+            return await kept.connect(target, timeout_s=5.0)
 
         return connect
 
@@ -222,8 +253,8 @@ class InProcessControlPlane:
         freeze_gc: bool = False,
     ) -> InProcessControlPlane:
         """A leading control plane named ``cp1`` on the store at ``store_url``; with ``freeze_gc``, what this
-        process holds by then is frozen out of the collector, as a control plane process does once built
-        (``controlplane/running.py``)."""
+        process holds by then is frozen out of the collector and its thresholds raised, as a control plane
+        process does once built (``controlplane/running.py``, :mod:`llmgw.runtime.collector`)."""
         store = await Store.open(store_url)
         leadership = Leadership(
             Leases(store), Fence("cp1"), Identity("cp1", cls.ADDRESS, "http://127.0.0.1:8080")
@@ -231,8 +262,7 @@ class InProcessControlPlane:
         await leadership.round()
         plane = cls(store, leadership, on_ready, on_gone)
         if freeze_gc:
-            gc.collect()
-            gc.freeze()
+            collector.settle()
         return plane
 
     def connect_of(self, node_id: str) -> Connect:
@@ -276,6 +306,9 @@ async def run_slice(args: argparse.Namespace) -> None:
                 last = now
             await asyncio.sleep(0.5)
     finally:
+        for node in fleet.nodes:  # a node left unregistered says where its session waits
+            if not node.session.connected.is_set():
+                print(f"{node.node_id} is not registered; its session:\n{node.where()}", flush=True)
         await fleet.stop()
 
 

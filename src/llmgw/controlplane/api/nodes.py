@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import yaml
 from fastapi import APIRouter
 
@@ -21,6 +23,7 @@ router = APIRouter(
 async def nodes(state: State) -> list[NodeView]:
     """Each node with its address, CPU, memory, GPUs, engines and how many replicas it runs."""
     known = {n.id: n for n in await state.store.nodes.list()}
+    placed = Counter(r.node_id for r in state.fleet.replicas.values())  # once, not once a node
     out = []
     for node_id in sorted(set(known) | set(state.fleet.nodes)):
         live = state.fleet.nodes.get(node_id)
@@ -44,7 +47,7 @@ async def nodes(state: State) -> list[NodeView]:
                     for d in (inv.gpus if inv else ())
                 ],
                 engines=list(live.engines) if live else [],
-                replicas=sum(1 for r in state.fleet.replicas.values() if r.node_id == node_id),
+                replicas=placed[node_id],
                 refused_settings=refused_view(live.refused_settings) if live else None,
             )
         )
