@@ -504,7 +504,7 @@ class Reconciler:
         """Where the index of free cards puts one more replica of ``model`` (its first profile, on a node
         without one); None when it cannot tell, and every node is weighed (:meth:`decide`)."""
         if self._free is None:
-            nodes = [n.inventory for n in self._fleet.nodes.values()]
+            nodes = withheld([n.inventory for n in self._fleet.nodes.values()], self.training_holds())
             self._free = FreeCards(nodes, [self._placed(r) for r in placed])
         profile = model.profiles[0]
         found = self._free.best(
