@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 
-from llmgw.controlplane import multinode
+from llmgw.controlplane import adapterrolling, multinode
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
 from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
@@ -326,7 +326,10 @@ class Reconciler:
             for replica in every:
                 await self._remove(replica, "serving is stopped" if self.stopped else "idle")
             return
-        if len(mine) > want:
+        old = adapterrolling.stale(model, mine)
+        if old and len(mine) >= want:
+            await self._roll(model, mine, old, want, placed)
+        elif len(mine) > want:
             for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
                 self.drain(replica, f"scaled down: {self.scaling.get(model.name, 'no longer wanted')}")
             return
@@ -410,6 +413,24 @@ class Reconciler:
         if decision.replicas != len(mine) and mine:
             log.info("scaling %s: %s", model.name, decision.reason)
         return decision.replicas
+
+    async def _roll(
+        self,
+        model: ModelDefinition,
+        mine: list[ReplicaState],
+        old: list[ReplicaState],
+        want: int,
+        placed: list[ReplicaRecord],
+    ) -> None:
+        """One step of replacing the replicas started with other adapters (:mod:`.adapterrolling`)."""
+        step = adapterrolling.roll_step(mine, old, want)
+        if step.surge:
+            if self.decide(model, placed).placed and await self._place(model, placed):
+                return
+            worst = min(old, key=lambda r: r.state.worth)  # no room beside it: replaced in place
+            step = adapterrolling.RollStep(drain=(worst,))
+        for replica in step.drain:
+            self.drain(replica, adapterrolling.why_drained(model, replica))
 
     def drain(self, replica: ReplicaState, reason: str) -> None:
         """Send ``replica`` no new request; a pass stops it once its requests are done."""
@@ -554,6 +575,7 @@ class Reconciler:
             context = self.starts.begin(self._trace, replica.replica_id, model.name, replica.node_id, why)
             start = dataclasses.replace(start, traceparent=context)
         replica.blobs = shard_blobs(start)  # what its node may fetch from the mirror
+        replica.adapters = tuple(adapter.name for adapter in start.adapters)
         replica.state = ReplicaPhase.STARTING
         self._fleet.changes.changed("replicas")
         try:
