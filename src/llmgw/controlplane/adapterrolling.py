@@ -2,8 +2,8 @@
 
 llama.cpp (``--lora``) and vLLM without ``max_loaded_adapters`` are given a
 model's LoRA adapters on their command line: a replica started before an
-adapter was added (``llmgw ctl model ... adapter add``, a published training
-job, an edited catalog) does not hold it, and the gateway sends a request
+adapter was added to its model (a published training job, or any change of
+the definition's adapters in the store) does not hold it, and the gateway sends a request
 naming the adapter only to a replica that does (``gateway/adapters.py``). Such
 a replica is *stale*: the adapters it was started with differ from the
 model's. The reconciler replaces stale replicas one at a time, surge first, so
