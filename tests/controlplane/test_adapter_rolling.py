@@ -95,8 +95,14 @@ def _memory_mb(definition: dict[str, Any]) -> int:
     return model.memory_needed_mb(model.profiles[0])
 
 
-async def test_adding_an_adapter_starts_a_replica_with_it_then_drains_the_old_one(harness: Harness) -> None:
-    await harness.store.models.add("m1", MODEL)
+@pytest.mark.parametrize(
+    "replicas", [{"min": 1, "max": 1}, {"min": 1, "max": 3}], ids=["fixed", "autoscaled"]
+)
+async def test_adding_an_adapter_starts_a_replica_with_it_then_drains_the_old_one(
+    harness: Harness, replicas: dict[str, int]
+) -> None:
+    """Autoscaled, the extra replica is not counted as wanted: the roll ends where it began."""
+    await harness.store.models.add("m1", {**MODEL, "replicas": replicas})
     agent = await harness.connect("node1", memory_mb=8192)
     await harness.reconciler.pass_once()
     first = (await receive(agent, "start")).start
@@ -104,7 +110,7 @@ async def test_adding_an_adapter_starts_a_replica_with_it_then_drains_the_old_on
     await harness.reconciler.pass_once()
     assert harness.fleet.replicas[first.replica_id].adapters == ()
 
-    await harness.store.models.put("m1", WITH_TONE)  # the adapter added
+    await harness.store.models.put("m1", {**WITH_TONE, "replicas": replicas})  # the adapter added
     await harness.reconciler.pass_once()
     surge = (await receive(agent, "start")).start
     assert [a.name for a in surge.adapters] == ["tone"]

@@ -17,7 +17,9 @@ the model keeps serving throughout:
    worth keeping: failed before starting before ready), which then stops when
    its requests are done;
 
-and again until none is stale. A replica's adapters are the ones its node was
+and again until none is stale. Autoscaling does not count the extra replica
+(the reconciler remembers it until an old one drains in its place), so a roll
+ends with the count it began with. A replica's adapters are the ones its node was
 sent when it was last started (:class:`ReplicaState.adapters`); a replica a
 control plane took over before it was sent anything counts the adapters its
 agent reported as ready. Restarting a failed replica starts it with the
