@@ -146,6 +146,7 @@ def test_every_change_of_the_feed_round_trips_as_an_event() -> None:
     assert standby.replicas.endpoints() == leader.replicas.endpoints()
     assert standby.replicas.router.kv.held("r1") == 2
     assert standby.feed.served_model("m-sql") == "m"
+    assert standby.adapters.holds("r1", "m-sql") and not standby.adapters.holds("r2", "m-sql")
     assert standby.feed.stopped
     assert standby.catalog.entries() == leader.catalog.entries()
     assert standby.limiter.limits() == leader.limiter.limits()
@@ -159,6 +160,7 @@ async def test_a_standby_gets_a_full_copy_and_serves_from_it(planes: dict[str, P
         assert standby.keys.lookup("sk-1") == key("k1", "sk-1")
         assert standby.replicas.get("r1") == endpoint("r1")
         assert standby.replicas.pick("m") == endpoint("r1")  # r2 drains
+        assert standby.adapters.holds("r1", "m-sql")  # the adapters each replica's engine was given
         assert standby.replicas.router.kv.held("r1") == 2
         assert "m" in standby.catalog
 

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llmgw.controlplane.adapterrolling import stale
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
 from llmgw.controlplane.callers import Callers
@@ -226,17 +227,16 @@ async def test_publish_makes_the_adapter_of_the_model_owned_by_the_jobs_owner(ap
     assert clash.status_code == 409
 
 
-async def test_publish_drains_the_models_replicas_so_that_new_ones_load_the_adapter(api: Api) -> None:
+async def test_publish_leaves_the_replicas_serving_for_the_reconciler_to_roll(api: Api) -> None:
     job_id = await succeeded_job(api, FITTING)
     fleet = api.admin.state.fleet
-    fleet.track(ReplicaState("tiny-1", "tiny-llama", "n1", "key", state=ReplicaPhase.READY))
-    fleet.track(ReplicaState("other-1", "other", "n1", "key", state=ReplicaPhase.READY))
+    fleet.track(ReplicaState("tiny-1", "tiny-llama", "n1", "key", state=ReplicaPhase.READY, adapters=()))
     answer = await api.client.post(f"/api/training/jobs/{job_id}/publish", json={"name": "tiny-blue"})
     assert answer.status_code == 200, answer.text
-    drained = fleet.replicas["tiny-1"]
-    assert drained.draining_since is not None
-    assert drained.drain_reason == "adapter tiny-blue was published; a new replica loads it"
-    assert fleet.replicas["other-1"].draining_since is None
+    replica = fleet.replicas["tiny-1"]
+    assert replica.draining_since is None  # it serves the model until one with the adapter is ready
+    model = parse_model((await api.store.models.get("tiny-llama")).definition)
+    assert stale(model, [replica]) == [replica]  # tests/controlplane/test_adapter_rolling.py
 
 
 async def test_publish_refuses_an_adapter_that_does_not_fit_naming_what_differs(api: Api) -> None:

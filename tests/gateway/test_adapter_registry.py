@@ -1,4 +1,5 @@
-"""The catalog's adapters in the gateway: at-start ones on any replica, runtime ones at each node's path."""
+"""The catalog's adapters in the gateway: at-start ones on the replicas started with them, runtime
+ones at each node's path."""
 
 from __future__ import annotations
 
@@ -84,12 +85,92 @@ async def test_an_adapter_given_at_start_goes_to_a_replica_of_its_model_without_
     standin, url = engine
     adapters, upstream = _registry(url)
     adapters.replace([AdapterEntry("sql", "base")])
+    adapters.set_paths("r0", {"sql": "/node/weights/sql.gguf"})  # its engine was started with it
     loads = LOADS.labels("base")._value.get()
     endpoint = await adapters.place("sql", b"req")
     assert endpoint is not None and endpoint.replica_id == "r0"
     assert not standin.adapters and LOADS.labels("base")._value.get() == loads
     assert adapters.residency("base") is None
     await upstream.close()
+
+
+async def test_a_replica_started_without_an_at_start_adapter_is_never_chosen_for_it(
+    engine: tuple[Standin, str],
+) -> None:
+    _, url = engine
+    adapters, upstream = _registry(url)  # r0 was started before the adapter was added
+    adapters.table.set_ready(ReplicaEndpoint("r1", "base", url, "k", capacity=8, engine="vllm"))
+    adapters.replace([AdapterEntry("sql", "base")])
+    adapters.set_paths("r0", {})
+    assert await adapters.place("sql", b"req") is None  # nobody holds it yet
+    assert not adapters.servable("sql")
+    adapters.set_paths("r1", {"sql": "/node/weights/sql.gguf"})
+    chosen = []
+    for _ in range(20):  # r1 grows busier each time, r0 stays idle: the load never sends it to r0
+        endpoint = await adapters.place("sql", b"req")
+        assert endpoint is not None
+        chosen.append(endpoint.replica_id)
+        adapters.table.acquire(endpoint)
+    assert set(chosen) == {"r1"} and adapters.servable("sql")
+    plain = adapters.table.pick("base")  # the model itself: the idle r0
+    assert plain is not None and plain.replica_id == "r0"
+    await upstream.close()
+
+
+def _tone_gateway(url: str, request_wait_s: float) -> Gateway:
+    gateway = Gateway(GatewaySettings(request_wait_s=request_wait_s, retry_after_s=3))
+    gateway.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
+    model = parse_model(
+        {"name": "base", "source": {"sha256": SHA}, "adapters": [{"name": "tone", "sha256": SHA}]}
+    )
+    gateway.feed.catalog_replaced([model])
+    old = ReplicaEndpoint("r-old", "base", url, "k", capacity=8, engine="vllm")
+    gateway.feed.replica_ready(old, {})  # started before the adapter was added
+    return gateway
+
+
+TONE = {"model": "tone", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+async def test_an_at_start_adapters_request_waits_for_a_replica_holding_it(
+    engine: tuple[Standin, str],
+) -> None:
+    standin, url = engine
+    standin.adapters["tone"] = "/node/tone.gguf"  # the new replica's engine, started with it
+    gateway = _tone_gateway(url, request_wait_s=5)
+    headers = {"Authorization": f"Bearer {SECRET}"}
+    async with serving(gateway.asgi_app()) as base, aiohttp.ClientSession() as http:
+        asking = asyncio.create_task(http.post(f"{base}/v1/chat/completions", json=TONE, headers=headers))
+        await eventually(lambda: gateway.replicas.model_load("base").waiting == 1,
+                         message="the request waits for a replica holding the adapter")  # fmt: skip
+        assert not asking.done() and not standin.requests
+        fresh = ReplicaEndpoint("r-new", "base", url, "k", capacity=8, engine="vllm")
+        gateway.feed.replica_ready(fresh, {"tone": "/node/tone.gguf"})
+        async with asyncio.timeout(5):
+            response = await asking
+        assert response.status == 200
+        response.release()
+        assert standin.requests == 1 and gateway.replicas.model_load("base").waiting == 0
+    await gateway.close()
+
+
+async def test_an_at_start_adapter_no_ready_replica_holds_answers_503_saying_so(
+    engine: tuple[Standin, str],
+) -> None:
+    standin, url = engine
+    gateway = _tone_gateway(url, request_wait_s=0.05)
+    headers = {"Authorization": f"Bearer {SECRET}"}
+    async with serving(gateway.asgi_app()) as base, aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/v1/chat/completions", json=TONE, headers=headers) as response:
+            error = (await response.json())["error"]
+            assert response.status == 503 and response.headers["Retry-After"] == "3"
+        assert error["code"] == "model_not_ready"
+        assert "No ready replica of model 'base' holds adapter 'tone' yet" in error["message"]
+        assert standin.requests == 0  # the old replica, the plain base model, never got it
+        plain = {**TONE, "model": "base"}
+        async with http.post(f"{base}/v1/chat/completions", json=plain, headers=headers) as response:
+            assert response.status == 200  # the model itself is served there as before
+    await gateway.close()
 
 
 def test_replacing_the_adapters_forgets_those_gone_and_their_models_residency() -> None:
@@ -149,7 +230,8 @@ async def test_an_adapters_request_waits_for_its_model_to_start_on_demand(
         asking = asyncio.create_task(http.post(f"{base}/v1/chat/completions", json=body, headers=headers))
         await eventually(lambda: wanted, message="the gateway wants a replica of the base model")
         assert wanted == ["base"] and not asking.done()
-        gateway.replicas.set_ready(ReplicaEndpoint("r0", "base", url, "k", capacity=8, engine="vllm"))
+        endpoint = ReplicaEndpoint("r0", "base", url, "k", capacity=8, engine="vllm")
+        gateway.feed.replica_ready(endpoint, {"tone": "/node/tone.gguf"})
         async with asyncio.timeout(5):
             response = await asking
         assert response.status == 200

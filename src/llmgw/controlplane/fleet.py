@@ -69,6 +69,9 @@ class ReplicaState:
     backoff: Backoff = field(default_factory=Backoff)
     adapter_paths: dict[str, str] = field(default_factory=dict)
     """Each LoRA adapter's folder or file on the replica's node, by name, as its agent reported."""
+    adapters: tuple[str, ...] | None = None
+    """The adapters its node was sent when it was last started (the catalog's then); None: not
+    known yet (taken over from another control plane; the agent's report of it ready says)."""
     blobs: frozenset[str] = frozenset()
     """The sha256 of every mirrored file its shard fetches (:func:`shard_blobs`): what its node may fetch."""
     profile: int = 0
@@ -303,6 +306,8 @@ class Fleet:
         replica.restarts = max(replica.restarts, restarts)
         if adapter_paths:
             replica.adapter_paths = dict(adapter_paths)
+        if replica.adapters is None and phase is ReplicaPhase.READY:
+            replica.adapters = tuple(replica.adapter_paths)
         replica.fetching = fetching if phase is ReplicaPhase.STARTING else None
         if phase is ReplicaPhase.READY:
             replica.backoff.reset()

@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 
-from llmgw.controlplane import multinode
+from llmgw.controlplane import adapterrolling, multinode
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
 from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
@@ -124,6 +124,9 @@ class Reconciler:
         self._parsed: dict[str, tuple[object, ModelDefinition]] = {}
         """Each model's definition as stored and as parsed (frozen), last pass: parsing 500 models takes
         longer than the rest of a pass, and a definition rarely changes."""
+        self._surges: dict[str, str] = {}
+        """Per model, the replica a roll placed beyond its count (:mod:`.adapterrolling`): not counted
+        by autoscaling until an old replica drains in its place."""
 
     @property
     def stopped(self) -> bool:
@@ -321,18 +324,24 @@ class Reconciler:
         every = [r for r in self._fleet.of_model(model.name) if r.rank == 0]  # a replica is its head
         mine = [r for r in every if r.draining_since is None]
         floor = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
-        want = self._scale(model, floor, mine) if floor else 0
+        counted = [r for r in mine if r.replica_id != self._surges.get(model.name)]  # a roll's extra one
+        want = self._scale(model, floor, counted) if floor else 0
         if len(mine) >= want:
             self._set_unplaced(model.name, "")
-        if len(mine) != want:
+        if len(counted) != want:
             self._trace.action(
-                "scale", {"llmgw.model": model.name, "llmgw.from": len(mine), "llmgw.to": want}
+                "scale", {"llmgw.model": model.name, "llmgw.from": len(counted), "llmgw.to": want}
             )
         if not want:  # stopped, or idle on demand: nothing is asked of it, so it stops now
             for replica in every:
                 await self._remove(replica, "serving is stopped" if self.stopped else "idle")
             return
-        if len(mine) > want:
+        old = adapterrolling.stale(model, mine)
+        if not old:
+            self._surges.pop(model.name, None)
+        if old and len(mine) >= want:
+            await self._roll(model, mine, old, want, placed)
+        elif len(mine) > want:
             for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
                 self.drain(replica, f"scaled down: {self.scaling.get(model.name, 'no longer wanted')}")
             return
@@ -418,6 +427,28 @@ class Reconciler:
         if decision.replicas != len(mine) and mine:
             log.info("scaling %s: %s", model.name, decision.reason)
         return decision.replicas
+
+    async def _roll(
+        self,
+        model: ModelDefinition,
+        mine: list[ReplicaState],
+        old: list[ReplicaState],
+        want: int,
+        placed: list[ReplicaRecord],
+    ) -> None:
+        """One step of replacing the replicas started with other adapters (:mod:`.adapterrolling`)."""
+        step = adapterrolling.roll_step(mine, old, want)
+        if step.surge:
+            before = {r.replica_id for r in self._fleet.of_model(model.name)}
+            if self.decide(model, placed).placed and await self._place(model, placed):
+                added = [r.replica_id for r in self._fleet.of_model(model.name) if r.rank == 0]
+                self._surges[model.name] = next(r for r in added if r not in before)  # not for scaling
+                return
+            worst = min(old, key=lambda r: r.state.worth)  # no room beside it: replaced in place
+            step = adapterrolling.RollStep(drain=(worst,))
+        for replica in step.drain:
+            self.drain(replica, adapterrolling.why_drained(model, replica))
+            self._surges.pop(model.name, None)  # the extra one took its place
 
     def drain(self, replica: ReplicaState, reason: str) -> None:
         """Send ``replica`` no new request; a pass stops it once its requests are done."""
@@ -580,6 +611,7 @@ class Reconciler:
             context = self.starts.begin(self._trace, replica.replica_id, model.name, replica.node_id, why)
             start = dataclasses.replace(start, traceparent=context)
         replica.blobs = shard_blobs(start)  # what its node may fetch from the mirror
+        replica.adapters = tuple(adapter.name for adapter in start.adapters)
         replica.state = ReplicaPhase.STARTING
         self._fleet.changes.changed("replicas")
         try:

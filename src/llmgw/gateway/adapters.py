@@ -4,7 +4,13 @@ The catalog's adapters are registered here (:meth:`Adapters.replace`, or
 :meth:`Adapters.register` one by one: the adapter's name, its base model, how
 many adapters a replica holds at once). An adapter given to the engine at
 start (``max_loaded`` 0: vLLM's ``--lora-modules``, llama.cpp's ``--lora``)
-is served by every replica of its base model: its requests go to any of them.
+is served only by the replicas of its base model that were started with it:
+each replica's agent reports the adapters its engine was given (their files on
+its node, :meth:`Adapters.set_paths`), and a request naming the adapter goes to
+one of those. A replica started before the adapter was added answers as the
+plain base model, so it never gets the request; while none holds it, the
+request waits as for a model with no ready replica (:meth:`Adapters.wait`) and
+the reconciler rolls the model's replicas onto the adapter.
 
 llama-server applies, to a request without a ``lora`` field, every adapter
 it was given; so a request to a llama.cpp model with adapters names its
@@ -64,7 +70,7 @@ class AdapterEntry:
 
     @property
     def at_start(self) -> bool:
-        """Given to the engine at start: any replica of the base model serves it."""
+        """Given to the engine at start: only the replicas started with it serve it."""
         return self.max_loaded == 0
 
 
@@ -150,6 +156,29 @@ class Adapters:
         for residency in self._residency.values():
             residency.forget(replica_id)
 
+    def holds(self, replica_id: str, name: str) -> bool:
+        """Whether ``replica_id``'s engine was started with adapter ``name`` (its agent reported it)."""
+        return name in self._paths.get(replica_id, ())
+
+    def servable(self, name: str) -> bool:
+        """Whether a request naming adapter ``name`` can be placed now: a ready replica of its base
+        model holds it (given at start), or any ready replica can load it (at run time)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return False
+        ready = self.table.ready(entry.model)
+        if not entry.at_start:
+            return bool(ready)
+        return any(self.holds(endpoint.replica_id, name) for endpoint in ready)
+
+    async def wait(self, name: str, timeout_s: float) -> bool:
+        """Wait until :meth:`servable` (a replica holding ``name`` became ready); False when
+        ``timeout_s`` passed first."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return False
+        return await self.table.wait_until(entry.model, lambda: self.servable(name), timeout_s)
+
     async def place(self, name: str, request_id: bytes) -> ReplicaEndpoint | None:
         """A replica holding adapter ``name`` (loading it there first if need be); None if none can.
 
@@ -159,7 +188,9 @@ class Adapters:
         """
         entry = self._entries[name]
         if entry.at_start:
-            return self.table.pick(entry.model)
+            ready = self.table.ready(entry.model)
+            without = [e.replica_id for e in ready if not self.holds(e.replica_id, name)]
+            return self.table.pick(entry.model, exclude=without)
         residency = self._residency[entry.model]
         loads = self.table.loads(entry.model)
         plan = residency.plan(name, loads, saturation=self.table.router.settings.saturation)

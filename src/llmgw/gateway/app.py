@@ -226,10 +226,16 @@ class Gateway:
         except Exception:
             log.exception("on_replica_failed hook failed for replica %s", replica_id)
 
-    def not_ready_error(self, model: str) -> ApiError:
+    def not_ready_error(self, model: str, adapter: str = "") -> ApiError:
+        """503 for a request that found no ready replica of ``model`` (holding ``adapter``, if named)."""
         wait = self.settings.retry_after_s
         entry = self.catalog.get(model)
-        if entry is not None and entry.on_demand:
+        if adapter and self.replicas.ready(model):
+            why = (
+                f"No ready replica of model '{model}' holds adapter '{adapter}' yet: its engine loads "
+                "adapters only at start, and replicas with it are being started."
+            )
+        elif entry is not None and entry.on_demand:
             why = f"Model '{model}' is being started on demand and is not ready yet."
         else:
             why = f"No replica of model '{model}' is ready."

@@ -308,10 +308,10 @@ async def _forward_adapter(
     endpoint = await place()
     if endpoint is None:
         gateway.want_replica(base)
-        if await gateway.replicas.wait_ready(base, gateway.settings.request_wait_s):
+        if await adapters.wait(exchange.model, gateway.settings.request_wait_s):
             endpoint = await place()
         if endpoint is None:
-            raise gateway.not_ready_error(base)
+            raise gateway.not_ready_error(base, adapter=exchange.model)
     try:
         path, body, shape = _for_engine(gateway, exchange.model, endpoint, path, body, call, found)
         await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage, shape)

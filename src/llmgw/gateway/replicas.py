@@ -191,6 +191,8 @@ class ReplicaTable:
             return None
         if exclude:
             loads = [load for load in loads if load.replica_id not in exclude]
+            if not loads:
+                return None
         if len(loads) == 1:
             return self._endpoints[loads[0].replica_id] if loads[0].readable else None
         chosen = self.router.choose(model, loads, prompt, tokens, salt)
@@ -222,17 +224,22 @@ class ReplicaTable:
 
     async def wait_ready(self, model: str, timeout_s: float) -> bool:
         """Wait until ``model`` has a ready replica; False when ``timeout_s`` passed first."""
-        if self._by_model.get(model):
+        return await self.wait_until(model, lambda: bool(self._by_model.get(model)), timeout_s)
+
+    async def wait_until(self, model: str, satisfied: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``satisfied()`` holds, asked again each time a replica of ``model`` becomes
+        ready; False when ``timeout_s`` passed first. The request counts as waiting for ``model``."""
+        if satisfied():
             return True
         self._waiting[model] = self._waiting.get(model, 0) + 1
         try:
-            return await self._wait_ready(model, timeout_s)
+            return await self._wait_until(model, satisfied, timeout_s)
         finally:
             self._waiting[model] -= 1
             if not self._waiting[model]:
                 del self._waiting[model]
 
-    async def _wait_ready(self, model: str, timeout_s: float) -> bool:
+    async def _wait_until(self, model: str, satisfied: Callable[[], bool], timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -246,8 +253,8 @@ class ReplicaTable:
                 async with asyncio.timeout(remaining):
                     await waiter.wait()
             except TimeoutError:
-                return bool(self._by_model.get(model))
-            if self._by_model.get(model):
+                return satisfied()
+            if satisfied():
                 return True
 
     def __len__(self) -> int:

@@ -197,20 +197,10 @@ async def publish(job_id: str, body: TrainingPublish, state: State, caller: Who)
     await state.store.models.put(job.model, checked.model_dump(mode="json"))
     await state.store.audit.record(caller.name, "training.publish", job.id, {"adapter": adapter.name})
     state.changes.changed("models")
-    _replace_replicas(state, checked, adapter.name)
-    state.reconciler.wake()
+    state.reconciler.wake()  # it rolls replicas that load adapters only at start (adapterrolling.py)
     return PublishedAdapter(
         model=job.model, name=adapter.name, owner=str(owner), sha256=adapter.sha256, filename=adapter.filename
     )
-
-
-def _replace_replicas(state: AdminState, model: ModelDefinition, adapter: str) -> None:
-    """Drain each replica of ``model`` whose engine takes adapters only at start (llama.cpp, vLLM
-    without ``max_loaded_adapters``): the reconciler places one that loads ``adapter`` in its place."""
-    for replica in state.fleet.of_model(model.name):
-        profile = model.profiles[min(replica.profile, len(model.profiles) - 1)]
-        if replica.rank == 0 and not profile.max_loaded_adapters:
-            state.reconciler.drain(replica, f"adapter {adapter} was published; a new replica loads it")
 
 
 def _blob(state: AdminState, files: list[dict[str, object]], filename: str) -> bytes:
