@@ -22,7 +22,8 @@ component          policy    what
 ``load-reader``    RESTART   engines' load into the router
 ``usage-writer``   RESTART   usage sums into the store
 ``limit-counts``   RESTART   tokens counted against budgets into the store
-                             (every second, while leading)
+``limit-sharing``  RESTART   the leader divides rate and concurrency limits
+                             between the planes serving /v1 (every second)
 ``callers``        RESTART   users' tokens and roles reloaded for ``/api``
 ``leader-duties``  RESTART   starts/stops the reconciler as leadership changes
 ``mirror-``        RESTART   pulls the blobs this plane lacks from its peers
@@ -59,6 +60,7 @@ from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socke
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_counting import LimitCounts
+from llmgw.controlplane.limit_sharing import LimitSharing
 from llmgw.controlplane.localchannel import (
     SOCKET_NAME,
     WorkerChannelServer,
@@ -242,9 +244,14 @@ async def wire(
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
     state = GatewayState(feed)  # what the feed is told, streamed to the standbys while leading
-    on_request = request_dispatcher(
-        usage.add, demand.want, demand.used, _log_unreachable, lambda tokens: counts.add(tokens)
-    )
+    me = gateway.limiter.plane = config.name
+    sharing = LimitSharing(config.name, feed, lambda: leadership.serving)
+
+    def counted_by(tokens: dict[str, int], plane: str) -> None:
+        counts.add(tokens)
+        sharing.used(plane, tokens)
+
+    on_request = request_dispatcher(usage.add, demand.want, demand.used, _log_unreachable, counted_by)
     workers = worker_count(config.gateway.workers)
     worker_loads = WorkerLoads()  # what the gateway workers have in flight, when there are any
 
@@ -276,7 +283,8 @@ async def wire(
         feed,
         gateway.limiter.clock,
         may_write=lambda: leadership.leading,
-        hand_off=lambda tokens: following.request({"kind": "counted", "tokens": tokens}),
+        hand_off=lambda tokens: following.request({"kind": "counted", "tokens": tokens, "plane": me}),
+        observe=lambda tokens: sharing.used(config.name, tokens),
     )
     keys = KeyLoading(store, feed, callers, counts)
     try:
@@ -308,7 +316,12 @@ async def wire(
         return GrpcConnector(address, tls).gateway_state(RELAY_CONNECT_S)
 
     following = StateFollowing(state, leadership, state_stream, on_request)
-    serving = StateServing(state, leadership, on_request)
+    serving = StateServing(
+        state,
+        leadership,
+        on_request,
+        on_follower=lambda plane, joined: sharing.joined(plane) if joined else sharing.left(plane),
+    )
     sessions = NodeSessions(
         store,
         fleet,
@@ -412,6 +425,7 @@ async def wire(
     supervisor.add("load-reader", gateway.loads.run)
     supervisor.add("usage-writer", usage.run)
     supervisor.add("limit-counts", counts.run)
+    supervisor.add("limit-sharing", sharing.run)
     supervisor.add("callers", lambda: callers.keep_loaded(store))
     supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
     supervisor.add("leader-duties", duties.follow)

@@ -235,6 +235,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         tracing=tracing,
     )
     gateway.limiter.share = 1.0 / workers  # set before any limit arrives: every meter holds this share
+    gateway.limiter.plane = config.name  # of its plane's share (``limits_shared``)
     state = GatewayState(gateway.feed)
     following = WorkerFollowing(
         state,
