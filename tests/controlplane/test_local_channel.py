@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -93,6 +94,7 @@ async def test_a_worker_gets_a_full_copy_through_a_socket_only_its_user_opens(
     assert worker.gateway.keys.lookup("sk-1") == key("k1", "sk-1")
     assert [e.replica_id for e in worker.gateway.replicas.ready("m")] == ["r1"]
     assert stat.S_IMODE((tmp_path / SOCKET_NAME).stat().st_mode) == 0o600
+    await eventually(lambda: set(main.server.pids.values()) == {os.getpid()})  # it says who it is
     main.serving = False  # e.g. a standby without a leader's copy: the worker hands /v1 on
     await eventually(lambda: not worker.following.serves, timeout_s=2)
 

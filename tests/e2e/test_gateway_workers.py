@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmgw.controlplane.config import save_server_config
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.llama_server_standin import write_launcher
+from llmgw.testing.traffic import Traffic
 
 pytestmark = pytest.mark.e2e
 
@@ -158,3 +159,31 @@ def test_a_killed_worker_leaves_v1_answering_and_is_started_again(cluster: Clust
         "the killed worker is started again",
     )
     wait_for(lambda: answered_by_both(cluster, cluster.key) == again, 30, "both workers answer again")
+
+
+def instance(cluster: Cluster) -> str:
+    with urllib.request.urlopen(f"{cluster.url}/healthz", timeout=5) as answer:
+        return str(json.load(answer)["instance"])
+
+
+def test_a_restart_of_the_control_plane_keeps_the_port_served_and_fails_no_request(cluster: Cluster) -> None:
+    """The workers keep answering /v1 while their control plane starts again; the next start starts
+    its own and stops the old ones once they serve."""
+    old = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    before = instance(cluster)
+    traffic = Traffic(cluster.url, cluster.key, MODEL, pause_s=0.02, timeout_s=60).start()
+    try:
+        wait_for(lambda: len(traffic.outcomes) >= 10, 30, "traffic flows")
+        cluster.admin.request("POST", "/api/control-plane/restart", {"reason": "test"})
+        wait_for(lambda: instance(cluster) != before, 60, "the control plane starts again")
+        new = wait_for(
+            lambda: len(pids := worker_pids(cluster)) == 2 and not pids & old and pids, 60, "new workers"
+        )
+        wait_for(lambda: not any(alive(pid) for pid in old), 30, "the old workers stopped")
+        count = len(traffic.outcomes)
+        wait_for(lambda: len(traffic.outcomes) >= count + 20, 60, "traffic goes on")
+    finally:
+        outcomes = traffic.stop()
+    failed = [o for o in outcomes if not o.ok]
+    assert failed == [], f"{len(failed)} of {len(outcomes)} failed: {failed[:3]}\n{cluster.tails()}"
+    assert answered_by_both(cluster, cluster.key) == new

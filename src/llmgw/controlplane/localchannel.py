@@ -10,7 +10,8 @@ It carries the same gateway state events as the stream to standbys
   it leads, or holds a leader's copy) and, every :data:`COUNT_S`, the day and
   month counts of every limited subject as its own limiter holds them
   (``limits_counted``: the store's counts plus what every worker reported);
-- a worker (:class:`WorkerFollowing`) sends back the standby stream's requests
+- a worker (:class:`WorkerFollowing`) says its pid first (``hello``: a
+  restarted control plane knows its own workers serve), then sends back the standby stream's requests
   (``usage``, ``wanted``, ``used``, ``replica_failed``) and, every
   :data:`COUNT_S`, the tokens it counted against limits since the last report
   (``counted``), which the control plane adds to its own meters, so that its
@@ -158,6 +159,8 @@ class WorkerChannelServer:
         self.metrics: dict[int, list[Any]] = {}
         """Each connected worker's last gateway metric samples."""
         self._asked: dict[int, asyncio.Event] = {}
+        self.pids: dict[int, int] = {}
+        """Each connected worker's pid (it says it first: ``hello``)."""
 
     async def run(self, path: Path) -> None:
         server = await asyncio.start_unix_server(
@@ -198,6 +201,7 @@ class WorkerChannelServer:
             self._writers.discard(writer)
             self.loads.forget(id(writer))
             self.metrics.pop(id(writer), None)
+            self.pids.pop(id(writer), None)
             if (asked := self._asked.pop(id(writer), None)) is not None:
                 asked.set()
             self._state.unsubscribe(queue)
@@ -242,7 +246,9 @@ class WorkerChannelServer:
             while True:
                 request = await read_event(reader)
                 try:
-                    if request["kind"] == "counted":
+                    if request["kind"] == "hello":
+                        self.pids[worker] = int(request["pid"])
+                    elif request["kind"] == "counted":
                         add_counted(self._limiter, {s: int(t) for s, t in request["used"].items()})
                     elif request["kind"] == "in_flight":
                         self.loads.report(worker, request)
@@ -318,6 +324,8 @@ class WorkerFollowing:
                 continue
             backoff.reset()
             self.connections += 1
+            self._pending.insert(0, {"kind": "hello", "pid": os.getpid()})
+            self._more.set()
             await self._follow(reader, writer)
             await asyncio.sleep(backoff.next_delay())
 

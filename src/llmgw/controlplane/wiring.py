@@ -22,6 +22,8 @@ component          policy    what
 ``load-reader``    RESTART   engines' load into the router
 ``usage-writer``   RESTART   usage sums into the store
 ``limit-counts``   RESTART   tokens counted against budgets into the store
+``retire-workers`` RESTART   after a restart: the workers of the previous start
+                             stopped once this start's own serve (then it ends)
 ``limit-sharing``  RESTART   the leader divides rate and concurrency limits
                              between the planes serving /v1 (every second)
 ``callers``        RESTART   users' tokens and roles reloaded for ``/api``
@@ -70,7 +72,7 @@ from llmgw.controlplane.localchannel import (
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
-from llmgw.controlplane.selfrestart import inherited_socket
+from llmgw.controlplane.selfrestart import inherited_socket, inherited_workers
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.statestream import (
     RuntimeAdapters,
@@ -84,7 +86,7 @@ from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.controlplane.workermetrics import SummedRegistry, serve_metrics
-from llmgw.controlplane.workers import WorkerSupervisor, subprocess_launcher, worker_count
+from llmgw.controlplane.workers import WorkerSupervisor, retire, subprocess_launcher, worker_count
 from llmgw.controlplane.workerserving import HTTP_SOCKET_NAME
 from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING
@@ -410,11 +412,26 @@ async def wire(
             loads=worker_loads,
         )
         summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
+        inherited = inherited_workers()  # left serving by the previous start of this process
         http, pool = behind_workers(
-            config, workers, serve_metrics(edge, summed, channel.fresh_metrics), closing, worker_log_args
+            config,
+            workers,
+            serve_metrics(edge, summed, channel.fresh_metrics),
+            closing,
+            worker_log_args,
+            port=inherited[0] if inherited is not None else 0,
         )
         supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
         supervisor.add("workers", pool.run)
+        if inherited is not None:
+            started = pool
+
+            def own_serve() -> bool:
+                mine = set(started.pids.values())
+                serving = set(channel.pids.values())
+                return len(mine) == workers and mine <= serving and (leadership.serving or following.live)
+
+            supervisor.add("retire-workers", lambda: retire(inherited[1], own_serve))
     else:
         http = HttpServer(edge, config.http)
         handed_over = inherited_socket(config.http.host, config.http.port)
@@ -446,10 +463,12 @@ def behind_workers(
     edge: ASGIApp,
     closing: contextlib.AsyncExitStack,
     log_args: Sequence[str] = (),
+    port: int = 0,
 ) -> tuple[HttpServer, WorkerSupervisor]:
     """The HTTP port held (not listened on) for ``workers`` gateway workers, and this process's own
-    HTTP server on its Unix socket, where the workers pass on all but ``/v1``."""
-    held = reuse_port_socket(config.http.host, config.http.port, listen=False)
+    HTTP server on its Unix socket, where the workers pass on all but ``/v1``. ``port``: the one the
+    workers of a previous start of this process serve (else ``http.port``)."""
+    held = reuse_port_socket(config.http.host, port or config.http.port, listen=False)
     closing.callback(held.close)
     port = int(held.getsockname()[1])
     listener = private_unix_socket(config.data_path / HTTP_SOCKET_NAME)
