@@ -54,8 +54,13 @@ CHECK_S = 0.5
 """How often the leader's sending checks that it still leads while no change comes."""
 
 
+_USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(UsageRecord))
+
+
 def usage_request(record: UsageRecord) -> Event:
-    return {"kind": "usage", "record": dataclasses.asdict(record)}
+    """One request's usage, sent on (once per request: the fields read directly, as ``asdict``'s deep
+    copy cost a gateway worker about 2 % of its time)."""
+    return {"kind": "usage", "record": {name: getattr(record, name) for name in _USAGE_FIELDS}}
 
 
 def usage_record(request: Event) -> UsageRecord:
