@@ -1,10 +1,11 @@
 """The workers phase of the gateway benchmark: one process against N gateway workers, in the same run.
 
 The control plane is started again with ``gateway.workers: 1`` and then
-``N`` (its agent and engine keep running), and each time measured at
-concurrency 64 for the same time: requests/s, and the CPU the control plane
-and its workers spent per request (user + system time from ``/proc``, over
-the phase, divided by the requests answered).
+``N`` (its agent and engine keep running), alternated ``rounds`` times, and
+each time measured at concurrency 64 for the same time: requests/s, and the
+CPU the control plane and its workers spent per request (user + system time
+from ``/proc``, over the phase, divided by the requests answered), with the
+engine's and the load generator's beside it.
 """
 
 from __future__ import annotations
