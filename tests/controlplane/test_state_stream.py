@@ -250,10 +250,13 @@ def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
         seen.append,
         lambda r, why: seen.append((r, why)),
         lambda tokens, plane: seen.append((tokens, plane)),
+        on_usage_sums=seen.append,
     )
     record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5)
+    sums = [["k1", "m", "", 2, 0, 6, 8, 1.0, 0, 0.0, 1.0]]
     for request in (
         usage_request(record),
+        {"kind": "usage_sums", "sums": sums},
         {"kind": "wanted", "model": "a"},
         {"kind": "used", "model": "b"},
         {"kind": "replica_failed", "replica_id": "r1", "reason": "refused"},
@@ -261,9 +264,11 @@ def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
         {"kind": "counted", "tokens": {"key:k1": 1}},  # from a plane of an older release
     ):
         dispatch(request)
-    assert seen == [record, "a", "b", ("r1", "refused"), ({"key:k1": 12}, "cp2"), ({"key:k1": 1}, "")]
+    assert seen == [record, sums, "a", "b", ("r1", "refused"), ({"key:k1": 12}, "cp2"), ({"key:k1": 1}, "")]
     with pytest.raises(ValueError, match="unknown request"):
         dispatch({"kind": "write-the-store"})
+    with pytest.raises(TypeError, match="as a list"):
+        dispatch({"kind": "usage_sums", "sums": {"k1": 2}})
 
 
 async def test_the_leader_refuses_nodes_unlisted_planes_and_a_standby_refuses_to_stream(

@@ -240,13 +240,20 @@ def request_dispatcher(
     on_used: Callable[[str], None],
     on_replica_failed: Callable[[str, str], None],
     on_counted: Callable[[dict[str, int], str], None],
+    on_usage_sums: Callable[[list[list[Any]]], None] | None = None,
 ) -> OnRequest:
-    """The leader's :data:`OnRequest` over its own parts."""
+    """The leader's :data:`OnRequest` over its own parts (``usage_sums``: a gateway worker's usage, summed
+    per key, model and place, ``controlplane/usage_writing.py``)."""
 
     def dispatch(request: dict[str, Any]) -> None:
         kind = request["kind"]
         if kind == "usage":
             on_usage(usage_record(request))
+        elif kind == "usage_sums" and on_usage_sums is not None:
+            sums = request["sums"]
+            if not isinstance(sums, list):
+                raise TypeError(f"usage sums come as a list, not {sums!r}")
+            on_usage_sums(sums)
         elif kind == "wanted":
             on_wanted(request["model"])
         elif kind == "used":

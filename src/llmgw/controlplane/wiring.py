@@ -253,7 +253,9 @@ async def wire(
         counts.add(tokens)
         sharing.used(plane, tokens)
 
-    on_request = request_dispatcher(usage.add, demand.want, demand.used, _log_unreachable, counted_by)
+    on_request = request_dispatcher(
+        usage.add, demand.want, demand.used, _log_unreachable, counted_by, on_usage_sums=usage.add_sums
+    )
     workers = worker_count(config.gateway.workers)
     worker_loads = WorkerLoads()  # what the gateway workers have in flight, when there are any
 

@@ -42,7 +42,7 @@ from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerFollowing
 from llmgw.controlplane.relaying import LeaderDecides
-from llmgw.controlplane.statestream import RuntimeAdapters, usage_request
+from llmgw.controlplane.statestream import RuntimeAdapters
 from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
 from llmgw.gateway.app import Gateway
@@ -228,7 +228,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         replicas=ReplicaTable(Router(config.routing)),
         on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
         on_used=lambda model: following.request({"kind": "used", "model": model}),
-        on_usage=lambda record: following.request(usage_request(record)),
+        on_usage=lambda record: following.usage(record),
         on_replica_failed=lambda replica_id, reason: following.request(
             {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
         ),
