@@ -13,8 +13,11 @@ must cost as little CPU as possible:
   writes an executable the agent runs in place of llama-server (its
   ``engines.llamacpp.binary``), which turns llama-server's ``--host`` and
   ``--port`` into an nginx configuration and runs one nginx process (no
-  master, no daemon) on them. The API key is not checked: the gateway always
-  sends it.
+  master, no daemon) on them. Its run directory (configuration, pid, temp
+  paths) is ``llmgw-nginx-PORT`` beside the launcher, in the benchmark's
+  temporary home: one per port however often the agent starts it again, and
+  removed with the home when the benchmark stops. The API key is not checked:
+  the gateway always sends it.
 """
 
 from __future__ import annotations
@@ -65,15 +68,17 @@ http {
 
 LAUNCHER = """\
 #!{python}
-import os, sys, tempfile
+import os, sys
 args = sys.argv[1:]
 def flag(name, default):
     return args[args.index(name) + 1] if name in args else default
-run = tempfile.mkdtemp(prefix="llmgw-nginx-")
+port = flag("--port", "8080")
+run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llmgw-nginx-" + port)
+os.makedirs(run, exist_ok=True)
 conf = os.path.join(run, "nginx.conf")
 with open(conf, "w") as out:
     out.write({conf!r}.replace("@RUN@", run).replace("@HOST@", flag("--host", "127.0.0.1"))
-              .replace("@PORT@", flag("--port", "8080")))
+              .replace("@PORT@", port))
 os.execv({nginx!r}, [{nginx!r}, "-e", "stderr", "-p", run, "-c", conf])
 """
 

@@ -58,3 +58,6 @@ def test_the_static_engine_takes_llama_servers_flags_and_answers_its_paths(tmp_p
     finally:
         process.terminate()
         process.wait(10)
+    # its run directory lies beside the launcher (the benchmark's temporary home), one per port
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == [f"llmgw-nginx-{port}"]
+    assert (tmp_path / f"llmgw-nginx-{port}" / "nginx.conf").exists()
