@@ -278,7 +278,7 @@ class RuntimeAdapters:
         self.body_max = body_max
 
     def peek(self) -> bool:
-        return any(not entry.at_start for entry in self._adapters.entries())
+        return self._adapters.any_at_run_time()
 
     def named_in(self, body: bytes) -> bool:
         try:
