@@ -196,3 +196,13 @@ async def test_a_workers_usage_goes_back_summed_a_line_per_tick_and_waits_while_
     main.start()
     await eventually(lambda: len(sums()) == 2, timeout_s=5)
     assert sums()[1] == ["k2", "m", "", 1, 0, 1, 0, 0.5, 0, 0.0, 0.0]
+
+
+async def test_models_kept_in_use_go_back_once_per_model_and_tick(pair: tuple[Main, Worker]) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.following.connected, timeout_s=5)
+    for _ in range(100):  # every request's end says its model is in use
+        worker.following.used("m")
+    worker.following.used("lm")
+    await eventually(lambda: len(main.requests) == 2, timeout_s=2)
+    assert main.requests == [{"kind": "used", "model": "lm"}, {"kind": "used", "model": "m"}]

@@ -12,10 +12,11 @@ It carries the same gateway state events as the stream to standbys
   (``limits_counted``: the store's counts plus what every worker reported);
 - a worker (:class:`WorkerFollowing`) says its pid first (``hello``: a
   restarted control plane knows its own workers serve), then sends back the
-  standby stream's requests (``wanted``, ``used``, ``replica_failed`` at
-  once) and its usage, summed per key, model and place and sent every
-  :data:`TICK_S` (``usage_sums``: a line per tick, not per request, which the
-  control plane adds to its usage writer or sends on to the leader) and, every
+  standby stream's requests (``wanted``, ``replica_failed`` at once; ``used``
+  once per model every :data:`TICK_S`) and its usage, summed per key, model
+  and place and sent every :data:`TICK_S` (``usage_sums``: a line per tick,
+  not per request, which the control plane adds to its usage writer or sends
+  on to the leader) and, every
   :data:`COUNT_S`, the tokens it counted against limits since the last report
   (``counted``), which the control plane adds to its own meters, so that its
   limit writer stores them and every worker sees them; the samples of its
@@ -295,6 +296,7 @@ class WorkerFollowing:
         self._path = path
         self._pending: list[Event] = []
         self._usage = UsageSums()
+        self._used: set[str] = set()
         self._more = asyncio.Event()
         self._serves = False
         self.connected = False
@@ -320,6 +322,12 @@ class WorkerFollowing:
         while the channel is down. A line per request cost the control plane a fifth of its time reading
         them at thousands of requests a second, and waking the sender for each a tenth of the worker's."""
         self._usage.add(record)
+
+    def used(self, model: str) -> None:
+        """``model`` kept in use (every request's end says so): sent once per model with the next tick,
+        kept while the channel is down. A line per request woke the sender for each and took the
+        control plane a line to read."""
+        self._used.add(model)
 
     async def run(self, backoff: Backoff | None = None) -> None:
         """Follow until cancelled, connecting again with backoff whenever the channel ends."""
@@ -397,6 +405,9 @@ class WorkerFollowing:
                         self._pending.append({"kind": "metrics", "samples": self._metrics()})
                 if self._usage:
                     self._pending.append({"kind": "usage_sums", "sums": self._usage.take()})
+                if self._used:
+                    in_use, self._used = self._used, set()
+                    self._pending.extend({"kind": "used", "model": model} for model in sorted(in_use))
                 if self._pending:  # one write for all
                     pending, self._pending = self._pending, []
                     writer.write(b"".join(encode_line(event) for event in pending))

@@ -227,7 +227,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         ),
         replicas=ReplicaTable(Router(config.routing)),
         on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
-        on_used=lambda model: following.request({"kind": "used", "model": model}),
+        on_used=lambda model: following.used(model),
         on_usage=lambda record: following.usage(record),
         on_replica_failed=lambda replica_id, reason: following.request(
             {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
