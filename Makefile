@@ -81,6 +81,8 @@ $(LITELLM_VENV)/bin/litellm:
 	$(LITELLM_VENV)/bin/python -m pip install -q 'litellm[proxy]==$(LITELLM_VERSION)'
 
 bench-gateway: install $(LITELLM_VENV)/bin/litellm
+	@(command -v wrk && (command -v nginx || test -x /usr/sbin/nginx)) >/dev/null 2>&1 || \
+		(apt-get install -y wrk nginx-light || (apt-get update && apt-get install -y wrk nginx-light))
 	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV) $(BENCH_ARGS)
 
 bench-routing: install

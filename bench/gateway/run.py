@@ -42,6 +42,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from cheapload import nginx_binary, write_nginx_launcher, wrk_load
 from workerphase import measure_workers
 
 from llmgw.controlplane.config import save_server_config
@@ -138,8 +139,9 @@ def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path
     target.figures = {k: round(v, 1) if isinstance(v, float) else v for k, v in figures.items()}
 
 
-def start_cluster(home: Path) -> tuple[Cluster, int, str]:
-    """A control plane and an agent whose llama-server is the stand-in; (cluster, engine port, engine key)."""
+def start_cluster(home: Path, static: bool = False) -> tuple[Cluster, int, str]:
+    """A control plane and an agent whose llama-server is the stand-in (``static``: a static nginx,
+    ``cheapload.py``); (cluster, engine port, engine key)."""
     cluster = Cluster(home / "cluster", home / "cache")
     cluster.config.gateway.workers = 1  # one process, as the figures before gateway workers (see --workers)
     save_server_config(cluster.config, cluster.home / "server.yaml")
@@ -148,7 +150,11 @@ def start_cluster(home: Path) -> tuple[Cluster, int, str]:
     weights.write_bytes(b"GGUF stand-in weights\n")
     cluster.add_model(MODEL, weights, {"ctx_size": 2048, "parallel": 64})
     cluster.create_key("bench")
-    launcher = write_launcher(home / "bin" / "llama-server")
+    nginx = nginx_binary()
+    if static and nginx is not None:
+        launcher = write_nginx_launcher(home / "bin" / "llama-server", sys.executable, nginx)
+    else:
+        launcher = write_launcher(home / "bin" / "llama-server")
     cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
     cluster.start_agent("node1")
     replica = cluster.wait_ready(MODEL, 60)
@@ -268,6 +274,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2,
                         help="also measure c=64 with N gateway workers against one (0: skip)")  # fmt: skip
     parser.add_argument("--workers-only", action="store_true", help="measure only the workers phase")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="workers phase: alternate 1 and N workers so often"
+    )
+    parser.add_argument(
+        "--python-load", action="store_true", help="workers phase: loadgen.py, stand-in (not wrk, nginx)"
+    )
     args = parser.parse_args()
     scale = 0.1 if args.quick else 1.0
     started = time.monotonic()
@@ -276,11 +288,25 @@ def main() -> None:
         bodies = {"whole": home / "whole.json", "stream": home / "stream.json"}
         bodies["whole"].write_text(json.dumps(CHAT))
         bodies["stream"].write_text(json.dumps({**CHAT, "stream": True}))
-        cluster, engine_port, engine_key = start_cluster(home)
+        cheap = not args.python_load and shutil.which("wrk") is not None
+        cluster, engine_port, engine_key = start_cluster(home, static=args.workers_only and cheap)
         litellm: subprocess.Popen[bytes] | None = None
+
+        def workers_load(port: int, key: str, body: Path, **how: Any) -> dict[str, Any]:
+            if not cheap:
+                return load(port, key, body, **how)
+            return wrk_load("wrk", port, key, body, concurrency=how["concurrency"], duration=how["duration"],
+                            script_dir=home)  # fmt: skip
+
+        def workers_phase() -> dict[str, Any]:
+            engine = "static nginx" if args.workers_only and cheap and nginx_binary() else "stand-in"
+            print(f"workers phase: load from {'wrk' if cheap else 'loadgen.py'}, engine {engine}", flush=True)
+            return measure_workers(cluster, args.workers, MODEL, bodies["whole"], scale, workers_load,
+                                   engine_port=engine_port, rounds=args.rounds)  # fmt: skip
+
         if args.workers_only:
             try:
-                figures = measure_workers(cluster, args.workers, MODEL, bodies["whole"], scale, load)
+                figures = workers_phase()
             finally:
                 cluster.stop()
             print(json.dumps({"workers": figures}, separators=(",", ":")))
@@ -314,7 +340,7 @@ def main() -> None:
             rss_after = rss_kib(gateway_pid)
             workers = None
             if args.workers:
-                workers = measure_workers(cluster, args.workers, MODEL, bodies["whole"], scale, load)
+                workers = workers_phase()
         finally:
             if litellm is not None:
                 litellm.terminate()

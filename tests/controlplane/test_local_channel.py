@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from llmgw.core.backoff import Backoff
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, ReplicaEndpoint, hash_secret
+from llmgw.gateway.usage import UsageRecord
 from llmgw.testing.eventually import eventually
 
 
@@ -93,6 +95,7 @@ async def test_a_worker_gets_a_full_copy_through_a_socket_only_its_user_opens(
     assert worker.gateway.keys.lookup("sk-1") == key("k1", "sk-1")
     assert [e.replica_id for e in worker.gateway.replicas.ready("m")] == ["r1"]
     assert stat.S_IMODE((tmp_path / SOCKET_NAME).stat().st_mode) == 0o600
+    await eventually(lambda: set(main.server.pids.values()) == {os.getpid()})  # it says who it is
     main.serving = False  # e.g. a standby without a leader's copy: the worker hands /v1 on
     await eventually(lambda: not worker.following.serves, timeout_s=2)
 
@@ -170,3 +173,36 @@ async def test_a_scrape_gets_each_workers_samples_as_of_now(pair: tuple[Main, Wo
     assert await main.server.fresh_metrics(timeout_s=0.5) == [[["llmgw_gateway_requests_total", {}, 7.0]]]
     worker.answered = 9  # asked again: no waiting for the next second's samples
     assert await main.server.fresh_metrics(timeout_s=0.5) == [[["llmgw_gateway_requests_total", {}, 9.0]]]
+
+
+async def test_a_workers_usage_goes_back_summed_a_line_per_tick_and_waits_while_the_channel_is_down(
+    pair: tuple[Main, Worker],
+) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.following.connected, timeout_s=5)
+    for status in (200, 200, 429):
+        worker.following.usage(UsageRecord("k1", "m", "r1", 5, 2, status, 0.25, place="project:1"))
+
+    def sums() -> list[list[Any]]:
+        return [row for r in main.requests if r["kind"] == "usage_sums" for row in r["sums"]]
+
+    await eventually(
+        lambda: sums() == [["k1", "m", "project:1", 3, 1, 15, 6, 0.75, 0, 0.0, 0.0]], timeout_s=2
+    )
+    assert [r["kind"] for r in main.requests] == ["usage_sums"]  # one line for the three requests
+    await main.stop()
+    await eventually(lambda: not worker.following.connected, timeout_s=2)
+    worker.following.usage(UsageRecord("k2", "m", "r1", 1, 0, 200, 0.5))
+    main.start()
+    await eventually(lambda: len(sums()) == 2, timeout_s=5)
+    assert sums()[1] == ["k2", "m", "", 1, 0, 1, 0, 0.5, 0, 0.0, 0.0]
+
+
+async def test_models_kept_in_use_go_back_once_per_model_and_tick(pair: tuple[Main, Worker]) -> None:
+    main, worker = pair
+    await eventually(lambda: worker.following.connected, timeout_s=5)
+    for _ in range(100):  # every request's end says its model is in use
+        worker.following.used("m")
+    worker.following.used("lm")
+    await eventually(lambda: len(main.requests) == 2, timeout_s=2)
+    assert main.requests == [{"kind": "used", "model": "lm"}, {"kind": "used", "model": "m"}]

@@ -15,7 +15,15 @@ import pytest
 from llmgw.cli.server import initialise
 from llmgw.controlplane.relaying import relayed_paths
 from llmgw.controlplane.running import ControlPlane
-from llmgw.controlplane.selfrestart import HTTP_FD_ENV, INSTANCE, hand_over, inherited_socket
+from llmgw.controlplane.selfrestart import (
+    HTTP_FD_ENV,
+    INSTANCE,
+    WORKERS_ENV,
+    hand_over,
+    hand_over_workers,
+    inherited_socket,
+    inherited_workers,
+)
 from llmgw.testing.postgres import free_port
 
 
@@ -55,6 +63,14 @@ def test_a_socket_handed_over_on_another_port_is_not_used(listening: socket.sock
     hand_over(listening)
     assert inherited_socket("127.0.0.1", port + 1 if port < 65535 else port - 1) is None
     assert HTTP_FD_ENV not in os.environ
+
+
+def test_workers_handed_over_are_named_to_the_next_start_once() -> None:
+    hand_over_workers(8080, [42, 7])
+    assert inherited_workers() == (8080, [7, 42])
+    assert inherited_workers() is None  # taken: a later start of its own binds anew
+    os.environ[WORKERS_ENV] = "not-a-port:1"
+    assert inherited_workers() is None
 
 
 def test_nothing_handed_over_means_binding_anew() -> None:

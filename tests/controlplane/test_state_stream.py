@@ -18,6 +18,7 @@ import pytest
 
 from llmgw.controlplane.gatewaystate import QUEUE_MAX, GatewayState, apply, encode
 from llmgw.controlplane.leadership import Identity, Leadership
+from llmgw.controlplane.limit_sharing import LimitSharing
 from llmgw.controlplane.relaying import StandbyForwarding
 from llmgw.controlplane.statestream import (
     RuntimeAdapters,
@@ -31,6 +32,7 @@ from llmgw.controlplane.statestream import (
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
+from llmgw.core.limitshares import divide
 from llmgw.core.relays import RelayChunk, RelayPeer
 from llmgw.core.tenancy import Owner, Place
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
@@ -126,6 +128,7 @@ def fill(feed: GatewayFeed) -> None:
     feed.catalog_replaced(catalog())
     feed.keys_replaced([key("k1", "sk-1"), key("k2", "sk-2")])
     feed.limits_replaced({"key:k1": Limits(requests_per_minute=5, models=frozenset({"m"}))})
+    feed.limits_shared(divide(["cp1", "cp2"], {"cp2": {"key:k1": 4.0}}))
     feed.replica_ready(endpoint("r1"), {"m-sql": "/data/sql"})
     feed.replica_ready(endpoint("r2"))
     feed.replica_draining("r2")
@@ -150,6 +153,10 @@ def test_every_change_of_the_feed_round_trips_as_an_event() -> None:
     assert standby.feed.stopped
     assert standby.catalog.entries() == leader.catalog.entries()
     assert standby.limiter.limits() == leader.limiter.limits()
+    standby.limiter.plane = "cp2"
+    apply(encode("limits_shared", (divide(["cp1", "cp2"], {"cp2": {"key:k1": 4.0}}),)), standby.feed)
+    meter = standby.limiter.meter("key:k1")
+    assert meter is not None and meter.share == pytest.approx(0.9)  # the floor's 0.1 and all the use
 
 
 async def test_a_standby_gets_a_full_copy_and_serves_from_it(planes: dict[str, Plane]) -> None:
@@ -240,20 +247,30 @@ async def test_requests_reach_the_leader_and_wait_while_no_stream_is_up(planes: 
 def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
     seen: list[object] = []
     dispatch = request_dispatcher(
-        seen.append, seen.append, seen.append, lambda r, why: seen.append((r, why)), seen.append
+        seen.append,
+        seen.append,
+        seen.append,
+        lambda r, why: seen.append((r, why)),
+        lambda tokens, plane: seen.append((tokens, plane)),
+        on_usage_sums=seen.append,
     )
     record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5)
+    sums = [["k1", "m", "", 2, 0, 6, 8, 1.0, 0, 0.0, 1.0]]
     for request in (
         usage_request(record),
+        {"kind": "usage_sums", "sums": sums},
         {"kind": "wanted", "model": "a"},
         {"kind": "used", "model": "b"},
         {"kind": "replica_failed", "replica_id": "r1", "reason": "refused"},
-        {"kind": "counted", "tokens": {"key:k1": 12}},
+        {"kind": "counted", "tokens": {"key:k1": 12}, "plane": "cp2"},
+        {"kind": "counted", "tokens": {"key:k1": 1}},  # from a plane of an older release
     ):
         dispatch(request)
-    assert seen == [record, "a", "b", ("r1", "refused"), {"key:k1": 12}]
+    assert seen == [record, sums, "a", "b", ("r1", "refused"), ({"key:k1": 12}, "cp2"), ({"key:k1": 1}, "")]
     with pytest.raises(ValueError, match="unknown request"):
         dispatch({"kind": "write-the-store"})
+    with pytest.raises(TypeError, match="as a list"):
+        dispatch({"kind": "usage_sums", "sums": {"k1": 2}})
 
 
 async def test_the_leader_refuses_nodes_unlisted_planes_and_a_standby_refuses_to_stream(
@@ -363,3 +380,40 @@ async def test_a_new_leader_drops_the_inherited_replicas_its_fleet_does_not_know
         assert leader.gateway.replicas.get("r1") == endpoint("r1")
     finally:
         task.cancel()
+
+
+async def test_a_standby_following_takes_its_share_of_the_limits_and_the_leader_the_rest_once_it_goes(
+    planes: dict[str, Plane],
+) -> None:
+    leader = planes["cp1"]
+    sharing = LimitSharing("cp1", leader.gateway.feed, lambda: leader.leadership.serving)
+    leader.serving = StateServing(
+        leader.state,
+        leader.leadership,
+        leader.requests.append,
+        on_follower=lambda plane, joined: sharing.joined(plane) if joined else sharing.left(plane),
+    )
+    leader.gateway.limiter.plane = "cp1"
+    planes["cp2"].gateway.limiter.plane = "cp2"
+    fill(leader.gateway.feed)
+    sharing.divide()
+
+    def share(plane: str) -> float:
+        meter = planes[plane].gateway.limiter.meter("key:k1")
+        assert meter is not None
+        return meter.share
+
+    assert share("cp1") == 1.0
+    link = Link(planes, "cp1")
+    async with following(planes, link) as follower:
+        await eventually(lambda: follower.live)
+        assert share("cp2") == 0.5  # from its full copy
+        assert share("cp1") == 0.5
+        sharing.used("cp2", {"key:k1": 50})
+        sharing.tick()
+        await eventually(lambda: share("cp2") == pytest.approx(0.9))
+        assert share("cp1") == pytest.approx(0.1)
+        link.refused = True
+        await link.break_off()
+        await eventually(lambda: share("cp1") == 1.0)
+        assert share("cp2") == pytest.approx(0.9)  # kept while it has no stream: the cluster admits less

@@ -4,12 +4,13 @@ the store is down."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
 
-from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.controlplane.usage_writing import UsageSums, UsageWriter
 from llmgw.errors import StoreUnavailable
 from llmgw.gateway.usage import UsageRecord
 from llmgw.store.usage import UsageEntry
@@ -109,3 +110,63 @@ async def test_timings_and_places_are_summed_per_key_model_and_place() -> None:
     assert (placed.place, placed.requests, placed.failed, placed.completion_tokens) == (chat, 4, 1, 36)
     assert (placed.streamed, placed.ttft_ms, placed.generation_ms) == (3, 600, 3000)
     assert (moved.place, moved.requests, moved.generation_ms) == ("project:acme/ml/other", 1, 100)
+
+
+def mixed_records(n: int) -> list[UsageRecord]:
+    """``n`` requests over 3 keys, 2 models and 2 places: failures, streams, answers without tokens."""
+    return [
+        UsageRecord(
+            f"key{i % 3}",
+            ("chat", "embed")[i % 2],
+            "r1",
+            prompt_tokens=i % 7,
+            completion_tokens=i % 5,
+            status=(200, 499, 502)[i % 3] if i % 4 == 0 else 200,
+            duration_s=(i % 9) / 8,
+            place=("project:1", "")[i % 5 == 0],
+            ttft_s=(i % 3) / 16 if i % 2 else None,
+            generation_s=(i % 4) / 32,
+        )
+        for i in range(n)
+    ]
+
+
+async def test_usage_summed_in_two_workers_and_sent_as_rows_is_stored_as_one_process_stores_it() -> None:
+    records = mixed_records(1000)
+    alone = Sink()
+    one = writer(alone)
+    for r in records:
+        one.add(r)
+    assert await one.flush()
+
+    through = Sink()
+    plane = writer(through)
+    workers = [UsageSums(), UsageSums()]
+    for i, r in enumerate(records):
+        workers[i % 2].add(r)
+        if i % 97 == 0:  # a tick: each worker sends what it summed so far, over JSON as the channel does
+            for sums in workers:
+                plane.add_sums(json.loads(json.dumps(sums.take())))
+    for sums in workers:
+        plane.add_sums(json.loads(json.dumps(sums.take())))
+        assert len(sums) == 0 and sums.take() == []
+    assert await plane.flush()
+
+    assert sorted(through.batches[0], key=repr) == sorted(alone.batches[0], key=repr)
+    assert sum(e.requests for e in through.batches[0]) == 1000
+    assert len(through.batches[0]) == 3 * 2 * 2
+
+
+async def test_a_row_that_is_not_a_sum_is_refused_with_nothing_counted() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    good = UsageSums()
+    good.add(record())
+    rows = good.take()
+    with pytest.raises(ValueError, match="11 fields"):
+        usage.add_sums([*rows, ["key1", "chat"]])
+    with pytest.raises(ValueError):
+        usage.add_sums([*rows, ["key1", "chat", "", "many", 0, 0, 0, 0.0, 0, 0.0, 0.0]])
+    assert usage.pending == 0
+    usage.add_sums(rows)
+    assert usage.pending == 1

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import signal
+import subprocess
+import sys
 
-from llmgw.controlplane.workers import WorkerSupervisor, worker_command, worker_count
+from llmgw.controlplane.workers import WorkerSupervisor, retire, worker_command, worker_count
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.eventually import eventually
 
@@ -130,3 +133,52 @@ async def test_stopping_terminates_every_worker_and_kills_one_that_does_not_stop
     assert launch.started[1].signals == [signal.SIGTERM, signal.SIGKILL]
     await asyncio.wait_for(running, 1)  # the supervision ends without starting them again
     assert len(launch.started) == 2
+
+
+async def test_workers_handed_over_keep_running_and_are_not_started_again() -> None:
+    launch = Launcher()
+    workers = WorkerSupervisor(2, launch, clock=FakeClock())
+    running = asyncio.ensure_future(workers.run())
+    await eventually(lambda: len(launch.started) == 2)
+    assert sorted(workers.hand_over()) == sorted(w.pid for w in launch.started)
+    running.cancel()  # the control plane's supervision ends before its exec
+    await asyncio.gather(running, return_exceptions=True)
+    launch.started[0].exit(0)
+    await asyncio.sleep(0)
+    assert all(w.signals == [] for w in launch.started) and len(launch.started) == 2
+
+
+def child(ignore_term: bool) -> subprocess.Popen[bytes]:
+    code = "import signal, sys, time\n"
+    if ignore_term:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "print('up', flush=True)\ntime.sleep(60)\n"
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert process.stdout is not None and process.stdout.readline() == b"up\n"
+    return process
+
+
+def reaped(pid: int) -> bool:
+    """Whether ``pid`` is no child of this process any more (retire reaped it: nothing left to wait for)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+async def test_the_workers_of_the_previous_start_stop_once_this_starts_serve_and_are_reaped() -> None:
+    polite, stubborn = child(ignore_term=False), child(ignore_term=True)
+    ready = asyncio.Event()
+    retiring = asyncio.ensure_future(retire([polite.pid, stubborn.pid], ready.is_set, grace_s=0.3))
+    await asyncio.sleep(0.1)
+    assert polite.poll() is None and stubborn.poll() is None  # kept while this start's do not serve
+    ready.set()
+    await asyncio.wait_for(retiring, 5)
+    assert reaped(polite.pid) and reaped(stubborn.pid)
+
+
+async def test_they_stop_anyway_when_this_starts_workers_never_serve() -> None:
+    process = child(ignore_term=False)
+    await asyncio.wait_for(retire([process.pid], lambda: False, wait_s=0.2), 5)
+    assert reaped(process.pid)

@@ -11,13 +11,15 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.controlplane.config import save_server_config
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.llama_server_standin import write_launcher
+from llmgw.testing.llama_server_standin import PROMPT_TOKENS, WHOLE, write_launcher
+from llmgw.testing.traffic import Traffic
 
 pytestmark = pytest.mark.e2e
 
@@ -125,6 +127,27 @@ def test_v1_is_spread_over_both_workers_and_api_reaches_the_control_plane(cluste
         assert any(m["name"] == MODEL for m in cluster.admin.get("/api/models"))
 
 
+def test_usage_summed_in_each_worker_is_stored_exactly_as_one_process_stores_it(cluster: Cluster) -> None:
+    """Each worker sums its usage per key, model and place and sends the sums with its channel's tick;
+    every request, token and error counts once, whichever process answered."""
+    pids = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    made = cluster.admin.request("POST", "/api/keys", {"name": "usage-through-workers"})
+    key_id, key = made["id"], made["key"]
+    answers = [chat(cluster, key) for _ in range(60)]
+    assert all(status == 200 for status, _ in answers)
+    assert {pid for _, pid in answers} == pids  # both workers answered some
+    completion = json.loads(WHOLE)["usage"]["completion_tokens"]
+
+    def counted() -> dict[str, Any] | None:
+        answer = cluster.admin.request("GET", "/api/usage?group_by=key&group_by=model&by=day")
+        lines = [line for line in answer["lines"] if line["key"] == key_id]
+        return lines[0] if lines and lines[0]["requests"] >= 60 else None
+
+    line = wait_for(counted, 30, "the 60 requests are in /api/usage")
+    assert (line["model"], line["requests"], line["errors"]) == (MODEL, 60, 0)
+    assert (line["prompt_tokens"], line["completion_tokens"]) == (60 * PROMPT_TOKENS, 60 * completion)
+
+
 def test_a_revoked_key_is_refused_by_every_worker_within_a_second(cluster: Cluster) -> None:
     key = str(cluster.admin.request("POST", "/api/keys", {"name": "to-revoke"})["key"])
     answered_by_both(cluster, key)
@@ -158,3 +181,31 @@ def test_a_killed_worker_leaves_v1_answering_and_is_started_again(cluster: Clust
         "the killed worker is started again",
     )
     wait_for(lambda: answered_by_both(cluster, cluster.key) == again, 30, "both workers answer again")
+
+
+def instance(cluster: Cluster) -> str:
+    with urllib.request.urlopen(f"{cluster.url}/healthz", timeout=5) as answer:
+        return str(json.load(answer)["instance"])
+
+
+def test_a_restart_of_the_control_plane_keeps_the_port_served_and_fails_no_request(cluster: Cluster) -> None:
+    """The workers keep answering /v1 while their control plane starts again; the next start starts
+    its own and stops the old ones once they serve."""
+    old = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    before = instance(cluster)
+    traffic = Traffic(cluster.url, cluster.key, MODEL, pause_s=0.02, timeout_s=60).start()
+    try:
+        wait_for(lambda: len(traffic.outcomes) >= 10, 30, "traffic flows")
+        cluster.admin.request("POST", "/api/control-plane/restart", {"reason": "test"})
+        wait_for(lambda: instance(cluster) != before, 60, "the control plane starts again")
+        new = wait_for(
+            lambda: len(pids := worker_pids(cluster)) == 2 and not pids & old and pids, 60, "new workers"
+        )
+        wait_for(lambda: not any(alive(pid) for pid in old), 30, "the old workers stopped")
+        count = len(traffic.outcomes)
+        wait_for(lambda: len(traffic.outcomes) >= count + 20, 60, "traffic goes on")
+    finally:
+        outcomes = traffic.stop()
+    failed = [o for o in outcomes if not o.ok]
+    assert failed == [], f"{len(failed)} of {len(outcomes)} failed: {failed[:3]}\n{cluster.tails()}"
+    assert answered_by_both(cluster, cluster.key) == new

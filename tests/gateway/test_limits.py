@@ -6,9 +6,11 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 from openai import AsyncOpenAI
 
 from llmgw.core.limits import Limits
+from llmgw.core.limitshares import FLOOR, divide
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, hash_secret
 from llmgw.testing.eventually import eventually
@@ -129,3 +131,22 @@ async def test_a_key_with_nothing_limited_holds_no_ticket(gateway: Gateway) -> N
     key = gateway.keys.lookup(SECRET)
     assert key is not None
     assert gateway.limiter.admit(key, MODEL) is None
+
+
+def test_a_planes_share_scales_each_meter_and_a_workers_share_scales_it_again(gateway: Gateway) -> None:
+    gateway.limiter.share = 0.5  # one of two workers
+    gateway.limiter.plane = "cp2"
+    limited(
+        gateway, {PROJECT: Limits(requests_per_minute=120, concurrent=8), "key:key-1": Limits(concurrent=4)}
+    )
+    meter = gateway.limiter.meter(PROJECT)
+    assert meter is not None and meter.requests is not None
+    assert (meter.requests.capacity, meter.concurrent_cap) == (60, 4)
+    gateway.feed.limits_shared(divide(["cp1", "cp2"], {"cp1": {PROJECT: 3.0}, "cp2": {PROJECT: 1.0}}))
+    share = FLOOR / 2 + (1 - FLOOR) / 4  # cp2 used a quarter
+    assert meter.requests.capacity == pytest.approx(120 * 0.5 * share)
+    assert meter.concurrent_cap == pytest.approx(8 * 0.5 * share)
+    key_meter = gateway.limiter.meter("key:key-1")
+    assert key_meter is not None and key_meter.concurrent_cap == 4 * 0.5 * 0.5  # unused: an even split
+    limited(gateway, {PROJECT: Limits(requests_per_minute=240)})  # limits change: the share stays
+    assert meter.requests.capacity == pytest.approx(240 * 0.5 * share)

@@ -3,8 +3,8 @@
 Every change a gateway is told comes through its
 :class:`~llmgw.gateway.feeding.GatewayFeed`. :class:`GatewayState` listens to
 a feed and keeps what it was told (ready replicas with their addresses, keys
-and engines; the catalog; the API keys and their places; the limits and their
-counts; each replica's KV blocks; the stopped flag) as plain data, so that it
+and engines; the catalog; the API keys and their places; the limits, the
+planes' shares of them and their counts; each replica's KV blocks; the stopped flag) as plain data, so that it
 can give, at any moment:
 
 - a **full copy** (:meth:`GatewayState.full_copy`): the events that bring an
@@ -28,6 +28,7 @@ from typing import Any
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
+from llmgw.core.limitshares import PlaneShares
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.keys import KeyEntry
@@ -98,6 +99,8 @@ def encode(change: str, args: tuple[Any, ...]) -> Event:
         return {"kind": change, "keys": [_key(k) for k in args[0]]}
     if change == "limits_replaced":
         return {"kind": change, "limits": {s: lim.as_dict() for s, lim in args[0].items()}}
+    if change == "limits_shared":
+        return {"kind": change, "shares": args[0].as_dict()}
     if change == "limits_counted":
         return {"kind": change, "used": {s: list(pair) for s, pair in args[0].items()}}
     if change == "kv_blocks":
@@ -122,6 +125,8 @@ def apply(event: Event, feed: GatewayFeed) -> None:
         feed.keys_replaced(_key_entry(k) for k in event["keys"])
     elif kind == "limits_replaced":
         feed.limits_replaced({s: Limits.from_dict(d) for s, d in event["limits"].items()})
+    elif kind == "limits_shared":
+        feed.limits_shared(PlaneShares.from_dict(event["shares"]))
     elif kind == "limits_counted":
         feed.limits_counted({s: (int(p[0]), int(p[1])) for s, p in event["used"].items()})
     elif kind == "kv_blocks":

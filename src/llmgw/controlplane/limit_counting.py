@@ -43,6 +43,7 @@ class LimitCounts:
         may_write: Callable[[], bool] = lambda: True,
         interval_s: float = INTERVAL_S,
         hand_off: Callable[[dict[str, int]], None] | None = None,
+        observe: Callable[[dict[str, int]], None] | None = None,
     ) -> None:
         self._store = store
         self._feed = feed
@@ -51,6 +52,8 @@ class LimitCounts:
         self._interval_s = interval_s
         self._pending: dict[str, int] = {}
         self._hand_off = hand_off
+        self._observe = observe
+        """Told what this plane (its workers included) counted at each flush: its use of each subject."""
 
     def add(self, tokens: dict[str, int]) -> None:
         """Tokens another plane counted: written with the next write."""
@@ -68,7 +71,10 @@ class LimitCounts:
 
     async def flush(self) -> int:
         """Write what was counted since the last write; returns the subjects written."""
-        for subject, tokens in self._feed.limits_unsaved().items():
+        counted = self._feed.limits_unsaved()
+        if self._observe is not None and counted:
+            self._observe(counted)
+        for subject, tokens in counted.items():
             self._pending[subject] = self._pending.get(subject, 0) + tokens
         if not self._pending:
             return 0

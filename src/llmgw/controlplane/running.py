@@ -13,8 +13,9 @@ component's failure ends :meth:`ControlPlane.run` with
 :class:`~llmgw.runtime.supervising.ComponentFailed` (exit code 1).
 
 A restart (``POST /api/control-plane/restart``, :mod:`llmgw.controlplane.selfrestart`)
-makes the same clean stop, keeping the HTTP listening socket open, then the
-process executes its own command again and serves on that socket.
+makes the same clean stop, keeping the HTTP listening socket open (or, behind
+gateway workers, the workers running and serving), then the process executes
+its own command again and serves on that socket (or takes the workers over).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from llmgw.controlplane.agentsettings import SettingsCheck, forbidden_only
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.firewalling import server_source
 from llmgw.controlplane.leadership import Identity
-from llmgw.controlplane.selfrestart import hand_over, start_again
+from llmgw.controlplane.selfrestart import hand_over, hand_over_workers, start_again
 from llmgw.controlplane.wiring import ControlPlaneParts, wire
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.operations.firewallkeeping import FirewallKeeper
@@ -142,13 +143,22 @@ class ControlPlane:
             parts.sessions.let_go()
             supervisor.shutdown()
             return
+        handing_workers = self.restarting and parts.workers is not None
+        if handing_workers:
+            # The workers keep the port served while this process starts again: without their channel
+            # they keep their copy and answer /v1 from it (a plane resigning would tell them to pass
+            # /v1 on), and they connect to the next start's channel, which stops them once its own
+            # workers serve (selfrestart.py).
+            await supervisor.stop("worker-channel")
+            assert parts.workers is not None
+            hand_over_workers(parts.http.port, parts.workers.hand_over())
         await parts.leadership.resign()
         # requests still held (relayed) go to whoever leads next, learnt while the server finishes them
         following = asyncio.create_task(parts.leadership.follow(), name="follow-leader")
         parts.sessions.let_go()
         parts.admin.state.changes.close()  # event streams end, or the HTTP server would wait on them
-        if parts.workers is not None:  # they finish their requests, still handing /api to this process
-            await parts.workers.stop()
+        if parts.workers is not None and not handing_workers:
+            await parts.workers.stop()  # they finish their requests, still handing /api to this process
         elif self.restarting:  # clients connecting meanwhile wait in the backlog for the next start
             hand_over(parts.http.servers[0].sockets[0])
         try:

@@ -14,6 +14,15 @@ listening socket is kept open across the exec (its descriptor number is
 passed in :data:`HTTP_FD_ENV`) and the new process serves on it, so a client
 connecting meanwhile waits in the socket's backlog instead of being refused.
 
+A control plane behind gateway workers hands no socket over: the workers
+hold the port (``SO_REUSEPORT``). They keep running across the exec (they
+are its children, and the pid stays), keep their copy of the gateway's state
+and answer ``/v1`` from it while the plane is away, and connect again to the
+new start's local channel. The plane hands their port and pids over in
+:data:`WORKERS_ENV`; the new start binds that port, starts workers of its
+own, and once they are connected and it serves ``/v1`` it stops the old ones
+(SIGTERM: they finish their requests; ``workers.py``, :func:`retire`).
+
 Each start of the process has an :data:`INSTANCE` of its own, which
 ``/healthz`` answers: a restart shows as a new instance (the pid stays).
 """
@@ -26,6 +35,7 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +46,8 @@ INSTANCE = secrets.token_hex(8)
 
 HTTP_FD_ENV = "LLMGW_HTTP_FD"
 """The environment variable naming the listening socket's descriptor across a restart."""
+WORKERS_ENV = "LLMGW_WORKERS"
+"""The environment variable naming the gateway workers' port and pids across a restart (``PORT:PID,PID``)."""
 
 
 class SelfRestart:
@@ -77,6 +89,25 @@ def inherited_socket(host: str, port: int) -> socket.socket | None:
     sock.setblocking(False)
     log.info("serving on the listening socket the previous start handed over (%s:%s)", bound_host, bound_port)
     return sock
+
+
+def hand_over_workers(port: int, pids: Iterable[int]) -> None:
+    """Leave the gateway workers (serving ``port``) running for the next start of this process."""
+    os.environ[WORKERS_ENV] = f"{port}:{','.join(str(pid) for pid in sorted(pids))}"
+
+
+def inherited_workers() -> tuple[int, list[int]] | None:
+    """The port and pids of the gateway workers a previous start left running, if it did; the
+    environment variable is removed either way."""
+    named = os.environ.pop(WORKERS_ENV, "")
+    if not named:
+        return None
+    try:
+        port, _, pids = named.partition(":")
+        return int(port), [int(pid) for pid in pids.split(",") if pid]
+    except ValueError:
+        log.warning("the gateway workers handed over (%s=%s) make no sense: ignored", WORKERS_ENV, named)
+        return None
 
 
 class Listening(Protocol):

@@ -15,6 +15,12 @@ fsynced once per interval. The writer gives the file back to the store at
 start and as soon as the store takes writes again, so a store outage and a
 crash lose nothing that reached the file, and nothing is counted twice.
 Without a spill, refused sums stay in memory until a write succeeds.
+
+Gateway workers sum their records the same way (:class:`UsageSums`) and send
+the sums each tick of the local channel as rows (:meth:`UsageSums.take`),
+which :meth:`UsageWriter.add_sums` adds in: one line per tick and key, model
+and place instead of one per request. Counts and tokens stay exact; timings
+are summed as floats and stored in milliseconds, as before.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.errors import LlmgwError
@@ -71,6 +77,67 @@ class _Sum:
 _Key = tuple[str, str, str]
 """A sum's key, model and place (where the key sat: usage counts there even after the key moves)."""
 
+SumRow = list[Any]
+"""A sum as a worker sends it: key, model, place, requests, failed, prompt and completion tokens,
+duration (s), streamed requests, time to first token (s), generation time (s)."""
+
+
+def _add_record(sums: dict[_Key, _Sum], record: UsageRecord) -> None:
+    key = (record.key_id, record.model, record.place)
+    total = sums.get(key)
+    if total is None:
+        total = sums[key] = _Sum()
+    total.requests += 1
+    if record.status >= 400:
+        total.failed += 1
+    total.prompt += record.prompt_tokens
+    total.completion += record.completion_tokens
+    total.duration_s += record.duration_s
+    if record.ttft_s is not None:
+        total.streamed += 1
+        total.ttft_s += record.ttft_s
+    if record.completion_tokens:  # tokens per second: over the time of requests that made tokens
+        total.generation_s += record.generation_s
+
+
+def _row(key: _Key, s: _Sum) -> SumRow:
+    return [*key, s.requests, s.failed, s.prompt, s.completion, s.duration_s, s.streamed, s.ttft_s,
+            s.generation_s]  # fmt: skip
+
+
+def _parsed(row: SumRow) -> tuple[_Key, _Sum]:
+    """A row back as a key and its sum; ValueError or TypeError when it is not one."""
+    if not isinstance(row, list) or len(row) != 11:
+        raise ValueError(f"a usage sum has 11 fields, not {row!r}")
+    key_id, model, place = (str(v) for v in row[:3])
+    total = _Sum()
+    total.requests, total.failed, total.prompt, total.completion = (int(v) for v in row[3:7])
+    total.duration_s = float(row[7])
+    total.streamed = int(row[8])
+    total.ttft_s, total.generation_s = float(row[9]), float(row[10])
+    return (key_id, model, place), total
+
+
+class UsageSums:
+    """A gateway worker's usage records summed per key, model and place until the next tick sends them."""
+
+    __slots__ = ("_sums",)
+
+    def __init__(self) -> None:
+        self._sums: dict[_Key, _Sum] = {}
+
+    def __len__(self) -> int:
+        return len(self._sums)
+
+    def add(self, record: UsageRecord) -> None:
+        """Count ``record`` (a dictionary lookup and a few additions)."""
+        _add_record(self._sums, record)
+
+    def take(self) -> list[SumRow]:
+        """The sums as rows (JSON's lists), emptied."""
+        sums, self._sums = self._sums, {}
+        return [_row(key, s) for key, s in sums.items()]
+
 
 class UsageWriter:
     """Sums usage records per key and model and writes the sums in batches."""
@@ -108,21 +175,16 @@ class UsageWriter:
 
     def add(self, record: UsageRecord) -> None:
         """Count ``record`` in the next write; never blocks, never raises."""
-        key = (record.key_id, record.model, record.place)
-        total = self._sums.get(key)
-        if total is None:
-            total = self._sums[key] = _Sum()
-        total.requests += 1
-        if record.status >= 400:
-            total.failed += 1
-        total.prompt += record.prompt_tokens
-        total.completion += record.completion_tokens
-        total.duration_s += record.duration_s
-        if record.ttft_s is not None:
-            total.streamed += 1
-            total.ttft_s += record.ttft_s
-        if record.completion_tokens:  # tokens per second: over the time of requests that made tokens
-            total.generation_s += record.generation_s
+        _add_record(self._sums, record)
+        if self._spill is not None and len(self._sums) >= self.max_sums:
+            self._spill_sums()
+
+    def add_sums(self, rows: list[SumRow]) -> None:
+        """Count a worker's sums (:meth:`UsageSums.take`) in the next write; ValueError or TypeError,
+        with nothing counted, when a row is not a sum."""
+        parsed = [_parsed(row) for row in rows]
+        for key, taken in parsed:
+            self._sums.setdefault(key, _Sum()).merge(taken)
         if self._spill is not None and len(self._sums) >= self.max_sums:
             self._spill_sums()
 

@@ -22,7 +22,10 @@ component          policy    what
 ``load-reader``    RESTART   engines' load into the router
 ``usage-writer``   RESTART   usage sums into the store
 ``limit-counts``   RESTART   tokens counted against budgets into the store
-                             (every second, while leading)
+``retire-workers`` RESTART   after a restart: the workers of the previous start
+                             stopped once this start's own serve (then it ends)
+``limit-sharing``  RESTART   the leader divides rate and concurrency limits
+                             between the planes serving /v1 (every second)
 ``callers``        RESTART   users' tokens and roles reloaded for ``/api``
 ``leader-duties``  RESTART   starts/stops the reconciler as leadership changes
 ``mirror-``        RESTART   pulls the blobs this plane lacks from its peers
@@ -59,6 +62,7 @@ from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socke
 from llmgw.controlplane.leaderduties import LeaderDuties
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_counting import LimitCounts
+from llmgw.controlplane.limit_sharing import LimitSharing
 from llmgw.controlplane.localchannel import (
     SOCKET_NAME,
     WorkerChannelServer,
@@ -68,7 +72,7 @@ from llmgw.controlplane.localchannel import (
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
-from llmgw.controlplane.selfrestart import inherited_socket
+from llmgw.controlplane.selfrestart import inherited_socket, inherited_workers
 from llmgw.controlplane.sessions import NodeSessions
 from llmgw.controlplane.statestream import (
     RuntimeAdapters,
@@ -83,7 +87,7 @@ from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.controlplane.usage_spilling import UsageSpill
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.controlplane.workermetrics import SummedRegistry, serve_metrics
-from llmgw.controlplane.workers import WorkerSupervisor, subprocess_launcher, worker_count
+from llmgw.controlplane.workers import WorkerSupervisor, retire, subprocess_launcher, worker_count
 from llmgw.controlplane.workerserving import HTTP_SOCKET_NAME
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.relays import RelayPeer
@@ -259,8 +263,15 @@ async def wire(
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
     state = GatewayState(feed)  # what the feed is told, streamed to the standbys while leading
+    me = gateway.limiter.plane = config.name
+    sharing = LimitSharing(config.name, feed, lambda: leadership.serving)
+
+    def counted_by(tokens: dict[str, int], plane: str) -> None:
+        counts.add(tokens)
+        sharing.used(plane, tokens)
+
     on_request = request_dispatcher(
-        usage.add, demand.want, demand.used, _log_unreachable, lambda tokens: counts.add(tokens)
+        usage.add, demand.want, demand.used, _log_unreachable, counted_by, on_usage_sums=usage.add_sums
     )
     workers = worker_count(config.gateway.workers)
     worker_loads = WorkerLoads()  # what the gateway workers have in flight, when there are any
@@ -293,7 +304,8 @@ async def wire(
         feed,
         gateway.limiter.clock,
         may_write=lambda: leadership.leading,
-        hand_off=lambda tokens: following.request({"kind": "counted", "tokens": tokens}),
+        hand_off=lambda tokens: following.request({"kind": "counted", "tokens": tokens, "plane": me}),
+        observe=lambda tokens: sharing.used(config.name, tokens),
     )
     keys = KeyLoading(store, feed, callers, counts)
     try:
@@ -325,7 +337,12 @@ async def wire(
         return GrpcConnector(address, tls).gateway_state(RELAY_CONNECT_S)
 
     following = StateFollowing(state, leadership, state_stream, on_request)
-    serving = StateServing(state, leadership, on_request)
+    serving = StateServing(
+        state,
+        leadership,
+        on_request,
+        on_follower=lambda plane, joined: sharing.joined(plane) if joined else sharing.left(plane),
+    )
     sessions = NodeSessions(
         store,
         fleet,
@@ -423,11 +440,26 @@ async def wire(
             loads=worker_loads,
         )
         summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
+        inherited = inherited_workers()  # left serving by the previous start of this process
         http, pool = behind_workers(
-            config, workers, serve_metrics(edge, summed, channel.fresh_metrics), closing, worker_log_args
+            config,
+            workers,
+            serve_metrics(edge, summed, channel.fresh_metrics),
+            closing,
+            worker_log_args,
+            port=inherited[0] if inherited is not None else 0,
         )
         supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
         supervisor.add("workers", pool.run)
+        if inherited is not None:
+            started = pool
+
+            def own_serve() -> bool:
+                mine = set(started.pids.values())
+                serving = set(channel.pids.values())
+                return len(mine) == workers and mine <= serving and (leadership.serving or following.live)
+
+            supervisor.add("retire-workers", lambda: retire(inherited[1], own_serve))
     else:
         http = HttpServer(edge, config.http)
         handed_over = inherited_socket(config.http.host, config.http.port)
@@ -438,6 +470,7 @@ async def wire(
     supervisor.add("load-reader", gateway.loads.run)
     supervisor.add("usage-writer", usage.run)
     supervisor.add("limit-counts", counts.run)
+    supervisor.add("limit-sharing", sharing.run)
     supervisor.add("callers", lambda: callers.keep_loaded(store))
     supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
     supervisor.add("training", training.run, start=False)
@@ -459,10 +492,12 @@ def behind_workers(
     edge: ASGIApp,
     closing: contextlib.AsyncExitStack,
     log_args: Sequence[str] = (),
+    port: int = 0,
 ) -> tuple[HttpServer, WorkerSupervisor]:
     """The HTTP port held (not listened on) for ``workers`` gateway workers, and this process's own
-    HTTP server on its Unix socket, where the workers pass on all but ``/v1``."""
-    held = reuse_port_socket(config.http.host, config.http.port, listen=False)
+    HTTP server on its Unix socket, where the workers pass on all but ``/v1``. ``port``: the one the
+    workers of a previous start of this process serve (else ``http.port``)."""
+    held = reuse_port_socket(config.http.host, port or config.http.port, listen=False)
     closing.callback(held.close)
     port = int(held.getsockname()[1])
     listener = private_unix_socket(config.data_path / HTTP_SOCKET_NAME)

@@ -14,6 +14,10 @@ started again after a backoff (which starts again once a worker ran
 others (its own connections end with it). :meth:`WorkerSupervisor.stop` sends
 SIGTERM to each, waits the grace, then SIGKILL. A worker also stops by itself
 when its control plane is gone (its parent changes).
+
+Across a restart of its control plane (``selfrestart.py``) the workers keep
+running: :meth:`WorkerSupervisor.hand_over` leaves them be, and the next
+start :func:`retire` s them once its own workers serve.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -38,6 +43,13 @@ STEADY_S = 10.0
 """A worker that ran this long resets its backoff."""
 STOP_GRACE_S = 5.0
 """How long a stopping worker may finish its requests before SIGKILL."""
+RETIRE_WAIT_S = 60.0
+"""Longest the workers of a previous start are kept waiting for this start's to serve."""
+POLL_S = 0.05
+
+_HANDED_OVER: list[object] = []
+"""The processes handed over, kept referenced until the exec: asyncio kills a child whose transport
+is collected while it runs."""
 
 
 def worker_count(setting: int, cores: int | None = None) -> int:
@@ -150,6 +162,14 @@ class WorkerSupervisor:
             await self._clock.sleep(delay)
             self.restarts[index] += 1
 
+    def hand_over(self) -> list[int]:
+        """The running workers' pids, left running for the next start of this process (nothing is
+        started again from now on)."""
+        self._stopping = True
+        running = [process for process in self._running.values() if process.returncode is None]
+        _HANDED_OVER.extend(running)
+        return [process.pid for process in running]
+
     async def stop(self) -> None:
         """SIGTERM to every worker; SIGKILL to those still running after the grace."""
         self._stopping = True
@@ -170,3 +190,46 @@ class WorkerSupervisor:
                     process.kill()
         if late:
             await asyncio.wait(late)
+
+
+def _reaped(pid: int) -> bool:
+    """Whether child ``pid`` has exited (and is reaped now), or is no child of this process."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
+
+
+def _signal(pids: Sequence[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+async def retire(
+    pids: Sequence[int],
+    ready: Callable[[], bool],
+    clock: Clock = SYSTEM_CLOCK,
+    wait_s: float = RETIRE_WAIT_S,
+    grace_s: float = STOP_GRACE_S,
+) -> None:
+    """Stop the workers a previous start of this process left serving (its children: the pid stayed)
+    once ``ready`` (this start's own workers serve; :data:`RETIRE_WAIT_S` at most): SIGTERM, so that
+    they finish their requests, SIGKILL after ``grace_s``; each is reaped."""
+    started = clock.monotonic()
+    while not ready() and clock.monotonic() - started < wait_s:
+        await clock.sleep(POLL_S)
+    log.info("stopping the gateway workers of the previous start (pids %s)", ", ".join(map(str, pids)))
+    _signal(pids, signal.SIGTERM)
+    left = [pid for pid in pids if not _reaped(pid)]
+    stopping = clock.monotonic()
+    while left and clock.monotonic() - stopping < grace_s:
+        await clock.sleep(POLL_S)
+        left = [pid for pid in left if not _reaped(pid)]
+    if left:
+        log.warning("gateway workers %s of the previous start did not stop in %.0f s: killed", left, grace_s)
+        _signal(left, signal.SIGKILL)
+        while left:
+            await clock.sleep(POLL_S)
+            left = [pid for pid in left if not _reaped(pid)]

@@ -43,7 +43,7 @@ from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerFollowing
 from llmgw.controlplane.relaying import LeaderDecides
-from llmgw.controlplane.statestream import RuntimeAdapters, usage_request
+from llmgw.controlplane.statestream import RuntimeAdapters
 from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
 from llmgw.gateway.app import Gateway
@@ -229,8 +229,8 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         ),
         replicas=ReplicaTable(Router(config.routing)),
         on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
-        on_used=lambda model: following.request({"kind": "used", "model": model}),
-        on_usage=lambda record: following.request(usage_request(record)),
+        on_used=lambda model: following.used(model),
+        on_usage=lambda record: following.usage(record),
         on_replica_failed=lambda replica_id, reason: following.request(
             {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
         ),
@@ -238,6 +238,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         knowledge_relay=pass_on,  # the search runs in the control plane: such a request is answered there
     )
     gateway.limiter.share = 1.0 / workers  # set before any limit arrives: every meter holds this share
+    gateway.limiter.plane = config.name  # of its plane's share (``limits_shared``)
     state = GatewayState(gateway.feed)
     following = WorkerFollowing(
         state,

@@ -147,6 +147,11 @@ class Adapters:
     def get(self, name: str) -> AdapterEntry | None:
         return self._entries.get(name)
 
+    def any_at_run_time(self) -> bool:
+        """Whether an adapter is loaded at run time (``max_loaded``): looked at for every request a
+        gateway worker or a standby serves, so nothing is sorted or copied."""
+        return any(not entry.at_start for entry in self._entries.values())
+
     def residency(self, model: str) -> AdapterResidency | None:
         return self._residency.get(model)
 

@@ -9,7 +9,7 @@ index, the adapters or the key ring:
 - the catalog replaced (models and their adapters);
 - the API keys replaced;
 - a replica's KV-block changes (:class:`~llmgw.core.kvblocks.KvBlocksUpdate`);
-- the limits replaced, and the counts of budgets read back from the store;
+- the limits replaced, the planes' shares of them, and the counts of budgets read back from the store;
 - a replica draining (no new requests; the ones on it finish);
 - serving stopped or started (``llmgw stop`` / ``llmgw start``).
 
@@ -28,6 +28,7 @@ from typing import Any
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
+from llmgw.core.limitshares import PlaneShares
 from llmgw.core.scaling import ModelLoad
 from llmgw.gateway.adapters import Adapters, adapter_entries
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
@@ -107,6 +108,11 @@ class GatewayFeed:
         """The limits by subject (``key:ID`` or an owner's text) as they are now; counts are kept."""
         self._limiter.replace_limits(limits)
         self._told("limits_replaced", dict(limits))
+
+    def limits_shared(self, shares: PlaneShares) -> None:
+        """Each serving plane's share of every rate and concurrency limit, as the leader divided them."""
+        self._limiter.shared(shares)
+        self._told("limits_shared", shares)
 
     def limits_counted(self, used: Mapping[str, tuple[int, int]]) -> None:
         """Tokens spent this UTC day and month per subject, as the store holds them (on leading)."""

@@ -14,6 +14,11 @@ slot back once (:meth:`Ticket.release`), whatever ended the request.
 
 The counts of day and month budgets go to the store through the control
 plane (:meth:`Limiter.unsaved`, :meth:`Limiter.counted`).
+
+Each meter holds ``share`` (this process's part of its plane: a gateway
+worker's ``1 / workers``) times its plane's share of that subject, which the
+leader divides between the planes serving /v1 (:meth:`Limiter.shared`,
+``core/limitshares.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subject
+from llmgw.core.limitshares import PlaneShares
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.responses import ApiError, sse_error_event
 
@@ -103,10 +109,14 @@ def cut_short(refusal: Refusal) -> bytes:
 class Limiter:
     """Every limited subject's meter, and per key the meters its requests count against."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, share: float = 1.0) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, share: float = 1.0, plane: str = "") -> None:
         self.clock = clock
         self.share = share
-        """The part of each limit this process enforces (a gateway worker's: 1 / workers)."""
+        """The part of its plane's share this process enforces (a gateway worker's: 1 / workers)."""
+        self.plane = plane
+        """The control plane this process serves for: it picks that plane's shares."""
+        self._plane_share = 1.0
+        self._plane_subjects: dict[str, float] = {}
         self._limits: dict[str, Limits] = {}
         self._meters: dict[str, Meter] = {}
         self._chains: dict[str, tuple[str, ...]] = {}
@@ -123,13 +133,25 @@ class Limiter:
                 continue
             meter = self._meters.get(subject)
             if meter is None:
-                meter = Meter(subject, value, now, self.share)
+                meter = Meter(subject, value, now, self._share_of(subject))
             else:
                 meter.set_limits(value, now)
             meters[subject] = meter
         self._limits = dict(limits)
         self._meters = meters
         self._rebuild()
+
+    def _share_of(self, subject: str) -> float:
+        return self.share * self._plane_subjects.get(subject, self._plane_share)
+
+    def shared(self, shares: PlaneShares) -> None:
+        """The planes' shares as the leader divided them: every meter takes this plane's."""
+        self._plane_share, self._plane_subjects = shares.of(self.plane)
+        now = self.clock()
+        for subject, meter in self._meters.items():
+            share = self._share_of(subject)
+            if share != meter.share:
+                meter.set_limits(meter.limits, now, share)
 
     def replace_keys(self, keys: Iterable[KeyEntry]) -> None:
         """The keys as they are now: each key's chain of subjects."""
