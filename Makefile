@@ -49,13 +49,13 @@ lint: install
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 
-test: engine training lint
+test: engine training embedding-model lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
-e2e: engine training
+e2e: engine training embedding-model
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000
