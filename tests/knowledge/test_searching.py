@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from llmgw.core.knowledge import UnknownCollection
 from llmgw.core.tenancy import Owner, OwnerKind, Place
+from llmgw.errors import NotFound
 from llmgw.knowledge.indexes import Bm25, fuse
 from llmgw.knowledge.searching import Mode
 from llmgw.knowledge.service import Knowledge, knowledge_with, own_url
@@ -86,7 +89,7 @@ async def test_pairs_come_with_their_collections_owner(knowledge: Knowledge) -> 
     await knowledge.store.knowledge.create("guide", ML, "minilm", "alice")
     await knowledge.store.knowledge.set_pairs("guide", [("q", "a")])
     assert await knowledge.pairs.pairs("guide") == (ML, [("q", "a")])
-    with pytest.raises(UnknownCollection):
+    with pytest.raises(NotFound, match="no knowledge collection 'nope'"):  # as training expects
         await knowledge.pairs.pairs("nope")
 
 
@@ -98,6 +101,28 @@ def test_fusion_ranks_what_both_rankings_agree_on_first() -> None:
 def test_bm25_prefers_the_rarer_word() -> None:
     index = Bm25.of(["the cat", "the dog", "the bird", "a cat sat"])
     assert [row for row, _ in index.search("the cat", 2)] == [0, 3]
+
+
+def test_bm25_scores_are_okapis_formula() -> None:
+    texts = ["red fox red", "a quick brown fox jumps", "lazy dog", "red dog barks at the red fox"]
+    lengths = [len(text.split()) for text in texts]
+    average = sum(lengths) / len(texts)
+
+    def expected(row: int, terms: list[str]) -> float:
+        total = 0.0
+        for term in terms:
+            held = sum(term in text.split() for text in texts)
+            idf = math.log(1 + (len(texts) - held + 0.5) / (held + 0.5))
+            tf = texts[row].split().count(term)
+            total += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[row] / average))
+        return total
+
+    found = Bm25.of(texts).search("red fox", 10)
+    assert [row for row, _ in found] == [0, 3, 1]
+    for row, score in found:
+        assert score == pytest.approx(expected(row, ["red", "fox"]), rel=1e-5)
+    assert Bm25.of(texts).search("red fox", 1) == found[:1]
+    assert Bm25.of(texts).search("unicorn", 5) == []
 
 
 def test_a_control_plane_reaches_its_own_port_on_loopback_when_it_listens_everywhere() -> None:

@@ -4,12 +4,14 @@
 gateway (a key's :class:`~llmgw.core.tenancy.Place`) and
 :meth:`~KnowledgeIndex.search_in` for ``/api`` (collections the caller was
 already allowed to read). Per search it reads the collections' rows (their
-revisions: one small read), embeds the query once per embedding model (through
-the gateway), ranks passages by cosine in the collections' in-memory indexes
-(:mod:`llmgw.knowledge.indexes`), ranks them by keywords (SQLite: FTS5 in the
-store; PostgreSQL: BM25 in memory) and, in ``hybrid`` mode, fuses the two
-rankings by reciprocal rank. Every control plane, a standby too, can search:
-the index is built from what the store holds.
+revisions: one small read), ranks the passages by keywords (BM25 in memory;
+FTS5 in a SQLite store when built with ``keywords_in_store``) while the query
+is embedded (once per embedding model, through the gateway), then ranks them
+by cosine in the collections' in-memory indexes (:mod:`llmgw.knowledge.indexes`)
+and, in ``hybrid`` mode, fuses the two rankings by reciprocal rank. The
+rankings and the index builds run in worker threads, off the event loop the
+gateway serves on. Every control plane, a standby too, can search: the index
+is built from what the store holds.
 """
 
 from __future__ import annotations
@@ -37,10 +39,19 @@ class Mode(StrEnum):
 class KnowledgeIndex:
     """Searches collections; keeps one in-memory index per collection searched."""
 
-    def __init__(self, store: KnowledgeStore, embedder: Embedder, candidates: int = CANDIDATES) -> None:
+    def __init__(
+        self,
+        store: KnowledgeStore,
+        embedder: Embedder,
+        candidates: int = CANDIDATES,
+        keywords_in_store: bool = False,
+    ) -> None:
+        """``keywords_in_store``: rank keywords with the store's FTS5 (SQLite) instead of in memory
+        (the benchmark compares the two: bench/knowledge)."""
         self._store = store
         self._embedder = embedder
         self._candidates = candidates
+        self._in_store = keywords_in_store and store.full_text
         self._indexes: dict[int, CollectionIndex] = {}
         self._locks: dict[int, asyncio.Lock] = {}
 
@@ -71,26 +82,15 @@ class KnowledgeIndex:
             return []
         indexes = [await self.index(record) for record in records]
         pairs = list(zip(records, indexes, strict=True))
-        keywords = None
-        if mode is not Mode.VECTOR:  # the store's keyword search runs while the query is embedded
-            keywords = asyncio.ensure_future(asyncio.gather(*(self._keywords(r, i, query) for r, i in pairs)))
-        try:
-            vectors: dict[str, Vectors] = {}
-            if mode is not Mode.KEYWORD:
-                for model in dict.fromkeys(r.embedding_model for r in records):
-                    if any(i.passages for r, i in pairs if r.embedding_model == model):
-                        vectors[model] = (await self._embedder.embed(model, [query]))[0]
-            found = await keywords if keywords is not None else [[] for _ in pairs]
+        keyword_hits = asyncio.ensure_future(self._keyword_hits(pairs, query, mode))
+        try:  # keywords are ranked while the query is embedded and its nearest passages found
+            nearest = await self._vector_hits(pairs, query, mode)
+            hits = await keyword_hits
         finally:
-            if keywords is not None and not keywords.done():
-                keywords.cancel()
-        by_vector: list[tuple[float, tuple[int, int]]] = []
-        by_keyword: list[tuple[float, tuple[int, int]]] = []
-        for number, ((record, index), hits) in enumerate(zip(pairs, found, strict=True)):
-            if record.embedding_model in vectors:
-                for row, score in index.nearest(vectors[record.embedding_model], self._candidates):
-                    by_vector.append((score, (number, row)))
-            by_keyword.extend((score, (number, row)) for row, score in hits)
+            if not keyword_hits.done():
+                keyword_hits.cancel()
+        by_vector = [(score, (number, row)) for number, found in enumerate(nearest) for row, score in found]
+        by_keyword = [(score, (number, row)) for number, found in enumerate(hits) for row, score in found]
         rankings = {
             Mode.VECTOR: [_ranked(by_vector)],
             Mode.KEYWORD: [_ranked(by_keyword)],
@@ -112,6 +112,37 @@ class KnowledgeIndex:
             out.append(Passage(records[number].name, passage.document, passage.position, passage.text, score))
         return out
 
+    async def _vector_hits(
+        self, pairs: Sequence[tuple[CollectionRecord, CollectionIndex]], query: str, mode: Mode
+    ) -> list[list[tuple[int, float]]]:
+        if mode is Mode.KEYWORD:
+            return [[] for _ in pairs]
+        models = [
+            model
+            for model in dict.fromkeys(r.embedding_model for r, _ in pairs)
+            if any(i.passages for r, i in pairs if r.embedding_model == model)
+        ]
+        embedded = await asyncio.gather(*(self._embedder.embed(m, [query]) for m in models))
+        vectors = {model: found[0] for model, found in zip(models, embedded, strict=True)}
+        return await asyncio.to_thread(self._nearest, pairs, vectors)
+
+    async def _keyword_hits(
+        self, pairs: Sequence[tuple[CollectionRecord, CollectionIndex]], query: str, mode: Mode
+    ) -> list[list[tuple[int, float]]]:
+        if mode is Mode.VECTOR:
+            return [[] for _ in pairs]
+        return list(await asyncio.gather(*(self._keywords(r, i, query) for r, i in pairs)))
+
+    def _nearest(
+        self, pairs: Sequence[tuple[CollectionRecord, CollectionIndex]], vectors: dict[str, Vectors]
+    ) -> list[list[tuple[int, float]]]:
+        return [
+            index.nearest(vectors[record.embedding_model], self._candidates)
+            if record.embedding_model in vectors
+            else []
+            for record, index in pairs
+        ]
+
     async def _keywords(
         self, record: CollectionRecord, index: CollectionIndex, query: str
     ) -> list[tuple[int, float]]:
@@ -119,7 +150,7 @@ class KnowledgeIndex:
         if not terms:
             return []
         if index.keywords is not None:
-            return index.keywords.search(terms, self._candidates)
+            return await asyncio.to_thread(index.keywords.search, terms, self._candidates)
         found = await self._store.keyword(record.id, terms, self._candidates)
         return [(index.row_of[pid], score) for pid, score in found if pid in index.row_of]
 
@@ -133,7 +164,9 @@ class KnowledgeIndex:
             current = self._indexes.get(record.id)
             if current is None or current.revision != record.revision:
                 passages = await self._store.passages(record.id)
-                current = CollectionIndex(record.revision, passages, with_keywords=not self._store.full_text)
+                current = await asyncio.to_thread(  # seconds at 100k passages: off the event loop
+                    CollectionIndex, record.revision, passages, not self._in_store
+                )
                 self._indexes[record.id] = current
             return current
 
