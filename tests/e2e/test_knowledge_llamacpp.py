@@ -52,7 +52,14 @@ def kb(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
     running = Cluster(tmp_path_factory.mktemp("kb"), engine_cache)
     try:
         running.start_server()
-        profile = {"ctx_size": 512, "parallel": 1, "serves": "embeddings", "pooling": "mean"}
+        # one thread, as docs/knowledge.md advises for an embedding model on shared CPU cores
+        profile = {
+            "ctx_size": 512,
+            "parallel": 1,
+            "serves": "embeddings",
+            "pooling": "mean",
+            "args": ["--threads", "1"],
+        }
         running.add_model(EMBED, model, profile)
         running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 1})
         running.start_agent("node1")
