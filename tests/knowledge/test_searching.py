@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -10,8 +11,9 @@ from llmgw.core.knowledge import UnknownCollection
 from llmgw.core.tenancy import Owner, OwnerKind, Place
 from llmgw.errors import NotFound
 from llmgw.knowledge.indexes import Bm25, fuse
-from llmgw.knowledge.searching import Mode
+from llmgw.knowledge.searching import KnowledgeIndex, Mode
 from llmgw.knowledge.service import Knowledge, knowledge_with, own_url
+from llmgw.store.knowledge import KnowledgeStore, StoredPassage
 from llmgw.testing.hashed_embeddings import HashedEmbedder
 
 ML = Owner.parse("team:acme/ml")
@@ -142,3 +144,35 @@ async def test_a_second_control_plane_on_the_same_store_finds_what_the_first_sto
         record, knowledge.ingesting.prepare("baking.md", DOCS["baking.md"]), "bob"
     )
     assert (await standby.index.search(ML_KEY, ["guide"], "bread yeast", 1))[0].document == "baking.md"
+
+
+class GatedPassages:
+    """The store's collections, whose passages are read only once :attr:`gate` is set."""
+
+    def __init__(self, store: KnowledgeStore) -> None:
+        self.store = store
+        self.gate = asyncio.Event()
+        self.reads = 0
+        self.full_text = store.full_text
+
+    async def passages(self, collection_id: int) -> list[StoredPassage]:
+        self.reads += 1
+        await self.gate.wait()
+        return await self.store.passages(collection_id)
+
+
+async def test_a_search_that_gives_up_leaves_the_index_build_to_finish_once(
+    knowledge: Knowledge, embedder: HashedEmbedder
+) -> None:
+    await _collection(knowledge, "guide", ML, DOCS)
+    record = await knowledge.store.knowledge.get("guide")
+    gated = GatedPassages(knowledge.store.knowledge)
+    index = KnowledgeIndex(gated, embedder)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):  # the gateway's knowledge_timeout_s, say
+        await asyncio.wait_for(index.search_in([record], "bread yeast", 1), 0.01)
+    waiting = asyncio.ensure_future(index.search_in([record], "bread yeast", 1))
+    gated.gate.set()
+    assert (await waiting)[0].document == "baking.md"
+    assert gated.reads == 1  # the second search joined the build the first one started
+    assert (await index.search_in([record], "heavy water", 1))[0].document == "cooling.md"
+    assert gated.reads == 1

@@ -53,7 +53,8 @@ class KnowledgeIndex:
         self._candidates = candidates
         self._in_store = keywords_in_store and store.full_text
         self._indexes: dict[int, CollectionIndex] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._builds: dict[int, tuple[int, asyncio.Future[CollectionIndex]]] = {}
+        """Index builds under way: collection id -> (revision, build)."""
 
     async def search(
         self, place: Place, collections: Sequence[str], query: str, limit: int
@@ -155,20 +156,33 @@ class KnowledgeIndex:
         return [(index.row_of[pid], score) for pid, score in found if pid in index.row_of]
 
     async def index(self, record: CollectionRecord) -> CollectionIndex:
-        """The collection's in-memory index at the record's revision (built, or built again, here)."""
+        """The collection's in-memory index at the record's revision (built, or built again, here).
+
+        One build per collection and revision, whoever asks; a search that gives up waiting (the
+        gateway's timeout) leaves the build running, so a later search finds it done."""
         current = self._indexes.get(record.id)
         if current is not None and current.revision == record.revision:
             return current
-        lock = self._locks.setdefault(record.id, asyncio.Lock())
-        async with lock:
+        building = self._builds.get(record.id)
+        if building is None or building[0] != record.revision:
+            task = asyncio.ensure_future(self._build(record))
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved
+            building = self._builds[record.id] = (record.revision, task)
+        return await asyncio.shield(building[1])
+
+    async def _build(self, record: CollectionRecord) -> CollectionIndex:
+        try:
+            passages = await self._store.passages(record.id)
+            built = await asyncio.to_thread(  # seconds at 100k passages: off the event loop
+                CollectionIndex, record.revision, passages, not self._in_store
+            )
             current = self._indexes.get(record.id)
-            if current is None or current.revision != record.revision:
-                passages = await self._store.passages(record.id)
-                current = await asyncio.to_thread(  # seconds at 100k passages: off the event loop
-                    CollectionIndex, record.revision, passages, not self._in_store
-                )
-                self._indexes[record.id] = current
-            return current
+            if current is None or current.revision <= built.revision:
+                self._indexes[record.id] = built
+            return built
+        finally:
+            if self._builds.get(record.id, (0, None))[1] is asyncio.current_task():
+                del self._builds[record.id]
 
     def forget(self, collection_id: int) -> None:
         """Drop a collection's index (it was deleted)."""
