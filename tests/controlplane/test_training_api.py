@@ -20,8 +20,9 @@ from llmgw.controlplane.reconciling import Reconciler
 from llmgw.core.catalog import parse_model
 from llmgw.core.shards import ReplicaPhase
 from llmgw.core.tenancy import Owner
-from llmgw.core.training import JobState
+from llmgw.core.training import JobState, pairs_bytes
 from llmgw.errors import NotFound
+from llmgw.knowledge.pairs import CollectionPairs
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
 
@@ -285,3 +286,20 @@ async def test_pairs_from_collections_take_their_owner_and_never_become_public(a
         f"/api/training/jobs/{job_id}/publish", json={"name": "faq-bot", "owner": ""}
     )
     assert public.status_code == 400 and "never public" in public.json()["error"]["message"]
+
+
+async def test_pairs_from_a_stored_collection_are_its_pairs_and_its_owner(api: Api) -> None:
+    """The control plane's own CollectionPairs (what wiring sets) over the store's collection."""
+    api.admin.state.collection_pairs = CollectionPairs(api.store.knowledge)
+    await api.store.knowledge.create("faq", Owner.parse("team:acme/ml"), "minilm", "admin")
+    await api.store.knowledge.set_pairs("faq", [("colour?", "blue"), ("size?", "small")])
+    async with await api.user("mia", "member", "team:acme/ml") as mia:
+        answer = await mia.post("/api/training/jobs", json=submit(pairs="", pairs_from=["faq"]))
+        assert answer.status_code == 201, answer.text
+        assert (answer.json()["owner"], answer.json()["collections"]) == ("team:acme/ml", ["faq"])
+        missing = await refused(mia, submit(pairs="", pairs_from=["nothing"]), 404)
+        assert "no knowledge collection 'nothing'" in missing["message"]
+    job = await api.store.training.get(answer.json()["id"])
+    assert job.pairs == pairs_bytes([("colour?", "blue"), ("size?", "small")])
+    async with await api.user("leo", "member", "team:acme/web") as leo:  # a team that cannot read faq
+        await refused(leo, submit(pairs="", pairs_from=["faq"]), 404)

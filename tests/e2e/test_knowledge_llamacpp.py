@@ -1,7 +1,9 @@
 """Knowledge collections on a real cluster: all-MiniLM-L6-v2 (converted to GGUF) served by
 llama-server with ``serves: embeddings``, embedded through the control plane's own /v1 with its
 own key; a Markdown and a PDF document uploaded and found by vector, keyword and hybrid search;
-another team's user gets 404 for the collection."""
+another team's user gets 404 for the collection. Then the whole request path: a chat request to
+SmolLM2 (llama-server) through the ``openai`` SDK naming a collection is answered with the passage
+in its prompt and the document in ``sources``; another team's key gets 404 for it."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from llmgw.cli.adminclient import AdminClient
+from llmgw.cli.up import DEFAULT_MODEL
 from llmgw.errors import LlmgwError
 from llmgw.testing.cluster import Cluster
 from llmgw.testing.embedding_model import embedding_model
@@ -43,19 +47,30 @@ MANUAL = [
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path) -> Iterator[Cluster]:
+def kb(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file: Path) -> Iterator[Cluster]:
     model = embedding_model(engine_cache)
     running = Cluster(tmp_path_factory.mktemp("kb"), engine_cache)
     try:
         running.start_server()
-        profile = {"ctx_size": 512, "parallel": 1, "serves": "embeddings", "pooling": "mean"}
+        # one thread, as docs/knowledge.md advises for an embedding model on shared CPU cores
+        profile = {
+            "ctx_size": 512,
+            "parallel": 1,
+            "serves": "embeddings",
+            "pooling": "mean",
+            "args": ["--threads", "1"],
+        }
         running.add_model(EMBED, model, profile)
+        running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 1})
         running.start_agent("node1")
         running.wait_ready(EMBED, 180)
+        running.wait_ready(DEFAULT_MODEL, 180)
         for path, body in (
             ("/api/orgs", {"name": "acme"}),
             ("/api/teams", {"org": "acme", "name": "ml"}),
             ("/api/teams", {"org": "acme", "name": "web"}),
+            ("/api/projects", {"org": "acme", "team": "ml", "name": "chat"}),
+            ("/api/projects", {"org": "acme", "team": "web", "name": "site"}),
         ):
             running.admin.request("POST", path, body)
         yield running
@@ -109,3 +124,54 @@ def test_another_teams_user_is_told_the_collection_does_not_exist(kb: Cluster) -
     with pytest.raises(LlmgwError, match="collection 'ops' does not exist"):
         _search(wes, "backups", "hybrid")
     assert wes.request("GET", "/api/knowledge/collections") == []
+
+
+FACT = """# Festivals
+
+## Zorblat
+
+The Zorblat lantern festival is held every year in the harbour town of Quillmere, on the
+ninth of March, when the fishermen float eight hundred paper lanterns out to sea.
+"""
+QUESTION = "Where is the Zorblat lantern festival held?"
+
+
+def _openai(kb: Cluster, place: str) -> openai.OpenAI:
+    key = kb.admin.request("POST", "/api/keys", {"name": place.replace("/", "-"), "place": place})["key"]
+    return openai.OpenAI(base_url=f"{kb.url}/v1", api_key=key, timeout=120, max_retries=0)
+
+
+def test_a_chat_request_naming_a_collection_gets_its_passage_and_sources(kb: Cluster) -> None:
+    made = kb.admin.request(
+        "POST",
+        "/api/knowledge/collections",
+        {"name": "lore", "owner": "team:acme/ml", "embedding_model": EMBED},
+    )
+    assert made["name"] == "lore"
+    path = "/api/knowledge/collections/lore/documents/festivals.md"
+    kb.admin.request("PUT", path, data=io.BytesIO(FACT.encode()), length=len(FACT.encode()))
+    ml = _openai(kb, "project:acme/ml/chat")
+    messages = [{"role": "user", "content": QUESTION}]
+    plain = ml.chat.completions.create(model=DEFAULT_MODEL, messages=messages, max_tokens=8)  # type: ignore[arg-type]
+    answer = ml.chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=8,
+        extra_body={"knowledge": {"collections": ["lore"], "limit": 1}},
+    )
+    sources = (answer.model_extra or {})["sources"]
+    assert [(s["collection"], s["document"]) for s in sources] == [("lore", "festivals.md")]
+    assert "Quillmere" in sources[0]["text"]
+    assert "sources" not in (plain.model_extra or {})
+    # the engine counted the passage in the prompt: the header and the passage are ~80 tokens more
+    assert plain.usage is not None and answer.usage is not None
+    assert answer.usage.prompt_tokens >= plain.usage.prompt_tokens + 50
+    web = _openai(kb, "project:acme/web/site")
+    with pytest.raises(openai.NotFoundError) as refused:
+        web.chat.completions.create(
+            model=DEFAULT_MODEL,
+            messages=messages,  # type: ignore[arg-type]
+            extra_body={"knowledge": {"collections": ["lore"]}},
+        )
+    assert refused.value.code == "collection_not_found"
+    assert "collection 'lore' does not exist" in refused.value.message

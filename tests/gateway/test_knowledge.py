@@ -11,6 +11,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from llmgw.core.knowledge import cache_salt
+from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry
 from llmgw.gateway.keys import hash_secret
@@ -207,6 +208,25 @@ async def test_a_collection_the_key_may_not_read_answers_as_one_that_does_not_ex
     assert unreadable["message"].replace("handbook", "X") == unknown["message"].replace("no-such", "X")
     assert unreadable["param"] == "knowledge.collections"
     assert engine.requests == []
+
+
+async def test_the_search_runs_after_the_keys_limits_are_taken(
+    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+) -> None:
+    gateway.replicas.set_ready(engine.endpoint)
+    gateway.feed.keys_replaced([KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(ALICE))])
+    gateway.feed.limits_replaced({"key:key-1": Limits(requests_per_minute=3, concurrent=1)})
+    unknown = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **_ask(["no-such"])}
+    for _ in range(2):  # a refused search frees the request's concurrent slot
+        async with http.post("/v1/chat/completions", json=unknown, headers=AUTH) as response:
+            assert response.status == 404
+    request = {**unknown, **_ask(["handbook"])}
+    async with http.post("/v1/chat/completions", json=request, headers=AUTH) as response:
+        assert response.status == 200
+    searched = len(knowledge.searches)
+    async with http.post("/v1/chat/completions", json=request, headers=AUTH) as response:
+        assert response.status == 429  # over the key's rate: refused before anything is searched
+    assert len(knowledge.searches) == searched == 3 and len(engine.requests) == 1
 
 
 @pytest.mark.parametrize(

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+
 import pytest
 
 from llmgw.core.knowledge import UnknownCollection
 from llmgw.core.tenancy import Owner, OwnerKind, Place
+from llmgw.errors import NotFound
 from llmgw.knowledge.indexes import Bm25, fuse
-from llmgw.knowledge.searching import Mode
+from llmgw.knowledge.searching import KnowledgeIndex, Mode
 from llmgw.knowledge.service import Knowledge, knowledge_with, own_url
+from llmgw.store.knowledge import KnowledgeStore, StoredPassage
 from llmgw.testing.hashed_embeddings import HashedEmbedder
 
 ML = Owner.parse("team:acme/ml")
@@ -86,7 +91,7 @@ async def test_pairs_come_with_their_collections_owner(knowledge: Knowledge) -> 
     await knowledge.store.knowledge.create("guide", ML, "minilm", "alice")
     await knowledge.store.knowledge.set_pairs("guide", [("q", "a")])
     assert await knowledge.pairs.pairs("guide") == (ML, [("q", "a")])
-    with pytest.raises(UnknownCollection):
+    with pytest.raises(NotFound, match="no knowledge collection 'nope'"):  # as training expects
         await knowledge.pairs.pairs("nope")
 
 
@@ -98,6 +103,28 @@ def test_fusion_ranks_what_both_rankings_agree_on_first() -> None:
 def test_bm25_prefers_the_rarer_word() -> None:
     index = Bm25.of(["the cat", "the dog", "the bird", "a cat sat"])
     assert [row for row, _ in index.search("the cat", 2)] == [0, 3]
+
+
+def test_bm25_scores_are_okapis_formula() -> None:
+    texts = ["red fox red", "a quick brown fox jumps", "lazy dog", "red dog barks at the red fox"]
+    lengths = [len(text.split()) for text in texts]
+    average = sum(lengths) / len(texts)
+
+    def expected(row: int, terms: list[str]) -> float:
+        total = 0.0
+        for term in terms:
+            held = sum(term in text.split() for text in texts)
+            idf = math.log(1 + (len(texts) - held + 0.5) / (held + 0.5))
+            tf = texts[row].split().count(term)
+            total += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[row] / average))
+        return total
+
+    found = Bm25.of(texts).search("red fox", 10)
+    assert [row for row, _ in found] == [0, 3, 1]
+    for row, score in found:
+        assert score == pytest.approx(expected(row, ["red", "fox"]), rel=1e-5)
+    assert Bm25.of(texts).search("red fox", 1) == found[:1]
+    assert Bm25.of(texts).search("unicorn", 5) == []
 
 
 def test_a_control_plane_reaches_its_own_port_on_loopback_when_it_listens_everywhere() -> None:
@@ -117,3 +144,35 @@ async def test_a_second_control_plane_on_the_same_store_finds_what_the_first_sto
         record, knowledge.ingesting.prepare("baking.md", DOCS["baking.md"]), "bob"
     )
     assert (await standby.index.search(ML_KEY, ["guide"], "bread yeast", 1))[0].document == "baking.md"
+
+
+class GatedPassages:
+    """The store's collections, whose passages are read only once :attr:`gate` is set."""
+
+    def __init__(self, store: KnowledgeStore) -> None:
+        self.store = store
+        self.gate = asyncio.Event()
+        self.reads = 0
+        self.full_text = store.full_text
+
+    async def passages(self, collection_id: int) -> list[StoredPassage]:
+        self.reads += 1
+        await self.gate.wait()
+        return await self.store.passages(collection_id)
+
+
+async def test_a_search_that_gives_up_leaves_the_index_build_to_finish_once(
+    knowledge: Knowledge, embedder: HashedEmbedder
+) -> None:
+    await _collection(knowledge, "guide", ML, DOCS)
+    record = await knowledge.store.knowledge.get("guide")
+    gated = GatedPassages(knowledge.store.knowledge)
+    index = KnowledgeIndex(gated, embedder)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):  # the gateway's knowledge_timeout_s, say
+        await asyncio.wait_for(index.search_in([record], "bread yeast", 1), 0.01)
+    waiting = asyncio.ensure_future(index.search_in([record], "bread yeast", 1))
+    gated.gate.set()
+    assert (await waiting)[0].document == "baking.md"
+    assert gated.reads == 1  # the second search joined the build the first one started
+    assert (await index.search_in([record], "heavy water", 1))[0].document == "cooling.md"
+    assert gated.reads == 1

@@ -100,7 +100,7 @@ from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
-from llmgw.knowledge.service import knowledge_for, own_url
+from llmgw.knowledge.service import Knowledge, knowledge_for, own_url
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
 from llmgw.observability.tracing import Tracing
@@ -196,13 +196,10 @@ async def record_vip(store: Store, name: str, vip: str) -> None:
         await store.settings.set(VIP_SETTING, vip, name)
 
 
-def knowledge_search(store: Store) -> KnowledgeSearch | None:
-    """The cluster's search of its knowledge collections, for the gateway (docs/knowledge.md).
-
-    None until the collections' index is part of the control plane: a request naming collections
-    then answers 503 ``knowledge_unavailable``."""
-    del store
-    return None
+def knowledge_search(knowledge: Knowledge) -> KnowledgeSearch:
+    """The cluster's search of its knowledge collections, for the gateway (docs/knowledge.md): the
+    collections' index this control plane keeps (leader and standbys alike: it reads the store)."""
+    return knowledge.index
 
 
 def _log_unreachable(replica_id: str, reason: str) -> None:
@@ -237,6 +234,10 @@ async def wire(
     tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name}")
     closing.callback(tracing.shutdown)
 
+    # embeds through this plane's own /v1 (docs/knowledge.md); ``http`` is bound below, before serving
+    kb = knowledge_for(store, config.admin_token_sha256, lambda: own_url(config.http.host, http.port))
+    closing.push_async_callback(kb.close)
+
     gateway = Gateway(
         GatewaySettings(
             request_wait_s=config.gateway.request_wait_s,
@@ -258,7 +259,7 @@ async def wire(
             {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
         ),
         tracing=tracing,
-        knowledge=knowledge if knowledge is not None else knowledge_search(store),
+        knowledge=knowledge if knowledge is not None else knowledge_search(kb),
     )
     closing.push_async_callback(gateway.close)
     feed = gateway.feed
@@ -391,10 +392,8 @@ async def wire(
     sessions.on_upgrade_result = upgrades.on_result
     admin.state.upgrades = upgrades
     admin.state.training = training
-    admin.state.knowledge = knowledge_for(  # embeds through this plane's own /v1 (docs/knowledge.md)
-        store, config.admin_token_sha256, lambda: own_url(config.http.host, http.port)
-    )
-    closing.push_async_callback(admin.state.knowledge.close)
+    admin.state.knowledge = kb
+    admin.state.collection_pairs = kb.pairs  # `ctl train submit --pairs-from COLLECTION`
     access = BlobAccess(store, fleet, leading=lambda: leadership.serving)
     builds = BuildIndex(blobs.root)
     sessions.mirror_builds = builds.message

@@ -336,19 +336,28 @@ class Gateway:
             exchange.model = model
             logcontext.MODEL.set(model)
             self._check_task(model, path)
+            ask = query = None
             if facts.data is not None and (knowledge.FIELD in facts.data or key.collections):
                 ask = knowledge.asked(facts.data, key, path)
                 if ask is not None:
                     if self.knowledge is None and self.knowledge_relay is not None:
-                        await self._relay(scope, receive, send, exchange, body)
+                        await self._relay(scope, receive, send, exchange, body)  # admitted there
                         return
-                    body, facts = await self._with_knowledge(path, key, facts, ask)
+                    query = knowledge.query_of(facts.data, path)
+            # admitted before searching: a key over its limits costs no search
+            exchange.ticket = self.limiter.admit(key, model)  # released by forward() however it ends
+            if ask is not None and query is not None:
+                try:
+                    body, facts = await self._with_knowledge(path, key, facts, ask, query)
+                except BaseException:
+                    if exchange.ticket is not None:  # forward() never ran: free its slot here
+                        exchange.ticket.release()
+                    raise
             strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
             if strip_usage:
                 body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
             elif path == "/v1/responses" and facts.data is not None:
                 facts = facts._replace(responses=ResponsesCall(facts.data, key.key_id, self.response_store))
-            exchange.ticket = self.limiter.admit(key, model)  # released by forward() however it ends
             engine_path = ENGINE_ROUTE.get(path, path)
             await forward(self, exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
@@ -371,11 +380,11 @@ class Gateway:
             )
 
     async def _with_knowledge(
-        self, path: str, key: KeyEntry, facts: RequestFacts, ask: knowledge.Ask
+        self, path: str, key: KeyEntry, facts: RequestFacts, ask: knowledge.Ask, query: str
     ) -> tuple[bytes, RequestFacts]:
-        """The body and facts of a request once its collections were searched (knowledge.py)."""
+        """The body and facts of a request once its collections were searched for ``query``
+        (knowledge.py)."""
         assert facts.data is not None
-        query = knowledge.query_of(facts.data, path)
         settings = self.settings
         passages = await knowledge.search(
             self.knowledge, key, ask, query, settings.knowledge_timeout_s, settings.retry_after_s

@@ -8,7 +8,6 @@ shape (``training/pairs.py``).
 
 from __future__ import annotations
 
-from llmgw.core.knowledge import UnknownCollection
 from llmgw.core.tenancy import Owner
 from llmgw.errors import NotFound
 from llmgw.store.knowledge import KnowledgeStore
@@ -21,9 +20,12 @@ class CollectionPairs:
         self._store = store
 
     async def pairs(self, collection: str) -> tuple[Owner, list[tuple[str, str]]]:
-        """The collection's owner and its pairs, in the order added; UnknownCollection when none."""
+        """The collection's owner and its pairs, in the order added; NotFound when there is no such
+        collection (what ``training/pairs.py`` expects)."""
         try:
             record, pairs = await self._store.pairs(collection)
         except NotFound:
-            raise UnknownCollection(collection) from None
+            raise NotFound(
+                f"no knowledge collection {collection!r}", "`llmgw ctl kb list` lists the collections you see"
+            ) from None
         return record.owner, pairs

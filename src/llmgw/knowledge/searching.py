@@ -4,12 +4,14 @@
 gateway (a key's :class:`~llmgw.core.tenancy.Place`) and
 :meth:`~KnowledgeIndex.search_in` for ``/api`` (collections the caller was
 already allowed to read). Per search it reads the collections' rows (their
-revisions: one small read), embeds the query once per embedding model (through
-the gateway), ranks passages by cosine in the collections' in-memory indexes
-(:mod:`llmgw.knowledge.indexes`), ranks them by keywords (SQLite: FTS5 in the
-store; PostgreSQL: BM25 in memory) and, in ``hybrid`` mode, fuses the two
-rankings by reciprocal rank. Every control plane, a standby too, can search:
-the index is built from what the store holds.
+revisions: one small read), ranks the passages by keywords (BM25 in memory;
+FTS5 in a SQLite store when built with ``keywords_in_store``) while the query
+is embedded (once per embedding model, through the gateway), then ranks them
+by cosine in the collections' in-memory indexes (:mod:`llmgw.knowledge.indexes`)
+and, in ``hybrid`` mode, fuses the two rankings by reciprocal rank. The
+rankings and the index builds run in worker threads, off the event loop the
+gateway serves on. Every control plane, a standby too, can search: the index
+is built from what the store holds.
 """
 
 from __future__ import annotations
@@ -37,12 +39,22 @@ class Mode(StrEnum):
 class KnowledgeIndex:
     """Searches collections; keeps one in-memory index per collection searched."""
 
-    def __init__(self, store: KnowledgeStore, embedder: Embedder, candidates: int = CANDIDATES) -> None:
+    def __init__(
+        self,
+        store: KnowledgeStore,
+        embedder: Embedder,
+        candidates: int = CANDIDATES,
+        keywords_in_store: bool = False,
+    ) -> None:
+        """``keywords_in_store``: rank keywords with the store's FTS5 (SQLite) instead of in memory
+        (the benchmark compares the two: bench/knowledge)."""
         self._store = store
         self._embedder = embedder
         self._candidates = candidates
+        self._in_store = keywords_in_store and store.full_text
         self._indexes: dict[int, CollectionIndex] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._builds: dict[int, tuple[int, asyncio.Future[CollectionIndex]]] = {}
+        """Index builds under way: collection id -> (revision, build)."""
 
     async def search(
         self, place: Place, collections: Sequence[str], query: str, limit: int
@@ -71,26 +83,15 @@ class KnowledgeIndex:
             return []
         indexes = [await self.index(record) for record in records]
         pairs = list(zip(records, indexes, strict=True))
-        keywords = None
-        if mode is not Mode.VECTOR:  # the store's keyword search runs while the query is embedded
-            keywords = asyncio.ensure_future(asyncio.gather(*(self._keywords(r, i, query) for r, i in pairs)))
-        try:
-            vectors: dict[str, Vectors] = {}
-            if mode is not Mode.KEYWORD:
-                for model in dict.fromkeys(r.embedding_model for r in records):
-                    if any(i.passages for r, i in pairs if r.embedding_model == model):
-                        vectors[model] = (await self._embedder.embed(model, [query]))[0]
-            found = await keywords if keywords is not None else [[] for _ in pairs]
+        keyword_hits = asyncio.ensure_future(self._keyword_hits(pairs, query, mode))
+        try:  # keywords are ranked while the query is embedded and its nearest passages found
+            nearest = await self._vector_hits(pairs, query, mode)
+            hits = await keyword_hits
         finally:
-            if keywords is not None and not keywords.done():
-                keywords.cancel()
-        by_vector: list[tuple[float, tuple[int, int]]] = []
-        by_keyword: list[tuple[float, tuple[int, int]]] = []
-        for number, ((record, index), hits) in enumerate(zip(pairs, found, strict=True)):
-            if record.embedding_model in vectors:
-                for row, score in index.nearest(vectors[record.embedding_model], self._candidates):
-                    by_vector.append((score, (number, row)))
-            by_keyword.extend((score, (number, row)) for row, score in hits)
+            if not keyword_hits.done():
+                keyword_hits.cancel()
+        by_vector = [(score, (number, row)) for number, found in enumerate(nearest) for row, score in found]
+        by_keyword = [(score, (number, row)) for number, found in enumerate(hits) for row, score in found]
         rankings = {
             Mode.VECTOR: [_ranked(by_vector)],
             Mode.KEYWORD: [_ranked(by_keyword)],
@@ -112,6 +113,37 @@ class KnowledgeIndex:
             out.append(Passage(records[number].name, passage.document, passage.position, passage.text, score))
         return out
 
+    async def _vector_hits(
+        self, pairs: Sequence[tuple[CollectionRecord, CollectionIndex]], query: str, mode: Mode
+    ) -> list[list[tuple[int, float]]]:
+        if mode is Mode.KEYWORD:
+            return [[] for _ in pairs]
+        models = [
+            model
+            for model in dict.fromkeys(r.embedding_model for r, _ in pairs)
+            if any(i.passages for r, i in pairs if r.embedding_model == model)
+        ]
+        embedded = await asyncio.gather(*(self._embedder.embed(m, [query]) for m in models))
+        vectors = {model: found[0] for model, found in zip(models, embedded, strict=True)}
+        return await asyncio.to_thread(self._nearest, pairs, vectors)
+
+    async def _keyword_hits(
+        self, pairs: Sequence[tuple[CollectionRecord, CollectionIndex]], query: str, mode: Mode
+    ) -> list[list[tuple[int, float]]]:
+        if mode is Mode.VECTOR:
+            return [[] for _ in pairs]
+        return list(await asyncio.gather(*(self._keywords(r, i, query) for r, i in pairs)))
+
+    def _nearest(
+        self, pairs: Sequence[tuple[CollectionRecord, CollectionIndex]], vectors: dict[str, Vectors]
+    ) -> list[list[tuple[int, float]]]:
+        return [
+            index.nearest(vectors[record.embedding_model], self._candidates)
+            if record.embedding_model in vectors
+            else []
+            for record, index in pairs
+        ]
+
     async def _keywords(
         self, record: CollectionRecord, index: CollectionIndex, query: str
     ) -> list[tuple[int, float]]:
@@ -119,23 +151,38 @@ class KnowledgeIndex:
         if not terms:
             return []
         if index.keywords is not None:
-            return index.keywords.search(terms, self._candidates)
+            return await asyncio.to_thread(index.keywords.search, terms, self._candidates)
         found = await self._store.keyword(record.id, terms, self._candidates)
         return [(index.row_of[pid], score) for pid, score in found if pid in index.row_of]
 
     async def index(self, record: CollectionRecord) -> CollectionIndex:
-        """The collection's in-memory index at the record's revision (built, or built again, here)."""
+        """The collection's in-memory index at the record's revision (built, or built again, here).
+
+        One build per collection and revision, whoever asks; a search that gives up waiting (the
+        gateway's timeout) leaves the build running, so a later search finds it done."""
         current = self._indexes.get(record.id)
         if current is not None and current.revision == record.revision:
             return current
-        lock = self._locks.setdefault(record.id, asyncio.Lock())
-        async with lock:
+        building = self._builds.get(record.id)
+        if building is None or building[0] != record.revision:
+            task = asyncio.ensure_future(self._build(record))
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved
+            building = self._builds[record.id] = (record.revision, task)
+        return await asyncio.shield(building[1])
+
+    async def _build(self, record: CollectionRecord) -> CollectionIndex:
+        try:
+            passages = await self._store.passages(record.id)
+            built = await asyncio.to_thread(  # seconds at 100k passages: off the event loop
+                CollectionIndex, record.revision, passages, not self._in_store
+            )
             current = self._indexes.get(record.id)
-            if current is None or current.revision != record.revision:
-                passages = await self._store.passages(record.id)
-                current = CollectionIndex(record.revision, passages, with_keywords=not self._store.full_text)
-                self._indexes[record.id] = current
-            return current
+            if current is None or current.revision <= built.revision:
+                self._indexes[record.id] = built
+            return built
+        finally:
+            if self._builds.get(record.id, (0, None))[1] is asyncio.current_task():
+                del self._builds[record.id]
 
     def forget(self, collection_id: int) -> None:
         """Drop a collection's index (it was deleted)."""
