@@ -3,11 +3,11 @@
 Each pass reads the catalog and the replicas placed (desired state, in the
 store) and the fleet (observed state, in memory), then decides each model's
 count between ``replicas.min`` and ``max`` from the load the gateway sees
-(:mod:`llmgw.core.scaling`), places new replicas (the model's profiles tried in
-order; a replica that fits nowhere evicts lower-priority replicas,
-:mod:`llmgw.core.eviction`), starts the ones their node is not running,
-restarts failed ones with backoff, drains the ones no longer wanted and stops
-idle on-demand models. A replica drains before it stops: the gateway sends it
+(:mod:`.replicacount`), places new replicas (:mod:`.placing`: the model's
+profiles tried in order; a replica that fits nowhere evicts lower-priority
+replicas; the pass's placements written in one transaction, then started),
+starts the ones their node is not running, restarts failed ones with backoff,
+drains the ones no longer wanted and stops idle on-demand models. A replica drains before it stops: the gateway sends it
 no new request at once, and its node is told to stop it once the requests on
 it have finished or ``replicas.drain_timeout_s`` has passed. A replica
 whose node has been away past the fleet's grace is placed again on another
