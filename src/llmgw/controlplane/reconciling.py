@@ -7,9 +7,10 @@ count between ``replicas.min`` and ``max`` from the load the gateway sees
 profiles tried in order; a replica that fits nowhere evicts lower-priority
 replicas; the pass's placements written in one transaction, then started),
 starts the ones their node is not running, restarts failed ones with backoff,
-drains the ones no longer wanted and stops idle on-demand models. A replica drains before it stops: the gateway sends it
-no new request at once, and its node is told to stop it once the requests on
-it have finished or ``replicas.drain_timeout_s`` has passed. A replica
+drains the ones no longer wanted and stops idle on-demand models. A replica
+drains before it stops: the gateway sends it no new request at once, and its
+node is told to stop it once the requests on it have finished or
+``replicas.drain_timeout_s`` has passed. A replica
 whose node has been away past the fleet's grace is placed again on another
 node (a new replica, with its own key) and the old one forgotten; the node,
 should it come back, is told to stop the stray engine.
