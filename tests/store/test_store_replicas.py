@@ -70,3 +70,24 @@ async def test_removing_a_model_removes_its_replicas(catalog: Store) -> None:
     await catalog.replicas.add(replica("r2", model="qwen"))
     await catalog.models.remove("smollm2")
     assert [r.id for r in await catalog.replicas.list()] == ["r2"]
+
+
+async def test_replicas_added_together_read_back_and_those_of_a_model_gone_are_left_out(
+    catalog: Store,
+) -> None:
+    wanted = [replica("r1"), replica("r2", model="qwen"), replica("r3", model="ghost")]
+    assert await catalog.replicas.add_all(wanted) == wanted[:2]
+    assert {r.id for r in await catalog.replicas.list()} == {"r1", "r2"}
+
+
+async def test_replicas_added_together_with_an_existing_id_store_none(catalog: Store) -> None:
+    await catalog.replicas.add(replica("r1"))
+    with pytest.raises(Conflict):
+        await catalog.replicas.add_all([replica("r2"), replica("r1", model="qwen")])
+    assert [r.id for r in await catalog.replicas.list()] == ["r1"]
+
+
+async def test_more_replicas_added_together_than_one_statement_binds(catalog: Store) -> None:
+    many = [replica(f"r{i:04d}") for i in range(1200)]
+    assert len(await catalog.replicas.add_all(many)) == 1200
+    assert len(await catalog.replicas.list("smollm2")) == 1200

@@ -3,13 +3,14 @@
 Each pass reads the catalog and the replicas placed (desired state, in the
 store) and the fleet (observed state, in memory), then decides each model's
 count between ``replicas.min`` and ``max`` from the load the gateway sees
-(:mod:`llmgw.core.scaling`), places new replicas (the model's profiles tried in
-order; a replica that fits nowhere evicts lower-priority replicas,
-:mod:`llmgw.core.eviction`), starts the ones their node is not running,
-restarts failed ones with backoff, drains the ones no longer wanted and stops
-idle on-demand models. A replica drains before it stops: the gateway sends it
-no new request at once, and its node is told to stop it once the requests on
-it have finished or ``replicas.drain_timeout_s`` has passed. A replica
+(:mod:`.replicacount`), places new replicas (:mod:`.placing`: the model's
+profiles tried in order; a replica that fits nowhere evicts lower-priority
+replicas; the pass's placements written in one transaction, then started),
+starts the ones their node is not running, restarts failed ones with backoff,
+drains the ones no longer wanted and stops idle on-demand models. A replica
+drains before it stops: the gateway sends it no new request at once, and its
+node is told to stop it once the requests on it have finished or
+``replicas.drain_timeout_s`` has passed. A replica
 whose node has been away past the fleet's grace is placed again on another
 node (a new replica, with its own key) and the old one forgotten; the node,
 should it come back, is told to stop the stray engine.
@@ -24,33 +25,30 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import secrets
 import time
 from collections.abc import Callable, Sequence
 
 from llmgw.controlplane import adapterrolling, multinode
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
+from llmgw.controlplane.placing import Placer
 from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
-from llmgw.controlplane.shardspecs import profile_of, replica_key, shard_spec
+from llmgw.controlplane.replicacount import ReplicaCount
+from llmgw.controlplane.shardspecs import profile_of, shard_spec
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
-from llmgw.core.environments import entry_name, environment_of, expand_environments, is_entry
-from llmgw.core.eviction import plan_eviction
-from llmgw.core.freecards import FreeCards
-from llmgw.core.placement import Ask, Decision, Placed, place_profiles
-from llmgw.core.scaling import ModelLoad, ScalingHistory, ScalingPolicy, decide_scale
+from llmgw.core.environments import entry_name, expand_environments, is_entry
+from llmgw.core.placement import Decision
+from llmgw.core.scaling import ModelLoad
 from llmgw.core.settingtypes import SERVING_STOPPED
 from llmgw.core.shards import ReplicaPhase, StopShard
-from llmgw.core.trainingplacement import TrainingHold, withheld
+from llmgw.core.trainingplacement import TrainingHold
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
 from llmgw.observability.tracing import TRACING_OFF, Tracing
 from llmgw.store.database import Store
 from llmgw.store.replicas import ReplicaRecord
 
 log = logging.getLogger(__name__)
-
-"""The setting ``llmgw stop`` sets and ``llmgw start`` clears."""
 
 
 class Reconciler:
@@ -88,45 +86,58 @@ class Reconciler:
         self._interval_s = interval_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
-        self._in_flight = in_flight
-        self._load = load
-        """The gateway's view of a model's load (autoscaling's input)."""
         self._drain = drain
         """Tell the gateway to send a replica no new request."""
         self._replica_in_flight = replica_in_flight
         """Requests the gateway has on a replica, draining or not."""
-        self._scaling: dict[str, ScalingHistory] = {}
-        self.scaling: dict[str, str] = {}
-        """Each model's last scaling decision, in words."""
-        self.evictions: dict[str, str] = {}
-        """Each model's last eviction decision, in words (the log says it too)."""
         self._on_catalog = on_catalog
         self._clock = clock
         demand = demand if demand is not None else ModelDemand(clock)
         self._wake = demand.woken
         self._last_used = demand.last_used
+        self._count = ReplicaCount(clock=clock, in_flight=in_flight, load=load, last_used=demand.last_used)
         self._on_stopped = on_stopped
         self._on_pass = on_pass
         """Told each pass's duration in seconds (the reconcile-duration metric)."""
         self._stopped = False
         self.last_error = ""
-        self.unplaced: dict[str, str] = {}
-        """Models that could not be placed, with every node's reason."""
         self._definitions: dict[str, ModelDefinition] = {}
         """The catalog as last read: the priorities eviction compares."""
         self._catalog: dict[str, object] = {}
-        self._members: dict[str, tuple[str, ...]] = {}
-        """Each environment entry's members, whose demand and load count as the entry's."""
         """The definitions last loaded: a catalog loaded with something new is told to the fleet's changes."""
-        self._free: FreeCards | None = None
-        """The fleet's free cards, built at a pass's first placement and kept up to date by the pass's own
-        placements (a pass that places a thousand replicas looks at the best node first, not at every one)."""
+        self._placer = Placer(
+            fleet,
+            definitions=lambda: self._definitions,
+            training_holds=lambda: self.training_holds(),
+            drain=self.drain,
+        )
         self._parsed: dict[str, tuple[object, ModelDefinition]] = {}
         """Each model's definition as stored and as parsed (frozen), last pass: parsing 500 models takes
         longer than the rest of a pass, and a definition rarely changes."""
         self._surges: dict[str, str] = {}
         """Per model, the replica a roll placed beyond its count (:mod:`.adapterrolling`): not counted
         by autoscaling until an old replica drains in its place."""
+
+    @property
+    def unplaced(self) -> dict[str, str]:
+        """Models that could not be placed, with every node's reason."""
+        return self._placer.unplaced
+
+    @property
+    def scaling(self) -> dict[str, str]:
+        """Each model's last scaling decision, in words."""
+        return self._count.scaling
+
+    @property
+    def evictions(self) -> dict[str, str]:
+        """Each model's last eviction decision, in words (the log says it too)."""
+        return self._placer.evictions
+
+    def decide(
+        self, model: ModelDefinition, placed: list[ReplicaRecord], *, unplaced: Decision | None = None
+    ) -> Decision:
+        """Where one more replica of ``model`` would go now (:meth:`.placing.Placer.decide`)."""
+        return self._placer.decide(model, placed, unplaced=unplaced)
 
     @property
     def stopped(self) -> bool:
@@ -169,16 +180,6 @@ class Reconciler:
             delay,
         )
         self.wake()
-
-    def _set_unplaced(self, model: str, reasons: str) -> None:
-        """Record why ``model`` cannot be placed (empty: it can); a new verdict changes its view."""
-        if self.unplaced.get(model, "") == reasons:
-            return
-        if reasons:
-            self.unplaced[model] = reasons
-        else:
-            del self.unplaced[model]
-        self._fleet.changes.changed("models")
 
     # the loop -----------------------------------------------------------------
     async def run(self, may_act: Callable[[], bool] | None = None) -> None:
@@ -236,9 +237,9 @@ class Reconciler:
         self._on_catalog(list(models.values()))  # the gateway knows members, and which entry serves each
         expanded = expand_environments(models)
         for environment, why in expanded.refusals.items():
-            self._set_unplaced(entry_name(environment), why)
+            self._placer.set_unplaced(entry_name(environment), why)
         await self._keep_entries(stored, expanded.placed)
-        self._members = expanded.members
+        self._count.members = expanded.members
         self._definitions = expanded.placed
         return expanded.placed
 
@@ -287,7 +288,7 @@ class Reconciler:
     async def pass_once(self) -> None:
         if self._tracing.enabled:
             self._trace = PassTrace(self._tracing)
-        self._free = None
+        self._placer.forget_index()
         try:
             models, placed = await self.load()
             wanted = {p.id for p in placed}
@@ -295,39 +296,25 @@ class Reconciler:
                 await self._remove(replica, "its model left the catalog")
             for model in sorted(models.values(), key=lambda m: -m.priority):  # room goes to the higher first
                 await self._reconcile_model(model, placed)
+            await self._placer.flush(self._store, self._start_placed)  # one transaction, then the starts
             await self._finish_drains(models, placed)
         finally:
-            self._free = None
+            self._placer.abandon()  # a pass that failed before its placements were written
+            self._placer.forget_index()
             self._trace.end()
             self._trace = NO_PASS
-
-    def _demanded(self, model: ModelDefinition) -> bool:
-        names = (model.name, *self._members.get(model.name, ()))  # an environment's members count as it
-        if sum(self._in_flight(name) for name in names) > 0:
-            self._last_used[model.name] = self._clock()
-            return True
-        used = [at for name in names if (at := self._last_used.get(name)) is not None]
-        return bool(used) and self._clock() - max(used) < model.idle_timeout_s
-
-    def _model_load(self, name: str) -> ModelLoad:
-        """The gateway's view of ``name``'s load, an environment's members' requests added to its entry's."""
-        load = self._load(name)
-        for member in self._members.get(name, ()):
-            theirs = self._load(member)
-            load = dataclasses.replace(
-                load, running=load.running + theirs.running, waiting=load.waiting + theirs.waiting
-            )
-        return load
 
     async def _reconcile_model(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
         await self._take_down_broken(model, placed)
         every = [r for r in self._fleet.of_model(model.name) if r.rank == 0]  # a replica is its head
         mine = [r for r in every if r.draining_since is None]
-        floor = 0 if self.stopped else min(model.wanted_replicas(self._demanded(model)), model.replicas.max)
+        floor = (
+            0 if self.stopped else min(model.wanted_replicas(self._count.demanded(model)), model.replicas.max)
+        )
         counted = [r for r in mine if r.replica_id != self._surges.get(model.name)]  # a roll's extra one
-        want = self._scale(model, floor, counted) if floor else 0
+        want = self._count.scale(model, floor, counted) if floor else 0
         if len(mine) >= want:
-            self._set_unplaced(model.name, "")
+            self._placer.set_unplaced(model.name, "")
         if len(counted) != want:
             self._trace.action(
                 "scale", {"llmgw.model": model.name, "llmgw.from": len(counted), "llmgw.to": want}
@@ -343,10 +330,10 @@ class Reconciler:
             await self._roll(model, mine, old, want, placed)
         elif len(mine) > want:
             for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
-                self.drain(replica, f"scaled down: {self.scaling.get(model.name, 'no longer wanted')}")
+                self.drain(replica, f"scaled down: {self._count.scaling.get(model.name, 'no longer wanted')}")
             return
         for _ in range(want - len(mine)):
-            if not await self._place(model, placed):
+            if not self._placer.place(model, placed, self._trace):
                 break
         await self._replace_lost(model, placed)
         now = self._clock()
@@ -368,7 +355,7 @@ class Reconciler:
         for replica in self._fleet.of_model(model.name):
             if not self._fleet.lost(replica.node_id) or replica.nodes > 1:
                 continue
-            if not await self._place(model, placed):
+            if not self._placer.place(model, placed, self._trace):
                 return
             log.warning(
                 "node %s gone for %.0f s (more than %.0f s): replica %s of %s placed again elsewhere",
@@ -384,7 +371,7 @@ class Reconciler:
                 "replica.move", {"llmgw.replica": replica.replica_id, "llmgw.node": replica.node_id}
             )
             placed[:] = [p for p in placed if p.id != replica.replica_id]
-            self._free = None
+            self._placer.forget_index()
             try:
                 await self._store.replicas.remove(replica.replica_id)
             except NotFound:
@@ -402,31 +389,7 @@ class Reconciler:
             for shard in shards:
                 await self._remove(shard, f"replica {replica_id} taken down: {why}")
             placed[:] = [p for p in placed if multinode.rank_of(p.id)[0] != replica_id]
-            self._free = None
-
-    def _scale(self, model: ModelDefinition, floor: int, mine: list[ReplicaState]) -> int:
-        """The count autoscaling keeps for ``model`` now (at least ``floor``), logged when it changes."""
-        policy = ScalingPolicy(
-            min=floor,
-            max=max(floor, model.replicas.max),
-            ttft_target_ms=model.replicas.ttft_target_ms,
-            up_cooldown_s=model.replicas.scale_up_cooldown_s,
-            down_cooldown_s=model.replicas.scale_down_cooldown_s,
-        )
-        starting = sum(1 for r in mine if r.state is not ReplicaPhase.READY)
-        decision = decide_scale(
-            policy,
-            len(mine),
-            self._model_load(model.name),
-            self._scaling.get(model.name, ScalingHistory()),
-            self._clock(),
-            starting=starting,
-        )
-        self._scaling[model.name] = decision.history
-        self.scaling[model.name] = decision.reason
-        if decision.replicas != len(mine) and mine:
-            log.info("scaling %s: %s", model.name, decision.reason)
-        return decision.replicas
+            self._placer.forget_index()
 
     async def _roll(
         self,
@@ -440,7 +403,7 @@ class Reconciler:
         step = adapterrolling.roll_step(mine, old, want)
         if step.surge:
             before = {r.replica_id for r in self._fleet.of_model(model.name)}
-            if self.decide(model, placed).placed and await self._place(model, placed):
+            if self.decide(model, placed).placed and self._placer.place(model, placed, self._trace):
                 added = [r.replica_id for r in self._fleet.of_model(model.name) if r.rank == 0]
                 self._surges[model.name] = next(r for r in added if r not in before)  # not for scaling
                 return
@@ -473,129 +436,7 @@ class Reconciler:
             ended = f"{left} request(s) still on it after {timeout_s:.0f} s" if left else "drained"
             await self._remove(replica, f"{replica.drain_reason} ({ended})")
             placed[:] = [p for p in placed if p.id != replica.replica_id]
-            self._free = None
-
-    async def _place(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> bool:
-        decision = self._from_index(model, placed) or self.decide(model, placed)
-        if not decision.placed:
-            decision = self._evict(model, decision, placed)
-            reasons = (
-                "; ".join(f"{node}: {why}" for node, why in decision.refusals.items())
-                or "no node is connected"
-            )
-            if decision.evict or decision.waiting_for:
-                reasons += f"; {self.evictions[model.name]}"
-            if self.unplaced.get(model.name) != reasons:  # a trace, like the log, when the reasons change
-                log.warning("cannot place a replica of %s: %s", model.name, reasons)
-                self._trace.placed(model.name, decision)
-            self._set_unplaced(model.name, reasons)
-            return False
-        self._set_unplaced(model.name, "")
-        self.evictions.pop(model.name, None)
-        self._trace.placed(model.name, decision)
-        profile = model.profiles[decision.profile]
-        replica_id, api_key = f"{_slug(model.name)}-{secrets.token_hex(3)}", replica_key()
-        where = [(decision.node_id, decision.devices), *((s.node_id, s.devices) for s in decision.more)]
-        shards: list[tuple[ReplicaState, tuple[int, ...]]] = []
-        for rank, (node_id, devices) in enumerate(where):  # a multi-node replica: one shard a node
-            record = ReplicaRecord(
-                id=multinode.shard_id(replica_id, rank),
-                model=model.name,
-                node_id=node_id,
-                api_key=api_key,
-                devices=list(devices),
-                memory_mb=model.memory_needed_mb(profile) // len(where),
-                profile=decision.profile,
-            )
-            await self._store.replicas.add(record)
-            placed.append(record)
-            if self._free is not None:
-                self._free.add(self._placed(record))
-            replica = ReplicaState(
-                replica_id=record.id,
-                model=model.name,
-                node_id=node_id,
-                api_key=api_key,
-                capacity=profile.parallel,
-                engine=profile.engine,
-                profile=decision.profile,
-                nodes=len(where),
-                rank=rank,
-            )
-            self._fleet.track(replica)
-            shards.append((replica, tuple(devices)))
-        on = f" with profile {decision.profile + 1}" if len(model.profiles) > 1 else ""
-        nodes = ", ".join(node_id for node_id, _ in where)
-        log.info("placed replica %s of %s on %s%s", replica_id, model.name, nodes, on)
-        for replica, devices in shards:
-            await self._start(replica, model, devices, why="placed")
-        return True
-
-    def _from_index(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> Decision | None:
-        """Where the index of free cards puts one more replica of ``model`` (its first profile, on a node
-        without one); None when it cannot tell, and every node is weighed (:meth:`decide`)."""
-        if self._free is None:
-            nodes = withheld([n.inventory for n in self._fleet.nodes.values()], self.training_holds())
-            self._free = FreeCards(nodes, [self._placed(r) for r in placed])
-        profile = model.profiles[0]
-        found = self._free.best(
-            model.name, model.memory_needed_mb(profile), profile.spread, gpu_class=profile.gpu_class
-        )
-        if found is not None and found.node_id not in self._fleet.nodes:  # it left during the pass
-            self._free.node_left(found.node_id)
-            return None
-        return found
-
-    def _evict(self, model: ModelDefinition, unplaced: Decision, placed: list[ReplicaRecord]) -> Decision:
-        """Drain the lower-priority replicas whose going makes room for ``model``, if any would."""
-        decision = self.decide(model, placed, unplaced=unplaced)
-        if decision.evict:
-            for replica_id in decision.evict:
-                victim = self._fleet.replicas.get(replica_id)
-                if victim is not None:
-                    self.drain(victim, f"evicted for {model.name} (priority {model.priority})")
-            verdict = f"evicting {', '.join(decision.evict)} on {decision.evict_node}"
-        elif decision.waiting_for:
-            verdict = f"waiting for {', '.join(decision.waiting_for)} to drain on {decision.evict_node}"
-        else:
-            self.evictions.pop(model.name, None)
-            return decision
-        if self.evictions.get(model.name) != verdict:
-            kept = "; ".join(f"{r} kept: {why}" for r, why in sorted(decision.kept.items()))
-            log.warning(
-                "%s cannot be placed as things are: %s%s", model.name, verdict, f" ({kept})" * bool(kept)
-            )
-        self.evictions[model.name] = verdict
-        return decision
-
-    def decide(
-        self, model: ModelDefinition, placed: list[ReplicaRecord], *, unplaced: Decision | None = None
-    ) -> Decision:
-        """Where one more replica of ``model`` would go now, among the connected nodes, with every
-        other node's reason (what ``/api/plan`` shows, and what a pass acts on). With ``unplaced``
-        (the answer that found no room), which lower-priority replicas would have to go."""
-        nodes = withheld([n.inventory for n in self._fleet.nodes.values()], self.training_holds())
-        asks = [Ask(model.memory_needed_mb(p), p.spread, p.gpu_class) for p in model.profiles]
-        held = [self._placed(r) for r in placed]
-        if unplaced is None:
-            return place_profiles(model.name, asks, nodes, held)
-        return plan_eviction(
-            model.name, model.priority, asks, nodes, held, unplaced, environment=environment_of(model)
-        )
-
-    def _placed(self, record: ReplicaRecord) -> Placed:
-        replica = self._fleet.replicas.get(record.id)
-        definition = self._definitions.get(record.model)
-        return Placed(
-            record.model,
-            record.node_id,
-            record.memory_mb,
-            tuple(record.devices),
-            replica_id=record.id,
-            priority=definition.priority if definition else 0,
-            environment=environment_of(definition) if definition else "",
-            draining=replica is not None and replica.draining_since is not None,
-        )
+            self._placer.forget_index()
 
     async def _start(
         self, replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...] = (), *, why: str
@@ -620,6 +461,11 @@ class Reconciler:
             replica.state = ReplicaPhase.ABSENT
             self.starts.end(replica.replica_id, "its node's stream closed")
 
+    async def _start_placed(
+        self, replica: ReplicaState, model: ModelDefinition, devices: tuple[int, ...]
+    ) -> None:
+        await self._start(replica, model, devices, why="placed")
+
     async def _remove(self, replica: ReplicaState, reason: str) -> None:
         if replica.nodes > 1 and replica.rank == 0:  # a multi-node replica stops whole
             for shard in multinode.shards_of(self._fleet, replica.replica_id)[1:]:
@@ -638,7 +484,3 @@ class Reconciler:
                 await node.channel.send(StopShard(replica_id=replica.replica_id, reason=reason))
             except ChannelClosed:
                 pass
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:40] or "model"

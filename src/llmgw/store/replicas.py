@@ -61,16 +61,7 @@ class Replicas:
         :class:`NotFound` when its model is not in the catalog, :class:`Conflict`
         when a replica with its id exists.
         """
-        row = ReplicaRow(
-            id=replica.id,
-            model=replica.model,
-            node_id=replica.node_id,
-            api_key=replica.api_key,
-            devices=list(replica.devices),
-            memory_mb=replica.memory_mb,
-            created_at=replica.created_at,
-            profile=replica.profile,
-        )
+        row = _row(replica)
         async with self._store.session() as session:
             if await session.get(ModelRow, replica.model) is None:
                 raise NotFound(
@@ -85,6 +76,39 @@ class Replicas:
             except IntegrityError:
                 raise _exists(replica.id) from None
             return _record(row)
+
+    async def add_all(self, replicas: Sequence[ReplicaRecord]) -> builtins.list[ReplicaRecord]:
+        """Store new replicas in one transaction (a reconcile pass's placements) and return those stored.
+
+        A replica whose model is no longer in the catalog is left out (its model's removal took its
+        replicas with it); :class:`Conflict` when a replica with one of their ids exists, and then
+        none is stored.
+        """
+        if not replicas:
+            return []
+        async with self._store.session() as session:
+            models: set[str] = set()
+            for names in _chunks(sorted({r.model for r in replicas})):
+                models.update(
+                    (await session.execute(select(ModelRow.name).where(ModelRow.name.in_(names)))).scalars()
+                )
+            kept = [replica for replica in replicas if replica.model in models]
+            for ids in _chunks([replica.id for replica in kept]):
+                taken = (
+                    (await session.execute(select(ReplicaRow.id).where(ReplicaRow.id.in_(ids))))
+                    .scalars()
+                    .first()
+                )
+                if taken is not None:
+                    raise _exists(taken)
+            session.add_all(_row(replica) for replica in kept)
+            try:
+                await session.flush()
+            except IntegrityError:
+                raise Conflict(
+                    "a replica with one of these ids already exists", hint="give each replica a new id"
+                ) from None
+            return kept
 
     async def get(self, replica_id: str) -> ReplicaRecord:
         """The replica with id ``replica_id``; :class:`NotFound` when there is none."""
@@ -114,6 +138,24 @@ class Replicas:
 
 _COLUMNS = (ReplicaRow.id, ReplicaRow.model, ReplicaRow.node_id, ReplicaRow.api_key, ReplicaRow.devices,
             ReplicaRow.memory_mb, ReplicaRow.created_at, ReplicaRow.profile)  # fmt: skip
+
+
+def _row(replica: ReplicaRecord) -> ReplicaRow:
+    return ReplicaRow(
+        id=replica.id,
+        model=replica.model,
+        node_id=replica.node_id,
+        api_key=replica.api_key,
+        devices=list(replica.devices),
+        memory_mb=replica.memory_mb,
+        created_at=replica.created_at,
+        profile=replica.profile,
+    )
+
+
+def _chunks(values: builtins.list[str], size: int = 500) -> builtins.list[builtins.list[str]]:
+    """``values`` in lists of at most ``size`` (the bound parameters one statement may take)."""
+    return [values[i : i + size] for i in range(0, len(values), size)]
 
 
 def _record(row: Any) -> ReplicaRecord:  # a ReplicaRow, or a row of _COLUMNS
