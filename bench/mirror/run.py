@@ -120,7 +120,7 @@ def role_fetch(target: str, pki: Path, work: Path, sha256: str, size: int) -> No
     from llmgw.agent.config import AgentConfig
     from llmgw.agent.installing import Installer
     from llmgw.core.devices import NodeInventory
-    from llmgw.protocol.grpc_transport import GrpcConnector
+    from llmgw.protocol.grpc_client import GrpcConnector
 
     config = AgentConfig(node_id="node-1", control_planes=[target], work_dir=str(work))
     connector = GrpcConnector(target, tls(pki, "node"))

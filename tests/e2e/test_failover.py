@@ -26,7 +26,8 @@ from llmgw.cli.up import DEFAULT_MODEL
 from llmgw.core.relays import RelayChunk, RelayRequest
 from llmgw.errors import Unauthorized
 from llmgw.pki.authority import Authority
-from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.protocol.grpc_client import GrpcConnector
+from llmgw.protocol.grpc_transport import TlsFiles
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.postgres import PostgresServer, StoreCut
 

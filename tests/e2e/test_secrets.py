@@ -34,7 +34,8 @@ from llmgw.agent.shardstates import read_state
 from llmgw.cli.up import DEFAULT_MODEL
 from llmgw.core.engines import KeyPassing, engine_capabilities
 from llmgw.errors import Unauthorized
-from llmgw.protocol.grpc_transport import GrpcConnector, TlsFiles
+from llmgw.protocol.grpc_client import GrpcConnector
+from llmgw.protocol.grpc_transport import TlsFiles
 from llmgw.testing.cluster import Cluster
 from llmgw.testing.standin_programs import write_standins
 

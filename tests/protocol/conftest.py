@@ -11,7 +11,8 @@ import pytest
 
 from llmgw.core.relays import RelayPeer
 from llmgw.protocol.channels import ControlChannel
-from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector
+from llmgw.protocol.grpc_client import GrpcConnector
+from llmgw.protocol.grpc_transport import AgentServer
 from llmgw.testing.channel_conformance import WAIT_S, Pair, PairFactory, memory_pairs
 
 from .cluster_pki import Pki, make_pki

@@ -17,7 +17,8 @@ import pytest
 
 from llmgw.core.relays import IncomingRelay, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, Unauthorized
-from llmgw.protocol.grpc_transport import MAX_MESSAGE_BYTES, AgentServer, RelayClient
+from llmgw.protocol.grpc_client import RelayClient
+from llmgw.protocol.grpc_transport import MAX_MESSAGE_BYTES, AgentServer
 from llmgw.protocol.relays import RELAY_CHUNK
 
 from .cluster_pki import Pki

@@ -16,7 +16,8 @@ import pytest
 from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.protocol.channels import StateChannel
-from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector
+from llmgw.protocol.grpc_client import GrpcConnector
+from llmgw.protocol.grpc_transport import AgentServer
 
 from .cluster_pki import Pki
 

@@ -15,7 +15,8 @@ from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotFound, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel
-from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, KeptChannels, TlsFiles
+from llmgw.protocol.grpc_client import GrpcConnector, KeptChannels
+from llmgw.protocol.grpc_transport import AgentServer, TlsFiles
 
 from .cluster_pki import Pki
 

@@ -63,7 +63,8 @@ from llmgw.observability.tracing import Tracing
 from llmgw.operations.firewallkeeping import FirewallKeeper, agent_source
 from llmgw.operations.nftables import FirewallState, Nft
 from llmgw.protocol.channels import AgentChannel
-from llmgw.protocol.grpc_transport import GrpcConnector, KeptChannels, TlsFiles
+from llmgw.protocol.grpc_client import GrpcConnector, KeptChannels
+from llmgw.protocol.grpc_transport import TlsFiles
 from llmgw.runtime import supervising
 
 log = logging.getLogger(__name__)

@@ -106,7 +106,8 @@ from llmgw.mirror.builds import BuildIndex
 from llmgw.observability.tracing import Tracing
 from llmgw.portal.serving import Portal
 from llmgw.protocol.channels import StateChannel
-from llmgw.protocol.grpc_transport import AgentServer, GrpcConnector, RelayClient, TlsFiles
+from llmgw.protocol.grpc_client import GrpcConnector, RelayClient
+from llmgw.protocol.grpc_transport import AgentServer, TlsFiles
 from llmgw.runtime.supervising import Policy, Supervisor
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases

@@ -37,7 +37,8 @@ from llmgw.core.devices import Device, NodeInventory
 from llmgw.core.nodes import Heartbeat
 from llmgw.core.shards import RunningShard, ShardSpec, ShardState, ShardStatus
 from llmgw.protocol.channels import AgentChannel, memory_pair
-from llmgw.protocol.grpc_transport import KeptChannels, TlsFiles
+from llmgw.protocol.grpc_client import KeptChannels
+from llmgw.protocol.grpc_transport import TlsFiles
 from llmgw.runtime import collector
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
