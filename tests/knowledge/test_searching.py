@@ -13,7 +13,8 @@ from llmgw.errors import NotFound
 from llmgw.knowledge.indexes import Bm25, fuse
 from llmgw.knowledge.searching import KnowledgeIndex, Mode
 from llmgw.knowledge.service import Knowledge, knowledge_with, own_url
-from llmgw.store.knowledge import KnowledgeStore, StoredPassage
+from llmgw.store.knowledge import CollectionRecord, KnowledgeStore, StoredPassage
+from llmgw.testing.eventually import eventually
 from llmgw.testing.hashed_embeddings import HashedEmbedder
 
 ML = Owner.parse("team:acme/ml")
@@ -160,6 +161,9 @@ class GatedPassages:
         await self.gate.wait()
         return await self.store.passages(collection_id)
 
+    async def list(self, names: list[str], counted: bool = True) -> list[CollectionRecord]:
+        return await self.store.list(names, counted)
+
 
 async def test_a_search_that_gives_up_leaves_the_index_build_to_finish_once(
     knowledge: Knowledge, embedder: HashedEmbedder
@@ -176,3 +180,44 @@ async def test_a_search_that_gives_up_leaves_the_index_build_to_finish_once(
     assert gated.reads == 1  # the second search joined the build the first one started
     assert (await index.search_in([record], "heavy water", 1))[0].document == "cooling.md"
     assert gated.reads == 1
+
+
+async def test_a_change_starts_the_new_index_before_any_search(
+    knowledge: Knowledge, embedder: HashedEmbedder
+) -> None:
+    await _collection(knowledge, "guide", ML, {"cooling.md": DOCS["cooling.md"]})
+    gated = GatedPassages(knowledge.store.knowledge)
+    gated.gate.set()
+    index = KnowledgeIndex(gated, embedder)  # type: ignore[arg-type]
+    record = await knowledge.store.knowledge.get("guide")
+    await knowledge.ingesting.store(
+        record, knowledge.ingesting.prepare("baking.md", DOCS["baking.md"]), "bob"
+    )
+    index.build_soon(record)  # the record read before the upload: the build reads the new revision
+    changed = await knowledge.store.knowledge.get("guide")
+    assert changed.revision == record.revision + 1
+    await eventually(lambda: index.held(record.id) == changed.revision, message="the new index is built")
+    assert (await index.search_in([changed], "bread yeast", 1))[0].document == "baking.md"
+    assert gated.reads == 1  # the search found the index built
+
+
+async def test_a_run_of_changes_builds_the_index_at_most_twice(
+    knowledge: Knowledge, embedder: HashedEmbedder
+) -> None:
+    await _collection(knowledge, "guide", ML, {"cooling.md": DOCS["cooling.md"]})
+    gated = GatedPassages(knowledge.store.knowledge)
+    index = KnowledgeIndex(gated, embedder)  # type: ignore[arg-type]
+    record = await knowledge.store.knowledge.get("guide")
+    index.build_soon(record)
+    await eventually(lambda: gated.reads == 1, message="the first build reads the passages")
+    for name in ("baking.md", "sailing.md"):  # uploaded while the first build is under way
+        await knowledge.ingesting.store(record, knowledge.ingesting.prepare(name, DOCS[name]), "bob")
+        index.build_soon(record)
+    await knowledge.store.knowledge.remove_document("guide", "cooling.md")
+    index.build_soon(record)
+    last = (await knowledge.store.knowledge.get("guide")).revision
+    gated.gate.set()
+    await eventually(lambda: index.held(record.id) == last, message="the latest revision is built")
+    assert gated.reads == 2  # the first build, then one for the three changes made meanwhile
+    found = await index.search_in([await knowledge.store.knowledge.get("guide")], "heavy water", 3)
+    assert {p.document for p in found} == {"baking.md", "sailing.md"}

@@ -194,6 +194,7 @@ async def upload_document(
     await knowledge.ensure_key(state.on_keys_changed)
     if not progress:
         stored = await knowledge.ingesting.store(record, prepared, caller.name)
+        knowledge.index.build_soon(record)  # the next search here finds the new index built
         await state.store.audit.record(
             caller.name, "knowledge.upload", f"{name}/{document}", {"sha256": stored.sha256}
         )
@@ -221,6 +222,7 @@ async def upload_document(
         except LlmgwError as error:
             yield _line({"error": {"message": error.message, "hint": error.hint}})
             return
+        knowledge.index.build_soon(record)
         await state.store.audit.record(
             caller.name, "knowledge.upload", f"{name}/{document}", {"sha256": prepared.sha256}
         )
@@ -241,8 +243,9 @@ def _line(item: object) -> bytes:
 )
 async def remove_document(name: str, document: str, state: State, caller: Who) -> Response:
     """Remove one document and its passages."""
-    knowledge, _ = await _writable(state, caller, name)
+    knowledge, record = await _writable(state, caller, name)
     await knowledge.store.knowledge.remove_document(name, document)
+    knowledge.index.build_soon(record)
     await state.store.audit.record(caller.name, "knowledge.remove", f"{name}/{document}", {})
     return Response(status_code=204)
 
