@@ -94,7 +94,7 @@ bench-mirror: install
 
 # all-MiniLM-L6-v2 converted to GGUF (llmgw.testing.embedding_model), cached in $(LLMGW_CACHE)/models.
 .PHONY: embedding-model bench-knowledge
-embedding-model: engine
+embedding-model: engine training
 	$(BIN)/python -m llmgw.testing.embedding_model
 
 bench-knowledge: embedding-model
