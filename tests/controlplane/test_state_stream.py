@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from llmgw.controlplane.statestream import (
     usage_record,
     usage_request,
 )
+from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
@@ -41,9 +43,11 @@ from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.usage import UsageRecord
 from llmgw.protocol.channels import StateChannel, memory_state_pair
 from llmgw.store import Fence, Leases, Store
+from llmgw.store.usage import UsageEntry
 from llmgw.testing.eventually import eventually
 
 SHA = "0123456789abcdef" * 4
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def endpoint(replica_id: str, model: str = "m") -> ReplicaEndpoint:
@@ -417,3 +421,102 @@ async def test_a_standby_following_takes_its_share_of_the_limits_and_the_leader_
         await link.break_off()
         await eventually(lambda: share("cp1") == 1.0)
         assert share("cp2") == pytest.approx(0.9)  # kept while it has no stream: the cluster admits less
+
+
+class UsageRows:
+    """Stands in for the store's usage log: the rows a usage writer stores."""
+
+    def __init__(self) -> None:
+        self.rows: list[UsageEntry] = []
+
+    async def append(self, entries: Sequence[UsageEntry]) -> None:
+        self.rows.extend(entries)
+
+    async def append_missing(self, entries: Sequence[UsageEntry]) -> int:
+        raise AssertionError("without a spill nothing is replayed")
+
+
+def mixed_usage(n: int, start: int = 0) -> list[UsageRecord]:
+    """``n`` requests over 3 keys, 2 models and 2 places: failures, streams, answers without tokens."""
+    return [
+        UsageRecord(
+            f"k{i % 3}",
+            ("m", "e")[i % 2],
+            "r1",
+            prompt_tokens=i % 7,
+            completion_tokens=i % 5,
+            status=502 if i % 4 == 0 else 200,
+            duration_s=(i % 9) / 8,
+            place=("user:ann", "")[i % 5 == 0],
+            ttft_s=(i % 3) / 16 if i % 2 else None,
+            generation_s=(i % 4) / 32,
+        )
+        for i in range(start, start + n)
+    ]
+
+
+async def stored(requests: list[dict[str, Any]]) -> list[UsageEntry]:
+    """The rows the leader's usage writer stores for ``requests`` (as its dispatcher hands them on)."""
+    rows = UsageRows()
+    writer = UsageWriter(rows, lambda: NOW, interval_s=3600)
+    ignore: Any = lambda *args: None  # noqa: E731
+    dispatch = request_dispatcher(writer.add, ignore, ignore, ignore, ignore, on_usage_sums=writer.add_sums)
+    for request in requests:
+        dispatch(request)
+    assert await writer.flush()
+    return sorted(rows.rows, key=repr)
+
+
+async def test_a_standbys_usage_reaches_the_leader_as_sums_once_per_tick_and_is_stored_as_the_leaders(
+    planes: dict[str, Plane],
+) -> None:
+    records = mixed_usage(1000)
+    leaders: list[dict[str, Any]] = []  # the leader's own gateway: each request done at once
+    leader = StateFollowing(
+        planes["cp1"].state, planes["cp1"].leadership, Link(planes, "cp2"), leaders.append
+    )
+    for record in records:
+        leader.usage(record)
+    assert len(leaders) == 1000
+
+    async with following(planes, Link(planes, "cp1")) as follower:
+        await eventually(lambda: follower.live)
+        for record in records:
+            follower.usage(record)
+            follower.used(record.model)
+        await eventually(lambda: sum(r["kind"] == "used" for r in planes["cp1"].requests) == 2)
+        await eventually(lambda: any(r["kind"] == "usage_sums" for r in planes["cp1"].requests))
+    sent = planes["cp1"].requests
+    # one message for the thousand requests (they came within one tick), one per model used
+    assert sorted(r["kind"] for r in sent) == ["usage_sums", "used", "used"]
+    assert sorted(r["model"] for r in sent if r["kind"] == "used") == ["e", "m"]
+    rows = await stored(sent)
+    assert rows == await stored(leaders)
+    assert sum(row.requests for row in rows) == 1000
+    assert len(rows) == 3 * 2 * 2
+
+
+async def test_a_standbys_usage_is_held_as_sums_while_the_stream_is_down_and_sent_once_it_is_back(
+    planes: dict[str, Plane],
+) -> None:
+    before, during = mixed_usage(300), mixed_usage(700, start=300)
+    link = Link(planes, "cp1")
+    sent = planes["cp1"].requests
+    async with following(planes, link) as follower:
+        await eventually(lambda: follower.connected)
+        for record in before:
+            follower.usage(record)
+        await eventually(lambda: len(sent) == 1)
+        link.refused = True
+        await link.break_off()
+        await eventually(lambda: not follower.connected)
+        for record in during:  # no stream to send on: summed, however many
+            follower.usage(record)
+        follower.used("m")
+        follower.request({"kind": "wanted", "model": "e"})
+        link.refused = False
+        await eventually(lambda: len(sent) == 4)
+    assert sorted(r["kind"] for r in sent[1:]) == ["usage_sums", "used", "wanted"]
+    rows = await stored(sent)
+    assert sum(row.requests for row in rows) == 1000  # none lost, none counted twice
+    assert rows == await stored([usage_request(record) for record in before + during])

@@ -8,17 +8,22 @@ in tests):
   :class:`~llmgw.controlplane.gatewaystate.GatewayState`, ending with
   ``live``, then every change as its feed is told it;
 - the standby (:class:`StateFollowing`) sends back what only the leader
-  decides or writes: usage records (the leader writes them), tokens counted
+  decides or writes: its gateway's usage (the leader writes it), summed per
+  key, model and place and sent once per :data:`~llmgw.controlplane.localchannel.TICK_S`
+  as its gateway workers send theirs (``usage_sums``,
+  :class:`~llmgw.controlplane.usage_writing.UsageSums`), tokens counted
   against limits (``controlplane/limit_counting.py``; they also weigh the
   limits' shares, ``controlplane/limit_sharing.py``), models wanted on
-  demand or kept in use, replicas it could not reach.
+  demand or kept in use (``used``: once per model and tick), replicas it
+  could not reach.
 
 The leader answers only a certificate naming a control plane the store lists,
 and only while it leads (it ends the stream when it stops leading). A standby
 that loses the stream keeps its copy and keeps serving from it (the replicas
 still answer) and connects again to whichever plane leads next, which sends a
-new full copy. The standby keeps its requests while no stream is up and sends
-them on the next; if it comes to lead itself it hands them to its own parts.
+new full copy. The standby keeps its requests while no stream is up (its usage
+as sums, however many requests) and sends them on the next; if it comes to
+lead itself it hands them to its own parts.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import Any
 
 from llmgw.controlplane.gatewaystate import Event, GatewayState, StateApplier
 from llmgw.controlplane.leadership import Leadership
+from llmgw.controlplane.localchannel import TICK_S
+from llmgw.controlplane.usage_writing import UsageSums
 from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.adapters import Adapters
@@ -149,6 +156,8 @@ class StateFollowing:
         self._connect = connect
         self._on_request = on_request
         self._pending: list[Event] = []
+        self._usage = UsageSums()
+        self._used: set[str] = set()
         self._more = asyncio.Event()
         self.connected = False
 
@@ -167,8 +176,34 @@ class StateFollowing:
         self._pending.append(request)
         self._more.set()
 
+    def usage(self, record: UsageRecord) -> None:
+        """Count a request's usage: summed and sent with the next tick (kept while no stream is up),
+        done here at once when this plane leads. A message per request cost the leader a line to read
+        and the standby a wake of its sender for each."""
+        if self._leadership.serving:
+            self._on_request(usage_request(record))
+            return
+        self._usage.add(record)
+
+    def used(self, model: str) -> None:
+        """``model`` kept in use (every request's end says so): sent once per model with the next tick,
+        kept while no stream is up; done here at once when this plane leads."""
+        if self._leadership.serving:
+            self._on_request({"kind": "used", "model": model})
+            return
+        self._used.add(model)
+
+    def _take_sums(self) -> None:
+        """The usage summed and the models used since the last tick, to send with the requests."""
+        if self._usage:
+            self._pending.append({"kind": "usage_sums", "sums": self._usage.take()})
+        if self._used:
+            used, self._used = self._used, set()
+            self._pending.extend({"kind": "used", "model": model} for model in sorted(used))
+
     def _hand_over(self) -> None:
         """This plane leads: what waited for a leader is done here."""
+        self._take_sums()
         pending, self._pending = self._pending, []
         for request in pending:
             self._on_request(request)
@@ -214,9 +249,12 @@ class StateFollowing:
                 self.connected = True
 
     async def _send(self, channel: StateChannel) -> None:
+        """Requests as they come, the sums once per tick; a request leaves the queue once sent."""
         while True:
-            await self._more.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._more.wait(), TICK_S)
             self._more.clear()
+            self._take_sums()
             while self._pending:
                 await channel.send(self._pending[0])
                 del self._pending[0]

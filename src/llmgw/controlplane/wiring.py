@@ -80,7 +80,6 @@ from llmgw.controlplane.statestream import (
     StateServing,
     drop_inherited,
     request_dispatcher,
-    usage_request,
 )
 from llmgw.controlplane.training import TrainingScheduler
 from llmgw.controlplane.upgrading import AgentUpgrades
@@ -254,8 +253,8 @@ async def wire(
         replicas=ReplicaTable(Router(config.routing)),
         # done here while leading; sent to the leader over the state stream otherwise
         on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
-        on_used=lambda model: following.request({"kind": "used", "model": model}),
-        on_usage=lambda record: following.request(usage_request(record)),
+        on_used=lambda model: following.used(model),
+        on_usage=lambda record: following.usage(record),
         on_replica_failed=lambda replica_id, reason: following.request(
             {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
         ),
