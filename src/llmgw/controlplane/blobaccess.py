@@ -8,7 +8,7 @@ a standby, whose fleet is empty, reads them from the store (the replicas
 placed on the node and their models' definitions), so a node whose leader
 lacks a blob fetches it from a standby that holds it. A node also fetches
 the base model's files of a training job placed on it (read from the store,
-on the leader as on a standby).
+on the leader only when the node's replicas do not account for the blob).
 """
 
 from __future__ import annotations
@@ -34,12 +34,15 @@ class BlobAccess:
     async def check(self, caller: RelayPeer, sha256: str) -> None:
         if caller.control_plane:
             return
-        if sha256 in await self.training_files(caller.name):
-            return
         if self._leading():
-            self._fleet.check_fetch(caller.name, sha256)
-            return
-        if sha256 not in await self.placed_files(caller.name):
+            try:
+                self._fleet.check_fetch(caller.name, sha256)
+                return
+            except Unauthorized:
+                if sha256 not in await self.training_files(caller.name):
+                    raise
+                return
+        if sha256 not in await self.placed_files(caller.name) | await self.training_files(caller.name):
             raise Unauthorized(
                 f"node {caller.name} runs no replica with the file {sha256[:12]}…, so it may not fetch it",
                 "a node fetches only the weights, files and adapters of the replicas placed on it "
