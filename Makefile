@@ -22,6 +22,10 @@ help:
 	@echo "make fuzz    fuzz /v1 and /api long (FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) examples per test; make test runs fewer)"
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas"
+	@echo "make training       install the LoRA training environment (cached; make test needs it)"
+	@echo "make embedding-model  convert all-MiniLM-L6-v2 to GGUF for the knowledge tests (cached)"
+	@echo "make bench-knowledge  retrieval quality and query latency at 100k passages"
+	@echo "make bench-control-plane  the control plane at 100, 300 and 1,000 simulated nodes"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
