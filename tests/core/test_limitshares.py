@@ -48,6 +48,11 @@ def test_every_subjects_shares_sum_to_one(use: dict[str, dict[str, float]]) -> N
         assert total == pytest.approx(1.0)
 
 
+def test_a_vanishingly_small_use_still_divides_to_one() -> None:
+    shares = divide(["cp1", "cp2", "cp3"], {"cp1": {"key:a": 5e-324}})
+    assert sum(shares.of(plane)[1]["key:a"] for plane in shares.planes) == pytest.approx(1.0)
+
+
 def test_planes_both_refused_converge_on_an_even_split() -> None:
     """Each plane admits exactly its share (both want more): the division moves to even."""
     use = {"cp1": {"key:a": 0.95}, "cp2": {"key:a": 0.05}}

@@ -88,5 +88,7 @@ def divide(
         for subject, total in totals.items():
             for plane in serving:
                 amount = max(0.0, use.get(plane, {}).get(subject, 0.0))
-                subjects[plane][subject] = floor / n + (1.0 - floor) * amount / total
+                # The fraction first: (1 - floor) * amount rounds up when amount is subnormal.
+                part = min(1.0, amount / total)
+                subjects[plane][subject] = floor / n + (1.0 - floor) * part
     return PlaneShares(serving, {p: by for p, by in subjects.items() if by})
