@@ -162,7 +162,7 @@ async def test_a_leader_renews_as_soon_as_the_store_returns_from_an_outage_short
     assert (cp1.state, cp1.epoch) == (LEADING, 1)
 
 
-async def test_a_standby_leaves_the_lease_alone_for_one_round_after_the_store_returns(
+async def test_a_standby_leaves_the_lease_alone_after_the_store_returns(
     store: Store, time_: FakeClock
 ) -> None:
     leader_view, standby_view = Outage(Leases(store, time_.elapsed)), Outage(Leases(store, time_.elapsed))
@@ -182,6 +182,59 @@ async def test_a_standby_leaves_the_lease_alone_for_one_round_after_the_store_re
     await time_.advance(cp1.round_s)
     await cp2.round()
     assert cp2.state == STANDBY
+
+
+async def test_a_standby_waits_out_a_leader_whose_call_hung_through_the_outage_and_replaces_a_dead_one(
+    store: Store, time_: FakeClock
+) -> None:
+    """The leader's round is stuck on a call the outage left hanging (up to the store's timeout):
+    the standby does not take the lease meanwhile; once that long passed with no renewal, it does."""
+    leader_view, standby_view = Outage(Leases(store, time_.elapsed)), Outage(Leases(store, time_.elapsed))
+    cp1 = control_plane(store, time_, "cp1", leader_view)
+    cp2 = control_plane(store, time_, "cp2", standby_view)
+    await cp1.round()
+    await cp2.round()
+    leader_view.out = standby_view.out = True
+    for _ in range(9):  # 30 s: the lease lapsed for everyone
+        await time_.advance(cp1.round_s)
+        await cp1.round()
+        await cp2.round()
+    standby_view.out = False  # the store is back; cp1's call still hangs
+    quiet = cp2.quiet_after_outage_s()
+    assert quiet > cp2.round_s
+    waited = 0.0
+    while waited + 1.0 < quiet:
+        await cp2.round()
+        assert (cp2.state, cp2.epoch) == (STANDBY, None)
+        await time_.advance(1.0)
+        waited += 1.0
+    leader_view.out = False  # cp1's call timed out; its next round renews
+    await cp1.round()
+    await cp2.round()
+    assert (cp1.state, cp2.state, cp1.epoch) == (LEADING, STANDBY, 1)
+    # The same outage again, and this time cp1 died in it: cp2 leads once the quiet time passed.
+    leader_view.out = standby_view.out = True
+    for _ in range(9):
+        await time_.advance(cp1.round_s)
+        await cp2.round()
+    standby_view.out = False
+    await cp2.round()
+    await time_.advance(quiet)
+    await cp2.round()
+    assert (cp2.state, cp2.epoch) == (LEADING, 2)
+
+
+async def test_control_planes_started_while_the_store_was_away_lead_as_soon_as_it_answers(
+    store: Store, time_: FakeClock
+) -> None:
+    view = Outage(Leases(store, time_.elapsed))
+    cp1 = control_plane(store, time_, "cp1", view)
+    view.out = True
+    await cp1.round()
+    view.out = False
+    await time_.advance(1.0)
+    await cp1.round()
+    assert (cp1.state, cp1.epoch) == (LEADING, 1)  # nobody led before: nobody to wait for
 
 
 async def test_a_control_plane_that_resigned_follows_who_leads_next_without_asking_for_the_lease(

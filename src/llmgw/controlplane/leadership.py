@@ -27,9 +27,12 @@ While the store does not answer, rounds come every second (``OUTAGE_ROUND_S``)
 rather than every third of the lease, so a leader renews as soon as the store
 is back (a Patroni failover, a server restarted): an outage shorter than the
 lease, less that second, never pauses it.
-A standby that saw the store out of reach leaves the lease alone for one round
-after the store returns, so a leader that kept leading through the outage
-renews first instead of the lease moving needlessly.
+A standby that saw the store out of reach leaves the lease alone for a while
+after the store returns (:meth:`Leadership.quiet_after_outage_s`: the store's
+timeout, an outage round and a round), so a leader that kept leading through
+the outage renews first instead of the lease moving needlessly, even when its
+round was waiting on a call the outage left hanging; a leader that died during
+the outage is replaced that much later.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class Leadership:
         before_leading: Callable[[], Awaitable[None]] | None = None,
         on_planes: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
+        store_timeout_s: float = 5.0,
     ) -> None:
         self._leases = leases
         self._fence = fence
@@ -105,7 +109,11 @@ class Leadership:
         self.epoch: int | None = None
         self._deadline = 0.0
         self._store_out = False
-        self._skip_round = False
+        self._store_timeout_s = store_timeout_s
+        self._saw_outage = False
+        """A standby saw the store out of reach and has not yet seen it answer again."""
+        self._quiet_until = float("-inf")
+        """A standby leaves the lease alone until then, on the monotonic clock (after an outage)."""
         self._last_round = float("-inf")
         """When the last round ended (store answered or not), on the monotonic clock."""
         self.holder = ""
@@ -121,6 +129,11 @@ class Leadership:
     def round_s(self) -> float:
         """Seconds between rounds: renewed three times per lease."""
         return self.lease_s / 3
+
+    def quiet_after_outage_s(self) -> float:
+        """How long a standby leaves the lease alone once the store answers again: long enough for a
+        leader whose call the outage left hanging to see it time out, wait an outage round and renew."""
+        return self._store_timeout_s + OUTAGE_ROUND_S + self.round_s
 
     def next_round_in(self) -> float:
         """Seconds until the next round: a standby asks again the moment the lease it saw lapses;
@@ -181,10 +194,15 @@ class Leadership:
             await self._leases.announce(self.me.name, self.me.agent_address, self.me.http_address)
             if self.epoch is not None:
                 await self._renew(started)
-            elif self._skip_round:
-                self._skip_round = False
-                log.info("the store is back: leaving the lease alone for one round")
-            else:
+            elif self._saw_outage:
+                self._saw_outage = False
+                self._quiet_until = started + self.quiet_after_outage_s()
+                log.info(
+                    "the store is back: leaving the lease alone for %.1f s, so a leader that kept "
+                    "leading renews first",
+                    self.quiet_after_outage_s(),
+                )
+            elif started >= self._quiet_until:
                 await self._ask(started)
             await self._learn()
             if self._store_out:
@@ -194,8 +212,8 @@ class Leadership:
             if not self._store_out:
                 log.warning("leadership round failed: %s", error)
             self._store_out = True
-            if self.epoch is None:
-                self._skip_round = True
+            if self.epoch is None and self.holder:  # another led: give it the first renewal
+                self._saw_outage = True
             elif self.state == LEADING and self._clock() >= self._deadline:
                 self._set(PAUSED, "the store has not answered for a whole lease")
         finally:

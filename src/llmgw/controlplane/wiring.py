@@ -328,6 +328,7 @@ async def wire(
         Identity(config.name, "", ""),
         lease_s=config.leadership.lease_s,
         before_leading=before_leading,
+        store_timeout_s=config.store.timeout_s,
     )
     closing.push_async_callback(leadership.resign)
     closing.push_async_callback(counts.close)  # the last counts, written before resigning
