@@ -162,9 +162,11 @@ async def test_a_leader_renews_as_soon_as_the_store_returns_from_an_outage_short
     assert (cp1.state, cp1.epoch) == (LEADING, 1)
 
 
-async def test_a_standby_leaves_the_lease_alone_after_the_store_returns(
+async def leader_and_standby_through_an_outage(
     store: Store, time_: FakeClock
-) -> None:
+) -> tuple[Leadership, Leadership, Outage, Outage]:
+    """cp1 leading, cp2 standing by, then 30 s with the store out of reach of both (both still out):
+    the lease lapsed for everyone."""
     leader_view, standby_view = Outage(Leases(store, time_.elapsed)), Outage(Leases(store, time_.elapsed))
     cp1 = control_plane(store, time_, "cp1", leader_view)
     cp2 = control_plane(store, time_, "cp2", standby_view)
@@ -175,6 +177,13 @@ async def test_a_standby_leaves_the_lease_alone_after_the_store_returns(
         await time_.advance(cp1.round_s)
         await cp1.round()
         await cp2.round()
+    return cp1, cp2, leader_view, standby_view
+
+
+async def test_a_standby_leaves_the_lease_alone_after_the_store_returns(
+    store: Store, time_: FakeClock
+) -> None:
+    cp1, cp2, leader_view, standby_view = await leader_and_standby_through_an_outage(store, time_)
     leader_view.out = standby_view.out = False
     await cp2.round()  # the standby happens to ask first
     await cp1.round()
@@ -189,16 +198,7 @@ async def test_a_standby_waits_out_a_leader_whose_call_hung_through_the_outage_a
 ) -> None:
     """The leader's round is stuck on a call the outage left hanging (up to the store's timeout):
     the standby does not take the lease meanwhile; once that long passed with no renewal, it does."""
-    leader_view, standby_view = Outage(Leases(store, time_.elapsed)), Outage(Leases(store, time_.elapsed))
-    cp1 = control_plane(store, time_, "cp1", leader_view)
-    cp2 = control_plane(store, time_, "cp2", standby_view)
-    await cp1.round()
-    await cp2.round()
-    leader_view.out = standby_view.out = True
-    for _ in range(9):  # 30 s: the lease lapsed for everyone
-        await time_.advance(cp1.round_s)
-        await cp1.round()
-        await cp2.round()
+    cp1, cp2, leader_view, standby_view = await leader_and_standby_through_an_outage(store, time_)
     standby_view.out = False  # the store is back; cp1's call still hangs
     quiet = cp2.quiet_after_outage_s()
     assert quiet > cp2.round_s
