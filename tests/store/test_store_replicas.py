@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from llmgw.errors import Conflict, NotFound
-from llmgw.store import ReplicaRecord, Store
+from llmgw.errors import Conflict, NotFound, NotLeader
+from llmgw.store import Fence, ReplicaRecord, Store
 
 
 def replica(replica_id: str, model: str = "smollm2", devices: Sequence[int] = (0, 1)) -> ReplicaRecord:
@@ -91,3 +91,13 @@ async def test_more_replicas_added_together_than_one_statement_binds(catalog: St
     many = [replica(f"r{i:04d}") for i in range(1200)]
     assert len(await catalog.replicas.add_all(many)) == 1200
     assert len(await catalog.replicas.list("smollm2")) == 1200
+
+
+async def test_replicas_added_together_by_a_control_plane_that_does_not_lead_are_refused(
+    catalog: Store,
+) -> None:
+    catalog.fence = Fence("cp2", None)  # a standby, or a leader deposed
+    with pytest.raises(NotLeader):
+        await catalog.replicas.add_all([replica("r1"), replica("r2", model="qwen")])
+    catalog.fence = None
+    assert await catalog.replicas.list() == []

@@ -415,7 +415,7 @@ class ModelDefinition(Strict):
     name: str
     """The name clients ask for in ``model``."""
     source: Source
-    profiles: tuple[Profile, ...] = Field(default=(Profile(),), max_length=16)
+    profiles: tuple[Profile, ...] = Field(default_factory=lambda: (Profile(),), max_length=16)
     """How to run the model, tried in order: placement takes the first profile some node fits.
     The single ``profile:`` of older definitions reads as a list of one."""
     replicas: Replicas = Field(default_factory=Replicas)

@@ -40,6 +40,8 @@ class FreeCards:
         self._order: dict[str, int] = {}
         self._cards: dict[str, dict[int, int]] = {}
         """Each node's usable cards (and MIG instances) with the memory free on each."""
+        self._serving: dict[str, dict[Way, tuple[int, ...]]] = {}
+        """Per node and way of asking, the cards that may serve it (kept until the node changes)."""
         self._host: dict[str, int] = {}
         self._models: dict[str, Counter[str]] = {}
         """Each model's replicas by node."""
@@ -57,11 +59,13 @@ class FreeCards:
         """A node joined or its inventory changed: its free memory is its inventory's less its replicas'."""
         self._nodes[node.node_id] = node
         self._order.setdefault(node.node_id, len(self._order))
+        self._serving.pop(node.node_id, None)
         self._recount(node.node_id)
 
     def node_left(self, node_id: str) -> None:
         """A node left: it is offered no more (its replicas stay counted, should it come back)."""
         if self._nodes.pop(node_id, None) is not None:
+            self._serving.pop(node_id, None)
             self._cards.pop(node_id, None)
             self._host.pop(node_id, None)
             self._version[node_id] = self._version.get(node_id, 0) + 1
@@ -70,7 +74,16 @@ class FreeCards:
         """A replica now holds its memory on its node."""
         self._placed.setdefault(replica.node_id, []).append(replica)
         self._models.setdefault(replica.model, Counter())[replica.node_id] += 1
-        self._recount(replica.node_id)
+        cards = self._cards.get(replica.node_id)
+        if cards is None:  # the node is away: counted when it joins again
+            self._version[replica.node_id] = self._version.get(replica.node_id, 0) + 1
+            return
+        for index in replica.devices:  # what _recount would subtract, without counting the node again
+            if index in cards:
+                cards[index] -= replica.memory_mb // max(1, len(replica.devices))
+        if not replica.devices:
+            self._host[replica.node_id] -= replica.memory_mb
+        self._changed(replica.node_id)
 
     def remove(self, replica_id: str) -> None:
         """A replica no longer holds its memory (stopped, moved)."""
@@ -148,17 +161,28 @@ class FreeCards:
         for way, heap in self._heaps.items():
             heapq.heappush(heap, self._entry(node_id, way))
 
+    def _changed(self, node_id: str) -> None:
+        """The node's free memory changed: its entries in every order are pushed again."""
+        self._version[node_id] = self._version.get(node_id, 0) + 1
+        for way, heap in self._heaps.items():
+            heapq.heappush(heap, self._entry(node_id, way))
+
     def _usable(self, node_id: str, way: Way) -> dict[int, int]:
         """The node's cards that may serve a replica asking ``way``, with their free memory."""
-        gpu_class, single, _ = way
-        node = self._nodes[node_id]
-        classes = {gpu.index: gpu.device_class for gpu in node.gpus}
-        return {
-            index: free
-            for index, free in self._cards[node_id].items()
-            if (single or not is_mig_class(classes.get(index, "")))
-            and (not gpu_class or classes.get(index) == gpu_class)
-        }
+        serving = self._serving.setdefault(node_id, {})
+        indices = serving.get(way)
+        cards = self._cards[node_id]
+        if indices is None:
+            gpu_class, single, _ = way
+            classes = {gpu.index: gpu.device_class for gpu in self._nodes[node_id].gpus}
+            indices = tuple(
+                index
+                for index in cards
+                if (single or not is_mig_class(classes.get(index, "")))
+                and (not gpu_class or classes.get(index) == gpu_class)
+            )
+            serving[way] = indices
+        return {index: cards[index] for index in indices}
 
     def _entry(self, node_id: str, way: Way) -> tuple[int, int, str, int]:
         frees = sorted(self._usable(node_id, way).values(), reverse=True)
