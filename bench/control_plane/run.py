@@ -128,10 +128,19 @@ async def in_process(
             for definition in definitions:
                 await control.store.models.add(definition["name"], definition)
             wanted = wanted_replicas(definitions)
-            began, cpu = time.perf_counter(), time.process_time()
-            await control.reconciler.pass_once()
-            placing_ms = (time.perf_counter() - began) * 1000
-            placing_cpu_ms = (time.process_time() - cpu) * 1000
+            # The passes that place the catalog, back to back as the reconciler runs them while a pass
+            # leaves more to place (each places at most PLACEMENTS_PER_PASS).
+            placing_passes, placing_cpus = [], []
+            first = time.perf_counter()
+            while True:
+                began, cpu = time.perf_counter(), time.process_time()
+                await control.reconciler.pass_once()
+                placing_passes.append((time.perf_counter() - began) * 1000)
+                placing_cpus.append((time.process_time() - cpu) * 1000)
+                if not control.reconciler.more_to_place:
+                    break
+                await asyncio.sleep(0)
+            placing_all_ms = (time.perf_counter() - first) * 1000
             placed = len(control.fleet.replicas)
             if control.reconciler.unplaced:
                 model, why = next(iter(control.reconciler.unplaced.items()))
@@ -159,10 +168,12 @@ async def in_process(
         "nodes_registered_in_process_s": round(register_s, 3),
         "replicas_placed": placed,
         "replicas_wanted": wanted,
-        "reconcile_placing_ms": round(placing_ms, 2),
+        "reconcile_placing_ms": round(max(placing_passes), 2),
+        "reconcile_placing_passes": len(placing_passes),
+        "reconcile_placing_all_ms": round(placing_all_ms, 2),
         "reconcile_steady_p50_ms": round(figures.percentile(passes, 0.5), 2),
         "reconcile_steady_p99_ms": round(figures.percentile(passes, 0.99), 2),
-        "reconcile_placing_cpu_ms": round(placing_cpu_ms, 2),
+        "reconcile_placing_cpu_ms": round(max(placing_cpus), 2),
         "reconcile_steady_cpu_p50_ms": round(figures.percentile(cpus, 0.5), 2),
         "reconcile_steady_cpu_p99_ms": round(figures.percentile(cpus, 0.99), 2),
         **routing,

@@ -182,3 +182,45 @@ def test_the_roll_waits_for_a_fresh_replica_and_drains_the_stale_one_least_worth
     assert roll_step([ready_old], [ready_old], want=2) == RollStep()  # too few: placed as ever
     removed = _replica("e", ("tone", "gone"), ReplicaPhase.READY)
     assert stale(model, [removed]) == [removed]  # llama.cpp's adapter ids follow the catalog's order
+
+
+async def test_a_pass_whose_placements_are_spent_leaves_the_roll_to_the_next_pass_and_drains_nothing(
+    tmp_path: Path,
+) -> None:
+    """One placement a pass, taken by a model of higher priority: the roll's extra replica waits for
+    the next pass, and the old replica keeps serving (it is not replaced in place for want of room)."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}")
+    ready: dict[str, str] = {}
+    fleet = Fleet(
+        on_ready=lambda r, url: ready.__setitem__(r.replica_id, url),
+        on_gone=lambda replica_id: ready.pop(replica_id, None),
+    )
+    drained: list[str] = []
+    reconciler = Reconciler(store, fleet, drain=drained.append, placements_per_pass=1)
+    leadership = Leadership(Leases(store), Fence("cp1"), Identity("cp1", "127.0.0.1:8443", "http://x"))
+    await leadership.round()
+    h = Harness(store, fleet, reconciler, NodeSessions(store, fleet, reconciler, leadership), ready, drained)
+    try:
+        await store.models.add("m1", MODEL)
+        agent = await h.connect("node1", memory_mb=65536)
+        await reconciler.pass_once()
+        first = (await receive(agent, "start")).start
+        await h.ready_with(agent, first, {})
+
+        await store.models.put("m1", WITH_TONE)
+        urgent = {"name": "urgent", "source": {"sha256": SHA, "size": 100 << 20}, "priority": 10}
+        await store.models.add("urgent", urgent)
+        await reconciler.pass_once()
+        assert (await receive(agent, "start")).start.model == "urgent"
+        assert reconciler.more_to_place and not drained
+        assert fleet.replicas[first.replica_id].draining_since is None
+
+        await reconciler.pass_once()
+        surge = (await receive(agent, "start")).start
+        assert surge.model == "m1" and [a.name for a in surge.adapters] == ["tone"]
+        assert not drained and not reconciler.more_to_place
+    finally:
+        for task in h.tasks:
+            task.cancel()
+        await asyncio.gather(*h.tasks, return_exceptions=True)
+        await store.close()

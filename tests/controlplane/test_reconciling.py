@@ -550,3 +550,41 @@ async def test_a_control_plane_that_leads_again_gives_away_nodes_their_grace_ane
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await running
+
+
+async def test_a_pass_places_at_most_its_share_and_the_loop_places_the_rest_at_once(tmp_path: Path) -> None:
+    """Five replicas wanted, two placements a pass: three passes, run back to back by the loop
+    (whose interval is a minute), each writing what it placed."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'budget.db'}")
+    fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
+    reconciler = Reconciler(store, fleet, interval_s=60, placements_per_pass=2)
+    leadership = Leadership(Leases(store), Fence("cp1"), Identity("cp1", "127.0.0.1:8443", "http://x"))
+    await leadership.round()
+    sessions = NodeSessions(store, fleet, reconciler, leadership)
+    agent, control = memory_pair(agent_name="node1")
+    serving = asyncio.create_task(sessions.serve(control))
+    looping: asyncio.Task[None] | None = None
+    try:
+        await agent.send(
+            pb.AgentMessage(register=pb.Register(node_id="node1", address="127.0.0.1", memory_mb=65536))
+        )
+        await receive(agent, "registered")
+        await store.models.add("m1", {"name": "m1", "source": {"sha256": SHA, "size": 100 << 20},
+                                      "replicas": {"min": 5, "max": 5}})  # fmt: skip
+        await reconciler.pass_once()
+        assert len(await store.replicas.list()) == 2 and reconciler.more_to_place
+        assert "m1" not in reconciler.unplaced  # not refused: its turn is the next pass
+        looping = asyncio.create_task(reconciler.run())
+
+        async def all_placed() -> bool:
+            return len(await store.replicas.list()) == 5 and not reconciler.more_to_place
+
+        await eventually(all_placed, timeout_s=10, message="the loop placed the rest without its interval")
+        starts = [(await receive(agent, "start")).start.replica_id for _ in range(5)]
+        assert sorted(starts) == sorted(r.id for r in await store.replicas.list())
+    finally:
+        for task in (looping, serving):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (looping, serving) if t is not None), return_exceptions=True)
+        await store.close()

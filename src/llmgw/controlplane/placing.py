@@ -6,6 +6,11 @@ at the best node first, not at every one), and weighs every node only when that 
 (:meth:`Placer.decide`, also what ``/api/plan`` shows). A replica that fits nowhere drains the
 lower-priority replicas whose going makes room, if any would (:mod:`llmgw.core.eviction`).
 
+A pass places at most :data:`PLACEMENTS_PER_PASS` replicas (:attr:`Placer.more` then says so, and the
+reconciler passes again at once): a fresh catalog of a thousand replicas is placed over a few passes of
+tens of milliseconds, the event loop serving agents and clients between them, rather than in one pass
+that holds it for a tenth of a second or more.
+
 The replicas a pass places are tracked in the fleet at once (the rest of the pass counts them), written
 to the store together in one transaction at the pass's end, and only then are their nodes told to start
 them (:meth:`Placer.flush`): a node never runs a replica a new leader would not find in the store.
@@ -33,6 +38,9 @@ from llmgw.store.replicas import ReplicaRecord
 
 log = logging.getLogger(__name__)
 
+PLACEMENTS_PER_PASS = 128
+"""The replicas one pass places at most; the next pass, run at once, places the rest."""
+
 Start = Callable[[ReplicaState, ModelDefinition, tuple[int, ...]], Awaitable[None]]
 """Tell a replica's node to start it (the reconciler's ``_start``)."""
 
@@ -56,8 +64,13 @@ class Placer:
         definitions: Callable[[], Mapping[str, ModelDefinition]],
         training_holds: Callable[[], Sequence[TrainingHold]],
         drain: Callable[[ReplicaState, str], None],
+        per_pass: int = PLACEMENTS_PER_PASS,
     ) -> None:
         self._fleet = fleet
+        self._per_pass = per_pass
+        self._placed_now = 0
+        self.more = False
+        """The last pass stopped placing at :data:`PLACEMENTS_PER_PASS` with more to place."""
         self._definitions = definitions
         """The catalog as last read: the priorities eviction compares."""
         self._training_holds = training_holds
@@ -79,13 +92,28 @@ class Placer:
             del self.unplaced[model]
         self._fleet.changes.changed("models")
 
+    def begin_pass(self) -> None:
+        """A pass begins: it may place :data:`PLACEMENTS_PER_PASS` replicas."""
+        self._placed_now = 0
+        self.more = False
+        self.forget_index()
+
+    def spent(self) -> bool:
+        """Whether this pass placed as many replicas as it may (:attr:`more` is then set)."""
+        if self._placed_now >= self._per_pass:
+            self.more = True
+        return self.more
+
     def forget_index(self) -> None:
         """A replica went: the index of free cards is built again at the next placement."""
         self._free = None
 
     def place(self, model: ModelDefinition, placed: list[ReplicaRecord], trace: PassTrace) -> bool:
         """Place one more replica of ``model`` (tracked now, written and started by :meth:`flush`);
-        False, with its reasons in :attr:`unplaced`, when no node can take it."""
+        False, with its reasons in :attr:`unplaced`, when no node can take it, and False (with
+        :attr:`more` set) when the pass placed as many as it may."""
+        if self.spent():
+            return False
         decision = self._from_index(model, placed) or self.decide(model, placed)
         if not decision.placed:
             decision = self._evict(model, decision, placed)
@@ -103,6 +131,7 @@ class Placer:
         self.set_unplaced(model.name, "")
         self.evictions.pop(model.name, None)
         trace.placed(model.name, decision)
+        self._placed_now += 1
         profile = model.profiles[decision.profile]
         replica_id, api_key = f"{_slug(model.name)}-{secrets.token_hex(3)}", replica_key()
         where = [(decision.node_id, decision.devices), *((s.node_id, s.devices) for s in decision.more)]

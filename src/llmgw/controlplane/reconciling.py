@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from llmgw.controlplane import adapterrolling, multinode
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState, shard_blobs
-from llmgw.controlplane.placing import Placer
+from llmgw.controlplane.placing import PLACEMENTS_PER_PASS, Placer
 from llmgw.controlplane.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
 from llmgw.controlplane.replicacount import ReplicaCount
 from llmgw.controlplane.shardspecs import profile_of, shard_spec
@@ -73,6 +73,7 @@ class Reconciler:
         load: Callable[[str], ModelLoad] = lambda model: ModelLoad(),
         drain: Callable[[str], None] = lambda replica_id: None,
         replica_in_flight: Callable[[str], int] = lambda replica_id: 0,
+        placements_per_pass: int = PLACEMENTS_PER_PASS,
     ) -> None:
         self._tracing = tracing
         self._trace = NO_PASS
@@ -110,6 +111,7 @@ class Reconciler:
             definitions=lambda: self._definitions,
             training_holds=lambda: self.training_holds(),
             drain=self.drain,
+            per_pass=placements_per_pass,
         )
         self._parsed: dict[str, tuple[object, ModelDefinition]] = {}
         """Each model's definition as stored and as parsed (frozen), last pass: parsing 500 models takes
@@ -122,6 +124,11 @@ class Reconciler:
     def unplaced(self) -> dict[str, str]:
         """Models that could not be placed, with every node's reason."""
         return self._placer.unplaced
+
+    @property
+    def more_to_place(self) -> bool:
+        """The last pass placed as many replicas as one may (PLACEMENTS_PER_PASS) and left some."""
+        return self._placer.more
 
     @property
     def scaling(self) -> dict[str, str]:
@@ -191,16 +198,21 @@ class Reconciler:
         may_act = may_act or self._may_act
         self._fleet.restart_grace()  # leading (again): nodes away until now get their grace anew
         while True:
+            more = False
             try:
                 if may_act():  # leads now (the loop is also stopped the moment the lease is lost)
                     started = time.perf_counter()
                     await self.pass_once()
                     self._on_pass(time.perf_counter() - started)
+                    more = self._placer.more
                 self.last_error = ""
             except LlmgwError as error:
                 self.last_error = str(error)
                 log.warning("reconcile pass failed: %s", error)
             self._wake.clear()
+            if more:  # the pass placed as many as one may, and was written: the next one at once
+                await asyncio.sleep(0)
+                continue
             wait_s = self._interval_s
             loss_s = self._fleet.next_loss_s()  # pass again as soon as an away node is lost
             if loss_s is not None:
@@ -288,7 +300,7 @@ class Reconciler:
     async def pass_once(self) -> None:
         if self._tracing.enabled:
             self._trace = PassTrace(self._tracing)
-        self._placer.forget_index()
+        self._placer.begin_pass()
         try:
             models, placed = await self.load()
             wanted = {p.id for p in placed}
@@ -401,6 +413,8 @@ class Reconciler:
     ) -> None:
         """One step of replacing the replicas started with other adapters (:mod:`.adapterrolling`)."""
         step = adapterrolling.roll_step(mine, old, want)
+        if step.surge and self._placer.spent():
+            return  # the next pass, at once, places the extra one: none is drained without it
         if step.surge:
             before = {r.replica_id for r in self._fleet.of_model(model.name)}
             if self.decide(model, placed).placed and self._placer.place(model, placed, self._trace):
