@@ -5,8 +5,10 @@ For each fleet size (100, 300 and 1,000 simulated nodes of 8 cards of 80 GB;
 
 1. In this process, the leader's own store (SQLite), fleet, reconciler and node
    sessions, with the simulated nodes' agent sessions joined in memory
-   (``llmgw.testing.fleet_simulation``): the pass that places the 500 models
-   (about 1,000 replicas), then ``--steady-passes`` passes with everything
+   (``llmgw.testing.fleet_simulation``): the passes that place the 500 models
+   (about 1,000 replicas; a pass places at most PLACEMENTS_PER_PASS, and the
+   next runs at once: the longest of them, their count and their whole
+   time), then ``--steady-passes`` passes with everything
    placed and ready (p50/p99); then the gateway's ``ReplicaTable.pick`` for
    the model with 64 replicas, the KV index and prefix tree warm and every
    replica with a load (p50/p99 over 5,000 decisions).

@@ -38,7 +38,7 @@ from llmgw.store.replicas import ReplicaRecord
 
 log = logging.getLogger(__name__)
 
-PLACEMENTS_PER_PASS = 128
+PLACEMENTS_PER_PASS = 64
 """The replicas one pass places at most; the next pass, run at once, places the rest."""
 
 Start = Callable[[ReplicaState, ModelDefinition, tuple[int, ...]], Awaitable[None]]
