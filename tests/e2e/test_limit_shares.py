@@ -15,13 +15,11 @@ import pytest
 
 from llmgw.core.limits import Limits
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.llama_server_standin import write_launcher
-from llmgw.testing.postgres import PostgresServer
+
+from .limited_project import MODEL, limited_project
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "standin-chat"
-PROJECT = "project:acme/ml/chat"
 PER_MINUTE = 20
 LEASE_S = 5.0
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
@@ -32,33 +30,10 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, str]
     """cp1 leading, cp2 standing by; a key in a project limited to PER_MINUTE requests a minute, and
     one unlimited; the secret of the limited one."""
     home = tmp_path_factory.mktemp("limit-shares")
-    with PostgresServer.start() as database:
-        cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S)
-        try:
-            cluster.add_control_plane("cp2")
-            cluster.start_server("cp1")
-            wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
-            cluster.start_server("cp2")
-            weights = home / "weights.gguf"
-            weights.write_bytes(b"GGUF stand-in\n")
-            cluster.add_model(MODEL, weights)
-            admin = cluster.admin_of("cp1")
-            for path, body in (
-                ("/api/orgs", {"name": "acme"}),
-                ("/api/teams", {"org": "acme", "name": "ml"}),
-                ("/api/projects", {"org": "acme", "team": "ml", "name": "chat"}),
-            ):
-                admin.request("POST", path, body)
-            limited = str(admin.request("POST", "/api/keys", {"name": "limited", "place": PROJECT})["key"])
-            admin.request("PUT", f"/api/limits/{PROJECT}", Limits(requests_per_minute=PER_MINUTE).as_dict())
-            cluster.create_key("unlimited", via=admin)
-            launcher = write_launcher(home / "bin" / "llama-server")
-            cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
-            cluster.start_agent("node1")
-            cluster.wait_ready(MODEL, 60)
-            yield cluster, limited
-        finally:
-            cluster.stop()
+    limits = Limits(requests_per_minute=PER_MINUTE)
+    with limited_project(home, limits, lease_s=LEASE_S, via="cp1", ready_s=60) as made:
+        made.cluster.create_key("unlimited", via=made.admin)
+        yield made.cluster, made.key
 
 
 def post(cluster: Cluster, name: str, key: str) -> tuple[int, dict[str, str]]:

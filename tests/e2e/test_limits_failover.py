@@ -16,13 +16,12 @@ import pytest
 from llmgw.core.limits import Limits
 from llmgw.store.database import Store
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.llama_server_standin import PROMPT_TOKENS, write_launcher
-from llmgw.testing.postgres import PostgresServer
+from llmgw.testing.llama_server_standin import PROMPT_TOKENS
+
+from .limited_project import MODEL, PROJECT, limited_project
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "standin-chat"
-PROJECT = "project:acme/ml/chat"
 PER_REQUEST = PROMPT_TOKENS + 9
 """Tokens the stand-in reports for one whole chat answer."""
 BUDGET = 20 * PER_REQUEST - 1
@@ -32,33 +31,12 @@ LEASE_S = 5.0
 
 @pytest.fixture(scope="module")
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, str]]:
+    """The project made through the standby (it relays to the leader); its key is the cluster's."""
     home = tmp_path_factory.mktemp("limits")
-    with PostgresServer.start() as database:
-        cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S)
-        try:
-            cluster.add_control_plane("cp2")
-            cluster.start_server("cp1")
-            wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
-            cluster.start_server("cp2")
-            weights = home / "weights.gguf"
-            weights.write_bytes(b"GGUF stand-in\n")
-            cluster.add_model(MODEL, weights)
-            standby = cluster.admin_of("cp2")
-            for path, body in (
-                ("/api/orgs", {"name": "acme"}),
-                ("/api/teams", {"org": "acme", "name": "ml"}),
-                ("/api/projects", {"org": "acme", "team": "ml", "name": "chat"}),
-            ):
-                standby.request("POST", path, body)
-            cluster.key = str(standby.request("POST", "/api/keys", {"name": "k", "place": PROJECT})["key"])
-            standby.request("PUT", f"/api/limits/{PROJECT}", Limits(tokens_per_day=BUDGET).as_dict())
-            launcher = write_launcher(home / "bin" / "llama-server")
-            cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
-            cluster.start_agent("node1")
-            cluster.wait_ready(MODEL, 120)
-            yield cluster, database.url
-        finally:
-            cluster.stop()
+    limits = Limits(tokens_per_day=BUDGET)
+    with limited_project(home, limits, lease_s=LEASE_S, via="cp2", ready_s=120) as made:
+        made.cluster.key = made.key
+        yield made.cluster, made.database_url
 
 
 def spent(url: str) -> int:
