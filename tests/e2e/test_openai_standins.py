@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from llmgw.agent.config import EngineSettings, PythonEngineSettings, TrtllmSettings
 from llmgw.testing import openai_conformance as conformance
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
@@ -61,11 +60,7 @@ def surface(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             nvidia_smi=str(
                 install_fake_nvidia_smi(home / "smi", [H100_80G, H100_80G], driver_version="580.82.07")
             ),
-            engines=EngineSettings(
-                vllm=PythonEngineSettings(program=str(programs.vllm)),
-                sglang=PythonEngineSettings(program=str(programs.python)),
-                trtllm=TrtllmSettings(python=str(programs.python)),
-            ),
+            engines=programs.engine_settings(),
         )
         running.start_agent("node1")
         for name in MODELS:

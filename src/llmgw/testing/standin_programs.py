@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw.agent.config import EngineSettings, PythonEngineSettings, TrtllmSettings
+
 
 @dataclass(frozen=True)
 class StandinPrograms:
@@ -26,6 +28,14 @@ class StandinPrograms:
     trtllm_serve: Path
     comfyui_main: Path
     ray: Path
+
+    def engine_settings(self) -> EngineSettings:
+        """An agent's engine settings that run vLLM, SGLang and TensorRT-LLM as these stand-ins."""
+        return EngineSettings(
+            vllm=PythonEngineSettings(program=str(self.vllm)),
+            sglang=PythonEngineSettings(program=str(self.python)),
+            trtllm=TrtllmSettings(python=str(self.python)),
+        )
 
 
 def _write(path: Path, python: str, body: str) -> Path:
