@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llmgw.cli.adminclient import AdminClient
 from llmgw.core.limits import Limits
-from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.cluster import Cluster
 from llmgw.testing.llama_server_standin import write_launcher
 from llmgw.testing.postgres import PostgresServer
 
@@ -37,13 +37,8 @@ def limited_project(
     with PostgresServer.start() as database:
         cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=lease_s)
         try:
-            cluster.add_control_plane("cp2")
-            cluster.start_server("cp1")
-            wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
-            cluster.start_server("cp2")
-            weights = home / "weights.gguf"
-            weights.write_bytes(b"GGUF stand-in\n")
-            cluster.add_model(MODEL, weights)
+            cluster.start_leader_and_standby(20)
+            cluster.add_standin_model(MODEL)
             admin = cluster.admin_of(via)
             for path, body in (
                 ("/api/orgs", {"name": "acme"}),

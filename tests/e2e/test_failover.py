@@ -46,10 +46,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
         )
         cluster.cut = cut  # type: ignore[attr-defined]
         try:
-            cluster.add_control_plane("cp2")
-            cluster.start_server("cp1")
-            wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
-            cluster.start_server("cp2")
+            cluster.start_leader_and_standby(20)
             standby = cluster.admin_of("cp2")
             cluster.sha256 = cluster.add_model(  # type: ignore[attr-defined]
                 DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 2}, via=standby

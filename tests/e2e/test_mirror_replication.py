@@ -28,10 +28,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with postgres() as database:
         cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S)
         try:
-            cluster.add_control_plane("cp2")
-            cluster.start_server("cp1")
-            wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
-            cluster.start_server("cp2")
+            cluster.start_leader_and_standby(20)
             wait_for(lambda: cluster.admin.get("/api/status")["standbys"] == ["cp2"], 20, "cp1 sees cp2")
             launcher = write_launcher(home / "bin" / "llama-server")
             cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})

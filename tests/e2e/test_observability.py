@@ -32,9 +32,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         save_server_config(running.config, running.home / "server.yaml")
         running.start("server", "server", "run", "--config", str(running.config_path("cp1")), "--log-json")
         wait_for(lambda: running.admin.get("/api/status"), 30, "the control plane answers")
-        weights = home / "weights.gguf"
-        weights.write_bytes(b"GGUF stand-in\n")
-        running.add_model(MODEL, weights)
+        running.add_standin_model(MODEL)
         running.admin.create_unit("orgs", {"name": "obs"})
         running.admin.create_unit("teams", {"org": "obs", "name": "platform"})
         running.admin.create_unit("projects", {"org": "obs", "team": "platform", "name": "chat"})

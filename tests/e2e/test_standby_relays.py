@@ -58,13 +58,8 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with PostgresServer.start() as database:
         cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=5.0)
         try:
-            cluster.add_control_plane("cp2")
-            cluster.start_server("cp1")
-            wait_for(lambda: cluster.leader() == "cp1", 20, "cp1 leads")
-            cluster.start_server("cp2")
-            weights = home / "weights.gguf"
-            weights.write_bytes(b"GGUF stand-in\n")
-            cluster.add_model(MODEL, weights)
+            cluster.start_leader_and_standby(20)
+            cluster.add_standin_model(MODEL)
             cluster.create_key("tests", via=cluster.admin_of("cp2"))
             launcher = slow_standin(home / "bin" / "llama-server")
             cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})

@@ -26,9 +26,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     running = Cluster(home / "cluster", home / "cache")
     try:
         running.start_server()
-        weights = home / "weights.gguf"
-        weights.write_bytes(b"GGUF stand-in\n")
-        running.add_model(MODEL, weights)
+        running.add_standin_model(MODEL)
         running.create_key("tests")
         launcher = write_launcher(home / "bin" / "llama-server")
         running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})

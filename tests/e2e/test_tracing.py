@@ -38,9 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, collector: OtlpCollector) 
     save_server_config(running.config, running.config_path("cp1"))
     try:
         running.start_server()
-        weights = home / "weights.gguf"
-        weights.write_bytes(b"GGUF stand-in\n")
-        running.add_model(MODEL, weights)
+        running.add_standin_model(MODEL)
         running.create_key("tests")
         launcher = write_launcher(home / "bin" / "llama-server")
         running.add_node(

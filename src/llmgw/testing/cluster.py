@@ -171,6 +171,19 @@ class Cluster:
         admin.request("POST", "/api/models", definition)
         return str(blob["sha256"])
 
+    def start_leader_and_standby(self, lead_s: float = 30) -> None:
+        """cp1 started and leading, then cp2 started beside it, standing by (``store_url`` needed)."""
+        self.add_control_plane("cp2")
+        self.start_server("cp1")
+        wait_for(lambda: self.leader() == "cp1", lead_s, "cp1 leads")
+        self.start_server("cp2")
+
+    def add_standin_model(self, name: str) -> str:
+        """Add a model whose weights are a few bytes (the stand-in engines never read them); their sha256."""
+        weights = self.home / f"{name}.standin.gguf"
+        weights.write_bytes(b"GGUF stand-in\n")
+        return self.add_model(name, weights)
+
     def upload(self, file: Path | None = None, *, filename: str = "", data: bytes = b"") -> dict[str, Any]:
         """Import ``file`` (or ``data`` under ``filename``) into the mirror; the blob's sha256 and size."""
         if file is not None:
