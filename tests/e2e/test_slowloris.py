@@ -48,6 +48,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start_server()
         running.start_agent("node1")
         wait_for(lambda: _connected(running), 30, "node1 is connected")
+        # The control plane counts the node connected before the agent logs the answer it got.
+        wait_for(lambda: _registrations(running), 30, "node1 logged its registration")
         yield running
     finally:
         running.stop()
