@@ -520,3 +520,31 @@ async def test_a_standbys_usage_is_held_as_sums_while_the_stream_is_down_and_sen
     rows = await stored(sent)
     assert sum(row.requests for row in rows) == 1000  # none lost, none counted twice
     assert rows == await stored([usage_request(record) for record in before + during])
+
+
+async def test_a_standby_that_comes_to_lead_does_the_usage_it_held_itself_none_lost_none_twice(
+    planes: dict[str, Plane],
+) -> None:
+    held, after = mixed_usage(400), mixed_usage(100, start=400)
+    link = Link(planes, "cp1")
+    own = planes["cp2"].requests
+    async with following(planes, link) as follower:
+        await eventually(lambda: follower.connected)
+        link.refused = True
+        await link.break_off()
+        await eventually(lambda: not follower.connected)
+        for record in held:  # no leader to send to: summed and held
+            follower.usage(record)
+        follower.used("m")
+        assert not own
+        await planes["cp1"].leadership.resign()
+        await planes["cp2"].leadership.round()
+        assert planes["cp2"].leadership.serving
+        await eventually(lambda: any(r["kind"] == "usage_sums" for r in own))
+        for record in after:  # leading now: each request's usage done at once
+            follower.usage(record)
+    assert not planes["cp1"].requests
+    assert sorted(r["kind"] for r in own[:2]) == ["usage_sums", "used"]
+    rows = await stored(own)
+    assert sum(row.requests for row in rows) == 500
+    assert rows == await stored([usage_request(record) for record in held + after])

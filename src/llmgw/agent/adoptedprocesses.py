@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 from llmgw.agent.shardstates import process_start_time, zombie_start_time
+from llmgw.runtime.waiting import wait_event
 
 POLL_S = 0.5
 """How often the process is looked for where a pidfd cannot be opened."""
@@ -68,8 +69,7 @@ class AdoptedProcess:
             if descriptor >= 0:
                 loop.add_reader(descriptor, self._gone.set)
             while self.alive():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._gone.wait(), POLL_S if descriptor < 0 else 5.0)
+                await wait_event(self._gone, POLL_S if descriptor < 0 else 5.0)
                 self._gone.clear()
         finally:
             if descriptor >= 0:

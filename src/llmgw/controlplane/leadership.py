@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from llmgw.errors import LlmgwError, StoreError
+from llmgw.runtime.waiting import wait_event
 from llmgw.store.leases import ControlPlaneRecord, Fence, LeaseState
 
 log = logging.getLogger(__name__)
@@ -169,10 +170,7 @@ class Leadership:
         if seen is not None and seen != self.generation:
             return
         event = self._changed
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        await wait_event(event, timeout_s)
 
     def _set(self, state: str, why: str) -> None:
         if state == self.state:

@@ -49,6 +49,7 @@ from llmgw.controlplane.usage_writing import UsageSums
 from llmgw.core.backoff import Backoff
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.usage import UsageRecord
+from llmgw.runtime.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -391,8 +392,7 @@ class WorkerFollowing:
             next_count = loop.time() + COUNT_S
             reported: Event | None = None
             while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._more.wait(), min(TICK_S, max(0.0, next_count - loop.time())))
+                await wait_event(self._more, min(TICK_S, next_count - loop.time()))
                 self._more.clear()
                 if (load := self.in_flight()) != reported:
                     reported = load

@@ -45,6 +45,7 @@ from llmgw.core.shards import ReplicaPhase, StopShard
 from llmgw.core.trainingplacement import TrainingHold
 from llmgw.errors import ChannelClosed, LlmgwError, NotFound
 from llmgw.observability.tracing import TRACING_OFF, Tracing
+from llmgw.runtime.waiting import wait_event
 from llmgw.store.database import Store
 from llmgw.store.replicas import ReplicaRecord
 
@@ -217,10 +218,7 @@ class Reconciler:
             loss_s = self._fleet.next_loss_s()  # pass again as soon as an away node is lost
             if loss_s is not None:
                 wait_s = min(wait_s, max(loss_s, 0.01))
-            try:
-                await asyncio.wait_for(self._wake.wait(), wait_s)
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, wait_s)
 
     async def load_catalog(self) -> dict[str, ModelDefinition]:
         """Read the catalog and hand it to ``on_catalog`` (the gateway's model list)."""

@@ -45,6 +45,7 @@ from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.usage import UsageRecord
 from llmgw.protocol.channels import StateChannel
+from llmgw.runtime.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +252,7 @@ class StateFollowing:
     async def _send(self, channel: StateChannel) -> None:
         """Requests as they come, the sums once per tick; a request leaves the queue once sent."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._more.wait(), TICK_S)
+            await wait_event(self._more, TICK_S)
             self._more.clear()
             self._take_sums()
             while self._pending:

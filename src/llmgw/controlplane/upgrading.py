@@ -28,6 +28,7 @@ from llmgw.errors import ChannelClosed, Conflict, NotFound, UntrustedRelease
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.releases import FETCH_HINT, SIGNATURE, SUMS, WHEEL, parse_sums, read_trusted_key
 from llmgw.pki.signing import verify
+from llmgw.runtime.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +164,6 @@ class AgentUpgrades:
                         f"{self._node_timeout_s:.0f} s; read its agent's log"
                     )
                 self._heard.clear()
-                try:
-                    await asyncio.wait_for(self._heard.wait(), self._poll_s)
-                except TimeoutError:
-                    pass
+                await wait_event(self._heard, self._poll_s)
         finally:
             self._fleet.release_blobs.pop(node_id, None)
