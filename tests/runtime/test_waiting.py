@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from llmgw.runtime.waiting import wait_event
+import pytest
+
+from llmgw.runtime.waiting import wait_event, within
 
 
 async def test_an_event_set_meanwhile_is_seen_and_one_never_set_times_out() -> None:
@@ -34,3 +36,27 @@ async def test_a_loop_cancelled_as_its_event_is_set_ends() -> None:
         task.cancel()  # ...and the cancel arrives in the same turn
         done, _ = await asyncio.wait({task}, timeout=2)
         assert done and task.cancelled()
+
+
+async def test_within_answers_times_out_and_keeps_a_cancel_that_meets_the_answer() -> None:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    queue.put_nowait(1)
+    assert await within(queue.get(), 1) == 1
+    with pytest.raises(TimeoutError):
+        await within(queue.get(), 0.01)
+
+    got: list[int] = []
+
+    async def draining() -> None:
+        while True:
+            got.append(await within(queue.get(), 10))
+
+    for n in range(50):
+        task = asyncio.create_task(draining())
+        await asyncio.sleep(0)
+        queue.put_nowait(n)
+        await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=2)
+        assert done and task.cancelled()
+    assert got == list(range(50))  # nothing taken and dropped

@@ -49,7 +49,7 @@ from llmgw.controlplane.usage_writing import UsageSums
 from llmgw.core.backoff import Backoff
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.usage import UsageRecord
-from llmgw.runtime.waiting import wait_event
+from llmgw.runtime.waiting import wait_event, within
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class WorkerChannelServer:
             next_count = loop.time() + COUNT_S
             while True:
                 try:
-                    event = await asyncio.wait_for(queue.get(), TICK_S)
+                    event = await within(queue.get(), TICK_S)
                 except TimeoutError:
                     event = None
                 if event is not None:

@@ -45,7 +45,7 @@ from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.usage import UsageRecord
 from llmgw.protocol.channels import StateChannel
-from llmgw.runtime.waiting import wait_event
+from llmgw.runtime.waiting import wait_event, within
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class StateServing:
                 await channel.send(event)
             while self._leadership.serving:
                 try:
-                    event = await asyncio.wait_for(queue.get(), CHECK_S)
+                    event = await within(queue.get(), CHECK_S)
                 except TimeoutError:
                     continue
                 if event["kind"] == "overflow":

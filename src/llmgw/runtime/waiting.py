@@ -6,12 +6,16 @@ waits for completes: the cancel is lost. A loop that waits for an event with
 ``wait_for`` then keeps running when it is stopped, and whoever awaits its end
 waits for ever (seen: a plane's gateway state follower, once its plane had
 come to lead, could not be stopped). ``asyncio.timeout`` keeps the cancel;
-every long-running loop waits through :func:`wait_event`.
+every long-running loop waits through :func:`wait_event` or :func:`within`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
@@ -22,3 +26,10 @@ async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
+    """``await awaitable`` for at most ``timeout_s`` (``TimeoutError`` after), as ``asyncio.wait_for``
+    does, but a cancel that meets its completion is kept (raised at the task's next wait)."""
+    async with asyncio.timeout(max(0.0, timeout_s)):
+        return await awaitable
