@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from llmgw.controlplane.config import HttpSettings
-from llmgw.controlplane.httpserving import HttpServer, raise_descriptor_limit
+from llmgw.controlplane.httpserving import FIRST_HEAD_GRACE_S, HttpServer, raise_descriptor_limit
 from llmgw.testing.eventually import eventually
 
 HEAD_TIMEOUT_S = 0.4
@@ -270,3 +270,33 @@ def test_the_soft_descriptor_limit_is_raised_for_the_connections_as_far_as_the_h
     wanted = soft + 16 if hard == resource.RLIM_INFINITY else min(soft + 16, hard)
     assert raise_descriptor_limit(wanted) >= wanted
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= wanted
+
+
+async def test_a_request_arriving_on_a_connection_accepted_before_the_stop_is_answered_not_reset(
+    server: HttpServer,
+) -> None:
+    """A restart stops the server while a client's connection is accepted and its request on the way:
+    the request is answered (then the connection closed), and the stop waits for it."""
+    reader, writer = await connect(server)
+    await eventually(lambda: len(server.server_state.connections) == 1)
+    stopping = asyncio.create_task(server.stop())
+    await asyncio.sleep(0.15)  # the server has begun to stop; the request comes now
+    assert not stopping.done()
+    writer.write(REQUEST)
+    got = await asyncio.wait_for(answer(reader), 5)
+    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"ok")
+    assert await seconds_until_closed(reader, 2) < 2
+    await asyncio.wait_for(stopping, 5)
+    writer.close()
+
+
+async def test_a_connection_sending_nothing_when_the_server_stops_is_closed_after_the_grace(
+    server: HttpServer,
+) -> None:
+    reader, writer = await connect(server)
+    await eventually(lambda: len(server.server_state.connections) == 1)
+    started = time.monotonic()
+    await asyncio.wait_for(server.stop(), 5)
+    assert time.monotonic() - started < FIRST_HEAD_GRACE_S + MARGIN_S
+    assert await seconds_until_closed(reader, 1) < 1
+    writer.close()

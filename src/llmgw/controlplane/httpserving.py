@@ -26,6 +26,12 @@ gRPC server shares:
   has a request under way is the new one answered 503 and closed. uvicorn's own
   ``limit_concurrency`` is not used: it answers 503 only once a request head has
   arrived, so connections that never finish one are not bounded by it.
+
+When the server stops (a restart hands its listening socket to the next
+start), a connection accepted that has not yet sent a request is given
+:data:`FIRST_HEAD_GRACE_S` for its head rather than closed at once: closed
+with its request just arriving, its client would see a reset. A request that
+comes is answered and the connection closed after it.
 """
 
 from __future__ import annotations
@@ -146,6 +152,10 @@ def _refusal(max_connections: int) -> bytes:
     return head.encode() + body
 
 
+FIRST_HEAD_GRACE_S = 0.5
+"""When the server stops, how long a connection that has sent no request yet is given for one."""
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a request-head timeout and a cap on connections.
 
@@ -162,6 +172,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """The client asked to close (``Connection: close``, HTTP/1.0): once answered and its body read."""
         self._body_done = False
         """The request's body has been read whole (by the app, or dropped after the answer)."""
+        self._stopping = False
+        """The server stops: a request still answered here closes the connection once done."""
+        self._grace: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -176,6 +189,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        if self._grace is not None:
+            self._grace.cancel()
         self.guard.busy(self)
         super().connection_lost(exc)
 
@@ -196,7 +211,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.guard.busy(self)
         super().on_headers_complete()
         self._body_done = False
-        if self.cycle is not None and self.cycle.scope is self.scope and not self.cycle.keep_alive:
+        if (
+            self.cycle is not None
+            and self.cycle.scope is self.scope
+            and (not self.cycle.keep_alive or self._stopping)
+        ):
             # uvicorn would close as soon as the answer is sent, resetting a client still sending
             # its body: close once both are done instead (the rest of the body within the head timeout)
             self.cycle.keep_alive = True
@@ -215,6 +234,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 self.transport.close()
         elif self.timeout_keep_alive_task is not None:  # kept alive, with nothing under way: idle
             self.guard.idle[self] = None
+
+    def shutdown(self) -> None:
+        """The server stops: a connection that has sent no request yet gets :data:`FIRST_HEAD_GRACE_S`
+        for one (answered, then closed); any other is closed once its answer under way is sent."""
+        self._stopping = True
+        if self.cycle is None and not self.transport.is_closing():
+            self._grace = self.loop.call_later(FIRST_HEAD_GRACE_S, self._no_request_came)
+            return
+        super().shutdown()
+
+    def _no_request_came(self) -> None:
+        self._grace = None
+        if self.cycle is None and not self.transport.is_closing():
+            self.transport.close()
 
     def _await_head(self) -> None:
         if self._head_timer is None:
