@@ -192,7 +192,8 @@ def route_times(table: ReplicaTable, decisions: int, seed: int = 7) -> dict[str,
     if len(replicas) < 2:
         return {"routing_replicas": len(replicas)}
     router = table.router
-    router.set_block_hashing(WIDE, "0", 16)
+    for replica in replicas:
+        router.set_block_hashing(replica, WIDE, "0", 16)
     hasher = BlockHasher("0", 16)
     prompts = [" ".join(rng.choice(WORDS) for _ in range(1500)) for _ in range(32)]
     tokens = [tokenize(p) for p in prompts]

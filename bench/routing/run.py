@@ -239,11 +239,12 @@ async def phase(
                                         capacity=replicas.seqs, engine="vllm"))  # fmt: skip
     followers: list[asyncio.Task[None]] = []
     if policy == "kv":
-        router.set_block_hashing(MODEL, "0", 16)
         for i, port in enumerate(replicas.event_ports):
             replica = f"r{i}"
 
             def apply(changes: BlockChanges, replica: str = replica) -> None:
+                # The block size each replica's events report, as the gateway's feed takes it.
+                router.set_block_hashing(replica, MODEL, "0", changes.block_size, changes.mismatch)
                 if changes.reset:
                     router.kv.clear(replica)
                 router.kv.stored(replica, changes.stored)
@@ -299,7 +300,8 @@ def decision_time(replica_count: int = 64, decisions: int = 5000) -> dict[str, f
     tokens = [tokenize(p) for p in prompts]
     for policy in ("prefix", "kv"):
         router = Router(RoutingSettings(policy=policy))  # type: ignore[arg-type]
-        router.set_block_hashing(MODEL, "0", 16)
+        for i in range(replica_count):
+            router.set_block_hashing(f"r{i}", MODEL, "0", 16)
         hasher = BlockHasher("0", 16)
         loads = [ReplicaLoad(f"r{i}", capacity=8, in_flight=rng.randrange(8)) for i in range(replica_count)]
         for i, toks in enumerate(tokens):

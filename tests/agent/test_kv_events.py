@@ -11,9 +11,18 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from llmgw.agent.kv_events import END_SEQ, BlockChanges, BlockMirror, KvEventsFollower, decode_batch
+from llmgw.agent.kv_events import (
+    END_SEQ,
+    BlockChanges,
+    BlockMirror,
+    HashCheck,
+    KvEventsFollower,
+    decode,
+    decode_batch,
+)
 from llmgw.agent.metrics import REGISTRY as AGENT_METRICS
 from llmgw.core.kvblocks import block_key
+from llmgw.testing.block_hashing import block_hash, external, none_hash
 from llmgw.testing.eventually import eventually
 from llmgw.testing.kv_events_publisher import KvEventsPublisher
 
@@ -83,12 +92,16 @@ async def test_a_gap_nothing_can_replay_resets_the_mirror() -> None:
     await follower.receive(_frames(0, _stored(1, 2)))
     await follower.receive(_frames(2, _stored(3)))
     assert (follower.gaps_replayed, follower.gaps_reset) == (0, 1)
-    assert seen == [BlockChanges(stored={1, 2}), BlockChanges(stored={3}, reset=True)]
+    # Each report carries the block size the engine's events gave (16 here).
+    assert seen == [
+        BlockChanges(stored={1, 2}, block_size=16),
+        BlockChanges(stored={3}, reset=True, block_size=16),
+    ]
     await follower.receive(_frames(1, _stored(4)))  # the sequence went back: the engine started over
-    assert seen[-1] == BlockChanges(stored={4}, reset=True) and follower.gaps_reset == 2
+    assert seen[-1] == BlockChanges(stored={4}, reset=True, block_size=16) and follower.gaps_reset == 2
     assert AGENT_METRICS.get_sample_value("llmgw_agent_kv_event_resets_total") == resets + 2
     await follower.receive(_frames(2, b"\xc1"))  # not msgpack: the mirror is reset, never guessed at
-    assert seen[-1] == BlockChanges(reset=True) and not follower.mirror.blocks
+    assert seen[-1] == BlockChanges(reset=True, block_size=16) and not follower.mirror.blocks
 
 
 def _port() -> int:
@@ -231,7 +244,7 @@ async def test_a_batch_caught_up_by_replay_is_not_applied_twice() -> None:
             _frames(1, msgpack.packb([0.0, [["BlockRemoved", [block_key(DIGEST)], "GPU"]]]))
         )
         await follower.receive(_frames(2, _stored(9)))  # batch 1 again over SUB: skipped, not a restart
-        assert seen == [BlockChanges(stored={9})] and follower.gaps_reset == 0
+        assert seen == [BlockChanges(stored={9}, block_size=16)] and follower.gaps_reset == 0
     finally:
         publisher.close()
 
@@ -270,9 +283,9 @@ async def test_a_replay_that_cannot_fill_the_gap_resets_the_mirror(answer: list[
         await follower.receive(_frames(2, _stored(3)))
         assert requests == [[b"", (1).to_bytes(8, "big")]]
         assert (follower.gaps_replayed, follower.gaps_reset) == (0, 1)
-        assert seen[-1] == BlockChanges(stored={3}, reset=True)
+        assert seen[-1] == BlockChanges(stored={3}, reset=True, block_size=16)
         await follower.receive(_frames(3, _stored(4)))  # and it carries on
-        assert seen[-1] == BlockChanges(stored={4}) and follower.mirror.blocks == {3, 4}
+        assert seen[-1] == BlockChanges(stored={4}, block_size=16) and follower.mirror.blocks == {3, 4}
     finally:
         server.cancel()
         router.close(0)
@@ -326,3 +339,76 @@ async def test_following_a_real_publisher() -> None:
     finally:
         task.cancel()
         publisher.close()
+
+
+def _chain(tokens: list[int], size: int, seed: str = "0") -> list[bytes]:
+    """The digests vLLM names a prompt's full blocks by (sha256_cbor, hashed the plain way)."""
+    root, parent, out = none_hash(seed), None, []
+    for start in range(0, len(tokens) - size + 1, size):
+        parent = block_hash(parent, tokens[start : start + size], root)
+        out.append(parent)
+    return out
+
+
+def _stored_event(
+    hashes: list[bytes | int], parent: bytes | int | None, tokens: list[int], size: int, **fields: object
+) -> bytes:
+    event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+             "token_ids": tokens, "block_size": size, "lora_id": None, "medium": "CPU", **fields}  # fmt: skip
+    return msgpack.packb({"ts": 0.0, "events": [event]})
+
+
+def test_a_stored_event_gives_its_block_size_tokens_parent_and_extra_keys() -> None:
+    tokens = list(range(256))
+    digests = _chain(tokens, 128)
+    decoded = decode(_stored_event(digests, None, tokens, 128, extra_keys=[["salt"], None]))
+    [stored] = decoded.stored
+    assert stored.block_size == 128 and stored.tokens == tuple(tokens) and stored.parent is None
+    assert stored.hashes == tuple(digests) and stored.extra_keys == (["salt"], None) and not stored.lora
+    assert decoded.events == [("BlockStored", [block_key(d) for d in digests])]
+
+
+def test_the_check_agrees_with_an_engine_hashing_as_llmgw_does_in_digests_and_integers() -> None:
+    tokens = list(range(1000, 1512))
+    digests = _chain(tokens, 128)
+    for as_int in (False, True):
+        check = HashCheck("0")
+        hashes = [external(d, as_int) for d in digests]
+        # A prompt's first two blocks, then the next two chained on the second (its parent known
+        # as a digest, or as the integer whose digest the check computed).
+        check.see(decode(_stored_event(hashes[:2], None, tokens[:256], 128)).stored[0])
+        check.see(decode(_stored_event(hashes[2:], hashes[1], tokens[256:], 128)).stored[0])
+        assert (check.agreed, check.disagreed) == (1, 0) and check.done and not check.mismatch
+
+
+def test_the_check_reports_an_engine_hashing_with_another_seed_and_skips_what_it_cannot_know() -> None:
+    checked = AGENT_METRICS.get_sample_value("llmgw_agent_kv_blocks_checked_total", {"agreed": "no"}) or 0.0
+    check = HashCheck("0")
+    tokens = list(range(64))
+    # A LoRA request's blocks and salted blocks carry extra keys llmgw does not hash: not checked.
+    check.see(decode(_stored_event(_chain(tokens, 16), None, tokens, 16, lora_id=3)).stored[0])
+    salted = _stored_event(_chain(tokens, 16), None, tokens, 16, extra_keys=[["s"], None, None, None])
+    check.see(decode(salted).stored[0])
+    assert check.disagreed == 0 and not check.mismatch  # the salted blocks after the first agree
+    other = HashCheck("0")
+    for start in range(0, 5):  # an engine started without PYTHONHASHSEED=0: every block differs
+        part = tokens[start * 8 : start * 8 + 16]
+        other.see(decode(_stored_event(_chain(part, 16, seed="1"), None, part, 16)).stored[0])
+    assert other.disagreed == 5 and other.agreed == 0
+    assert "none of the 5 blocks checked" in other.mismatch and "PYTHONHASHSEED=0" in other.mismatch
+    assert "blocks of 16 tokens" in other.mismatch
+    assert (
+        AGENT_METRICS.get_sample_value("llmgw_agent_kv_blocks_checked_total", {"agreed": "no"}) == checked + 5
+    )
+
+
+async def test_the_follower_reports_the_engines_block_size_and_a_hash_mismatch() -> None:
+    seen: list[BlockChanges] = []
+    follower = KvEventsFollower("tcp://127.0.0.1:1", seen.append)
+    tokens = list(range(128 * 5))
+    wrong = _chain(tokens, 128, seed="random")
+    for sequence in range(5):
+        blocks = tokens[sequence * 128 : (sequence + 1) * 128]
+        await follower.receive(_frames(sequence, _stored_event([wrong[sequence]], None, blocks, 128)))
+    assert {report.block_size for report in seen} == {128}
+    assert not seen[2].mismatch and "none of the 4 blocks" in seen[3].mismatch

@@ -30,12 +30,14 @@ def _port() -> int:
 async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None:
     port, replay = _port(), _port()
     publisher = KvEventsPublisher(
-        f"tcp://127.0.0.1:{port}", "kv-events", int_hashes=True, replay_endpoint=f"tcp://127.0.0.1:{replay}"
+        f"tcp://127.0.0.1:{port}",
+        "kv-events",
+        int_hashes=True,
+        replay_endpoint=f"tcp://127.0.0.1:{replay}",
+        block_size=32,
     )
     sent: asyncio.Queue[KvBlocksUpdate] = asyncio.Queue()
-    shards = {
-        "r1": FakeShard(ShardSpec(replica_id="r1", model="m", args=("--block-size", "32")), port, replay)
-    }
+    shards = {"r1": FakeShard(ShardSpec(replica_id="r1", model="m"), port, replay)}
 
     def take(message: AgentMessage) -> None:
         assert isinstance(message, KvBlocksUpdate)
@@ -48,7 +50,7 @@ async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None
         assert (
             (first.model, first.replica_id) == ("m", "r1")
             and first.reset
-            and first.block_size == 32
+            and first.block_size == 0  # not known before the engine's first stored block
             and first.hash_seed == "0"
         )
         digest = bytes(range(32))
@@ -61,6 +63,7 @@ async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None
         await eventually(reported, timeout_s=10, interval_s=0.02, message="a stored block is reported")
         change = await sent.get()
         assert list(change.stored) == [block_key(digest)] and not change.reset
+        assert change.block_size == 32  # the size the engine's event gave
         # What went before the engine's connection was up came by replay, not by a reset.
         follower = reporter.followers["r1"]
         assert follower.replay_endpoint == f"tcp://127.0.0.1:{replay}" and follower.gaps_reset == 0
@@ -68,7 +71,7 @@ async def test_a_shards_blocks_go_up_as_resets_changes_and_full_copies() -> None
             sent.get_nowait()
         reporter.resend()  # a new stream: the whole mirror again
         copy = sent.get_nowait()
-        assert copy.reset and list(copy.stored) == [block_key(digest)]
+        assert copy.reset and list(copy.stored) == [block_key(digest)] and copy.block_size == 32
         shards.clear()  # the shard went: its blocks are reset
         reporter.sync()
         gone = sent.get_nowait()

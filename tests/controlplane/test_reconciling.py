@@ -326,7 +326,7 @@ async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harnes
         await node.send(pb.AgentMessage(heartbeat=pb.Heartbeat()))
         await receive(node, "heartbeat")
     assert harness.kv_blocks == [
-        KvBlocksUpdate(model="m1", replica_id=start.replica_id, stored=(1, 2), reset=True)
+        KvBlocksUpdate(model="m1", replica_id=start.replica_id, stored=(1, 2), reset=True, block_size=16)
     ]
 
 

@@ -91,11 +91,13 @@ def test_long_prompts_hash_alike_through_the_span_memo() -> None:
 
 
 def test_a_cache_salt_enters_the_first_block_as_vllms_extra_keys() -> None:
-    """vLLM: ``extra_keys = (cache_salt,)`` for the block starting at token 0, None after it."""
+    """vLLM 0.32: ``extra_keys = (("cache_salt", salt),)`` for the block starting at token 0, None
+    after it (each extra key tagged with its source; the recorded engine's events agree:
+    tests/engines/test_vllm_recordings.py)."""
     tokens = [(i * 7919) % 32000 for i in range(300)]  # past a whole memo span
     salt = "kb-0123456789abcdef0123456789abcdef"
     root = none_hash("0")
-    first = hashlib.sha256(cbor2.dumps([root, tokens[:16], [salt]], canonical=True)).digest()
+    first = hashlib.sha256(cbor2.dumps([root, tokens[:16], [["cache_salt", salt]]], canonical=True)).digest()
     golden = [first]
     for start in range(16, 288, 16):
         block = [golden[-1], tokens[start : start + 16], None]

@@ -47,7 +47,8 @@ def test_prefix_policy_keeps_a_shared_prompt_on_one_replica_until_saturated() ->
 def test_kv_policy_goes_where_the_leading_blocks_are() -> None:
     table = _table("kv")
     router = table.router
-    router.set_block_hashing("m", "0", 4)
+    for replica in ("r1", "r2", "r3"):
+        router.set_block_hashing(replica, "m", "0", 4)
     tokens = list(range(40))
     keys = BlockHasher("0", 4).keys(tokens)
     router.kv.stored("r2", keys[:6])
@@ -63,7 +64,8 @@ def test_kv_policy_goes_where_the_leading_blocks_are() -> None:
 
 def test_kv_policy_falls_back_to_the_tree_when_no_block_is_known() -> None:
     table = _table("kv")
-    table.router.set_block_hashing("m", "0", 4)
+    for replica in ("r1", "r2", "r3"):
+        table.router.set_block_hashing(replica, "m", "0", 4)
     first = table.pick("m", prompt=SYSTEM, tokens=[1, 2, 3, 4])
     before = _count("tree")
     assert table.pick("m", prompt=SYSTEM, tokens=[1, 2, 3, 4]) == first
@@ -142,7 +144,8 @@ def test_the_same_prompt_under_another_cache_salt_shares_no_prefix() -> None:
 def test_kv_keys_of_a_salted_prompt_are_the_engines_salted_blocks() -> None:
     table = _table("kv")
     router = table.router
-    router.set_block_hashing("m", "0", 4)
+    for replica in ("r1", "r2", "r3"):
+        router.set_block_hashing(replica, "m", "0", 4)
     tokens = list(range(40))
     salt = "kb-" + "c" * 32
     router.kv.stored("r1", BlockHasher("0", 4).keys(tokens, salt)[:6])  # what r1's engine published
@@ -151,3 +154,38 @@ def test_kv_keys_of_a_salted_prompt_are_the_engines_salted_blocks() -> None:
     assert chosen is not None and chosen.replica_id == "r1"
     chosen = table.pick("m", prompt="anything", tokens=tokens)
     assert chosen is not None and chosen.replica_id == "r3"
+
+
+def test_each_replica_is_matched_with_the_block_size_its_engine_reports() -> None:
+    table = _table("kv")
+    router = table.router
+    router.set_block_hashing("r1", "m", "0", 128)  # vLLM's CPU backend
+    router.set_block_hashing("r2", "m", "0", 16)
+    tokens = list(range(600))
+    router.kv.stored("r1", BlockHasher("0", 128).keys(tokens))  # the whole prompt: 4 blocks of 128
+    router.kv.stored("r2", BlockHasher("0", 16).keys(tokens)[:8])  # its first 128 tokens
+    assert (router.block_size("r1"), router.block_size("r2"), router.block_size("r0")) == (128, 16, 0)
+    before = _count("kv")
+    chosen = table.pick("m", prompt="anything", tokens=tokens)
+    assert chosen is not None and chosen.replica_id == "r1" and _count("kv") == before + 1
+    router.set_block_hashing("r1", "m", "0", 16)  # hashed at 16, r1's blocks of 128 never match
+    chosen = table.pick("m", prompt="anything", tokens=tokens)
+    assert chosen is not None and chosen.replica_id == "r2"
+    router.set_block_hashing("r2", "m", "0", 0)  # r2's size unknown again (its engine restarted)
+    router.set_block_hashing("r1", "m", "0", 0)
+    assert not router.wants_tokens("m")
+
+
+def test_a_replica_whose_hashes_disagree_is_counted_until_they_agree_or_it_goes() -> None:
+    from prometheus_client import REGISTRY
+
+    table = _table("kv")
+    router = table.router
+    router.set_block_hashing("r1", "m", "0", 16, mismatch="none of the 4 blocks checked agree")
+    assert router.mismatched == {"r1": "none of the 4 blocks checked agree"}
+    assert REGISTRY.get_sample_value("llmgw_kv_replicas_mismatched") == 1
+    router.set_block_hashing("r1", "m", "0", 16)
+    assert not router.mismatched
+    router.set_block_hashing("r2", "m", "0", 16, mismatch="why")
+    table.remove("r2")
+    assert not router.mismatched and router.block_size("r2") == 0

@@ -184,13 +184,24 @@ async def test_kv_events_arrive_over_zmq_as_vllm_sends_them(
         publisher.close()
     assert [s for s, _ in received] == sorted(s for s, _ in received)
     events = [event for _, batch in received for event in batch[1]]  # type: ignore[union-attr]
-    assert [e[0] for e in events] == ["BlockStored", "BlockStored", "BlockRemoved", "BlockStored"]
+    # Maps tagged by type in an array-like batch, as vLLM 0.32 sends them (tests/engines/data).
+    assert [e["type"] for e in events] == ["BlockStored", "BlockStored", "BlockRemoved", "BlockStored"]
     first = block_hash(None, [1, 2], root)
     second = block_hash(first, [3, 4], root)
     wanted = external(first, int_hashes == "1")
-    assert events[0] == ["BlockStored", [wanted], None, [1, 2], 2, None, "GPU"]
-    assert events[1][1:3] == [[external(second, int_hashes == "1")], wanted]
-    assert events[2] == ["BlockRemoved", [wanted], "GPU"]
+    stored = {k: events[0][k] for k in ("block_hashes", "parent_block_hash", "token_ids", "block_size")}
+    assert stored == {
+        "block_hashes": [wanted],
+        "parent_block_hash": None,
+        "token_ids": [1, 2],
+        "block_size": 2,
+    }
+    assert events[0]["extra_keys"] == [None] and events[0]["lora_id"] is None
+    assert (events[1]["block_hashes"], events[1]["parent_block_hash"]) == (
+        [external(second, int_hashes == "1")],
+        wanted,
+    )
+    assert events[2] == {"type": "BlockRemoved", "block_hashes": [wanted], "medium": "GPU", "group_idx": 0}
 
 
 async def test_kv_events_replay_what_the_stand_in_was_told_to_lose(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,7 +249,7 @@ async def test_kv_events_replay_what_the_stand_in_was_told_to_lose(monkeypatch: 
             _, sequence, payload = await dealer.recv_multipart()
             if sequence == (-1).to_bytes(8, "big", signed=True):
                 break
-            replayed.append((int.from_bytes(sequence, "big"), msgpack.unpackb(payload)[1][0][0]))
+            replayed.append((int.from_bytes(sequence, "big"), msgpack.unpackb(payload)[1][0]["type"]))
         assert replayed == [
             (start + 1, "BlockStored"),
             (start + 2, "BlockStored"),

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from llmgw.agent.kv_events import BlockChanges, BlockMirror, KvEventsFollower
+from llmgw.agent.kv_events import BlockChanges, BlockMirror, HashCheck, KvEventsFollower
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.shards import ShardSpec
@@ -28,9 +28,6 @@ from llmgw.engines.vllm import HASH_SEED
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
-
-BLOCK_SIZE = 16
-"""vLLM's block size unless the profile's args set --block-size."""
 
 MAX_PER_MESSAGE = 50_000
 """Block hashes per update (a full copy goes in several)."""
@@ -45,6 +42,8 @@ class Follower(Protocol):
 
     @property
     def mirror(self) -> BlockMirror: ...
+    @property
+    def check(self) -> HashCheck: ...
     async def run(self) -> None: ...
 
 
@@ -65,16 +64,6 @@ class FollowedShard(Protocol):
     kv_replay_port: int | None
 
 
-def _block_size(spec: ShardSpec) -> int:
-    args = list(spec.args)
-    for index, arg in enumerate(args):
-        if arg == "--block-size" and index + 1 < len(args) and args[index + 1].isdigit():
-            return int(args[index + 1])
-        if arg.startswith("--block-size=") and arg.partition("=")[2].isdigit():
-            return int(arg.partition("=")[2])
-    return BLOCK_SIZE
-
-
 class KvReporter:
     """Follows the KV events of the shards in ``shards`` and reports their blocks through ``send``."""
 
@@ -91,7 +80,7 @@ class KvReporter:
         self.host = host
         self._follow = follow
         self._clock = clock
-        self._followed: dict[str, tuple[Ports, Follower, asyncio.Task[None], int]] = {}
+        self._followed: dict[str, tuple[Ports, Follower, asyncio.Task[None]]] = {}
         self._models: dict[str, str] = {}
 
     @property
@@ -99,7 +88,7 @@ class KvReporter:
         """The followed shards' followers, by replica (their gap counters among them)."""
         return {replica_id: followed[1] for replica_id, followed in self._followed.items()}
 
-    def _message(self, replica_id: str, changes: BlockChanges, block_size: int) -> None:
+    def _message(self, replica_id: str, changes: BlockChanges) -> None:
         stored = sorted(changes.stored)
         removed = sorted(changes.removed)
         first = True
@@ -107,7 +96,7 @@ class KvReporter:
             part = KvBlocksUpdate(model=self._models.get(replica_id, ""), replica_id=replica_id,
                                   reset=changes.reset and first, stored=tuple(stored[:MAX_PER_MESSAGE]),
                                   removed=tuple(removed[:MAX_PER_MESSAGE]), hash_seed=HASH_SEED,
-                                  block_size=block_size)  # fmt: skip
+                                  block_size=changes.block_size, mismatch=changes.mismatch)  # fmt: skip
             stored, removed = stored[MAX_PER_MESSAGE:], removed[MAX_PER_MESSAGE:]
             self.send(part)
             first = False
@@ -117,40 +106,42 @@ class KvReporter:
 
         A follower that failed raises its error here, its replica named in a note.
         """
-        for replica_id, (_, _, task, _) in self._followed.items():
+        for replica_id, (_, _, task) in self._followed.items():
             if task.done() and not task.cancelled() and task.exception() is not None:
                 error = task.exception()
                 assert error is not None
                 error.add_note(f"while following the KV events of replica {replica_id}")
                 raise error
         wanted = {rid: s for rid, s in self.shards.items() if s.kv_events_port}
-        for replica_id, (followed_ports, _, task, size) in list(self._followed.items()):
+        for replica_id, (followed_ports, _, task) in list(self._followed.items()):
             shard = wanted.get(replica_id)
             if shard is None or (shard.kv_events_port, shard.kv_replay_port) != followed_ports:
                 task.cancel()
                 del self._followed[replica_id]
-                self._message(replica_id, BlockChanges(reset=True), size)
+                self._message(replica_id, BlockChanges(reset=True))
                 self._models.pop(replica_id, None)
         for replica_id, shard in wanted.items():
             if replica_id in self._followed:
                 continue
             port, replay_port = shard.kv_events_port or 0, shard.kv_replay_port
-            size = _block_size(shard.spec)
             self._models[replica_id] = shard.spec.model
 
-            def report(changes: BlockChanges, replica_id: str = replica_id, size: int = size) -> None:
-                self._message(replica_id, changes, size)
+            def report(changes: BlockChanges, replica_id: str = replica_id) -> None:
+                self._message(replica_id, changes)
 
             replay = f"tcp://{self.host}:{replay_port}" if replay_port else None
             follower = self._follow(f"tcp://{self.host}:{port}", report, topic="", replay_endpoint=replay)
             task = asyncio.get_running_loop().create_task(follower.run(), name=f"kv-events-{replica_id}")
-            self._followed[replica_id] = ((port, replay_port), follower, task, size)
-            self._message(replica_id, BlockChanges(reset=True), size)
+            self._followed[replica_id] = ((port, replay_port), follower, task)
+            self._message(replica_id, BlockChanges(reset=True))
 
     def resend(self) -> None:
-        """A new stream: every followed shard's whole mirror, as a reset and its blocks."""
-        for replica_id, (_, follower, _, size) in self._followed.items():
-            self._message(replica_id, follower.mirror.full_copy(), size)
+        """A new stream: every followed shard's whole mirror, as a reset and its blocks (with the
+        block size its engine reported and whether its hashes agree with llmgw's)."""
+        for replica_id, (_, follower, _) in self._followed.items():
+            copy = follower.mirror.full_copy()
+            copy.mismatch = follower.check.mismatch
+            self._message(replica_id, copy)
 
     async def run(self, period_s: float = 1.0) -> None:
         """Keep following the shards (checked every ``period_s``) until cancelled or a follower fails."""
@@ -160,5 +151,5 @@ class KvReporter:
                 await self._clock.sleep(period_s)
         finally:
             followed, self._followed = self._followed, {}  # a run again follows every shard anew
-            for _, _, task, _ in followed.values():
+            for _, _, task in followed.values():
                 task.cancel()

@@ -54,6 +54,13 @@ KV_GAPS_REPLAYED = Counter(
     "Gaps in engines' KV events filled from the engine's replay buffer.",
     registry=REGISTRY,
 )
+KV_BLOCKS_CHECKED = Counter(
+    "llmgw_agent_kv_blocks_checked",
+    "Blocks of engines' KV events hashed again as llmgw hashes prompts, by whether the engine's hash "
+    "agreed (a disagreeing engine's blocks never match a prompt: check its hash algorithm and seed).",
+    ["agreed"],
+    registry=REGISTRY,
+)
 KV_RESETS = Counter(
     "llmgw_agent_kv_event_resets",
     "Gaps in engines' KV events replay could not fill (or an engine that started over): the mirror reset.",

@@ -5,9 +5,12 @@ vLLM names a full block of ``block_size`` prompt tokens (with
 ``sha256(cbor((parent, tuple(tokens), extra_keys)))`` in canonical CBOR,
 the first block's parent being ``NONE_HASH = sha256(cbor(PYTHONHASHSEED))``
 and ``extra_keys`` None for plain text, except that a request's ``cache_salt``
-makes the first block's ``extra_keys`` ``(salt,)`` (vLLM's
-``generate_block_hash_extra_keys``: the salt counts from token 0 only, and
-the blocks after it differ through their parent). Its KV events carry a hash either as
+makes the first block's ``extra_keys`` ``(("cache_salt", salt),)`` (vLLM's
+``generate_block_hash_extra_keys`` tags each extra key with its source, and
+the salt counts from token 0 only: the blocks after it differ through their
+parent). A block's size is the engine's (vLLM's CPU backend uses 128, its GPU
+backends 16 unless the model's attention needs another): the agent reads it
+from the events, never assumes it. Its KV events carry a hash either as
 that 32-byte digest or as the integer of its last eight bytes read big-endian
 (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``); :func:`block_key` brings both to the
 integer, which is what :class:`KvIndex` stores.
@@ -78,6 +81,11 @@ def none_hash(seed: str) -> bytes:
     return sha256_cbor(seed)
 
 
+def salt_keys(salt: str) -> tuple[tuple[str, str]]:
+    """The extra keys of a salted request's first block: ``(("cache_salt", salt),)``."""
+    return (("cache_salt", salt),)
+
+
 def block_key(external: bytes | int) -> int:
     """A block hash as an event carries it (digest or integer) → the integer of its last 8 bytes."""
     if isinstance(external, int):
@@ -127,7 +135,7 @@ class BlockHasher:
             if len(tokens) < size:
                 return out
             # The salted first block is hashed apart (never memoised under the unsalted key).
-            digest = sha256_cbor((parent, tuple(tokens[:size]), (salt,)))
+            digest = sha256_cbor((parent, tuple(tokens[:size]), salt_keys(salt)))
             out.append((digest, int.from_bytes(digest[-8:], "big")))
             parent = digest
             start = size
@@ -243,4 +251,8 @@ class KvBlocksUpdate:
     """True when the engine's events had a gap: forget every block held for this replica first."""
     hash_seed: str = ""
     """The engine's PYTHONHASHSEED (vLLM's NONE_HASH comes from it)."""
-    block_size: int = 16
+    block_size: int = 0
+    """Tokens per block, as the engine's events say; 0 while unknown (it has stored nothing yet)."""
+    mismatch: str = ""
+    """Why the engine's block hashes disagree with the hashing llmgw does for it (its blocks can
+    then never match a prompt); empty while they agree or nothing was checked yet."""

@@ -122,7 +122,9 @@ class GatewayFeed:
     def kv_blocks(self, update: KvBlocksUpdate) -> None:
         """A replica's engine stored or freed KV blocks: the router mirrors them."""
         router = self._replicas.router
-        router.set_block_hashing(update.model, update.hash_seed, update.block_size or 16)
+        router.set_block_hashing(
+            update.replica_id, update.model, update.hash_seed, update.block_size, update.mismatch
+        )
         if update.reset:
             router.kv.clear(update.replica_id)
         router.kv.stored(update.replica_id, update.stored)

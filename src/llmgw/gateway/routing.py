@@ -9,9 +9,11 @@ asks. Its policy (:class:`RoutingSettings`) is one of:
 - ``prefix``: the replica the approximate prefix tree says was sent the
   longest start of this prompt, unless saturated (:func:`llmgw.core.routing.with_affinity`);
 - ``kv``: the replica holding the largest share of the prompt's leading KV
-  blocks (from the engines' KV events, hashed as vLLM does), falling back to
-  the tree when no replica holds the first block or the model has no KV
-  events.
+  blocks (from the engines' KV events, hashed as vLLM does with each
+  replica's own block size, as its events report it), falling back to the
+  tree when no replica holds the first block or the model has no KV events.
+  A replica whose agent found its hashes disagreeing with llmgw's
+  (:attr:`Router.mismatched`) is counted in ``llmgw_kv_replicas_mismatched``.
 
 Every decision is counted in ``llmgw_prefix_decisions_total{kind}`` and
 timed in ``llmgw_routing_decision_seconds``; everything runs on the event
@@ -47,6 +49,11 @@ DECISION_SECONDS = Histogram(
 )
 KV_BLOCKS = Gauge("llmgw_kv_index_blocks", "KV blocks the router knows some replica holds.")
 PREFIX_NODES = Gauge("llmgw_prefix_tree_nodes", "Nodes in the router's approximate prefix trees.")
+MISMATCHED = Gauge(
+    "llmgw_kv_replicas_mismatched",
+    "Replicas whose KV events name blocks by other hashes than the router computes (another hash "
+    "algorithm or seed): KV-aware routing never finds their blocks. ctl replicas says why.",
+)
 
 
 class RoutingSettings(BaseModel):
@@ -81,29 +88,65 @@ class Router:
         self.clock = clock
         self.kv = KvIndex()
         self._trees: dict[str, PrefixTree] = {}
-        self._hashers: dict[str, BlockHasher] = {}
+        self._hashers: dict[tuple[str, int], BlockHasher] = {}
+        """One hasher per (seed, block size), shared by the replicas that hash alike."""
+        self._replica_hashers: dict[str, BlockHasher] = {}
+        self._hashed: dict[str, set[str]] = {}
+        """Per model, its replicas whose block hashing is known."""
+        self.mismatched: dict[str, str] = {}
+        """Replicas whose agents found their hashes disagreeing with llmgw's, and why."""
         self._turn = 0
         self._counters = {
             kind: DECISIONS.labels(kind) for kind in ("kv", "tree", "none", "saturated", "load")
         }
         KV_BLOCKS.set_function(lambda: len(self.kv))
         PREFIX_NODES.set_function(lambda: sum(len(t) for t in self._trees.values()))
+        MISMATCHED.set_function(lambda: len(self.mismatched))
 
     # -- what the router learns ----------------------------------------------------------------
 
-    def set_block_hashing(self, model: str, seed: str, block_size: int) -> None:
-        """``model``'s replicas publish KV events, hashing blocks with this seed and block size."""
-        known = self._hashers.get(model)
-        if known is None or known.block_size != block_size or known.root != BlockHasher(seed, 1).root:
-            self._hashers[model] = BlockHasher(seed, block_size)
+    def set_block_hashing(
+        self, replica_id: str, model: str, seed: str, block_size: int, mismatch: str = ""
+    ) -> None:
+        """``replica_id`` (of ``model``) publishes KV events, hashing blocks of ``block_size``
+        tokens from this seed (0: its size is not known yet, it has stored nothing).
+        ``mismatch``: why its agent found its hashes disagreeing with this hashing."""
+        if mismatch:
+            self.mismatched[replica_id] = mismatch
+        else:
+            self.mismatched.pop(replica_id, None)
+        if block_size < 1:
+            self._replica_hashers.pop(replica_id, None)
+            hashed = self._hashed.get(model)
+            if hashed is not None:
+                hashed.discard(replica_id)
+                if not hashed:
+                    del self._hashed[model]
+            return
+        hasher = self._hashers.get((seed, block_size))
+        if hasher is None:
+            hasher = self._hashers[(seed, block_size)] = BlockHasher(seed, block_size)
+        self._replica_hashers[replica_id] = hasher
+        self._hashed.setdefault(model, set()).add(replica_id)
+
+    def block_size(self, replica_id: str) -> int:
+        """The block size ``replica_id``'s prompts are hashed with; 0 while unknown."""
+        hasher = self._replica_hashers.get(replica_id)
+        return hasher.block_size if hasher is not None else 0
 
     def wants_tokens(self, model: str) -> bool:
         """True when the policy is kv and ``model``'s blocks are known: its prompts are worth tokenizing."""
-        return self.settings.policy == "kv" and model in self._hashers
+        return self.settings.policy == "kv" and model in self._hashed
 
     def forget(self, replica_id: str) -> None:
         """The replica left: it holds nothing."""
         self.kv.clear(replica_id)
+        self.mismatched.pop(replica_id, None)
+        if self._replica_hashers.pop(replica_id, None) is not None:
+            for model, hashed in list(self._hashed.items()):
+                hashed.discard(replica_id)
+                if not hashed:
+                    del self._hashed[model]
         for tree in self._trees.values():
             tree.forget(replica_id)
 
@@ -163,14 +206,23 @@ class Router:
         salt: str = "",
     ) -> tuple[dict[str, float], str]:
         ids = {load.replica_id for load in loads}
-        hasher = self._hashers.get(model)
-        if tokens is not None and hasher is not None:
-            keys = hasher.keys(tokens, salt)
-            if keys:
-                held = self.kv.leading(keys, ids)
-                if held:
+        if tokens is not None and model in self._hashed:
+            # Each replica's blocks are hashed with its own block size: replicas that hash alike
+            # (nearly always all of them) share one chain of keys.
+            groups: dict[int, tuple[BlockHasher, set[str]]] = {}
+            for replica in ids:
+                hasher = self._replica_hashers.get(replica)
+                if hasher is not None:
+                    groups.setdefault(id(hasher), (hasher, set()))[1].add(replica)
+            shares: dict[str, float] = {}
+            for hasher, members in groups.values():
+                keys = hasher.keys(tokens, salt)
+                if keys:
                     total = len(keys)
-                    return {replica: count / total for replica, count in held.items()}, "kv"
+                    for replica, count in self.kv.leading(keys, members).items():
+                        shares[replica] = count / total
+            if shares:
+                return shares, "kv"
         tree = self.tree(model)
         depth, chunks = tree.match(prompt, ids, salt)
         if not depth:

@@ -724,11 +724,15 @@ class KvBlocks(_message.Message):
     REMOVED_FIELD_NUMBER: _builtins.int
     HASH_SEED_FIELD_NUMBER: _builtins.int
     BLOCK_SIZE_FIELD_NUMBER: _builtins.int
+    MISMATCH_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     reset: _builtins.bool
     hash_seed: _builtins.str
     """the engine's PYTHONHASHSEED (vLLM's NONE_HASH comes from it)"""
     block_size: _builtins.int
+    """tokens per block as the engine's events say; 0 while unknown"""
+    mismatch: _builtins.str
+    """why the engine's hashes disagree with llmgw's hashing; empty if they agree"""
     @_builtins.property
     def stored(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -742,10 +746,11 @@ class KvBlocks(_message.Message):
         removed: _abc.Iterable[_builtins.int] | None = ...,
         hash_seed: _builtins.str = ...,
         block_size: _builtins.int = ...,
+        mismatch: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "hash_seed", b"hash_seed", "removed", b"removed", "replica_id", b"replica_id", "reset", b"reset", "stored", b"stored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "hash_seed", b"hash_seed", "mismatch", b"mismatch", "removed", b"removed", "replica_id", b"replica_id", "reset", b"reset", "stored", b"stored"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -65,6 +65,7 @@ def encode_kv_blocks(update: KvBlocksUpdate) -> pb.KvBlocks:
         removed=list(update.removed),
         hash_seed=update.hash_seed,
         block_size=update.block_size,
+        mismatch=update.mismatch,
     )
 
 
@@ -76,7 +77,8 @@ def decode_kv_blocks(message: pb.KvBlocks, model: str = "") -> KvBlocksUpdate:
         removed=tuple(message.removed),
         reset=message.reset,
         hash_seed=message.hash_seed,
-        block_size=message.block_size or 16,
+        block_size=message.block_size,
+        mismatch=message.mismatch,
     )
 
 

@@ -6,7 +6,8 @@ CBOR, the first block's parent being ``NONE_HASH``: ``sha256(cbor(seed))`` of
 the ``PYTHONHASHSEED`` string (random bytes without one, which is why the
 agent fixes the seed). ``extra_keys`` is None for plain text (no LoRA,
 images or cache salt; a request's ``cache_salt`` makes the first block's
-``(salt,)``). KV events publish a hash either as the 32-byte digest
+``(("cache_salt", salt),)``, each extra key tagged with its source as vLLM
+0.32 does). KV events publish a hash either as the 32-byte digest
 or, with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (on by default), as the
 integer of its last eight bytes read big-endian.
 
@@ -38,10 +39,10 @@ def none_hash(seed: str | None = None) -> bytes:
 
 
 def block_hash(
-    parent: bytes | None, tokens: Sequence[int], root: bytes, extra_keys: tuple[str, ...] | None = None
+    parent: bytes | None, tokens: Sequence[int], root: bytes, extra_keys: Cbor = None
 ) -> bytes:
     """One block's hash, chained on its parent's (``root``, NONE_HASH, for the first block);
-    ``extra_keys``: ``(cache_salt,)`` for the first block of a salted request."""
+    ``extra_keys``: ``(("cache_salt", salt),)`` for the first block of a salted request."""
     return sha256_cbor((parent or root, tuple(tokens), extra_keys))
 
 

@@ -131,7 +131,8 @@ class BlockCache:
         """How the first block of a salted request is named (its salt mixed in, as vLLM does)."""
         """How a block is named from its parent's name and its tokens (vLLM's sha256_cbor where asked)."""
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
-        self.on_stored: Callable[[list[bytes], bytes | None, list[int]], None] = lambda *a: None
+        self.on_stored: Callable[[list[bytes], bytes | None, list[int], str], None] = lambda *a: None
+        """Blocks stored: their hashes, their parent's, their tokens, and the salt of a salted first block."""
         self.on_removed: Callable[[list[bytes]], None] = lambda hashes: None
 
     def hashes(self, tokens: list[int], salt: str = "") -> list[bytes]:
@@ -175,7 +176,7 @@ class BlockCache:
                     self.on_removed([evicted])
                 self._blocks[digest] = None
                 block = tokens[index * self.block_size : (index + 1) * self.block_size]
-                self.on_stored([digest], parent, block)
+                self.on_stored([digest], parent, block, salt if salt and index == 0 else "")
             parent = digest
         self._touch(chain)
 

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.prefix_caching_hash_algo == "sha256_cbor":
         root = none_hash()
         settings.hash_block = lambda parent, tokens: block_hash(parent, tokens, root)
-        settings.hash_salted = lambda tokens, salt: block_hash(None, tokens, root, (salt,))
+        settings.hash_salted = lambda tokens, salt: block_hash(None, tokens, root, (("cache_salt", salt),))
     publisher = None
     if options.kv_events_config:
         config = json.loads(options.kv_events_config)

@@ -8,11 +8,15 @@ As vLLM's ``ZmqEventPublisher``:
   ``tcp://127.0.0.1:PORT`` the subscriber listens and the engine connects).
 - Each batch goes as three frames ``[topic, sequence (8 bytes, big
   endian), payload]``, sequence numbers counting from 0. The payload is
-  vLLM's msgspec ``KVEventBatch``, encoded array-like: ``[ts, events]`` (the
-  data-parallel rank left out while None), each event tagged:
-  ``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
-  lora_id, medium]``, ``["BlockRemoved", block_hashes, medium]``,
-  ``["AllBlocksCleared"]``.
+  vLLM's msgspec ``KVEventBatch``, encoded array-like: ``[ts, events,
+  data_parallel_rank]``, each event a map tagged by ``type`` (vLLM 0.32,
+  as recorded in ``tests/engines/data/vllm-0.32.0-cpu-kv-events.json``):
+  ``BlockStored`` with ``block_hashes``, ``parent_block_hash``,
+  ``token_ids``, ``block_size``, ``lora_id``, ``medium``, ``lora_name``,
+  ``extra_keys`` (one entry per block: ``[cache_salt]`` for a salted
+  request's first block, else None), ``group_idx`` and
+  ``kv_cache_spec_kind``; ``BlockRemoved`` with ``block_hashes``,
+  ``medium`` and ``group_idx``; ``AllBlocksCleared``.
 - With ``replay_endpoint`` the last ``buffer_steps`` batches (10 000 by
   default) are kept and a ROUTER socket binds there. A client (DEALER) sends
   ``[b"", start_seq (8 bytes big-endian)]``; it is answered, for every kept
@@ -104,18 +108,28 @@ class KvEventsPublisher:
     def _hashes(self, hashes: list[bytes]) -> list[bytes | int]:
         return [external(digest, self.int_hashes) for digest in hashes]
 
-    def stored(self, hashes: list[bytes], parent: bytes | None, tokens: list[int]) -> None:
+    def stored(self, hashes: list[bytes], parent: bytes | None, tokens: list[int], salt: str = "") -> None:
+        """Blocks stored; ``salt``: the first of them is a salted request's first block."""
         parent_hash = None if parent is None else external(parent, self.int_hashes)
-        self.send([["BlockStored", self._hashes(hashes), parent_hash, tokens, self.block_size, None, "GPU"]])
+        extra: list[list[str] | None] = [None] * len(hashes)
+        if salt and hashes:
+            extra[0] = [salt]
+        self.send([{
+            "type": "BlockStored", "block_hashes": self._hashes(hashes), "parent_block_hash": parent_hash,
+            "token_ids": tokens, "block_size": self.block_size, "lora_id": None, "medium": "GPU",
+            "lora_name": None, "extra_keys": extra, "group_idx": 0, "kv_cache_spec_kind": "full_attention",
+        }])  # fmt: skip
 
     def removed(self, hashes: list[bytes]) -> None:
-        self.send([["BlockRemoved", self._hashes(hashes), "GPU"]])
+        self.send(
+            [{"type": "BlockRemoved", "block_hashes": self._hashes(hashes), "medium": "GPU", "group_idx": 0}]
+        )
 
     def cleared(self) -> None:
-        self.send([["AllBlocksCleared"]])
+        self.send([{"type": "AllBlocksCleared"}])
 
     def send(self, events: list[Any]) -> None:
-        batch = [time.time(), events]
+        batch = [time.time(), events, 0]
         payload = msgpack.packb(batch, use_bin_type=True)
         sequence = self.sequence
         self.sequence += 1
