@@ -13,6 +13,7 @@ from llmgw.core.engines import (
     ENGINES,
     AdapterShape,
     EngineCapabilities,
+    Managed,
     WeightsFormat,
     default_engine_for,
     either,
@@ -132,6 +133,15 @@ def test_every_flag_llmgw_sets_is_refused_in_args(row: EngineCapabilities) -> No
     for flag in row.own_flags:
         (refusal,) = check_args(row.name, [flag, "1"])
         assert "llmgw sets it" in refusal.why
+
+
+@ROWS
+def test_every_flag_of_what_llmgw_manages_is_refused_saying_what_to_set(row: EngineCapabilities) -> None:
+    for flag, setting in row.managed_flags:
+        (refusal,) = check_args(row.name, [flag, "1"])
+        assert refusal.why.startswith("llmgw ")
+        assert refusal.why == setting.why or (setting is Managed.KV_EVENTS and not row.kv_events)
+        assert "; set " in refusal.why or refusal.why.endswith(("; remove it", "are routed)"))
 
 
 @ROWS

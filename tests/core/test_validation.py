@@ -26,7 +26,6 @@ def model(engine: str = "vllm", **profile: object) -> dict[str, object]:
         ("vllm", "--middleware", "loads code"),
         ("vllm", "--allowed-local-media-path", "read local files"),
         ("vllm", "--api-key", "llmgw sets it itself"),
-        ("vllm", "--kv-events-config", "llmgw sets it itself"),
         ("sglang", "--enable-metrics", "llmgw sets it itself"),
         ("trtllm", "--extra_llm_api_options", "llmgw sets it itself"),
         ("llama.cpp", "--mmproj", "llmgw sets it itself"),
@@ -54,6 +53,116 @@ def test_argparse_abbreviation_of_a_refused_flag_is_refused() -> None:
 
 def test_tuning_flags_and_values_pass() -> None:
     assert check_args("vllm", ["--dtype", "half", "--gpu-memory-utilization", "0.85", "-5"]) == []
+
+
+TP = "llmgw sets it from the profile's tp; set profile.tp"
+PP = "llmgw sets it from the profile's pp; set profile.pp"
+DP = "set replicas.min and replicas.max"
+PREFIX_CACHE = "llmgw keeps the engine's prefix cache on"
+KV_EVENTS = "set profile.kv_events"
+BLOCK_SIZE = "llmgw reads the block size the engine uses from its KV events; remove it"
+
+
+@pytest.mark.parametrize(
+    ("engine", "token", "why"),
+    [
+        ("vllm", "--tensor-parallel-size", TP),
+        ("vllm", "-tp", TP),
+        ("vllm", "--tensor_parallel_size=2", TP),
+        ("vllm", "-tp=2", TP),
+        ("vllm", "--pipeline-parallel-size", PP),
+        ("vllm", "-pp", PP),
+        ("vllm", "--data-parallel-size", DP),
+        ("vllm", "-dp", DP),
+        ("vllm", "--data-parallel-size-local", DP),
+        ("vllm", "-dpl", DP),
+        ("vllm", "--enable-prefix-caching", PREFIX_CACHE),
+        ("vllm", "--no-enable-prefix-caching", PREFIX_CACHE),
+        ("vllm", "--prefix-caching-hash-algo", KV_EVENTS),
+        ("vllm", "--kv-events-config", KV_EVENTS),
+        ("vllm", "--block-size", BLOCK_SIZE),
+        ("vllm", "--block_size=32", BLOCK_SIZE),
+        ("sglang", "--tp-size", TP),
+        ("sglang", "--tensor-parallel-size", TP),
+        ("sglang", "--tp", TP),
+        ("sglang", "--pp-size", PP),
+        ("sglang", "--pipeline-parallel-size", PP),
+        ("sglang", "--dp-size", DP),
+        ("sglang", "--data-parallel-size", DP),
+        ("sglang", "--dp", DP),
+        ("sglang", "--disable-radix-cache", PREFIX_CACHE),
+        (
+            "sglang",
+            "--kv-events-config",
+            "llmgw takes KV events from vllm only (profile.kv_events); remove it",
+        ),
+        ("sglang", "--page-size", BLOCK_SIZE),
+        ("trtllm", "--tp_size", TP),
+        ("trtllm", "--tensor_parallel_size", TP),
+        ("trtllm", "--pp_size", PP),
+        ("trtllm", "--pipeline_parallel_size", PP),
+        ("llama.cpp", "--cache-prompt", PREFIX_CACHE),
+        ("llama.cpp", "--no-cache-prompt", PREFIX_CACHE),
+    ],
+)
+def test_flags_of_what_llmgw_manages_are_refused_saying_what_to_set(
+    engine: str, token: str, why: str
+) -> None:
+    (refusal,) = check_args(engine, [token, "2"])
+    assert refusal.what == token.split("=")[0].replace("_", "-")
+    assert why in refusal.why
+
+
+@pytest.mark.parametrize(
+    ("engine", "token", "expanded"),
+    [
+        ("vllm", "-t", "-tp"),
+        ("vllm", "-p", "-pp"),
+        ("vllm", "--tensor", "--tensor-parallel-size"),
+        ("vllm", "--no-enable-prefix", "--no-enable-prefix-caching"),
+        ("vllm", "--block", "--block-size"),
+        ("sglang", "--disable-radix", "--disable-radix-cache"),
+        ("sglang", "--page", "--page-size"),
+    ],
+)
+def test_argparse_abbreviations_of_managed_flags_are_refused_saying_what_to_set(
+    engine: str, token: str, expanded: str
+) -> None:
+    (refusal,) = check_args(engine, [token, "2"])
+    assert refusal.why.startswith(f"the engine reads it as {expanded}, which is refused: llmgw ")
+    assert refusal.why.endswith(("; set profile.tp", "; set profile.pp", "; remove it", "are routed)"))
+
+
+TUNING = {
+    "vllm": "--gpu-memory-utilization 0.9 --max-num-batched-tokens 8192 --enable-chunked-prefill "
+    "--kv-cache-dtype fp8 --swap-space 4 -O3 -q awq --enforce-eager --num-gpu-blocks-override 2048 "
+    "--enable-expert-parallel",
+    "sglang": "--mem-fraction-static 0.8 --chunked-prefill-size 4096 --attention-backend flashinfer "
+    "--schedule-policy lpm --max-total-tokens 65536",
+    "trtllm": "--kv_cache_free_gpu_memory_fraction 0.8 --max_num_tokens 8192 --ep_size 2 "
+    "--enable_chunked_prefill",
+    "llama.cpp": "--cache-reuse 256 --cache-ram 4096 -t 8 -fa on -ctk q8_0",
+}
+"""Tuning flags of each engine, beside the managed ones they resemble (llama.cpp's ``-t`` is its threads)."""
+
+
+@pytest.mark.parametrize(("engine", "args"), TUNING.items())
+def test_ordinary_tuning_flags_still_pass(engine: str, args: str) -> None:
+    assert check_args(engine, args.split()) == []
+
+
+def test_a_variable_setting_a_managed_flag_is_refused_as_that_flag() -> None:
+    (refusal,) = check_env("llama.cpp", {"LLAMA_ARG_CACHE_PROMPT": "0"})
+    assert refusal.what == "LLAMA_ARG_CACHE_PROMPT"
+    assert refusal.why.startswith("sets --cache-prompt, llmgw keeps the engine's prefix cache on")
+
+
+def test_the_catalog_refuses_a_managed_flag_in_args_naming_the_field_to_set() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        parse_model(model(args=["-tp", "2", "--data-parallel-size", "2"]))
+    why = dict(caught.value.problems)["profile.args"]  # type: ignore[attr-defined]
+    assert "-tp: llmgw sets it from the profile's tp; set profile.tp" in why
+    assert "--data-parallel-size: llmgw runs data parallelism as replicas" in why
 
 
 @pytest.mark.parametrize(

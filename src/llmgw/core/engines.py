@@ -163,6 +163,34 @@ class KeyInput:
         return key + "\n"
 
 
+class Managed(Enum):
+    """A setting llmgw makes for every replica itself, which an engine also takes as a flag.
+
+    Each member's value says why a profile's ``args`` may not give the flag and
+    what the profile sets instead (:func:`llmgw.core.validation.check_flag`).
+    """
+
+    TP = "llmgw sets it from the profile's tp; set profile.tp"
+    PP = "llmgw sets it from the profile's pp; set profile.pp"
+    DP = "llmgw runs data parallelism as replicas and routes between them; set replicas.min and replicas.max"
+    PREFIX_CACHING = (
+        "llmgw keeps the engine's prefix cache on: its routing sends each request to the replica "
+        "holding the request's prefix; remove it (routing.policy in server.yaml chooses how requests "
+        "are routed)"
+    )
+    HASH_ALGO = (
+        "llmgw sets it with the KV events (sha256_cbor, so every replica names a block alike); "
+        "set profile.kv_events"
+    )
+    KV_EVENTS = "llmgw sets it from the profile's kv_events; set profile.kv_events"
+    BLOCK_SIZE = "llmgw reads the block size the engine uses from its KV events; remove it"
+
+    @property
+    def why(self) -> str:
+        """Why the flag is refused and what to set instead."""
+        return str(self.value)
+
+
 @dataclass(frozen=True)
 class EngineCapabilities:
     """What llmgw knows of one engine without running it: one row of the table."""
@@ -198,6 +226,10 @@ class EngineCapabilities:
     """One replica may span several cards by tensor parallelism (``profile.tp`` above 1)."""
     own_flags: tuple[str, ...] = ()
     """Flags llmgw sets on its command line: a profile's ``args`` may not repeat them."""
+    managed_flags: tuple[tuple[str, Managed], ...] = ()
+    """Its flags (every spelling and alias) for the settings llmgw manages (tensor, pipeline and
+    data-parallel sizes, prefix caching, its hash, the KV events, the block size): a profile's
+    ``args`` may not give them, and the refusal says what the profile sets instead."""
     abbreviated_flags: bool = False
     """Its argument parser takes an unambiguous prefix of a flag for the flag (argparse)."""
     flag_env_prefix: str = ""
@@ -248,6 +280,8 @@ LLAMA_CPP = EngineCapabilities(
         "-lv", "--verbosity", "--log-verbosity", "--mmproj", "--ctx-size", "-c", "--parallel", "-np",
         "--embedding", "--embeddings", "--rerank", "--reranking", "--pooling",
     ),
+    # common/arg.cpp (b11434): --cache-prompt/--no-cache-prompt (LLAMA_ARG_CACHE_PROMPT)
+    managed_flags=(("--cache-prompt", Managed.PREFIX_CACHING), ("--no-cache-prompt", Managed.PREFIX_CACHING)),
     flag_env_prefix="LLAMA_ARG_",
     env_families=("GGML_", "LLAMA_ARG_"),
     tasks=frozenset(Task),
@@ -269,9 +303,21 @@ VLLM = EngineCapabilities(
     kv_events=True,
     tensor_parallel=True,
     own_flags=(
-        "--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp",
-        "--kv-events-config", "--max-model-len", "--max-num-seqs", "--enable-lora", "--max-loras",
-        "--max-lora-rank", "--uds", "--runner", "--convert", "--task",
+        "--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
+        "--max-num-seqs", "--enable-lora", "--max-loras", "--max-lora-rank", "--uds", "--runner",
+        "--convert", "--task",
+    ),
+    # vllm/engine/arg_utils.py: ParallelConfig's and CacheConfig's flags, --kv-events-config
+    managed_flags=(
+        ("--tensor-parallel-size", Managed.TP), ("-tp", Managed.TP),
+        ("--pipeline-parallel-size", Managed.PP), ("-pp", Managed.PP),
+        ("--data-parallel-size", Managed.DP), ("-dp", Managed.DP),
+        ("--data-parallel-size-local", Managed.DP), ("-dpl", Managed.DP),
+        ("--enable-prefix-caching", Managed.PREFIX_CACHING),
+        ("--no-enable-prefix-caching", Managed.PREFIX_CACHING),
+        ("--prefix-caching-hash-algo", Managed.HASH_ALGO),
+        ("--kv-events-config", Managed.KV_EVENTS),
+        ("--block-size", Managed.BLOCK_SIZE),
     ),
     abbreviated_flags=True,
     env_families=("VLLM_",),
@@ -290,9 +336,19 @@ SGLANG = EngineCapabilities(
     key_input=KeyInput(KeyPassing.CONFIG_FILE, "--config", filename="api-key.yaml", setting="api-key"),
     tensor_parallel=True,
     own_flags=(
-        "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",
-        "--tp", "--enable-metrics", "--context-length", "--max-running-requests", "--config",
-        "--is-embedding",
+        "--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name",
+        "--enable-metrics", "--context-length", "--max-running-requests", "--config", "--is-embedding",
+    ),
+    # python/sglang/srt/server_args.py: tp_size, pp_size, dp_size (each with its --*-parallel-size
+    # alias; --tp and --dp are argparse's abbreviations), disable_radix_cache, page_size,
+    # kv_events_config
+    managed_flags=(
+        ("--tp-size", Managed.TP), ("--tensor-parallel-size", Managed.TP), ("--tp", Managed.TP),
+        ("--pp-size", Managed.PP), ("--pipeline-parallel-size", Managed.PP),
+        ("--dp-size", Managed.DP), ("--data-parallel-size", Managed.DP), ("--dp", Managed.DP),
+        ("--disable-radix-cache", Managed.PREFIX_CACHING),
+        ("--kv-events-config", Managed.KV_EVENTS),
+        ("--page-size", Managed.BLOCK_SIZE),
     ),
     abbreviated_flags=True,
     env_families=("SGLANG_",),
@@ -309,8 +365,13 @@ TRTLLM = EngineCapabilities(
     key_input=KeyInput(KeyPassing.ENV, "LLMGW_REPLICA_KEY"),
     tensor_parallel=True,
     own_flags=(
-        "--host", "--port", "--tp-size", "--extra-llm-api-options", "--max-seq-len", "--max-batch-size",
-        "--backend",
+        "--host", "--port", "--extra-llm-api-options", "--max-seq-len", "--max-batch-size", "--backend",
+    ),
+    # tensorrt_llm/commands/serve.py (click): --tp_size, --pp_size; its KV-cache reuse, attention
+    # data parallelism and tokens per block are options file settings (the options file is llmgw's)
+    managed_flags=(
+        ("--tp_size", Managed.TP), ("--tensor_parallel_size", Managed.TP),
+        ("--pp_size", Managed.PP), ("--pipeline_parallel_size", Managed.PP),
     ),
     env_families=("TRTLLM_", "TLLM_"),
     agent_env=("LLMGW_REPLICA_KEY",),

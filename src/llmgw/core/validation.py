@@ -11,11 +11,14 @@ operator did not put there.
   ``CUDA_INJECTION64_PATH``, ``VLLM_HOST_IP``, ``HF_TOKEN`` are all refused).
   llama.cpp's ``LLAMA_ARG_*`` variables set flags, so they are checked as the
   flags they set.
-- ``args`` refuse flags that read, write or load files or code, and the flags
-  llmgw sets itself. Flags are compared with ``_`` read as ``-`` (vLLM and
-  TensorRT-LLM take both), and for argparse engines an abbreviation of a
-  refused flag is refused too (argparse expands ``--trust-remote`` to
-  ``--trust-remote-code``).
+- ``args`` refuse flags that read, write or load files or code, the flags
+  llmgw sets itself, and the engine's flags for what llmgw manages (tensor,
+  pipeline and data-parallel sizes, prefix caching and its hash, the KV
+  events, the block size), each refusal saying what the profile sets instead
+  (``profile.tp``, ``replicas``, ``profile.kv_events``). Flags are compared
+  with ``_`` read as ``-`` (vLLM and TensorRT-LLM take both), and for argparse
+  engines an abbreviation of a refused flag is refused too (argparse expands
+  ``--trust-remote`` to ``--trust-remote-code`` and ``-t`` to ``-tp``).
 
 What differs by engine (the flags llmgw sets, abbreviations, flag-setting
 variables, tuning families, the agent's own variables) is read from the
@@ -27,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llmgw.core.engines import ENGINES, EngineCapabilities, find_engine
+from llmgw.core.engines import ENGINES, EngineCapabilities, Managed, either, engines_where, find_engine
 
 TUNING_FAMILIES = (
     "CUDA_",
@@ -60,6 +63,8 @@ SERVES_FLAGS = frozenset(
      "--is-embedding"}
 )  # fmt: skip
 """Flags the engine is given from ``profile.serves`` and ``profile.pooling``."""
+
+SERVES_WHY = "llmgw sets it from the profile's serves (chat, embeddings, rerank) and pooling; set those"
 
 READS_OR_LOADS = {
     "--trust-remote-code": "it runs code shipped with the weights",
@@ -118,24 +123,59 @@ def _flag(token: str) -> str:
     return name if name.startswith("--") is False else "--" + name[2:].replace("_", "-")
 
 
+def _why(row: EngineCapabilities | None, flag: str) -> str | None:
+    """Why the engine of ``row`` may not be given ``flag`` (as :func:`_flag` reads it); None when it may."""
+    if row is not None:
+        managed = {_flag(name): setting for name, setting in row.managed_flags}
+        if flag in managed:
+            return _managed_why(row, managed[flag])
+        if flag in {_flag(name) for name in row.own_flags}:
+            if flag in SERVES_FLAGS:
+                return SERVES_WHY
+            return "llmgw sets it itself; remove it from args"
+    if flag in READS_OR_LOADS:
+        return f"refused because {READS_OR_LOADS[flag]}"
+    return None
+
+
+def _managed_why(row: EngineCapabilities, setting: Managed) -> str:
+    if setting is Managed.KV_EVENTS and not row.kv_events:
+        wanted = either(engines_where(lambda other: other.kv_events))
+        return f"llmgw takes KV events from {wanted} only (profile.kv_events); remove it"
+    return setting.why
+
+
+def _expanded(row: EngineCapabilities, flag: str) -> str | None:
+    """The refused flag an argparse engine reads ``flag`` as, being a prefix of it; None if none.
+
+    argparse takes an unambiguous prefix of a long flag (``--tensor`` for
+    ``--tensor-parallel-size``) and of a single-dash one (``-t`` for ``-tp``).
+    """
+    if flag.startswith("--"):
+        if len(flag) <= 3:
+            return None
+    elif len(flag) < 2:
+        return None
+    refused = (
+        *READS_OR_LOADS,
+        *(_flag(name) for name in row.own_flags),
+        *(_flag(name) for name, _ in row.managed_flags),
+    )
+    long = flag.startswith("--")
+    return next((name for name in refused if name.startswith("--") is long and name.startswith(flag)), None)
+
+
 def check_flag(engine: str, token: str) -> Refusal | None:
     """Why ``token`` (an argument starting with ``-``) may not be given to ``engine``; None when it may."""
     flag = _flag(token)
     row = find_engine(engine)
-    own = {_flag(f) for f in row.own_flags} if row is not None else set()
-    if flag in own:
-        if flag in SERVES_FLAGS:
-            return Refusal(
-                flag,
-                "llmgw sets it from the profile's serves (chat, embeddings, rerank) and pooling; set those",
-            )
-        return Refusal(flag, "llmgw sets it itself; remove it from args")
-    if flag in READS_OR_LOADS:
-        return Refusal(flag, f"refused because {READS_OR_LOADS[flag]}")
-    if row is not None and row.abbreviated_flags and flag.startswith("--") and len(flag) > 3:
-        for refused in (*READS_OR_LOADS, *own):
-            if refused.startswith(flag):
-                return Refusal(flag, f"the engine reads it as {refused}, which is refused")
+    why = _why(row, flag)
+    if why is not None:
+        return Refusal(flag, why)
+    if row is not None and row.abbreviated_flags:
+        refused = _expanded(row, flag)
+        if refused is not None:
+            return Refusal(flag, f"the engine reads it as {refused}, which is refused: {_why(row, refused)}")
     return None
 
 

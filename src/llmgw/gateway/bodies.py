@@ -72,7 +72,8 @@ class RequestFacts(NamedTuple):
     prompt: str = ""
     """The prompt as text (chat messages joined by role), for prefix routing; empty when none."""
     prompt_request: dict[str, Any] | None = None
-    """``{"prompt": ...}`` or ``{"messages": ...}`` as sent, to ask the engine's /tokenize."""
+    """``{"prompt": ...}`` or ``{"messages": ...}`` as sent, with what changes how the engine renders
+    it (``tools``, ``chat_template_kwargs``, …: :data:`CHAT_RENDERING`), to ask the engine's /tokenize."""
     data: dict[str, Any] | None = None
     """The body as parsed."""
     responses: ResponsesCall | None = None
@@ -174,11 +175,30 @@ def model_and_stream(body: bytes) -> RequestFacts:
     return RequestFacts(model, stream, usage_asked, options, prompt, prompt_request, data)
 
 
+CHAT_RENDERING = (
+    "tools",
+    "chat_template",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+    "add_special_tokens",
+)
+"""A chat request's fields that change the prompt its engine renders from the messages (vLLM's
+``TokenizeChatRequest`` takes each), sent on to /tokenize as the request gave them."""
+
+COMPLETION_RENDERING = ("add_special_tokens",)
+"""Likewise for a completion (vLLM's ``TokenizeCompletionRequest``)."""
+
+
 def _prompt_of(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
-    """The prompt's text and the /tokenize request that gives its tokens (chat or completion)."""
+    """The prompt's text and the /tokenize request that gives its tokens (chat or completion).
+
+    The /tokenize request carries what changes the rendering as the request gave it (tools,
+    template arguments, the generation prompt), so that the tokens are those the engine computes.
+    """
     prompt = data.get("prompt")
     if isinstance(prompt, str):
-        return prompt, {"prompt": prompt}
+        return prompt, _rendering({"prompt": prompt}, data, COMPLETION_RENDERING)
     messages = data.get("messages")
     if isinstance(messages, list):
         parts = []
@@ -189,5 +209,12 @@ def _prompt_of(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
             if isinstance(content, list):
                 content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             parts.append(f"<|{message.get('role', '')}|> {content or ''}")
-        return "\n".join(parts), {"messages": messages}
+        return "\n".join(parts), _rendering({"messages": messages}, data, CHAT_RENDERING)
     return "", None
+
+
+def _rendering(request: dict[str, Any], data: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    for name in fields:
+        if name in data:
+            request[name] = data[name]
+    return request

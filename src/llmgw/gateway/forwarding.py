@@ -357,7 +357,7 @@ async def _tokens(
 ) -> list[int] | None:
     """The prompt's tokens (cached; else from a ready replica's /tokenize); None when unknown."""
     tokenizer = gateway.tokenizer
-    known = tokenizer.cached(exchange.model, prompt)
+    known = tokenizer.cached(exchange.model, prompt, request)
     if known is not None:
         return known
     ready = gateway.replicas.ready(exchange.model)

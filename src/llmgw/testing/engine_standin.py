@@ -45,8 +45,10 @@ def tokenize(text: str) -> list[int]:
     return [zlib.crc32(piece.encode()) % 32000 for piece in _WORD.findall(text)]
 
 
-def render_chat(messages: list[dict[str, Any]]) -> str:
-    parts = []
+def render_chat(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> str:
+    """The prompt a chat template makes of ``messages``; ``tools`` go first, in a system turn of
+    their own, as chat templates put the tools a request offers ahead of its conversation."""
+    parts = [f"<|system|> Tools: {json.dumps(tools, sort_keys=True)}"] if tools else []
     for message in messages:
         content = message.get("content") or ""
         if isinstance(content, list):
@@ -332,7 +334,10 @@ def build_app(standin: Standin) -> web.Application:
 
     def prompt_of(body: dict[str, Any], chat: bool) -> list[int]:
         if chat or "messages" in body:
-            return tokenize(render_chat(list(body.get("messages") or [])))
+            tools = body.get("tools")
+            return tokenize(
+                render_chat(list(body.get("messages") or []), tools if isinstance(tools, list) else None)
+            )
         prompt = body.get("prompt", "")
         return tokenize(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
 
