@@ -35,7 +35,9 @@ class TrtllmStandin(Standin):
         s = self.settings
         labels = f'engine_type="trtllm",model_name="{s.served_name}"'
         gauge_labels = f'{labels},pid="{os.getpid()}"'
-        rows = [("trtllm_prompt_cached_tokens_total", "counter", labels, self.cached_tokens)]
+        rows: list[tuple[str, str, str, float]] = [
+            ("trtllm_prompt_cached_tokens_total", "counter", labels, self.cached_tokens)
+        ]
         if self.requests:  # metrics of requests are logged as each one finishes
             if s.gauges_on:  # the iteration statistics (enable_iter_perf_stats) are logged from then on
                 usage = min(1.0, self.held_blocks / max(1, s.num_blocks))
