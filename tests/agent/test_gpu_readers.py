@@ -134,6 +134,7 @@ async def test_readings_are_read(reader: Reader) -> None:
         memory_util_percent=41,
         sm_clock_mhz=1980,
         ecc_uncorrected=2,
+        sram_parity_uncorrected=3,
         temperature_c=71,
         power_draw_w=612.5,
     )
@@ -142,7 +143,7 @@ async def test_readings_are_read(reader: Reader) -> None:
 
     h100, rtx = report.cards
     assert (h100.utilization_percent, h100.memory_bandwidth_percent, h100.sm_clock_mhz) == (87, 41, 1980)
-    assert (h100.ecc_uncorrected, h100.temperature_c, h100.power_w) == (2, 71, 612.5)
+    assert (h100.ecc_uncorrected, h100.temperature_c, h100.power_w) == (2 + 3, 71, 612.5)
     assert rtx.ecc_uncorrected is None
 
 

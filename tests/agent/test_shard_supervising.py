@@ -374,3 +374,14 @@ async def test_engine_starts_and_restarts_are_counted_by_engine(running: Running
 
     assert AGENT_METRICS.get_sample_value("llmgw_agent_engine_starts_total", labels) == starts + 2
     assert AGENT_METRICS.get_sample_value("llmgw_agent_engine_restarts_total", labels) == restarts + 1
+
+
+async def test_an_engine_given_cards_sees_them_numbered_in_pci_bus_order_as_placement_chose_them(
+    running: Running,
+) -> None:
+    spec = ShardSpec(replica_id="r1", model="m", engine=VLLM.name, api_key="sk-replica", devices=(1, 2))
+    running.supervisor.start(spec)
+    await eventually(lambda: running.launcher.spawns, message="the engine is spawned")
+
+    (spawn,) = running.launcher.spawns
+    assert (spawn.env["CUDA_DEVICE_ORDER"], spawn.env["CUDA_VISIBLE_DEVICES"]) == ("PCI_BUS_ID", "1,2")

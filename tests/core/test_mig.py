@@ -77,14 +77,25 @@ def test_one_device_on_mig_and_several_on_whole_cards_are_allowed() -> None:
 def test_an_engine_on_a_mig_instance_sees_it_by_uuid_and_no_vulkan_device() -> None:
     env = visible_devices((1002,), {1002: "MIG-5f0d7162-e3fa-5174-adbc-d15a512c1572"})
 
-    assert env == {"CUDA_VISIBLE_DEVICES": "MIG-5f0d7162-e3fa-5174-adbc-d15a512c1572"}
+    assert env == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": "MIG-5f0d7162-e3fa-5174-adbc-d15a512c1572",
+    }
 
 
 def test_an_engine_on_whole_cards_sees_them_by_index() -> None:
     env = visible_devices((0, 3), {})
 
-    assert env == {"CUDA_VISIBLE_DEVICES": "0,3", "GGML_VK_VISIBLE_DEVICES": "0,3"}
+    assert env == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": "0,3",
+        "GGML_VK_VISIBLE_DEVICES": "0,3",
+    }
     assert visible_devices((), {}) == {}
+
+
+def test_cuda_numbers_the_cards_in_pci_bus_order_as_nvidia_smi_does_not_fastest_first() -> None:
+    assert visible_devices((1,), {})["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_a_mig_instance_without_its_uuid_or_among_others_is_refused() -> None:

@@ -209,6 +209,9 @@ def test_llama_arg_variables_are_checked_as_the_flags_they_set() -> None:
 
 def test_the_agents_own_variables_are_refused() -> None:
     assert [r.what for r in check_env("vllm", {"CUDA_VISIBLE_DEVICES": "1"})] == ["CUDA_VISIBLE_DEVICES"]
+    assert [r.what for r in check_env("vllm", {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})] == [
+        "CUDA_DEVICE_ORDER"
+    ]
 
 
 def test_the_catalog_refuses_bad_args_and_env_naming_each_field() -> None:

@@ -23,11 +23,15 @@ import pytest
 
 from llmgw.operations.firewall import agent_part, server_part
 from llmgw.operations.nftables import FirewallState
+from llmgw.testing.components import missing
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nft"),
-    reason="needs root, ip and nft (apt-get install nftables iproute2) to make network namespaces",
-)
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make network namespaces"),
+    pytest.mark.skipif(
+        not shutil.which("ip") or not shutil.which("nft"),
+        reason=missing("ip and nft", "run 'make opstools' (apt-get install nftables iproute2)"),
+    ),
+]
 
 SUBNET = "198.18.7"
 MACHINE, PEER, STRANGER = f"{SUBNET}.1", f"{SUBNET}.2", f"{SUBNET}.3"

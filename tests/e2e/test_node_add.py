@@ -20,8 +20,14 @@ import pytest
 
 from llmgw.testing import sshd
 from llmgw.testing.cluster import Cluster, free_port
+from llmgw.testing.components import missing
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(bool(sshd.available()), reason=sshd.available() or "ok")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        bool(sshd.available()), reason=missing("sshd", f"{sshd.available()}; run 'make sshd'")
+    ),
+]
 
 SOURCE = Path(__file__).resolve().parents[2]
 METRICS_PORT = free_port()

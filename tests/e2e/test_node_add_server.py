@@ -13,12 +13,15 @@ import pytest
 
 from llmgw.testing import postgres, sshd
 from llmgw.testing.cluster import Cluster, free_port
+from llmgw.testing.components import missing
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(bool(sshd.available()), reason=sshd.available() or "ok"),
     pytest.mark.skipif(
-        not postgres.available(), reason="PostgreSQL's server binaries are missing (make postgres)"
+        bool(sshd.available()), reason=missing("sshd", f"{sshd.available()}; run 'make sshd'")
+    ),
+    pytest.mark.skipif(
+        not postgres.available(), reason=missing("PostgreSQL's server binaries", "run 'make postgres'")
     ),
 ]
 

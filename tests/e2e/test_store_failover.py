@@ -23,13 +23,14 @@ import pytest
 from llmgw.errors import LlmgwError
 from llmgw.store import Leases, LeaseState, Store
 from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.components import missing
 from llmgw.testing.llama_server_standin import write_launcher
 from llmgw.testing.patroni import Member, PatroniCluster, available
 from llmgw.testing.traffic import Traffic
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not available(), reason="etcd and Patroni are not installed: run 'make patroni'"),
+    pytest.mark.skipif(not available(), reason=missing("etcd and Patroni", "run 'make patroni'")),
 ]
 
 MODEL = "standin-chat"

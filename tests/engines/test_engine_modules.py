@@ -190,12 +190,6 @@ def test_metrics_of_another_engine_read_as_unreadable() -> None:
         parse_load(VLLM_TEXT, sglang.ENGINE.metrics, "sglang")
 
 
-def test_trtllm_without_iteration_stats_is_unreadable() -> None:
-    counters_only = "trtllm_prompt_tokens_total 5\ntrtllm_generation_tokens_total 2\n"
-    with pytest.raises(EngineUnhealthy, match="trtllm_num_requests_running"):
-        parse_load(counters_only, trtllm.ENGINE.metrics, "trtllm")
-
-
 def test_the_trtllm_launcher_refuses_to_start_without_the_replica_key() -> None:
     import os
     import subprocess

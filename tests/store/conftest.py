@@ -19,17 +19,25 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from llmgw.store import Store
 from llmgw.testing import postgres
 from llmgw.testing.clock import FakeClock
+from llmgw.testing.components import skip_missing
 
 POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES_URL", "")
-WITH_POSTGRES = os.environ.get("LLMGW_TEST_POSTGRES", "1") != "0" and (
-    bool(POSTGRES_URL) or postgres.available()
-)
-BACKENDS = ["sqlite", "postgresql"] if WITH_POSTGRES else ["sqlite"]
+LEFT_OUT = os.environ.get("LLMGW_TEST_POSTGRES", "1") == "0"
+BACKENDS = ["sqlite", "postgresql"]
+"""Both always: where PostgreSQL cannot run, its half is a reported skip, not left uncollected."""
+
+
+def _postgres_or_skip() -> None:
+    if LEFT_OUT:
+        pytest.skip("LLMGW_TEST_POSTGRES=0 leaves PostgreSQL out")
+    if not POSTGRES_URL and not postgres.available():
+        skip_missing("PostgreSQL's server binaries (initdb, pg_ctl)", "run 'make postgres'")
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A PostgreSQL database for the whole session: the given one, or a throwaway cluster."""
+    _postgres_or_skip()
     if POSTGRES_URL:
         yield POSTGRES_URL
         return
@@ -51,6 +59,7 @@ async def _wipe_postgres(url: str) -> None:
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty database."""
     if request.param == "postgresql":
+        _postgres_or_skip()
         url: str = request.getfixturevalue("postgres_url")
         await _wipe_postgres(url)
         return url

@@ -137,9 +137,7 @@ def parse_report(text: str, listing: str = "") -> GpuReport:
                 sm_clock_mhz=leading_int(gpu.findtext("clocks/sm_clock")),
                 ecc_uncorrected=_ecc_uncorrected(gpu),
                 temperature_c=leading_int(gpu.findtext("temperature/gpu_temp")),
-                power_w=_leading_float(
-                    gpu.findtext("gpu_power_readings/power_draw") or gpu.findtext("power_readings/power_draw")
-                ),
+                power_w=_power_draw(gpu),
             )
         )
     driver = (root.findtext("driver_version") or "").strip()
@@ -149,15 +147,32 @@ def parse_report(text: str, listing: str = "") -> GpuReport:
 
 
 def _ecc_uncorrected(gpu: ET.Element) -> int | None:
-    """Volatile uncorrected ECC errors: SRAM and DRAM uncorrectable, or double-bit on older cards."""
+    """Volatile uncorrected ECC errors: SRAM and DRAM uncorrectable, or double-bit on older cards.
+
+    Drivers from the 570 series on split the SRAM count into ``sram_uncorrectable_parity`` and
+    ``sram_uncorrectable_secded``; older ones write ``sram_uncorrectable``, and pre-Volta
+    layouts ``double_bit/total``.
+    """
     volatile = gpu.find("ecc_errors/volatile")
     if volatile is None:
         return None
-    parts = [leading_int(e.text) for e in volatile if e.tag.endswith("_uncorrectable")]
-    numbers = [p for p in parts if p is not None]
+    counts = {e.tag: leading_int(e.text) for e in volatile if "_uncorrectable" in e.tag}
+    if any(tag.startswith("sram_uncorrectable_") for tag in counts):
+        counts.pop("sram_uncorrectable", None)  # a total beside its parts would count twice
+    numbers = [n for n in counts.values() if n is not None]
     if numbers:
         return sum(numbers)
     return leading_int(volatile.findtext("double_bit/total"))
+
+
+def _power_draw(gpu: ET.Element) -> float | None:
+    """Watts drawn now: ``instant_power_draw`` (570 drivers on), else ``power_draw``, else the average."""
+    for readings in ("gpu_power_readings", "power_readings"):
+        for tag in ("instant_power_draw", "power_draw", "average_power_draw"):
+            watts = _leading_float(gpu.findtext(f"{readings}/{tag}"))
+            if watts is not None:
+                return watts
+    return None
 
 
 _CARD_LINE = re.compile(r"^GPU (\d+):")

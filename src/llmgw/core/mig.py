@@ -124,6 +124,10 @@ def mig_refusal(device_class: str, spread: Spread) -> str:
     )
 
 
+PCI_BUS_ORDER = "PCI_BUS_ID"
+"""``CUDA_DEVICE_ORDER`` numbering cards as nvidia-smi does (CUDA's default is ``FASTEST_FIRST``)."""
+
+
 def visible_devices(numbers: tuple[int, ...], uuids: dict[int, str]) -> dict[str, str]:
     """The environment that shows an engine the devices placement gave it.
 
@@ -132,6 +136,10 @@ def visible_devices(numbers: tuple[int, ...], uuids: dict[int, str]) -> dict[str
     its UUID (``CUDA_VISIBLE_DEVICES=MIG-…``) and gets no Vulkan variable,
     since Vulkan does not see MIG devices. ``uuids`` maps device numbers to
     UUIDs; a MIG number without one raises ValueError.
+
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` comes with them: the indexes are
+    nvidia-smi's and NVML's, in PCI bus order, while CUDA numbers cards fastest
+    first by default, so on a node with mixed cards index 0 could be another card.
     """
     if not numbers:
         return {}
@@ -142,6 +150,10 @@ def visible_devices(numbers: tuple[int, ...], uuids: dict[int, str]) -> dict[str
         uuid = uuids.get(migs[0], "")
         if not uuid.startswith("MIG-"):
             raise ValueError(f"MIG device {device_label(migs[0])} has no MIG UUID to name it by")
-        return {"CUDA_VISIBLE_DEVICES": uuid}
+        return {"CUDA_DEVICE_ORDER": PCI_BUS_ORDER, "CUDA_VISIBLE_DEVICES": uuid}
     cards = ",".join(str(n) for n in numbers)
-    return {"CUDA_VISIBLE_DEVICES": cards, "GGML_VK_VISIBLE_DEVICES": cards}
+    return {
+        "CUDA_DEVICE_ORDER": PCI_BUS_ORDER,
+        "CUDA_VISIBLE_DEVICES": cards,
+        "GGML_VK_VISIBLE_DEVICES": cards,
+    }

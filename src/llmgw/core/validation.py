@@ -55,7 +55,9 @@ REFUSED_WORDS = frozenset(
 )  # fmt: skip
 """Words that make a variable name a path, plugin, library, address or credential."""
 
-AGENT_ENV = frozenset({"CUDA_VISIBLE_DEVICES", *(name for row in ENGINES for name in row.agent_env)})
+AGENT_ENV = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *(name for row in ENGINES for name in row.agent_env)}
+)
 """Variables the agent sets itself."""
 
 SERVES_FLAGS = frozenset(

@@ -133,6 +133,10 @@ class EngineLoad:
     """Prompt tokens processed since start."""
     generated_tokens_total: int = 0
     """Tokens generated since start."""
+    queue_reported: bool = True
+    """False where the text holds neither queue gauge (TensorRT-LLM before its first iteration
+    statistics, or 1.1, which has none): ``running`` and ``waiting`` then read 0, and the router
+    counts only its own requests in flight on the replica."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,9 @@ class MetricNames:
     kv_scale: float = 1.0
     """Multiplier bringing the KV gauge to 0..1."""
     required: tuple[str, ...] = field(default=("running", "waiting"))
-    """Fields whose absence means the text is not this engine's metrics."""
+    """Fields whose absence means the text is not this engine's metrics. An engine that may
+    publish no queue gauges leaves ``running`` and ``waiting`` out: the load then says
+    :attr:`EngineLoad.queue_reported` False instead of failing."""
 
 
 class Engine(Protocol):
@@ -261,6 +267,7 @@ def parse_load(text: str | bytes, names: MetricNames, engine: str = "engine") ->
         kv_cache_usage=share(),
         prompt_tokens_total=count("prompt_tokens_total"),
         generated_tokens_total=count("generated_tokens_total"),
+        queue_reported=first("running") is not None or first("waiting") is not None,
     )
 
 

@@ -10,11 +10,23 @@ Facts of the real server this module relies on (``trtllm-serve`` docs and
   key of its own, so :mod:`llmgw.engines.trtllm_launcher` runs it on a private
   loopback port and answers the replica's port itself, demanding the key.
 - Prometheus metrics are at ``/prometheus/metrics`` once the options file
-  turns on ``return_perf_metrics`` (request counters) and
-  ``enable_iter_perf_stats`` (the queue and KV-cache gauges):
-  ``trtllm_num_requests_running``, ``trtllm_num_requests_waiting``,
-  ``trtllm_kv_cache_utilization`` (0..1), ``trtllm_prompt_tokens_total``,
-  ``trtllm_generation_tokens_total``.
+  turns on ``return_perf_metrics``; what they hold depends on the version
+  (docs/engines.md):
+
+  - 1.1 publishes five request metrics, unprefixed (``request_success_total``
+    and four latency histograms), and no queue or KV-cache gauge at all.
+  - 1.3 publishes ``trtllm_``-prefixed metrics: ``trtllm_prompt_tokens_total``
+    and ``trtllm_generation_tokens_total`` once a request has finished, and,
+    with ``enable_iter_perf_stats``, ``trtllm_num_requests_running``,
+    ``trtllm_num_requests_waiting`` and ``trtllm_kv_cache_utilization`` (0..1).
+    Those gauges are registered with labels, so they have no sample until
+    the first iteration statistics are logged.
+
+  The queue gauges are therefore not required: a replica publishing none
+  reads as a load whose only requests are the router's own in flight
+  (:attr:`llmgw.engines.engine.EngineLoad.queue_reported`), never as
+  unreadable. A fresh replica would otherwise get no request, so none would
+  finish, so the gauges would never appear.
 - ``GET /health`` is 200 once it serves.
 
 TensorRT-LLM is brought by the operator: ``engines.trtllm.python`` in
@@ -56,6 +68,7 @@ class TrtllmEngine:
         kv_cache_usage=("trtllm_kv_cache_utilization",),
         prompt_tokens_total=("trtllm_prompt_tokens_total",),
         generated_tokens_total=("trtllm_generation_tokens_total",),
+        required=(),
     )
 
     def __init__(self, launcher_python: str = sys.executable) -> None:

@@ -3,7 +3,9 @@
 Each ``interval_s`` the reader fetches the metrics of every replica in the
 router's table, by the names of the engine that serves it (vLLM, SGLang,
 TensorRT-LLM, llama.cpp: see ``llmgw.engines``), and hands the table the
-requests the engine reports running and waiting. A replica whose metrics
+requests the engine reports running and waiting (none, where it publishes no
+queue gauges: the table then counts only this router's own requests in flight
+on it). A replica whose metrics
 cannot be read — unreachable, an error status, text without its engine's
 gauges, ``+Inf`` or NaN gauges, bytes that are not text, anything — is marked
 unreadable with the reason and routed around until a later read succeeds: the
@@ -125,6 +127,8 @@ class LoadReader:
         if reading.failures:
             log.info("replica %s: load readable again; routed to", endpoint.replica_id)
         reading.load, reading.error, reading.failures, reading.next_round = load, "", 0, 0
+        # No queue gauges (TensorRT-LLM before its first iteration statistics): running and waiting
+        # read 0, so the table counts this router's own requests in flight, and the replica is routed to.
         self.table.set_engine_load(endpoint.replica_id, load.running + load.waiting)
 
     async def run(self) -> None:

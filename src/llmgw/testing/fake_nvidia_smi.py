@@ -12,7 +12,10 @@ real tool:
   a card in MIG mode lists its ``<mig_devices>`` (index, GPU and compute
   instance ids, ``device_attributes/shared``, ``fb_memory_usage``, no UUID
   and no profile, as many drivers print them) and its processes name the
-  instance they run in;
+  instance they run in; ECC counts and power draw under the tags current
+  drivers write (``sram_uncorrectable_parity`` and ``_secded``,
+  ``instant_power_draw``: the 570 series on, DTD v13), held to the recorded
+  reports in ``tests/agent/data``;
 - ``-L`` (``--list-gpus``): ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``
   and, under a card in MIG mode, ``  MIG 3g.40gb     Device  0: (UUID: MIG-...)``;
 - ``nvlink -e``: each link's replay, recovery and CRC error counters;
@@ -103,7 +106,9 @@ class FakeCard:
     memory_util_percent: int = 0
     sm_clock_mhz: int = 1410
     ecc_uncorrected: int | None = 0
-    """Volatile uncorrected ECC errors; None for a card without ECC."""
+    """Volatile uncorrected DRAM ECC errors; None for a card without ECC."""
+    sram_parity_uncorrected: int = 0
+    """Volatile uncorrected SRAM parity errors (``sram_uncorrectable_parity``), on a card with ECC."""
     temperature_c: int = 34
     power_draw_w: float = 60.0
     power_limit_w: float = 400.0
@@ -190,8 +195,8 @@ class FakeSystem:
     """Everything the fake reports: cards, versions, and how it misbehaves."""
 
     cards: tuple[FakeCard, ...] = ()
-    driver_version: str = "550.54.14"
-    cuda_version: str = "12.4"
+    driver_version: str = "595.84"
+    cuda_version: str = "13.2"
     failure: FakeFailure | None = None
     hang_seconds: float = 0.0
 
@@ -255,8 +260,8 @@ def install_fake_nvidia_smi(
     directory: Path,
     cards: list[FakeCard],
     *,
-    driver_version: str = "550.54.14",
-    cuda_version: str = "12.4",
+    driver_version: str = "595.84",
+    cuda_version: str = "13.2",
     failure: FakeFailure | None = None,
     hang_seconds: float = 0.0,
 ) -> Path:
@@ -293,7 +298,7 @@ def render_xml(system: FakeSystem, timestamp: str = "") -> str:
         _gpu_element(root, card)
     ET.indent(root, space="\t")
     body = ET.tostring(root, encoding="unicode")
-    return '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n' + body + "\n"
+    return '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">\n' + body + "\n"
 
 
 def _gpu_element(root: ET.Element, card: FakeCard) -> None:
@@ -343,14 +348,21 @@ def _gpu_element(root: ET.Element, card: FakeCard) -> None:
     _text(ecc, "pending_ecc", "Enabled" if has_ecc else "N/A")
     errors = ET.SubElement(gpu, "ecc_errors")
     volatile = ET.SubElement(errors, "volatile")
-    for kind in ("sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable"):
-        value = "0" if kind != "dram_uncorrectable" else str(card.ecc_uncorrected)
-        _text(volatile, kind, value if has_ecc else "N/A")
+    counts = {
+        "sram_correctable": 0,
+        "sram_uncorrectable_parity": card.sram_parity_uncorrected,
+        "sram_uncorrectable_secded": 0,
+        "dram_correctable": 0,
+        "dram_uncorrectable": card.ecc_uncorrected,
+    }  # as drivers from the 570 series on write them
+    for kind, count in counts.items():
+        _text(volatile, kind, str(count) if has_ecc else "N/A")
     temperature = ET.SubElement(gpu, "temperature")
     _text(temperature, "gpu_temp", f"{card.temperature_c} C")
     power = ET.SubElement(gpu, "gpu_power_readings")
     _text(power, "power_state", "P0")
-    _text(power, "power_draw", f"{card.power_draw_w:.2f} W")
+    _text(power, "average_power_draw", f"{card.power_draw_w:.2f} W")
+    _text(power, "instant_power_draw", f"{card.power_draw_w:.2f} W")
     _text(power, "current_power_limit", f"{card.power_limit_w:.2f} W")
     clocks = ET.SubElement(gpu, "clocks")
     _text(clocks, "graphics_clock", f"{card.sm_clock_mhz} MHz")

@@ -169,7 +169,7 @@ class FakeNvml:
             raise NVMLError_NotSupported()
         if error_type != self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
             return 0
-        return handle.card.ecc_uncorrected
+        return handle.card.ecc_uncorrected + handle.card.sram_parity_uncorrected  # every memory's count
 
     def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
         self._check("nvmlDeviceGetTemperature")

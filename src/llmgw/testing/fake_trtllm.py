@@ -2,20 +2,61 @@
 
 Options are spelled as trtllm-serve spells them (``--tp_size``); an unknown
 one ends it as click does ("Error: No such option", exit 2). It has no API
-key. ``/prometheus/metrics`` carries the token counters with
-``return_perf_metrics`` and the queue and cache gauges with
-``enable_iter_perf_stats``, both read from ``--extra_llm_api_options``.
+key. ``/prometheus/metrics`` is there with ``return_perf_metrics`` (read
+from ``--extra_llm_api_options``) and holds what TensorRT-LLM 1.3 publishes
+(:data:`IMITATES`; ``tests/engines/data/trtllm-metrics-1.3-*.txt``): at first
+only ``trtllm_prompt_cached_tokens_total``; the request counters once a request
+has finished; and, with ``enable_iter_perf_stats``, the queue and KV-cache
+gauges from then on too (the real server's gauges have no sample until its
+first iteration statistics are logged). Labels are sorted and the gauges carry
+the process id, as prometheus_client's multiprocess registry writes them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import yaml
+from aiohttp import web
 
-from llmgw.testing.engine_standin import StandinSettings, serve
+from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
+
+IMITATES = "1.3.0"
+"""The TensorRT-LLM release whose ``/prometheus/metrics`` the stand-in publishes."""
+
+
+class TrtllmStandin(Standin):
+    """The shared stand-in engine, with TensorRT-LLM 1.3's metrics."""
+
+    def metrics_text(self) -> str:
+        s = self.settings
+        labels = f'engine_type="trtllm",model_name="{s.served_name}"'
+        gauge_labels = f'{labels},pid="{os.getpid()}"'
+        rows: list[tuple[str, str, str, float]] = [
+            ("trtllm_prompt_cached_tokens_total", "counter", labels, self.cached_tokens)
+        ]
+        if self.requests:  # metrics of requests are logged as each one finishes
+            if s.gauges_on:  # the iteration statistics (enable_iter_perf_stats) are logged from then on
+                usage = min(1.0, self.held_blocks / max(1, s.num_blocks))
+                rows += [
+                    ("trtllm_num_requests_running", "gauge", gauge_labels, self.running),
+                    ("trtllm_num_requests_waiting", "gauge", gauge_labels, self.waiting),
+                    ("trtllm_kv_cache_utilization", "gauge", gauge_labels, usage),
+                ]
+            rows += [
+                ("trtllm_request_success_total", "counter",
+                 f'engine_type="trtllm",finished_reason="stop",model_name="{s.served_name}"', self.requests),
+                ("trtllm_prompt_tokens_total", "counter", labels, self.prompt_tokens),
+                ("trtllm_generation_tokens_total", "counter", labels, self.generated_tokens),
+            ]  # fmt: skip
+        lines = []
+        for name, kind, label_text, value in rows:
+            lines += [f"# HELP {name} {name}", f"# TYPE {name} {kind}"]
+            lines.append(f"{name}{{{label_text}}} {float(value)}")
+        return "\n".join(lines) + "\n"
 
 
 class _ClickLike(argparse.ArgumentParser):
@@ -74,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         metrics_on=bool(extra.get("return_perf_metrics")),
         gauges_on=bool(extra.get("enable_iter_perf_stats")),
     )
-    serve(settings)
+    standin = TrtllmStandin(settings)
+    print(f"INFO: trtllm stand-in serving {settings.served_name} on http://{settings.host}:{settings.port}"
+          f" (as TensorRT-LLM {IMITATES})", flush=True)  # fmt: skip
+    web.run_app(build_app(standin), host=settings.host, port=settings.port, print=None, access_log=None)
     return 0
 
 
