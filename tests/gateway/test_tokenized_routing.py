@@ -64,7 +64,7 @@ class Replica:
         self.replica_id = replica_id
         self.standin = Standin(settings)
         kv = gateway.replicas.router.kv
-        self.standin.cache.on_stored = lambda hashes, parent, tokens: kv.stored(replica_id, hashes)
+        self.standin.cache.on_stored = lambda hashes, parent, tokens, salt: kv.stored(replica_id, hashes)
         self.runner = web.AppRunner(build_app(self.standin), access_log=None)
         self.url = ""
 
@@ -78,8 +78,9 @@ class Replica:
 
 @pytest.fixture
 async def replicas(gateway: Gateway) -> AsyncIterator[list[Replica]]:
-    gateway.replicas.router.set_block_hashing(MODEL, SEED, 16)
     started = [Replica("r1", gateway), Replica("r2", gateway)]
+    for replica in started:
+        gateway.replicas.router.set_block_hashing(replica.replica_id, MODEL, SEED, 16)
     for replica in started:
         gateway.replicas.set_ready(await replica.start())
     yield started
