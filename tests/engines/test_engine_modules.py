@@ -46,6 +46,18 @@ def test_vllm_serves_the_folder_under_the_catalog_name_with_the_replica_key_in_i
     assert "--enable-lora" not in argv and "--kv-events-config" not in argv
 
 
+def test_vllms_cpu_build_runs_its_openai_server_from_its_python_with_host_memory_defaults() -> None:
+    spec = launch(kv_events_port=21500)
+    argv = vllm.ENGINE.command_line(Path("/v/bin/python"), spec)
+    assert argv[:5] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(WEIGHTS)]
+    assert flag(argv, "--served-model-name") == "qwen" and "--kv-events-config" in argv
+    assert vllm.ENGINE.default_environment(spec) == {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    }
+    assert vllm.ENGINE.default_environment(launch(devices=(0,))) == {}  # on a card: nothing of the CPU's
+
+
 def test_vllm_runtime_lora_turns_on_slots_and_the_runtime_routes() -> None:
     spec = launch(max_loaded_adapters=3)
     argv = vllm.ENGINE.command_line(Path("vllm"), spec)

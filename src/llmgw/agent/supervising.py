@@ -389,6 +389,7 @@ class Supervisor:
         env = {
             **os.environ,
             **(user.environment() if user else {}),
+            **engine.default_environment(launch),
             **dict(spec.env),
             **engine.environment(launch),
         }

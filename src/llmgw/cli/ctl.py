@@ -154,7 +154,7 @@ def replicas(url: str | None = URL, token: str | None = TOKEN, as_json: bool = A
                 r.on or "-",
                 r.port or "-",
                 r.restarts,
-                (r.draining or r.error)[:60],
+                (r.draining or r.error or (f"KV: {r.kv_mismatch}" if r.kv_mismatch else ""))[:60],
             )
             for r in rows
         ],

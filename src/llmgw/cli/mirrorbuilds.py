@@ -12,7 +12,7 @@ from llmgw.cli.output import console
 from llmgw.cli.paths import find_server_config
 from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.engines.builds import LLAMACPP
-from llmgw.engines.pythonbuilds import LISTINGS, PYPI_SIMPLE_URL, PythonBuild
+from llmgw.engines.pythonbuilds import PYPI_SIMPLE_URL, PythonBuild, every_variant
 from llmgw.errors import ConfigError
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex, add_llamacpp_builds, llamacpp_targets, parse_engine
@@ -93,4 +93,4 @@ def add_build(
 
 
 def _listing(engine: str, version: str) -> list[PythonBuild]:
-    return LISTINGS[engine](driver_version="999.0", capabilities=[(12, 0)], version=version)
+    return every_variant(engine, version)

@@ -80,6 +80,10 @@ class ReplicaState:
     """When it began draining (scaled down or evicted: no new requests); None while it serves."""
     drain_reason: str = ""
     fetching: FetchProgress | None = None
+    kv_block_size: int = 0
+    """Tokens per KV block as its engine's events say (0: unknown, or no KV events)."""
+    kv_mismatch: str = ""
+    """Why its engine's block hashes disagree with llmgw's (KV-aware routing cannot find its blocks)."""
     """While starting: how far its node has fetched its files, as last reported."""
     nodes: int = 1
     """Nodes its replica spans (:mod:`llmgw.controlplane.multinode`); 1: a one-node replica."""

@@ -244,6 +244,12 @@ class NodeSessions:
         replica = self._fleet.replicas.get(update.replica_id)
         if replica is None or replica.node_id != node_id:
             return  # only a node's own replicas: never another node's blocks
+        if update.block_size:
+            replica.kv_block_size = update.block_size
+        if update.mismatch != replica.kv_mismatch:
+            if update.mismatch:
+                log.warning("replica %s of %s: %s", replica.replica_id, replica.model, update.mismatch)
+            replica.kv_mismatch = update.mismatch
         self.on_kv_blocks(dataclasses.replace(update, model=replica.model))
 
     async def _on_status(self, node_id: str, status: ShardStatus, channel: ControlLink) -> None:

@@ -86,6 +86,9 @@ class ComfyuiEngine:
             *launch.args,
         ]  # fmt: skip
 
+    def default_environment(self, launch: Launch) -> dict[str, str]:
+        return {}
+
     def environment(self, launch: Launch) -> dict[str, str]:
         return {}
 

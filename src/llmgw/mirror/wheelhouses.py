@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from llmgw.core.mirrorbuilds import BuildAsset, MirroredBuild
-from llmgw.engines.pythonbuilds import LISTINGS, PYPI_SIMPLE_URL, PythonBuild
+from llmgw.engines.pythonbuilds import LISTINGS, PYPI_SIMPLE_URL, PythonBuild, every_variant
 from llmgw.errors import BuildError, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
@@ -52,8 +52,7 @@ def python_build(engine: str, version: str, variant: str) -> PythonBuild:
             [("ENGINE", f"{engine!r} is not installed from wheels")],
             hint=f"give {' or '.join(PYTHON_ENGINES)}",
         )
-    # The listing for a node whose driver and cards fit every variant: each variant's build.
-    builds = LISTINGS[engine](driver_version="999.0", capabilities=[(12, 0)], version=version)
+    builds = every_variant(engine, version)
     for build in builds:
         if build.variant == variant:
             return build

