@@ -14,6 +14,7 @@ import os
 import signal
 from pathlib import Path
 
+from llmgw.agent.launching import kill_group
 from llmgw.agent.shardstates import process_start_time, zombie_start_time
 from llmgw.runtime.waiting import wait_event
 
@@ -87,4 +88,9 @@ class AdoptedProcess:
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
+        """SIGKILL it and, where it leads its process group (as every engine llmgw starts does), the
+        processes it started (:func:`~llmgw.agent.launching.kill_group`)."""
+        if not self.alive():
+            raise ProcessLookupError(self.pid)
+        if not kill_group(self.pid):
+            os.kill(self.pid, signal.SIGKILL)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +94,49 @@ def write_key_file(
     return path
 
 
+def kill_group(pid: int) -> bool:
+    """SIGKILL every process of the group ``pid`` leads; False where ``pid`` leads none (or it is gone).
+
+    An engine is started in a session of its own, so it leads a process group holding every process
+    it started: vLLM's API server forks an engine core and workers that a SIGKILL sent to the server
+    alone would leave running, holding memory and cores."""
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+class EngineGroup:
+    """A spawned engine: killing it kills its whole process group (:func:`kill_group`)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    async def wait(self) -> int:
+        return await self._process.wait()
+
+    def send_signal(self, signum: int) -> None:
+        self._process.send_signal(signum)
+
+    def kill(self) -> None:
+        if not kill_group(self._process.pid):
+            self._process.kill()
+
+
 class SubprocessLauncher:
-    """Spawns engines as real processes in a session of their own, so they outlive the agent.
+    """Spawns engines as real processes in a session of their own, so they outlive the agent; killing
+    one kills every process it started (:class:`EngineGroup`).
 
     util-linux's ``setsid`` takes the engine out of the agent's session after
     its exec, not in the agent's spawning child (which shares the agent's
@@ -108,7 +150,7 @@ class SubprocessLauncher:
         command = [self._setsid, "--", *spawn.command] if self._setsid else spawn.command
         options: dict[str, Any] = {"cwd": spawn.cwd} if spawn.cwd is not None else {}
         options.update(spawn.options)
-        return await asyncio.create_subprocess_exec(
+        process = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=spawn.output,
@@ -117,6 +159,7 @@ class SubprocessLauncher:
             start_new_session=self._setsid is None,
             **options,
         )
+        return EngineGroup(process)
 
 
 async def ended_within(process: EngineProcess, seconds: float, clock: Clock) -> bool:
