@@ -30,10 +30,15 @@ def _alive(pid: int) -> bool:
 
 async def _spawn(tmp_path: Path) -> tuple[object, int]:
     marker = tmp_path / "child.pid"
-    with open(tmp_path / "out.log", "wb") as output:
-        spawn = EngineSpawn([sys.executable, "-c", FORKING, str(marker)], dict(os.environ), output.fileno())
+    output = os.open(tmp_path / "out.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        spawn = EngineSpawn([sys.executable, "-c", FORKING, str(marker)], dict(os.environ), output)
         process = await SubprocessLauncher()(spawn)
-    await eventually(lambda: marker.exists() and marker.read_text(), timeout_s=20, message="the child started")
+    finally:
+        os.close(output)
+    await eventually(
+        lambda: marker.exists() and marker.read_text(), timeout_s=20, message="the child started"
+    )
     return process, int(marker.read_text())
 
 
@@ -51,4 +56,6 @@ async def test_an_adopted_engine_killed_takes_its_children_too(tmp_path: Path) -
     adopted = AdoptedProcess(pid, process_start_time(pid) or "")
     adopted.kill()
     await process.wait()  # type: ignore[attr-defined]  # reaped by its parent, this test
-    await eventually(lambda: not _alive(child), timeout_s=10, message="the adopted engine's child is gone too")
+    await eventually(
+        lambda: not _alive(child), timeout_s=10, message="the adopted engine's child is gone too"
+    )
