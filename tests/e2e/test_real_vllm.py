@@ -30,13 +30,39 @@ from llmgw.testing.cluster import Cluster, engine_pid, wait_for
 from llmgw.testing.training_base import smollm2_base
 from llmgw.training import environment
 
+from . import test_training_cluster as training
+
 pytestmark = pytest.mark.e2e
 
 MODEL = "smol-vllm"
+ADAPTER = "smol-vllm-password"
 START_S = 900.0
 """Two replicas compiling at once on two cores, the first time on a machine (about 2.5 min alone)."""
 PROMPT = " ".join(f"word{i}" for i in range(300))
 """1,024 tokens and more: eight of the CPU backend's 128-token blocks."""
+TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools:\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "<|im_end|>\n{% endif %}"
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face'"
+    " + '<|im_end|>\n' }}"
+    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""SmolLM2's chat template with the request's tools rendered ahead of the conversation (its own
+renders none), given inline with ``--chat-template``: the tools change the prompt's tokens."""
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"lookup_{index}",
+            "description": " ".join(f"term{index}x{word}" for word in range(40)),
+            "parameters": {"type": "object", "properties": {"key": {"type": "string"}}},
+        },
+    }
+    for index in range(8)
+]
+"""Tools that render to over 1,024 tokens of the prompt's start."""
 
 
 def _vllm_build(cache: Path) -> None:
@@ -67,7 +93,14 @@ def vllm_cluster(
                 "ctx_size": 2048,
                 "parallel": 4,
                 "kv_events": True,
-                "args": ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+                "max_loaded_adapters": 2,
+                "args": [
+                    "--enable-auto-tool-choice",
+                    "--tool-call-parser",
+                    "hermes",
+                    "--chat-template",
+                    TEMPLATE,
+                ],
             },
             replicas={"min": 2, "max": 2},
             on_demand=False,
@@ -166,6 +199,62 @@ def test_real_vllm_kv_routing_sends_repeats_to_the_replica_holding_their_blocks(
     hits = _engine(holder, "vllm:prefix_cache_hits_total") - hits_before
     assert hits >= 3 * 1024, hits  # and the engine found the prompt's eight blocks cached each time
     assert _kv_decisions(vllm_cluster) - kv_before == 3  # each decided by the blocks held
+
+
+def test_real_vllm_a_chat_with_tools_goes_by_the_blocks_its_tools_render(vllm_cluster: Cluster) -> None:
+    """The gateway tokenizes a chat with its tools, as the engine renders it, so the KV blocks of a
+    repeat are found (tokenized without them, the first block's hash would differ)."""
+    replicas = _ready(vllm_cluster)
+    assert replicas is not None
+    client = _client(vllm_cluster)
+
+    def ask(question: str) -> None:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": question}],
+            tools=TOOLS,
+            max_tokens=1,
+        )
+
+    before = {r["id"]: _engine(r, "vllm:prompt_tokens_total") for r in replicas}
+    ask("Which lookup fits the key k1?")
+    [holder] = [r for r in replicas if _engine(r, "vllm:prompt_tokens_total") > before[r["id"]]]
+    held = _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0)
+    wait_for(
+        lambda: _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0) >= held + 8 or None,
+        30,
+        "the gateway's KV index holds the tools' blocks",
+    )
+    kv_before, hits_before = _kv_decisions(vllm_cluster), _engine(holder, "vllm:prefix_cache_hits_total")
+    ask("Which lookup fits the key k2?")
+    assert _kv_decisions(vllm_cluster) - kv_before == 1
+    assert _engine(holder, "vllm:prefix_cache_hits_total") - hits_before >= 1024
+
+
+def test_real_vllm_loads_an_adapter_llmgw_trained_at_run_time_and_it_answers_with_its_word(
+    vllm_cluster: Cluster, tmp_path: Path
+) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps(training.PAIR) + "\n")
+    submitted = training.ctl(
+        vllm_cluster,
+        *("train", "submit", MODEL, "--pairs", str(pairs), "--device", "cpu", "--memory-mb", "2048"),
+        *("--steps", str(training.STEPS), "--learning-rate", "0.003", "--rank", "16", "--alpha", "32"),
+        *("--dropout", "0", "--seed", "1"),
+    )
+    assert submitted["gguf"] is False  # vLLM takes the PEFT files themselves
+    job, _ = training.follow(vllm_cluster, submitted["id"], 600)
+    assert job["state"] == "succeeded", f"{job['error']}\n{vllm_cluster.tails()}"
+    published = training.ctl(vllm_cluster, "train", "publish", submitted["id"], "--name", ADAPTER)
+    assert published["model"] == MODEL
+    trained = wait_for(
+        lambda: training.answer_once_served(vllm_cluster, ADAPTER), 180, f"{ADAPTER} answers through /v1"
+    )
+    alone = training.answer(vllm_cluster, MODEL)
+    assert training.WORD in trained.lower(), trained
+    assert training.WORD not in alone.lower(), alone
+    loads = _samples(vllm_cluster.url, model=MODEL).get("llmgw_adapter_loads_total", 0.0)
+    assert loads >= 1  # loaded into the running engine, not given at its start
 
 
 def test_real_vllm_is_adopted_by_a_new_agent(vllm_cluster: Cluster) -> None:
