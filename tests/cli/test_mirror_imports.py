@@ -11,9 +11,13 @@ from typer.testing import CliRunner
 
 from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.main import app
-from llmgw.mirror.ollama import MODEL_MEDIA_TYPE, PROJECTOR_MEDIA_TYPE
 from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo, write_hub_cache
-from llmgw.testing.fake_ollama_registry import small_model, write_models_folder
+from llmgw.testing.fake_ollama_registry import (
+    MODEL_MEDIA_TYPE,
+    PROJECTOR_MEDIA_TYPE,
+    small_model,
+    write_models_folder,
+)
 
 from .conftest import AdminServer
 

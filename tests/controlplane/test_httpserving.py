@@ -279,9 +279,10 @@ async def test_a_request_arriving_on_a_connection_accepted_before_the_stop_is_an
     the request is answered (then the connection closed), and the stop waits for it."""
     reader, writer = await connect(server)
     await eventually(lambda: len(server.server_state.connections) == 1)
+    (connection,) = server.server_state.connections
     stopping = asyncio.create_task(server.stop())
-    await asyncio.sleep(0.15)  # the server has begun to stop; the request comes now
-    assert not stopping.done()
+    await eventually(lambda: connection.stopping, message="the server has begun to stop")  # type: ignore[attr-defined]
+    assert not stopping.done()  # the request comes now
     writer.write(REQUEST)
     got = await asyncio.wait_for(answer(reader), 5)
     assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"ok")

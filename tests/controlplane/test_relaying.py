@@ -129,9 +129,12 @@ async def test_a_standby_refuses_to_answer_a_relay(planes: dict[str, Plane]) -> 
 async def test_a_standby_holds_a_request_and_its_body_while_no_one_leads_and_serves_it_once_it_leads(
     planes: dict[str, Plane],
 ) -> None:
+    tried: list[str] = []
+
     async def unreachable(
         address: str, request: RelayRequest, body: AsyncIterable[bytes], connect_s: float
     ) -> AsyncIterator[RelayChunk]:
+        tried.append(address)
         raise ChannelClosed(f"cannot reach the control plane at {address}", "waiting")
         yield RelayChunk()  # pragma: no cover - makes this a generator
 
@@ -143,8 +146,8 @@ async def test_a_standby_holds_a_request_and_its_body_while_no_one_leads_and_ser
         headers={"Authorization": f"Bearer {TOKEN}"},
     ) as client:
         pending = asyncio.create_task(client.post("/api/keys", json={"name": "held"}))
-        await asyncio.sleep(0.05)
-        assert not pending.done()
+        await eventually(lambda: tried, message="the standby tried the unreachable leader")
+        assert not pending.done()  # and holds the request, waiting for a leader
         await planes["cp1"].leadership.resign()
         await cp2.leadership.round()
         answer = await asyncio.wait_for(pending, 5)

@@ -170,8 +170,14 @@ def reaped(pid: int) -> bool:
 async def test_the_workers_of_the_previous_start_stop_once_this_starts_serve_and_are_reaped() -> None:
     polite, stubborn = child(ignore_term=False), child(ignore_term=True)
     ready = asyncio.Event()
-    retiring = asyncio.ensure_future(retire([polite.pid, stubborn.pid], ready.is_set, grace_s=0.3))
-    await asyncio.sleep(0.1)
+    asked: list[bool] = []
+
+    def serving() -> bool:
+        asked.append(ready.is_set())
+        return asked[-1]
+
+    retiring = asyncio.ensure_future(retire([polite.pid, stubborn.pid], serving, grace_s=0.3))
+    await eventually(lambda: len(asked) >= 3, message="retire asked, and waited, three times")
     assert polite.poll() is None and stubborn.poll() is None  # kept while this start's do not serve
     ready.set()
     await asyncio.wait_for(retiring, 5)

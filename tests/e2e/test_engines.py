@@ -104,17 +104,50 @@ def test_each_engine_demands_the_replica_key(engines_cluster: Cluster, model: st
     assert caught.value.code == 401
 
 
-def test_vllm_runs_with_runtime_lora_turned_on(engines_cluster: Cluster) -> None:
+def engine_process(port: int) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of the process serving on ``port`` (this user's, from /proc)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1]
+            if b"--port" in argv and argv[argv.index(b"--port") + 1 :][:1] == [str(port).encode()]:
+                pairs = (proc / "environ").read_bytes().split(b"\0")
+                environ = dict(p.decode().partition("=")[::2] for p in pairs if b"=" in p)
+                return [a.decode() for a in argv], environ
+        except (OSError, IndexError):
+            continue
+    raise AssertionError(f"no process serves on port {port}")
+
+
+def test_vllm_runs_with_runtime_lora_turned_on(engines_cluster: Cluster, tmp_path: Path) -> None:
     replica = engines_cluster.wait_ready("std-vllm")
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{replica['port']}/v1/load_lora_adapter",
-        data=b'{"lora_name": "sql", "lora_path": "/adapters/sql"}',
-        headers={"Content-Type": "application/json", "Authorization": "Bearer wrong"},
-        method="POST",
-    )
-    with pytest.raises(urllib.error.HTTPError) as caught:  # the route exists and is guarded by the key
-        urllib.request.urlopen(request, timeout=10)
-    assert caught.value.code == 401
+    argv, environ = engine_process(replica["port"])
+    assert "--enable-lora" in argv and argv[argv.index("--max-loras") + 1] == "2"
+    assert environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true")
+    adapter = tmp_path / "sql"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 8)
+
+    key = environ["VLLM_API_KEY"]
+
+    def call(path: str, body: dict[str, str]) -> tuple[int, str]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{replica['port']}{path}",
+            data=json.dumps(body).encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {key}",
+            },
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+
+    # vLLM serves these routes only with runtime LoRA on (404 otherwise)
+    status, text = call("/v1/load_lora_adapter", {"lora_name": "sql-probe", "lora_path": str(adapter)})
+    assert status == 200 and "sql-probe" in text
+    status, text = call("/v1/unload_lora_adapter", {"lora_name": "sql-probe"})
+    assert status == 200 and "removed" in text
 
 
 def test_a_refused_profile_names_the_flag(engines_cluster: Cluster) -> None:

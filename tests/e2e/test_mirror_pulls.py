@@ -12,10 +12,14 @@ from typing import Any
 
 import pytest
 
-from llmgw.mirror.ollama import MODEL_MEDIA_TYPE, PROJECTOR_MEDIA_TYPE
 from llmgw.testing.cluster import Cluster
 from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo
-from llmgw.testing.fake_ollama_registry import FakeOllamaRegistry, small_model
+from llmgw.testing.fake_ollama_registry import (
+    MODEL_MEDIA_TYPE,
+    PROJECTOR_MEDIA_TYPE,
+    FakeOllamaRegistry,
+    small_model,
+)
 from llmgw.testing.servedfiles import offsets
 
 HF_TOKEN = "hf_e2e_gated_token_0042"

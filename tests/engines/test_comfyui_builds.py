@@ -120,3 +120,16 @@ def test_a_requirements_file_naming_anything_but_pypi_packages_is_refused_naming
 def test_pypi_requirements_with_comments_and_markers_are_kept() -> None:
     text = "torch\n\n# non essential\nnumpy>=1.25.0  # speed\nav>=14.2.0; platform_system != 'Darwin'\n"
     assert check_requirements(text) == ["torch", "numpy>=1.25.0", "av>=14.2.0; platform_system != 'Darwin'"]
+
+
+@pytest.mark.parametrize("version", ["0.3.56", "0.3.10", "0.2.7", "master"])
+def test_a_release_whose_interrupt_stops_whatever_runs_is_refused(version: str) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        recipe(version, DIGEST, "2025-08-30")
+    why = dict(caught.value.problems)["version"]
+    assert "0.3.57" in why if version != "master" else "not a release's version" in why
+
+
+@pytest.mark.parametrize("version", ["0.3.57", "v0.3.58", "0.3.64", "0.38.1"])
+def test_a_release_whose_interrupt_honours_the_prompt_id_is_taken(version: str) -> None:
+    assert recipe(version, DIGEST, "2025-09-04").version == version

@@ -14,6 +14,9 @@ import pytest
 from llmgw.engines.comfyui_gate import follow
 from llmgw.engines.comfyui_progress import Progress
 from llmgw.engines.comfyui_routes import Upstream, build_app
+from llmgw.gateway import GatewaySettings, ReplicaEndpoint
+from llmgw.gateway.gate import GateClient, missing_node
+from llmgw.gateway.responses import ApiError
 from llmgw.testing import fake_comfyui
 from llmgw.testing.comfyui_standin_run import Runner, Settings
 from llmgw.testing.eventually import eventually
@@ -72,11 +75,15 @@ class Gated:
 
 
 @pytest.fixture
-async def gated(serve: Serve, tmp_path: Path) -> AsyncIterator[Gated]:
+async def gated(serve: Serve, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Gated]:
+    """The gate before the stand-in; parametrized indirectly with False, a ComfyUI older than 0.3.57
+    (its /interrupt interrupts whatever runs, prompt_id or not)."""
     directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
     for directory in directories.values():
         directory.mkdir()
-    standin = fake_comfyui.build_app(Settings(base=tmp_path, directories=directories, step_s=STEP_S))
+    by_id = getattr(request, "param", True)
+    settings = Settings(base=tmp_path, directories=directories, step_s=STEP_S, interrupt_by_id=by_id)
+    standin = fake_comfyui.build_app(settings)
     comfy_url = await serve(standin)
     async with aiohttp.ClientSession() as client, aiohttp.ClientSession() as http:
         upstream = Upstream(url=comfy_url, client_id="llmgw-gate-test")
@@ -181,7 +188,7 @@ async def test_a_workflow_deleted_from_the_queue_never_runs(gated: Gated) -> Non
     assert status == 200
     state = await gated.progress(waiting)
     assert state["state"] == "failed" and state["error"] == "cancelled before it ran"
-    await gated.call("POST", "/interrupt", {})
+    await gated.call("POST", "/interrupt", {"prompt_id": running})
     await eventually(lambda: running in gated.runner.history, timeout_s=10)
     assert waiting not in gated.runner.history and not gated.runner.pending
 
@@ -219,7 +226,7 @@ async def test_bad_bodies_are_refused_with_what_to_send(gated: Gated) -> None:
     status, answer = await gated.call("POST", "/prompt", {"workflow": {}})
     assert status == 400 and 'give {"prompt"' in answer["error"]["message"]
     status, answer = await gated.call("POST", "/prompt", {"prompt": {"1": {"inputs": {}}}})
-    assert status == 400 and answer["error"]["type"] == "invalid_prompt"  # ComfyUI's own refusal, passed on
+    assert status == 400 and answer["error"]["type"] == "missing_node_type"  # ComfyUI's own, passed on
 
 
 async def test_deleting_a_running_workflow_from_the_queue_leaves_it_running(gated: Gated) -> None:
@@ -232,4 +239,116 @@ async def test_deleting_a_running_workflow_from_the_queue_leaves_it_running(gate
     assert (await gated.call("POST", "/queue", {"delete": [prompt_id]}))[0] == 200
     state = await gated.progress(prompt_id)
     assert state["state"] == "running" and state["error"] is None
-    await gated.call("POST", "/interrupt", {})
+    await gated.call("POST", "/interrupt", {"prompt_id": prompt_id})
+
+
+async def running_and_waiting(gated: Gated) -> tuple[str, str]:
+    """Two workflows queued through the gate: the first stepping, the second waiting behind it."""
+    running = await gated.queue(workflow(steps=500))
+    waiting = await gated.queue(workflow(steps=1, text="another tenant"))
+
+    async def stepping() -> bool:
+        return (await gated.progress(running))["step"] > 0
+
+    await eventually(stepping, timeout_s=10)
+    return running, waiting
+
+
+@pytest.mark.parametrize("gated", [True, False], indirect=True, ids=["comfyui-0.3.57+", "older-comfyui"])
+async def test_cancelling_a_waiting_workflow_takes_it_off_the_queue_and_never_interrupts_the_running_one(
+    gated: Gated,
+) -> None:
+    running, waiting = await running_and_waiting(gated)
+    status, answer = await gated.call("POST", "/interrupt", {"prompt_id": waiting})
+    assert not gated.runner.interrupted and gated.runner.running_ids() == {running}
+    assert waiting not in {item[1] for item in gated.runner.pending}
+    assert (await gated.progress(waiting))["error"] == "cancelled before it ran"
+    assert status == 200 and answer == {"prompt_id": waiting, "interrupted": False, "deleted": True}
+    steps = (await gated.progress(running))["step"]
+
+    async def stepped_on() -> bool:
+        return (await gated.progress(running))["step"] > steps
+
+    await eventually(stepped_on, timeout_s=10, message="the running workflow goes on")
+    assert (await gated.progress(running))["state"] == "running"
+
+
+@pytest.mark.parametrize("gated", [True, False], indirect=True, ids=["comfyui-0.3.57+", "older-comfyui"])
+async def test_cancelling_a_finished_workflow_interrupts_nothing(gated: Gated) -> None:
+    finished = await gated.queue(workflow(steps=1))
+    await eventually(lambda: finished in gated.runner.history, timeout_s=10)
+    running, _ = await running_and_waiting(gated)
+    status, answer = await gated.call("POST", "/interrupt", {"prompt_id": finished})
+    assert not gated.runner.interrupted and gated.runner.running_ids() == {running}
+    assert status == 200 and answer == {"prompt_id": finished, "interrupted": False, "deleted": False}
+
+
+@pytest.mark.parametrize("gated", [True, False], indirect=True, ids=["comfyui-0.3.57+", "older-comfyui"])
+async def test_cancelling_the_running_workflow_interrupts_it(gated: Gated) -> None:
+    running, waiting = await running_and_waiting(gated)
+    status, answer = await gated.call("POST", "/interrupt", {"prompt_id": running})
+    assert status == 200 and answer == {"prompt_id": running, "interrupted": True, "deleted": False}
+
+    async def ended() -> dict[str, Any] | None:
+        state = await gated.progress(running)
+        return state if state["state"] == "failed" else None
+
+    assert (await eventually(ended, timeout_s=10))["error"] == "interrupted"
+    await eventually(lambda: waiting in gated.runner.history, timeout_s=10, message="the next one ran")
+    assert gated.runner.history[waiting]["status"]["status_str"] == "success"
+
+
+async def test_an_interrupt_naming_no_workflow_is_refused(gated: Gated) -> None:
+    running, _ = await running_and_waiting(gated)
+    for body in ({}, {"prompt_id": ""}, None):
+        status, answer = await gated.call("POST", "/interrupt", body)
+        assert status == 400 and 'give {"prompt_id": ID}' in answer["error"]["message"]
+    assert not gated.runner.interrupted and gated.runner.running_ids() == {running}
+
+
+async def test_a_workflow_needing_a_custom_node_the_replica_lacks_fails_naming_the_node(gated: Gated) -> None:
+    """The gateway's own client through the gate: ComfyUI's refusal of an unknown class becomes the
+    gateway's "custom node missing" error, which says what to add, not a complaint about the inputs."""
+    client = GateClient(GatewaySettings())
+    endpoint = ReplicaEndpoint("r-comfy", "flux-schnell", gated.url, KEY, engine="comfyui")
+    graph = workflow(steps=1)
+    graph["5"] = {"class_type": "FaceDetailer", "inputs": {"image": ["4", 0]}}
+    try:
+        with pytest.raises(ApiError) as refused:
+            await client.queue(endpoint, graph)
+        assert refused.value.status == 502 and refused.value.code == "custom_node_missing"
+        assert "no node class 'FaceDetailer' (node 5" in refused.value.message
+        assert "comfyui.nodes" in refused.value.message
+        assert not gated.runner.pending and not gated.runner.running
+        assert await client.queue(endpoint, workflow(steps=1))  # a workflow of known classes queues
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "found"),
+    [
+        (  # ComfyUI since its PR #12194 (January 2026)
+            {"type": "missing_node_type", "message": "Node 'Fix faces' not found. The custom node may not be "
+             "installed.", "details": "Node ID '#5'",
+             "extra_info": {"node_id": "5", "class_type": "FaceDetailer", "node_title": "Fix faces"}},
+            ("FaceDetailer", "5"),
+        ),
+        (  # ComfyUI 0.3.64's execution.py
+            {"type": "invalid_prompt", "message": "Cannot execute because node FaceDetailer does not exist.",
+             "details": "Node ID '#5'", "extra_info": {}},
+            ("FaceDetailer", "5"),
+        ),
+        (
+            {"type": "missing_node_type", "message": "Node 'ID #7' has no class_type.",
+             "details": "Node ID '#7'",
+             "extra_info": {"node_id": "7", "class_type": None, "node_title": None}},
+            None,
+        ),
+        ({"type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation"}, None),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_a_missing_node_in_either_of_comfyuis_shapes(
+    error: dict[str, Any], found: tuple[str, str] | None
+) -> None:
+    assert missing_node({"error": error, "node_errors": {}}) == found

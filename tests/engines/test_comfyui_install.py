@@ -19,7 +19,7 @@ from llmgw.errors import BuildError
 MAIN = "import sys\nprint('ComfyUI stand-in', sys.argv[1:])\n"
 
 
-def release(tmp_path: Path, requirements: str, top: str = "ComfyUI-0.0.1") -> tuple[Path, str]:
+def release(tmp_path: Path, requirements: str, top: str = "ComfyUI-0.3.60") -> tuple[Path, str]:
     """A release archive as GitHub makes one (one top folder); its path and sha256."""
     archive = tmp_path / "release.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -32,7 +32,7 @@ def release(tmp_path: Path, requirements: str, top: str = "ComfyUI-0.0.1") -> tu
 
 
 def local_recipe(archive: Path, digest: str, released: str = "2025-01-01") -> Recipe:
-    return recipe("0.0.1", digest, released, archive.as_uri())
+    return recipe("0.3.60", digest, released, archive.as_uri())
 
 
 async def test_an_archive_whose_digest_differs_is_refused_and_leaves_nothing(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmgw.engines import sglang, vllm
-from llmgw.engines.engine import EngineLoad, parse_load
+from llmgw.engines.engine import COUNT_LIMIT, parse_load
 from llmgw.engines.prometheus import MetricsTextError, Sample, parse, values_by_name
 from llmgw.errors import EngineUnhealthy
 
@@ -157,13 +157,22 @@ def test_text_outside_the_format_fails_the_reading_with_the_line() -> None:
 
 @given(st.lists(VALUES, min_size=1, max_size=3), VALUES)
 def test_any_values_give_a_load_or_a_failed_reading(running: list[float], share: float) -> None:
+    """Counts and share that are numbers give exactly that load; otherwise the reading fails naming
+    the first gauge that is not (a count: finite, 0 to 2**53, summed too; a share: finite, >= 0)."""
     text = "".join(f'vllm:num_requests_running{{r="{i}"}} {written(v)}\n' for i, v in enumerate(running))
     text += f"vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc {written(share)}\n"
-    try:
+    counts = all(math.isfinite(v) and 0 <= v <= COUNT_LIMIT for v in running)
+    counts = counts and math.fsum(running) <= COUNT_LIMIT
+    a_share = math.isfinite(share) and share >= 0
+    if counts and a_share:
         load = parse_load(text, vllm.ENGINE.metrics, "vllm")
-    except EngineUnhealthy:
+        assert load.running == int(math.fsum(running)) and load.waiting == 0
+        assert load.kv_cache_usage == share * vllm.ENGINE.metrics.kv_scale and load.queue_reported
         return
-    assert isinstance(load, EngineLoad) and load.running >= 0
+    wrong = "vllm:num_requests_running" if not counts else "vllm:kv_cache_usage_perc"
+    with pytest.raises(EngineUnhealthy) as refused:
+        parse_load(text, vllm.ENGINE.metrics, "vllm")
+    assert f"vllm reports {wrong} = " in refused.value.message
 
 
 def test_counts_whose_sum_would_overflow_fail_the_reading_instead_of_raising() -> None:

@@ -11,12 +11,16 @@ import pytest
 from llmgw.core.catalog import parse_model
 from llmgw.core.settingtypes import HF_ENDPOINT_SETTING, OLLAMA_REGISTRY_SETTING
 from llmgw.mirror.blobs import BlobStore
-from llmgw.mirror.ollama import MODEL_MEDIA_TYPE, PROJECTOR_MEDIA_TYPE
 from llmgw.mirror.pulling import Pulls
 from llmgw.store.database import Store
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo
-from llmgw.testing.fake_ollama_registry import FakeOllamaRegistry, small_model
+from llmgw.testing.fake_ollama_registry import (
+    MODEL_MEDIA_TYPE,
+    PROJECTOR_MEDIA_TYPE,
+    FakeOllamaRegistry,
+    small_model,
+)
 from llmgw.testing.servedfiles import offsets
 
 TOKEN = "hf_secret_token_1234"

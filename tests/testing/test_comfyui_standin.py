@@ -21,7 +21,10 @@ import trimesh
 from aiohttp import web
 
 from llmgw.testing import fake_comfyui
+from llmgw.testing.comfyui_standin_nodes import custom_node_classes
 from llmgw.testing.comfyui_standin_run import Settings
+from llmgw.testing.eventually import eventually
+from llmgw.testing.serving import bound_socket
 from llmgw.testing.standin_media import obj_text, png_bytes, png_size
 from llmgw.testing.standin_programs import write_standins
 
@@ -51,11 +54,16 @@ MESH = {
 
 
 @pytest.fixture
-async def comfy(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+def comfy_app(tmp_path: Path) -> web.Application:
     directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
     for directory in directories.values():
         directory.mkdir()
-    runner = web.AppRunner(fake_comfyui.build_app(Settings(tmp_path, directories, step_s=0.01)))
+    return fake_comfyui.build_app(Settings(tmp_path, directories, step_s=0.01))
+
+
+@pytest.fixture
+async def comfy(comfy_app: web.Application) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    runner = web.AppRunner(comfy_app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -151,7 +159,9 @@ async def test_a_workflow_without_outputs_or_prompt_is_refused_as_comfyui_does(
         assert answer.status == 400 and (await answer.json())["error"]["type"] == "no_prompt"
 
 
-async def test_queue_and_interrupt_answer_as_comfyui_does(comfy: tuple[str, aiohttp.ClientSession]) -> None:
+async def test_queue_and_interrupt_answer_as_comfyui_does(
+    comfy: tuple[str, aiohttp.ClientSession], comfy_app: web.Application
+) -> None:
     url, client = comfy
     slow = {**PICTURE, "4": {"class_type": "KSampler", "inputs": {"steps": 1000, "latent_image": ["3", 0]}}}
     ids = []
@@ -166,6 +176,9 @@ async def test_queue_and_interrupt_answer_as_comfyui_does(comfy: tuple[str, aioh
         assert answer.status == 200
     async with client.post(f"{url}/interrupt", json={"prompt_id": "not-running"}) as answer:
         assert answer.status == 200
+    assert not comfy_app[fake_comfyui.RUNNER].interrupted, (
+        "an interrupt naming another workflow leaves the running one be"
+    )
     async with client.post(f"{url}/interrupt") as answer:
         assert answer.status == 200
     for _ in range(500):
@@ -206,3 +219,101 @@ def test_the_standin_refuses_a_flag_comfyui_has_not(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 2 and "unrecognized arguments: --bogus" in done.stderr
+
+
+async def post_prompt(url: str, client: aiohttp.ClientSession, prompt: Any) -> tuple[int, Any]:
+    async with client.post(f"{url}/prompt", json={"prompt": prompt}) as answer:
+        return answer.status, await answer.json()
+
+
+async def test_a_node_of_a_class_nobody_registers_is_refused_as_comfyui_refuses_it(
+    comfy: tuple[str, aiohttp.ClientSession],
+) -> None:
+    url, client = comfy
+    missing = {**PICTURE, "5": {"class_type": "FaceDetailer", "inputs": {"image": ["4", 0]}}}
+    status, body = await post_prompt(url, client, missing)
+    assert status == 400
+    assert body == {
+        "error": {
+            "type": "missing_node_type",
+            "message": "Node 'FaceDetailer' not found. The custom node may not be installed.",
+            "details": "Node ID '#5'",
+            "extra_info": {"node_id": "5", "class_type": "FaceDetailer", "node_title": "FaceDetailer"},
+        },
+        "node_errors": {},
+    }
+    titled = {**missing, "5": {**missing["5"], "_meta": {"title": "Fix faces"}}}
+    status, body = await post_prompt(url, client, titled)
+    assert status == 400 and body["error"]["message"].startswith("Node 'Fix faces' not found.")
+    status, body = await post_prompt(url, client, {**PICTURE, "7": {"inputs": {}}})
+    assert status == 400 and body["error"]["type"] == "missing_node_type"
+    assert body["error"]["extra_info"] == {"node_id": "7", "class_type": None, "node_title": None}
+    async with client.get(f"{url}/queue") as answer:
+        assert await answer.json() == {"queue_running": [], "queue_pending": []}
+
+
+def test_custom_nodes_register_their_classes_as_comfyui_loads_them(tmp_path: Path) -> None:
+    folder = tmp_path / "custom_nodes"
+    (folder / "ComfyUI-Thing").mkdir(parents=True)
+    (folder / "ComfyUI-Thing/__init__.py").write_text(
+        "class Thing: pass\nNODE_CLASS_MAPPINGS = {'ThingNode': Thing, 'KSampler': Thing}\n"
+    )
+    (folder / "single_file.py").write_text("NODE_CLASS_MAPPINGS = {'SingleNode': object}\n")
+    (folder / "Old.disabled").mkdir()
+    (folder / "Old.disabled/__init__.py").write_text("NODE_CLASS_MAPPINGS = {'OldNode': object}\n")
+    (folder / "Broken").mkdir()
+    (folder / "Broken/__init__.py").write_text("import not_a_module_anywhere\n")
+    (folder / "NoMappings").mkdir()
+    (folder / "NoMappings/__init__.py").write_text("VERSION = 1\n")
+    (folder / "notes.txt").write_text("NODE_CLASS_MAPPINGS = {'TextNode': 1}\n")
+    assert custom_node_classes(folder, ["KSampler"]) == ["ThingNode", "SingleNode"]
+    assert custom_node_classes(tmp_path / "nothing-here") == []
+
+
+async def test_the_standin_program_knows_the_custom_nodes_in_its_base_directory(tmp_path: Path) -> None:
+    programs = write_standins(tmp_path / "bin")
+    base = tmp_path / "base"
+    (base / "custom_nodes/ComfyUI-Faces").mkdir(parents=True)
+    (base / "custom_nodes/ComfyUI-Faces/__init__.py").write_text(
+        "NODE_CLASS_MAPPINGS = {'FaceDetailer': object}\n"
+    )
+    with bound_socket() as sock:
+        port = sock.getsockname()[1]
+    standin = await asyncio.create_subprocess_exec(
+        str(programs.python), str(programs.comfyui_main), "--port", str(port), "--base-directory", str(base)
+    )
+    url = f"http://127.0.0.1:{port}"
+    with_faces = {**PICTURE, "5": {"class_type": "FaceDetailer", "inputs": {"image": ["4", 0]}}}
+    try:
+        async with aiohttp.ClientSession() as client:
+            status, body = await eventually(lambda: post_prompt(url, client, with_faces), timeout_s=30)
+            assert status == 200, body
+            status, body = await post_prompt(url, client, {**with_faces, "5": {"class_type": "Nope"}})
+            assert status == 400 and body["error"]["extra_info"]["class_type"] == "Nope"
+    finally:
+        standin.terminate()
+        await standin.wait()
+
+
+async def test_a_comfyui_older_than_0_3_57_interrupts_whatever_runs(tmp_path: Path) -> None:
+    directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
+    for directory in directories.values():
+        directory.mkdir()
+    app = fake_comfyui.build_app(Settings(tmp_path, directories, step_s=0.01, interrupt_by_id=False))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as client:
+            slow = {**PICTURE, "4": {"class_type": "KSampler", "inputs": {"steps": 1000}}}
+            status, queued = await post_prompt(url, client, slow)
+            assert status == 200
+            await eventually(lambda: app[fake_comfyui.RUNNER].running, message="the workflow runs")
+            async with client.post(f"{url}/interrupt", json={"prompt_id": "another"}) as answer:
+                assert answer.status == 200
+            await eventually(lambda: queued["prompt_id"] in app[fake_comfyui.RUNNER].history)
+            record = app[fake_comfyui.RUNNER].history[queued["prompt_id"]]
+            assert record["status"]["messages"][-1][0] == "execution_interrupted"
+    finally:
+        await runner.cleanup()

@@ -176,6 +176,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """The server stops: a request still answered here closes the connection once done."""
         self._grace: asyncio.TimerHandle | None = None
 
+    @property
+    def stopping(self) -> bool:
+        """The server has told this connection it stops (:meth:`shutdown`)."""
+        return self._stopping
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.guard.idle[self] = None

@@ -5,7 +5,9 @@ archive's sha256 (GitHub publishes none for a tag's archive, so a recipe
 without one is refused) and the release date. Its requirements are resolved as
 PyPI stood the day after the release (uv's ``--exclude-newer``), and a
 requirements file naming anything but PyPI packages (URLs, paths, ``-e``,
-``--index-url``, ``git+``) is refused, naming the line.
+``--index-url``, ``git+``) is refused, naming the line. A release older than :data:`INTERRUPT_BY_ID` is
+refused: its ``POST /interrupt`` ignores ``prompt_id`` and interrupts whatever
+runs, so cancelling one tenant's workflow could stop another's.
 
 torch comes first, by driver and card (:func:`torch_builds`, best first):
 
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from llmgw.core.comfyui import package_problem
 from llmgw.engines.builds import driver_major
 from llmgw.errors import BuildError, ValidationFailed
@@ -37,6 +41,9 @@ TORCH_PACKAGES = ("torch", "torchvision", "torchaudio")
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 COMFYUI_ARCHIVE = "https://github.com/comfyanonymous/ComfyUI/archive/refs/tags/v{version}.tar.gz"
 SHA256 = re.compile(r"[0-9a-f]{64}")
+INTERRUPT_BY_ID = Version("0.3.57")
+"""The first ComfyUI release whose ``POST /interrupt`` honours ``prompt_id`` (its PR #9607, commit
+464ba1d, 2 September 2025; 0.3.57 was tagged on 4 September): the oldest a node installs."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,8 @@ def recipe(version: str, sha256: str | None, released: str, url: str = "") -> Re
         problems.append(("sha256", "must be 64 hexadecimal digits (the archive's sha256)"))
     if not re.fullmatch(r"[0-9A-Za-z.+-]{1,40}", version):
         problems.append(("version", f"{version!r} is not a version such as 0.3.60"))
+    elif (problem := _too_old(version)) is not None:
+        problems.append(("version", problem))
     day = None
     try:
         day = date.fromisoformat(released)
@@ -147,6 +156,21 @@ def recipe(version: str, sha256: str | None, released: str, url: str = "") -> Re
     if problems or day is None:
         raise ValidationFailed(problems, "fix the ComfyUI recipe (engines.comfyui) and try again")
     return Recipe(version, digest, day, url)
+
+
+def _too_old(version: str) -> str | None:
+    """Why a node never installs ``version``; None when it may."""
+    try:
+        release = Version(version)
+    except InvalidVersion:
+        return f"{version!r} is not a release's version such as 0.3.60"
+    if release < INTERRUPT_BY_ID:
+        return (
+            f"ComfyUI {version} is older than {INTERRUPT_BY_ID}, the first release whose /interrupt "
+            "stops only the workflow it names (older ones stop whatever runs, another tenant's "
+            f"included); name {INTERRUPT_BY_ID} or newer"
+        )
+    return None
 
 
 def check_requirements(text: str, where: str = "requirements.txt") -> list[str]:

@@ -4,8 +4,11 @@ Every route demands ``Authorization: Bearer <replica key>`` (compared in
 constant time). What passes on to ComfyUI is queueing (``POST /prompt``, with
 the gate's own ``client_id`` put on the workflow), waiting (``GET
 /history/{id}``, ``GET /queue``, ``GET /progress/{id}``), fetching (``GET
-/view``) and cancelling (``POST /interrupt``, ``POST /queue`` with
-``delete``). The gate answers ``/health``, ``/v1/models`` and ``/metrics``
+/view``) and cancelling (``POST /queue`` with ``delete``, and ``POST
+/interrupt`` with a ``prompt_id``: interrupted only when ComfyUI's ``/queue``
+shows it running, taken off the queue when it waits, so a ComfyUI older than
+0.3.57, which interrupts whatever runs, never stops another client's
+workflow). The gate answers ``/health``, ``/v1/models`` and ``/metrics``
 itself. Anything else is 404 (a path not served) or 405 (a method not
 taken), with a message saying what is.
 """
@@ -128,6 +131,13 @@ def build_app(
     async def get_queue(request: web.Request) -> web.StreamResponse:
         return await relay(request, "GET", "/queue")
 
+    async def queued() -> tuple[set[str], set[str]]:
+        """The prompt ids ComfyUI runs and those waiting (``GET /queue``)."""
+        async with client.get(upstream.url + "/queue") as listed:
+            queue = await listed.json(content_type=None)
+        running, pending = queue.get("queue_running", []), queue.get("queue_pending", [])
+        return {item[1] for item in running}, {item[1] for item in pending}
+
     async def post_queue(request: web.Request) -> web.StreamResponse:
         try:
             body = await read_json(request)
@@ -145,24 +155,38 @@ def build_app(
                 "clients' workflows wait in the same queue)",
             )
         answer = await relay(request, "POST", "/queue", {"delete": delete})
-        async with client.get(upstream.url + "/queue") as listed:
-            queue = await listed.json(content_type=None)
-        held = {item[1] for item in [*queue.get("queue_running", []), *queue.get("queue_pending", [])]}
+        running, pending = await queued()
         for prompt_id in delete:
-            if prompt_id not in held:  # ComfyUI deletes only waiting ones; a running one goes on
+            if prompt_id not in running | pending:  # ComfyUI deletes only waiting ones; a running one goes on
                 progress.cancelled(prompt_id)
         return answer
 
     async def post_interrupt(request: web.Request) -> web.StreamResponse:
-        body: dict[str, Any] = {}
-        if request.can_read_body:
-            try:
-                body = await read_json(request)
-            except web.HTTPBadRequest:
-                return _error(400, 'the body must be empty or a JSON object: {"prompt_id": ID}')
+        try:
+            body = await read_json(request)
+        except web.HTTPBadRequest:
+            body = {}
         wanted = body.get("prompt_id")
-        return await relay(
-            request, "POST", "/interrupt", {"prompt_id": wanted} if isinstance(wanted, str) else {}
+        if not isinstance(wanted, str) or not wanted:
+            return _error(
+                400,
+                'the gate interrupts one workflow, named: give {"prompt_id": ID} (other clients\' '
+                "workflows run on the same ComfyUI)",
+            )
+        # ComfyUI before 0.3.57 ignores prompt_id and interrupts whatever runs: only the one named
+        # running is ever interrupted; one still waiting is taken off the queue instead.
+        running, pending = await queued()
+        if wanted in running:
+            async with client.post(upstream.url + "/interrupt", json={"prompt_id": wanted}) as answer:
+                if answer.status != 200:
+                    return _error(502, f"ComfyUI answered /interrupt with {answer.status}", "bad_gateway")
+        elif wanted in pending:
+            async with client.post(upstream.url + "/queue", json={"delete": [wanted]}) as answer:
+                if answer.status != 200:
+                    return _error(502, f"ComfyUI answered POST /queue with {answer.status}", "bad_gateway")
+            progress.cancelled(wanted)
+        return web.json_response(
+            {"prompt_id": wanted, "interrupted": wanted in running, "deleted": wanted in pending}
         )
 
     async def get_progress(request: web.Request) -> web.StreamResponse:

@@ -11,6 +11,7 @@ it, or an answer that is not what the gate gives, is a :class:`GateError`.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,16 @@ class GateClient:
         """Queue ``graph`` (``POST /prompt``); its prompt id. A workflow ComfyUI refuses is a 400."""
         status, raw = await self._call(endpoint, "POST", "/prompt", {"prompt": graph})
         data = _json(raw)
+        if status == 400 and isinstance(data, dict) and (missing := missing_node(data)) is not None:
+            kind, node = missing
+            raise ApiError(
+                502,
+                f"replica {endpoint.replica_id}'s ComfyUI has no node class {kind!r} (node {node} of the "
+                "model's workflow): a custom node the workflow needs is not installed there; add the "
+                "custom node providing it to the model's comfyui.nodes (its repository and commit) and "
+                "the replica installs it when it starts again",
+                "custom_node_missing",
+            )
         if status == 400 and isinstance(data, dict):
             raise ApiError(
                 400,
@@ -152,6 +163,25 @@ def _json(raw: bytes) -> Any:
         return json.loads(raw) if raw else None
     except (ValueError, UnicodeDecodeError):
         return None
+
+
+_NO_SUCH_NODE = re.compile(r"Cannot execute because node (.+) does not exist\.")
+
+
+def missing_node(data: dict[str, Any]) -> tuple[str, str] | None:
+    """The class and node id a refusal of ComfyUI's says no node registers: ``missing_node_type``
+    (since ComfyUI's PR #12194) or, before it, ``invalid_prompt`` "node X does not exist"; else None."""
+    error = data.get("error")
+    if not isinstance(error, dict):
+        return None
+    extra = error.get("extra_info")
+    node = str(error.get("details") or "").removeprefix("Node ID '#").removesuffix("'")
+    if error.get("type") == "missing_node_type" and isinstance(extra, dict) and extra.get("class_type"):
+        return str(extra["class_type"]), str(extra.get("node_id") or node)
+    old = _NO_SUCH_NODE.fullmatch(str(error.get("message") or ""))
+    if error.get("type") == "invalid_prompt" and old is not None:
+        return old.group(1), node
+    return None
 
 
 def _refusal(data: dict[str, Any]) -> str:

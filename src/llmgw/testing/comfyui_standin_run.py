@@ -18,6 +18,14 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.testing.comfyui_standin_nodes import (
+    CORE_NODES,
+    OUTPUT_NODES,
+    STANDIN_NODES,
+    is_mesh_output,
+    is_output,
+    refusal,
+)
 from llmgw.testing.standin_media import obj_text, png_bytes
 
 Item = tuple[float, str, dict[str, Any], dict[str, Any], list[str]]
@@ -30,6 +38,11 @@ class Settings:
     directories: dict[str, Path]
     """``output``, ``temp`` and ``input``: where ``/view`` reads by ``type``."""
     step_s: float = 0.05
+    nodes: tuple[str, ...] = CORE_NODES + STANDIN_NODES
+    """The classes it knows (custom nodes' added by ``main``)."""
+    interrupt_by_id: bool = True
+    """``POST /interrupt {"prompt_id"}`` interrupts only that workflow, as ComfyUI does from 0.3.57
+    (its PR #9607); False: whatever runs, as every release before it."""
 
 
 class Interrupted(Exception):
@@ -38,14 +51,6 @@ class Interrupted(Exception):
 
 class NodeFailed(Exception):
     pass
-
-
-def _is_image_output(kind: str) -> bool:
-    return kind in ("SaveImage", "PreviewImage")
-
-
-def _is_mesh_output(kind: str) -> bool:
-    return kind == "TripoSRViewer" or kind.endswith("Viewer") or kind.endswith("SaveMesh")
 
 
 @dataclass
@@ -72,31 +77,14 @@ class Runner:
 
     def validate(self, prompt: Any) -> dict[str, Any] | None:
         """ComfyUI's ``validate_prompt`` errors the stand-in can tell; None when it runs."""
-        if not isinstance(prompt, dict) or any(
-            not isinstance(n, dict) or "class_type" not in n for n in prompt.values()
-        ):
-            return {
-                "type": "invalid_prompt",
-                "message": "Cannot execute because a node is missing the class_type property.",
-                "details": "",
-                "extra_info": {},
-            }
-        if not self.outputs_of(prompt):
-            return {
-                "type": "prompt_no_outputs",
-                "message": "Prompt has no outputs",
-                "details": "",
-                "extra_info": {},
-            }
-        return None
+        return refusal(prompt, set(self.settings.nodes))
 
     @staticmethod
     def outputs_of(prompt: dict[str, Any]) -> list[str]:
-        return [
-            n
-            for n, node in prompt.items()
-            if _is_image_output(node["class_type"]) or _is_mesh_output(node["class_type"])
-        ]
+        return [n for n, node in prompt.items() if is_output(node["class_type"])]
+
+    def running_ids(self) -> set[str]:
+        return {item[1] for item in self.running}
 
     def put(self, item: Item) -> None:
         heapq.heappush(self.pending, item)
@@ -230,9 +218,9 @@ class Runner:
         if self.interrupted:
             raise Interrupted()
         text = " ".join(str(n.get("inputs", {}).get("text", "")) for n in prompt.values())
-        if _is_image_output(kind):
+        if kind in OUTPUT_NODES:
             return {"images": self.save_pictures(kind, inputs, prompt, text)}
-        if _is_mesh_output(kind):
+        if is_mesh_output(kind):
             return {"mesh": [self.save_file("meshsave", "obj", obj_text(text).encode(), "output")]}
         return None
 

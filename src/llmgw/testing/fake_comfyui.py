@@ -20,8 +20,16 @@ class named ``*Sampler`` without steps takes 8. ``SaveImage`` and
 ``PreviewImage`` write real PNG files (the size of the workflow's latent
 image, ``filename_prefix``); ``TripoSRViewer`` (and any ``*Viewer``/
 ``*SaveMesh``) an OBJ with vertex colours under ``meshsave``. A node of class
-``StandinFail`` fails (``execution_error``). It knows no node registry: any
-other class runs and passes its time.
+``StandinFail`` fails (``execution_error``).
+
+It knows the classes :mod:`llmgw.testing.comfyui_standin_nodes` lists and
+those of the custom nodes under ``<base>/custom_nodes`` (loaded as ComfyUI
+loads them); a workflow naming any other is refused as ComfyUI refuses it
+(400, ``missing_node_type``), so "a custom node is missing" happens here as on
+a node. ``/interrupt`` with a ``prompt_id`` interrupts only that workflow, when
+it runs, as ComfyUI does from 0.3.57; ``LLMGW_STANDIN_COMFY_VERSION`` set to an
+older release makes it interrupt whatever runs, as those did. ``POST /queue``
+``delete`` takes only waiting workflows off; a running one goes on.
 """
 
 from __future__ import annotations
@@ -36,23 +44,13 @@ import uuid
 from pathlib import Path
 
 from aiohttp import web
+from packaging.version import InvalidVersion, Version
 
+from llmgw.testing.comfyui_standin_nodes import custom_node_classes, is_output
 from llmgw.testing.comfyui_standin_run import Runner, Settings
 
-_KNOWN = (
-    "CheckpointLoaderSimple",
-    "CLIPTextEncode",
-    "EmptyLatentImage",
-    "KSampler",
-    "VAEDecode",
-    "SaveImage",
-    "PreviewImage",
-    "LoadImage",
-    "UNETLoader",
-    "VAELoader",
-    "DualCLIPLoader",
-    "EmptySD3LatentImage",
-)
+INTERRUPT_BY_ID = Version("0.3.57")
+"""The first ComfyUI release whose ``/interrupt`` reads ``prompt_id`` (PR #9607, 2 September 2025)."""
 
 
 RUNNER = web.AppKey("runner", Runner)
@@ -96,7 +94,7 @@ def build_app(settings: Settings) -> web.Application:
             return web.json_response({"error": error, "node_errors": {}}, status=400)
         prompt, prompt_id = body["prompt"], str(body.get("prompt_id", uuid.uuid4()))
         problem = runner.validate(prompt)
-        if problem is not None:
+        if problem is not None:  # refused before inputs are looked at: no node_errors, as ComfyUI
             return web.json_response({"error": problem, "node_errors": {}}, status=400)
         number = float(body["number"]) if "number" in body else runner.next_number(bool(body.get("front")))
         extra = dict(body.get("extra_data", {}))
@@ -130,8 +128,8 @@ def build_app(settings: Settings) -> web.Application:
             body = await request.json()
         except ValueError:
             body = {}
-        wanted = body.get("prompt_id")
-        if not wanted or any(item[1] == wanted for item in runner.running):
+        wanted = body.get("prompt_id") if settings.interrupt_by_id else None
+        if not wanted or wanted in runner.running_ids():
             runner.interrupted = True
         return web.Response(status=200)
 
@@ -176,10 +174,10 @@ def build_app(settings: Settings) -> web.Application:
                     "display_name": name,
                     "input": {"required": {}},
                     "output": [],
-                    "output_node": name in ("SaveImage", "PreviewImage"),
+                    "output_node": is_output(name),
                     "category": "llmgw stand-in",
                 }
-                for name in _KNOWN
+                for name in settings.nodes
             }
         )
 
@@ -242,7 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     for directory in directories.values():
         directory.mkdir(parents=True, exist_ok=True)
     step_s = float(os.environ.get("LLMGW_STANDIN_COMFY_STEP_S", "0.05"))
-    settings = Settings(base=base, directories=directories, step_s=step_s)
+    version = os.environ.get("LLMGW_STANDIN_COMFY_VERSION", "")
+    try:
+        by_id = not version or Version(version) >= INTERRUPT_BY_ID
+    except InvalidVersion:
+        print(f"error: LLMGW_STANDIN_COMFY_VERSION={version!r} is not a version", file=sys.stderr)
+        return 2
+    nodes = Settings.nodes
+    if not options.disable_all_custom_nodes:
+        nodes += tuple(custom_node_classes(base / "custom_nodes", nodes))
+    settings = Settings(base, directories, step_s, nodes, interrupt_by_id=by_id)
     host = options.listen.split(",")[0]
     print(
         f"ComfyUI stand-in: base {base}, {step_s} s per step, HF_HOME={os.environ.get('HF_HOME', '')}",

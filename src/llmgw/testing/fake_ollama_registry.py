@@ -9,6 +9,12 @@
 
 ``corrupt`` names layers (by sha256) served with other bytes than their digest; ``cuts`` cuts a
 download once. :func:`write_models_folder` lays models out as Ollama keeps them on disk.
+
+The media types are the registry's own, stated here (never taken from the code under test, so
+a wrong one there fails against this): ollama/ollama's ``server/images.go`` asks for manifests
+with ``Accept: application/vnd.docker.distribution.manifest.v2+json`` and reads a model's
+layers by ``mediaType`` (``application/vnd.ollama.image.model``, ``.projector``,
+``.template``, ``.params``, ...); the config is ``application/vnd.docker.container.image.v1+json``.
 """
 
 from __future__ import annotations
@@ -21,9 +27,15 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.mirror.ollama import MANIFEST_MEDIA_TYPE, MODEL_MEDIA_TYPE, PROJECTOR_MEDIA_TYPE
 from llmgw.testing.fake_hf_hub import damaged
 from llmgw.testing.servedfiles import AppServer, Cuts, serve_bytes
+
+MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
+CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
+MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
+PROJECTOR_MEDIA_TYPE = "application/vnd.ollama.image.projector"
+TEMPLATE_MEDIA_TYPE = "application/vnd.ollama.image.template"
+PARAMS_MEDIA_TYPE = "application/vnd.ollama.image.params"
 
 
 @dataclass
@@ -40,7 +52,7 @@ class OllamaModel:
             "schemaVersion": 2,
             "mediaType": MANIFEST_MEDIA_TYPE,
             "config": {
-                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "mediaType": CONFIG_MEDIA_TYPE,
                 "digest": f"sha256:{hashlib.sha256(config).hexdigest()}",
                 "size": len(config),
             },
@@ -66,8 +78,8 @@ def small_model(seed: str = "tiny", size: int = 300_000, projector: bool = False
     layers = {MODEL_MEDIA_TYPE: (b"GGUF" + block * (size // 32 + 1))[:size]}
     if projector:
         layers[PROJECTOR_MEDIA_TYPE] = (b"GGUF" + block[::-1] * 2000)[: size // 3]
-    layers["application/vnd.ollama.image.template"] = b"{{ .Prompt }}"
-    layers["application/vnd.ollama.image.params"] = b'{"stop": ["</s>"]}'
+    layers[TEMPLATE_MEDIA_TYPE] = b"{{ .Prompt }}"
+    layers[PARAMS_MEDIA_TYPE] = b'{"stop": ["</s>"]}'
     return OllamaModel(layers)
 
 
