@@ -16,11 +16,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgpack
 import openai
 import pytest
 import zmq
 
+from llmgw.agent.kv_events import decode
 from llmgw.testing.block_hashing import block_hash, external, none_hash
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
@@ -258,16 +258,17 @@ def test_vllm_publishes_kv_events_the_router_can_recompute(engines_cluster: Clus
     messages = [{"role": "user", "content": " ".join(f"word{i}" for i in range(40))}]
     try:
         client(engines_cluster).chat.completions.create(model="std-vllm", messages=messages, max_tokens=1)
-        stored: list[int] = []
+        stored: list[int | bytes] = []
+        sizes: set[int] = set()
         dealer.send_multipart([b"", (0).to_bytes(8, "big")])
         while True:
             assert dealer.poll(5000), "the replay socket did not answer"
             _empty, sequence, payload = dealer.recv_multipart()
             if sequence == (-1).to_bytes(8, "big", signed=True):
                 break
-            for event in msgpack.unpackb(payload)[1]:
-                if event[0] == "BlockStored":
-                    stored.extend(event[1])
+            for details in decode(payload).stored:  # read as the agent reads them
+                stored.extend(details.hashes)
+                sizes.add(details.block_size)
     finally:
         dealer.close(0)
         context.term()
@@ -279,9 +280,10 @@ def test_vllm_publishes_kv_events_the_router_can_recompute(engines_cluster: Clus
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
         tokens = json.loads(answer.read())["tokens"]
+    [size] = sizes  # the block size the engine's events report
     root, parent, expected = none_hash("0"), None, []
-    for start in range(0, len(tokens) - 15, 16):
-        parent = block_hash(parent, tokens[start : start + 16], root)
+    for start in range(0, len(tokens) - size + 1, size):
+        parent = block_hash(parent, tokens[start : start + size], root)
         expected.append(external(parent, True))
     assert expected and set(expected) <= set(stored)
 
