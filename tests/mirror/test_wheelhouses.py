@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.installing import Installer
-from llmgw.core.devices import NodeInventory
+from llmgw.core.devices import Device, NodeInventory
 from llmgw.errors import BuildError, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
@@ -85,7 +85,9 @@ async def test_an_offline_node_installs_vllm_from_the_mirrors_wheelhouse(tmp_pat
         cache_dir=str(tmp_path / "cache"),
         engines={"vllm": {"index_url": "http://127.0.0.1:9/simple"}},  # no index answers: offline
     )
-    inventory = NodeInventory(node_id="n1", address="127.0.0.1", cpu_cores=2, memory_mb=4096)
+    card = Device("nvidia", 0, "NVIDIA H100 80GB HBM3", 81559, 81559, device_class="h100-80g")
+    inventory = NodeInventory(node_id="n1", address="127.0.0.1", cpu_cores=2, memory_mb=4096,
+                              devices=(card,), driver_version="580.82.07")  # fmt: skip
     installer = Installer(config, lambda: inventory, fetcher)  # type: ignore[arg-type]
     installer.mirror.use(index.message())
     program = await installer.program("vllm")

