@@ -27,6 +27,7 @@ from llmgw.cli.modelserving import definition, fill_checksums
 from llmgw.engines import pythonbuilds
 from llmgw.testing import openai_conformance as conformance
 from llmgw.testing.cluster import Cluster, engine_pid, wait_for
+from llmgw.testing.embedding_model import embedding_model_folder
 from llmgw.testing.training_base import smollm2_base
 from llmgw.training import environment
 
@@ -36,6 +37,10 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "smol-vllm"
 ADAPTER = "smol-vllm-password"
+EMBED = "minilm-vllm"
+"""all-MiniLM-L6-v2 as safetensors, served for embeddings (vLLM's pooling runner)."""
+LIVENESS_S = 15.0
+"""A ready engine's time to answer its health check before it is killed (30 s by default)."""
 START_S = 900.0
 """Two replicas compiling at once on two cores, the first time on a machine (about 2.5 min alone)."""
 PROMPT = " ".join(f"word{i}" for i in range(300))
@@ -107,12 +112,25 @@ def vllm_cluster(
         )
         fill_checksums(data, uploads, running.admin)
         running.admin.request("POST", "/api/models", data)
+        embedder, files = definition(
+            embedding_model_folder(engine_cache),
+            name=EMBED,
+            fmt="safetensors",
+            engine="vllm",
+            projector=None,
+            profile={"ctx_size": 256, "parallel": 4, "serves": "embeddings"},
+            replicas={"min": 1, "max": 1},
+            on_demand=False,
+        )
+        fill_checksums(embedder, files, running.admin)
+        running.admin.request("POST", "/api/models", embedder)
         running.create_key()
-        running.add_node("node1")
+        running.add_node("node1", shards={"liveness_s": LIVENESS_S})
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("VLLM_CACHE_ROOT", str(engine_cache / "vllm"))  # the engines inherit it
             running.start_agent("node1")
         wait_for(lambda: _ready(running), START_S, "both vLLM replicas are ready")
+        running.wait_ready(EMBED, START_S)
         yield running
     finally:
         running.stop()
@@ -166,6 +184,17 @@ def test_real_vllm_replicas_compute_on_the_cpu(vllm_cluster: Cluster) -> None:
 @pytest.mark.parametrize("call", sorted(conformance.CHECKS))
 def test_real_vllm_sdk_call(vllm_cluster: Cluster, call: str) -> None:
     conformance.CHECKS[call](_client(vllm_cluster), MODEL)
+
+
+def test_real_vllm_serves_embeddings_with_a_pooling_model(vllm_cluster: Cluster) -> None:
+    client = _client(vllm_cluster)
+    conformance.embeddings(client, EMBED)
+    one, again, other = (
+        client.embeddings.create(model=EMBED, input=text).data[0].embedding
+        for text in ("red", "red", "a ship")
+    )
+    assert len(one) == 384 and one == again and one != other
+    conformance.refused_for_the_wrong_task(client, MODEL)  # the chat model asked for embeddings: 400
 
 
 def test_real_vllm_kv_routing_sends_repeats_to_the_replica_holding_their_blocks(
