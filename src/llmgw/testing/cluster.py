@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from llmgw.agent.config import AgentConfig, save_agent_config
+from llmgw.agent.launching import kill_group
 from llmgw.agent.shardstates import is_engine, read_state
 from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.server import add_control_plane, initialise, issue_node_certificate
@@ -278,10 +279,11 @@ class Cluster:
         raise LookupError(f"no shard of this cluster serves port {port}")
 
     def stop_orphaned_engines(self) -> None:
-        """Stop engines left by an agent that was killed and not started again (they outlive it)."""
+        """Stop engines left by an agent that was killed and not started again (they outlive it), each
+        with the processes it started."""
         for directory in self.home.glob("nodes/*/work/shards/*"):
             with contextlib.suppress(LlmgwError):
                 record = read_state(directory)
-                if is_engine(record):
+                if is_engine(record) and not kill_group(record.pid):  # vLLM's engine core and workers too
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(record.pid, signal.SIGKILL)
