@@ -23,6 +23,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw.cli import knowledge as knowledge_cli
 from llmgw.cli.modelserving import definition, fill_checksums
 from llmgw.engines import pythonbuilds
 from llmgw.testing import openai_conformance as conformance
@@ -284,6 +285,53 @@ def test_real_vllm_loads_an_adapter_llmgw_trained_at_run_time_and_it_answers_wit
     assert training.WORD not in alone.lower(), alone
     loads = _samples(vllm_cluster.url, model=MODEL).get("llmgw_adapter_loads_total", 0.0)
     assert loads >= 1  # loaded into the running engine, not given at its start
+
+
+HANDBOOK = " ".join(
+    f"Rule {index}: holidays are booked in the portal under Time off, two weeks ahead, and a manager "
+    f"confirms them within {index + 2} days."
+    for index in range(12)
+)
+"""One document of about 300 tokens: its passage fills more than two of the engine's 128-token blocks."""
+
+
+def test_real_vllm_cache_salt_keeps_two_projects_with_the_same_text_apart(vllm_cluster: Cluster) -> None:
+    """Knowledge collections of two projects hold the same document, embedded by the cluster's own
+    vLLM embedding model; each project's requests carry its collections' cache salt, so the second
+    project finds nothing of the first's cached while the first's repeat does (the engines' counter)."""
+    admin = vllm_cluster.admin
+    admin.create_unit("orgs", {"name": "acme"})
+    keys = {}
+    for team in ("alpha", "beta"):
+        admin.create_unit("teams", {"org": "acme", "name": team})
+        admin.create_unit("projects", {"org": "acme", "team": team, "name": "app"})
+        keys[team] = admin.create_key(team, place=f"project:acme/{team}/app").key
+        collection = f"{team}-handbook"
+        body = {"name": collection, "owner": f"project:acme/{team}/app", "embedding_model": EMBED}
+        admin.request("POST", "/api/knowledge/collections", body)
+        stored = knowledge_cli._upload(admin, collection, "handbook.md", HANDBOOK.encode(), show=False)
+        assert stored["passages"] >= 1
+
+    def ask(team: str) -> None:
+        sdk = openai.OpenAI(base_url=f"{vllm_cluster.url}/v1", api_key=keys[team], max_retries=0, timeout=120)
+        answer = sdk.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "How are holidays booked?"}],
+            max_tokens=1,
+            extra_body={"knowledge": {"collections": [f"{team}-handbook"], "limit": 1}},
+        )
+        assert (answer.model_extra or {})["sources"][0]["collection"] == f"{team}-handbook"
+
+    def hits() -> float:
+        return sum(_engine(r, "vllm:prefix_cache_hits_total") for r in _ready(vllm_cluster) or [])
+
+    ask("alpha")
+    before = hits()
+    ask("alpha")
+    assert hits() - before >= 128, "the same project's repeat found its prompt's start cached"
+    before = hits()
+    ask("beta")
+    assert hits() == before, "the other project's request found nothing of the first's cached"
 
 
 def test_real_vllm_is_adopted_by_a_new_agent(vllm_cluster: Cluster) -> None:
