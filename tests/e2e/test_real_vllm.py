@@ -56,17 +56,17 @@ TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 """SmolLM2's chat template with the request's tools rendered ahead of the conversation (its own
-renders none), given inline with ``--chat-template``: the tools change the prompt's tokens."""
+renders none), the served folder's ``chat_template.jinja``: the tools change the prompt's tokens."""
 TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {
             "name": f"lookup_{index}",
-            "description": " ".join(f"term{index}x{word}" for word in range(40)),
+            "description": " ".join(f"term{index}x{word}" for word in range(30)),
             "parameters": {"type": "object", "properties": {"key": {"type": "string"}}},
         },
     }
-    for index in range(8)
+    for index in range(6)
 ]
 """Tools that render to over 1,024 tokens of the prompt's start."""
 
@@ -85,8 +85,9 @@ def vllm_cluster(
     python = environment.installed_python(engine_cache)
     if python is None:
         pytest.fail(f"no training environment in {engine_cache}: run 'make training'")
-    base = smollm2_base(engine_cache, python, model_file)
-    running = Cluster(tmp_path_factory.mktemp("real-vllm"), engine_cache)
+    home = tmp_path_factory.mktemp("real-vllm")
+    base = _with_template(smollm2_base(engine_cache, python, model_file), home / "smollm2", TEMPLATE)
+    running = Cluster(home / "cluster", engine_cache)
     try:
         running.start_server()
         data, uploads = definition(
@@ -100,13 +101,7 @@ def vllm_cluster(
                 "parallel": 4,
                 "kv_events": True,
                 "max_loaded_adapters": 2,
-                "args": [
-                    "--enable-auto-tool-choice",
-                    "--tool-call-parser",
-                    "hermes",
-                    "--chat-template",
-                    TEMPLATE,
-                ],
+                "args": ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
             },
             replicas={"min": 2, "max": 2},
             on_demand=False,
@@ -135,6 +130,16 @@ def vllm_cluster(
         yield running
     finally:
         running.stop()
+
+
+def _with_template(base: Path, folder: Path, template: str) -> Path:
+    """``base``'s files (linked, not copied) with ``template`` as its chat template."""
+    folder.mkdir()
+    for file in base.iterdir():
+        if file.is_file() and file.name != "chat_template.jinja":
+            (folder / file.name).symlink_to(file)
+    (folder / "chat_template.jinja").write_text(template)
+    return folder
 
 
 def _ready(cluster: Cluster) -> list[dict[str, Any]] | None:
