@@ -8,7 +8,6 @@ one these tests may wipe). ``LLMGW_TEST_POSTGRES=0`` leaves PostgreSQL out.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,30 +18,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from llmgw.store import Store
 from llmgw.testing import postgres
 from llmgw.testing.clock import FakeClock
-from llmgw.testing.components import skip_missing
 
-POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES_URL", "")
-LEFT_OUT = os.environ.get("LLMGW_TEST_POSTGRES", "1") == "0"
-BACKENDS = ["sqlite", "postgresql"]
-"""Both always: where PostgreSQL cannot run, its half is a reported skip, not left uncollected."""
-
-
-def _postgres_or_skip() -> None:
-    if LEFT_OUT:
-        pytest.skip("LLMGW_TEST_POSTGRES=0 leaves PostgreSQL out")
-    if not POSTGRES_URL and not postgres.available():
-        skip_missing("PostgreSQL's server binaries (initdb, pg_ctl)", "run 'make postgres'")
+BACKENDS = postgres.BACKENDS
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A PostgreSQL database for the whole session: the given one, or a throwaway cluster."""
-    _postgres_or_skip()
-    if POSTGRES_URL:
-        yield POSTGRES_URL
-        return
-    with postgres.postgres() as server:
-        yield server.url
+    with postgres.session_database() as url:
+        yield url
 
 
 async def _wipe_postgres(url: str) -> None:
@@ -59,7 +43,7 @@ async def _wipe_postgres(url: str) -> None:
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty database."""
     if request.param == "postgresql":
-        _postgres_or_skip()
+        postgres.skip_unless_usable()
         url: str = request.getfixturevalue("postgres_url")
         await _wipe_postgres(url)
         return url

@@ -33,6 +33,36 @@ from llmgw.errors import ConfigError
 SEARCH = ["/usr/local/bin", *sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
 """Where PostgreSQL's server binaries are looked for after $PATH."""
 
+TEST_URL = os.environ.get("LLMGW_TEST_POSTGRES_URL", "")
+"""A database the tests may wipe (``postgresql+asyncpg://user:pass@host:port/db``); empty: a throwaway one."""
+LEFT_OUT = os.environ.get("LLMGW_TEST_POSTGRES", "1") == "0"
+"""``LLMGW_TEST_POSTGRES=0``: the tests leave PostgreSQL out."""
+BACKENDS = ["sqlite", "postgresql"]
+"""The store matrices' halves, both always: where PostgreSQL cannot run, its half is a reported skip."""
+
+
+def skip_unless_usable() -> None:
+    """Skip the calling test (with its reason) where PostgreSQL is left out or cannot run here."""
+    import pytest
+
+    from llmgw.testing.components import skip_missing
+
+    if LEFT_OUT:
+        pytest.skip("LLMGW_TEST_POSTGRES=0 leaves PostgreSQL out")
+    if not TEST_URL and not available():
+        skip_missing("PostgreSQL's server binaries (initdb, pg_ctl)", "run 'make postgres'")
+
+
+@contextlib.contextmanager
+def session_database() -> Iterator[str]:
+    """The URL of a PostgreSQL database for a test session: ``TEST_URL``, or a throwaway cluster's."""
+    skip_unless_usable()
+    if TEST_URL:
+        yield TEST_URL
+        return
+    with postgres() as server:
+        yield server.url
+
 
 def free_port() -> int:
     with socket.socket() as probe:
