@@ -251,10 +251,10 @@ def test_real_vllm_a_chat_with_tools_goes_by_the_blocks_its_tools_render(vllm_cl
             max_tokens=1,
         )
 
+    held = _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0)
     before = {r["id"]: _engine(r, "vllm:prompt_tokens_total") for r in replicas}
     ask("Which lookup fits the key k1?")
     [holder] = [r for r in replicas if _engine(r, "vllm:prompt_tokens_total") > before[r["id"]]]
-    held = _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0)
     wait_for(
         lambda: _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0) >= held + 8 or None,
         30,
