@@ -8,6 +8,7 @@ an :class:`AnsweringEngine` answers its health check until it is frozen.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import stat
@@ -24,7 +25,8 @@ from llmgw.agent.launching import EngineSpawn
 from llmgw.agent.metrics import REGISTRY as AGENT_METRICS
 from llmgw.agent.supervising import Supervisor
 from llmgw.core.engines import LLAMA_CPP, SGLANG, VLLM, EngineCapabilities
-from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
+from llmgw.core.shards import AdapterSpec, ShardSpec, ShardState, ShardStatus
+from llmgw.engines.engine import LaunchAdapter
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.eventually import eventually
 
@@ -385,3 +387,40 @@ async def test_an_engine_given_cards_sees_them_numbered_in_pci_bus_order_as_plac
 
     (spawn,) = running.launcher.spawns
     assert (spawn.env["CUDA_DEVICE_ORDER"], spawn.env["CUDA_VISIBLE_DEVICES"]) == ("PCI_BUS_ID", "1,2")
+
+
+async def test_a_running_shard_loading_adapters_at_run_time_fetches_those_its_start_adds(
+    tmp_path: Path,
+) -> None:
+    """Sent its start again with a new adapter (published while it runs), a shard whose engine loads
+    adapters at run time fetches it and reports its path, without a restart."""
+    launcher = FakeLauncher(FakeClock())
+    fetched: list[tuple[str, ...]] = []
+
+    async def prepare(spec: ShardSpec) -> Prepared:
+        fetched.append(tuple(a.name for a in spec.adapters))
+        adapters = tuple(LaunchAdapter(a.name, Path(f"/w/{a.name}")) for a in spec.adapters)
+        return Prepared(program=Path("/v/bin/vllm"), weights=Path("/models/m"), adapters=adapters)
+
+    supervisor = Supervisor(tmp_path, SETTINGS, prepare, launcher=launcher, clock=launcher.clock)
+    statuses: list[ShardStatus] = []
+    supervisor.report = statuses.append
+    spec = ShardSpec(
+        replica_id="r1", model="m", engine=VLLM.name, api_key="sk-replica", max_loaded_adapters=2
+    )
+    try:
+        supervisor.start(spec)
+        await eventually(lambda: launcher.spawns, message="the engine is spawned")
+        tone = AdapterSpec(name="tone", sha256="b" * 64, filename="adapter_model.safetensors")
+        supervisor.start(dataclasses.replace(spec, adapters=(tone,)))
+        await eventually(
+            lambda: statuses and dict(statuses[-1].adapter_paths) == {"tone": "/w/tone"},
+            message="the new adapter's path is reported",
+        )
+        assert fetched == [(), ("tone",)] and len(launcher.spawns) == 1  # fetched, not restarted
+        assert supervisor.shards["r1"].spec.adapters == (tone,)
+    finally:
+        for engine in launcher.engines:
+            if engine.returncode is None:
+                engine.end(0)
+        await supervisor.stop_all()

@@ -224,3 +224,33 @@ async def test_a_pass_whose_placements_are_spent_leaves_the_roll_to_the_next_pas
             task.cancel()
         await asyncio.gather(*h.tasks, return_exceptions=True)
         await store.close()
+
+
+async def test_a_replica_loading_adapters_at_run_time_is_sent_a_new_adapter_not_rolled(
+    harness: Harness,
+) -> None:
+    source = {**MODEL["source"], "format": "safetensors", "filename": "model.safetensors"}
+    runtime: dict[str, Any] = {
+        **MODEL,
+        "source": source,
+        "profile": {"engine": "vllm", "max_loaded_adapters": 2},
+    }
+    await harness.store.models.add("m1", runtime)
+    agent = await harness.connect("node1", memory_mb=8192)
+    await harness.reconciler.pass_once()
+    first = (await receive(agent, "start")).start
+    await harness.ready_with(agent, first, {})
+    await harness.reconciler.pass_once()
+
+    peft = {"name": "tone", "sha256": TONE_SHA, "filename": "adapter_model.safetensors",
+            "files": [{"sha256": "c" * 64, "filename": "adapter_config.json"}]}  # fmt: skip
+    await harness.store.models.put("m1", {**runtime, "adapters": [peft]})  # a trained adapter published
+    await harness.reconciler.pass_once()
+    again = (await receive(agent, "start")).start  # its start again: the agent fetches the adapter
+    assert again.replica_id == first.replica_id and [a.name for a in again.adapters] == ["tone"]
+    assert harness.fleet.replicas[first.replica_id].adapters == ("tone",)
+    assert set(harness.fleet.replicas) == {first.replica_id} and not harness.drained  # no roll
+    assert harness.fleet.replicas[first.replica_id].state is ReplicaPhase.READY
+    await harness.reconciler.pass_once()  # sent once
+    with pytest.raises(TimeoutError):
+        await receive(agent, "start")

@@ -32,9 +32,12 @@ from llmgw.testing.embedding_model import embedding_model_folder
 from llmgw.testing.training_base import smollm2_base
 from llmgw.training import environment
 
+from . import test_training_cluster as training
+
 pytestmark = pytest.mark.e2e
 
 MODEL = "smol-vllm"
+ADAPTER = "smol-vllm-password"
 EMBED = "minilm-vllm"
 """all-MiniLM-L6-v2 as safetensors, served for embeddings (vLLM's pooling runner)."""
 LIVENESS_S = 15.0
@@ -261,6 +264,32 @@ def test_real_vllm_a_chat_with_tools_goes_by_the_blocks_its_tools_render(vllm_cl
     ask("Which lookup fits the key k2?")
     assert _kv_decisions(vllm_cluster) - kv_before == 1
     assert _engine(holder, "vllm:prefix_cache_hits_total") - hits_before >= 1024
+
+
+def test_real_vllm_loads_an_adapter_llmgw_trained_at_run_time_and_it_answers_with_its_word(
+    vllm_cluster: Cluster, tmp_path: Path
+) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps(training.PAIR) + "\n")
+    submitted = training.ctl(
+        vllm_cluster,
+        *("train", "submit", MODEL, "--pairs", str(pairs), "--device", "cpu", "--memory-mb", "2048"),
+        *("--steps", str(training.STEPS), "--learning-rate", "0.003", "--rank", "16", "--alpha", "32"),
+        *("--dropout", "0", "--seed", "1"),
+    )
+    assert submitted["gguf"] is False  # vLLM takes the PEFT files themselves
+    job, _ = training.follow(vllm_cluster, submitted["id"], 600)
+    assert job["state"] == "succeeded", f"{job['error']}\n{vllm_cluster.tails()}"
+    published = training.ctl(vllm_cluster, "train", "publish", submitted["id"], "--name", ADAPTER)
+    assert published["model"] == MODEL
+    trained = wait_for(
+        lambda: training.answer_once_served(vllm_cluster, ADAPTER), 180, f"{ADAPTER} answers through /v1"
+    )
+    alone = training.answer(vllm_cluster, MODEL)
+    assert training.WORD in trained.lower(), trained
+    assert training.WORD not in alone.lower(), alone
+    loads = _samples(vllm_cluster.url, model=MODEL).get("llmgw_adapter_loads_total", 0.0)
+    assert loads >= 1  # loaded into the running engine, not given at its start
 
 
 HANDBOOK = " ".join(

@@ -38,6 +38,8 @@ class Shard:
     """The current process's output file, in the shard's directory."""
     log: ShardLog = field(default_factory=ShardLog)
     follower: asyncio.Task[None] | None = None
+    taking: asyncio.Task[None] | None = None
+    """Fetching the adapters its model gained while it runs (an engine that loads them at run time)."""
     reader: OutputFollower | None = None
     """What ``follower`` runs: read once more before READY, so no key printed at start is left."""
     kv_events_port: int | None = None

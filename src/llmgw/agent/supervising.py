@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -220,18 +221,39 @@ class Supervisor:
         self.report(shard.status())
 
     def start(self, spec: ShardSpec) -> None:
-        """Start a shard, or leave one already running for that replica as it is."""
+        """Start a shard, or leave one already running for that replica as it is (fetching the new
+        adapters of one whose engine loads them at run time: :meth:`_take_adapters`)."""
         existing = self.shards.get(spec.replica_id)
         if existing is not None and not existing.stopping:
             ended = existing.task is None or existing.task.done()
             if ended and existing.state.ended:
                 del self.shards[spec.replica_id]
             else:
-                self.report(existing.status())
+                if spec.max_loaded_adapters and spec.adapters != existing.spec.adapters:
+                    existing.taking = asyncio.create_task(
+                        self._take_adapters(existing, spec), name=f"adapters-{spec.replica_id}"
+                    )
+                else:
+                    self.report(existing.status())
                 return
         shard = Shard(spec=spec, directory=self._work_dir / "shards" / spec.replica_id)
         self.shards[spec.replica_id] = shard
         shard.task = asyncio.create_task(self._supervise(shard), name=f"shard-{spec.replica_id}")
+
+    async def _take_adapters(self, shard: Shard, spec: ShardSpec) -> None:
+        """A running shard's engine loads adapters at run time and its model's changed: fetch them to
+        this node and report where they are (the gateway loads each from its path when asked)."""
+        try:
+            prepared = await self._prepare(spec)
+        except LlmgwError as error:
+            log.error("shard %s: its model's adapters cannot be fetched: %s", shard.replica_id, error)
+            self.report(shard.status())
+            return
+        shard.spec = dataclasses.replace(shard.spec, adapters=spec.adapters)
+        shard.adapter_paths = {a.name: str(a.path) for a in prepared.adapters}
+        log.info("shard %s: adapters %s on this node", shard.replica_id, sorted(shard.adapter_paths))
+        self._save(shard)
+        self.report(shard.status())
 
     async def stop(self, replica_id: str, reason: str = "") -> None:
         shard = self.shards.get(replica_id)
@@ -240,7 +262,7 @@ class Supervisor:
         shard.stopping = True
         log.info("stopping shard %s%s", replica_id, f": {reason}" if reason else "")
         await self._terminate(shard)
-        for task in (shard.task, shard.follower):
+        for task in (shard.task, shard.follower, shard.taking):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

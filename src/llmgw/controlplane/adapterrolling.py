@@ -24,6 +24,12 @@ sent when it was last started (:class:`ReplicaState.adapters`); a replica a
 control plane took over before it was sent anything counts the adapters its
 agent reported as ready. Restarting a failed replica starts it with the
 model's adapters as they are.
+
+A replica whose engine loads adapters at run time (vLLM with
+``max_loaded_adapters``) is never stale: when its model's adapters change its
+node is sent the replica's start again, which a running shard takes as its
+adapters to fetch (:func:`runtime_behind`), and the gateway loads them from
+the paths the agent then reports.
 """
 
 from __future__ import annotations
@@ -40,6 +46,14 @@ from llmgw.core.shards import ReplicaPhase
 def loads_adapters_at_start(model: ModelDefinition, replica: ReplicaState) -> bool:
     """Whether ``replica``'s engine is given ``model``'s adapters only on its command line."""
     return not profile_of(model, replica.profile).max_loaded_adapters
+
+
+def runtime_behind(model: ModelDefinition, replica: ReplicaState) -> bool:
+    """Whether ``replica``'s engine loads adapters at run time and its node was last sent other
+    adapters than ``model`` has now: the node is sent them (fetching their files), not rolled."""
+    if replica.adapters is None or loads_adapters_at_start(model, replica):
+        return False
+    return set(replica.adapters) != {adapter.name for adapter in model.adapters}
 
 
 def stale(model: ModelDefinition, replicas: Sequence[ReplicaState]) -> list[ReplicaState]:

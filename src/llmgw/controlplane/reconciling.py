@@ -356,6 +356,26 @@ class Reconciler:
                 await self._start(
                     replica, model, why="restart" if replica.state is ReplicaPhase.FAILED else "resent"
                 )
+            elif replica.state is ReplicaPhase.READY and adapterrolling.runtime_behind(model, replica):
+                await self._send_adapters(replica, model, placed)
+
+    async def _send_adapters(
+        self, replica: ReplicaState, model: ModelDefinition, placed: list[ReplicaRecord]
+    ) -> None:
+        """Send a running replica that loads adapters at run time its start again, with the model's
+        adapters as they are now: its agent fetches the new ones and reports where they are."""
+        node = self._fleet.nodes.get(replica.node_id)
+        if node is None:
+            return
+        devices = next((tuple(p.devices) for p in placed if p.id == replica.replica_id), ())
+        start = shard_spec(replica, model, devices)
+        replica.blobs = shard_blobs(start)
+        replica.adapters = tuple(adapter.name for adapter in start.adapters)
+        log.info(
+            "replica %s of %s: sent its adapters %s", replica.replica_id, model.name, list(replica.adapters)
+        )
+        with contextlib.suppress(ChannelClosed):
+            await node.channel.send(start)
 
     async def _replace_lost(self, model: ModelDefinition, placed: list[ReplicaRecord]) -> None:
         """Place each replica of ``model`` on a lost node again elsewhere, then forget the old one.
