@@ -47,6 +47,32 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
+async def wait_healthy(
+    port: int,
+    timeout_s: float,
+    what: str,
+    logs: Path,
+    proc: subprocess.Popen[bytes] | None = None,
+    interval_s: float = 0.05,
+) -> None:
+    """Until ``GET /health`` on ``port`` answers 200; RuntimeError naming ``what`` and ``logs`` when it
+    does not within ``timeout_s``, or when ``proc`` (the server's process) exits first."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as http:
+        while True:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode}; see {logs}")
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/health") as answer:
+                    if answer.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not serve within {timeout_s:.0f} s; see {logs}")
+            await asyncio.sleep(interval_s)
+
+
 def vocabulary_words(tokenizer_json: str, count: int = 5000) -> list[str]:
     """``count`` words that are each one token of the model's tokenizer (after a space), so a
     prompt of N such words is about N tokens: the workload is sized in the engine's tokens."""
@@ -175,23 +201,8 @@ class VllmReplicas:
     async def start(self) -> None:
         started = time.monotonic()
         self._spawn()
-        async with aiohttp.ClientSession() as http:
-            for i, port in enumerate(self.ports):
-                deadline = time.monotonic() + START_S
-                while True:
-                    if self.procs[i].poll() is not None:
-                        raise RuntimeError(f"vLLM exited with {self.procs[i].returncode}; see {self.logs}")
-                    try:
-                        async with http.get(f"http://127.0.0.1:{port}/health") as r:
-                            if r.status == 200:
-                                break
-                    except aiohttp.ClientError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"vLLM on port {port} did not serve in {START_S:.0f} s; see {self.logs}"
-                        )
-                    await asyncio.sleep(1)
+        for port, proc in zip(self.ports, self.procs, strict=True):
+            await wait_healthy(port, START_S, f"vLLM on port {port}", self.logs, proc, interval_s=1.0)
         self.start_s = time.monotonic() - started
 
     async def cache_info(self) -> list[dict[str, str]]:

@@ -228,19 +228,8 @@ class Replicas:
                 self.procs.append(subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT))
 
     async def _wait_healthy(self) -> None:
-        async with aiohttp.ClientSession() as http:
-            for port in self.ports:
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        async with http.get(f"http://127.0.0.1:{port}/health") as r:
-                            if r.status == 200:
-                                break
-                    except aiohttp.ClientError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"a stand-in on port {port} did not start; see {self.logs}")
-                    await asyncio.sleep(0.05)
+        for port in self.ports:
+            await real_vllm.wait_healthy(port, 30, f"the stand-in on port {port}", self.logs)
 
     async def hit_rate(self) -> float:
         hits = queries = 0.0
