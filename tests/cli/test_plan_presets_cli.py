@@ -110,3 +110,17 @@ def test_the_comfyui_presets_are_listed_and_ask_for_their_weights_from_hugging_f
     answer = CliRunner().invoke(app, ["ctl", "model", "add", "triposr", *admin_server.options()])
     assert isinstance(answer.exception, NotFound)
     assert "llmgw ctl mirror pull hf:stabilityai/TripoSR" in answer.exception.hint
+
+
+def test_model_scale_changes_only_what_it_is_given(admin_server: AdminServer) -> None:
+    run(admin_server, "model", "add", SMOLLM2)
+    entry = json.loads(run(admin_server, "model", "scale", SMOLLM2, "--max", "3", "--json"))
+    assert (entry["definition"]["replicas"]["min"], entry["definition"]["replicas"]["max"]) == (1, 3)
+    assert "replicas min 2, max 3" in run(admin_server, "model", "scale", SMOLLM2, "--min", "2")
+    answer = CliRunner().invoke(
+        app, ["ctl", "model", "scale", SMOLLM2, "--max", "1", *admin_server.options()]
+    )
+    assert answer.exit_code != 0
+    assert "min (2) is larger than max (1)" in str(answer.exception)
+    nothing = CliRunner().invoke(app, ["ctl", "model", "scale", SMOLLM2, *admin_server.options()])
+    assert "give --min, --max or --drain-timeout" in str(nothing.exception)

@@ -231,3 +231,44 @@ async def test_a_refused_profile_is_named_as_the_definition_names_it(api) -> Non
         answer = await client.post("/api/models", json={"name": "bad", "source": source, **given})
         assert answer.status_code == 400
         assert [p["field"] for p in answer.json()["error"]["problems"]] == [field]
+
+
+async def test_a_model_is_scaled_in_place_and_the_change_is_audited(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    sha = await upload(client)
+    await client.post(
+        "/api/models", json={"name": "team/m1", "source": {"sha256": sha}, "replicas": {"max": 3}}
+    )
+    answer = await client.put("/api/models/team/m1/replicas", json={"min": 2, "max": 4, "drain_timeout_s": 5})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["definition"]["replicas"]["max"] == 4
+    stored = (await client.get("/api/models/team/m1")).json()["definition"]
+    assert (stored["replicas"]["min"], stored["replicas"]["max"], stored["replicas"]["drain_timeout_s"]) == (
+        2,
+        4,
+        5,
+    )
+    assert stored["source"]["sha256"] == sha, "the rest of the definition is kept"
+    (entry,) = [e for e in (await client.get("/api/audit")).json() if e["action"] == "model.scale"]
+    assert entry["target"] == "team/m1"
+    assert (entry["detail"]["before"]["max"], entry["detail"]["after"]["max"]) == (3, 4)
+
+
+async def test_scaling_with_min_above_max_or_an_unknown_field_is_a_400_naming_it(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    sha = await upload(client)
+    await client.post("/api/models", json={"name": "m1", "source": {"sha256": sha}})
+    answer = await client.put("/api/models/m1/replicas", json={"min": 3, "max": 2})
+    assert answer.status_code == 400
+    assert "min (3) is larger than max (2)" in answer.json()["error"]["message"]
+    answer = await client.put("/api/models/m1/replicas", json={"max": 2, "colour": "blue"})
+    assert answer.status_code == 400
+    assert [p["field"] for p in answer.json()["error"]["problems"]] == ["colour"]
+    assert (await client.get("/api/models/m1")).json()["definition"]["replicas"]["max"] == 1
+
+
+async def test_scaling_an_unknown_model_is_a_404(api) -> None:  # type: ignore[no-untyped-def]
+    client, _ = api
+    answer = await client.put("/api/models/nope/replicas", json={"max": 2})
+    assert answer.status_code == 404
+    assert "ctl models" in answer.json()["error"]["hint"]

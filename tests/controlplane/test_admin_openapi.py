@@ -76,6 +76,7 @@ def test_every_route_of_the_admin_api_is_described(openapi: dict[str, Any]) -> N
         ("/api/models", "post"),
         ("/api/models/{name}", "get"),
         ("/api/models/{name}", "delete"),
+        ("/api/models/{name}/replicas", "put"),
         ("/api/keys", "get"),
         ("/api/keys", "post"),
         ("/api/keys/{key}", "delete"),
@@ -107,6 +108,7 @@ def test_every_request_body_is_typed(openapi: dict[str, Any]) -> None:
     assert set(bodies) >= {
         ("/api/serving", "put"),
         ("/api/models", "post"),
+        ("/api/models/{name}/replicas", "put"),
         ("/api/keys", "post"),
         ("/api/mirror/blobs", "post"),
         ("/api/mirror/pulls", "post"),

@@ -148,8 +148,11 @@ async def test_a_model_of_another_team_does_not_exist_for_its_member(cluster: Cl
         listed = [m["name"] for m in (await mia.get("/api/models")).json()]
         one = await mia.get("/api/models/web-m")
         removed = await mia.delete("/api/models/web-m")
+        scaled = await mia.put("/api/models/web-m/replicas", json={"max": 2})
+        public = await mia.put("/api/models/pub/replicas", json={"max": 2})
     assert listed == ["pub"]
-    assert (one.status_code, removed.status_code) == (404, 404)
+    assert (one.status_code, removed.status_code, scaled.status_code) == (404, 404, 404)
+    assert public.status_code == 403, "a public model is seen by all but scaled by an operator"
 
 
 async def test_a_key_is_created_in_a_project_by_a_member_and_listed_to_its_team_only(

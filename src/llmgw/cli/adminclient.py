@@ -101,6 +101,9 @@ class AdminClient:
     def add_model(self, definition: dict[str, Any]) -> ModelEntry:
         return self._call(ModelEntry, "POST", "/api/models", definition)
 
+    def scale_model(self, name: str, replicas: dict[str, Any]) -> ModelEntry:
+        return self._call(ModelEntry, "PUT", f"/api/models/{quote(name)}/replicas", replicas)
+
     def remove_model(self, name: str) -> None:
         self.request("DELETE", f"/api/models/{quote(name)}")
 

@@ -1,4 +1,4 @@
-"""``llmgw ctl model`` (also ``llmgw model``): list, add and remove the catalog's models."""
+"""``llmgw ctl model`` (also ``llmgw model``): list, add, scale and remove the catalog's models."""
 
 from __future__ import annotations
 
@@ -145,6 +145,33 @@ def _from_flags(
         "on_demand": on_demand,
         "idle_timeout_s": idle_timeout,
     }
+
+
+@model_app.command("scale")
+def model_scale(
+    name: str = typer.Argument(..., help="The model to scale."),
+    min_replicas: int = typer.Option(None, "--min", help="Replicas kept running at all times."),
+    max_replicas: int = typer.Option(None, "--max", help="Replicas at most (those above it drain)."),
+    drain_timeout: float = typer.Option(
+        None, "--drain-timeout", help="Seconds a draining replica's requests get before it stops anyway."
+    ),
+    url: str | None = URL,
+    token: str | None = TOKEN,
+    as_json: bool = AS_JSON,
+) -> None:
+    """Change a model's replica counts; replicas above a lower --max drain (their requests finish)."""
+    changes = {"min": min_replicas, "max": max_replicas, "drain_timeout_s": drain_timeout}
+    given = {key: value for key, value in changes.items() if value is not None}
+    if not given:
+        raise ValidationFailed([("", "nothing to change")], "give --min, --max or --drain-timeout")
+    admin = client(url, token)
+    current = admin.model(name).definition.replicas.model_dump(mode="json")
+    entry = admin.scale_model(name, {**current, **given})
+    if as_json:
+        print_json(entry)
+        return
+    replicas = entry.definition.replicas
+    console.print(f"model {name}: replicas min {replicas.min}, max {replicas.max}")
 
 
 @model_app.command("remove")

@@ -1,5 +1,9 @@
 """``/api/models``: the model catalog. A definition is added only when every file it names is mirrored.
 
+A model's replica counts change in place (``PUT /api/models/{name}/replicas``):
+the reconciler's next pass scales to them, draining the replicas above a
+lower ``max`` (their requests finish; no new one is sent to them).
+
 A model has an owner (the definition's ``owner``): adding or removing it
 needs a member over that owner; a model the caller does not see (neither
 visible from the caller's place nor readable by role) is absent from the
@@ -18,9 +22,17 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.models import ModelEntry, ModelView
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
 from llmgw.controlplane.callers import Caller
-from llmgw.core.catalog import ModelDefinition, adapter_problems, name_clashes, parse_model, problems_of
+from llmgw.core.catalog import (
+    ModelDefinition,
+    Replicas,
+    adapter_problems,
+    name_clashes,
+    parse_model,
+    problems_of,
+)
+from llmgw.core.environments import is_entry
 from llmgw.core.tenancy import Action, OwnerKind
-from llmgw.errors import LlmgwError, NotFound, ValidationFailed
+from llmgw.errors import Conflict, LlmgwError, NotFound, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.catalog import ModelRecord
 
@@ -124,6 +136,35 @@ async def remove_model(name: str, state: State, caller: Who) -> Response:
     state.changes.changed("models")
     state.reconciler.wake()
     return Response(status_code=204)
+
+
+@router.put("/models/{name:path}/replicas", response_model=ModelEntry, responses=declared(400, 404, 409))
+async def scale_model(name: str, replicas: Replicas, state: State, caller: Who) -> ModelEntry:
+    """Set a model's replica counts (min, max, cool-downs, drain timeout); the next pass scales to them.
+    Replicas above a lower ``max`` drain: their requests finish, then they stop."""
+    checked_text("name", name)
+    record = await _seen(state, caller, name)
+    caller.check(Action.WRITE, record.owner)
+    current, problem = _stored(record.definition)
+    if current is None:
+        raise Conflict(problem, f"remove the model ('llmgw ctl model remove {name}') and add it again")
+    if is_entry(current):
+        raise Conflict(
+            f"model {name!r} is an environment's entry: its replicas follow the environment's members",
+            "scale the models of its environment instead",
+        )
+    try:
+        scaled = ModelDefinition.model_validate({**record.definition, "replicas": replicas.model_dump()})
+    except ValidationError as error:
+        raise ValidationFailed(problems_of(error), "set replicas the rest of the definition allows") from None
+    definition = scaled.model_dump(mode="json")
+    await state.store.models.put(name, definition)
+    before = current.replicas.model_dump(mode="json")
+    after = definition["replicas"]
+    await state.store.audit.record(caller.name, "model.scale", name, {"before": before, "after": after})
+    state.changes.changed("models")
+    state.reconciler.wake()
+    return ModelEntry(name=name, definition=scaled)
 
 
 def _stored(definition: dict[str, Any]) -> tuple[ModelDefinition | None, str]:
