@@ -151,6 +151,13 @@ def test_undeclared_memory_is_estimated_from_the_weights(size: int, expected: in
     assert model.memory_needed_mb() == expected
 
 
+def test_a_vllm_replica_is_estimated_with_its_runtime_and_kv_cache() -> None:
+    source = {"sha256": SHA, "size": 270 * 2**20, "format": "safetensors"}
+    model = parse_model(minimal(source=source, profile={"engine": "vllm"}))
+
+    assert model.memory_needed_mb() == int(270 * 1.25) + 3328  # SmolLM2-135M's vLLM CPU replica: ~3.5 GiB
+
+
 @pytest.mark.parametrize(
     ("minimum", "demanded", "expected"),
     [(0, False, 0), (0, True, 1), (2, False, 2), (2, True, 2)],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -371,3 +372,63 @@ def test_real_vllm_frozen_is_restarted_by_liveness(vllm_cluster: Cluster) -> Non
         except ProcessLookupError:
             pass
     conformance.chat(_client(vllm_cluster), MODEL)
+
+
+def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_engine_core(
+    vllm_cluster: Cluster,
+) -> None:
+    """Last in this module: it leaves the model one replica."""
+    replicas = _ready(vllm_cluster)
+    assert replicas is not None
+    client = _client(vllm_cluster)
+    finished: list[str | None] = []
+
+    def stream(index: int) -> None:
+        chunks = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": f"Story {index}: tell a long story about the sea."}],
+            max_tokens=160,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        reasons = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        finished.append(reasons[-1] if reasons else None)
+
+    def running(replica: dict[str, Any]) -> float:
+        return _engine(replica, "vllm:num_requests_running")
+
+    streams = [threading.Thread(target=stream, args=(n,)) for n in range(2)]
+    for thread in streams:
+        thread.start()
+    wait_for(lambda: all(running(r) >= 1 for r in replicas) or None, 60, "one stream runs on each replica")
+    vllm_cluster.admin.request(
+        "PUT", f"/api/models/{MODEL}/replicas", {"min": 1, "max": 1, "drain_timeout_s": 300}
+    )
+    draining = wait_for(
+        lambda: next((r for r in vllm_cluster.replicas(MODEL) if r["draining"]), None),
+        30,
+        "one replica drains",
+    )
+    assert "scaled down" in draining["draining"]
+    (kept,) = [r for r in replicas if r["id"] != draining["id"]]
+    pid = engine_pid(draining["port"], b"python")
+    served = _engine(kept, "vllm:request_success_total")
+    conformance.chat(client, MODEL)
+    assert _engine(kept, "vllm:request_success_total") > served, "a new request went to the replica kept"
+    assert running(draining) >= 1, "the drained replica's stream still runs"
+    for thread in streams:
+        thread.join(120)
+    assert finished == ["length", "length"], "both streams ran to their last token"
+    wait_for(
+        lambda: [r["id"] for r in vllm_cluster.replicas(MODEL)] == [kept["id"]] or None, 60, "it stopped"
+    )
+
+    def group_gone() -> bool | None:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        return None
+
+    wait_for(group_gone, 30, "the drained engine's process group (API server, engine core) is gone")
+    assert "(drained)" in vllm_cluster.log("server").read_text()

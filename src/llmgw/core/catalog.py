@@ -131,7 +131,8 @@ class Profile(Strict):
     engine: str = DEFAULT_ENGINE
     """The inference engine (a name of :data:`llmgw.core.engines.ENGINES`)."""
     memory_mb: int | None = Field(default=None, gt=0)
-    """Memory a replica needs; when unset, 1.25 x the weights + 256 MiB."""
+    """Memory a replica needs; when unset, 1.25 x the weights + the engine's runtime (256 MiB;
+    vLLM 3.25 GiB: its processes and a 1 GiB KV cache)."""
     ctx_size: int = Field(default=4096, gt=0, le=1_048_576)
     """Context length the engine is started with."""
     parallel: int = Field(default=4, ge=1, le=256)
@@ -534,7 +535,7 @@ class ModelDefinition(Strict):
             return profile.memory_mb
         total = self.source.size + sum(f.size for f in self.source.files)
         total += sum(a.size for a in self.adapters)
-        return int(total * 1.25 / 2**20) + 256
+        return int(total * 1.25 / 2**20) + profile.capabilities.runtime_mb
 
     def wanted_replicas(self, demanded: bool) -> int:
         """Replicas the reconciler keeps: ``min``, or one while an on-demand model is in use."""

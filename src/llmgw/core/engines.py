@@ -249,6 +249,9 @@ class EngineCapabilities:
     one for a request that searched knowledge collections (docs/knowledge.md), to no other engine."""
     pooling_flag: bool = False
     """It takes the pooling an embedding model needs (``profile.pooling``)."""
+    runtime_mb: int = 256
+    """Memory a replica takes beyond 1.25 x its weights (the engine's own runtime, its smallest KV
+    cache), added to a profile's estimate when it gives no ``memory_mb``."""
     health_path: str = "/health"
     """The route answering 200 once it serves."""
     metrics_path: str = "/metrics"
@@ -325,6 +328,10 @@ VLLM = EngineCapabilities(
     tasks=frozenset(Task),
     responses_api=True,
     cache_salt=True,
+    # its CPU build serving SmolLM2-135M (270 MB of weights) here: its processes hold about 3.5 GiB
+    # resident with the 1 GiB KV cache llmgw gives it (VLLM_CPU_KVCACHE_SPACE); on a card, torch's
+    # CUDA context and the KV cache take a like amount
+    runtime_mb=3328,
 )  # fmt: skip
 """vLLM's OpenAI server: PEFT adapters (at start or at run time), KV events, tensor parallelism."""
 
