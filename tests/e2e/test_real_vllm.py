@@ -353,31 +353,10 @@ def test_real_vllm_is_adopted_by_a_new_agent(vllm_cluster: Cluster) -> None:
     conformance.chat(_client(vllm_cluster), MODEL)
 
 
-def test_real_vllm_frozen_is_restarted_by_liveness(vllm_cluster: Cluster) -> None:
-    replicas = _ready(vllm_cluster)
-    assert replicas is not None
-    frozen = replicas[0]
-    pid = engine_pid(frozen["port"], b"python")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-
-        def restarted() -> dict[str, Any] | None:
-            now = {r["id"]: r for r in vllm_cluster.replicas(MODEL)}.get(frozen["id"])
-            return now if now and now["restarts"] > frozen["restarts"] and now["state"] == "ready" else None
-
-        wait_for(restarted, 300, "the frozen replica was killed and is ready again")
-    finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-    conformance.chat(_client(vllm_cluster), MODEL)
-
-
 def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_engine_core(
     vllm_cluster: Cluster,
 ) -> None:
-    """Last in this module: it leaves the model one replica."""
+    """It leaves the model one replica (the liveness test, last, takes it)."""
     replicas = _ready(vllm_cluster)
     assert replicas is not None
     client = _client(vllm_cluster)
@@ -432,3 +411,40 @@ def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_e
 
     wait_for(group_gone, 30, "the drained engine's process group (API server, engine core) is gone")
     assert "(drained)" in vllm_cluster.log("server").read_text()
+
+
+def test_real_vllm_frozen_is_restarted_by_liveness(vllm_cluster: Cluster) -> None:
+    """Last in this module: the frozen engine is killed and started again (its start is not awaited)."""
+    (frozen,) = [r for r in vllm_cluster.replicas(MODEL) if r["state"] == "ready"]
+    pid = engine_pid(frozen["port"], b"python")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+
+        def restarted() -> dict[str, Any] | None:
+            now = {r["id"]: r for r in vllm_cluster.replicas(MODEL)}.get(frozen["id"])
+            return now if now and now["restarts"] > frozen["restarts"] else None
+
+        again = wait_for(restarted, LIVENESS_S + 60, "the frozen replica was killed and started again")
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert again["state"] in ("starting", "ready")
+
+    def frozen_gone() -> bool | None:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        return None
+
+    wait_for(frozen_gone, 30, "the frozen engine's process group is gone")
+
+    def new_engine() -> int | None:
+        try:
+            return engine_pid(again["port"], b"python")
+        except LookupError:
+            return None
+
+    assert wait_for(new_engine, 30, "a new engine runs for the replica") != pid
