@@ -51,6 +51,18 @@ def test_argparse_abbreviation_of_a_refused_flag_is_refused() -> None:
     assert check_args("trtllm", ["--trust-remote"]) == []  # click takes no abbreviations
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_engines_own_flag_is_not_taken_for_an_abbreviation_of_a_longer_one(engine: str) -> None:
+    """argparse takes an exact flag before prefixes: --chat-template is the engine's own, which reads
+    a file, not an abbreviation of --chat-template-file."""
+    (refusal,) = check_args(engine, ["--chat-template", "/etc/passwd"])
+    assert refusal.what == "--chat-template"
+    assert "chat_template.jinja" in refusal.why and "reads it as" not in refusal.why
+    (shorter,) = check_args(engine, ["--chat-templ=x"])
+    assert "reads it as --chat-template," in shorter.why
+    assert check_args("llama.cpp", ["--chat-template", "chatml"]) == []  # a built-in template's name
+
+
 def test_tuning_flags_and_values_pass() -> None:
     assert check_args("vllm", ["--dtype", "half", "--gpu-memory-utilization", "0.85", "-5"]) == []
 

@@ -230,6 +230,9 @@ class EngineCapabilities:
     """Its flags (every spelling and alias) for the settings llmgw manages (tensor, pipeline and
     data-parallel sizes, prefix caching, its hash, the KV events, the block size): a profile's
     ``args`` may not give them, and the refusal says what the profile sets instead."""
+    refused_flags: tuple[tuple[str, str], ...] = ()
+    """Its own flags a profile's ``args`` may not give beyond those refused on every engine, each
+    with why and what to do instead."""
     abbreviated_flags: bool = False
     """Its argument parser takes an unambiguous prefix of a flag for the flag (argparse)."""
     flag_env_prefix: str = ""
@@ -322,6 +325,10 @@ VLLM = EngineCapabilities(
         ("--kv-events-config", Managed.KV_EVENTS),
         ("--block-size", Managed.BLOCK_SIZE),
     ),
+    # vllm/entrypoints/openai/cli_args.py: --chat-template takes a file's path or a template inline
+    refused_flags=(
+        ("--chat-template", "it reads a file; give the model's folder a chat_template.jinja instead"),
+    ),
     abbreviated_flags=True,
     env_families=("VLLM_",),
     agent_env=("PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_API_KEY"),
@@ -356,6 +363,10 @@ SGLANG = EngineCapabilities(
         ("--disable-radix-cache", Managed.PREFIX_CACHING),
         ("--kv-events-config", Managed.KV_EVENTS),
         ("--page-size", Managed.BLOCK_SIZE),
+    ),
+    # python/sglang/srt/server_args.py: --chat-template takes a built-in template's name or a file's path
+    refused_flags=(
+        ("--chat-template", "it reads a file; give the model's folder a chat_template.jinja instead"),
     ),
     abbreviated_flags=True,
     env_families=("SGLANG_",),

@@ -135,6 +135,9 @@ def _why(row: EngineCapabilities | None, flag: str) -> str | None:
             if flag in SERVES_FLAGS:
                 return SERVES_WHY
             return "llmgw sets it itself; remove it from args"
+        refused = {_flag(name): why for name, why in row.refused_flags}
+        if flag in refused:
+            return f"refused because {refused[flag]}"
     if flag in READS_OR_LOADS:
         return f"refused because {READS_OR_LOADS[flag]}"
     return None
@@ -159,6 +162,7 @@ def _expanded(row: EngineCapabilities, flag: str) -> str | None:
     elif len(flag) < 2:
         return None
     refused = (
+        *(_flag(name) for name, _ in row.refused_flags),
         *READS_OR_LOADS,
         *(_flag(name) for name in row.own_flags),
         *(_flag(name) for name, _ in row.managed_flags),
