@@ -366,7 +366,7 @@ def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_e
         chunks = client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": f"Story {index}: tell a long story about the sea."}],
-            max_tokens=160,
+            max_tokens=128,
             stream=True,
             extra_body={"ignore_eos": True},
         )
@@ -389,12 +389,12 @@ def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_e
         "one replica drains",
     )
     assert "scaled down" in draining["draining"]
+    assert running(draining) >= 1, "the drain began while its stream ran"
     (kept,) = [r for r in replicas if r["id"] != draining["id"]]
     pid = engine_pid(draining["port"], b"python")
     served = _engine(kept, "vllm:request_success_total")
     conformance.chat(client, MODEL)
     assert _engine(kept, "vllm:request_success_total") > served, "a new request went to the replica kept"
-    assert running(draining) >= 1, "the drained replica's stream still runs"
     for thread in streams:
         thread.join(120)
     assert finished == ["length", "length"], "both streams ran to their last token"
@@ -442,8 +442,9 @@ def test_real_vllm_frozen_is_restarted_by_liveness(vllm_cluster: Cluster) -> Non
     wait_for(frozen_gone, 30, "the frozen engine's process group is gone")
 
     def new_engine() -> int | None:
+        now = {r["id"]: r for r in vllm_cluster.replicas(MODEL)}.get(frozen["id"])
         try:
-            return engine_pid(again["port"], b"python")
+            return engine_pid(now["port"], b"python") if now else None  # its port may be a new one
         except LookupError:
             return None
 
