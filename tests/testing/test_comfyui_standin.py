@@ -357,3 +357,23 @@ async def test_a_comfyui_older_than_0_3_57_interrupts_whatever_runs(tmp_path: Pa
             assert record["status"]["messages"][-1][0] == "execution_interrupted"
     finally:
         await runner.cleanup()
+
+
+async def test_a_socket_connecting_again_under_the_running_clients_id_is_told_its_node(
+    comfy: tuple[str, aiohttp.ClientSession], comfy_app: web.Application
+) -> None:
+    """server.py's websocket_handler: ``executing`` with the node alone (no prompt id) after ``status``."""
+    url, client = comfy
+    slow = {**PICTURE, "4": {"class_type": "KSampler", "inputs": {"steps": 1000, "latent_image": ["3", 0]}}}
+    async with client.post(f"{url}/prompt", json={"prompt": slow, "client_id": "again"}) as answer:
+        prompt_id = (await answer.json())["prompt_id"]
+    runner = comfy_app[fake_comfyui.RUNNER]
+    await eventually(lambda: runner.last_node == "4", message="the sampler runs")
+    async with client.ws_connect(f"{url}/ws?clientId=again") as ws:
+        assert (await ws.receive_json())["type"] == "status"
+        assert await asyncio.wait_for(ws.receive_json(), 5) == {"type": "executing", "data": {"node": "4"}}
+    async with client.ws_connect(f"{url}/ws?clientId=someone-else") as ws:
+        assert (await ws.receive_json())["type"] == "status"
+        await ws.close()
+    async with client.post(f"{url}/interrupt", json={"prompt_id": prompt_id}) as answer:
+        assert answer.status == 200
