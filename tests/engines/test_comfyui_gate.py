@@ -226,7 +226,7 @@ async def test_bad_bodies_are_refused_with_what_to_send(gated: Gated) -> None:
     status, answer = await gated.call("POST", "/prompt", {"workflow": {}})
     assert status == 400 and 'give {"prompt"' in answer["error"]["message"]
     status, answer = await gated.call("POST", "/prompt", {"prompt": {"1": {"inputs": {}}}})
-    assert status == 400 and answer["error"]["type"] == "missing_node_type"  # ComfyUI's own, passed on
+    assert status == 400 and answer["error"]["type"] == "invalid_prompt"  # ComfyUI's own, passed on
 
 
 async def test_deleting_a_running_workflow_from_the_queue_leaves_it_running(gated: Gated) -> None:

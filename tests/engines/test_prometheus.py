@@ -112,6 +112,22 @@ def test_comments_blank_lines_and_crlf_are_skipped() -> None:
     assert values_by_name(parse(text)) == {"a": [1.0]}
 
 
+def test_ranks_reporting_one_count_are_read_once_and_shares_beside_a_total_left_out() -> None:
+    text = (
+        'q{dp="0",pp="0"} 5\nq{dp="0",pp="1"} 4\nq{dp="1",pp="0"} 2\n'
+        'q{dp="0",pp="0",priority="3"} 1\nq{dp="0",pp="0",priority=""} 7\nother{pp="1"} 3\n'
+    )
+    assert values_by_name(parse(text)) == {"q": [5.0, 4.0, 2.0, 1.0, 7.0], "other": [3.0]}
+    once = values_by_name(parse(text), ranks={"pp"}, shares={"priority"})
+    assert once == {"q": [5.0, 2.0, 7.0], "other": [3.0]}
+
+
+@pytest.mark.parametrize("text", ['g{pp="0"} NaN\ng{pp="1"} 1\n', 'g{pp="0"} 1\ng{pp="1"} NaN\n'])
+def test_a_rank_reporting_nan_is_not_hidden_by_another(text: str) -> None:
+    [value] = values_by_name(parse(text), ranks={"pp"})["g"]
+    assert math.isnan(value)
+
+
 def test_bytes_that_are_not_utf8_read_as_replacement_characters() -> None:
     (sample,) = parse(b'a{model="q\xff\xfe"} 2\n')
     assert sample.label("model") == "q\ufffd\ufffd" and sample.value == 2.0

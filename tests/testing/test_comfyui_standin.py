@@ -31,6 +31,7 @@ from llmgw.testing.standin_programs import write_standins
 COMFYUI_SHAPES: dict[str, set[str]] = {
     "status": {"status"},  # + "sid" in the first message of a socket
     "execution_start": {"prompt_id", "timestamp"},
+    "progress_state": {"prompt_id", "nodes"},
     "execution_cached": {"nodes", "prompt_id", "timestamp"},
     "executing": {"node", "display_node", "prompt_id"},  # the last one: {"node": None, "prompt_id"}
     "progress": {"value", "max", "prompt_id", "node"},
@@ -140,7 +141,11 @@ async def test_a_failing_node_sends_comfyuis_execution_error(
     comfy: tuple[str, aiohttp.ClientSession],
 ) -> None:
     url, client = comfy
-    failing = {**PICTURE, "5": {"class_type": "StandinFail", "inputs": {"message": "CUDA out of memory"}}}
+    failing = {
+        **PICTURE,
+        "5": {"class_type": "StandinFail", "inputs": {"message": "CUDA out of memory", "samples": ["4", 0]}},
+        "6": {"class_type": "SaveImage", "inputs": {"filename_prefix": "pics/llmgw", "images": ["5", 0]}},
+    }
     _, messages = await run(url, client, failing)
     error = next(m["data"] for m in messages if m["type"] == "execution_error")
     assert set(error) == COMFYUI_SHAPES["execution_error"]
@@ -226,7 +231,7 @@ async def post_prompt(url: str, client: aiohttp.ClientSession, prompt: Any) -> t
         return answer.status, await answer.json()
 
 
-async def test_a_node_of_a_class_nobody_registers_is_refused_as_comfyui_refuses_it(
+async def test_a_node_of_a_class_nobody_registers_is_refused_as_comfyui_0_3_64_refuses_it(
     comfy: tuple[str, aiohttp.ClientSession],
 ) -> None:
     url, client = comfy
@@ -235,21 +240,55 @@ async def test_a_node_of_a_class_nobody_registers_is_refused_as_comfyui_refuses_
     assert status == 400
     assert body == {
         "error": {
-            "type": "missing_node_type",
-            "message": "Node 'FaceDetailer' not found. The custom node may not be installed.",
+            "type": "invalid_prompt",
+            "message": "Cannot execute because node FaceDetailer does not exist.",
             "details": "Node ID '#5'",
-            "extra_info": {"node_id": "5", "class_type": "FaceDetailer", "node_title": "FaceDetailer"},
+            "extra_info": {},
         },
         "node_errors": {},
     }
-    titled = {**missing, "5": {**missing["5"], "_meta": {"title": "Fix faces"}}}
-    status, body = await post_prompt(url, client, titled)
-    assert status == 400 and body["error"]["message"].startswith("Node 'Fix faces' not found.")
     status, body = await post_prompt(url, client, {**PICTURE, "7": {"inputs": {}}})
-    assert status == 400 and body["error"]["type"] == "missing_node_type"
-    assert body["error"]["extra_info"] == {"node_id": "7", "class_type": None, "node_title": None}
+    assert status == 400 and body["error"]["type"] == "invalid_prompt"
+    assert body["error"]["message"] == "Cannot execute because a node is missing the class_type property."
     async with client.get(f"{url}/queue") as answer:
         assert await answer.json() == {"queue_running": [], "queue_pending": []}
+
+
+async def test_a_node_of_a_class_nobody_registers_is_refused_as_comfyui_refuses_it_since_pr_12194(
+    tmp_path: Path,
+) -> None:
+    directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
+    app = fake_comfyui.build_app(Settings(tmp_path, directories, missing_node_type=True))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    missing = {**PICTURE, "5": {"class_type": "FaceDetailer", "inputs": {"image": ["4", 0]}}}
+    try:
+        async with aiohttp.ClientSession() as client:
+            status, body = await post_prompt(url, client, missing)
+            assert status == 400
+            assert body == {
+                "error": {
+                    "type": "missing_node_type",
+                    "message": "Node 'FaceDetailer' not found. The custom node may not be installed.",
+                    "details": "Node ID '#5'",
+                    "extra_info": {
+                        "node_id": "5",
+                        "class_type": "FaceDetailer",
+                        "node_title": "FaceDetailer",
+                    },
+                },
+                "node_errors": {},
+            }
+            titled = {**missing, "5": {**missing["5"], "_meta": {"title": "Fix faces"}}}
+            status, body = await post_prompt(url, client, titled)
+            assert status == 400 and body["error"]["message"].startswith("Node 'Fix faces' not found.")
+            status, body = await post_prompt(url, client, {**PICTURE, "7": {"inputs": {}}})
+            assert status == 400 and body["error"]["type"] == "missing_node_type"
+            assert body["error"]["extra_info"] == {"node_id": "7", "class_type": None, "node_title": None}
+    finally:
+        await runner.cleanup()
 
 
 def test_custom_nodes_register_their_classes_as_comfyui_loads_them(tmp_path: Path) -> None:
@@ -289,7 +328,8 @@ async def test_the_standin_program_knows_the_custom_nodes_in_its_base_directory(
             status, body = await eventually(lambda: post_prompt(url, client, with_faces), timeout_s=30)
             assert status == 200, body
             status, body = await post_prompt(url, client, {**with_faces, "5": {"class_type": "Nope"}})
-            assert status == 400 and body["error"]["extra_info"]["class_type"] == "Nope"
+            assert status == 400
+            assert body["error"]["message"] == "Cannot execute because node Nope does not exist."
     finally:
         standin.terminate()
         await standin.wait()
@@ -317,3 +357,23 @@ async def test_a_comfyui_older_than_0_3_57_interrupts_whatever_runs(tmp_path: Pa
             assert record["status"]["messages"][-1][0] == "execution_interrupted"
     finally:
         await runner.cleanup()
+
+
+async def test_a_socket_connecting_again_under_the_running_clients_id_is_told_its_node(
+    comfy: tuple[str, aiohttp.ClientSession], comfy_app: web.Application
+) -> None:
+    """server.py's websocket_handler: ``executing`` with the node alone (no prompt id) after ``status``."""
+    url, client = comfy
+    slow = {**PICTURE, "4": {"class_type": "KSampler", "inputs": {"steps": 1000, "latent_image": ["3", 0]}}}
+    async with client.post(f"{url}/prompt", json={"prompt": slow, "client_id": "again"}) as answer:
+        prompt_id = (await answer.json())["prompt_id"]
+    runner = comfy_app[fake_comfyui.RUNNER]
+    await eventually(lambda: runner.last_node == "4", message="the sampler runs")
+    async with client.ws_connect(f"{url}/ws?clientId=again") as ws:
+        assert (await ws.receive_json())["type"] == "status"
+        assert await asyncio.wait_for(ws.receive_json(), 5) == {"type": "executing", "data": {"node": "4"}}
+    async with client.ws_connect(f"{url}/ws?clientId=someone-else") as ws:
+        assert (await ws.receive_json())["type"] == "status"
+        await ws.close()
+    async with client.post(f"{url}/interrupt", json={"prompt_id": prompt_id}) as answer:
+        assert answer.status == 200

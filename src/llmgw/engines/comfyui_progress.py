@@ -8,14 +8,21 @@ for every prompt queued with that ``client_id``:
 - ``execution_start`` ``{"prompt_id", "timestamp"}``;
 - ``execution_cached`` ``{"nodes": [...], "prompt_id", "timestamp"}``;
 - ``executing`` ``{"node", "display_node", "prompt_id"}``; ``node`` null
-  once the prompt is over;
+  once the prompt is over, failed or not (so it settles nothing: a run whose
+  end the socket missed is settled from ``/history``);
 - ``progress`` ``{"value", "max", "prompt_id", "node"}`` per sampler step;
 - ``executed`` ``{"node", "display_node", "output", "prompt_id"}``, the
   output holding lists of ``{"filename", "subfolder", "type"}``;
 - ``execution_success`` ``{"prompt_id", "timestamp"}``;
 - ``execution_error`` ``{"prompt_id", "node_id", "node_type",
   "exception_message", "exception_type", ...}``;
-- ``execution_interrupted`` ``{"prompt_id", "node_id", "node_type", ...}``.
+- ``execution_interrupted`` ``{"prompt_id", "node_id", "node_type", ...}``;
+- ``progress_state`` ``{"prompt_id", "nodes"}`` (each node's state), ignored.
+
+``GET /history/{prompt_id}`` keeps the run's ``execution_*`` messages as
+``[type, data]`` pairs in ``status.messages``; a failure read there says what
+the socket's would. Shapes as ComfyUI 0.3.64 sends them:
+``tests/engines/data/comfyui-0.3.64-*``.
 
 Binary frames (previews) are ignored. :class:`Progress` keeps, per prompt,
 what the gate answers on ``/progress/{prompt_id}``.
@@ -83,6 +90,12 @@ def output_files(output: Any) -> list[dict[str, str]]:
     return found
 
 
+def failure(error: dict[str, Any]) -> str:
+    """What an ``execution_error`` says, from the socket or from ``/history`` alike."""
+    node = f"{error.get('node_type', 'a node')} (node {error.get('node_id')})"
+    return f"{node} failed: " + str(error.get("exception_message", "")).strip()
+
+
 class Progress:
     """Every prompt the gate queued, in its last known state."""
 
@@ -120,7 +133,7 @@ class Progress:
             entry.state = RUNNING
         elif kind == "executing":
             if data.get("node") is None:
-                entry.state, entry.node = DONE, None
+                entry.node = None  # over, but not necessarily done: execution_success says that
             else:
                 entry.state, entry.node = RUNNING, str(data["node"])  # step: the last sampler's, never back
         elif kind == "progress":
@@ -132,11 +145,7 @@ class Progress:
         elif kind == "execution_success":
             entry.state, entry.node = DONE, None
         elif kind == "execution_error":
-            entry.state = FAILED
-            entry.error = (
-                f"{data.get('node_type', 'a node')} (node {data.get('node_id')}) failed: "
-                + str(data.get("exception_message", "")).strip()
-            )
+            entry.state, entry.error = FAILED, failure(data)
         elif kind == "execution_interrupted":
             entry.state, entry.error = FAILED, "interrupted"
 
@@ -158,8 +167,10 @@ class Progress:
             return
         entry.state = FAILED
         for message in status.get("messages") or []:
-            if isinstance(message, list) and len(message) == 2 and message[0] == "execution_interrupted":
+            if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], dict)):
+                continue
+            if message[0] == "execution_interrupted":
                 entry.error = "interrupted"
-            elif isinstance(message, list) and len(message) == 2 and message[0] == "execution_error":
-                entry.error = str(message[1].get("exception_message", "failed")).strip()
+            elif message[0] == "execution_error":
+                entry.error = failure(message[1])
         entry.error = entry.error or "failed"

@@ -169,6 +169,12 @@ class MetricNames:
     generated_tokens_total: tuple[str, ...] = ()
     kv_scale: float = 1.0
     """Multiplier bringing the KV gauge to 0..1."""
+    rank_labels: tuple[str, ...] = ()
+    """Labels telling apart ranks of one engine that each report the same requests (SGLang's
+    scheduler of every pipeline stage): the series of a name alike but for these count once."""
+    share_labels: tuple[str, ...] = ()
+    """Labels that, set to anything but empty, mark a series as a share of the total beside it
+    (SGLang's per-priority queue counts): such series are not added to it."""
     required: tuple[str, ...] = field(default=("running", "waiting"))
     """Fields whose absence means the text is not this engine's metrics. An engine that may
     publish no queue gauges leaves ``running`` and ``waiting`` out: the load then says
@@ -209,13 +215,15 @@ COUNT_LIMIT = 2**53
 def parse_load(text: str | bytes, names: MetricNames, engine: str = "engine") -> EngineLoad:
     """Read Prometheus text into an EngineLoad; EngineUnhealthy when it cannot be one.
 
-    Series of one name (ranks, labels) are summed; the KV gauge takes the fullest.
+    Series of one name (ranks, labels) are summed, but for those the names say repeat one count
+    (:attr:`MetricNames.rank_labels`) or share one out (:attr:`MetricNames.share_labels`); the KV
+    gauge takes the fullest.
     Text that is not Prometheus's format, a missing required gauge, and a value
     that is no count (``+Inf``, ``NaN``, negative, past :data:`COUNT_LIMIT`) or no
     finite share all make the reading fail, so the replica is routed around.
     """
     try:
-        found = prometheus.values_by_name(prometheus.parse(text))
+        found = prometheus.values_by_name(prometheus.parse(text), names.rank_labels, names.share_labels)
     except prometheus.MetricsTextError as error:
         raise EngineUnhealthy(
             f"{engine} metrics are not Prometheus text: {error}",

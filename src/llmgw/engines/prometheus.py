@@ -20,8 +20,9 @@ line: an engine whose metrics cannot be read is never routed to blind.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 _NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
@@ -72,11 +73,35 @@ def parse(text: str | bytes) -> list[Sample]:
     return samples
 
 
-def values_by_name(samples: Iterable[Sample]) -> dict[str, list[float]]:
-    """``name -> values``, one value per sample (per label set), in the text's order."""
+def values_by_name(
+    samples: Iterable[Sample], ranks: Collection[str] = (), shares: Collection[str] = ()
+) -> dict[str, list[float]]:
+    """``name -> values``, one value per sample (per label set), in the text's order.
+
+    - ``ranks``: labels telling apart series that several ranks of one engine
+      publish about the same thing (SGLang's scheduler of each pipeline
+      stage, each holding the same requests). Series of a name alike but for
+      these are one value: the largest.
+    - ``shares``: labels that, set to anything but the empty string, mark a
+      series as a share of the total published beside it under the empty
+      value (SGLang's per-priority counts). Those series are left out.
+    """
     values: dict[str, list[float]] = {}
+    kept: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
     for sample in samples:
-        values.setdefault(sample.name, []).append(sample.value)
+        if any(value for key, value in sample.labels if key in shares):
+            continue
+        row = values.setdefault(sample.name, [])
+        if not ranks:
+            row.append(sample.value)
+            continue
+        rest = (sample.name, tuple(sorted((k, v) for k, v in sample.labels if k not in ranks)))
+        at = kept.get(rest)
+        if at is None:
+            kept[rest] = len(row)
+            row.append(sample.value)
+        elif not math.isnan(row[at]) and (math.isnan(sample.value) or sample.value > row[at]):
+            row[at] = sample.value  # a NaN is kept, for the reader to refuse
     return values
 
 

@@ -15,12 +15,27 @@ arguments and production metrics):
   second). SGLang logs ``server_args=ServerArgs(..., api_key='...')`` at
   start; the agent blanks the key out of the output file
   (:mod:`llmgw.agent.engineoutput`).
-- With a key, every route but ``/health*`` and ``/metrics*`` demands it.
+- With a key, every route but those starting ``/health``, ``/ready`` and
+  ``/metrics`` demands it (``utils/auth.py``).
 - ``/metrics`` exists only with ``--enable-metrics``; a server without it
   answers 404 and would be routed to blind.
-- Names: ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
-  ``sglang:token_usage`` (0..1), ``sglang:prompt_tokens_total``,
-  ``sglang:generation_tokens_total``, ``sglang:num_requests_total``.
+- Names (``python/sglang/srt/observability/metrics_collector.py``, 0.5.23;
+  ``tests/engines/data/sglang-0.5.23-metrics-*.txt``): the scheduler's gauges
+  ``sglang:num_running_reqs``, ``sglang:num_queue_reqs`` and
+  ``sglang:token_usage`` (0..1, the fullest of its KV pools), labelled
+  ``model_name``, ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``
+  (``dp_rank`` with ``--dp-size`` above 1); the tokenizer's counters
+  ``sglang:prompt_tokens_total``, ``sglang:generation_tokens_total`` and
+  ``sglang:num_requests_total``, labelled ``model_name``, ``engine_type`` and
+  ``is_streaming`` (summed).
+- Only the scheduler of attention-TP rank 0 of each pipeline stage reports,
+  and every stage holds the same requests: with ``--pp-size 2`` on one node
+  each gauge comes twice (``pp_rank`` 0 and 1), read once. With
+  ``--enable-priority-scheduling`` the total is the series of ``priority=""``
+  and each priority's share comes beside it under its number, left out.
+- The gauges appear with the scheduler's first report: after the warmup
+  request the server sends itself before ``/health`` answers 200 (with
+  ``--skip-server-warmup``, after the first request or 30 s idle).
 - ``GET /health`` is 200 once the server serves.
 - Several nodes: every node runs the server with ``--nnodes N --node-rank R
   --dist-init-addr HEAD:PORT`` (the head's address, the same on all); rank 0
@@ -51,6 +66,8 @@ class SglangEngine:
         kv_cache_usage=("sglang:token_usage",),
         prompt_tokens_total=("sglang:prompt_tokens_total",),
         generated_tokens_total=("sglang:generation_tokens_total",),
+        rank_labels=("tp_rank", "pp_rank", "moe_ep_rank"),
+        share_labels=("priority",),
     )
 
     def command_line(self, program: Path, launch: Launch) -> list[str]:

@@ -11,10 +11,11 @@ custom nodes the same way.
 
 :func:`refusal` is ``validate_prompt``'s first pass (``execution.py``): a node
 without ``class_type`` or of a class nobody registered ends validation with
-type ``missing_node_type`` (its message names the node's ``_meta.title``, else
-its class) and empty ``node_errors``, as ComfyUI does since its PR #12194
-(January 2026; releases before it said ``invalid_prompt``, "Cannot execute
-because node X does not exist."); no output node is ``prompt_no_outputs``.
+empty ``node_errors`` and type ``invalid_prompt`` ("Cannot execute because
+node X does not exist.", as 0.3.64: ``tests/engines/data/
+comfyui-0.3.64-prompt-refused.json``), or, as ComfyUI does since its PR #12194
+(January 2026), ``missing_node_type`` (its message names the node's
+``_meta.title``, else its class); no output node is ``prompt_no_outputs``.
 """
 
 from __future__ import annotations
@@ -97,14 +98,23 @@ def _error(kind: str, message: str, details: str, extra: dict[str, Any]) -> dict
     return {"type": kind, "message": message, "details": details, "extra_info": extra}
 
 
-def refusal(prompt: Any, known: set[str]) -> dict[str, Any] | None:
-    """The ``error`` ComfyUI's ``validate_prompt`` ends with before it looks at inputs; None: valid."""
+def refusal(prompt: Any, known: set[str], missing_node_type: bool = False) -> dict[str, Any] | None:
+    """The ``error`` ComfyUI's ``validate_prompt`` ends with before it looks at inputs; None: valid.
+    ``missing_node_type``: an unknown class as since ComfyUI's PR #12194, else as 0.3.64."""
     if not isinstance(prompt, dict):
         return _error("invalid_prompt", "The prompt is not a mapping of node ids to nodes.", "", {})
     for node_id, node in prompt.items():
         node = node if isinstance(node, dict) else {}
         meta = node.get("_meta")
         title = meta.get("title") if isinstance(meta, dict) else None
+        if not missing_node_type:
+            if "class_type" not in node:
+                why = "Cannot execute because a node is missing the class_type property."
+                return _error("invalid_prompt", why, f"Node ID '#{node_id}'", {})
+            if node["class_type"] not in known:
+                why = f"Cannot execute because node {node['class_type']} does not exist."
+                return _error("invalid_prompt", why, f"Node ID '#{node_id}'", {})
+            continue
         if "class_type" not in node:
             return _error(
                 "missing_node_type",

@@ -1,8 +1,10 @@
 """The ComfyUI stand-in's queue and its worker: one workflow at a time, messages as ComfyUI sends them.
 
-Shapes follow ComfyUI's ``execution.py`` (``PromptQueue``, ``PromptExecutor``)
-and ``main.py`` (``prompt_worker``, ``hijack_progress``): queue items are
-``(number, prompt_id, prompt, extra_data, outputs_to_execute)``; a history
+Shapes follow ComfyUI 0.3.64's ``execution.py`` (``PromptQueue``,
+``PromptExecutor``), ``main.py`` (``prompt_worker``, ``hijack_progress``) and
+``comfy_execution/`` (``progress.py``'s ``progress_state``, ``graph.py``'s
+order of nodes), held to ``tests/engines/data/comfyui-0.3.64-*``: queue items
+are ``(number, prompt_id, prompt, extra_data, outputs_to_execute)``; a history
 record is ``{"prompt": item, "outputs": {node: ui}, "status": {"status_str",
 "completed", "messages"}, "meta": {node: {...}}}``.
 """
@@ -28,7 +30,7 @@ from llmgw.testing.comfyui_standin_nodes import (
 )
 from llmgw.testing.standin_media import obj_text, png_bytes
 
-Item = tuple[float, str, dict[str, Any], dict[str, Any], list[str]]
+Item = tuple[int | float, str, dict[str, Any], dict[str, Any], list[str]]
 UNSTEPPED_SAMPLER_STEPS = 8
 
 
@@ -43,6 +45,9 @@ class Settings:
     interrupt_by_id: bool = True
     """``POST /interrupt {"prompt_id"}`` interrupts only that workflow, as ComfyUI does from 0.3.57
     (its PR #9607); False: whatever runs, as every release before it."""
+    missing_node_type: bool = False
+    """Refuse a class nobody registers as ComfyUI does since its PR #12194 (``missing_node_type``,
+    a release later than the one imitated); False: as 0.3.64 (``invalid_prompt``)."""
 
 
 class Interrupted(Exception):
@@ -62,6 +67,12 @@ class Runner:
     sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
     interrupted: bool = False
     number: int = 0
+    client_id: str | None = None
+    """The client of the workflow running (or last run)."""
+    last_node: str | None = None
+    """The node running, told again to its client's socket when it connects again."""
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The running workflow's nodes started so far: ``state``, ``value``, ``max`` (``progress_state``)."""
     counter: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _outbox: asyncio.Queue[tuple[dict[str, Any], str | None]] = field(default_factory=asyncio.Queue)
@@ -70,14 +81,14 @@ class Runner:
     def queue_info(self) -> dict[str, Any]:
         return {"exec_info": {"queue_remaining": len(self.pending) + len(self.running)}}
 
-    def next_number(self, front: bool) -> float:
+    def next_number(self, front: bool) -> int:
         number = -self.number if front else self.number
         self.number += 1
-        return float(number)
+        return number
 
     def validate(self, prompt: Any) -> dict[str, Any] | None:
         """ComfyUI's ``validate_prompt`` errors the stand-in can tell; None when it runs."""
-        return refusal(prompt, set(self.settings.nodes))
+        return refusal(prompt, set(self.settings.nodes), self.settings.missing_node_type)
 
     @staticmethod
     def outputs_of(prompt: dict[str, Any]) -> list[str]:
@@ -148,12 +159,23 @@ class Runner:
             }
             self.history[item[1]] = {"prompt": list(item), "outputs": outputs, "status": status, "meta": meta}
             self.queue_updated()
+            self.last_node = None
             self.send("executing", {"node": None, "prompt_id": item[1]}, item[3].get("client_id"))
 
+    def progress_state(self, prompt_id: str, sid: str | None) -> None:
+        """``progress_state``: every node started so far, its state and its steps."""
+        nodes = {
+            node: {**state, "node_id": node, "prompt_id": prompt_id, "display_node_id": node,
+                   "parent_node_id": None, "real_node_id": node}
+            for node, state in self.states.items()
+        }  # fmt: skip
+        self.send("progress_state", {"prompt_id": prompt_id, "nodes": nodes}, sid)
+
     async def execute(self, item: Item) -> tuple[dict[str, Any], dict[str, Any]]:
-        _, prompt_id, prompt, extra, _ = item
+        _, prompt_id, prompt, extra, outputs_to_execute = item
         sid = extra.get("client_id")
-        self.interrupted = False
+        self.interrupted, self.client_id = False, sid
+        self.states = {}
         messages: list[list[Any]] = []
         self.add_message(messages, "execution_start", {"prompt_id": prompt_id}, sid, False)
         self.add_message(messages, "execution_cached", {"nodes": [], "prompt_id": prompt_id}, sid, False)
@@ -161,8 +183,11 @@ class Runner:
         executed: list[str] = []
         node_id = ""
         try:
-            for node_id in _order(prompt):
+            for node_id in execution_order(prompt, outputs_to_execute):
                 node = prompt[node_id]
+                self.states[node_id] = {"value": 0.0, "max": 1.0, "state": "running"}
+                self.progress_state(prompt_id, sid)
+                self.last_node = node_id
                 self.send(
                     "executing", {"node": node_id, "display_node": node_id, "prompt_id": prompt_id}, sid
                 )
@@ -175,6 +200,9 @@ class Runner:
                         {"node": node_id, "display_node": node_id, "output": ui, "prompt_id": prompt_id},
                         sid,
                     )
+                state = self.states[node_id]
+                state.update(state="finished", value=state["max"])
+                self.progress_state(prompt_id, sid)
         except Interrupted:
             mes = {
                 "prompt_id": prompt_id,
@@ -214,6 +242,8 @@ class Runner:
             await asyncio.sleep(self.settings.step_s)
             if self.interrupted:
                 raise Interrupted()
+            self.states[node_id].update(value=step, max=steps)
+            self.progress_state(prompt_id, sid)
             self.send("progress", {"value": step, "max": steps, "prompt_id": prompt_id, "node": node_id}, sid)
         if self.interrupted:
             raise Interrupted()
@@ -250,18 +280,45 @@ class Runner:
         return {"filename": filename, "subfolder": subfolder, "type": kind}
 
 
-def _order(prompt: dict[str, Any]) -> list[str]:
-    """Nodes after the nodes their inputs link to (``[node_id, output_index]``)."""
+def execution_order(prompt: dict[str, Any], outputs: list[str]) -> list[str]:
+    """The order ComfyUI runs ``prompt``'s nodes in (``comfy_execution/graph.py``): the nodes the
+    outputs need, each once its inputs' nodes ran, picking among those ready an output first, then
+    one an output waits on, then one two steps from an output, else the first ready."""
+    pending: dict[str, None] = {}
+    waits: dict[str, int] = {}
+    blocking: dict[str, set[str]] = {}
+    for output in outputs:
+        stack, links = [output], []
+        while stack:
+            node_id = stack.pop()
+            if node_id in pending or node_id not in prompt:
+                continue
+            pending[node_id], waits[node_id], blocking[node_id] = None, 0, set()
+            for value in prompt[node_id].get("inputs", {}).values():
+                if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+                    stack.append(value[0])
+                    links.append((value[0], node_id))
+        for source, target in links:
+            if source in blocking and target not in blocking[source]:
+                blocking[source].add(target)
+                waits[target] += 1
+
+    def saves(node_id: str) -> bool:
+        return is_output(prompt[node_id]["class_type"])
+
     done: list[str] = []
-
-    def visit(node_id: str, path: tuple[str, ...]) -> None:
-        if node_id in done or node_id in path or node_id not in prompt:
-            return
-        for value in prompt[node_id].get("inputs", {}).values():
-            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
-                visit(value[0], (*path, node_id))
-        done.append(node_id)
-
-    for node_id in prompt:
-        visit(node_id, ())
+    while pending:
+        ready = [n for n in pending if waits[n] == 0]
+        if not ready:
+            break  # a cycle: ComfyUI refuses it before it runs
+        chosen = (
+            next((n for n in ready if saves(n)), None)
+            or next((n for n in ready if any(saves(b) for b in blocking[n])), None)
+            or next((n for n in ready if any(saves(c) for b in blocking[n] for c in blocking[b])), None)
+            or ready[0]
+        )
+        done.append(chosen)
+        del pending[chosen]
+        for blocked in blocking.pop(chosen):
+            waits[blocked] -= 1
     return done

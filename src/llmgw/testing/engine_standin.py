@@ -74,6 +74,8 @@ class StandinSettings:
     metrics_path: str = "/metrics"
     tasks: frozenset[str] = frozenset({"chat"})
     """What it serves (``chat``, ``embeddings``, ``rerank``), from its engine's flags (standin_tasks)."""
+    pp: int = 1
+    """SGLang: pipeline stages, each of whose schedulers publishes its gauges (``--pp-size``)."""
     metrics_on: bool = True
     """False where the engine was not told to publish (SGLang without --enable-metrics)."""
     gauges_on: bool = True
@@ -211,6 +213,8 @@ class Standin:
         """Prompt tokens found in the block cache (vLLM's prefix_cache_hits)."""
         self.generated_tokens = 0
         self.requests = 0
+        self.by_stream: dict[bool, list[int]] = {}
+        """SGLang: prompt tokens, generated tokens and requests finished, by whether they streamed."""
         self.adapters: OrderedDict[str, str] = OrderedDict(settings.static_loras)
         """Adapters served (name to path), least recently used first."""
         self.lora_loads = 0
@@ -218,9 +222,9 @@ class Standin:
 
     # -- serving ------------------------------------------------------------------------------
 
-    async def generate(self, prompt: list[int], max_tokens: int, salt: str = "") -> Any:
+    async def generate(self, prompt: list[int], max_tokens: int, salt: str = "", stream: bool = False) -> Any:
         """Yield generated token texts on the timing model, holding a slot while running; ``salt``:
-        the request's ``cache_salt`` (its blocks are cached apart)."""
+        the request's ``cache_salt`` (its blocks are cached apart); ``stream``: it streams."""
         self.waiting += 1
         try:
             await self.slots.acquire()
@@ -229,6 +233,7 @@ class Standin:
         self.running += 1
         blocks = -(-(len(prompt) + max_tokens) // self.settings.block_size)
         self.held_blocks += blocks
+        made = 0
         try:
             cached = self.cache.cached_prefix(prompt, salt)
             await self.sleep(self.settings.prefill_s * (len(prompt) - cached))
@@ -238,11 +243,16 @@ class Standin:
             for index in range(max_tokens):
                 await self.sleep(self.settings.decode_s)
                 self.generated_tokens += 1
+                made += 1
                 yield f" tok{index}"
         finally:
             self.held_blocks -= blocks
             self.running -= 1
             self.requests += 1
+            tally = self.by_stream.setdefault(stream, [0, 0, 0])
+            tally[0] += len(prompt)
+            tally[1] += made
+            tally[2] += 1
             self.slots.release()
 
     # -- metrics ------------------------------------------------------------------------------
@@ -263,14 +273,7 @@ class Standin:
                 ("vllm:generation_tokens_total", "counter", self.generated_tokens),
             ]
         elif s.engine == "sglang":
-            rows = [
-                ("sglang:num_running_reqs", "gauge", self.running),
-                ("sglang:num_queue_reqs", "gauge", self.waiting),
-                ("sglang:token_usage", "gauge", usage),
-                ("sglang:prompt_tokens_total", "counter", self.prompt_tokens),
-                ("sglang:generation_tokens_total", "counter", self.generated_tokens),
-                ("sglang:num_requests_total", "counter", self.requests),
-            ]
+            return self._sglang_metrics_text(usage)
         else:
             rows = [
                 ("trtllm_prompt_tokens_total", "counter", self.prompt_tokens),
@@ -287,6 +290,32 @@ class Standin:
             lines += [f"# HELP {name} {name}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
         return "\n".join(lines) + "\n"
 
+    def _sglang_metrics_text(self, usage: float) -> str:
+        """As SGLang 0.5.23 publishes them: each pipeline stage's scheduler (TP rank 0) its gauges,
+        the tokenizer its counters by whether the request streamed (``tests/engines/data/
+        sglang-0.5.23-metrics-*.txt``)."""
+        s = self.settings
+        model = f'engine_type="unified",model_name="{s.served_name}"'
+        lines = []
+        for name, value in (
+            ("sglang:num_running_reqs", self.running),
+            ("sglang:num_queue_reqs", self.waiting),
+            ("sglang:token_usage", usage),
+        ):
+            lines += [f"# HELP {name} {name}", f"# TYPE {name} gauge"]
+            for stage in range(s.pp):
+                ranks = f'moe_ep_rank="0",pp_rank="{stage}",tp_rank="0"'
+                lines.append(f"{name}{{{model},{ranks}}} {float(value)}")
+        counters = ("prompt_tokens_total", "generation_tokens_total", "num_requests_total")
+        for index, name in enumerate(f"sglang:{counter}" for counter in counters):
+            if not self.by_stream:
+                continue  # a counter's series appears with the first request it counts
+            lines += [f"# HELP {name} {name}", f"# TYPE {name} counter"]
+            for stream, tally in sorted(self.by_stream.items()):
+                flag = "true" if stream else "false"
+                lines.append(f'{name}{{{model},is_streaming="{flag}"}} {float(tally[index])}')
+        return "\n".join(lines) + "\n"
+
 
 def _error(status: int, message: str, kind: str = "BadRequestError") -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
@@ -300,15 +329,12 @@ def build_app(standin: Standin) -> web.Application:
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         if time.monotonic() - standin.started < s.startup_s and request.path != s.metrics_path:
             return _error(503, "model loading", "ServiceUnavailable")
-        guarded = (
-            request.path.startswith("/v1")
-            if s.engine == "vllm"
-            else request.path
-            not in (
-                "/health",
-                s.metrics_path,
-            )
-        )
+        if s.engine == "vllm":
+            guarded = request.path.startswith("/v1")
+        elif s.engine == "sglang":  # its utils/auth.py: these prefixes go unasked
+            guarded = not request.path.startswith(("/health", "/ready", "/metrics"))
+        else:
+            guarded = request.path not in ("/health", s.metrics_path)
         if s.api_key and guarded:
             given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
             if not hmac.compare_digest(given.encode(), s.api_key.encode()):
@@ -362,9 +388,12 @@ def build_app(standin: Standin) -> web.Application:
             standin.adapters.move_to_end(model)
         prompt = prompt_of(body, chat)
         salt = body.get("cache_salt")
-        if salt is not None and s.engine in ("vllm", "sglang"):
+        if salt is not None and s.engine == "vllm":
             if not isinstance(salt, str) or not salt:
                 return _error(400, "Parameter 'cache_salt' must be a non-empty string if provided.")
+        elif salt is not None and s.engine == "sglang":  # any string, empty included
+            if not isinstance(salt, str):
+                return _error(400, "cache_salt: Input should be a valid string")
         else:
             salt = ""
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
@@ -404,7 +433,7 @@ def build_app(standin: Standin) -> web.Application:
         async def send(payload: dict[str, Any]) -> None:
             await response.write(f"data: {json.dumps(payload)}\n\n".encode())
 
-        async for piece in standin.generate(prompt, max_tokens, salt):
+        async for piece in standin.generate(prompt, max_tokens, salt, stream=True):
             await send({"id": ident, "object": chunk_kind, "created": created, "model": model,
                         "choices": [choice(piece, None, True, [piece])]})  # fmt: skip
         final: dict[str, Any] = {"id": ident, "object": chunk_kind, "created": created, "model": model,

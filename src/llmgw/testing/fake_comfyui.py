@@ -7,13 +7,14 @@ unknown one ends it as argparse does). It speaks ComfyUI's routes as its
 /queue``, ``POST /queue`` (``delete``, ``clear``), ``POST /interrupt`` (all,
 or one ``prompt_id``), ``GET /history``, ``GET /history/{id}``, ``GET
 /view``, ``GET /object_info`` and ``GET /ws?clientId=ID``, whose messages
-(``status``, ``execution_start``, ``execution_cached``, ``executing``,
-``progress``, ``executed``, ``execution_success``, ``execution_error``,
-``execution_interrupted``) have the shapes ComfyUI's ``execution.py`` and
-``main.py`` send, to the prompt's ``client_id`` (to every socket when it has
-none).
+(``status``, ``execution_start``, ``execution_cached``, ``progress_state``,
+``executing``, ``progress``, ``executed``, ``execution_success``,
+``execution_error``, ``execution_interrupted``) have the shapes and the order
+ComfyUI :data:`IMITATES` sends, to the prompt's ``client_id`` (to every
+socket when it has none); held to ``tests/engines/data/comfyui-0.3.64-*``.
 
-Workflows run one at a time, nodes in the order of their inputs. A node with
+Workflows run one at a time: the nodes the output nodes need, in the order
+ComfyUI picks them (``comfy_execution/graph.py``). A node with
 a ``steps`` input (KSampler) takes ``LLMGW_STANDIN_COMFY_STEP_S`` seconds
 (0.05 by default) per step and reports a ``progress`` message per step; a
 class named ``*Sampler`` without steps takes 8. ``SaveImage`` and
@@ -25,7 +26,8 @@ image, ``filename_prefix``); ``TripoSRViewer`` (and any ``*Viewer``/
 It knows the classes :mod:`llmgw.testing.comfyui_standin_nodes` lists and
 those of the custom nodes under ``<base>/custom_nodes`` (loaded as ComfyUI
 loads them); a workflow naming any other is refused as ComfyUI refuses it
-(400, ``missing_node_type``), so "a custom node is missing" happens here as on
+(400, ``invalid_prompt`` as 0.3.64; ``missing_node_type`` with
+``Settings.missing_node_type``), so "a custom node is missing" happens here as on
 a node. ``/interrupt`` with a ``prompt_id`` interrupts only that workflow, when
 it runs, as ComfyUI does from 0.3.57; ``LLMGW_STANDIN_COMFY_VERSION`` set to an
 older release makes it interrupt whatever runs, as those did. ``POST /queue``
@@ -49,6 +51,9 @@ from packaging.version import InvalidVersion, Version
 from llmgw.testing.comfyui_standin_nodes import custom_node_classes, is_output
 from llmgw.testing.comfyui_standin_run import Runner, Settings
 
+IMITATES = "0.3.64"
+"""The ComfyUI release whose messages, records and refusals the stand-in gives
+(``tests/engines/data/comfyui-0.3.64-*``, written from that release's code)."""
 INTERRUPT_BY_ID = Version("0.3.57")
 """The first ComfyUI release whose ``/interrupt`` reads ``prompt_id`` (PR #9607, 2 September 2025)."""
 
@@ -70,6 +75,8 @@ def build_app(settings: Settings) -> web.Application:
         runner.sockets[sid] = ws
         try:
             await ws.send_json({"type": "status", "data": {"status": runner.queue_info(), "sid": sid}})
+            if runner.client_id == sid and runner.last_node is not None:  # its workflow runs: where
+                await ws.send_json({"type": "executing", "data": {"node": runner.last_node}})
             async for _ in ws:
                 pass
         finally:
@@ -96,7 +103,9 @@ def build_app(settings: Settings) -> web.Application:
         problem = runner.validate(prompt)
         if problem is not None:  # refused before inputs are looked at: no node_errors, as ComfyUI
             return web.json_response({"error": problem, "node_errors": {}}, status=400)
-        number = float(body["number"]) if "number" in body else runner.next_number(bool(body.get("front")))
+        number: int | float = (
+            float(body["number"]) if "number" in body else runner.next_number(bool(body.get("front")))
+        )
         extra = dict(body.get("extra_data", {}))
         if "client_id" in body:
             extra["client_id"] = body["client_id"]

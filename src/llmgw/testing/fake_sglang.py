@@ -1,5 +1,10 @@
 """A stand-in for ``python -m sglang.launch_server`` with SGLang's flags, on the timing model.
 
+It imitates SGLang :data:`IMITATES`: its metric names, types and label keys
+are those of ``tests/engines/data/sglang-0.5.23-metrics-*.txt``, one series
+of each scheduler gauge per pipeline stage (``--pp-size``), as its schedulers
+publish them.
+
 Metrics are served only with ``--enable-metrics`` (404 otherwise, as SGLang);
 ``--max-total-tokens`` sizes the token pool (``sglang:token_usage``).
 ``--config FILE.yaml`` is read as SGLang's ``ConfigArgumentMerger`` reads it
@@ -25,6 +30,9 @@ from aiohttp import web
 
 from llmgw.testing import standin_rendezvous
 from llmgw.testing.engine_standin import StandinSettings, serve
+
+IMITATES = "0.5.23"
+"""The SGLang release whose server this stand-in speaks for."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         block_size=options.page_size,
         num_blocks=options.max_total_tokens or 8 * max_len,
         metrics_on=options.enable_metrics,
+        pp=options.pp_size,
         tasks=frozenset({"embeddings", "rerank"}) if options.is_embedding else frozenset({"chat"}),
     )
     if options.nnodes > 1:

@@ -160,7 +160,7 @@ def add_task_routes(app: web.Application, standin: Standin) -> None:
             "response.content_part.added", item_id=item_id, output_index=0, content_index=0, part=part
         )
         pieces = []
-        async for piece in standin.generate(prompt, max_tokens):
+        async for piece in standin.generate(prompt, max_tokens, stream=True):
             pieces.append(piece)
             await event(
                 "response.output_text.delta",
