@@ -366,7 +366,7 @@ def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_e
         chunks = client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": f"Story {index}: tell a long story about the sea."}],
-            max_tokens=128,
+            max_tokens=64,
             stream=True,
             extra_body={"ignore_eos": True},
         )
