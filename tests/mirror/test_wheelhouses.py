@@ -17,6 +17,7 @@ from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
 from llmgw.mirror.wheelhouses import add_wheelhouse, python_build
 from llmgw.testing.fakebuild import fake_engine_wheel
+from llmgw.testing.standin_wheels import engine_wheels
 
 
 class Pip:
@@ -64,9 +65,9 @@ def test_an_unknown_engine_or_variant_is_refused_naming_the_choices() -> None:
 
 async def test_an_offline_node_installs_vllm_from_the_mirrors_wheelhouse(tmp_path: Path) -> None:
     blobs, index = BlobStore(tmp_path / "mirror"), BuildIndex(tmp_path / "mirror")
-    wheel = fake_engine_wheel(tmp_path, "vllm", "0.33.0")
+    wheels = engine_wheels(tmp_path / "wheels", "vllm", "0.33.0")  # vLLM and the torch it needs
     await add_wheelhouse(
-        blobs, index, python_build("vllm", "", "cu129"), pip=Pip([wheel]), arch=platform.machine()
+        blobs, index, python_build("vllm", "", "cu129"), pip=Pip(wheels), arch=platform.machine()
     )
     fetched: list[str] = []
 
@@ -92,4 +93,4 @@ async def test_an_offline_node_installs_vllm_from_the_mirrors_wheelhouse(tmp_pat
     installer.mirror.use(index.message())
     program = await installer.program("vllm")
     assert program.name == "vllm" and program.is_file()
-    assert fetched == [index.all()[0].assets[0].sha256]
+    assert sorted(fetched) == sorted(asset.sha256 for asset in index.all()[0].assets)
