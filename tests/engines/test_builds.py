@@ -331,6 +331,31 @@ async def test_a_refused_build_is_not_tried_again_until_the_node_changes_or_it_i
     assert [v.build for v in forgotten] == [f"{TAG}-cpu"] and buildverdicts.refusals(tmp_path) == []
 
 
+async def test_retrying_refused_builds_tries_them_before_a_worse_build_accepted(
+    net: FakeNet, tmp_path: Path
+) -> None:
+    net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
+    first = await install_best(_cpu_builds(), tmp_path, check=Scripted({"cpu-source"}), **_urls(net))
+    assert first.build.variant == "cpu-source"
+    fixed = Scripted({"cpu", "cpu-source"})  # the operator fixed what made the release build fail
+    assert (
+        await install_best(_cpu_builds(), tmp_path, check=fixed, **_urls(net))
+    ).build.variant == "cpu-source"
+    assert fixed.checked == []  # without asking, the accepted build stays
+    messages: list[str] = []
+    again = await install_best(
+        _cpu_builds(),
+        tmp_path,
+        check=fixed,
+        retry_refused=True,
+        progress=lambda m, f: messages.append(m),
+        **_urls(net),
+    )
+    assert again.build.variant == "cpu" and fixed.checked == ["cpu"]
+    assert any("refusal of" in m and "forgotten" in m for m in messages)
+    assert buildverdicts.refusals(tmp_path) == []
+
+
 async def test_an_installed_build_never_checked_is_checked_before_it_is_used(
     net: FakeNet, tmp_path: Path
 ) -> None:

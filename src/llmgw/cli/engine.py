@@ -28,17 +28,16 @@ app = typer.Typer(help="Engine builds on this machine.", no_args_is_help=True)
 
 DEFAULT_CACHE = Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw"))
 """Where engine builds are kept: ``$LLMGW_CACHE`` or ``~/.cache/llmgw``."""
+PROC_VERSION = Path("/proc/driver/nvidia/version")
 
 
 def _node(inventory: NodeInventory) -> NodeConditions:
     return NodeConditions.of(inventory.driver_version, (gpu.name for gpu in inventory.gpus))
 
 
-def _forget(cache: Path, engine: str) -> None:
-    for verdict in buildverdicts.forget(cache, engine):
-        console.print(
-            f"{engine} {verdict.build}: refusal of {verdict.checked_at} forgotten, to be tried again"
-        )
+def _say_retried(cache: Path, engine: str) -> None:
+    for verdict in buildverdicts.refusals(cache, engine):
+        console.print(f"{engine} {verdict.build}: refused on {verdict.checked_at}, tried again")
 
 
 def show_refusals(cache: Path, engine: str, node: NodeConditions) -> None:
@@ -55,6 +54,7 @@ def install_engine(
     settings: LlamaCppSettings | None = None,
     *,
     nvidia_smi: str = "nvidia-smi",
+    proc_version: Path = PROC_VERSION,
     retry_refused: bool = False,
 ) -> builds.InstalledBuild:
     """Install the best llama.cpp build that computes on this machine (or find it installed and accepted),
@@ -62,12 +62,12 @@ def install_engine(
     settings = settings or LlamaCppSettings()
     cache = cache_dir.expanduser()
     if retry_refused:
-        _forget(cache, builds.LLAMACPP)
+        _say_retried(cache, builds.LLAMACPP)
     node = NodeConditions()
 
     async def run() -> builds.InstalledBuild:
         nonlocal node
-        inventory = await discover("local", "127.0.0.1", nvidia_smi=nvidia_smi)
+        inventory = await discover("local", "127.0.0.1", nvidia_smi=nvidia_smi, proc_version=proc_version)
         node = _node(inventory)
         candidates = builds.llamacpp_builds(
             has_nvidia=bool(inventory.gpus),
@@ -99,6 +99,7 @@ def install_engine(
                 progress=show,
                 release_api=settings.release_api,
                 pypi_url=settings.pypi_url,
+                retry_refused=retry_refused,
             )
 
     try:
@@ -119,18 +120,19 @@ def install_python_engine(
     *,
     index_url: str = pythonbuilds.PYPI_SIMPLE_URL,
     nvidia_smi: str = "nvidia-smi",
+    proc_version: Path = PROC_VERSION,
     retry_refused: bool = False,
 ) -> Path:
     """Install the first vLLM or SGLang build that computes on this machine (vLLM's CPU build where it
     has no NVIDIA card), as a node does; the program it runs from."""
     cache = cache_dir.expanduser()
     if retry_refused:
-        _forget(cache, engine)
+        _say_retried(cache, engine)
     node = NodeConditions()
 
     async def run() -> pythonbuilds.InstalledPythonBuild:
         nonlocal node
-        inventory = await discover("local", "127.0.0.1", nvidia_smi=nvidia_smi)
+        inventory = await discover("local", "127.0.0.1", nvidia_smi=nvidia_smi, proc_version=proc_version)
         node = _node(inventory)
         candidates = pythonbuilds.LISTINGS[engine](
             driver_version=inventory.driver_version or None,
@@ -142,7 +144,13 @@ def install_python_engine(
             console.print(f"{engine}: {message}"[:160])
 
         return await pythonbuilds.install_first(
-            candidates, cache, node=node, index_url=index_url, progress=show, torch_index=torch_index
+            candidates,
+            cache,
+            node=node,
+            index_url=index_url,
+            progress=show,
+            torch_index=torch_index,
+            retry_refused=retry_refused,
         )
 
     try:
@@ -182,6 +190,9 @@ def install(
         help="Forget the builds this machine refused (they failed their check here), and try them again.",
     ),
     nvidia_smi: str = typer.Option("nvidia-smi", "--nvidia-smi", help="nvidia-smi to find the cards with."),
+    proc_version: Path = typer.Option(
+        PROC_VERSION, help="The NVIDIA kernel module's version file.", hidden=True
+    ),
 ) -> None:
     """Install the best build of an engine that computes on this machine, as a node would, into the cache.
 
@@ -191,7 +202,9 @@ def install(
     one is tried; a refused build is not tried again until the driver or cards change or --retry-refused.
     """
     if engine in (builds.LLAMACPP, "llamacpp"):
-        install_engine(cache_dir, nvidia_smi=nvidia_smi, retry_refused=retry_refused)
+        install_engine(
+            cache_dir, nvidia_smi=nvidia_smi, proc_version=proc_version, retry_refused=retry_refused
+        )
         return
     if engine not in pythonbuilds.LISTINGS:
         known = ", ".join([builds.LLAMACPP, *sorted(pythonbuilds.LISTINGS)])
@@ -203,6 +216,7 @@ def install(
         torch_index_url,
         index_url=index_url,
         nvidia_smi=nvidia_smi,
+        proc_version=proc_version,
         retry_refused=retry_refused,
     )
 

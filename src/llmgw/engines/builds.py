@@ -211,19 +211,23 @@ async def install_best(
     pypi_url: str = PYPI_URL,
     session: aiohttp.ClientSession | None = None,
     mirror: MirrorSource | None = None,
+    retry_refused: bool = False,
 ) -> InstalledBuild:
     """The best of ``builds`` installed and accepted here, else the first that installs and passes ``check``.
 
     ``check`` proves a build computes on ``check.node``; every install on a node passes one, and None
-    (nothing checked) is for callers that test only downloading and unpacking. With a check:
+    (nothing checked) is for callers that test only downloading and unpacking. Builds are taken in
+    order, those installed first (an installed build wins over a better one not installed, so a node
+    with one needs no network):
 
-    - an installed build counts only once it passed the check on the node as it is now; one
-      installed but never checked so (by an older llmgw, or before the driver changed) is checked
-      first, without the network, and the best of those that pass wins;
+    - an installed build counts once it passed the check on the node as it is now; one installed but
+      never checked so (by an older llmgw, or before the driver changed) is checked, offline;
     - a build refused on the node as it is now is skipped, not tried again
       (:mod:`~llmgw.engines.buildverdicts`); one that fails its check is refused (recorded and
       logged) and the next is tried; an inconclusive check (a full card) stops the install
-      (BuildCheckInconclusive), recording nothing.
+      (BuildCheckInconclusive), recording nothing;
+    - ``retry_refused`` (the operator asks) forgets the refusals of ``builds`` first, and tries each
+      of those builds, installed or not, before any worse build installed.
 
     A release build's archives come from ``mirror`` when it holds them, else from the release.
     Raises BuildError naming every build tried or skipped and why.
@@ -235,31 +239,38 @@ async def install_best(
             hint="see the supported builds in llmgw's docs, or build llama-server yourself",
         )
     cache_dir = Path(cache_dir)
-    if found := _best_accepted(builds, cache_dir, check):
+    if not retry_refused and (found := _best_accepted(builds, cache_dir, check)):
         return found
     engines = {build.engine for build in builds}
     async with _locked(engine_dir(cache_dir, builds[0].engine), say):
-        if found := _best_accepted(builds, cache_dir, check):  # installed while we waited
+        retried = _forget(builds, cache_dir, say) if retry_refused else set()
+        if not retried and (found := _best_accepted(builds, cache_dir, check)):  # installed meanwhile
             return found
         for engine in engines:
             _remove_partials(engine_dir(cache_dir, engine))
-        if check is not None and (found := await _check_installed(builds, cache_dir, check, say)):
-            return found
+        present = {
+            (item.build.engine, item.build.key, item.build.kind): item for item in installed(cache_dir)
+        }
+        first = [b for b in builds if (b.engine, b.key, b.kind) in present or b.key in retried]
         failures: list[tuple[Build, str]] = []
         refused_any = False
         releases: dict[str, Any] = {}
         async with _client(session) as http:
-            for build in builds:
-                if check is not None and (refused := _refusal(cache_dir, build, check)):
+            for build in [*first, *(b for b in builds if b not in first)]:
+                if refused := _refusal(cache_dir, build, check):
                     refused_any = True
                     failures.append((build, f"refused on {refused.checked_at}: {refused.found}"))
                     say(f"{build.key} skipped: refused on {refused.checked_at}: {refused.found}", None)
                     continue
-                say(f"installing {build.engine} {build.key}", None)
                 try:
-                    result = await _install(
-                        build, cache_dir, http, releases, release_api, pypi_url, check, say, mirror
-                    )
+                    if item := present.get((build.engine, build.key, build.kind)):
+                        result = await _accept_installed(item, cache_dir, check, say)
+                    else:
+                        say(f"installing {build.engine} {build.key}", None)
+                        result = await _install(
+                            build, cache_dir, http, releases, release_api, pypi_url, check, say, mirror
+                        )
+                        say(f"installed {build.engine} {build.key}", 1.0)
                 except BuildCheckInconclusive:
                     raise
                 except (LlmgwError, OSError) as error:
@@ -267,7 +278,6 @@ async def install_best(
                     failures.append((build, str(error)))
                     say(f"{build.key} failed: {error}", None)
                     continue
-                say(f"installed {build.engine} {build.key}", 1.0)
                 return result
     tried = "; ".join(f"{build.key} ({build.kind}): {error}" for build, error in failures)
     retry = f"; {buildverdicts.retry_hint(builds[0].engine)}" if refused_any else ""
@@ -278,14 +288,46 @@ async def install_best(
     )
 
 
+def _accepted_here(item: InstalledBuild, check: BuildCheck | None) -> bool:
+    return check is None or (item.check is not None and item.check.holds(check.node))
+
+
 def _best_accepted(builds: list[Build], cache_dir: Path, check: BuildCheck | None) -> InstalledBuild | None:
-    """The best installed build that passed ``check`` on its node as it is now (any, without a check)."""
+    """The best installed build, if it passed ``check`` on the node as it is now (any, without a
+    check); None when a better installed one still has to be checked, or none is installed."""
     present = {(item.build.engine, item.build.key, item.build.kind): item for item in installed(cache_dir)}
     for build in builds:
         item = present.get((build.engine, build.key, build.kind))
-        if item and (check is None or (item.check is not None and item.check.holds(check.node))):
-            return item
+        if item is None or _refusal(cache_dir, build, check):
+            continue
+        return item if _accepted_here(item, check) else None
     return None
+
+
+def _forget(builds: list[Build], cache_dir: Path, say: Progress) -> set[str]:
+    """Forget the refusals of ``builds`` (the operator asked); the keys of those that had one."""
+    forgotten = set()
+    for engine in {build.engine for build in builds}:
+        for verdict in buildverdicts.forget(cache_dir, engine, {b.key for b in builds if b.engine == engine}):
+            forgotten.add(verdict.build)
+            say(f"{verdict.build}: the refusal of {verdict.checked_at} forgotten, tried again", None)
+    return forgotten
+
+
+async def _accept_installed(
+    item: InstalledBuild, cache_dir: Path, check: BuildCheck | None, say: Progress
+) -> InstalledBuild:
+    """``item`` as accepted on the node: already so, or checked now (offline); BuildError if refused."""
+    if _accepted_here(item, check):
+        return item
+    assert check is not None
+    build = item.build
+    say(f"checking the installed {build.key} on this node", None)
+    verdict = _judge(cache_dir, build, await check(item.binary, build.variant), check)
+    if not verdict.ok:
+        raise BuildError(f"{build.key} was refused: {verdict.found}", hint=verdict.fix)
+    buildverdicts.accept(cache_dir, item.binary.parent, verdict)
+    return replace(item, check=verdict)
 
 
 def _refusal(cache_dir: Path, build: Build, check: BuildCheck | None) -> Verdict | None:
@@ -294,24 +336,6 @@ def _refusal(cache_dir: Path, build: Build, check: BuildCheck | None) -> Verdict
         return None
     refused = buildverdicts.refusal(cache_dir, build.engine, build.key)
     return refused if refused is not None and refused.holds(check.node) else None
-
-
-async def _check_installed(
-    builds: list[Build], cache_dir: Path, check: BuildCheck, say: Progress
-) -> InstalledBuild | None:
-    """The best installed build that passes ``check`` now, each not refused checked in turn (offline)."""
-    present = {(item.build.engine, item.build.key, item.build.kind): item for item in installed(cache_dir)}
-    for build in builds:
-        item = present.get((build.engine, build.key, build.kind))
-        if item is None or _refusal(cache_dir, build, check):
-            continue
-        say(f"checking the installed {build.key} on this node", None)
-        verdict = _judge(cache_dir, build, await check(item.binary, build.variant), check)
-        if verdict.ok:
-            buildverdicts.accept(cache_dir, item.binary.parent, verdict)
-            return replace(item, check=verdict)
-        say(f"{build.key} refused: {verdict.found}", None)
-    return None
 
 
 def _judge(cache_dir: Path, build: Build, result: CheckResult, check: BuildCheck) -> Verdict:

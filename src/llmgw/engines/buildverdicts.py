@@ -34,7 +34,7 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,9 +175,10 @@ def refusals(cache_dir: Path, engine: str | None = None) -> list[Verdict]:
     return found
 
 
-def forget(cache_dir: Path, engine: str) -> list[Verdict]:
-    """Remove ``engine``'s refusals (the operator asks for them to be tried again); what was removed."""
-    forgotten = refusals(cache_dir, engine)
+def forget(cache_dir: Path, engine: str, builds: Collection[str] | None = None) -> list[Verdict]:
+    """Remove ``engine``'s refusals (of ``builds`` only, when given: the operator asks for them to be
+    tried again); what was removed."""
+    forgotten = [v for v in refusals(cache_dir, engine) if builds is None or v.build in builds]
     for verdict in forgotten:
         refusal_path(cache_dir, engine, verdict.build).unlink(missing_ok=True)
     return forgotten

@@ -397,23 +397,28 @@ async def install_first(
     index_url: str = PYPI_SIMPLE_URL,
     progress: Progress | None = None,
     torch_index: str | None = None,
+    retry_refused: bool = False,
 ) -> InstalledPythonBuild:
-    """The first of ``builds`` accepted on ``node``: installed and accepted, else the first installed
-    one that passes its check now (no pip), else the first that installs and passes; a build refused
-    on the node as it is now is skipped. BuildError naming every build and why."""
+    """The first of ``builds`` accepted on ``node``, those installed first: an installed one accepted
+    there, or checked now (no pip); else the first that installs and passes. A build refused on the node
+    as it is now is skipped; ``retry_refused`` (the operator asks) forgets the refusals of ``builds``
+    and tries those builds before any worse one installed. BuildError naming every build and why."""
     if not builds:
         raise BuildError(
             "no build of this engine fits this node's driver and cards",
             hint="vLLM and SGLang need an NVIDIA driver of 525 or newer and compute capability 7.0 (vLLM) "
             "or 7.5 (SGLang); upgrade the driver or place the model elsewhere",
         )
-    for build in builds:
-        if found := accepted_python_build(cache_dir, build, node):
-            return found
     say: Progress = progress or (lambda message, fraction: None)
-    installed_first = sorted(builds, key=lambda build: installed_python_build(cache_dir, build) is None)
+    retried = set()
+    if retry_refused:
+        for verdict in buildverdicts.forget(cache_dir, builds[0].engine, {build.key for build in builds}):
+            retried.add(verdict.build)
+            say(f"{verdict.build}: the refusal of {verdict.checked_at} forgotten, tried again", None)
+    first = [b for b in builds if installed_python_build(cache_dir, b) is not None or b.key in retried]
+    ordered = [*first, *(b for b in builds if b not in first)]
     failures = []
-    for build in installed_first:
+    for build in ordered:  # an installed one accepted here is taken as it is: no check, no pip
         if refused := refusal(cache_dir, build, node):
             failures.append(f"{build.key}: refused on {refused.checked_at}: {refused.found}")
             say(f"{build.key} skipped: refused on {refused.checked_at}: {refused.found}", None)
