@@ -8,7 +8,7 @@ CPU on a machine with NVIDIA GPUs fails, naming the fix. On a machine
 without GPUs it proves the CPU build answers a token. At install the GGUF is
 llmgw's own check model (:mod:`llmgw.engines.checkmodel`), written on the
 node, so no model needs to be there first (measured here: the CPU build of
-llama.cpp answers in about 0.6 s).
+llama.cpp answers in 0.3 to 0.6 s).
 
 vLLM and SGLang are checked in their build's own Python
 (:mod:`llmgw.engines.pythonchecks`). For TensorRT-LLM the check asks whether the operator's Python
