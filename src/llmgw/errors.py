@@ -13,6 +13,7 @@
     │   └── StoreUnavailable        the database cannot be reached (503)
     ├── EngineError                 an inference engine failed
     │   ├── BuildError              no engine build could be installed
+    │   │   └── BuildCheckInconclusive  a build's check could not tell whether it computes
     │   └── EngineUnhealthy         an engine did not become healthy
     ├── ChecksumMismatch            downloaded bytes differ from their sha256
     ├── DownloadError               a download failed
@@ -88,6 +89,11 @@ class EngineError(LlmgwError):
 
 class BuildError(EngineError):
     pass
+
+
+class BuildCheckInconclusive(BuildError):
+    """The check of a build said nothing about the build (a card's memory was full): nothing is
+    recorded, and the install stops rather than settle for a worse build."""
 
 
 class EngineUnhealthy(EngineError):

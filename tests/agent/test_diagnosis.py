@@ -13,6 +13,7 @@ from llmgw.agent.gpus import GpuReport
 from llmgw.agent.nvidia_smi import parse_report
 from llmgw.cli.main import app
 from llmgw.engines.builds import LLAMACPP, Build, InstalledBuild
+from llmgw.engines.buildverdicts import Verdict
 from llmgw.testing.fake_nvidia_smi import (
     A100_80G_MIG,
     A100_80G_MIG_EMPTY,
@@ -143,3 +144,29 @@ def test_the_command_reads_the_cards_and_exits_1_on_an_error(tmp_path: Path) -> 
         ("llama.cpp", "error"),
     }
     assert all(f["fix"] for f in findings if f["severity"] != "ok")
+
+
+def test_builds_refused_here_are_warnings_with_their_fix_and_stale_ones_are_retried() -> None:
+    node = facts(H100_80G).node
+    refused = Verdict(
+        "llama.cpp", "b11434-cuda-13.4", False, "a token computed on the CPU", "fix it", str(node)
+    )
+    stale = Verdict("vllm", "0.33.0-cu130", False, "vllm._C does not import", "fix", "driver 550.1; 1x H100")
+    findings = diagnose(facts(H100_80G, refusals=(refused, stale)))
+
+    (warning,) = [f for f in findings if f.severity == "warning"]
+    assert warning.subject == "llama.cpp" and "b11434-cuda-13.4 was refused" in warning.problem
+    assert "a token computed on the CPU" in warning.problem and warning.fix == "fix it"
+    (retried,) = about(findings, "vllm")
+    assert retried.severity == "ok" and "the next install tries it again" in retried.problem
+
+
+def test_a_node_whose_every_installed_build_was_refused_cannot_serve() -> None:
+    cuda = InstalledBuild(Build(LLAMACPP, "b11434", "cuda-13.4", "release"), Path("/opt/llama-server"))
+    node = facts(H100_80G).node
+    refused = Verdict("llama.cpp", "b11434-cuda-13.4", False, "no token", "fix it", str(node))
+
+    findings = about(diagnose(facts(H100_80G, installed_builds=(cuda,), refusals=(refused,))), "llama.cpp")
+
+    assert findings[0].severity == "error" and "were refused" in findings[0].problem
+    assert "--retry-refused" in findings[0].fix

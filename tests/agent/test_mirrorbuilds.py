@@ -45,7 +45,9 @@ async def test_an_offline_node_installs_the_mirror_s_build(
     source = source_of(blobs, fetched)
     source.use(held)
     candidates = llamacpp_builds(has_nvidia=False, driver_version=None, arch="x86_64", tag="b1")
-    result = await install_best(candidates, tmp_path / "cache", release_api=UNREACHABLE, mirror=source)
+    result = await install_best(
+        candidates, tmp_path / "cache", check=None, release_api=UNREACHABLE, mirror=source
+    )
     assert result.build.variant == "cpu" and result.binary.is_file()
     assert fetched == [held.builds[0].assets[0].sha256]
     assert dict(result.sha256) == {held.builds[0].assets[0].name: held.builds[0].assets[0].sha256}
@@ -60,7 +62,9 @@ async def test_a_build_the_mirror_lacks_goes_on_to_the_release(
     source = source_of(blobs, fetched)  # told of no builds
     release_build = llamacpp_builds(has_nvidia=False, driver_version=None, arch="x86_64", tag="b1")[0]
     with pytest.raises(BuildError, match="cannot read"):
-        await install_best([release_build], tmp_path / "cache", release_api=UNREACHABLE, mirror=source)
+        await install_best(
+            [release_build], tmp_path / "cache", check=None, release_api=UNREACHABLE, mirror=source
+        )
     assert fetched == []
 
 

@@ -16,10 +16,11 @@ from typing import TypedDict
 import pytest
 from aiohttp import web
 
-from llmgw.engines import convertscripts
+from llmgw.engines import buildverdicts, convertscripts
 from llmgw.engines.builds import Build, install_best, installed, llamacpp_builds
+from llmgw.engines.buildverdicts import CheckResult, NodeConditions
 from llmgw.engines.sourcebuild import SourcePin, cmake_configure_args
-from llmgw.errors import BuildError, ChecksumMismatch
+from llmgw.errors import BuildCheckInconclusive, BuildError, ChecksumMismatch
 
 from .conftest import Serve
 
@@ -204,7 +205,7 @@ async def test_release_build_is_downloaded_verified_and_installed(net: FakeNet, 
     net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
     seen: list[tuple[str, float | None]] = []
     result = await install_best(
-        _cpu_builds(), tmp_path, progress=lambda m, f: seen.append((m, f)), **_urls(net)
+        _cpu_builds(), tmp_path, progress=lambda m, f: seen.append((m, f)), **_urls(net), check=None
     )
     assert result.binary == tmp_path / "engines/llama.cpp" / f"{TAG}-cpu" / "llama-server"
     assert (result.binary.parent / "libggml-base.so").exists()
@@ -226,7 +227,9 @@ async def test_wrong_digest_fails_that_build_and_the_next_is_tried(net: FakeNet,
     net.wrong_digest.add(f"llama-{TAG}-bin-ubuntu-cuda-13.4-x64.tar.gz")
     messages: list[str] = []
     builds = llamacpp_builds(has_nvidia=True, driver_version="580.1", arch="x86_64")
-    result = await install_best(builds, tmp_path, progress=lambda m, f: messages.append(m), **_urls(net))
+    result = await install_best(
+        builds, tmp_path, progress=lambda m, f: messages.append(m), **_urls(net), check=None
+    )
     assert result.build.variant == "cuda-12.8"
     assert (result.binary.parent / "libcudart.so.13").exists()
     assert any("cuda-13.4 failed" in m and "sha256" in m for m in messages)
@@ -235,10 +238,10 @@ async def test_wrong_digest_fails_that_build_and_the_next_is_tried(net: FakeNet,
 
 async def test_installed_build_is_used_without_any_network_call(net: FakeNet, tmp_path: Path) -> None:
     net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
-    first = await install_best(_cpu_builds(), tmp_path, **_urls(net))
+    first = await install_best(_cpu_builds(), tmp_path, **_urls(net), check=None)
     net.requests.clear()
     again = await install_best(
-        _cpu_builds(), tmp_path, release_api="http://127.0.0.1:9", pypi_url="http://127.0.0.1:9"
+        _cpu_builds(), tmp_path, release_api="http://127.0.0.1:9", pypi_url="http://127.0.0.1:9", check=None
     )
     assert again == first and net.requests == []
 
@@ -248,16 +251,16 @@ async def test_best_installed_build_wins_over_a_better_one_not_installed(
 ) -> None:
     net.assets[f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz"] = _release_tar()
     builds = llamacpp_builds(has_nvidia=True, driver_version="580.1", arch="x86_64")
-    await install_best(builds[2:], tmp_path, **_urls(net))
+    await install_best(builds[2:], tmp_path, **_urls(net), check=None)
     net.requests.clear()
-    assert (await install_best(builds, tmp_path, **_urls(net))).build.variant == "vulkan"
+    assert (await install_best(builds, tmp_path, **_urls(net), check=None)).build.variant == "vulkan"
     assert net.requests == []
 
 
 async def test_every_build_failing_raises_build_error_naming_each(net: FakeNet, tmp_path: Path) -> None:
     net.sdist = None  # nothing on PyPI either
     with pytest.raises(BuildError) as caught:
-        await install_best(_cpu_builds(), tmp_path, **_urls(net))
+        await install_best(_cpu_builds(), tmp_path, **_urls(net), check=None)
     assert f"{TAG}-cpu (release)" in str(caught.value) and f"{TAG}-cpu-source (source)" in str(caught.value)
     assert caught.value.hint
     assert installed(tmp_path) == []
@@ -267,25 +270,127 @@ async def test_unreachable_network_fails_fast(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(BuildError, match="cannot read"):
         await install_best(
-            _cpu_builds(), tmp_path, release_api="http://127.0.0.1:9", pypi_url="http://127.0.0.1:9"
+            _cpu_builds(),
+            tmp_path,
+            release_api="http://127.0.0.1:9",
+            pypi_url="http://127.0.0.1:9",
+            check=None,
         )
     assert time.monotonic() - started < 5
 
 
-async def test_build_failing_its_check_is_not_installed_and_the_next_is_tried(
+@dataclass
+class Scripted:
+    """A build check answering from a script: which variants compute on :attr:`node`."""
+
+    computes: set[str]
+    node: NodeConditions = field(default_factory=NodeConditions)
+    checked: list[str] = field(default_factory=list)
+
+    async def __call__(self, program: Path, variant: str) -> CheckResult:
+        self.checked.append(variant)
+        if variant in self.computes:
+            return CheckResult(True, f"a token computed ({variant})")
+        return CheckResult(False, f"{variant} answered no token", "use another build")
+
+
+async def test_build_failing_its_check_is_refused_and_the_next_is_tried(net: FakeNet, tmp_path: Path) -> None:
+    net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
+    check = Scripted({"cpu-source"})
+    result = await install_best(_cpu_builds(), tmp_path, check=check, **_urls(net))
+    assert result.build.variant == "cpu-source" and check.checked == ["cpu", "cpu-source"]
+    assert [i.build.variant for i in installed(tmp_path)] == ["cpu-source"]
+    assert list((tmp_path / "engines/llama.cpp").glob(".*.partial")) == []
+    (refused,) = buildverdicts.refusals(tmp_path)
+    assert (refused.build, refused.ok, refused.found) == (f"{TAG}-cpu", False, "cpu answered no token")
+    assert "use another build" in refused.fix and "--retry-refused" in refused.fix
+    assert result.check is not None and result.check.ok and installed(tmp_path)[0].check == result.check
+
+
+async def test_a_refused_build_is_not_tried_again_until_the_node_changes_or_it_is_forgotten(
     net: FakeNet, tmp_path: Path
 ) -> None:
     net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
-    checked: list[Path] = []
+    release_only = _cpu_builds()[:1]
+    with pytest.raises(BuildError, match="answered no token"):
+        await install_best(release_only, tmp_path, check=Scripted(set()), **_urls(net))
+    net.requests.clear()
+    again = Scripted(set())
+    with pytest.raises(BuildError, match="refused on") as caught:
+        await install_best(release_only, tmp_path, check=again, **_urls(net))
+    assert again.checked == [] and net.requests == []  # neither downloaded nor checked again
+    assert "--retry-refused" in (caught.value.hint or "")
+    new_driver = Scripted({"cpu"}, NodeConditions.of("580.82.07", ["NVIDIA H100 80GB HBM3"]))
+    assert (await install_best(release_only, tmp_path, check=new_driver, **_urls(net))).build.variant == "cpu"
+    assert buildverdicts.refusals(tmp_path) == []  # accepted now: its refusal is gone
 
-    async def computes(binary: Path) -> bool:
-        checked.append(binary)
-        return len(checked) > 1  # the release build "computes on the wrong device", the source build passes
+    buildverdicts.refuse(
+        tmp_path, buildverdicts.reach("llama.cpp", f"{TAG}-cpu", CheckResult(False, "x"), NodeConditions())
+    )
+    forgotten = buildverdicts.forget(tmp_path, "llama.cpp")
+    assert [v.build for v in forgotten] == [f"{TAG}-cpu"] and buildverdicts.refusals(tmp_path) == []
 
-    result = await install_best(_cpu_builds(), tmp_path, check=computes, **_urls(net))
-    assert result.build.variant == "cpu-source"
-    assert [i.build.variant for i in installed(tmp_path)] == ["cpu-source"]
-    assert list((tmp_path / "engines/llama.cpp").glob(".*.partial")) == []
+
+async def test_retrying_refused_builds_tries_them_before_a_worse_build_accepted(
+    net: FakeNet, tmp_path: Path
+) -> None:
+    net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
+    first = await install_best(_cpu_builds(), tmp_path, check=Scripted({"cpu-source"}), **_urls(net))
+    assert first.build.variant == "cpu-source"
+    fixed = Scripted({"cpu", "cpu-source"})  # the operator fixed what made the release build fail
+    assert (
+        await install_best(_cpu_builds(), tmp_path, check=fixed, **_urls(net))
+    ).build.variant == "cpu-source"
+    assert fixed.checked == []  # without asking, the accepted build stays
+    messages: list[str] = []
+    again = await install_best(
+        _cpu_builds(),
+        tmp_path,
+        check=fixed,
+        retry_refused=True,
+        progress=lambda m, f: messages.append(m),
+        **_urls(net),
+    )
+    assert again.build.variant == "cpu" and fixed.checked == ["cpu"]
+    assert any("refusal of" in m and "forgotten" in m for m in messages)
+    assert buildverdicts.refusals(tmp_path) == []
+
+
+async def test_an_installed_build_never_checked_is_checked_before_it_is_used(
+    net: FakeNet, tmp_path: Path
+) -> None:
+    net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
+    await install_best(_cpu_builds()[:1], tmp_path, check=None, **_urls(net))  # as an older llmgw did
+    net.requests.clear()
+    check = Scripted({"cpu"})
+    result = await install_best(_cpu_builds(), tmp_path, check=check, release_api="http://127.0.0.1:9")
+    assert result.build.variant == "cpu" and check.checked == ["cpu"] and net.requests == []
+    assert result.check is not None and installed(tmp_path)[0].check == result.check
+    again = Scripted({"cpu"})
+    assert (await install_best(_cpu_builds(), tmp_path, check=again)).check == result.check
+    assert again.checked == []  # accepted on this node: not checked at every start
+
+
+async def test_a_check_that_cannot_tell_stops_the_install_and_records_nothing(
+    net: FakeNet, tmp_path: Path
+) -> None:
+    for name in (
+        f"llama-{TAG}-bin-ubuntu-cuda-13.4-x64.tar.gz",
+        f"cudart-llama-{TAG}-bin-ubuntu-cuda-13.4-x64.tar.gz",
+    ):
+        net.assets[name] = _release_tar()
+
+    class FullCard(Scripted):
+        async def __call__(self, program: Path, variant: str) -> CheckResult:
+            self.checked.append(variant)
+            return CheckResult(False, "the card had no memory left", "free a card", conclusive=False)
+
+    check = FullCard(set(), NodeConditions.of("580.82.07", ["NVIDIA H100 80GB HBM3"]))
+    builds = llamacpp_builds(has_nvidia=True, driver_version="580.82.07", arch="x86_64")
+    with pytest.raises(BuildCheckInconclusive, match="no memory left"):
+        await install_best(builds, tmp_path, check=check, **_urls(net))
+    assert check.checked == ["cuda-13.4"]  # not settled for the next build
+    assert buildverdicts.refusals(tmp_path) == [] and installed(tmp_path) == []
 
 
 async def test_source_build_compiles_llama_server_with_cmake_and_reports_progress(
@@ -294,7 +399,7 @@ async def test_source_build_compiles_llama_server_with_cmake_and_reports_progres
     seen: list[tuple[str, float | None]] = []
     source_only = _cpu_builds()[1:]
     result = await install_best(
-        source_only, tmp_path, progress=lambda m, f: seen.append((m, f)), **_urls(net)
+        source_only, tmp_path, progress=lambda m, f: seen.append((m, f)), **_urls(net), check=None
     )
     assert result.binary == tmp_path / "engines/llama.cpp" / f"{TAG}-cpu-source" / "llama-server"
     assert result.binary.stat().st_mode & stat.S_IXUSR
@@ -308,7 +413,7 @@ async def test_source_build_compiles_llama_server_with_cmake_and_reports_progres
 async def test_source_archive_that_differs_from_the_pin_is_refused(net: FakeNet, tmp_path: Path) -> None:
     net.sdist = SDIST + b"tampered"
     with pytest.raises(BuildError, match="sha256"):
-        await install_best(_cpu_builds()[1:], tmp_path, **_urls(net))
+        await install_best(_cpu_builds()[1:], tmp_path, **_urls(net), check=None)
 
 
 async def test_zip_release_without_exec_bits_is_installed_runnable(net: FakeNet, tmp_path: Path) -> None:
@@ -317,7 +422,7 @@ async def test_zip_release_without_exec_bits_is_installed_runnable(net: FakeNet,
         bundle.writestr("build/bin/llama-server", FAKE_SERVER)
     net.assets["llama-old-bin-ubuntu-x64.zip"] = buffer.getvalue()
     build = Build("llama.cpp", TAG, "cpu", "release", ("llama-old-bin-ubuntu-x64.zip",))
-    result = await install_best([build], tmp_path, **_urls(net))
+    result = await install_best([build], tmp_path, **_urls(net), check=None)
     assert result.binary.stat().st_mode & stat.S_IXUSR
 
 
@@ -334,7 +439,7 @@ async def test_installed_lists_the_best_variant_first(net: FakeNet, tmp_path: Pa
     net.assets[f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz"] = _release_tar()
     cpu, vulkan = _cpu_builds()[0], llamacpp_builds(has_nvidia=True, driver_version="1.1", arch="x86_64")[0]
     for build in (cpu, vulkan):
-        await install_best([build], tmp_path, **_urls(net))
+        await install_best([build], tmp_path, **_urls(net), check=None)
     assert [item.build.variant for item in installed(tmp_path)] == ["vulkan", "cpu"]
 
 
@@ -342,7 +447,7 @@ async def test_a_build_without_conversion_scripts_gets_them_from_its_verified_sd
     net: FakeNet, tmp_path: Path
 ) -> None:
     net.assets[f"llama-{TAG}-bin-ubuntu-x64.tar.gz"] = _release_tar()
-    result = await install_best(_cpu_builds()[:1], tmp_path, **_urls(net))
+    result = await install_best(_cpu_builds()[:1], tmp_path, **_urls(net), check=None)
     folder = result.binary.parent
     assert convertscripts.kept(folder) is None
     pin = convertscripts.source_of(folder, PIN)  # a release build: the same release's sdist

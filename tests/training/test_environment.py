@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.errors import BuildError
-from llmgw.testing.standin_wheels import build_wheel
+from llmgw.testing.standin_wheels import engine_wheels
 from llmgw.training import environment
 
 PINS = ("sglang==0.1.0",)  # a small stand-in wheel: the environment's install, not torch's
@@ -27,7 +27,7 @@ def test_the_key_follows_the_pins_whatever_their_order() -> None:
 
 async def test_an_install_is_renamed_into_place_whole_and_found_after(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    build_wheel(wheels, "sglang", "0.1.0")
+    engine_wheels(wheels, "sglang", "0.1.0")  # with the torch and sgl-kernel stand-ins it needs
     told: list[str] = []
     python = await environment.install(
         tmp_path, requirements=PINS, say=told.append, pip_arguments=offline(wheels)
@@ -56,7 +56,7 @@ async def test_a_failed_install_leaves_nothing_and_says_pips_last_lines(tmp_path
 
 async def test_two_installs_at_once_install_once(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    build_wheel(wheels, "sglang", "0.1.0")
+    engine_wheels(wheels, "sglang", "0.1.0")  # with the torch and sgl-kernel stand-ins it needs
     told: list[str] = []
     first, second = await asyncio.gather(
         *(

@@ -2,7 +2,7 @@
 
 :func:`diagnose` is pure: it takes what was read (the cards, the kernel
 module's driver version, whether nvidia-smi is there, the engine builds
-installed) and returns findings. An ``error`` stops the node or a card from
+installed and the builds refused here) and returns findings. An ``error`` stops the node or a card from
 serving; a ``warning`` is worth fixing; ``ok`` says what was checked and found
 well, so the report shows each card's mode and instances either way.
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from llmgw.agent.gpus import GpuReport, unavailable_reason
+from llmgw.agent.gpus import GpuReport, devices_of, unavailable_reason
 from llmgw.core.mig import device_label, mig_number
-from llmgw.engines import builds
+from llmgw.engines import builds, buildverdicts, pythonbuilds
+from llmgw.engines.buildverdicts import NodeConditions, Verdict
 
 Severity = Literal["error", "warning", "ok"]
 
@@ -44,6 +45,16 @@ class NodeFacts:
     installed_builds: tuple[builds.InstalledBuild, ...] = ()
     own_pids: frozenset[int] = frozenset()
     """Processes that are llmgw's engines; any other process on a card is reported."""
+    python_builds: tuple[pythonbuilds.InstalledPythonBuild, ...] = ()
+    refusals: tuple[Verdict, ...] = ()
+    """The builds refused on this node (:mod:`llmgw.engines.buildverdicts`)."""
+
+    @property
+    def node(self) -> NodeConditions:
+        """The node as its agent sees it when it checks builds: the driver and each device's name."""
+        devices = devices_of(self.report) if self.report else []
+        driver = self.kernel_driver or (self.report.driver_version if self.report else "")
+        return NodeConditions.of(driver, (device.name for device in devices))
 
 
 def _driver(facts: NodeFacts) -> list[Finding]:
@@ -162,9 +173,56 @@ def _cards(facts: NodeFacts) -> list[Finding]:
     return found
 
 
+def _checked(check: Verdict | None, node: NodeConditions) -> str:
+    if check is not None and check.holds(node):
+        return f"; passed its check on {check.checked_at}: {check.found}"
+    return "; not checked on this node as it is now (the next install or agent start checks it)"
+
+
 def _builds(facts: NodeFacts) -> list[Finding]:
     has_cards = bool(facts.report and facts.report.cards)
-    if not facts.installed_builds:
+    node = facts.node
+    holding = [v for v in facts.refusals if v.holds(node)]
+    refused = {(v.engine, v.build) for v in holding}
+    usable = [b for b in facts.installed_builds if (b.build.engine, b.build.key) not in refused]
+    found = _llamacpp(usable, has_cards, node, refused)
+    for item in facts.python_builds:
+        if (item.build.engine, item.build.key) not in refused:
+            where = f"build {item.build.key} installed at {item.program}"
+            found.append(Finding("ok", item.build.engine, where + _checked(item.check, node)))
+    for verdict in facts.refusals:
+        if verdict.holds(node):
+            problem = f"build {verdict.build} was refused on {verdict.checked_at}: {verdict.found}"
+            found.append(Finding("warning", verdict.engine, problem, verdict.fix))
+        else:
+            found.append(
+                Finding(
+                    "ok",
+                    verdict.engine,
+                    f"build {verdict.build} was refused with {verdict.node}; the node has changed since, "
+                    "so the next install tries it again",
+                )
+            )
+    return found
+
+
+def _llamacpp(
+    usable: list[builds.InstalledBuild],
+    has_cards: bool,
+    node: NodeConditions,
+    refused: set[tuple[str, str]],
+) -> list[Finding]:
+    if not usable:
+        if any(engine == builds.LLAMACPP for engine, _ in refused):
+            return [
+                Finding(
+                    "error",
+                    builds.LLAMACPP,
+                    f"no {builds.LLAMACPP} build that computes here is installed: the builds below were "
+                    "refused",
+                    f"fix the first refusal's cause; {buildverdicts.retry_hint(builds.LLAMACPP)}",
+                )
+            ]
         return [
             Finding(
                 "error",
@@ -173,7 +231,7 @@ def _builds(facts: NodeFacts) -> list[Finding]:
                 "run 'llmgw engine install' (the agent also installs one when it first starts a model)",
             )
         ]
-    variants = [b.build.variant for b in facts.installed_builds]
+    variants = [b.build.variant for b in usable]
     if has_cards and all(v.startswith("cpu") for v in variants):
         return [
             Finding(
@@ -183,10 +241,9 @@ def _builds(facts: NodeFacts) -> list[Finding]:
                 "run 'llmgw engine install' to install a CUDA or Vulkan build for the cards",
             )
         ]
-    best = facts.installed_builds[0].build
-    return [
-        Finding("ok", builds.LLAMACPP, f"build {best.key} installed at {facts.installed_builds[0].binary}")
-    ]
+    best = usable[0]
+    where = f"build {best.build.key} installed at {best.binary}"
+    return [Finding("ok", builds.LLAMACPP, where + _checked(best.check, node))]
 
 
 def diagnose(facts: NodeFacts) -> list[Finding]:

@@ -1,5 +1,11 @@
 """What a shard needs on disk before its engine starts: the engine build, the weights, the adapters.
 
+An engine build is accepted only once it computes on this node (C4.2): each
+install passes the node's check (:class:`~llmgw.engines.checking.LlamaCppBuildCheck`,
+:mod:`~llmgw.engines.pythonchecks`) with the node's driver and cards
+(:class:`~llmgw.engines.buildverdicts.NodeConditions`), and a build refused
+here is not tried again while they stay the same.
+
 Weights are fetched once per sha256 and reused only when they still hash to
 it; a model of several files gets a folder of its own, named by its files'
 digests (:mod:`llmgw.agent.weightfiles`). With tracing on, the engine's install
@@ -25,7 +31,8 @@ from llmgw.agent.starttracing import ShardStartTraces
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import ENGINE_NAMES, Provisioning, find_engine
 from llmgw.core.shards import AdapterSpec, ShardSpec, WeightsFile
-from llmgw.engines import builds, comfyui, comfyui_builds, comfyui_install, pythonbuilds, trtllm
+from llmgw.engines import builds, checking, comfyui, comfyui_builds, comfyui_install, pythonbuilds, trtllm
+from llmgw.engines.buildverdicts import NodeConditions, refusal
 from llmgw.engines.engine import LaunchAdapter
 from llmgw.errors import ChannelClosed, ChecksumMismatch, DownloadError, LlmgwError
 from llmgw.mirror.fetching import BlobWriter, read_ahead
@@ -78,17 +85,22 @@ class Installer:
         self.mirror = MirrorBuildSource(fetch)
         """The engine builds of the control plane's mirror, tried before the public release."""
 
+    def node(self) -> NodeConditions:
+        """What the verdicts on this node's builds depend on: its driver and cards, as discovered."""
+        inventory = self._inventory()
+        return NodeConditions.of(inventory.driver_version, (gpu.name for gpu in inventory.gpus))
+
     def installed_engines(self) -> list[str]:
-        """Engine builds on this node: ``llama.cpp <version> <variant>``, ``vllm <version> <variant>``."""
-        found = [
-            f"{b.build.engine} {b.build.version} {b.build.variant}"
-            for b in builds.installed(self._config.cache_path)
+        """Engine builds on this node, those refused here left out: ``llama.cpp <version> <variant>``,
+        ``vllm <version> <variant>``."""
+        cache, node = self._config.cache_path, self.node()
+        present: list[builds.Build | pythonbuilds.PythonBuild] = [b.build for b in builds.installed(cache)]
+        present += [b.build for b in pythonbuilds.installed_python_builds(cache)]
+        return [
+            f"{b.engine} {b.version} {b.variant}"
+            for b in present
+            if not ((refused := refusal(cache, b.engine, b.key)) and refused.holds(node))
         ]
-        found += [
-            f"{b.build.engine} {b.build.version} {b.build.variant}"
-            for b in pythonbuilds.installed_python_builds(self._config.cache_path)
-        ]
-        return found
 
     async def engine(self) -> Path:
         given = self._config.engines.llamacpp.binary
@@ -106,6 +118,7 @@ class Installer:
                 self._installed = await builds.install_best(
                     candidates,
                     self._config.cache_path,
+                    check=checking.LlamaCppBuildCheck(self.node()),
                     progress=_log_progress,
                     release_api=self._config.engines.llamacpp.release_api,
                     pypi_url=self._config.engines.llamacpp.pypi_url,
@@ -166,9 +179,11 @@ class Installer:
                     capabilities=capabilities,
                     version=settings.version,
                 )
-                found = await self._from_wheelhouse(candidates) or await pythonbuilds.install_first(
+                node = self.node()
+                found = await self._from_wheelhouse(candidates, node) or await pythonbuilds.install_first(
                     candidates,
                     self._config.cache_path,
+                    node=node,
                     index_url=settings.index_url,
                     progress=_log_progress,
                     torch_index=settings.torch_index_url,
@@ -179,27 +194,35 @@ class Installer:
             return self._python_installed[engine]
 
     async def _from_wheelhouse(
-        self, candidates: list[pythonbuilds.PythonBuild]
+        self, candidates: list[pythonbuilds.PythonBuild], node: NodeConditions
     ) -> pythonbuilds.InstalledPythonBuild | None:
-        """The first candidate the mirror holds a wheelhouse of, installed from it with no index;
-        None when it holds none (or none installs: the index is tried next, as without a mirror)."""
+        """The first candidate accepted here: installed already, or from a wheelhouse the mirror holds
+        (no index); a build refused here is passed over. None when the mirror holds no wheelhouse
+        that installs and passes (the index is tried next, as without a mirror)."""
         arch = platform.machine()
+        cache = self._config.cache_path
         for build in candidates:
-            if found := pythonbuilds.installed_python_build(self._config.cache_path, build):
+            if found := pythonbuilds.accepted_python_build(cache, build, node):
                 return found
-            held = self.mirror.find_wheels(build.engine, build.version, build.variant, arch)
-            if held is None:
+            if pythonbuilds.refusal(cache, build, node):
                 continue
-            wheelhouse = (
-                self._config.cache_path / "downloads" / f"wheelhouse-{build.engine}-{build.key}-{arch}"
+            installed = pythonbuilds.installed_python_build(cache, build) is not None
+            held = (
+                None
+                if installed
+                else self.mirror.find_wheels(build.engine, build.version, build.variant, arch)
             )
+            if not installed and held is None:
+                continue
+            wheelhouse = cache / "downloads" / f"wheelhouse-{build.engine}-{build.key}-{arch}"
             try:
-                await self.mirror.fetch(held, wheelhouse)
-                return await pythonbuilds.install_python_build(
-                    build, self._config.cache_path, wheelhouse=wheelhouse, progress=_log_progress
+                if held is not None:
+                    await self.mirror.fetch(held, wheelhouse)
+                return await pythonbuilds.install_python_build(  # an installed one is checked, if need be
+                    build, cache, wheelhouse=wheelhouse if held else None, progress=_log_progress, node=node
                 )
             except (LlmgwError, OSError) as error:
-                log.warning("the mirror's %s wheelhouse did not install: %s", held.key, error)
+                log.warning("%s %s was not taken: %s", build.engine, build.key, error)
         return None
 
     async def comfyui(self) -> tuple[Path, Path]:

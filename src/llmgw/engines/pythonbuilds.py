@@ -32,9 +32,15 @@ release asset ``vllm-<v>+cu130-cp38-abi3-manylinux_2_35_<arch>.whl`` (torch
 from ``cu130``). SGLang's PyPI wheel takes torch for either CUDA. A node
 configured with its own index (a mirror, offline) installs from that index
 alone, asking for ``vllm==<v>+cu130`` by its local version label. Each build is installed into
-``engines/<engine>/<version>-<variant>/venv`` under the cache and checked by
-running it (``vllm --version``; ``python -m sglang.launch_server --help``);
-``build.json`` is written last, so a folder without one is not an install.
+``engines/<engine>/<version>-<variant>/venv`` under the cache and checked
+(:mod:`llmgw.engines.pythonchecks`): it runs (``vllm --version``; ``python -m
+sglang.launch_server --help``) and computes (a CUDA build imports its
+compiled extension and its torch sees the card; vLLM's CPU build runs one of
+its CPU kernels). A build that fails is removed and refused, the refusal kept
+in the cache (:mod:`llmgw.engines.buildverdicts`), so it is not installed
+again while the node stays the same; the next is tried. ``build.json`` is
+written last, with the check it passed, so a folder without one is not an
+install.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import platform
 import re
 import shutil
@@ -51,9 +58,13 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from llmgw.engines import buildverdicts, pythonchecks
 from llmgw.engines.builds import driver_major
+from llmgw.engines.buildverdicts import NodeConditions, Verdict
 from llmgw.engines.sourcebuild import Progress
 from llmgw.errors import BuildError
+
+log = logging.getLogger(__name__)
 
 PYPI_SIMPLE_URL = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
@@ -74,7 +85,7 @@ SGLANG_VERSION = "0.5.23"
 MIN_DRIVER = {"cu130": 580, "cu129": 525}
 MIN_CAPABILITY = {"cu130": (7, 5), "cu129": (7, 5)}
 LEGACY_MIN_CAPABILITY = (7, 0)
-CHECK_TIMEOUT_S = 120.0
+CHECK_TIMEOUT_S = pythonchecks.CHECK_TIMEOUT_S
 
 _CAPABILITIES: tuple[tuple[str, tuple[int, int]], ...] = (
     ("b200", (10, 0)), ("b100", (10, 0)), ("gb200", (10, 0)), ("rtx50", (12, 0)), ("rtx 50", (12, 0)),
@@ -210,6 +221,8 @@ class InstalledPythonBuild:
     program: Path
     """What the engine module starts: vLLM's ``vllm``, or the virtualenv's Python (SGLang, vLLM's
     CPU build)."""
+    check: Verdict | None = None
+    """The check it passed on this node (in its build.json); None for one never checked."""
 
 
 def build_dir(cache_dir: Path, build: PythonBuild) -> Path:
@@ -227,8 +240,23 @@ def installed_python_build(cache_dir: Path, build: PythonBuild) -> InstalledPyth
     with contextlib.suppress(OSError, ValueError):
         record = json.loads((folder / "build.json").read_text())
         if record.get("build") == asdict(build) and _program(folder / "venv", build).exists():
-            return InstalledPythonBuild(build, _program(folder / "venv", build))
+            check = buildverdicts.accepted(folder)
+            return InstalledPythonBuild(build, _program(folder / "venv", build), check)
     return None
+
+
+def accepted_python_build(
+    cache_dir: Path, build: PythonBuild, node: NodeConditions
+) -> InstalledPythonBuild | None:
+    """``build`` installed and accepted on ``node`` as it is now."""
+    found = installed_python_build(cache_dir, build)
+    return found if found and found.check is not None and found.check.holds(node) else None
+
+
+def refusal(cache_dir: Path, build: PythonBuild, node: NodeConditions) -> Verdict | None:
+    """The refusal of ``build`` that holds on ``node`` as it is now."""
+    refused = buildverdicts.refusal(cache_dir, build.engine, build.key)
+    return refused if refused is not None and refused.holds(node) else None
 
 
 def installed_python_builds(cache_dir: Path) -> list[InstalledPythonBuild]:
@@ -261,13 +289,31 @@ async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
 
 
 def check_command(installed: InstalledPythonBuild) -> list[str]:
-    """The command that proves a build runs: ``vllm --version``, SGLang's own ``--help``; for vLLM's
-    CPU build, importing its OpenAI server (which imports transformers and torch as serving does)."""
-    if installed.build.engine == "vllm" and installed.build.variant == CPU:
-        return [str(installed.program), "-c", "import vllm.entrypoints.openai.api_server"]
-    if installed.build.engine == "vllm":
-        return [str(installed.program), "--version"]
-    return [str(installed.program), "-m", "sglang.launch_server", "--help"]
+    """The command that proves a build runs (:func:`llmgw.engines.pythonchecks.runs_command`)."""
+    return pythonchecks.runs_command(
+        installed.program, installed.build.engine, gpu=installed.build.variant != CPU
+    )
+
+
+async def _judge(
+    cache_dir: Path, installed: InstalledPythonBuild, node: NodeConditions, say: Progress
+) -> InstalledPythonBuild:
+    """Check ``installed`` on ``node``: accepted (kept in its build.json), or refused (kept, logged) and
+    BuildError."""
+    build = installed.build
+    say(f"checking that {build.engine} {build.key} computes on this node", None)
+    result = await pythonchecks.check_python_build(
+        installed.program, build.engine, gpu=build.variant != CPU, timeout_s=CHECK_TIMEOUT_S
+    )
+    verdict = buildverdicts.reach(build.engine, build.key, result, node)
+    if not verdict.ok:
+        path = buildverdicts.refuse(cache_dir, verdict)
+        log.warning("refused %s %s on %s: %s (%s); kept in %s",
+                    build.engine, build.key, verdict.node, verdict.found, verdict.fix, path)  # fmt: skip
+        say(f"{build.key} refused: {verdict.found}", None)
+        raise BuildError(f"{build.engine} {build.key} was refused: {verdict.found}", hint=verdict.fix)
+    buildverdicts.accept(cache_dir, build_dir(cache_dir, build), verdict)
+    return InstalledPythonBuild(build, installed.program, verdict)
 
 
 async def install_python_build(
@@ -279,14 +325,25 @@ async def install_python_build(
     install_timeout_s: float = 3600.0,
     wheelhouse: Path | None = None,
     torch_index: str | None = None,
+    node: NodeConditions,
 ) -> InstalledPythonBuild:
-    """Install ``build`` into its own virtualenv and run it; BuildError, leaving nothing, on failure.
+    """``build`` accepted on ``node``: found so, or installed into its own virtualenv and checked.
 
+    One installed but not checked on the node as it is now is checked without pip. A build that
+    fails its check is refused (the refusal kept in the cache; a fresh install removed) and raises
+    BuildError, as does one refused earlier on the node as it is now, without pip.
     ``wheelhouse``: a folder holding the build's wheels and all they need (the mirror's), installed
     from with no index at all."""
     say: Progress = progress or (lambda message, fraction: None)
-    if found := installed_python_build(cache_dir, build):
+    if found := accepted_python_build(cache_dir, build, node):
         return found
+    if refused := refusal(cache_dir, build, node):
+        raise BuildError(
+            f"{build.engine} {build.key} was refused on {refused.checked_at}: {refused.found}",
+            hint=refused.fix,
+        )
+    if found := installed_python_build(cache_dir, build):
+        return await _judge(cache_dir, found, node, say)
     folder = build_dir(cache_dir, build)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -324,16 +381,9 @@ async def install_python_build(
             )  # fmt: skip
             if code != 0:
                 raise BuildError(f"pip could not remove {removed}: {text}")
-        installed = InstalledPythonBuild(build, _program(venv, build))
-        code, text = await _run(check_command(installed), CHECK_TIMEOUT_S)
-        if code != 0:
-            raise BuildError(
-                f"{build.engine} {build.key} installed but does not run (exit {code}): {text}",
-                hint="the build does not fit this node's driver or cards; the next one is tried",
-            )
         record = {"build": asdict(build), "installed_at": datetime.now(UTC).isoformat(timespec="seconds")}
         (folder / "build.json").write_text(json.dumps(record, indent=2) + "\n")
-        return installed
+        return await _judge(cache_dir, InstalledPythonBuild(build, _program(venv, build)), node, say)
     except BaseException:
         await asyncio.to_thread(shutil.rmtree, folder, True)
         raise
@@ -343,29 +393,45 @@ async def install_first(
     builds: Sequence[PythonBuild],
     cache_dir: Path,
     *,
+    node: NodeConditions,
     index_url: str = PYPI_SIMPLE_URL,
     progress: Progress | None = None,
     torch_index: str | None = None,
+    retry_refused: bool = False,
 ) -> InstalledPythonBuild:
-    """The first of ``builds`` that is installed or installs and runs; BuildError naming every failure."""
+    """The first of ``builds`` accepted on ``node``, those installed first: an installed one accepted
+    there, or checked now (no pip); else the first that installs and passes. A build refused on the node
+    as it is now is skipped; ``retry_refused`` (the operator asks) forgets the refusals of ``builds``
+    and tries those builds before any worse one installed. BuildError naming every build and why."""
     if not builds:
         raise BuildError(
             "no build of this engine fits this node's driver and cards",
             hint="vLLM and SGLang need an NVIDIA driver of 525 or newer and compute capability 7.0 (vLLM) "
             "or 7.5 (SGLang); upgrade the driver or place the model elsewhere",
         )
-    for build in builds:
-        if found := installed_python_build(cache_dir, build):
-            return found
+    say: Progress = progress or (lambda message, fraction: None)
+    retried = set()
+    if retry_refused:
+        for verdict in buildverdicts.forget(cache_dir, builds[0].engine, {build.key for build in builds}):
+            retried.add(verdict.build)
+            say(f"{verdict.build}: the refusal of {verdict.checked_at} forgotten, tried again", None)
+    first = [b for b in builds if installed_python_build(cache_dir, b) is not None or b.key in retried]
+    ordered = [*first, *(b for b in builds if b not in first)]
     failures = []
-    for build in builds:
+    for build in ordered:  # an installed one accepted here is taken as it is: no check, no pip
+        if refused := refusal(cache_dir, build, node):
+            failures.append(f"{build.key}: refused on {refused.checked_at}: {refused.found}")
+            say(f"{build.key} skipped: refused on {refused.checked_at}: {refused.found}", None)
+            continue
         try:
             return await install_python_build(
-                build, cache_dir, index_url=index_url, progress=progress, torch_index=torch_index
+                build, cache_dir, index_url=index_url, progress=progress, torch_index=torch_index, node=node
             )
         except (BuildError, OSError) as error:
             failures.append(f"{build.key}: {error}")
+    refused_any = any(refusal(cache_dir, build, node) for build in builds)
     raise BuildError(
         f"no {builds[0].engine} build could be installed; tried " + "; ".join(failures),
-        hint="fix the first reason above, or set engines.<engine>.program to an installed engine",
+        hint="fix the first reason above, or set engines.<engine>.program to an installed engine"
+        + (f"; {buildverdicts.retry_hint(builds[0].engine)}" if refused_any else ""),
     )

