@@ -128,7 +128,9 @@ def test_a_ray_worker_shard_exits_soon_after_its_head_goes_though_rays_own_worke
     lost_at = time.monotonic()
     assert worker.wait(30) == ray_launcher.HEAD_LOST_EXIT
     taken = time.monotonic() - lost_at
-    assert 2 <= taken < 2 + ray_launcher.PROBE_S + ray_launcher.PROBE_TIMEOUT_S + 3, taken
+    assert 2 - ray_launcher.PROBE_S <= taken < 2 + ray_launcher.PROBE_S + ray_launcher.PROBE_TIMEOUT_S + 3, (
+        taken
+    )
     assert "took no connection for 2 s" in output.read_text()
     assert ray_node and not [pid for pid in ray_node if _running(pid)]  # its Ray node went with it
 

@@ -43,9 +43,9 @@ tests/engines/data/ray-2.60.0-worker-head-lost.txt). Once the head's port has
 taken no connection for :data:`HEAD_LOST_S` (one try each :data:`PROBE_S`, of
 at most :data:`PROBE_TIMEOUT_S`), the worker kills its Ray node's processes (a
 graceful ``ray stop`` would drain for up to 30 s towards a cluster that is
-gone) and exits with code 1, so the agent sees the shard fail within about
-``HEAD_LOST_S + PROBE_S + PROBE_TIMEOUT_S`` (12 s) of the head going, and the
-replica is taken down and placed again.
+gone) and exits with code 1, so the agent sees the shard fail between
+``HEAD_LOST_S - PROBE_S`` and ``HEAD_LOST_S + PROBE_S + PROBE_TIMEOUT_S`` (9 to 12 s)
+after the head went, and the replica is taken down and placed again.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""Two machines on one link, as network namespaces on this one (``ip netns``; root only).
+"""Machines on one switch, as network namespaces on this one (``ip netns``; root only).
 
-:class:`TwoMachines` makes two namespaces joined by a veth pair on
-``198.18.231.0/24`` (RFC 2544's benchmarking range, never routed), the first
-machine at ``.1`` and the second at ``.2``, each with its loopback. With
-``outside=True`` a second veth pair joins this (the test's) namespace to the
-first machine, on a ``198.19.N.0/30`` of its own (``N`` the first not in use
-here): the test reaches a server the first machine runs on that address, and
-nothing else of either machine. Everything is named after ``tag`` and removed
-by those names (:meth:`TwoMachines.remove`), so concurrent runs with other tags
-do not meet.
+:class:`Machines` makes ``count`` namespaces, each a machine with its
+loopback and one port (``lan0``) on a switch: a namespace of its own holding a
+bridge. Machine ``i`` is at ``198.18.231.<i+1>`` (RFC 2544's benchmarking
+range, never routed). With ``outside=True`` a veth pair joins this (the test's)
+namespace to machine 0 on a ``198.19.N.0/30`` of its own (``N`` the first not in
+use here): the test reaches a server machine 0 runs on
+:attr:`Machines.outside_address`, and nothing else of any machine. Everything
+is named after ``tag`` and removed by those names (:meth:`Machines.remove`),
+so concurrent runs with other tags do not meet.
 
-A machine can lose its link (:meth:`TwoMachines.link`) or every process it runs
-(:meth:`TwoMachines.kill_all`: SIGKILL, as a machine losing power leaves no
+A machine can lose its link (:meth:`Machines.link`) or every process it runs
+(:meth:`Machines.kill_all`: SIGKILL, as a machine losing power leaves no
 process to say goodbye).
 """
 
@@ -24,11 +24,11 @@ import subprocess
 from dataclasses import dataclass, field
 
 SUBNET = "198.18.231"
-"""The machines' link (RFC 2544's benchmarking range)."""
+"""The machines' switch (RFC 2544's benchmarking range)."""
 OUTSIDE_RANGE = "198.19"
-"""Where the link from the test's namespace to the first machine takes a /30."""
+"""Where the link from the test's namespace to machine 0 takes a /30."""
 LINK = "lan0"
-"""The machines' side of their link (a name inside each namespace)."""
+"""A machine's port on the switch (a name inside its namespace)."""
 
 
 def usable() -> str:
@@ -58,54 +58,70 @@ def _free_outside_subnet() -> str:
 
 
 @dataclass
-class TwoMachines:
+class Machines:
     tag: str
-    """Short (the root-side link is named ``lg<tag>``: at most 13 characters)."""
+    """Short (the test's side of its link is named ``lg<tag>``: at most 13 characters)."""
+    count: int = 2
     outside: bool = False
-    names: tuple[str, str] = field(init=False)
-    addresses: tuple[str, str] = (f"{SUBNET}.1", f"{SUBNET}.2")
+    names: list[str] = field(init=False)
+    addresses: list[str] = field(init=False)
     outside_address: str = ""
-    """The first machine's address on the test's link (with ``outside``)."""
+    """Machine 0's address on the test's link (with ``outside``)."""
 
     def __post_init__(self) -> None:
-        self.names = (f"llmgw-{self.tag}-a", f"llmgw-{self.tag}-b")
+        self.names = [f"llmgw-{self.tag}-{index}" for index in range(self.count)]
+        self.addresses = [f"{SUBNET}.{index + 1}" for index in range(self.count)]
+        self._switch = f"llmgw-{self.tag}-sw"
         self._outside_link = f"lg{self.tag}"
 
     def make(self) -> None:
         self.remove()
-        first, second = self.names
-        for name in self.names:
+        _ip("netns", "add", self._switch)
+        _ip("-n", self._switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self._switch, "link", "set", "br0", "up")
+        for index, (name, address) in enumerate(zip(self.names, self.addresses, strict=True)):
+            port = f"p{index}"
             _ip("netns", "add", name)
             _ip("-n", name, "link", "set", "lo", "up")
-        _ip("-n", first, "link", "add", LINK, "type", "veth", "peer", "name", LINK, "netns", second)
-        for name, address in zip(self.names, self.addresses, strict=True):
+            _ip("-n", name, "link", "add", LINK, "type", "veth", "peer", "name", port, "netns", self._switch)
+            _ip("-n", self._switch, "link", "set", port, "master", "br0")
+            _ip("-n", self._switch, "link", "set", port, "up")
             _ip("-n", name, "addr", "add", f"{address}/24", "dev", LINK)
             _ip("-n", name, "link", "set", LINK, "up")
         if self.outside:
             subnet = _free_outside_subnet()
             self.outside_address = f"{subnet}.1"
-            _ip("link", "add", self._outside_link, "type", "veth", "peer", "name", "up0", "netns", first)
+            _ip(
+                "link",
+                "add",
+                self._outside_link,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "up0",
+                "netns",
+                self.names[0],
+            )
             _ip("addr", "add", f"{subnet}.2/30", "dev", self._outside_link)
             _ip("link", "set", self._outside_link, "up")
-            _ip("-n", first, "addr", "add", f"{self.outside_address}/30", "dev", "up0")
-            _ip("-n", first, "link", "set", "up0", "up")
+            _ip("-n", self.names[0], "addr", "add", f"{self.outside_address}/30", "dev", "up0")
+            _ip("-n", self.names[0], "link", "set", "up0", "up")
 
     def remove(self) -> None:
-        """End what runs in the namespaces, then remove them (and the test's link with the first)."""
+        """End what runs on the machines, then remove them, the switch and the test's link."""
+        present = _ip("netns", "list", check=False).split()
         for index, name in enumerate(self.names):
-            if name in _ip("netns", "list", check=False).split():
+            if name in present:
                 self.kill_all(index)
                 _ip("netns", "del", name, check=False)
+        if self._switch in present:
+            _ip("netns", "del", self._switch, check=False)
         _ip("link", "del", self._outside_link, check=False)
 
     def argv(self, index: int, *argv: str) -> list[str]:
         """``argv`` run on machine ``index`` (``ip netns exec`` execs it: the pid is the command's)."""
         return ["ip", "netns", "exec", self.names[index], *argv]
-
-    def run(self, index: int, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv(index, *argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
 
     def pids(self, index: int) -> list[int]:
         """Every process machine ``index`` runs."""
@@ -123,5 +139,5 @@ class TwoMachines:
         return killed
 
     def link(self, index: int, up: bool) -> None:
-        """Machine ``index``'s side of the machines' link up or down (down: it hears and says nothing)."""
+        """Machine ``index``'s port up or down (down: it hears and says nothing)."""
         _ip("-n", self.names[index], "link", "set", LINK, "up" if up else "down")

@@ -1,7 +1,7 @@
 """Record what the real Ray CLI does, for the Ray stand-in's tests (``make record-ray``; root).
 
 Runs the ``ray`` given (``make ray`` installs PyPI's ray into the cache) on
-two machines made of network namespaces (:class:`llmgw.testing.netns.TwoMachines`),
+two machines made of network namespaces (:class:`llmgw.testing.netns.Machines`),
 with the command lines llmgw's Ray launcher gives (:mod:`llmgw.engines.ray_launcher`),
 and writes into the folder given, as ``ray-<version>-<what>.txt``:
 
@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from llmgw.engines.ray_launcher import head_command, worker_command
-from llmgw.testing.netns import TwoMachines, usable
+from llmgw.testing.netns import Machines, usable
 
 PORT = 29555
 BLOCKED = "This command will now block forever"
@@ -77,7 +77,7 @@ class Recorder:
         self.ray = ray
         self.folder = folder
         self.version = version(ray)
-        self.machines = TwoMachines(f"rec{os.getpid() % 100000}")
+        self.machines = Machines(f"rec{os.getpid() % 100000}")
         self.scratch = Path(tempfile.mkdtemp(prefix="llmgw-ray-rec-"))
         self.address = f"{self.machines.addresses[0]}:{PORT}"
 
