@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine training vllm record-vllm up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
+.PHONY: help install engine training vllm record-vllm ray record-ray up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
@@ -25,6 +25,8 @@ help:
 	@echo "make training       install the LoRA training environment (cached; make test needs it)"
 	@echo "make vllm           install vLLM's CPU build into the cache, as a node without a card does (make test needs it)"
 	@echo "make record-vllm    record the real vLLM's /metrics and KV events into tests/engines/data"
+	@echo "make ray            install Ray (PyPI's ray) into the cache for the real-Ray tests (make test needs it)"
+	@echo "make record-ray     record the real Ray's CLI (ray start, ray status) into tests/engines/data (root)"
 	@echo "make embedding-model  convert all-MiniLM-L6-v2 to GGUF for the knowledge tests (cached)"
 	@echo "make bench-knowledge  retrieval quality and query latency at 100k passages"
 	@echo "make bench-control-plane  the control plane at 100, 300 and 1,000 simulated nodes"
@@ -58,6 +60,24 @@ vllm: install
 record-vllm: vllm training
 	$(BIN)/python -m llmgw.testing.vllm_recording tests/engines/data
 
+# Ray (PyPI's ray, RAY_VERSION) in a virtualenv of its own under the cache, for the real-Ray tests
+# (tests/e2e/test_real_ray.py) and the recordings the Ray stand-in is held to. On a node, the launcher
+# runs the ray installed beside vLLM instead (docs/engines.md, "Several nodes").
+RAY_VERSION ?= 2.60.0
+RAY_VENV := $(LLMGW_CACHE)/ray-$(RAY_VERSION)/venv
+$(RAY_VENV)/.installed:
+	rm -rf $(RAY_VENV)
+	$(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/python -m pip install -q 'ray==$(RAY_VERSION)'
+	$(RAY_VENV)/bin/ray --version
+	touch $@
+
+ray: $(RAY_VENV)/.installed
+
+# Regenerate tests/engines/data/ray-$(RAY_VERSION)-*.txt (two network namespaces: run as root).
+record-ray: ray install
+	$(BIN)/python -m llmgw.testing.ray_recording tests/engines/data --ray $(RAY_VENV)/bin/ray
+
 up: engine
 	$(BIN)/llmgw up
 
@@ -66,13 +86,13 @@ lint: install
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 
-test: engine training embedding-model vllm lint
+test: engine training embedding-model vllm ray lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
-e2e: engine training embedding-model vllm
+e2e: engine training embedding-model vllm ray
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000

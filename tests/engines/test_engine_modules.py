@@ -238,8 +238,9 @@ def test_a_multi_node_vllm_head_starts_the_ray_head_then_vllm_over_ray() -> None
     assert serve[:3] == ["/v/bin/vllm", "serve", str(WEIGHTS)]
     assert flag(serve, "--distributed-executor-backend") == "ray"
     assert (flag(serve, "--tensor-parallel-size"), flag(serve, "--pipeline-parallel-size")) == ("2", "2")
-    assert ray_launcher.head_command("/v/bin/ray", "10.0.0.1:24100") == [
-        "/v/bin/ray", "start", "--head", "--port", "24100", "--block",
+    assert ray_launcher.head_command("/v/bin/ray", "10.0.0.1:24100", cards=2) == [
+        "/v/bin/ray", "start", "--head", "--port", "24100", "--node-ip-address", "10.0.0.1",
+        "--disable-usage-stats", "--num-gpus", "2", "--include-dashboard", "false", "--block",
     ]  # fmt: skip
 
 
@@ -249,9 +250,27 @@ def test_a_multi_node_vllm_worker_only_joins_the_head_and_answers_health_on_its_
     assert argv[1:3] == ["-m", "llmgw.engines.ray_launcher"]
     assert "--head" not in argv and "serve" not in argv
     assert (flag(argv, "--address"), flag(argv, "--port")) == ("10.0.0.1:24100", "21001")
-    assert ray_launcher.worker_command("/v/bin/ray", "10.0.0.1:24100") == [
-        "/v/bin/ray", "start", "--address", "10.0.0.1:24100", "--block",
+    assert ray_launcher.worker_command("/v/bin/ray", "10.0.0.1:24100", "10.0.0.2", cards=2) == [
+        "/v/bin/ray", "start", "--address", "10.0.0.1:24100", "--node-ip-address", "10.0.0.2",
+        "--disable-usage-stats", "--num-gpus", "2", "--block",
     ]  # fmt: skip
+
+
+def test_a_shard_whose_build_has_no_ray_says_so_and_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "venv" / "bin" / "ray")
+    argv = ["--ray", missing, "--address", "10.0.0.1:24100", "--port", "21001"]
+    assert ray_launcher.main(argv) == ray_launcher.NO_RAY_EXIT
+    said = capsys.readouterr().err
+    assert f"no ray program at {missing}" in said and "pip install ray" in said
+
+
+def test_ray_is_given_the_cards_the_agent_gave_the_shard_and_none_on_a_node_without_cards() -> None:
+    assert ray_launcher.cards_given({"CUDA_VISIBLE_DEVICES": "2,3"}) == 2
+    assert ray_launcher.cards_given({"CUDA_VISIBLE_DEVICES": ""}) is None
+    assert ray_launcher.cards_given({}) is None
+    assert "--num-gpus" not in ray_launcher.worker_command("ray", "10.0.0.1:24100", "10.0.0.2", cards=None)
 
 
 @pytest.mark.parametrize("rank", [0, 1])

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.engines import ray_launcher
 from llmgw.testing.eventually import eventually_sync
 from llmgw.testing.standin_programs import StandinPrograms, write_standins
 
@@ -49,9 +51,13 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def start(
-    processes: list[subprocess.Popen[bytes]], argv: list[str], cards: str = "", output: Path | None = None
+    processes: list[subprocess.Popen[bytes]],
+    argv: list[str],
+    cards: str = "",
+    output: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": cards, "LLMGW_STANDIN_STARTUP_S": "0"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": cards, "LLMGW_STANDIN_STARTUP_S": "0", **(env or {})}
     with open(output or os.devnull, "wb") as sink:
         process = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT)
     processes.append(process)
@@ -98,7 +104,7 @@ def test_vllm_over_ray_serves_once_the_cluster_holds_tp_x_pp_cards_and_ends_when
     assert head.wait(30) == 1  # vLLM lost a card of its placement group: the head ends, and with it Ray
 
 
-def test_a_ray_worker_exits_when_its_head_goes(
+def test_a_ray_worker_shard_exits_soon_after_its_head_goes_though_rays_own_worker_waits_on(
     programs: StandinPrograms, started: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     rendezvous = f"127.0.0.1:{free_port()}"
@@ -107,12 +113,34 @@ def test_a_ray_worker_exits_when_its_head_goes(
     )
     eventually_sync(lambda: _listening(rendezvous), timeout_s=30, message="the Ray head listens")
     output = tmp_path / "worker.log"
-    worker = start(started, [str(programs.ray), "start", "--address", rendezvous, "--block"], "0", output)
-    eventually_sync(
-        lambda: "joined the head" in output.read_text(), timeout_s=30, message="the worker joined"
+    launcher = [sys.executable, "-m", "llmgw.engines.ray_launcher", "--ray", str(programs.ray)]
+    worker_port = free_port()
+    worker = start(
+        started,
+        [*launcher, "--address", rendezvous, "--port", str(worker_port), "--head-lost-s", "2"],
+        "0",
+        output,
+        env={"RAY_gcs_rpc_server_reconnect_timeout_s": "120"},  # Ray's own worker waits on, as Ray's does
     )
+    eventually_sync(lambda: health(worker_port) == 200, timeout_s=30, message="the worker shard is in")
+    ray_node = ray_launcher.descendants(worker.pid)
     head.kill()
-    assert worker.wait(30) == 1
+    lost_at = time.monotonic()
+    assert worker.wait(30) == ray_launcher.HEAD_LOST_EXIT
+    taken = time.monotonic() - lost_at
+    assert 2 - ray_launcher.PROBE_S <= taken < 2 + ray_launcher.PROBE_S + ray_launcher.PROBE_TIMEOUT_S + 3, (
+        taken
+    )
+    assert "took no connection for 2 s" in output.read_text()
+    assert ray_node and not [pid for pid in ray_node if _running(pid)]  # its Ray node went with it
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _listening(address: str) -> bool:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -69,7 +69,10 @@ class Cluster:
     """Control planes (``cp1`` in ``home``, others in ``home/<name>``) and agents, as processes.
 
     ``store_url`` (PostgreSQL) lets :meth:`add_control_plane` add standbys;
-    ``lease_s`` shortens the leader lease for tests.
+    ``lease_s`` shortens the leader lease for tests. ``http_host`` and
+    ``agent_host`` are where cp1 listens (127.0.0.1; an address inside a network
+    namespace the test made, with ``wrap`` given to :meth:`start_server` and
+    :meth:`start_agent` running each process there: :mod:`llmgw.testing.netns`).
     """
 
     home: Path
@@ -81,14 +84,16 @@ class Cluster:
     lease_s: float | None = None
     key: str = ""
     """An API key for /v1, once :meth:`create_key` made one."""
+    http_host: str = "127.0.0.1"
+    agent_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         self.config = initialise(
             self.home,
             name="cp1",
-            http_host="127.0.0.1",
+            http_host=self.http_host,
             http_port=self.http_port,
-            agent_host="127.0.0.1",
+            agent_host=self.agent_host,
             agent_port=self.agent_port,
             store_url=self.store_url,
         )
@@ -101,10 +106,10 @@ class Cluster:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.http_host}:{self.http_port}"
 
     def url_of(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.planes[name].http.port}"
+        return f"http://{self.planes[name].http.host}:{self.planes[name].http.port}"
 
     def admin_of(self, name: str) -> AdminClient:
         return AdminClient(self.url_of(name), self.token)
@@ -150,7 +155,7 @@ class Cluster:
         issue_node_certificate(self.config, node_id, directory)
         config = AgentConfig(
             node_id=node_id,
-            control_planes=[f"127.0.0.1:{self.agent_port}"],
+            control_planes=[f"{self.agent_host}:{self.agent_port}"],
             cache_dir=str(self.cache_dir),
             **settings,
         )
@@ -204,12 +209,15 @@ class Cluster:
     def log(self, name: str) -> Path:
         return self.home / "logs" / f"{name}.log"
 
-    def start(self, name: str, *args: str, module: str = "llmgw.cli.main") -> subprocess.Popen[bytes]:
-        """``python -m module *args`` as process ``name`` (``llmgw`` itself unless told otherwise)."""
+    def start(
+        self, name: str, *args: str, module: str = "llmgw.cli.main", wrap: Sequence[str] = ()
+    ) -> subprocess.Popen[bytes]:
+        """``python -m module *args`` as process ``name`` (``llmgw`` itself unless told otherwise), run
+        by ``wrap`` where given (``ip netns exec NS``: it execs the command, so the pid is the same)."""
         self.log(name).parent.mkdir(parents=True, exist_ok=True)
         with self.log(name).open("ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", module, *args],
+                [*wrap, sys.executable, "-m", module, *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -218,16 +226,18 @@ class Cluster:
         self.processes[name] = process
         return process
 
-    def start_server(self, name: str = "cp1", wait: bool = True) -> None:
-        self.start(self.process_name(name), "server", "run", "--config", str(self.config_path(name)))
+    def start_server(self, name: str = "cp1", wait: bool = True, wrap: Sequence[str] = ()) -> None:
+        self.start(
+            self.process_name(name), "server", "run", "--config", str(self.config_path(name)), wrap=wrap
+        )
         if wait:
             wait_for(lambda: self.admin_of(name).get("/api/status"), 30, f"control plane {name} answers")
 
-    def start_agent(self, node_id: str = "node1") -> None:
+    def start_agent(self, node_id: str = "node1", wrap: Sequence[str] = ()) -> None:
         path = self.home / "nodes" / node_id / "agent.yaml"
         if not path.exists():
             self.add_node(node_id)
-        self.start(f"agent-{node_id}", "agent", "run", "--config", str(path))
+        self.start(f"agent-{node_id}", "agent", "run", "--config", str(path), wrap=wrap)
 
     def kill(self, name: str, signum: int = signal.SIGKILL) -> None:
         process = self.processes.pop(name)

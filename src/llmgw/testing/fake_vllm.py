@@ -12,8 +12,9 @@ replay socket (:mod:`llmgw.testing.kv_events_publisher`;
 from ``--api-key`` or else ``VLLM_API_KEY`` and guards the routes under
 ``/v1`` only, and it prints its "non-default args" at start, as vLLM does.
 With ``--distributed-executor-backend ray`` it joins the Ray cluster at
-``RAY_ADDRESS`` (:mod:`llmgw.testing.fake_ray`) and serves only once the cluster
-holds tp x pp cards, exiting when it holds fewer again.
+``RAY_ADDRESS`` (:mod:`llmgw.testing.fake_ray`, or a real Ray's cluster where
+``LLMGW_STANDIN_RAY`` names its ``ray``) and serves only once the cluster holds
+tp x pp cards, exiting when it holds fewer again.
 """
 
 from __future__ import annotations
@@ -172,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
             print("RuntimeError: no Ray cluster to join (RAY_ADDRESS is not set)", file=sys.stderr)
             return 1
         needed = options.tensor_parallel_size * options.pipeline_parallel_size
-        standin_rendezvous.wait(address, needed, f"vllm (placement group of {needed} GPU(s))")
+        what = f"vllm (placement group of {needed} GPU(s))"
+        real_ray = os.environ.get(standin_rendezvous.REAL_RAY, "")
+        if real_ray:
+            standin_rendezvous.wait_real_ray(real_ray, address, needed, what)
+        else:
+            standin_rendezvous.wait(address, needed, what)
     serve(settings, on_start=(lambda standin: attach(standin, publisher)) if publisher else None)
     return 0
 

@@ -14,12 +14,22 @@ less again. So:
 - a head whose member goes away learns it (``on_short``) and exits too.
 
 Threads and plain sockets: the stand-ins' HTTP servers keep their own loops.
+
+Over a real Ray cluster instead (:data:`REAL_RAY`, the end-to-end tests with
+Ray itself), vLLM's stand-in asks that cluster what it holds, by Ray's own
+``ray status --address`` (:func:`wait_real_ray`), as vLLM's placement group
+waits for its cards: it serves once the cluster's GPUs reach tp x pp and exits
+once they fall short again (Ray marks a node whose raylet is gone dead after
+its health checks fail: about 25 s for a node killed outright, over a minute
+for one whose link is cut).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -28,6 +38,15 @@ from typing import TextIO
 
 JOIN_WAIT_S = float(os.environ.get("LLMGW_STANDIN_JOIN_WAIT_S", "60"))
 """How long a member keeps trying to reach its head before it gives up (exit 1)."""
+REAL_RAY = "LLMGW_STANDIN_RAY"
+"""The environment variable naming a real ``ray`` program: vLLM's stand-in then waits on the real
+cluster at ``RAY_ADDRESS`` (:func:`wait_real_ray`) rather than on :mod:`llmgw.testing.fake_ray`'s."""
+RAY_STATUS_EVERY_S = 2.0
+"""How often vLLM's stand-in asks a real Ray cluster what it holds (each ``ray status`` costs ~0.5 s
+of a core)."""
+RAY_STATUS_FAILURES = 3
+"""``ray status`` failing this many times in a row (its head is gone) counts as the cluster lost."""
+_TOTAL_GPUS = re.compile(r"^\s*[\d.]+/(?P<total>[\d.]+) GPU\s*$", re.MULTILINE)
 
 
 class Cluster:
@@ -101,8 +120,9 @@ def _connect(address: str) -> socket.socket:
             time.sleep(0.1)
 
 
-def join(address: str, brings: int, what: str) -> None:
-    """Join the head at ``address``; once joined, the process exits (code 1) when the head goes."""
+def join(address: str, brings: int, what: str, on_lost: Callable[[], None] | None = None) -> None:
+    """Join the head at ``address``; once joined, the process exits (code 1) when the head goes,
+    or calls ``on_lost`` (in a thread of its own) where given."""
     connection = _connect(address)
     connection.settimeout(None)
     connection.sendall(f"join {brings}\n".encode())
@@ -110,7 +130,10 @@ def join(address: str, brings: int, what: str) -> None:
 
     def watch() -> None:
         _until_closed(connection.makefile("r"))
-        print(f"ERROR: {what} lost the head at {address}; exiting", file=sys.stderr, flush=True)
+        print(f"ERROR: {what} lost the head at {address}", file=sys.stderr, flush=True)
+        if on_lost is not None:
+            on_lost()
+            return
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -146,3 +169,56 @@ def _until_closed(reader: TextIO) -> None:
 def visible_cards() -> int:
     """Cards this process was given (``CUDA_VISIBLE_DEVICES``), as Ray counts them."""
     return len([d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()])
+
+
+def cluster_gpus(status: str) -> float | None:
+    """The GPUs a real Ray cluster holds, from ``ray status``'s "Total Usage" (`` 0.0/2.0 GPU``);
+    0 where it lists resources but no GPU; None where ``status`` is no such report."""
+    usage = status.partition("Total Usage:")[2]
+    if not usage:
+        return None
+    found = _TOTAL_GPUS.search(usage.partition("\n\n")[0])
+    return float(found["total"]) if found else 0.0
+
+
+def _real_gpus(ray: str, address: str) -> float | None:
+    try:
+        done = subprocess.run(
+            [ray, "status", "--address", address], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return cluster_gpus(done.stdout) if done.returncode == 0 else None
+
+
+def wait_real_ray(ray: str, address: str, needed: int, what: str) -> None:
+    """Block until the real Ray cluster at ``address`` holds ``needed`` GPUs (asking ``ray``); exit
+    (code 1) once it holds fewer, or once it no longer answers."""
+    told: float | None = -1.0
+    while (held := _real_gpus(ray, address)) is None or held < needed:
+        if held != told:
+            print(
+                f"INFO: {what}: the Ray cluster at {address} holds {held or 0:g} of the {needed} GPU(s) "
+                "it needs; waiting",
+                flush=True,
+            )
+            told = held
+        time.sleep(RAY_STATUS_EVERY_S)
+    print(f"INFO: {what}: the Ray cluster at {address} holds the {needed} GPU(s) it needs", flush=True)
+
+    def watch() -> None:
+        failures = 0
+        while True:
+            time.sleep(RAY_STATUS_EVERY_S)
+            held = _real_gpus(ray, address)
+            failures = failures + 1 if held is None else 0
+            if failures >= RAY_STATUS_FAILURES or (held is not None and held < needed):
+                state = "no longer answers" if held is None else f"holds {held:g} GPU(s)"
+                print(
+                    f"ERROR: {what}: the Ray cluster at {address} {state}, {needed} needed; exiting",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
