@@ -231,8 +231,7 @@ def up(
     install_engine()
     logs = home / "logs"
     processes: list[subprocess.Popen[bytes]] = []
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # stop as on Ctrl-C
-        signal.signal(signum, _interrupt)
+    stop_on_signals()
     try:
         server = _start(["server", "run", "--config", str(server_yaml)], logs / "server.log", outlive=detach)
         processes.append(server)
@@ -263,6 +262,17 @@ def up(
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_on_signals() -> None:
+    """Stop (as on Ctrl-C) on SIGINT, SIGTERM and SIGHUP, whatever was inherited: started where SIGINT
+    is ignored (a background job of a non-interactive shell, some supervisors), Python leaves it
+    ignored, and a Ctrl-C or a group SIGINT would leave ``up`` and its processes running."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
 
 
 def _watch(processes: list[subprocess.Popen[bytes]], logs: Path) -> None:
