@@ -185,7 +185,13 @@ def cluster(
         # and the store knows a node once it has registered: a first registration from a machine of
         # its own is refused whenever the table was made after the plane announced itself. Off here,
         # where Ray is what is tested; docs/operations.md says so.
+        before = len(running.log("server").read_bytes())
         running.admin.request("PUT", "/api/settings/firewall.enabled", {"value": False})
+        wait_for(  # its next pass (10 s at most) takes its rules away; agents started before would back off
+            lambda: b"firewall server-cp1: table" in running.log("server").read_bytes()[before:] or None,
+            30,
+            "the control plane's firewall part without rules",
+        )
         blob = running.upload(filename="config.json", data=b'{"architectures": ["LlamaForCausalLM"]}')
         source = {"sha256": blob["sha256"], "filename": "config.json", "format": "safetensors"}
         running.admin.request("POST", "/api/models", {"name": MODEL, "source": source, "profile": PROFILE})
