@@ -7,8 +7,6 @@ layer on the CPU, Vulkan with every layer on the card.
 
 from __future__ import annotations
 
-import io
-import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,19 +17,10 @@ from llmgw.core.mirrorbuilds import BuildAsset, MirrorBuilds, MirroredBuild
 from llmgw.engines import buildverdicts
 from llmgw.engines.builds import LLAMACPP_TAG, llamacpp_builds
 from llmgw.mirror.blobs import BlobStore
-from llmgw.testing.fakebuild import Behaviour, fake_llamacpp_archive
+from llmgw.testing.fakebuild import Behaviour, fake_cudart_archive, fake_llamacpp_archive
 
 UNREACHABLE = "http://127.0.0.1:9"
 H100 = "NVIDIA H100 80GB HBM3"
-
-
-def _cudart() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as bundle:
-        info = tarfile.TarInfo("libcudart.so.13")
-        info.size = 1
-        bundle.addfile(info, io.BytesIO(b"\0"))
-    return buffer.getvalue()
 
 
 async def _mirror(tmp_path: Path) -> tuple[BlobStore, MirrorBuilds]:
@@ -46,7 +35,9 @@ async def _mirror(tmp_path: Path) -> tuple[BlobStore, MirrorBuilds]:
         assets = []
         for index, name in enumerate(build.assets):
             file = tmp_path / name
-            file.write_bytes(fake_llamacpp_archive(behaviours[build.variant]) if index == 0 else _cudart())
+            kind = behaviours[build.variant]
+            archive = fake_llamacpp_archive(kind) if index == 0 else fake_cudart_archive()
+            file.write_bytes(archive)
             info = await blobs.import_file(file)
             assets.append(BuildAsset(name, info.sha256, info.size))
         held.append(MirroredBuild("llama.cpp", LLAMACPP_TAG, build.variant, "x64", tuple(assets)))

@@ -173,6 +173,15 @@ def _engine(replica: dict[str, Any], name: str) -> float:
     return _samples(f"http://127.0.0.1:{replica['port']}").get(name, 0.0)
 
 
+def _group_gone(leader: int) -> bool | None:
+    """True once no process of the group ``leader`` led is left."""
+    try:
+        os.killpg(leader, 0)
+    except ProcessLookupError:
+        return True
+    return None
+
+
 def _complete(cluster: Cluster, prompt: str) -> None:
     body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 1}).encode()
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {cluster.key}"}
@@ -402,14 +411,9 @@ def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_e
         lambda: [r["id"] for r in vllm_cluster.replicas(MODEL)] == [kept["id"]] or None, 60, "it stopped"
     )
 
-    def group_gone() -> bool | None:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return True
-        return None
-
-    wait_for(group_gone, 30, "the drained engine's process group (API server, engine core) is gone")
+    wait_for(
+        lambda: _group_gone(pid), 30, "the drained engine's process group (API server, engine core) is gone"
+    )
     assert "(drained)" in vllm_cluster.log("server").read_text()
 
 
@@ -432,14 +436,7 @@ def test_real_vllm_frozen_is_restarted_by_liveness(vllm_cluster: Cluster) -> Non
             pass
     assert again["state"] in ("starting", "ready")
 
-    def frozen_gone() -> bool | None:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return True
-        return None
-
-    wait_for(frozen_gone, 30, "the frozen engine's process group is gone")
+    wait_for(lambda: _group_gone(pid), 30, "the frozen engine's process group is gone")
 
     def new_engine() -> int | None:
         now = {r["id"]: r for r in vllm_cluster.replicas(MODEL)}.get(frozen["id"])

@@ -6,9 +6,7 @@ would have passed the old ``--version`` check; only some compute where they shou
 
 from __future__ import annotations
 
-import io
 import signal
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from llmgw.engines.builds import install_best, installed, llamacpp_builds
 from llmgw.engines.buildverdicts import CheckResult, NodeConditions
 from llmgw.engines.checking import LlamaCppBuildCheck, llamacpp_verdict
 from llmgw.engines.pythonchecks import python_verdict
-from llmgw.testing.fakebuild import Behaviour, fake_llama_server, fake_llamacpp_archive
+from llmgw.testing.fakebuild import Behaviour, fake_cudart_archive, fake_llama_server, fake_llamacpp_archive
 from llmgw.testing.gguf_lora import tensor_shapes
 
 from .conftest import Serve
@@ -91,15 +89,6 @@ async def test_a_full_card_says_nothing_about_the_build(tmp_path: Path) -> None:
     assert answered.conclusive  # on a CPU node there is no card to be full
 
 
-def _cudart() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as bundle:
-        info = tarfile.TarInfo("libcudart.so.13")
-        info.size = 1
-        bundle.addfile(info, io.BytesIO(b"\0"))
-    return buffer.getvalue()
-
-
 async def test_the_next_build_is_taken_when_one_runs_but_does_not_compute(
     serve: Serve, tmp_path: Path
 ) -> None:
@@ -107,7 +96,7 @@ async def test_the_next_build_is_taken_when_one_runs_but_does_not_compute(
     net.base = await serve(net.app())
     for label, behaviour in (("13.4", "no-token"), ("12.8", "layers-on-cpu")):
         net.assets[f"llama-{TAG}-bin-ubuntu-cuda-{label}-x64.tar.gz"] = fake_llamacpp_archive(behaviour)
-        net.assets[f"cudart-llama-{TAG}-bin-ubuntu-cuda-{label}-x64.tar.gz"] = _cudart()
+        net.assets[f"cudart-llama-{TAG}-bin-ubuntu-cuda-{label}-x64.tar.gz"] = fake_cudart_archive()
     net.assets[f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz"] = fake_llamacpp_archive("vulkan")
     builds = llamacpp_builds(has_nvidia=True, driver_version="580.82.07", arch="x86_64")
     urls = {"release_api": f"{net.base}/repos/ggml-org/llama.cpp", "pypi_url": f"{net.base}/pypi"}

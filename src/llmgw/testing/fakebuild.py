@@ -84,6 +84,16 @@ def fake_llama_server(behaviour: Behaviour = "version", python: str = sys.execut
     return f"#!{python}\n{code}".encode()
 
 
+def fake_cudart_archive() -> bytes:
+    """A .tar.gz standing for llama.cpp's CUDA runtime asset (``cudart-llama-…``): one small library."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as bundle:
+        info = tarfile.TarInfo("libcudart.so.13")
+        info.size = 1
+        bundle.addfile(info, io.BytesIO(b"\0"))
+    return buffer.getvalue()
+
+
 def fake_llamacpp_archive(
     behaviour: Behaviour = "version", *, extra: dict[str, bytes] | None = None
 ) -> bytes:
