@@ -163,7 +163,9 @@ def test_a_mesh_job_rises_to_100_percent_and_returns_a_coloured_glb_only_to_its_
     assert seen[0]["state"] in ("queued", "running")
     running = [s["percent"] for s in seen if s["state"] == "running"]
     assert len(set(running)) >= 2, f"the progress was read while it ran: {seen}"
-    assert running == sorted(running) and 0 < running[-1] < 100
+    # ComfyUI's last step reports its maximum before the run ends (executed, then execution_success):
+    # a job may read 100 % an instant while it still runs
+    assert running == sorted(running) and 0 < running[-1] <= 100
     assert seen[-1]["percent"] == 100.0
     (file,) = seen[-1]["files"]
     assert file["filename"].endswith(".glb")
