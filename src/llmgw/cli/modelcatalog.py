@@ -84,7 +84,7 @@ def model_add(
         print_added(add_preset(admin, PRESETS[name], weights))
         return
     if definition is not None:
-        data = _from_file(definition, name)
+        data = read_definition(definition, name)
     else:
         if file is not None:
             _check_flags(name, weights or "file")
@@ -103,7 +103,8 @@ def model_add(
     print_added(admin.add_model(data))
 
 
-def _from_file(path: Path, name: str | None) -> dict[str, Any]:
+def read_definition(path: Path, name: str | None) -> dict[str, Any]:
+    """A YAML or JSON model definition file (``name``: the name it gets instead of its own)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as error:

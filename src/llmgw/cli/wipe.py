@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from llmgw.agent.shardstates import STATE_FILE, CorruptState, is_engine, read_st
 from llmgw.cli.output import console, print_json, table
 from llmgw.errors import LlmgwError
 from llmgw.operations.nftables import Nft
-from llmgw.operations.wiping import EngineProcess, Layout, Machine, plan, run_command, wipe
+from llmgw.operations.wiping import EngineProcess, Item, Layout, Machine, Outcome, plan, run_command, wipe
 
 CONFIG_DIR = "etc/llmgw"
 
@@ -71,6 +72,52 @@ def machine_name(root: Path) -> str:
     return name or socket.gethostname()
 
 
+@dataclass(frozen=True)
+class WipePlan:
+    """What goes from the machine under ``layout.root``, and the name that must be typed first."""
+
+    layout: Layout
+    engines: list[EngineProcess]
+    items: list[Item]
+    machine: str
+
+
+def wipe_plan(root: Path, *, models: bool, store: bool) -> WipePlan:
+    """What wiping ``root`` takes away (``models``, ``store``: those too)."""
+    layout = layout_of(root)
+    engines = running_engines(layout.work_dir)
+    nft_table = layout.live and bool(Nft().table())
+    items = plan(layout, engines, models=models, store=store, nft_table=nft_table)
+    return WipePlan(layout, engines, items, machine_name(root))
+
+
+def check_typed_name(typed: str, name: str) -> None:
+    """The machine's name typed at the question; anything else removes nothing."""
+    if typed.strip() != name:
+        raise LlmgwError(f"{typed!r} is not {name!r}: nothing was removed", hint="run it again")
+
+
+def run_wipe(planned: WipePlan) -> list[Outcome]:
+    """Remove what ``planned`` lists; the outcomes, or LlmgwError naming the items that stayed."""
+    outcomes = wipe(planned.items, planned.layout, planned.engines, Machine(run_command))
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise WipeFailed(outcomes, failed)
+    return outcomes
+
+
+class WipeFailed(LlmgwError):
+    """Some items stayed; ``outcomes`` says what happened to each."""
+
+    def __init__(self, outcomes: list[Outcome], failed: list[Outcome]) -> None:
+        super().__init__(
+            f"{len(failed)} of {len(outcomes)} items were not removed: "
+            + "; ".join(f"{o.item.what}: {o.result}" for o in failed),
+            hint="fix what is named (run as root?) and run llmgw wipe again: what went is not listed again",
+        )
+        self.outcomes = outcomes
+
+
 def wipe_command(
     models: bool = typer.Option(False, "--models", help="Also the weights (the mirror's and the node's)."),
     store: bool = typer.Option(False, "--store", help="Also the store (the SQLite database)."),
@@ -82,11 +129,8 @@ def wipe_command(
 ) -> None:
     """Remove llmgw from this machine: units, engines, the nft table, configuration, state, the CA
     from the trust store, keepalived's configuration llmgw wrote, its users."""
-    layout = layout_of(root)
-    engines = running_engines(layout.work_dir)
-    nft_table = layout.live and bool(Nft().table())
-    items = plan(layout, engines, models=models or everything, store=store or everything, nft_table=nft_table)
-    name = machine_name(root)
+    planned = wipe_plan(root, models=models or everything, store=store or everything)
+    items, name = planned.items, planned.machine
     if dry_run or not items:
         if as_json:
             print_json({"machine": name, "dry_run": dry_run, "items": [i.to_json() for i in items]})
@@ -101,10 +145,12 @@ def wipe_command(
                 f"--yes-i-mean {yes_i_mean!r} is not this machine's name ({name!r})",
                 hint="give this machine's own name: nothing was removed",
             )
-        typed = typer.prompt(f"type this machine's name ({name}) to wipe llmgw from it")
-        if typed.strip() != name:
-            raise LlmgwError(f"{typed!r} is not {name!r}: nothing was removed", hint="run it again")
-    outcomes = wipe(items, layout, engines, Machine(run_command))
+        check_typed_name(typer.prompt(f"type this machine's name ({name}) to wipe llmgw from it"), name)
+    failure: WipeFailed | None = None
+    try:
+        outcomes = run_wipe(planned)
+    except WipeFailed as error:
+        outcomes, failure = error.outcomes, error
     if as_json:
         print_json(
             {
@@ -115,13 +161,8 @@ def wipe_command(
         )
     else:
         table(["KIND", "WHAT", "RESULT"], [(o.item.kind, o.item.what, o.result) for o in outcomes])
-    failed = [o for o in outcomes if not o.ok]
-    if failed:
-        raise LlmgwError(
-            f"{len(failed)} of {len(outcomes)} items were not removed: "
-            + "; ".join(f"{o.item.what}: {o.result}" for o in failed),
-            hint="fix what is named (run as root?) and run llmgw wipe again: what went is not listed again",
-        )
+    if failure is not None:
+        raise failure
 
 
 def _list(items: list[Any], name: str, verb: str) -> None:
