@@ -1,4 +1,4 @@
-"""The Do menu: a key created through a real admin API, disabled actions with their reason, stop and start."""
+"""The Do menu: a key created through a real admin API, stop and start, a model from the mirror."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from textual.widgets import Input, OptionList, Select, Static
 
 from llmgw.cli.adminclient import AdminClient
 from llmgw.console.app import ConsoleApp
-from llmgw.console.dialogs import ACTIONS, AddKeyDialog, AddModelDialog, Message
+from llmgw.console.dialogs import AddKeyDialog, AddModelDialog, Message
 from llmgw.console.source import AdminSource
 from llmgw.controlplane.api.models import ModelEntry
 from llmgw.testing.eventually import eventually
@@ -62,21 +62,6 @@ async def test_a_refused_key_is_said_in_the_dialog_which_stays_open(admin_client
         await eventually(lambda: "place" in str(problem.render()), message="the refusal names the field")
         assert isinstance(app.screen, AddKeyDialog)
     assert admin_client.keys() == []
-
-
-async def test_actions_not_built_yet_are_disabled_with_their_reason() -> None:
-    app = ConsoleApp(FixedSource(), now=lambda: NOW)
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("d")
-        await eventually(lambda: app.screen.query(OptionList))
-        menu = app.screen.query_one(OptionList)
-        disabled = {
-            menu.get_option_at_index(i).id
-            for i in range(menu.option_count)
-            if menu.get_option_at_index(i).disabled
-        }
-    assert disabled == {"add-preset", "add-control-plane", "add-node", "wipe"}
-    assert all(why for action, _, why in ACTIONS if action in disabled)
 
 
 async def test_stop_asks_first_then_stops_the_cluster_and_the_overview_says_so() -> None:

@@ -3,7 +3,10 @@
 The views draw from :class:`~llmgw.console.state.ClusterData`, which the
 source's updates (``/api/events``, or polling) keep current; kinds the stream
 does not carry are fetched when their view is shown, on ``r``, and every
-:data:`REFRESH_S` seconds while shown. ``d`` opens the Do menu.
+:data:`REFRESH_S` seconds while shown. ``d`` opens the Do menu: what goes
+through the admin API, and what the commands do to machines (adding a node
+or a control plane over SSH, wiping this one, adding a preset), each asked
+first and shown step by step (:mod:`llmgw.console.operations`).
 """
 
 from __future__ import annotations
@@ -20,11 +23,23 @@ from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from llmgw.console.dialogs import AddKeyDialog, AddModelDialog, Confirm, DoMenu, Message
+from llmgw.console.dialogs import (
+    AddControlPlaneDialog,
+    AddKeyDialog,
+    AddModelDialog,
+    AddNodeDialog,
+    AddPresetDialog,
+    Confirm,
+    DoMenu,
+    Message,
+    Running,
+    WipeDialog,
+)
 from llmgw.console.events import Event, Notice
+from llmgw.console.operations import AdminClient, Prepared, Ssh
 from llmgw.console.overview import OverviewView
 from llmgw.console.setup import SetupChoices, SetupScreen, start_commands
-from llmgw.console.source import ClusterSource
+from llmgw.console.source import AdminSource, ClusterSource
 from llmgw.console.state import ClusterData
 from llmgw.console.views import (
     GpusView,
@@ -69,6 +84,9 @@ ModalScreen { align: center middle; }
 .buttons { height: auto; margin-top: 1; }
 .buttons Button { margin-right: 2; }
 .problem { color: $error; height: auto; }
+.dialog .row { height: auto; }
+.dialog .field { height: auto; width: 1fr; margin-right: 1; }
+.dialog Log { height: auto; max-height: 20; }
 SetupScreen .row { height: auto; }
 SetupScreen .field { height: auto; width: 1fr; margin-right: 1; }
 """
@@ -91,10 +109,13 @@ class ConsoleApp(App[None]):
         setup: tuple[SetupScreen, Callable[[SetupChoices], ClusterSource]] | None = None,
         now: Callable[[], float] = time.time,
         refresh_s: float = REFRESH_S,
+        ssh: Ssh | None = None,
     ) -> None:
         """The console of ``source``; without one, ``setup`` first (its screen, and how to reach
-        the cluster it creates)."""
+        the cluster it creates). ``ssh``: what the add-node and add-control-plane dialogs start from
+        (the commands' defaults)."""
         super().__init__()
+        self.ssh = ssh or Ssh()
         self._source = source
         self.setup = setup
         self.now = now
@@ -209,6 +230,11 @@ class ConsoleApp(App[None]):
         if self._source is not None and self.current.needs:
             self.fetch(self.current.needs)
 
+    @property
+    def admin(self) -> AdminClient | None:
+        """The admin client uploads and presets go through (None: a source without one)."""
+        return self._source.client if isinstance(self._source, AdminSource) else None
+
     @work
     async def action_do(self) -> None:
         chosen = await self.push_screen_wait(DoMenu())
@@ -227,7 +253,9 @@ class ConsoleApp(App[None]):
                 await self.push_screen_wait(Message("Key created", text))
         elif chosen == "add-model":
             self.data.apply("blobs", await self.source.fetch("blobs"))
-            entry = await self.push_screen_wait(AddModelDialog(self.data.blobs, self.source.add_model))
+            entry = await self.push_screen_wait(
+                AddModelDialog(self.data.blobs, self.source.add_model, self.admin)
+            )
             if entry is not None:
                 self.say(Notice(f"added model {entry.name}: its replicas start on nodes with room"))
         elif chosen in ("stop", "start"):
@@ -242,3 +270,24 @@ class ConsoleApp(App[None]):
             if await self.push_screen_wait(Confirm("Restart every node's agent? Engines keep running.")):
                 answer = await self.source.restart_agents("llmgw console")
                 self.say(Notice(f"asked to restart: {', '.join(answer.restarted) or 'no node connected'}"))
+        elif chosen in ("add-preset", "add-node", "add-control-plane", "wipe"):
+            await self.operate(await self.push_screen_wait(self.form(chosen)))
+
+    def form(self, chosen: str) -> AddPresetDialog | AddNodeDialog | AddControlPlaneDialog | WipeDialog:
+        if chosen == "add-preset":
+            return AddPresetDialog(self.admin)
+        if chosen == "add-node":
+            return AddNodeDialog(self.ssh)
+        if chosen == "add-control-plane":
+            return AddControlPlaneDialog(self.ssh)
+        return WipeDialog()
+
+    async def operate(self, prepared: Prepared | None) -> None:
+        """Ask, then run it, showing each step and the result."""
+        if prepared is None or not await self.push_screen_wait(Confirm(prepared.question, prepared.typed)):
+            return
+        result = await self.push_screen_wait(Running(prepared))
+        if result:
+            self.say(Notice(result))
+        if self._source is not None:
+            self.fetch(tuple(kind for kind in ("nodes", "models", "status") if kind))
