@@ -289,5 +289,3 @@ class ConsoleApp(App[None]):
         result = await self.push_screen_wait(Running(prepared))
         if result:
             self.say(Notice(result))
-        if self._source is not None:
-            self.fetch(tuple(kind for kind in ("nodes", "models", "status") if kind))

@@ -265,7 +265,7 @@ class AddPresetDialog(_Form):
             id="preset",
             prompt="choose one",
         )
-        yield Static("", id="needs")
+        yield Static("", id="needs", markup=False)
         yield Label("Weights already in the mirror (sha256; empty: from the preset's package)")
         yield Input(id="weights")
 
@@ -459,7 +459,7 @@ class Confirm(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with _Box(classes="dialog") as box:
             box.border_title = "Are you sure?"
-            yield Static(self.question, id="question")
+            yield Static(self.question, id="question", markup=False)
             if self.typed is not None:
                 yield Input(id="typed")
                 yield Static("", id="problem", classes="problem")
@@ -472,6 +472,10 @@ class Confirm(ModalScreen[bool]):
         if event.button.id != "yes":
             self.dismiss(False)
             return
+        self.yes()
+
+    @on(Input.Submitted, "#typed")
+    def yes(self) -> None:
         if self.typed is not None:
             try:
                 self.typed(self.query_one("#typed", Input).value)
@@ -495,7 +499,7 @@ class Running(ModalScreen[str]):
         with _Box(classes="dialog") as box:
             box.border_title = self.prepared.title
             yield Log(id="progress", auto_scroll=True)
-            yield Static("running…", id="result")
+            yield Static("running…", id="result", markup=False)
             yield Button("Close", id="close", variant="primary", disabled=True)
 
     def on_mount(self) -> None:

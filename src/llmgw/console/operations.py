@@ -141,8 +141,8 @@ def prepare_node(
     config: str, host: str, ssh: Ssh, *, name: str = "", address: str = "", metrics_port: int
 ) -> Prepared:
     """``llmgw node add HOST``."""
-    loaded, admin = cluster_of(config)
     machine = ssh.machine(host)
+    loaded, admin = cluster_of(config)
     node_id = name or host
 
     def run(report: Report) -> str:
@@ -182,8 +182,8 @@ def prepare_control_plane(
             [("--name", "required: the new control plane's name (its certificate's name)")],
             "type a name of its own, e.g. cp2",
         )
-    loaded, admin = cluster_of(config)
     machine = ssh.machine(host)
+    loaded, admin = cluster_of(config)
     where = address or host
 
     def run(report: Report) -> str:
