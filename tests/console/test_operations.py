@@ -107,6 +107,27 @@ def machine(tmp_path: Path) -> Path:
     return root
 
 
+async def test_the_ssh_forms_say_in_place_what_the_commands_refuse(
+    machine: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("LLMGW_URL", "LLMGW_ADMIN_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LLMGW_CLIENT_CONFIG", str(tmp_path / "none.yaml"))
+    app = ConsoleApp(FixedSource(), now=lambda: NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        await choose(app, pilot, "add-control-plane")
+        await eventually(lambda: isinstance(app.screen, AddControlPlaneDialog) and app.screen.query("#host"))
+        app.screen.query_one("#name", Input).value = "cp2"
+        await click(app, pilot, "#ok")
+        await eventually(lambda: "HOST: required" in text_of(app, "#problem"))
+        app.screen.query_one("#host", Input).value = "10.0.0.12"
+        app.screen.query_one("#config", Input).value = str(machine / "etc/llmgw/server.yaml")
+        await click(app, pilot, "#ok")
+        await eventually(lambda: "the cluster's store is SQLite" in text_of(app, "#problem"))
+        assert "move the store to PostgreSQL" in text_of(app, "#problem")
+        assert isinstance(app.screen, AddControlPlaneDialog)
+
+
 async def test_wipe_lists_what_goes_wants_the_machines_name_then_removes_it(
     machine: Path, tmp_path: Path
 ) -> None:

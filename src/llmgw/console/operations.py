@@ -111,9 +111,9 @@ class Ssh:
             self.timeout_s,
         )
 
-    def what(self, host: str) -> str:
+    def target(self, host: str) -> str:
         release = self.release if self.release and self.release != MIRROR else "the mirror's newest"
-        return f"{self.user}@{host}:{self.port}, release {release}"
+        return f"{self.user}@{host}:{self.port}, the release {release}"
 
 
 def cluster_of(config: str) -> tuple[ServerConfig, AdminClient]:
@@ -122,19 +122,39 @@ def cluster_of(config: str) -> tuple[ServerConfig, AdminClient]:
     return load_server_config(path), AdminClient.from_environment(config=path)
 
 
-def _onboard(machine: Machine, plan_of: Callable[[], Plan], report: Report) -> str:
-    """The onboarding steps as the commands run them, each reported; what changed."""
+def _onboarding(
+    machine: Machine, make_plan: Callable[[Path], Plan], prefix: str, first: str
+) -> tuple[Plan, Callable[[Report], str]]:
+    """The command's plan, made now (its checks of the cluster, the names and the release said before
+    anything is asked), and the run of the onboarding steps as the command runs them, each reported."""
+    scratch = tempfile.TemporaryDirectory(prefix=prefix)
+    try:
+        plan = make_plan(Path(scratch.name))
+    except BaseException:
+        scratch.cleanup()
+        raise
 
-    def step(name: str, text: str) -> None:
-        report(f"{name:<12} {text}")
+    def run(report: Report) -> str:
+        def step(name: str, text: str) -> None:
+            report(f"{name:<12} {text}")
 
-    ctx = Onboarding(
-        SshShell(machine.target), step, machine.layout, machine.installer, join_timeout_s=machine.timeout_s
-    )
-    changed = onboard(ctx, plan_of())
-    return "done: " + (
-        ", ".join(changed) + " changed" if changed else "nothing changed (all steps as they were)"
-    )
+        report(first)
+        ctx = Onboarding(
+            SshShell(machine.target),
+            step,
+            machine.layout,
+            machine.installer,
+            join_timeout_s=machine.timeout_s,
+        )
+        try:
+            changed = onboard(ctx, plan)
+        finally:
+            scratch.cleanup()
+        return "done: " + (
+            ", ".join(changed) + " changed" if changed else "nothing changed (all steps as they were)"
+        )
+
+    return plan, run
 
 
 def prepare_node(
@@ -144,22 +164,16 @@ def prepare_node(
     machine = ssh.machine(host)
     loaded, admin = cluster_of(config)
     node_id = name or host
-
-    def run(report: Report) -> str:
-        report(f"adding node {node_id} on {ssh.user}@{host}:{ssh.port}")
-        with tempfile.TemporaryDirectory(prefix="llmgw-node-add-") as scratch:
-            return _onboard(
-                machine,
-                lambda: node_plan(
-                    loaded, admin, machine, node_id, address or host, Path(scratch), metrics_port
-                ),
-                report,
-            )
-
+    plan, run = _onboarding(
+        machine,
+        lambda scratch: node_plan(loaded, admin, machine, node_id, address or host, scratch, metrics_port),
+        "llmgw-node-add-",
+        f"adding node {node_id} on {ssh.user}@{host}:{ssh.port}",
+    )
     question = (
-        f"Make {host} node {node_id} of {loaded.name}'s cluster over SSH ({ssh.what(host)})? It installs "
-        f"llmgw there, the engine user, a certificate, agent.yaml and the llmgw-agent service, then waits "
-        f"up to {ssh.timeout_s:g} s for the node to register."
+        f"Make {host} node {node_id} of {loaded.name}'s cluster over SSH ({ssh.target(host)})? It installs "
+        f"llmgw {plan.release.version} there, the engine user, a certificate, agent.yaml and the "
+        f"llmgw-agent service, then waits up to {ssh.timeout_s:g} s for the node to register."
     )
     return Prepared(f"Add node {node_id}", question, run)
 
@@ -185,32 +199,28 @@ def prepare_control_plane(
     machine = ssh.machine(host)
     loaded, admin = cluster_of(config)
     where = address or host
-
-    def run(report: Report) -> str:
-        report(f"adding control plane {name} on {ssh.user}@{host}:{ssh.port}")
-        with tempfile.TemporaryDirectory(prefix="llmgw-server-add-") as scratch:
-            return _onboard(
-                machine,
-                lambda: server_plan(
-                    loaded,
-                    admin,
-                    machine,
-                    name=name,
-                    address=where,
-                    http_port=http_port,
-                    agent_port=agent_port,
-                    vip=vip,
-                    interface=interface,
-                    scratch=Path(scratch),
-                ),
-                report,
-            )
-
+    plan, run = _onboarding(
+        machine,
+        lambda scratch: server_plan(
+            loaded,
+            admin,
+            machine,
+            name=name,
+            address=where,
+            http_port=http_port,
+            agent_port=agent_port,
+            vip=vip,
+            interface=interface,
+            scratch=scratch,
+        ),
+        "llmgw-server-add-",
+        f"adding control plane {name} on {ssh.user}@{host}:{ssh.port}",
+    )
     floating = f" keepalived's configuration keeping {vip} (on {interface}) on the leader," if vip else ""
     question = (
-        f"Make {host} control plane {name} of {loaded.name}'s cluster over SSH ({ssh.what(host)})? It "
-        f"installs llmgw there, a certificate, server.yaml (the cluster's store, /v1 and /api on "
-        f"{where}:{http_port}, agents on {where}:{agent_port}),{floating} the "
+        f"Make {host} control plane {name} of {loaded.name}'s cluster over SSH ({ssh.target(host)})? It "
+        f"installs llmgw {plan.release.version} there, a certificate, server.yaml (the cluster's store, "
+        f"/v1 and /api on {where}:{http_port}, agents on {where}:{agent_port}),{floating} the "
         f"llmgw-server service, then waits up to {ssh.timeout_s:g} s for the cluster to list it."
     )
     return Prepared(f"Add control plane {name}", question, run)
