@@ -323,6 +323,9 @@ class _SshForm(_Form):
     ) -> Vertical:
         return Vertical(Label(label), Input(value, id=name, type=kind), classes="field")
 
+    def checking(self) -> None:
+        self.say("checking the cluster, the names and the release…")
+
     def options(self) -> Ssh:
         try:
             timeout = float(self.value("timeout") or self.ssh.timeout_s)
@@ -357,6 +360,7 @@ class AddNodeDialog(_SshForm):
         yield from self.ssh_fields()
 
     async def submit(self) -> Prepared:
+        self.checking()
         return await asyncio.to_thread(
             prepare_node,
             self.value("config"),
@@ -388,6 +392,7 @@ class AddControlPlaneDialog(_SshForm):
         yield from self.ssh_fields()
 
     async def submit(self) -> Prepared:
+        self.checking()
         return await asyncio.to_thread(
             prepare_control_plane,
             self.value("config"),
