@@ -9,6 +9,7 @@ the agent runs detached with a pid file, which the test checks.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ import pytest
 from llmgw.testing import sshd
 from llmgw.testing.cluster import Cluster, free_port
 from llmgw.testing.components import missing
+
+from .console_ssh import no_context, run_in_console
 
 pytestmark = [
     pytest.mark.e2e,
@@ -79,8 +82,8 @@ def agent_pid(root: Path) -> int:
     return pid
 
 
-def test_node_add_installs_registers_and_changes_nothing_the_second_time(
-    tmp_path: Path, machine: sshd.Sshd, cluster: Cluster, signed: Path
+def test_node_add_installs_registers_and_changes_nothing_the_second_time_nor_from_the_console(
+    tmp_path: Path, machine: sshd.Sshd, cluster: Cluster, signed: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "machine"
     try:
@@ -109,6 +112,21 @@ def test_node_add_installs_registers_and_changes_nothing_the_second_time(
             assert f"  {step:<12} unchanged: " in second.stdout, second.stdout
         assert "nothing changed" in second.stdout
         assert agent_pid(root) == pid
+
+        # the console's add-node runs the same steps: with the command's inputs, nothing to change
+        no_context(monkeypatch, tmp_path)
+        fields: dict[str, str | bool] = {
+            "config": str(cluster.home / "server.yaml"), "host": "127.0.0.1", "name": "n1",
+            "metrics_port": str(METRICS_PORT), "port": str(machine.port), "identity": str(machine.key),
+            "known_hosts": str(machine.known_hosts), "release": str(signed), "python": sys.executable,
+            "installed_deps": True, "timeout": "60",
+        }  # fmt: skip
+        ran = asyncio.run(run_in_console(cluster.admin, "add-node", fields, root=root))
+        assert "Make 127.0.0.1 node n1 of cp1's cluster over SSH" in ran.question
+        assert ran.result == "done: nothing changed (all steps as they were)", ran.progress
+        assert [line.split()[0] for line in ran.progress] == ["adding", *STEPS]
+        assert all(" unchanged: " in line for line in ran.progress[2:-1]), ran.progress
+        assert ran.nodes == ["n1"] and agent_pid(root) == pid
     finally:
         sshd.stop_detached(root, "llmgw-agent", "etc/llmgw/agent.yaml")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -11,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.controlplane.config import load_server_config
 from llmgw.testing import postgres, sshd
 from llmgw.testing.cluster import Cluster, free_port
 from llmgw.testing.components import missing
+
+from .console_ssh import no_context, run_in_console
 
 pytestmark = [
     pytest.mark.e2e,
@@ -27,6 +31,7 @@ pytestmark = [
 
 
 SOURCE = Path(__file__).resolve().parents[2]
+VIP = "10.99.0.100/24"
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +73,12 @@ def server_add(
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
 
 
-def test_server_add_starts_a_standby_that_joins_and_changes_nothing_the_second_time(
+def test_server_add_starts_a_joining_standby_unchanged_the_second_time_and_the_console_adds_its_vip(
     tmp_path: Path,
     machine: sshd.Sshd,
     cluster: Cluster,
     signed: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     root = tmp_path / "machine"
     ports = (free_port(), free_port())
@@ -88,5 +94,21 @@ def test_server_add_starts_a_standby_that_joins_and_changes_nothing_the_second_t
         second = server_add(cluster, machine, root, signed, ports)
         assert second.returncode == 0, second.stdout + second.stderr
         assert " changed:" not in second.stdout and "nothing changed" in second.stdout, second.stdout
+
+        # the console's add-control-plane, with a floating address: its certificate covers it, keepalived's
+        # configuration and server.yaml name it, and the standby is restarted with them
+        no_context(monkeypatch, tmp_path)
+        fields: dict[str, str | bool] = {
+            "config": str(cluster.home / "server.yaml"), "host": "127.0.0.1", "name": "cp2",
+            "http_port": str(ports[0]), "agent_port": str(ports[1]), "vip": VIP, "interface": "lo",
+            "port": str(machine.port), "identity": str(machine.key), "known_hosts": str(machine.known_hosts),
+            "release": str(signed), "python": sys.executable, "installed_deps": True, "timeout": "60",
+        }  # fmt: skip
+        ran = asyncio.run(run_in_console(cluster.admin, "add-control-plane", fields, root=root))
+        assert f"keeping {VIP} (on lo) on the leader" in ran.question
+        assert ran.result == "done: certificate, config, service changed", ran.progress
+        written = load_server_config(root / "etc/llmgw/server.yaml")
+        assert written.leadership.vip == VIP and VIP in (root / "etc/llmgw/keepalived.conf").read_text()
+        assert "cp2" in ran.control_planes
     finally:
         sshd.stop_detached(root, "llmgw-server", "etc/llmgw/server.yaml")
