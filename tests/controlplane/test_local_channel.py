@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -207,3 +208,25 @@ async def test_models_kept_in_use_go_back_once_per_model_and_tick(pair: tuple[Ma
     worker.following.used("lm")
     await eventually(lambda: len(main.requests) == 2, timeout_s=2)
     assert main.requests == [Used("lm"), Used("m")]
+
+
+async def test_a_worker_of_the_previous_release_is_served_the_same_lines(
+    pair: tuple[Main, Worker], tmp_path: Path
+) -> None:
+    """Workers left serving across the plane's own restart run the code they started with: the lines stay
+    those of the release before versions were stated (one JSON object each, read without ``v``)."""
+    main, _ = pair
+    reader, writer = await asyncio.open_unix_connection(str(tmp_path / SOCKET_NAME))
+    try:
+        writer.write(b'{"kind":"hello","pid":4242}\n{"kind":"wanted","model":"m"}\n')
+        kinds = []
+        while "serves" not in kinds:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            event = json.loads(line)
+            assert isinstance(event, dict) and line.endswith(b"\n")
+            kinds.append(event["kind"])
+        assert kinds[0] == "copy" and kinds[-2:] == ["live", "serves"]
+        assert "replica_ready" in kinds and "keys_replaced" in kinds
+        await eventually(lambda: 4242 in main.server.pids.values() and Wanted("m") in main.requests)
+    finally:
+        writer.close()

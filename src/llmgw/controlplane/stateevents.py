@@ -259,7 +259,7 @@ Event: TypeAlias = ServerEvent | Request
 
 def encode(event: Event) -> bytes:
     """``event`` as one frame."""
-    codec = _CODECS.get(event.kind)
+    codec = _CODECS.get(getattr(event, "kind", None))  # type: ignore[arg-type]
     if codec is None or not isinstance(event, codec.type):
         raise TypeError(f"{event!r} is no event of the state protocol")
     return json.dumps(
@@ -296,7 +296,7 @@ def decode(frame: bytes) -> Event:
         raise BadFrame(f"a {kind!r} frame has a field that is wrong: {why}", _HINT) from None
 
 
-_HINT = "the other side speaks another protocol or is broken; its stream is dropped or the frame skipped"
+_HINT = "run one llmgw release on both sides; the frame is skipped, or a follower takes a new full copy"
 
 
 def _shown(frame: bytes, most: int = 120) -> str:
