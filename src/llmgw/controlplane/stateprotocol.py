@@ -69,6 +69,8 @@ TICK_S = 0.2
 """How often a follower sends its sums, and a worker's server looks whether it serves /v1 itself."""
 PENDING_MAX = 100_000
 """Requests a follower keeps while no stream is up; past that the oldest are dropped."""
+FRAMES_KEPT = 4096
+"""Encoded events a server keeps for its other followers."""
 
 
 # -- the server ---------------------------------------------------------------------------------------
@@ -112,6 +114,9 @@ class StateServer:
         self._tick_s = tick_s
         self.followers: set[Follower] = set()
         """The followers connected now."""
+        self._frames: dict[int, tuple[ServerEvent, bytes]] = {}
+        """The last events encoded, by identity: each change (and each part of a full copy kept in
+        the state) is encoded once for all followers."""
 
     async def serve(self, channel: StateChannel, name: str) -> None:
         """Publish to the follower at the other end of ``channel`` until either side ends the stream."""
@@ -133,6 +138,16 @@ class StateServer:
             await asyncio.wait({sending, taking})
             await channel.close()
 
+    def _frame(self, event: ServerEvent) -> bytes:
+        cached = self._frames.get(id(event))
+        if cached is not None and cached[0] is event:
+            return cached[1]
+        frame = encode(event)
+        if len(self._frames) >= FRAMES_KEPT:
+            del self._frames[next(iter(self._frames))]
+        self._frames[id(event)] = (event, frame)  # the event is held: its id is not reused meanwhile
+        return frame
+
     async def tell(self, follower: Follower, event: ServerEvent) -> None:
         """Send ``follower`` one event now (a worker asked for its metrics); nothing if its stream ended."""
         with contextlib.suppress(ChannelClosed):
@@ -142,7 +157,7 @@ class StateServer:
         channel = follower.channel
         with contextlib.suppress(ChannelClosed):
             for event in (*copy, *self._part.tick(follower)):
-                await channel.send(encode(event))
+                await channel.send(self._frame(event))
             while self._part.going():
                 try:
                     queued = await within(queue.get(), self._tick_s)
@@ -152,7 +167,7 @@ class StateServer:
                     if isinstance(queued, Overflow):
                         log.info("%s fell behind the gateway's state: its stream ends", follower.name)
                         return  # it connects again and takes a new full copy
-                    await channel.send(encode(queued))
+                    await channel.send(self._frame(queued))
                     queued = queue.get_nowait() if not queue.empty() else None
                 for event in self._part.tick(follower):
                     await channel.send(encode(event))
