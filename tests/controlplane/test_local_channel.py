@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ import pytest
 
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerChannelServer, WorkerFollowing
+from llmgw.controlplane.stateevents import Request, UsageSummed, Used, Wanted
 from llmgw.core.backoff import Backoff
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
@@ -37,7 +39,7 @@ class Main:
     def __init__(self, path: Path) -> None:
         self.gateway = Gateway()
         self.state = GatewayState(self.gateway.feed)
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[Request] = []
         self.serving = True
         self.server = WorkerChannelServer(
             self.state, self.gateway.limiter, self.requests.append, serves=lambda: self.serving
@@ -125,8 +127,8 @@ async def test_requests_and_limit_counts_go_back_and_the_totals_come_to_every_wo
     ticket = worker.gateway.limiter.admit(key("k1", "sk-1"), "m")
     assert ticket is not None
     ticket.spend(40)
-    worker.following.request({"kind": "wanted", "model": "m"})
-    await eventually(lambda: main.requests == [{"kind": "wanted", "model": "m"}], timeout_s=2)
+    worker.following.request(Wanted("m"))
+    await eventually(lambda: main.requests == [Wanted("m")], timeout_s=2)
     main_meter = main.gateway.limiter.meter("project:acme/ml/chat")
     assert main_meter is not None
     await eventually(lambda: main_meter.day_used == 40 and main_meter.unsaved == 40, timeout_s=3)
@@ -142,7 +144,7 @@ async def test_a_worker_keeps_its_copy_and_requests_while_the_channel_is_down_th
     await main.stop()
     await eventually(lambda: not worker.following.connected, timeout_s=2)
     assert worker.gateway.keys.lookup("sk-1") is not None  # still serving from its copy
-    worker.following.request({"kind": "used", "model": "m"})
+    worker.following.request(Used("m"))
     main.gateway.feed.keys_replaced([key("k3", "sk-3")])
     main.gateway.feed.replica_gone("r1")
     main.start()
@@ -150,7 +152,7 @@ async def test_a_worker_keeps_its_copy_and_requests_while_the_channel_is_down_th
     assert worker.gateway.keys.lookup("sk-1") is None
     assert worker.gateway.keys.lookup("sk-3") is not None
     assert worker.gateway.replicas.ready("m") == []  # the copy named no replica: the old one forgotten
-    await eventually(lambda: {"kind": "used", "model": "m"} in main.requests, timeout_s=2)
+    await eventually(lambda: Used("m") in main.requests, timeout_s=2)
 
 
 async def test_the_control_plane_sees_the_requests_a_worker_has_in_flight(pair: tuple[Main, Worker]) -> None:
@@ -184,12 +186,12 @@ async def test_a_workers_usage_goes_back_summed_a_line_per_tick_and_waits_while_
         worker.following.usage(UsageRecord("k1", "m", "r1", 5, 2, status, 0.25, place="project:1"))
 
     def sums() -> list[list[Any]]:
-        return [row for r in main.requests if r["kind"] == "usage_sums" for row in r["sums"]]
+        return [row for r in main.requests if isinstance(r, UsageSummed) for row in r.rows()]
 
     await eventually(
         lambda: sums() == [["k1", "m", "project:1", 3, 1, 15, 6, 0.75, 0, 0.0, 0.0]], timeout_s=2
     )
-    assert [r["kind"] for r in main.requests] == ["usage_sums"]  # one line for the three requests
+    assert [r.kind for r in main.requests] == ["usage_sums"]  # one line for the three requests
     await main.stop()
     await eventually(lambda: not worker.following.connected, timeout_s=2)
     worker.following.usage(UsageRecord("k2", "m", "r1", 1, 0, 200, 0.5))
@@ -205,4 +207,26 @@ async def test_models_kept_in_use_go_back_once_per_model_and_tick(pair: tuple[Ma
         worker.following.used("m")
     worker.following.used("lm")
     await eventually(lambda: len(main.requests) == 2, timeout_s=2)
-    assert main.requests == [{"kind": "used", "model": "lm"}, {"kind": "used", "model": "m"}]
+    assert main.requests == [Used("lm"), Used("m")]
+
+
+async def test_a_worker_of_the_previous_release_is_served_the_same_lines(
+    pair: tuple[Main, Worker], tmp_path: Path
+) -> None:
+    """Workers left serving across the plane's own restart run the code they started with: the lines stay
+    those of the release before versions were stated (one JSON object each, read without ``v``)."""
+    main, _ = pair
+    reader, writer = await asyncio.open_unix_connection(str(tmp_path / SOCKET_NAME))
+    try:
+        writer.write(b'{"kind":"hello","pid":4242}\n{"kind":"wanted","model":"m"}\n')
+        kinds = []
+        while "serves" not in kinds:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            event = json.loads(line)
+            assert isinstance(event, dict) and line.endswith(b"\n")
+            kinds.append(event["kind"])
+        assert kinds[0] == "copy" and kinds[-2:] == ["live", "serves"]
+        assert "replica_ready" in kinds and "keys_replaced" in kinds
+        await eventually(lambda: 4242 in main.server.pids.values() and Wanted("m") in main.requests)
+    finally:
+        writer.close()

@@ -17,18 +17,30 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.gatewaystate import QUEUE_MAX, GatewayState, apply, encode
+from llmgw.controlplane.gatewaystate import OVERFLOW, QUEUE_MAX, GatewayState, apply, change_event
 from llmgw.controlplane.leadership import Identity, Leadership
 from llmgw.controlplane.limit_sharing import LimitSharing
 from llmgw.controlplane.relaying import StandbyForwarding
+from llmgw.controlplane.stateevents import (
+    Counted,
+    InFlight,
+    Live,
+    ReplicaFailed,
+    Request,
+    StateChange,
+    Usage,
+    UsageSummed,
+    Used,
+    Wanted,
+    decode,
+    encode,
+)
 from llmgw.controlplane.statestream import (
     RuntimeAdapters,
     StateFollowing,
     StateServing,
     drop_inherited,
     request_dispatcher,
-    usage_record,
-    usage_request,
 )
 from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition, parse_model
@@ -73,7 +85,7 @@ class Plane:
         self.leadership = Leadership(
             Leases(store), Fence(name), Identity(name, f"{name}:8443", f"http://{name}:8080"), lease_s=30
         )
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[Request] = []
         self.serving = StateServing(self.state, self.leadership, self.requests.append)
 
 
@@ -140,15 +152,17 @@ def fill(feed: GatewayFeed) -> None:
     feed.kv_blocks(KvBlocksUpdate(model="m", replica_id="r1", removed=(3,)))
 
 
-def test_every_change_of_the_feed_round_trips_as_an_event() -> None:
+def test_every_change_of_the_feed_round_trips_as_an_event_and_a_frame() -> None:
     leader, standby = Gateway(), Gateway()
-    told: list[dict[str, Any]] = []
-    leader.feed.listen(lambda change, args: told.append(encode(change, args)))
+    told: list[StateChange] = []
+    leader.feed.listen(lambda change, args: told.append(change_event(change, args)))
     fill(leader.feed)
     leader.feed.limits_counted({"key:k1": (10, 20)})
     leader.feed.set_stopped(True)
     for event in told:
-        apply(event, standby.feed)
+        read = decode(encode(event))
+        assert isinstance(read, type(event))
+        apply(read, standby.feed)  # type: ignore[arg-type]
     assert standby.keys.lookup("sk-1") == leader.keys.lookup("sk-1")
     assert standby.replicas.endpoints() == leader.replicas.endpoints()
     assert standby.replicas.router.kv.held("r1") == 2
@@ -158,7 +172,7 @@ def test_every_change_of_the_feed_round_trips_as_an_event() -> None:
     assert standby.catalog.entries() == leader.catalog.entries()
     assert standby.limiter.limits() == leader.limiter.limits()
     standby.limiter.plane = "cp2"
-    apply(encode("limits_shared", (divide(["cp1", "cp2"], {"cp2": {"key:k1": 4.0}}),)), standby.feed)
+    apply(change_event("limits_shared", (divide(["cp1", "cp2"], {"cp2": {"key:k1": 4.0}}),)), standby.feed)
     meter = standby.limiter.meter("key:k1")
     assert meter is not None and meter.share == pytest.approx(0.9)  # the floor's 0.1 and all the use
 
@@ -238,14 +252,13 @@ async def test_requests_reach_the_leader_and_wait_while_no_stream_is_up(planes: 
     link.refused = True
     record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5, place="user:ann", ttft_s=0.1)
     async with following(planes, link) as follower:
-        follower.request(usage_request(record))
-        follower.request({"kind": "wanted", "model": "m"})
+        follower.request(Usage(record))
+        follower.request(Wanted("m"))
         await asyncio.sleep(0)
         assert planes["cp1"].requests == []
         link.refused = False
         await eventually(lambda: len(planes["cp1"].requests) == 2)
-    assert usage_record(planes["cp1"].requests[0]) == record
-    assert planes["cp1"].requests[1] == {"kind": "wanted", "model": "m"}
+    assert planes["cp1"].requests == [Usage(record), Wanted("m")]
 
 
 def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
@@ -261,20 +274,18 @@ def test_the_leaders_dispatcher_hands_each_request_to_its_part() -> None:
     record = UsageRecord("k1", "m", "r1", 3, 4, 200, 0.5)
     sums = [["k1", "m", "", 2, 0, 6, 8, 1.0, 0, 0.0, 1.0]]
     for request in (
-        usage_request(record),
-        {"kind": "usage_sums", "sums": sums},
-        {"kind": "wanted", "model": "a"},
-        {"kind": "used", "model": "b"},
-        {"kind": "replica_failed", "replica_id": "r1", "reason": "refused"},
-        {"kind": "counted", "tokens": {"key:k1": 12}, "plane": "cp2"},
-        {"kind": "counted", "tokens": {"key:k1": 1}},  # from a plane of an older release
+        Usage(record),
+        UsageSummed(tuple(tuple(row) for row in sums)),
+        Wanted("a"),
+        Used("b"),
+        ReplicaFailed("r1", "refused"),
+        Counted({"key:k1": 12}, "cp2"),
+        Counted({"key:k1": 1}),  # from a plane of an older release (tests/controlplane/test_state_events.py)
     ):
         dispatch(request)
     assert seen == [record, sums, "a", "b", ("r1", "refused"), ({"key:k1": 12}, "cp2"), ({"key:k1": 1}, "")]
-    with pytest.raises(ValueError, match="unknown request"):
-        dispatch({"kind": "write-the-store"})
-    with pytest.raises(TypeError, match="as a list"):
-        dispatch({"kind": "usage_sums", "sums": {"k1": 2}})
+    with pytest.raises(ValueError, match="unknown request 'in_flight'"):
+        dispatch(InFlight({}, {}))  # a worker's, which its control plane keeps
 
 
 async def test_the_leader_refuses_nodes_unlisted_planes_and_a_standby_refuses_to_stream(
@@ -360,12 +371,12 @@ async def test_a_standby_leaves_requests_naming_a_runtime_adapter_to_the_leader(
 def test_a_subscriber_that_falls_too_far_behind_is_dropped_to_take_a_new_full_copy() -> None:
     state = GatewayState(Gateway().feed)
     copy, queue = state.subscribe()
-    assert copy[-1] == {"kind": "live"}
+    assert copy[-1] == Live()
     for n in range(QUEUE_MAX + 1):
         state.feed.set_stopped(n % 2 == 0)
     assert queue.qsize() == QUEUE_MAX + 1
     events = [queue.get_nowait() for _ in range(queue.qsize())]
-    assert events[-1] == {"kind": "overflow"}  # its stream ends; the standby reconnects for a full copy
+    assert events[-1] is OVERFLOW  # its stream ends; the standby reconnects for a full copy
     state.feed.set_stopped(False)
     assert queue.empty()  # no longer fed
 
@@ -455,7 +466,7 @@ def mixed_usage(n: int, start: int = 0) -> list[UsageRecord]:
     ]
 
 
-async def stored(requests: list[dict[str, Any]]) -> list[UsageEntry]:
+async def stored(requests: list[Request]) -> list[UsageEntry]:
     """The rows the leader's usage writer stores for ``requests`` (as its dispatcher hands them on)."""
     rows = UsageRows()
     writer = UsageWriter(rows, lambda: NOW, interval_s=3600)
@@ -471,7 +482,7 @@ async def test_a_standbys_usage_reaches_the_leader_as_sums_once_per_tick_and_is_
     planes: dict[str, Plane],
 ) -> None:
     records = mixed_usage(1000)
-    leaders: list[dict[str, Any]] = []  # the leader's own gateway: each request done at once
+    leaders: list[Request] = []  # the leader's own gateway: each request done at once
     leader = StateFollowing(
         planes["cp1"].state, planes["cp1"].leadership, Link(planes, "cp2"), leaders.append
     )
@@ -484,12 +495,12 @@ async def test_a_standbys_usage_reaches_the_leader_as_sums_once_per_tick_and_is_
         for record in records:
             follower.usage(record)
             follower.used(record.model)
-        await eventually(lambda: sum(r["kind"] == "used" for r in planes["cp1"].requests) == 2)
-        await eventually(lambda: any(r["kind"] == "usage_sums" for r in planes["cp1"].requests))
+        await eventually(lambda: sum(isinstance(r, Used) for r in planes["cp1"].requests) == 2)
+        await eventually(lambda: any(isinstance(r, UsageSummed) for r in planes["cp1"].requests))
     sent = planes["cp1"].requests
     # one message for the thousand requests (they came within one tick), one per model used
-    assert sorted(r["kind"] for r in sent) == ["usage_sums", "used", "used"]
-    assert sorted(r["model"] for r in sent if r["kind"] == "used") == ["e", "m"]
+    assert sorted(r.kind for r in sent) == ["usage_sums", "used", "used"]
+    assert sorted(r.model for r in sent if isinstance(r, Used)) == ["e", "m"]
     rows = await stored(sent)
     assert rows == await stored(leaders)
     assert sum(row.requests for row in rows) == 1000
@@ -513,13 +524,13 @@ async def test_a_standbys_usage_is_held_as_sums_while_the_stream_is_down_and_sen
         for record in during:  # no stream to send on: summed, however many
             follower.usage(record)
         follower.used("m")
-        follower.request({"kind": "wanted", "model": "e"})
+        follower.request(Wanted("e"))
         link.refused = False
         await eventually(lambda: len(sent) == 4)
-    assert sorted(r["kind"] for r in sent[1:]) == ["usage_sums", "used", "wanted"]
+    assert sorted(r.kind for r in sent[1:]) == ["usage_sums", "used", "wanted"]
     rows = await stored(sent)
     assert sum(row.requests for row in rows) == 1000  # none lost, none counted twice
-    assert rows == await stored([usage_request(record) for record in before + during])
+    assert rows == await stored([Usage(record) for record in before + during])
 
 
 async def test_a_standby_that_comes_to_lead_does_the_usage_it_held_itself_none_lost_none_twice(
@@ -540,11 +551,11 @@ async def test_a_standby_that_comes_to_lead_does_the_usage_it_held_itself_none_l
         await planes["cp1"].leadership.resign()
         await planes["cp2"].leadership.round()
         assert planes["cp2"].leadership.serving
-        await eventually(lambda: any(r["kind"] == "usage_sums" for r in own))
+        await eventually(lambda: any(isinstance(r, UsageSummed) for r in own))
         for record in after:  # leading now: each request's usage done at once
             follower.usage(record)
     assert not planes["cp1"].requests
-    assert sorted(r["kind"] for r in own[:2]) == ["usage_sums", "used"]
+    assert sorted(r.kind for r in own[:2]) == ["usage_sums", "used"]
     rows = await stored(own)
     assert sum(row.requests for row in rows) == 500
-    assert rows == await stored([usage_request(record) for record in held + after])
+    assert rows == await stored([Usage(record) for record in held + after])

@@ -13,7 +13,7 @@ from llmgw.core.relays import RelayPeer
 from llmgw.protocol.channels import ControlChannel
 from llmgw.protocol.grpc_client import GrpcConnector
 from llmgw.protocol.grpc_transport import AgentServer
-from llmgw.testing.channel_conformance import WAIT_S, Pair, PairFactory, memory_pairs
+from llmgw.testing.channel_conformance import WAIT_S, Pair, PairFactory, memory_pairs, unix_pairs
 
 from .cluster_pki import Pki, make_pki
 
@@ -54,9 +54,11 @@ def grpc_pairs(pki: Pki) -> PairFactory:
     return opened
 
 
-@pytest.fixture(params=["memory", "grpc"])
+@pytest.fixture(params=["memory", "grpc", "unix"])
 def channel_pairs(request: pytest.FixtureRequest, pki: Pki) -> PairFactory:
-    """Each implementation of the agent stream in turn."""
+    """Each implementation of the channel in turn."""
     if request.param == "memory":
         return memory_pairs
+    if request.param == "unix":
+        return unix_pairs
     return grpc_pairs(pki)

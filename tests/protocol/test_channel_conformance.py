@@ -1,4 +1,5 @@
-"""Every agent stream implementation (in memory, gRPC with mutual TLS) keeps the contract of channels.py."""
+"""Every channel implementation (in memory, gRPC with mutual TLS, a Unix socket) keeps the contract of
+channels.py."""
 
 from __future__ import annotations
 

@@ -1,15 +1,16 @@
-"""The gateway state stream over real gRPC with mutual TLS: JSON objects both ways, the caller named by its
-certificate, refusals before anything is sent, and either side's close ending the stream for both.
+"""The gateway state stream over real gRPC with mutual TLS: the state protocol's frames both ways, as
+sent, the caller named by its certificate, refusals before anything is sent, and either side's close
+ending the stream for both.
 
 The leader's side is a handler here (the control plane's is ``controlplane/statestream.py``, tested in
-memory in tests/controlplane/test_state_stream.py).
+memory in tests/controlplane/test_state_stream.py); the frames are opaque to the channel
+(``controlplane/stateevents.py`` reads them).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -39,12 +40,12 @@ class Leader:
             raise Unauthorized(f"the certificate {peer.name!r} is a node's", "only control planes follow")
         if not self.leading:
             raise NotLeader("cp1 does not lead", "ask the leader")
-        await channel.send({"kind": "copy", "replica_ids": ["r1"]})
-        await channel.send({"kind": "live"})
+        await channel.send(b'{"v":1,"kind":"copy","replica_ids":["r1"]}')
+        await channel.send(b'{"v":1,"kind":"live"}')
         try:
             while True:
                 got = await channel.receive()
-                await channel.send({"kind": "echo", "got": got})
+                await channel.send(b"echo " + got)
         except ChannelClosed:
             self.ended.set()
 
@@ -71,26 +72,25 @@ async def target(pki: Pki, leader: Leader) -> AsyncIterator[str]:
     await server.stop()
 
 
-async def receive(channel: StateChannel) -> dict[str, Any]:
+async def receive(channel: StateChannel) -> bytes:
     return await asyncio.wait_for(channel.receive(), WAIT_S)
 
 
-async def test_a_control_plane_gets_the_stream_and_both_ways_carry_json(
+async def test_a_control_plane_gets_the_stream_and_both_ways_carry_the_frames_as_sent(
     pki: Pki, target: str, leader: Leader
 ) -> None:
     channel = await GrpcConnector(target, pki.server).gateway_state(WAIT_S)
-    assert await receive(channel) == {"kind": "copy", "replica_ids": ["r1"]}
-    assert await receive(channel) == {"kind": "live"}
-    await channel.send({"kind": "usage", "record": {"prompt_tokens": 3}})
-    assert await receive(channel) == {
-        "kind": "echo",
-        "got": {"kind": "usage", "record": {"prompt_tokens": 3}},
-    }
+    assert await receive(channel) == b'{"v":1,"kind":"copy","replica_ids":["r1"]}'
+    assert await receive(channel) == b'{"v":1,"kind":"live"}'
+    await channel.send(b'{"v":1,"kind":"wanted","model":"m"}')
+    assert await receive(channel) == b'echo {"v":1,"kind":"wanted","model":"m"}'
+    await channel.send(b"\x00 not a frame the codec reads \n")  # the channel carries any bytes
+    assert await receive(channel) == b"echo \x00 not a frame the codec reads \n"
     assert leader.peers == [RelayPeer("cp1", control_plane=True)]
     await channel.close()
     await asyncio.wait_for(leader.ended.wait(), WAIT_S)  # the standby's close ends the leader's side
     with pytest.raises(ChannelClosed):
-        await channel.send({"kind": "wanted", "model": "m"})
+        await channel.send(b'{"v":1,"kind":"wanted","model":"m"}')
 
 
 async def test_a_nodes_certificate_is_refused_before_anything_is_sent(pki: Pki, target: str) -> None:
@@ -112,7 +112,7 @@ async def test_the_leader_going_away_ends_the_standbys_stream(pki: Pki, leader: 
     server = AgentServer(no_session, no_blobs, pki.server, "127.0.0.1", 0, state=leader)
     port = await server.start()
     channel = await GrpcConnector(f"127.0.0.1:{port}", pki.server).gateway_state(WAIT_S)
-    assert (await receive(channel))["kind"] == "copy"
+    assert b'"copy"' in await receive(channel)
     await server.stop()
     with pytest.raises(ChannelClosed):
         while True:

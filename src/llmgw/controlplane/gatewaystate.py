@@ -1,141 +1,121 @@
-"""The gateway's state as serialisable change events: recorded on one plane, applied on another.
+"""The gateway's state as typed change events: recorded on one plane, applied on another.
 
 Every change a gateway is told comes through its
 :class:`~llmgw.gateway.feeding.GatewayFeed`. :class:`GatewayState` listens to
 a feed and keeps what it was told (ready replicas with their addresses, keys
 and engines; the catalog; the API keys and their places; the limits, the
-planes' shares of them and their counts; each replica's KV blocks; the stopped flag) as plain data, so that it
-can give, at any moment:
+planes' shares of them and their counts; each replica's KV blocks; the stopped flag) as
+events, so that it can give, at any moment:
 
 - a **full copy** (:meth:`GatewayState.full_copy`): the events that bring an
-  empty or stale gateway to the same state, ending with ``{"kind": "live"}``;
+  empty or stale gateway to the same state, from :class:`~llmgw.controlplane.stateevents.Copy`
+  to :class:`~llmgw.controlplane.stateevents.Live`;
 - the **changes** from then on, to every subscriber's queue
   (:meth:`GatewayState.subscribe`).
 
-:func:`apply` plays one event into another feed. An event is a JSON-ready
-``dict`` with a ``kind`` (the feed's method) and that method's arguments;
-:func:`encode` and :func:`apply` are the only places that know the shapes.
-The stream that carries them is :mod:`llmgw.controlplane.statestream`.
+:func:`change_event` turns a feed's change into its event
+(:mod:`llmgw.controlplane.stateevents`, which also holds the one codec), and
+:func:`apply` plays one into another feed. The server and the follower that
+carry them are in :mod:`llmgw.controlplane.stateprotocol`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
-from llmgw.core.catalog import ModelDefinition
+from llmgw.controlplane.stateevents import (
+    CatalogReplaced,
+    Copy,
+    KeysReplaced,
+    KvBlocks,
+    LimitsCounted,
+    LimitsReplaced,
+    LimitsShared,
+    Live,
+    ReplicaDraining,
+    ReplicaGone,
+    ReplicaReady,
+    ServerEvent,
+    StateChange,
+    StoppedSet,
+)
 from llmgw.core.kvblocks import KvBlocksUpdate
-from llmgw.core.limits import Limits
-from llmgw.core.limitshares import PlaneShares
-from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway.feeding import GatewayFeed
-from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.replicas import ReplicaEndpoint
 
 log = logging.getLogger(__name__)
-
-Event = dict[str, Any]
-
-LIVE: Event = {"kind": "live"}
-"""Ends a full copy: the receiver now holds the sender's whole state."""
 
 QUEUE_MAX = 10_000
 """Changes a subscriber may fall behind by; past that it is dropped (it reconnects and gets a full copy)."""
 
 
-def _endpoint(endpoint: ReplicaEndpoint) -> dict[str, Any]:
-    return {
-        "replica_id": endpoint.replica_id,
-        "model": endpoint.model,
-        "base_url": endpoint.base_url,
-        "api_key": endpoint.api_key,
-        "capacity": endpoint.capacity,
-        "engine": endpoint.engine,
-    }
+class Overflow:
+    """Put last in the queue of a subscriber that fell :data:`QUEUE_MAX` changes behind: it was dropped
+    (its server ends the stream; the follower connects again and takes a full copy)."""
+
+    def __repr__(self) -> str:
+        return "OVERFLOW"
 
 
-def _key(entry: KeyEntry) -> dict[str, Any]:
-    return {
-        "key_id": entry.key_id,
-        "name": entry.name,
-        "secret_hash": entry.secret_hash,
-        "owner": entry.owner,
-        "at": str(entry.place.at),
-        "memberships": sorted(str(owner) for owner in entry.place.memberships),
-        "collections": list(entry.collections),
-    }
+OVERFLOW: Final = Overflow()
+
+Queued = StateChange | Overflow
+"""What a subscriber's queue holds."""
 
 
-def _key_entry(data: Mapping[str, Any]) -> KeyEntry:
-    place = Place(Owner.parse(data["at"]), frozenset(Owner.parse(text) for text in data["memberships"]))
-    collections = tuple(data.get("collections", ()))  # absent from a peer of an earlier version
-    return KeyEntry(data["key_id"], data["name"], data["secret_hash"], data["owner"], place, collections)
-
-
-def _kv(update: KvBlocksUpdate) -> dict[str, Any]:
-    return {
-        "model": update.model,
-        "replica_id": update.replica_id,
-        "stored": list(update.stored),
-        "removed": list(update.removed),
-        "reset": update.reset,
-        "hash_seed": update.hash_seed,
-        "block_size": update.block_size,
-    }
-
-
-def encode(change: str, args: tuple[Any, ...]) -> Event:
-    """A feed's change (its method's name and arguments) as an event."""
+def change_event(change: str, args: tuple[Any, ...]) -> StateChange:
+    """A feed's change (its method's name and arguments, :meth:`GatewayFeed.listen`) as an event."""
     if change == "replica_ready":
         endpoint, paths = args
-        return {"kind": change, "endpoint": _endpoint(endpoint), "adapter_paths": dict(paths)}
-    if change in ("replica_gone", "replica_draining"):
-        return {"kind": change, "replica_id": args[0]}
+        return ReplicaReady(endpoint, dict(paths))
+    if change == "replica_gone":
+        return ReplicaGone(args[0])
+    if change == "replica_draining":
+        return ReplicaDraining(args[0])
     if change == "catalog_replaced":
-        return {"kind": change, "models": [m.model_dump(mode="json") for m in args[0]]}
+        return CatalogReplaced(tuple(args[0]))
     if change == "keys_replaced":
-        return {"kind": change, "keys": [_key(k) for k in args[0]]}
+        return KeysReplaced(tuple(args[0]))
     if change == "limits_replaced":
-        return {"kind": change, "limits": {s: lim.as_dict() for s, lim in args[0].items()}}
+        return LimitsReplaced(dict(args[0]))
     if change == "limits_shared":
-        return {"kind": change, "shares": args[0].as_dict()}
+        return LimitsShared(args[0])
     if change == "limits_counted":
-        return {"kind": change, "used": {s: list(pair) for s, pair in args[0].items()}}
+        return LimitsCounted(dict(args[0]))
     if change == "kv_blocks":
-        return {"kind": change, "update": _kv(args[0])}
+        return KvBlocks(args[0])
     if change == "set_stopped":
-        return {"kind": change, "stopped": bool(args[0])}
+        return StoppedSet(bool(args[0]))
     raise ValueError(f"the gateway feed has no change {change!r}")
 
 
-def apply(event: Event, feed: GatewayFeed) -> None:
-    """Play one event into ``feed`` (``live`` changes nothing: :class:`GatewayState` marks it)."""
-    kind = event["kind"]
-    if kind == "replica_ready":
-        feed.replica_ready(ReplicaEndpoint(**event["endpoint"]), event["adapter_paths"])
-    elif kind == "replica_gone":
-        feed.replica_gone(event["replica_id"])
-    elif kind == "replica_draining":
-        feed.replica_draining(event["replica_id"])
-    elif kind == "catalog_replaced":
-        feed.catalog_replaced(ModelDefinition.model_validate(m) for m in event["models"])
-    elif kind == "keys_replaced":
-        feed.keys_replaced(_key_entry(k) for k in event["keys"])
-    elif kind == "limits_replaced":
-        feed.limits_replaced({s: Limits.from_dict(d) for s, d in event["limits"].items()})
-    elif kind == "limits_shared":
-        feed.limits_shared(PlaneShares.from_dict(event["shares"]))
-    elif kind == "limits_counted":
-        feed.limits_counted({s: (int(p[0]), int(p[1])) for s, p in event["used"].items()})
-    elif kind == "kv_blocks":
-        u = event["update"]
-        feed.kv_blocks(KvBlocksUpdate(**{**u, "stored": tuple(u["stored"]), "removed": tuple(u["removed"])}))
-    elif kind == "set_stopped":
-        feed.set_stopped(event["stopped"])
-    elif kind != "live":
-        raise ValueError(f"unknown gateway state event {kind!r}")
+def apply(event: StateChange, feed: GatewayFeed) -> None:
+    """Play one change into ``feed``."""
+    match event:
+        case ReplicaReady(endpoint, paths):
+            feed.replica_ready(endpoint, paths)
+        case ReplicaGone(replica_id):
+            feed.replica_gone(replica_id)
+        case ReplicaDraining(replica_id):
+            feed.replica_draining(replica_id)
+        case CatalogReplaced(models):
+            feed.catalog_replaced(models)
+        case KeysReplaced(keys):
+            feed.keys_replaced(keys)
+        case LimitsReplaced(limits):
+            feed.limits_replaced(limits)
+        case LimitsShared(shares):
+            feed.limits_shared(shares)
+        case LimitsCounted(used):
+            feed.limits_counted(used)
+        case KvBlocks(update):
+            feed.kv_blocks(update)
+        case StoppedSet(stopped):
+            feed.set_stopped(stopped)
+        case _:
+            raise ValueError(f"{event!r} is no change of a gateway's state")
 
 
 class GatewayState:
@@ -143,13 +123,13 @@ class GatewayState:
 
     def __init__(self, feed: GatewayFeed) -> None:
         self.feed = feed
-        self._replicas: dict[str, Event] = {}
+        self._replicas: dict[str, ReplicaReady] = {}
         self._draining: set[str] = set()
-        self._whole: dict[str, Event] = {}
+        self._whole: dict[str, StateChange] = {}
         """The last event of each kind that replaces a whole (catalog, keys, limits, counts, stopped)."""
-        self._kv: dict[str, tuple[Event, set[int]]] = {}
+        self._kv: dict[str, tuple[KvBlocksUpdate, set[int]]] = {}
         """Per replica: its hashing (the last update, blocks left out) and the blocks it holds."""
-        self._subscribers: list[asyncio.Queue[Event]] = []
+        self._subscribers: list[asyncio.Queue[Queued]] = []
         feed.listen(self._told)
 
     @property
@@ -158,73 +138,68 @@ class GatewayState:
         return set(self._replicas)
 
     def _told(self, change: str, args: tuple[Any, ...]) -> None:
-        event = encode(change, args)
+        event = change_event(change, args)
         self._keep(event)
         for queue in list(self._subscribers):
             if queue.qsize() >= QUEUE_MAX:
                 log.warning("a gateway state subscriber fell %d changes behind: dropped", QUEUE_MAX)
                 self._subscribers.remove(queue)
-                queue.put_nowait({"kind": "overflow"})
+                queue.put_nowait(OVERFLOW)
                 continue
             queue.put_nowait(event)
 
-    def _keep(self, event: Event) -> None:
-        kind = event["kind"]
-        if kind == "replica_ready":
-            replica_id = event["endpoint"]["replica_id"]
-            self._replicas[replica_id] = event
-            self._draining.discard(replica_id)
-        elif kind == "replica_gone":
-            self._replicas.pop(event["replica_id"], None)
-            self._draining.discard(event["replica_id"])
-            self._kv.pop(event["replica_id"], None)
-        elif kind == "replica_draining":
-            self._draining.add(event["replica_id"])
-        elif kind == "kv_blocks":
-            update = event["update"]
-            hashing, held = self._kv.get(update["replica_id"], ({}, set()))
-            if update["reset"]:
-                held = set()
-            held.update(update["stored"])
-            held.difference_update(update["removed"])
-            hashing = {**update, "stored": [], "removed": [], "reset": True}
-            self._kv[update["replica_id"]] = (hashing, held)
-        else:
-            self._whole[kind] = event
+    def _keep(self, event: StateChange) -> None:
+        match event:
+            case ReplicaReady(endpoint):
+                self._replicas[endpoint.replica_id] = event
+                self._draining.discard(endpoint.replica_id)
+            case ReplicaGone(replica_id):
+                self._replicas.pop(replica_id, None)
+                self._draining.discard(replica_id)
+                self._kv.pop(replica_id, None)
+            case ReplicaDraining(replica_id):
+                self._draining.add(replica_id)
+            case KvBlocks(update):
+                hashing, held = self._kv.get(update.replica_id, (update, set()))
+                if update.reset:
+                    held = set()
+                held.update(update.stored)
+                held.difference_update(update.removed)
+                hashing = dataclasses.replace(update, stored=(), removed=(), reset=True)
+                self._kv[update.replica_id] = (hashing, held)
+            case _:
+                self._whole[event.kind] = event
 
-    def full_copy(self) -> list[Event]:
+    def full_copy(self) -> list[ServerEvent]:
         """Events that bring a gateway to this state from any other: a receiver first forgets the
-        replicas the copy does not name (:class:`StateApplier`), then plays these; ``live`` last."""
-        events: list[Event] = [
-            {"kind": "copy", "replica_ids": sorted(self._replicas)},
-            *self._whole.values(),
-        ]
+        replicas the copy does not name (:class:`StateApplier`), then plays these; ``Live`` last."""
+        events: list[ServerEvent] = [Copy(tuple(sorted(self._replicas))), *self._whole.values()]
         for replica_id, ready in self._replicas.items():
             events.append(ready)
             if replica_id in self._draining:
-                events.append({"kind": "replica_draining", "replica_id": replica_id})
+                events.append(ReplicaDraining(replica_id))
         for hashing, held in self._kv.values():
-            events.append({"kind": "kv_blocks", "update": {**hashing, "stored": sorted(held)}})
-        events.append(LIVE)
+            events.append(KvBlocks(dataclasses.replace(hashing, stored=tuple(sorted(held)))))
+        events.append(Live())
         return events
 
-    def subscribe(self) -> tuple[list[Event], asyncio.Queue[Event]]:
+    def subscribe(self) -> tuple[list[ServerEvent], asyncio.Queue[Queued]]:
         """A full copy and, from the same instant, a queue of every change after it."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
+        queue: asyncio.Queue[Queued] = asyncio.Queue()
         self._subscribers.append(queue)
         return self.full_copy(), queue
 
-    def unsubscribe(self, queue: asyncio.Queue[Event]) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[Queued]) -> None:
         if queue in self._subscribers:
             self._subscribers.remove(queue)
 
 
 class StateApplier:
-    """A receiving plane's side: plays a leader's full copy and changes into its own feed.
+    """A following side's part: plays a server's full copy and changes into its own feed.
 
-    A ``copy`` event starts a full copy: the replicas it does not name are told
+    A :class:`Copy` starts a full copy: the replicas it does not name are told
     gone first (the old leader's view may hold replicas the new one lost). The
-    receiver holds a full copy from the first ``live`` on, and keeps it (it
+    follower holds a full copy from the first :class:`Live` on, and keeps it (it
     keeps routing with it) when the stream ends.
     """
 
@@ -232,13 +207,12 @@ class StateApplier:
         self._state = state
         self.holds_copy = False
 
-    def apply(self, event: Event) -> None:
-        kind = event["kind"]
-        if kind == "copy":
-            for replica_id in self._state.replica_ids - set(event["replica_ids"]):
-                self._state.feed.replica_gone(replica_id)
-            return
-        if kind == "live":
-            self.holds_copy = True
-            return
-        apply(event, self._state.feed)
+    def apply(self, event: StateChange | Copy | Live) -> None:
+        match event:
+            case Copy(replica_ids):
+                for replica_id in self._state.replica_ids - set(replica_ids):
+                    self._state.feed.replica_gone(replica_id)
+            case Live():
+                self.holds_copy = True
+            case _:
+                apply(event, self._state.feed)

@@ -1,20 +1,21 @@
 """The gateway state stream: the leader sends its gateway's state to each standby, which serves /v1 from it.
 
-Over one stream (a :data:`~llmgw.protocol.channels.StateChannel`: gRPC on
-the agent port in production, :func:`~llmgw.protocol.channels.memory_state_pair`
-in tests):
+The state protocol's server and follower (:mod:`llmgw.controlplane.stateprotocol`)
+over one stream per standby (a :data:`~llmgw.protocol.channels.StateChannel`:
+gRPC with mutual TLS on the agent port in production,
+:func:`~llmgw.protocol.channels.memory_state_pair` in tests):
 
 - the leader (:class:`StateServing`) sends a full copy of its
   :class:`~llmgw.controlplane.gatewaystate.GatewayState`, ending with
-  ``live``, then every change as its feed is told it;
+  ``Live``, then every change as its feed is told it;
 - the standby (:class:`StateFollowing`) sends back what only the leader
   decides or writes: its gateway's usage (the leader writes it), summed per
-  key, model and place and sent once per :data:`~llmgw.controlplane.localchannel.TICK_S`
-  as its gateway workers send theirs (``usage_sums``,
+  key, model and place and sent once per :data:`~llmgw.controlplane.stateprotocol.TICK_S`
+  as its gateway workers send theirs (``UsageSummed``,
   :class:`~llmgw.controlplane.usage_writing.UsageSums`), tokens counted
-  against limits (``controlplane/limit_counting.py``; they also weigh the
-  limits' shares, ``controlplane/limit_sharing.py``), models wanted on
-  demand or kept in use (``used``: once per model and tick), replicas it
+  against limits (``Counted``: ``controlplane/limit_counting.py``; they also
+  weigh the limits' shares, ``controlplane/limit_sharing.py``), models wanted
+  on demand or kept in use (``Used``: once per model and tick), replicas it
   could not reach.
 
 The leader answers only a certificate naming a control plane the store lists,
@@ -28,51 +29,41 @@ lead itself it hands them to its own parts.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from llmgw.controlplane.gatewaystate import Event, GatewayState, StateApplier
+from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.leadership import Leadership
-from llmgw.controlplane.localchannel import TICK_S
-from llmgw.controlplane.usage_writing import UsageSums
+from llmgw.controlplane.stateevents import (
+    Counted,
+    ReplicaFailed,
+    Request,
+    ServerEvent,
+    Usage,
+    UsageSummed,
+    Used,
+    Wanted,
+)
+from llmgw.controlplane.stateprotocol import Follower, StateFollower, StateServer
 from llmgw.core.relays import RelayPeer
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.usage import UsageRecord
 from llmgw.protocol.channels import StateChannel
-from llmgw.runtime.waiting import wait_event, within
 
 log = logging.getLogger(__name__)
 
 Connect = Callable[[str], Awaitable[StateChannel]]
 """Opens a state stream to the control plane whose agent server is at the given address."""
-OnRequest = Callable[[Event], None]
+OnRequest = Callable[[Request], None]
 """What the leader does with a standby's request (usage, counted, wanted, used, replica_failed)."""
 
 RETRY_S = 0.2
 """How soon a standby whose stream ended tries the leader again."""
-PENDING_MAX = 100_000
-"""Requests a standby keeps while no stream is up; past that the oldest are dropped."""
 CHECK_S = 0.5
 """How often the leader's sending checks that it still leads while no change comes."""
-
-
-_USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(UsageRecord))
-
-
-def usage_request(record: UsageRecord) -> Event:
-    """One request's usage, sent on (once per request: the fields read directly, as ``asdict``'s deep
-    copy cost a gateway worker about 2 % of its time)."""
-    return {"kind": "usage", "record": {name: getattr(record, name) for name in _USAGE_FIELDS}}
-
-
-def usage_record(request: Event) -> UsageRecord:
-    return UsageRecord(**request["record"])
 
 
 class StateServing:
@@ -85,11 +76,11 @@ class StateServing:
         on_request: OnRequest,
         on_follower: Callable[[str, bool], None] | None = None,
     ) -> None:
-        self._state = state
         self._leadership = leadership
         self._on_request = on_request
         self._on_follower = on_follower
         """Told a standby's name when it starts following (True, before its full copy) and stops."""
+        self._server = StateServer(state, self, tick_s=CHECK_S)
 
     async def serve(self, peer: RelayPeer, channel: StateChannel) -> None:
         listed = {plane.name for plane in self._leadership.control_planes}
@@ -102,44 +93,27 @@ class StateServing:
             )
         if not self._leadership.serving:
             raise NotLeader(f"control plane {self._leadership.me.name} does not lead", "ask the leader")
+        log.info("streaming the gateway's state to %s", peer.name)
+        await self._server.serve(channel, peer.name)
+
+    # the server's part (stateprotocol.ServerPart)
+
+    def joined(self, follower: Follower) -> None:
         if self._on_follower is not None:
-            self._on_follower(peer.name, True)  # the limits' shares count it in before its copy
-        copy, queue = self._state.subscribe()
-        log.info("streaming the gateway's state to %s (%d events in the full copy)", peer.name, len(copy))
-        sending = asyncio.ensure_future(self._send(channel, copy, queue))
-        taking = asyncio.ensure_future(self._take(channel))
-        try:
-            await asyncio.wait({sending, taking}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self._state.unsubscribe(queue)
-            if self._on_follower is not None:
-                self._on_follower(peer.name, False)
-            for task in (sending, taking):
-                task.cancel()
-            await asyncio.wait({sending, taking})
-            await channel.close()
+            self._on_follower(follower.name, True)  # the limits' shares count it in before its copy
 
-    async def _send(self, channel: StateChannel, copy: list[Event], queue: asyncio.Queue[Event]) -> None:
-        with contextlib.suppress(ChannelClosed):
-            for event in copy:
-                await channel.send(event)
-            while self._leadership.serving:
-                try:
-                    event = await within(queue.get(), CHECK_S)
-                except TimeoutError:
-                    continue
-                if event["kind"] == "overflow":
-                    return
-                await channel.send(event)
+    def left(self, follower: Follower) -> None:
+        if self._on_follower is not None:
+            self._on_follower(follower.name, False)
 
-    async def _take(self, channel: StateChannel) -> None:
-        with contextlib.suppress(ChannelClosed):
-            while True:
-                request = await channel.receive()
-                try:
-                    self._on_request(request)
-                except (KeyError, TypeError, ValueError) as error:
-                    log.warning("a standby sent a request that makes no sense (%s): %r", error, request)
+    def take(self, follower: Follower, request: Request) -> None:
+        self._on_request(request)
+
+    def tick(self, follower: Follower) -> Sequence[ServerEvent]:
+        return ()
+
+    def going(self) -> bool:
+        return self._leadership.serving
 
 
 class StateFollowing:
@@ -152,69 +126,51 @@ class StateFollowing:
     def __init__(
         self, state: GatewayState, leadership: Leadership, connect: Connect, on_request: OnRequest
     ) -> None:
-        self._applier = StateApplier(state)
+        self._follower = StateFollower(state, what="the leader")
         self._leadership = leadership
         self._connect = connect
         self._on_request = on_request
-        self._pending: list[Event] = []
-        self._usage = UsageSums()
-        self._used: set[str] = set()
-        self._more = asyncio.Event()
-        self.connected = False
 
     @property
     def live(self) -> bool:
-        return self._applier.holds_copy and not self._leadership.serving
+        return self._follower.holds_copy and not self._leadership.serving
 
-    def request(self, request: Event) -> None:
+    @property
+    def connected(self) -> bool:
+        """A stream from the leader is up and its full copy was taken in."""
+        return self._follower.connected
+
+    def request(self, request: Request) -> None:
         """Send ``request`` to the leader (kept until a stream is up; done here when this plane leads)."""
         if self._leadership.serving:
             self._on_request(request)
-            return
-        if len(self._pending) >= PENDING_MAX:
-            del self._pending[0]
-            log.warning("more than %d requests wait for a leader: the oldest was dropped", PENDING_MAX)
-        self._pending.append(request)
-        self._more.set()
+        else:
+            self._follower.request(request)
 
     def usage(self, record: UsageRecord) -> None:
         """Count a request's usage: summed and sent with the next tick (kept while no stream is up),
         done here at once when this plane leads. A message per request cost the leader a line to read
         and the standby a wake of its sender for each."""
         if self._leadership.serving:
-            self._on_request(usage_request(record))
-            return
-        self._usage.add(record)
+            self._on_request(Usage(record))
+        else:
+            self._follower.usage(record)
 
     def used(self, model: str) -> None:
         """``model`` kept in use (every request's end says so): sent once per model with the next tick,
         kept while no stream is up; done here at once when this plane leads."""
         if self._leadership.serving:
-            self._on_request({"kind": "used", "model": model})
-            return
-        self._used.add(model)
-
-    def _take_sums(self) -> None:
-        """The usage summed and the models used since the last tick, to send with the requests."""
-        if self._usage:
-            self._pending.append({"kind": "usage_sums", "sums": self._usage.take()})
-        if self._used:
-            used, self._used = self._used, set()
-            self._pending.extend({"kind": "used", "model": model} for model in sorted(used))
-
-    def _hand_over(self) -> None:
-        """This plane leads: what waited for a leader is done here."""
-        self._take_sums()
-        pending, self._pending = self._pending, []
-        for request in pending:
-            self._on_request(request)
+            self._on_request(Used(model))
+        else:
+            self._follower.used(model)
 
     async def run(self) -> None:
         while True:
             seen = self._leadership.generation
             leader = self._leadership.leader
             if self._leadership.serving:
-                self._hand_over()
+                for request in self._follower.take_all():  # what waited for a leader is done here
+                    self._on_request(request)
             elif leader is not None and leader.name != self._leadership.me.name:
                 await self._follow(leader.name, leader.agent_address)
                 await self._leadership.wait_changed(RETRY_S, seen)
@@ -227,37 +183,7 @@ class StateFollowing:
         except ChannelClosed as error:
             log.info("cannot follow the gateway's state at %s: %s", name, error.message)
             return
-        receiving = asyncio.ensure_future(self._receive(channel))
-        sending = asyncio.ensure_future(self._send(channel))
-        watching = asyncio.ensure_future(self._leader_changed(name))
-        tasks = {receiving, sending, watching}
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self.connected = False
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
-            await channel.close()
-        if receiving.done() and not receiving.cancelled() and (ended := receiving.exception()) is not None:
-            log.info("the gateway state stream from %s ended: %s", name, ended)
-
-    async def _receive(self, channel: StateChannel) -> None:
-        while True:
-            event = await channel.receive()
-            self._applier.apply(event)
-            if event["kind"] == "live":
-                self.connected = True
-
-    async def _send(self, channel: StateChannel) -> None:
-        """Requests as they come, the sums once per tick; a request leaves the queue once sent."""
-        while True:
-            await wait_event(self._more, TICK_S)
-            self._more.clear()
-            self._take_sums()
-            while self._pending:
-                await channel.send(self._pending[0])
-                del self._pending[0]
+        await self._follower.follow(channel, until=self._leader_changed(name))
 
     async def _leader_changed(self, name: str) -> None:
         """Returns once another plane (or this one) leads."""
@@ -280,28 +206,25 @@ def request_dispatcher(
     on_counted: Callable[[dict[str, int], str], None],
     on_usage_sums: Callable[[list[list[Any]]], None] | None = None,
 ) -> OnRequest:
-    """The leader's :data:`OnRequest` over its own parts (``usage_sums``: a gateway worker's usage, summed
-    per key, model and place, ``controlplane/usage_writing.py``)."""
+    """The leader's :data:`OnRequest` over its own parts (``UsageSummed``: a standby's or a gateway
+    worker's usage, summed per key, model and place, ``controlplane/usage_writing.py``)."""
 
-    def dispatch(request: dict[str, Any]) -> None:
-        kind = request["kind"]
-        if kind == "usage":
-            on_usage(usage_record(request))
-        elif kind == "usage_sums" and on_usage_sums is not None:
-            sums = request["sums"]
-            if not isinstance(sums, list):
-                raise TypeError(f"usage sums come as a list, not {sums!r}")
-            on_usage_sums(sums)
-        elif kind == "wanted":
-            on_wanted(request["model"])
-        elif kind == "used":
-            on_used(request["model"])
-        elif kind == "replica_failed":
-            on_replica_failed(request["replica_id"], request["reason"])
-        elif kind == "counted":
-            on_counted({str(s): int(n) for s, n in request["tokens"].items()}, str(request.get("plane", "")))
-        else:
-            raise ValueError(f"unknown request {kind!r}")
+    def dispatch(request: Request) -> None:
+        match request:
+            case Usage(record):
+                on_usage(record)
+            case UsageSummed() if on_usage_sums is not None:
+                on_usage_sums(request.rows())
+            case Wanted(model):
+                on_wanted(model)
+            case Used(model):
+                on_used(model)
+            case ReplicaFailed(replica_id, reason):
+                on_replica_failed(replica_id, reason)
+            case Counted(tokens, plane):
+                on_counted(dict(tokens), plane)
+            case _:
+                raise ValueError(f"unknown request {request.kind!r}")
 
     return dispatch
 

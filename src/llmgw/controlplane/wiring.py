@@ -74,6 +74,7 @@ from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
 from llmgw.controlplane.selfrestart import inherited_socket, inherited_workers
 from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.stateevents import Counted, ReplicaFailed, Wanted
 from llmgw.controlplane.statestream import (
     RuntimeAdapters,
     StateFollowing,
@@ -252,12 +253,10 @@ async def wire(
         ),
         replicas=ReplicaTable(Router(config.routing)),
         # done here while leading; sent to the leader over the state stream otherwise
-        on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
+        on_demand=lambda model: following.request(Wanted(model)),
         on_used=lambda model: following.used(model),
         on_usage=lambda record: following.usage(record),
-        on_replica_failed=lambda replica_id, reason: following.request(
-            {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
-        ),
+        on_replica_failed=lambda replica_id, reason: following.request(ReplicaFailed(replica_id, reason)),
         tracing=tracing,
         knowledge=knowledge if knowledge is not None else knowledge_search(kb),
     )
@@ -305,7 +304,7 @@ async def wire(
         feed,
         gateway.limiter.clock,
         may_write=lambda: leadership.leading,
-        hand_off=lambda tokens: following.request({"kind": "counted", "tokens": tokens, "plane": me}),
+        hand_off=lambda tokens: following.request(Counted(tokens, me)),
         observe=lambda tokens: sharing.used(config.name, tokens),
     )
     keys = KeyLoading(store, feed, callers, counts)

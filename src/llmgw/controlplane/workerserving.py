@@ -43,6 +43,7 @@ from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerFollowing
 from llmgw.controlplane.relaying import LeaderDecides
+from llmgw.controlplane.stateevents import ReplicaFailed, Wanted
 from llmgw.controlplane.statestream import RuntimeAdapters
 from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
@@ -228,12 +229,10 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
             access_log=config.gateway.access_log,
         ),
         replicas=ReplicaTable(Router(config.routing)),
-        on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
+        on_demand=lambda model: following.request(Wanted(model)),
         on_used=lambda model: following.used(model),
         on_usage=lambda record: following.usage(record),
-        on_replica_failed=lambda replica_id, reason: following.request(
-            {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
-        ),
+        on_replica_failed=lambda replica_id, reason: following.request(ReplicaFailed(replica_id, reason)),
         tracing=tracing,
         knowledge_relay=pass_on,  # the search runs in the control plane: such a request is answered there
     )

@@ -1,11 +1,16 @@
-"""The agent stream behind one interface: gRPC in production, in memory in tests.
+"""The streams between llmgw's processes behind one interface: gRPC and Unix sockets in production,
+in memory in tests.
 
-A :class:`Channel` is one side of a bidirectional stream. The agent's side
-sends :class:`AgentMessage` and receives :class:`ControlMessage`; the control
-plane's side the other way round.
+A :class:`Channel` is one side of a bidirectional stream. On the agent stream
+the agent's side sends :class:`AgentMessage` and receives
+:class:`ControlMessage`; the control plane's side the other way round. A
+:data:`StateChannel` carries the frames of the gateway state protocol
+(``controlplane/stateevents.py``) both ways: over gRPC between control planes,
+over a Unix socket (:mod:`llmgw.protocol.unix_transport`) from a control
+plane to its gateway workers.
 
 The contract every implementation keeps (``llmgw.testing.channel_conformance``
-checks it, for the in-memory pair and for gRPC):
+checks it, for the in-memory pair, gRPC and the Unix socket):
 
 - what one side sends arrives at the other, in order, both ways;
 - ``peer`` names the other end;
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from llmgw.errors import ChannelClosed
 from llmgw.protocol import agent_pb2 as pb
@@ -52,8 +57,9 @@ AgentChannel = Channel[pb.AgentMessage, pb.ControlMessage]
 """The agent's side of its stream."""
 ControlChannel = Channel[pb.ControlMessage, pb.AgentMessage]
 """The control plane's side of a node's stream."""
-StateChannel = Channel[dict[str, Any], dict[str, Any]]
-"""Either side of a gateway state stream (``controlplane/gatewaystate.py``): JSON objects both ways."""
+StateChannel = Channel[bytes, bytes]
+"""Either side of a gateway state stream: one frame of the state protocol (``controlplane/stateevents.py``,
+its one codec) per message, both ways."""
 
 
 class BlobSource(Protocol):
@@ -116,7 +122,7 @@ def memory_pair(
 
 def memory_state_pair(
     receiver: str = "standby", sender: str = "leader"
-) -> tuple[MemoryChannel[dict[str, Any], dict[str, Any]], MemoryChannel[dict[str, Any], dict[str, Any]]]:
+) -> tuple[MemoryChannel[bytes, bytes], MemoryChannel[bytes, bytes]]:
     """A gateway state stream's two sides joined in memory: the receiver's, then the sender's."""
     up: asyncio.Queue[object] = asyncio.Queue()
     down: asyncio.Queue[object] = asyncio.Queue()

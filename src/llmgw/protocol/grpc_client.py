@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
 
 import grpc
 from grpc import aio
@@ -84,10 +83,10 @@ class _ClientChannel(_StreamChannel):
 class _ClientStateChannel(_ClientChannel):
     """A standby's side of its GatewayState stream to the leader."""
 
-    async def send(self, message: dict[str, Any]) -> None:  # type: ignore[override]
+    async def send(self, message: bytes) -> None:  # type: ignore[override]
         await self._send(_frame(message))
 
-    async def receive(self) -> dict[str, Any]:  # type: ignore[override]
+    async def receive(self) -> bytes:  # type: ignore[override]
         return _unframe(await self._receive())
 
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 from grpc import aio
@@ -244,24 +242,22 @@ class _ServerChannel(_StreamChannel):
         await self._ended.wait()
 
 
-def _frame(message: dict[str, Any]) -> pb.StateFrame:
-    return pb.StateFrame(json=json.dumps(message, separators=(",", ":")).encode())
+def _frame(frame: bytes) -> pb.StateFrame:
+    return pb.StateFrame(json=frame)
 
 
-def _unframe(frame: object) -> dict[str, Any]:
-    data = json.loads(frame.json)  # type: ignore[attr-defined]
-    if not isinstance(data, dict):
-        raise ValueError("a gateway state frame holds no JSON object")
-    return data
+def _unframe(message: object) -> bytes:
+    frame: bytes = message.json  # type: ignore[attr-defined]
+    return frame
 
 
 class _ServerStateChannel(_ServerChannel):
-    """The leader's side of a standby's GatewayState stream: JSON objects in StateFrames."""
+    """The leader's side of a standby's GatewayState stream: the state protocol's frames in StateFrames."""
 
-    async def send(self, message: dict[str, Any]) -> None:  # type: ignore[override]
+    async def send(self, message: bytes) -> None:  # type: ignore[override]
         await self._send(_frame(message))
 
-    async def receive(self) -> dict[str, Any]:  # type: ignore[override]
+    async def receive(self) -> bytes:  # type: ignore[override]
         return _unframe(await self._receive())
 
 

@@ -1,8 +1,9 @@
-"""What every agent stream must do: written once, run against each implementation of the channel.
+"""What every stream must do: written once, run against each implementation of the channel.
 
-An implementation (the in-memory pair, gRPC with mutual TLS, or a new one)
-is checked by handing :func:`run_check` a factory of connected
-:class:`Pair` s, once per entry of :data:`CHECKS`::
+An implementation (the in-memory pair, gRPC with mutual TLS, the Unix socket
+of :mod:`llmgw.protocol.unix_transport`, or a new one) is checked by handing
+:func:`run_check` a factory of connected :class:`Pair` s, once per entry of
+:data:`CHECKS`::
 
     @pytest.mark.parametrize("check", CHECKS, ids=str)
     async def test_memory_channels_keep_the_contract(check: Check) -> None:
@@ -23,14 +24,19 @@ The contract, as :mod:`llmgw.protocol.channels` states it:
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from llmgw.errors import ChannelClosed
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, ControlChannel, memory_pair
+from llmgw.protocol.unix_transport import UnixChannel, UnixServer, connect_unix, private_unix_socket
 
 WAIT_S = 5.0
 """Bound on a wait that must end promptly; only reached when an implementation breaks the contract."""
@@ -259,3 +265,37 @@ async def memory_pairs() -> AsyncIterator[Pair]:
     finally:
         await agent.close()
         await control.close()
+
+
+def _line(message: pb.AgentMessage | pb.ControlMessage) -> bytes:
+    """A message as a frame of a Unix channel (a line: base64 holds no newline)."""
+    return base64.b64encode(message.SerializeToString())
+
+
+@asynccontextmanager
+async def unix_pairs() -> AsyncIterator[Pair]:
+    """A pair over a real Unix socket (:mod:`~llmgw.protocol.unix_transport`) in a fresh temporary
+    folder, carrying the agent stream's messages as base64 lines: the connecting side is the agent's."""
+    arrived: asyncio.Queue[UnixChannel[pb.ControlMessage, pb.AgentMessage]] = asyncio.Queue()
+    released = asyncio.Event()
+
+    async def session(channel: UnixChannel[pb.ControlMessage, pb.AgentMessage]) -> None:
+        await arrived.put(channel)
+        await released.wait()
+
+    with tempfile.TemporaryDirectory(prefix="llmgw-unix-") as folder:
+        path = Path(folder) / "channel.sock"
+        server: UnixServer[pb.ControlMessage, pb.AgentMessage] = UnixServer(
+            session, _line, lambda b: pb.AgentMessage.FromString(base64.b64decode(b))
+        )
+        await server.start(private_unix_socket(path))
+        agent: UnixChannel[pb.AgentMessage, pb.ControlMessage] = await connect_unix(
+            path, _line, lambda b: pb.ControlMessage.FromString(base64.b64decode(b))
+        )
+        try:
+            control = await asyncio.wait_for(arrived.get(), WAIT_S)
+            yield Pair(agent, control, agent_name=f"pid {os.getpid()}", control_name=str(path))
+        finally:
+            released.set()
+            await agent.close()
+            await server.close()
