@@ -5,7 +5,7 @@ signals, the supervisor, the error shown, the closing of every part):
 :func:`~llmgw.controlplane.wiring.build` builds the parts and
 :meth:`ControlPlane._serve` serves them.
 
-Start: build the parts, register the components, start the agent server; once the
+Start: build the parts, start the agent server, run the components; once the
 HTTP server listens (an event, :attr:`HttpServer.listening`), leadership joins
 with the addresses this process is reached at, and :attr:`ControlPlane.ready`
 is set. Stop, in order: the agents' streams end at once (so agents move to
@@ -89,12 +89,12 @@ class ControlPlane:
         )
 
     async def _serve(self, parts: ControlPlaneParts, process: Process) -> None:
-        add_components(parts, process.supervisor)
         self.agent_port = await parts.agent_server.start()
         # What is built by now (modules, the parts) lives as long as the process: kept out of the
         # collector's full passes, and the thresholds raised so that those are rare, which otherwise
         # stall a reconcile pass (or a request) by tens of milliseconds (bench/control_plane/README.md).
         collector.settle()
+        add_components(parts, process.supervisor)
         await parts.http.listening.wait()
         self._serving(parts)
         stopping = asyncio.create_task(process.stop.wait(), name="stop")
