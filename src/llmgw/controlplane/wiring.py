@@ -271,7 +271,7 @@ class Listening:
 
     port: int
     """The port clients reach this plane on."""
-    socket: socket.socket
+    listener: socket.socket
     """What this process's HTTP server serves on: the port itself, or behind gateway workers its Unix
     socket (``http.sock``), where the workers pass on all but ``/v1``."""
     workers: int
@@ -546,13 +546,13 @@ def _http(
     """This process's HTTP server and, behind the port, the gateway workers (``gateway.workers``
     above 1), launched on a copy of this plane's config that names its data dir."""
     if channel is None:
-        return HttpServer(edge, config.http, listening.socket), None
+        return HttpServer(edge, config.http, listening.listener), None
     summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
     worker_config = config.data_path / "worker-server.yaml"
     save_server_config(config.model_copy(update={"data_dir": str(config.data_path)}), worker_config)
     launch = subprocess_launcher(worker_config, listening.port, worker_log_args)
     edge = serve_metrics(edge, summed, channel.fresh_metrics)
-    return HttpServer(edge, config.http, listening.socket, listening.port), WorkerSupervisor(
+    return HttpServer(edge, config.http, listening.listener, listening.port), WorkerSupervisor(
         listening.workers, launch
     )
 
