@@ -104,13 +104,14 @@ class ControlPlaneLinks:
 
 class Uplink:
     """What the agent's parts send towards the control plane (messages; a starting shard's fetch
-    progress) and the control planes the session knows, handed to the session and the shards while
+    progress) and the control planes the session knows, handed to the session and the shards once
     the session runs (the ``session`` component).
 
     The parts that send are built before the session, which carries out their commands, and
     before the shards, which run the installer that reports progress: they are handed this instead.
-    While no session runs, messages are dropped (as the session drops them while not connected)
-    and the planes known are those of agent.yaml."""
+    Until the session first runs, messages are dropped (as the session drops them while not
+    connected) and the planes known are agent.yaml's; from then on each goes to the session and
+    the shards, as if sent to them directly (between two runs of the session too)."""
 
     def __init__(self, control_planes: Sequence[str]) -> None:
         self._planes = list(control_planes)
@@ -133,12 +134,10 @@ class Uplink:
             self._session.register_again()
 
     async def run(self, session: AgentSession, shards: Supervisor) -> None:
-        """Run ``session``, handing it (and ``shards``) what the other parts send, until cancelled."""
+        """Hand ``session`` and ``shards`` what the other parts send, and run the session until
+        cancelled."""
         self._session, self._shards = session, shards
-        try:
-            await session.run()
-        finally:
-            self._session = self._shards = None
+        await session.run()
 
 
 @dataclass(frozen=True)
