@@ -1,11 +1,13 @@
 """One gateway worker process (``llmgw server worker``): ``/v1`` from its own gateway, the rest handed on.
 
 A worker builds a :class:`~llmgw.gateway.app.Gateway` of its own, exactly as
-its control plane builds its own (:func:`~llmgw.controlplane.gatewaybuilding.build_gateway`:
-every ``gateway.*`` setting), fed by its control plane over the local channel (:class:`~llmgw.controlplane.localchannel.WorkerFollowing`),
-binds the HTTP port with ``SO_REUSEPORT`` beside the other workers and serves
-it with the same guarded protocol and connection limits as the control plane
-(``http.*``, per worker). It answers:
+its control plane builds its own
+(:func:`~llmgw.controlplane.gatewaybuilding.build_gateway`: every
+``gateway.*`` setting), fed by its control plane over the local channel
+(:class:`~llmgw.controlplane.localchannel.WorkerFollowing`), binds the HTTP
+port with ``SO_REUSEPORT`` beside the other workers and serves it with the
+same guarded protocol and connection limits as the control plane (``http.*``,
+per worker). It answers:
 
 - ``/v1`` (and ``/rerank``) itself while its control plane serves ``/v1``
   (it leads, or is a standby holding the leader's copy) and it holds a full
