@@ -14,7 +14,6 @@ import pytest
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.kv_events import BlockChanges, BlockMirror
 from llmgw.agent.kv_reporting import KvReporter
-from llmgw.agent.running import run_components
 from llmgw.agent.session import AgentSession
 from llmgw.agent.supervising import Supervisor as Shards
 from llmgw.core.devices import NodeInventory
@@ -23,6 +22,7 @@ from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.shards import ShardSpec
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import MemoryChannel, memory_pair
+from llmgw.runtime.processes import Process, run_process
 from llmgw.runtime.supervising import ComponentFailed, Policy, RestartSettings, Supervisor
 from llmgw.testing.clock import FakeClock
 
@@ -147,6 +147,15 @@ async def test_a_kv_follower_that_raises_is_logged_shown_in_health_and_followed_
     assert logged.exc_info is not None and "replica r1" in "".join(logged.exc_info[1].__notes__)  # type: ignore[union-attr]
 
 
+async def _nothing(process: Process) -> None:
+    return None
+
+
+async def _until_stopped(parts: None, process: Process) -> None:
+    """As the agent's ``serve``: until told to stop."""
+    await process.stop.wait()
+
+
 async def test_a_fatal_component_ends_the_agents_run_with_its_error() -> None:
     async def broken() -> None:
         raise OSError("the work folder is read-only")
@@ -154,14 +163,16 @@ async def test_a_fatal_component_ends_the_agents_run_with_its_error() -> None:
     components = Supervisor()
     components.add("config-watch", broken, Policy.FATAL)
     with pytest.raises(ComponentFailed, match="config-watch failed: OSError: the work folder is read-only"):
-        await run_components(components, asyncio.Event())
+        await run_process(_nothing, _until_stopped, Process(components), signals=())
 
 
 async def test_the_agents_components_stop_when_it_is_told_to_stop() -> None:
     stop = asyncio.Event()
     components = Supervisor()
     components.add("session", lambda: asyncio.Event().wait())
-    running = asyncio.create_task(run_components(components, stop))
+    running = asyncio.create_task(
+        run_process(_nothing, _until_stopped, Process(components, stop=stop), signals=())
+    )
     await until(lambda: components.health()[0].state == ComponentState.RUNNING)
     stop.set()
     await asyncio.wait_for(running, 5)

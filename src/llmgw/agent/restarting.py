@@ -40,12 +40,16 @@ class Restarting:
     """Decides when the agent starts again, and on what."""
 
     def __init__(
-        self, config_path: Path, restart: Callable[[str], None], trial: SettingsTrial | None = None
+        self,
+        config_path: Path,
+        restart: Callable[[str], None],
+        trial: SettingsTrial | None = None,
+        on_withdrawn: Callable[[], None] = lambda: None,
     ) -> None:
         self._path = config_path
         self._restart = restart
         self._trial = trial
-        self.on_withdrawn: Callable[[], None] = lambda: None
+        self.on_withdrawn = on_withdrawn
         """Called when the refusal is withdrawn and the agent does not restart (it registers again)."""
         self._loaded = self._read_file()
         self._settings = kept_settings(config_path)

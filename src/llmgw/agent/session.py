@@ -93,6 +93,7 @@ class AgentSession:
         on_upgrade: Callable[[UpgradeAgent], None] | None = None,
         on_builds: Callable[[MirrorBuilds], None] = lambda builds: None,
         on_training: Callable[[TrainingCommand], None] | None = None,
+        on_stream: Callable[[], None] = lambda: None,
     ) -> None:
         self._on_training = on_training
         self._answer_timeout_s = answer_timeout_s
@@ -130,7 +131,7 @@ class AgentSession:
         self._clock = clock
         self._stopping: set[asyncio.Task[None]] = set()
         self._logs = LogServing(inventory.node_id, supervisor.log_of, self.send)
-        self.on_stream: Callable[[], None] = lambda: None
+        self.on_stream = on_stream
         """Called on each new stream once registered (the KV reporter sends its full copies)."""
 
     def on_each_stream(self, listener: Callable[[], None]) -> None:

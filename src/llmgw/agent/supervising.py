@@ -102,6 +102,7 @@ class Supervisor:
         engine_user: EngineUser | None = None,
         launcher: Launcher | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        traced: Callable[[ShardSpec, ShardState, str], None] = lambda spec, state, error: None,
     ) -> None:
         self._work_dir = work_dir
         self._engine_user = engine_user
@@ -113,7 +114,7 @@ class Supervisor:
         self._host = host
         self.shards: dict[str, Shard] = {}
         self.report: Report = lambda status: None
-        self.traced: Callable[[ShardSpec, ShardState, str], None] = lambda spec, state, error: None  # tracing
+        self.traced = traced  # tracing
         self._launch = launcher or SubprocessLauncher()
         self._clock = clock
         self._health = HealthChecks(settings, clock, host)

@@ -29,6 +29,7 @@ from llmgw.cli.paths import up_home
 from llmgw.cli.server import initialise, issue_node_certificate
 from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.errors import ConfigError, LlmgwError, NotFound
+from llmgw.runtime.processes import STOP_SIGNALS, interrupt_on_signals
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -260,19 +261,12 @@ def up(
             _stop(processes)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 def stop_on_signals() -> None:
-    """Stop (as on Ctrl-C) on SIGINT, SIGTERM and SIGHUP, whatever was inherited: started where SIGINT
-    is ignored (a background job of a non-interactive shell, some supervisors), Python leaves it
-    ignored, and a Ctrl-C or a group SIGINT would leave ``up`` and its processes running."""
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _interrupt)
+    """Stop (as on Ctrl-C) on SIGINT, SIGTERM and SIGHUP (:data:`STOP_SIGNALS`, those every llmgw
+    process stops on), whatever was inherited: started where SIGINT is ignored (a background job of a
+    non-interactive shell, some supervisors), Python leaves it ignored, and a Ctrl-C or a group SIGINT
+    would leave ``up`` and its processes running."""
+    interrupt_on_signals(STOP_SIGNALS)
 
 
 def _watch(processes: list[subprocess.Popen[bytes]], logs: Path) -> None:

@@ -51,11 +51,15 @@ from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.leadership import Leadership
 from llmgw.controlplane.mirror_replicating import MirrorReplicator
 from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.training import TrainingScheduler
+from llmgw.controlplane.upgrading import AgentUpgrades
 from llmgw.core.health import ComponentHealth
 from llmgw.errors import NotFound
+from llmgw.knowledge.service import Knowledge
 from llmgw.mirror.blobs import BlobStore
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
+from llmgw.training.pairs import CollectionPairs
 
 __all__ = ["AdminApi"]
 
@@ -124,6 +128,10 @@ class AdminApi:
         changes: Changes | None = None,
         clock: Clock = SYSTEM_CLOCK,
         replicator: MirrorReplicator | None = None,
+        upgrades: AgentUpgrades | None = None,
+        training: TrainingScheduler | None = None,
+        knowledge: Knowledge | None = None,
+        collection_pairs: CollectionPairs | None = None,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -143,6 +151,10 @@ class AdminApi:
             changes=changes if changes is not None else fleet.changes,
             clock=clock,
             replicator=replicator,
+            upgrades=upgrades,
+            training=training,
+            knowledge=knowledge,
+            collection_pairs=collection_pairs,
         )
 
     @property

@@ -280,10 +280,16 @@ class Leadership:
         if self.state == LEADING and self._clock() >= self._deadline:
             self._set(PAUSED, "the lease was not renewed in time")
 
-    async def run(self, me: Identity | None = None) -> None:
-        """Take part in leadership until cancelled; ``me``: where this process is reached, once it listens."""
+    async def run(
+        self, me: Identity | None = None, before_leading: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Take part in leadership until cancelled; ``me``: where this process is reached, once it listens;
+        ``before_leading``: what fills the leader's memory before it leads (the parts it fills are built
+        after this one, so they are handed over when it runs)."""
         if me is not None:
             self.me = me
+        if before_leading is not None:
+            self._before_leading = before_leading
         while True:
             await self.round()
             await asyncio.sleep(self.next_round_in())

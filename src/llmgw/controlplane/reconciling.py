@@ -75,10 +75,11 @@ class Reconciler:
         drain: Callable[[str], None] = lambda replica_id: None,
         replica_in_flight: Callable[[str], int] = lambda replica_id: 0,
         placements_per_pass: int = PLACEMENTS_PER_PASS,
+        training_holds: Callable[[], Sequence[TrainingHold]] = lambda: (),
     ) -> None:
         self._tracing = tracing
         self._trace = NO_PASS
-        self.training_holds: Callable[[], Sequence[TrainingHold]] = lambda: ()
+        self.training_holds = training_holds
         """The cards and host memory training jobs hold (TrainingScheduler.holds): no replica goes there."""
         self.starts = ReplicaStarts(tracing)
         """Each replica's open start span, closed when its node reports it ready (:meth:`observed`)."""

@@ -1,6 +1,11 @@
 """Running one control plane process: its parts (``wiring.py``) under one supervisor, until stopped.
 
-Start: build the parts, start the agent server, run the supervisor; once the
+The process is run by :func:`~llmgw.runtime.processes.run_process` (the stop
+signals, the supervisor, the error shown, the closing of every part):
+:func:`~llmgw.controlplane.wiring.build` builds the parts and
+:meth:`ControlPlane._serve` serves them.
+
+Start: build the parts, start the agent server, run the components; once the
 HTTP server listens (an event, :attr:`HttpServer.listening`), leadership joins
 with the addresses this process is reached at, and :attr:`ControlPlane.ready`
 is set. Stop, in order: the agents' streams end at once (so agents move to
@@ -23,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Sequence
 
 from llmgw.controlplane.agentsettings import SettingsCheck, forbidden_only
@@ -31,11 +35,12 @@ from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.firewalling import server_source
 from llmgw.controlplane.leadership import Identity
 from llmgw.controlplane.selfrestart import hand_over, hand_over_workers, start_again
-from llmgw.controlplane.wiring import ControlPlaneParts, wire
+from llmgw.controlplane.wiring import ControlPlaneParts, add_components, build
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.operations.firewallkeeping import FirewallKeeper
 from llmgw.operations.nftables import FirewallState, Nft
 from llmgw.runtime import collector
+from llmgw.runtime.processes import Process, run_process
 from llmgw.runtime.supervising import Supervisor
 
 log = logging.getLogger(__name__)
@@ -66,44 +71,41 @@ class ControlPlane:
         self.restarting = False
         """Set when the run ended for a restart (``/api/control-plane/restart``): start the command again."""
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set; ComponentFailed when a FATAL component fails."""
-        supervisor = self.supervisor
-        async with contextlib.AsyncExitStack() as closing:
-            parts = await wire(
-                self.config,
-                self._check_agent_settings,
-                supervisor,
-                closing,
-                self._worker_log_args,
-                knowledge=self._knowledge,
-            )
-            self.agent_port = await parts.agent_server.start()
-            # What is built by now (modules, the parts) lives as long as the process: kept out of the
-            # collector's full passes, and the thresholds raised so that those are rare, which otherwise
-            # stall a reconcile pass (or a request) by tens of milliseconds (bench/control_plane/README.md).
-            collector.settle()
-            try:
-                async with asyncio.TaskGroup() as tasks:
-                    supervising = tasks.create_task(supervisor.run(), name="supervisor")
-                    listening = tasks.create_task(parts.http.listening.wait(), name="http-listening")
-                    await asyncio.wait({supervising, listening}, return_when=asyncio.FIRST_COMPLETED)
-                    if listening.done():
-                        self._serving(parts)
-                        stopping = tasks.create_task(stop.wait(), name="stop")
-                        restart = parts.admin.state.self_restart.requested
-                        restarting = tasks.create_task(restart.wait(), name="restart")
-                        await asyncio.wait(
-                            {supervising, stopping, restarting}, return_when=asyncio.FIRST_COMPLETED
-                        )
-                        self.restarting = restarting.done() and not stopping.done()
-                        stopping.cancel()
-                        restarting.cancel()
-                    listening.cancel()
-                    if not supervising.done():
-                        await self._stop(parts)
-            except BaseExceptionGroup as group:
-                raise group.exceptions[0] from None  # the supervisor's own error, as it is
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set (None: until a stop signal); ComponentFailed when a FATAL
+        component fails."""
+        if stop is None:
+            await run_process(self._build, self._serve, Process(self.supervisor))
+        else:
+            await run_process(self._build, self._serve, Process(self.supervisor, stop=stop), signals=())
+
+    async def _build(self, process: Process) -> ControlPlaneParts:
+        return await build(
+            self.config,
+            process,
+            check_agent_settings=self._check_agent_settings,
+            worker_log_args=self._worker_log_args,
+            knowledge=self._knowledge,
+        )
+
+    async def _serve(self, parts: ControlPlaneParts, process: Process) -> None:
+        self.agent_port = await parts.agent_server.start()
+        # What is built by now (modules, the parts) lives as long as the process: kept out of the
+        # collector's full passes, and the thresholds raised so that those are rare, which otherwise
+        # stall a reconcile pass (or a request) by tens of milliseconds (bench/control_plane/README.md).
+        collector.settle()
+        add_components(parts, process.supervisor)
+        await parts.http.listening.wait()
+        self._serving(parts)
+        stopping = asyncio.create_task(process.stop.wait(), name="stop")
+        restarting = asyncio.create_task(parts.admin.state.self_restart.requested.wait(), name="restart")
+        try:
+            await asyncio.wait({stopping, restarting}, return_when=asyncio.FIRST_COMPLETED)
+            self.restarting = restarting.done() and not stopping.done()
+        finally:
+            stopping.cancel()
+            restarting.cancel()
+        await self._stop(parts)
 
     def _serving(self, parts: ControlPlaneParts) -> None:
         config = self.config
@@ -113,7 +115,7 @@ class ControlPlane:
             f"{config.agent_server.host}:{self.agent_port}",
             f"http://{config.http.host}:{self.http_port}",
         )
-        self.supervisor.add("leadership", lambda: parts.leadership.run(me))
+        self.supervisor.add("leadership", lambda: parts.leadership.run(me, parts.prepare_to_lead))
         firewall = server_source(
             parts.store,
             config.name,
@@ -141,7 +143,6 @@ class ControlPlane:
             await parts.http.stop()
             await parts.leadership.resign()
             parts.sessions.let_go()
-            supervisor.shutdown()
             return
         handing_workers = self.restarting and parts.workers is not None
         if handing_workers:
@@ -167,7 +168,7 @@ class ControlPlane:
             following.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await following
-        supervisor.shutdown()  # the rest: the load reader, the usage writer (it writes what waits)
+        # the runner then stops the rest: the load reader, the usage writer (it writes what waits)
 
 
 async def run_until_signalled(
@@ -175,12 +176,9 @@ async def run_until_signalled(
     check_agent_settings: SettingsCheck = forbidden_only,
     worker_log_args: Sequence[str] = (),
 ) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    """Serve until a stop signal (SIGINT, SIGTERM, SIGHUP); start again when a restart was asked for."""
     plane = ControlPlane(config, check_agent_settings, worker_log_args)
-    await plane.run(stop)
+    await plane.run()
     if plane.restarting:
         log.info("control plane %s stopped cleanly: starting again", config.name)
         start_again()

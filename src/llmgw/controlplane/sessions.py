@@ -49,6 +49,9 @@ class NodeSessions:
         on_kv_blocks: Callable[[KvBlocksUpdate], None] = lambda update: None,
         gpu_history: GpuHistory | None = None,
         records: NodeRecords | None = None,
+        on_upgrade_result: Callable[[str, UpgradeResult], None] = lambda node_id, result: None,
+        on_training: Callable[[str, TrainingStatus | TrainingPiece], None] = lambda node_id, message: None,
+        mirror_builds: Callable[[], MirrorBuilds] = MirrorBuilds,
     ) -> None:
         self.records = records or NodeRecords(store)
         """Registrations written to the store in batches."""
@@ -63,13 +66,11 @@ class NodeSessions:
         self._serving: set[asyncio.Task[None]] = set()
         self._telling: set[asyncio.Task[None]] = set()
         self.on_kv_blocks = on_kv_blocks
-        self.on_upgrade_result: Callable[[str, UpgradeResult], None] = lambda node_id, result: None
+        self.on_upgrade_result = on_upgrade_result
         """Given a node's answer that it did not upgrade (``ctl upgrade agents``)."""
-        self.on_training: Callable[[str, TrainingStatus | TrainingPiece], None] = lambda node_id, message: (
-            None
-        )
+        self.on_training = on_training
         """Given a node's training status or piece of a result (:mod:`llmgw.controlplane.training`)."""
-        self.mirror_builds: Callable[[], MirrorBuilds] = MirrorBuilds
+        self.mirror_builds = mirror_builds
         """The engine builds the mirror holds, told to each node as it registers."""
         """Given a node's KV-block changes for one of its own replicas, its model named (the router
         mirrors them)."""

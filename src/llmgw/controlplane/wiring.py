@@ -1,61 +1,84 @@
-"""The control plane's parts, built once each in dependency order, with every long-lived one supervised.
+"""The control plane's parts, built once each in dependency order (:func:`build`), and the
+components it runs (:func:`add_components`).
 
 ::
 
-    store -> demand, usage -> gateway -> fleet -> reconciler -> leadership
-          -> agents' sessions -> leader duties -> admin API -> servers (HTTP, agents)
+    store, mirror, usage, tracing -> the HTTP port (bound) -> knowledge -> gateway
+          -> leadership, the state to and from the other planes -> fleet, reconciler
+          -> keys, agents' sessions, mirror replication -> leader duties -> admin API
+          -> the agents' server, the HTTP server (and the gateway workers behind it)
 
 Each part is handed what it needs when it is built: no part refers to one
-built after it, and none is changed after construction. The gateway is fed
+built after it, and none is changed after construction. Where two need each
+other, the one built first is handed the other when it runs: the gateway's
+requests to the leader wait in an :class:`~llmgw.controlplane.gatewaybuilding.Outbox`
+until ``leader-requests`` hands them to the follower (built after the
+gateway, whose state it keeps); leadership is told where this process is
+reached and what fills the leader's memory
+(:meth:`ControlPlaneParts.prepare_to_lead`) when ``leadership`` runs. The
+HTTP port is bound before anything naming it is built. The gateway is fed
 through its one inbound interface (``gateway.feed``). Every long-lived task
-runs in the process :class:`~llmgw.runtime.supervising.Supervisor`:
+runs in the process :class:`~llmgw.runtime.supervising.Supervisor` (the
+process itself: :mod:`llmgw.runtime.processes`):
 
-=================  ========  =================================================
-component          policy    what
-=================  ========  =================================================
-``http``           FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
-                             (behind gateway workers: on ``http.sock``)
-``workers``        RESTART   gateway worker processes (``gateway.workers``
-                             above 1), each restarted with backoff
-``worker-channel`` RESTART   the gateway's state to the workers, their usage
-                             back (the local channel)
-``load-reader``    RESTART   engines' load into the router
-``usage-writer``   RESTART   usage sums into the store
-``limit-counts``   RESTART   tokens counted against budgets into the store
-``retire-workers`` RESTART   after a restart: the workers of the previous start
-                             stopped once this start's own serve (then it ends)
-``limit-sharing``  RESTART   the leader divides rate and concurrency limits
-                             between the planes serving /v1 (every second)
-``callers``        RESTART   users' tokens and roles reloaded for ``/api``
-``leader-duties``  RESTART   starts/stops the reconciler as leadership changes
-``mirror-``        RESTART   pulls the blobs this plane lacks from its peers
-``replicator``               (every plane, leading or not: docs/mirror.md)
-``reconciler``     RESTART   leader only (started by ``leader-duties``)
-``leadership``     RESTART   added by :mod:`~llmgw.controlplane.running` once
-                             the HTTP port is known
-``firewall``       RESTART   llmgw's nftables table (C10.2), also added once
-                             the ports are known
-=================  ========  =================================================
+=====================  ========  =================================================
+component              policy    what
+=====================  ========  =================================================
+``http``               FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
+                                 (behind gateway workers: on ``http.sock``)
+``workers``            RESTART   gateway worker processes (``gateway.workers``
+                                 above 1), each restarted with backoff
+``worker-channel``     RESTART   the gateway's state to the workers, their usage
+                                 back (the local channel)
+``retire-workers``     RESTART   after a restart: the workers of the previous start
+                                 stopped once this start's own serve (then it ends)
+``leader-requests``    RESTART   the gateway's requests (wanted, used, usage, failed
+                                 replicas, limit counts) handed to the follower
+``load-reader``        RESTART   engines' load into the router
+``usage-writer``       RESTART   usage sums into the store
+``limit-counts``       RESTART   tokens counted against budgets into the store
+``limit-sharing``      RESTART   the leader divides rate and concurrency limits
+                                 between the planes serving /v1 (every second)
+``callers``            RESTART   users' tokens and roles reloaded for ``/api``
+``reconciler``         RESTART   leader only (started by ``leader-duties``)
+``training``           RESTART   leader only: training jobs onto nodes (started by
+                                 ``leader-duties``)
+``leader-duties``      RESTART   starts/stops the leader-only components as
+                                 leadership changes
+``mirror-replicator``  RESTART   pulls the blobs this plane lacks from its peers
+                                 (every plane, leading or not: docs/mirror.md)
+``state-following``    RESTART   a standby's copy of the leader's gateway state,
+                                 its requests to the leader
+``inherited-replicas`` RESTART   a new leader drops the replicas of the old one's
+                                 stream that no node reports within the grace
+``leadership``         RESTART   added by :mod:`~llmgw.controlplane.running` once
+                                 the HTTP server listens
+``firewall``           RESTART   llmgw's nftables table (C10.2), also added once
+                                 the HTTP server listens
+=====================  ========  =================================================
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import REGISTRY
 
 from llmgw.controlplane.admin import AdminApi
 from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush
+from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
 from llmgw.controlplane.blobaccess import BlobAccess
 from llmgw.controlplane.callers import Callers
 from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
 from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
@@ -74,7 +97,7 @@ from llmgw.controlplane.reconciling import Reconciler
 from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
 from llmgw.controlplane.selfrestart import inherited_socket, inherited_workers
 from llmgw.controlplane.sessions import NodeSessions
-from llmgw.controlplane.stateevents import Counted, ReplicaFailed, Wanted
+from llmgw.controlplane.stateevents import Counted
 from llmgw.controlplane.statestream import (
     RuntimeAdapters,
     StateFollowing,
@@ -93,13 +116,11 @@ from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
-from llmgw.errors import LlmgwError
+from llmgw.errors import ConfigError, LlmgwError
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
-from llmgw.gateway.routing import Router
-from llmgw.gateway.settings import GatewaySettings
+from llmgw.gateway.replicas import ReplicaEndpoint
 from llmgw.knowledge.service import Knowledge, knowledge_for, own_url
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
@@ -108,6 +129,7 @@ from llmgw.portal.serving import Portal
 from llmgw.protocol.channels import StateChannel
 from llmgw.protocol.grpc_client import GrpcConnector, RelayClient
 from llmgw.protocol.grpc_transport import AgentServer, TlsFiles
+from llmgw.runtime.processes import Process
 from llmgw.runtime.supervising import Policy, Supervisor
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
@@ -175,22 +197,6 @@ def key_place(at: Owner, bindings: Mapping[str, Sequence[Binding]]) -> Place:
     return Place(at)
 
 
-@dataclass(frozen=True)
-class ControlPlaneParts:
-    """What the running control plane holds on to after the build."""
-
-    store: Store
-    gateway: Gateway
-    reconciler: Reconciler
-    leadership: Leadership
-    sessions: NodeSessions
-    admin: AdminApi
-    agent_server: AgentServer
-    http: HttpServer
-    workers: WorkerSupervisor | None = None
-    """The gateway workers serving /v1 on the HTTP port (``gateway.workers`` above 1), else None."""
-
-
 async def record_vip(store: Store, name: str, vip: str) -> None:
     """Make this plane's floating address (``--vip``) known cluster-wide, so every plane's status shows it."""
     if vip and await store.settings.get(VIP_SETTING, "") != vip:
@@ -207,19 +213,42 @@ def _log_unreachable(replica_id: str, reason: str) -> None:
     log.warning("replica %s unreachable: %s", replica_id, reason)
 
 
-async def wire(
-    config: ServerConfig,
-    check_agent_settings: SettingsCheck,
-    supervisor: Supervisor,
-    closing: contextlib.AsyncExitStack,
-    worker_log_args: Sequence[str] = (),
-    knowledge: KnowledgeSearch | None = None,
-) -> ControlPlaneParts:
-    """Build every part in dependency order; ``closing`` closes them (in reverse) when the process ends.
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: any free port), not yet listening: the HTTP server
+    listens on it once it serves. Bound first, so that every part naming the port is built knowing it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ConfigError(
+            f"cannot serve HTTP on {host}:{port}: {error.strerror}",
+            hint="free that port or set http.port in server.yaml to one that is free",
+        ) from error
+    return sock
 
-    ``worker_log_args``: how gateway workers log (``--log-level``, ``--log-json``), if there are any.
-    ``knowledge``: what the gateway searches knowledge collections with; None: the cluster's own
-    search (:func:`knowledge_search`)."""
+
+LEADER_ONLY = ("reconciler", "training")
+"""The components that run while this plane leads (started and stopped by ``leader-duties``)."""
+
+
+@dataclass(frozen=True)
+class Foundation:
+    """What every other part stands on: the store (its writes fenced by the lease), the mirror's
+    blobs, the models' demand, the usage writer, tracing and the TLS files."""
+
+    store: Store
+    fence: Fence
+    blobs: BlobStore
+    demand: ModelDemand
+    usage: UsageWriter
+    tracing: Tracing
+    tls: TlsFiles
+
+
+async def _foundation(config: ServerConfig, closing: contextlib.AsyncExitStack) -> Foundation:
     config.data_path.mkdir(parents=True, exist_ok=True)
     fence = Fence(config.name)
     store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
@@ -229,110 +258,97 @@ async def wire(
     blobs = BlobStore(config.data_path / "mirror")
     if removed := blobs.remove_leftovers():
         log.info("removed %d files that interrupted mirror imports left", removed)
-    demand = ModelDemand()
     usage = UsageWriter(UsageLog(store), store.now, spill=UsageSpill(config.data_path))
     closing.callback(usage.close)
     tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name}")
     closing.callback(tracing.shutdown)
+    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
+    return Foundation(store, fence, blobs, ModelDemand(), usage, tracing, tls)
 
-    # embeds through this plane's own /v1 (docs/knowledge.md); ``http`` is bound below, before serving
-    kb = knowledge_for(store, config.admin_token_sha256, lambda: own_url(config.http.host, http.port))
-    closing.push_async_callback(kb.close)
 
-    gateway = Gateway(
-        GatewaySettings(
-            request_wait_s=config.gateway.request_wait_s,
-            upstream_timeout_s=config.gateway.upstream_timeout_s,
-            access_log=config.gateway.access_log,
-            job_poll_s=config.gateway.job_poll_s,
-            job_timeout_s=config.gateway.job_timeout_s,
-            jobs_kept=config.gateway.jobs_kept,
-            job_kept_s=config.gateway.job_kept_s,
-            files_kept_s=config.gateway.files_kept_s,
-            files_max_bytes=config.gateway.files_max_bytes,
-        ),
-        replicas=ReplicaTable(Router(config.routing)),
-        # done here while leading; sent to the leader over the state stream otherwise
-        on_demand=lambda model: following.request(Wanted(model)),
-        on_used=lambda model: following.used(model),
-        on_usage=lambda record: following.usage(record),
-        on_replica_failed=lambda replica_id, reason: following.request(ReplicaFailed(replica_id, reason)),
-        tracing=tracing,
-        knowledge=knowledge if knowledge is not None else knowledge_search(kb),
+@dataclass(frozen=True)
+class Listening:
+    """The HTTP port, bound before any part that names it is built."""
+
+    port: int
+    """The port clients reach this plane on."""
+    listener: socket.socket
+    """What this process's HTTP server serves on: the port itself, or behind gateway workers its Unix
+    socket (``http.sock``), where the workers pass on all but ``/v1``."""
+    workers: int
+    """The gateway worker processes serving the port (1: none, this process serves it)."""
+    inherited: tuple[int, list[int]] | None = None
+    """The port and pids of the workers a previous start of this process left serving."""
+
+
+def _listen(config: ServerConfig, workers: int, closing: contextlib.AsyncExitStack) -> Listening:
+    host = config.http.host
+    if workers <= 1:
+        sock = inherited_socket(host, config.http.port) or bound_socket(host, config.http.port)
+        closing.callback(sock.close)
+        return Listening(int(sock.getsockname()[1]), sock, 1)
+    inherited = inherited_workers()  # left serving by the previous start of this process
+    # the port held (not listened on): the workers, and those restarted later, bind it too
+    held = reuse_port_socket(host, inherited[0] if inherited else config.http.port, listen=False)
+    closing.callback(held.close)
+    port = int(held.getsockname()[1])
+    path = config.data_path / HTTP_SOCKET_NAME
+    listener = private_unix_socket(path)
+    closing.callback(lambda: path.unlink(missing_ok=True))
+    log.info("%d gateway workers share HTTP port %d", workers, port)
+    return Listening(port, listener, workers, inherited)
+
+
+@dataclass(frozen=True)
+class Leading:
+    """Who leads, and the gateway's state and requests between this plane and the others."""
+
+    state: GatewayState
+    """What the gateway's feed is told, streamed to the standbys (and workers) while leading."""
+    leadership: Leadership
+    sharing: LimitSharing
+    counts: LimitCounts
+    following: StateFollowing
+    serving: StateServing
+
+
+def _leading(
+    config: ServerConfig,
+    base: Foundation,
+    gateway: Gateway,
+    outbox: Outbox,
+    closing: contextlib.AsyncExitStack,
+) -> Leading:
+    feed, me = gateway.feed, config.name
+    state = GatewayState(feed)
+    leadership = Leadership(
+        Leases(base.store),
+        base.fence,
+        Identity(me, "", ""),  # where it is reached is known once it serves: handed to ``run``
+        lease_s=config.leadership.lease_s,
+        store_timeout_s=config.store.timeout_s,
     )
-    closing.push_async_callback(gateway.close)
-    feed = gateway.feed
-    state = GatewayState(feed)  # what the feed is told, streamed to the standbys while leading
-    me = gateway.limiter.plane = config.name
-    sharing = LimitSharing(config.name, feed, lambda: leadership.serving)
+    closing.push_async_callback(leadership.resign)
+    sharing = LimitSharing(me, feed, lambda: leadership.serving)
+    counts = LimitCounts(  # written while leading only
+        base.store,
+        feed,
+        gateway.limiter.clock,
+        may_write=lambda: leadership.leading,
+        hand_off=lambda tokens: outbox.request(Counted(tokens, me)),
+        observe=lambda tokens: sharing.used(me, tokens),
+    )
+    closing.push_async_callback(counts.close)  # the last counts, written before resigning
 
     def counted_by(tokens: dict[str, int], plane: str) -> None:
         counts.add(tokens)
         sharing.used(plane, tokens)
 
+    usage, demand = base.usage, base.demand
     on_request = request_dispatcher(
         usage.add, demand.want, demand.used, _log_unreachable, counted_by, on_usage_sums=usage.add_sums
     )
-    workers = worker_count(config.gateway.workers)
-    worker_loads = WorkerLoads()  # what the gateway workers have in flight, when there are any
-
-    fleet = Fleet(
-        on_ready=replica_ready_to(feed),
-        on_gone=feed.replica_gone,
-        node_grace_s=config.reconcile.node_grace_s,
-    )
-    reconciler = Reconciler(
-        store,
-        fleet,
-        interval_s=config.reconcile.interval_s,
-        backoff_s=config.reconcile.restart_backoff_s,
-        backoff_max_s=config.reconcile.restart_backoff_max_s,
-        on_catalog=feed.catalog_replaced,
-        in_flight=lambda model: feed.in_flight(model) + worker_loads.in_flight(model),
-        load=feed.model_load,
-        drain=feed.replica_draining,
-        replica_in_flight=lambda r: feed.replica_in_flight(r) + worker_loads.replica_in_flight(r),
-        demand=demand,
-        on_stopped=feed.set_stopped,
-        on_pass=observe_pass,
-        tracing=tracing,
-    )
-    callers = Callers(config.admin_token_sha256)
-    # written while leading only (``leadership`` is built below, before anything runs)
-    counts = LimitCounts(
-        store,
-        feed,
-        gateway.limiter.clock,
-        may_write=lambda: leadership.leading,
-        hand_off=lambda tokens: following.request(Counted(tokens, me)),
-        observe=lambda tokens: sharing.used(config.name, tokens),
-    )
-    keys = KeyLoading(store, feed, callers, counts)
-    try:
-        await keys.reload()
-    except LlmgwError as error:
-        log.warning("could not load the API keys yet: %s", error)
-    settings_push = SettingsPush(store, fleet)
-    closing.push_async_callback(settings_push.close)
-
-    async def before_leading() -> None:
-        """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves."""
-        await keys.reload()
-        await reconciler.load()
-        await record_vip(store, config.name, config.leadership.vip)
-
-    leadership = Leadership(
-        Leases(store),
-        fence,
-        Identity(config.name, "", ""),
-        lease_s=config.leadership.lease_s,
-        before_leading=before_leading,
-        store_timeout_s=config.store.timeout_s,
-    )
-    closing.push_async_callback(leadership.resign)
-    closing.push_async_callback(counts.close)  # the last counts, written before resigning
-    closing.callback(register_cluster(fleet, leadership))
-    tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
+    tls = base.tls
 
     def state_stream(address: str) -> Awaitable[StateChannel]:
         return GrpcConnector(address, tls).gateway_state(RELAY_CONNECT_S)
@@ -344,70 +360,161 @@ async def wire(
         on_request,
         on_follower=lambda plane, joined: sharing.joined(plane) if joined else sharing.left(plane),
     )
+    return Leading(state, leadership, sharing, counts, following, serving)
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """The replicas this plane knows of (the fleet), and the leader's loop that places them."""
+
+    fleet: Fleet
+    worker_loads: WorkerLoads
+    """What the gateway workers have in flight, when there are any."""
+    training: TrainingScheduler
+    reconciler: Reconciler
+
+
+def _replicas(config: ServerConfig, base: Foundation, gateway: Gateway) -> Replicas:
+    feed, reconcile = gateway.feed, config.reconcile
+    loads = WorkerLoads()
+    fleet = Fleet(
+        on_ready=replica_ready_to(feed), on_gone=feed.replica_gone, node_grace_s=reconcile.node_grace_s
+    )
+    training = TrainingScheduler(base.store, fleet, base.blobs, grace_s=config.training.node_grace_s)
+    reconciler = Reconciler(
+        base.store,
+        fleet,
+        interval_s=reconcile.interval_s,
+        backoff_s=reconcile.restart_backoff_s,
+        backoff_max_s=reconcile.restart_backoff_max_s,
+        on_catalog=feed.catalog_replaced,
+        in_flight=lambda model: feed.in_flight(model) + loads.in_flight(model),
+        load=feed.model_load,
+        drain=feed.replica_draining,
+        replica_in_flight=lambda r: feed.replica_in_flight(r) + loads.replica_in_flight(r),
+        demand=base.demand,
+        on_stopped=feed.set_stopped,
+        on_pass=observe_pass,
+        tracing=base.tracing,
+        training_holds=training.holds,
+    )
+    return Replicas(fleet, loads, training, reconciler)
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Who may call, the keys loaded, and the agents' side: their sessions, settings, upgrades and
+    the mirror they fetch from."""
+
+    callers: Callers
+    keys: KeyLoading
+    settings_push: SettingsPush
+    upgrades: AgentUpgrades
+    builds: BuildIndex
+    sessions: NodeSessions
+    replicator: MirrorReplicator
+
+
+async def _nodes(
+    config: ServerConfig,
+    base: Foundation,
+    gateway: Gateway,
+    leading: Leading,
+    replicas: Replicas,
+    closing: contextlib.AsyncExitStack,
+) -> Nodes:
+    store, fleet, blobs, leadership = base.store, replicas.fleet, base.blobs, leading.leadership
+    callers = Callers(config.admin_token_sha256)
+    keys = KeyLoading(store, gateway.feed, callers, leading.counts)
+    try:
+        await keys.reload()
+    except LlmgwError as error:
+        log.warning("could not load the API keys yet: %s", error)
+    settings_push = SettingsPush(store, fleet)
+    closing.push_async_callback(settings_push.close)
+    closing.callback(register_cluster(fleet, leadership))
+    upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub))
+    builds = BuildIndex(blobs.root)
     sessions = NodeSessions(
         store,
         fleet,
-        reconciler,
+        replicas.reconciler,
         leadership,
         settings_push,
-        on_kv_blocks=feed.kv_blocks,
+        on_kv_blocks=gateway.feed.kv_blocks,
         gpu_history=GpuHistory(),
+        on_upgrade_result=upgrades.on_result,
+        on_training=replicas.training.receive,
+        mirror_builds=builds.message,
     )
     closing.push_async_callback(sessions.records.close)
+    tls = base.tls
 
     def pull_from_peer(address: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
         return GrpcConnector(address, tls).fetch(sha256, offset)
 
-    replicator = MirrorReplicator(
-        store,
-        blobs,
-        leadership,
-        pull_from_peer,
-        config.mirror,
-        live_s=3 * config.leadership.lease_s,
-    )
-    training = TrainingScheduler(store, fleet, blobs, grace_s=config.training.node_grace_s)
-    sessions.on_training = training.receive
-    reconciler.training_holds = training.holds
-    duties = LeaderDuties(leadership, supervisor, sessions, ["reconciler", "training"])
-    admin = AdminApi(
+    live_s = 3 * config.leadership.lease_s
+    replicator = MirrorReplicator(store, blobs, leadership, pull_from_peer, config.mirror, live_s=live_s)
+    return Nodes(callers, keys, settings_push, upgrades, builds, sessions, replicator)
+
+
+def _admin(
+    config: ServerConfig,
+    parts: tuple[Foundation, Leading, Replicas, Nodes],
+    kb: Knowledge,
+    check_agent_settings: SettingsCheck,
+    supervisor: Supervisor,
+) -> AdminApi:
+    base, leading, replicas, nodes = parts
+    return AdminApi(
         name=config.name,
         token_sha256=config.admin_token_sha256,
-        store=store,
-        fleet=fleet,
-        reconciler=reconciler,
-        blobs=blobs,
-        on_keys_changed=keys.reload,
-        leadership=leadership,
-        settings_push=settings_push,
+        store=base.store,
+        fleet=replicas.fleet,
+        reconciler=replicas.reconciler,
+        blobs=base.blobs,
+        on_keys_changed=nodes.keys.reload,
+        leadership=leading.leadership,
+        settings_push=nodes.settings_push,
         check_agent_settings=check_agent_settings,
         components=supervisor.health,
         vip=config.leadership.vip,
-        callers=callers,
-        gpu_history=sessions.gpu_history,
-        replicator=replicator,
+        callers=nodes.callers,
+        gpu_history=nodes.sessions.gpu_history,
+        replicator=nodes.replicator,
+        upgrades=nodes.upgrades,
+        training=replicas.training,
+        knowledge=kb,
+        collection_pairs=kb.pairs,  # `ctl train submit --pairs-from COLLECTION`
     )
 
-    upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub))
-    sessions.on_upgrade_result = upgrades.on_result
-    admin.state.upgrades = upgrades
-    admin.state.training = training
-    admin.state.knowledge = kb
-    admin.state.collection_pairs = kb.pairs  # `ctl train submit --pairs-from COLLECTION`
-    access = BlobAccess(store, fleet, leading=lambda: leadership.serving)
-    builds = BuildIndex(blobs.root)
-    sessions.mirror_builds = builds.message
 
+def _blob_chunks(
+    access: BlobAccess, builds: BuildIndex, blobs: BlobStore
+) -> Callable[[RelayPeer, str, int], AsyncIterator[bytes]]:
     async def blob_chunks(caller: RelayPeer, sha256: str, offset: int) -> AsyncIterator[bytes]:
         if sha256 not in builds.blobs():  # engine builds are for every node
             await access.check(caller, sha256)  # a peer pulls any blob; a node only its own replicas' files
         async for chunk in blobs.read_chunks(sha256, offset):
             yield chunk
 
+    return blob_chunks
+
+
+def _edges(
+    config: ServerConfig,
+    parts: tuple[Foundation, Gateway, Leading, Replicas, Nodes],
+    admin: AdminApi,
+    closing: contextlib.AsyncExitStack,
+) -> tuple[AgentServer, ASGIApp]:
+    """The agents' server, and what the HTTP port serves: the token and the body limit checked before
+    a standby's relaying reads a body."""
+    base, gateway, leading, replicas, nodes = parts
+    leadership, following = leading.leadership, leading.following
+    access = BlobAccess(base.store, replicas.fleet, leading=lambda: leadership.serving)
     # the portal's files are served by every control plane, a standby too (docs/portal.md)
     local = route_by_prefix(gateway.asgi_app(), Portal(admin.app()))
-    answering = RelayAnswering(local, leadership)
-    relays = RelayClient(tls)
+    relays = RelayClient(base.tls)
     closing.push_async_callback(relays.close)
     front = StandbyForwarding(
         local,
@@ -418,92 +525,175 @@ async def wire(
         leader_decides=RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes),
     )
     agent_server = AgentServer(
-        sessions.serve,
-        blob_chunks,
-        tls,
+        nodes.sessions.serve,
+        _blob_chunks(access, nodes.builds, base.blobs),
+        base.tls,
         config.agent_server.host,
         config.agent_server.port,
-        relay=answering.answer,
-        state=serving.serve,
+        relay=RelayAnswering(local, leadership).answer,
+        state=leading.serving.serve,
     )
     closing.push_async_callback(agent_server.stop)
-    # the token and the body limit are checked before a standby's relaying reads a body
-    edge = Admission(front, callers, config.http.api_body_max_bytes)
-    pool: WorkerSupervisor | None = None
-    if workers > 1:
-        channel = WorkerChannelServer(
-            state,
-            gateway.limiter,
-            following.request,
-            serves=lambda: leadership.serving or following.live,
-            loads=worker_loads,
-        )
-        summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
-        inherited = inherited_workers()  # left serving by the previous start of this process
-        http, pool = behind_workers(
-            config,
-            workers,
-            serve_metrics(edge, summed, channel.fresh_metrics),
-            closing,
-            worker_log_args,
-            port=inherited[0] if inherited is not None else 0,
-        )
+    return agent_server, Admission(front, nodes.callers, config.http.api_body_max_bytes)
+
+
+def _http(
+    config: ServerConfig,
+    listening: Listening,
+    edge: ASGIApp,
+    channel: WorkerChannelServer | None,
+    worker_log_args: Sequence[str],
+) -> tuple[HttpServer, WorkerSupervisor | None]:
+    """This process's HTTP server and, behind the port, the gateway workers (``gateway.workers``
+    above 1), launched on a copy of this plane's config that names its data dir."""
+    if channel is None:
+        return HttpServer(edge, config.http, listening.listener), None
+    summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
+    worker_config = config.data_path / "worker-server.yaml"
+    save_server_config(config.model_copy(update={"data_dir": str(config.data_path)}), worker_config)
+    launch = subprocess_launcher(worker_config, listening.port, worker_log_args)
+    edge = serve_metrics(edge, summed, channel.fresh_metrics)
+    return HttpServer(edge, config.http, listening.listener, listening.port), WorkerSupervisor(
+        listening.workers, launch
+    )
+
+
+def _worker_channel(
+    listening: Listening, gateway: Gateway, leading: Leading, replicas: Replicas
+) -> WorkerChannelServer | None:
+    """The gateway's state to the workers and their usage back, when there are workers."""
+    if listening.workers <= 1:
+        return None
+    leadership, following = leading.leadership, leading.following
+    return WorkerChannelServer(
+        leading.state,
+        gateway.limiter,
+        following.request,
+        serves=lambda: leadership.serving or following.live,
+        loads=replicas.worker_loads,
+    )
+
+
+@dataclass(frozen=True)
+class ControlPlaneParts:
+    """Every part of one control plane, built once each by :func:`build`."""
+
+    config: ServerConfig
+    base: Foundation
+    listening: Listening
+    knowledge: Knowledge
+    outbox: Outbox
+    """The gateway's requests to the leader, handed to ``leading.following`` while it runs."""
+    gateway: Gateway
+    leading: Leading
+    replicas: Replicas
+    nodes: Nodes
+    duties: LeaderDuties
+    admin: AdminApi
+    agent_server: AgentServer
+    http: HttpServer
+    channel: WorkerChannelServer | None
+    workers: WorkerSupervisor | None
+    """The gateway workers serving /v1 on the HTTP port (``gateway.workers`` above 1), else None."""
+
+    @property
+    def store(self) -> Store:
+        return self.base.store
+
+    @property
+    def leadership(self) -> Leadership:
+        return self.leading.leadership
+
+    @property
+    def sessions(self) -> NodeSessions:
+        return self.nodes.sessions
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.replicas.reconciler
+
+    async def prepare_to_lead(self) -> None:
+        """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves."""
+        await self.nodes.keys.reload()
+        await self.replicas.reconciler.load()
+        await record_vip(self.store, self.config.name, self.config.leadership.vip)
+
+
+async def build(
+    config: ServerConfig,
+    process: Process,
+    *,
+    check_agent_settings: SettingsCheck = forbidden_only,
+    worker_log_args: Sequence[str] = (),
+    knowledge: KnowledgeSearch | None = None,
+) -> ControlPlaneParts:
+    """Build every part in dependency order; ``process.closing`` closes them (in reverse) when it ends.
+
+    ``worker_log_args``: how gateway workers log (``--log-level``, ``--log-json``), if there are any.
+    ``knowledge``: what the gateway searches knowledge collections with; None: the cluster's own
+    search (:func:`knowledge_search`)."""
+    closing = process.closing
+    base = await _foundation(config, closing)
+    listening = _listen(config, worker_count(config.gateway.workers), closing)
+    # embeds through this plane's own /v1 (docs/knowledge.md)
+    kb = knowledge_for(
+        base.store, config.admin_token_sha256, partial(own_url, config.http.host, listening.port)
+    )
+    closing.push_async_callback(kb.close)
+    outbox = Outbox()
+    search = knowledge if knowledge is not None else knowledge_search(kb)
+    gateway = build_gateway(config, outbox, base.tracing, knowledge=search)
+    closing.push_async_callback(gateway.close)
+    leading = _leading(config, base, gateway, outbox, closing)
+    replicas = _replicas(config, base, gateway)
+    nodes = await _nodes(config, base, gateway, leading, replicas, closing)
+    duties = LeaderDuties(leading.leadership, process.supervisor, nodes.sessions, LEADER_ONLY)
+    admin = _admin(config, (base, leading, replicas, nodes), kb, check_agent_settings, process.supervisor)
+    agent_server, edge = _edges(config, (base, gateway, leading, replicas, nodes), admin, closing)
+    channel = _worker_channel(listening, gateway, leading, replicas)
+    http, workers = _http(config, listening, edge, channel, worker_log_args)
+    return ControlPlaneParts(
+        config, base, listening, kb, outbox, gateway, leading, replicas, nodes, duties, admin, agent_server,
+        http, channel, workers,
+    )  # fmt: skip
+
+
+def add_components(parts: ControlPlaneParts, supervisor: Supervisor) -> None:
+    """Register every component of the table above but those that join once the HTTP server listens
+    (``leadership``, ``firewall``: :mod:`~llmgw.controlplane.running`)."""
+    config, leading, replicas, nodes = parts.config, parts.leading, parts.replicas, parts.nodes
+    leadership, following, state = leading.leadership, leading.following, leading.state
+    if parts.workers is not None and parts.channel is not None:
+        channel, pool = parts.channel, parts.workers
         supervisor.add("worker-channel", lambda: channel.run(config.data_path / SOCKET_NAME))
         supervisor.add("workers", pool.run)
+        inherited = parts.listening.inherited
         if inherited is not None:
-            started = pool
-
-            def own_serve() -> bool:
-                mine = set(started.pids.values())
-                serving = set(channel.pids.values())
-                return len(mine) == workers and mine <= serving and (leadership.serving or following.live)
-
-            supervisor.add("retire-workers", lambda: retire(inherited[1], own_serve))
-    else:
-        http = HttpServer(edge, config.http)
-        handed_over = inherited_socket(config.http.host, config.http.port)
-        if handed_over is not None:
-            http.sockets = [handed_over]
-
-    supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
-    supervisor.add("load-reader", gateway.loads.run)
-    supervisor.add("usage-writer", usage.run)
-    supervisor.add("limit-counts", counts.run)
-    supervisor.add("limit-sharing", sharing.run)
-    supervisor.add("callers", lambda: callers.keep_loaded(store))
-    supervisor.add("reconciler", lambda: reconciler.run(may_act=lambda: leadership.leading), start=False)
-    supervisor.add("training", training.run, start=False)
-    supervisor.add("leader-duties", duties.follow)
-    supervisor.add("mirror-replicator", replicator.run)
+            supervisor.add("retire-workers", lambda: retire(inherited[1], partial(_own_workers_serve, parts)))
+    supervisor.add("http", parts.http.serve_until_stopped, Policy.FATAL)
+    supervisor.add("leader-requests", lambda: parts.outbox.run(following))
+    supervisor.add("load-reader", parts.gateway.loads.run)
+    supervisor.add("usage-writer", parts.base.usage.run)
+    supervisor.add("limit-counts", leading.counts.run)
+    supervisor.add("limit-sharing", leading.sharing.run)
+    supervisor.add("callers", lambda: nodes.callers.keep_loaded(parts.store))
+    supervisor.add(
+        "reconciler", lambda: replicas.reconciler.run(may_act=lambda: leadership.leading), start=False
+    )
+    supervisor.add("training", replicas.training.run, start=False)
+    supervisor.add("leader-duties", parts.duties.follow)
+    supervisor.add("mirror-replicator", nodes.replicator.run)
     supervisor.add("state-following", following.run)
-    grace_s = config.reconcile.node_grace_s
+    fleet, grace_s = replicas.fleet, config.reconcile.node_grace_s
     supervisor.add(
         "inherited-replicas", lambda: drop_inherited(state, leadership, lambda: set(fleet.replicas), grace_s)
     )
-    return ControlPlaneParts(
-        store, gateway, reconciler, leadership, sessions, admin, agent_server, http, pool
-    )
 
 
-def behind_workers(
-    config: ServerConfig,
-    workers: int,
-    edge: ASGIApp,
-    closing: contextlib.AsyncExitStack,
-    log_args: Sequence[str] = (),
-    port: int = 0,
-) -> tuple[HttpServer, WorkerSupervisor]:
-    """The HTTP port held (not listened on) for ``workers`` gateway workers, and this process's own
-    HTTP server on its Unix socket, where the workers pass on all but ``/v1``. ``port``: the one the
-    workers of a previous start of this process serve (else ``http.port``)."""
-    held = reuse_port_socket(config.http.host, port or config.http.port, listen=False)
-    closing.callback(held.close)
-    port = int(held.getsockname()[1])
-    listener = private_unix_socket(config.data_path / HTTP_SOCKET_NAME)
-    closing.callback(lambda: (config.data_path / HTTP_SOCKET_NAME).unlink(missing_ok=True))
-    copy = config.model_copy(update={"data_dir": str(config.data_path)})
-    worker_config = config.data_path / "worker-server.yaml"
-    save_server_config(copy, worker_config)
-    log.info("%d gateway workers share HTTP port %d", workers, port)
-    launch = subprocess_launcher(worker_config, port, log_args)
-    return HttpServer(edge, config.http, listener, port), WorkerSupervisor(workers, launch)
+def _own_workers_serve(parts: ControlPlaneParts) -> bool:
+    """Whether this start's own workers all serve (the previous start's may then be retired)."""
+    assert parts.workers is not None and parts.channel is not None
+    mine = set(parts.workers.pids.values())
+    serving = set(parts.channel.pids.values())
+    live = parts.leadership.serving or parts.leading.following.live
+    return len(mine) == parts.workers.count and mine <= serving and live

@@ -1,10 +1,13 @@
 """One gateway worker process (``llmgw server worker``): ``/v1`` from its own gateway, the rest handed on.
 
-A worker builds a :class:`~llmgw.gateway.app.Gateway` of its own, fed by its
-control plane over the local channel (:class:`~llmgw.controlplane.localchannel.WorkerFollowing`),
-binds the HTTP port with ``SO_REUSEPORT`` beside the other workers and serves
-it with the same guarded protocol and connection limits as the control plane
-(``http.*``, per worker). It answers:
+A worker builds a :class:`~llmgw.gateway.app.Gateway` of its own, exactly as
+its control plane builds its own
+(:func:`~llmgw.controlplane.gatewaybuilding.build_gateway`: every
+``gateway.*`` setting), fed by its control plane over the local channel
+(:class:`~llmgw.controlplane.localchannel.WorkerFollowing`), binds the HTTP
+port with ``SO_REUSEPORT`` beside the other workers and serves it with the
+same guarded protocol and connection limits as the control plane (``http.*``,
+per worker). It answers:
 
 - ``/v1`` (and ``/rerank``) itself while its control plane serves ``/v1``
   (it leads, or is a standby holding the leader's copy) and it holds a full
@@ -20,8 +23,21 @@ it with the same guarded protocol and connection limits as the control plane
 
 Its usage, on-demand wants and unreachable replicas go to the control plane
 over the channel; its limiter holds ``1 / workers`` of each rate and
-concurrency limit (docs/tenancy.md). It stops on SIGTERM or once its parent
-(the control plane) is gone.
+concurrency limit (docs/tenancy.md). It stops on a stop signal (SIGTERM, SIGINT, SIGHUP) or once
+its parent (the control plane) is gone.
+
+It is run by :func:`~llmgw.runtime.processes.run_process`: :func:`build_worker`
+builds its parts, :func:`serve_worker` runs them, as components of its
+supervisor:
+
+===================  ========  ==============================================
+component            policy    what
+===================  ========  ==============================================
+``http``             FATAL     ``/v1`` on the shared port, the rest passed on
+``local-channel``    RESTART   the control plane's state in, requests out
+``load-reader``      RESTART   engines' load into the router
+``leader-requests``  RESTART   the gateway's requests handed to the channel
+===================  ========  ==============================================
 """
 
 from __future__ import annotations
@@ -31,29 +47,27 @@ import contextlib
 import json
 import logging
 import os
-import signal
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from llmgw.controlplane.config import ServerConfig
+from llmgw.controlplane.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerFollowing
 from llmgw.controlplane.relaying import LeaderDecides
-from llmgw.controlplane.stateevents import ReplicaFailed, Wanted
 from llmgw.controlplane.statestream import RuntimeAdapters
 from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
 from llmgw.gateway.app import Gateway
-from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.routes import gateway_path
-from llmgw.gateway.routing import Router
-from llmgw.gateway.settings import GatewaySettings
 from llmgw.observability.tracing import Tracing
-from llmgw.runtime.supervising import Policy, Supervisor
+from llmgw.runtime.processes import Process, run_process
+from llmgw.runtime.supervising import Policy
 
 log = logging.getLogger(__name__)
 
@@ -216,31 +230,33 @@ async def _parent_gone(parent: int) -> None:
     log.warning("the control plane (pid %d) is gone: this gateway worker stops", parent)
 
 
-async def run_worker(config: ServerConfig, port: int, index: int) -> None:
-    """Serve as worker ``index`` on ``port`` until SIGTERM, SIGINT or the control plane is gone."""
+@dataclass(frozen=True)
+class WorkerParts:
+    """What a gateway worker serves with, built once by :func:`build_worker`."""
+
+    name: str
+    index: int
+    port: int
+    gateway: Gateway
+    outbox: Outbox
+    following: WorkerFollowing
+    http: HttpServer
+
+
+async def build_worker(config: ServerConfig, port: int, index: int, process: Process) -> WorkerParts:
+    """Worker ``index``'s parts, in order: its gateway (built as its control plane's is), its copy of
+    the control plane's state, its HTTP server on ``port`` (``SO_REUSEPORT``)."""
     workers = worker_count(config.gateway.workers)
     tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name} worker {index}")
-    following: WorkerFollowing
+    process.closing.callback(tracing.shutdown)
     pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
-    gateway = Gateway(
-        GatewaySettings(
-            request_wait_s=config.gateway.request_wait_s,
-            upstream_timeout_s=config.gateway.upstream_timeout_s,
-            access_log=config.gateway.access_log,
-        ),
-        replicas=ReplicaTable(Router(config.routing)),
-        on_demand=lambda model: following.request(Wanted(model)),
-        on_used=lambda model: following.used(model),
-        on_usage=lambda record: following.usage(record),
-        on_replica_failed=lambda replica_id, reason: following.request(ReplicaFailed(replica_id, reason)),
-        tracing=tracing,
-        knowledge_relay=pass_on,  # the search runs in the control plane: such a request is answered there
-    )
-    gateway.limiter.share = 1.0 / workers  # set before any limit arrives: every meter holds this share
-    gateway.limiter.plane = config.name  # of its plane's share (``limits_shared``)
-    state = GatewayState(gateway.feed)
+    process.closing.push_async_callback(_closed_quietly, pass_on)
+    outbox = Outbox()
+    # the search runs in the control plane: such a request is answered there
+    gateway = build_gateway(config, outbox, tracing, share=1.0 / workers, knowledge_relay=pass_on)
+    process.closing.push_async_callback(gateway.close)
     following = WorkerFollowing(
-        state,
+        GatewayState(gateway.feed),
         gateway.limiter,
         config.data_path / SOCKET_NAME,
         models=gateway.replicas.models,
@@ -249,30 +265,33 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
     decides = RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes)
     app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves, decides)
     http = HttpServer(app, config.http, reuse_port_socket(config.http.host, port))
-    supervisor = Supervisor()
-    supervisor.add("http", http.serve_until_stopped, Policy.FATAL)
-    supervisor.add("local-channel", following.run)
-    supervisor.add("load-reader", gateway.loads.run)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    log.info("gateway worker %d (pid %d) serving on %s:%d", index, os.getpid(), config.http.host, port)
+    return WorkerParts(config.name, index, port, gateway, outbox, following, http)
+
+
+async def _closed_quietly(pass_on: PassOn) -> None:
+    with contextlib.suppress(Exception):
+        await pass_on.close()
+
+
+async def serve_worker(parts: WorkerParts, process: Process) -> None:
+    """Serve until stopped or the control plane is gone, then finish the requests in flight."""
+    supervisor = process.supervisor
+    supervisor.add("http", parts.http.serve_until_stopped, Policy.FATAL)
+    supervisor.add("local-channel", parts.following.run)
+    supervisor.add("load-reader", parts.gateway.loads.run)
+    supervisor.add("leader-requests", lambda: parts.outbox.run(parts.following))
+    host = parts.http.config.host
+    log.info("gateway worker %d (pid %d) serving on %s:%d", parts.index, os.getpid(), host, parts.port)
+    stopping = asyncio.create_task(process.stop.wait(), name="stop")
+    orphaned = asyncio.create_task(_parent_gone(os.getppid()), name="parent-gone")
     try:
-        async with asyncio.TaskGroup() as tasks:
-            supervising = tasks.create_task(supervisor.run())
-            stopping = tasks.create_task(stop.wait())
-            orphaned = tasks.create_task(_parent_gone(os.getppid()))
-            await asyncio.wait({supervising, stopping, orphaned}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (stopping, orphaned):
-                task.cancel()
-            if not supervising.done():
-                await http.stop()
-                supervisor.shutdown()
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None
+        await asyncio.wait({stopping, orphaned}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        with contextlib.suppress(Exception):
-            await pass_on.close()
-        await gateway.close()
-        tracing.shutdown()
+        for task in (stopping, orphaned):
+            task.cancel()
+    await parts.http.stop()
+
+
+async def run_worker(config: ServerConfig, port: int, index: int) -> None:
+    """Serve as worker ``index`` on ``port`` until a stop signal or the control plane is gone."""
+    await run_process(lambda process: build_worker(config, port, index, process), serve_worker)

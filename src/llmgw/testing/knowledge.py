@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import re
-import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,12 +93,8 @@ async def _serve(config_path: Path, collections: Path) -> None:
 
     setup_logging("info", False)
     config = load_server_config(config_path)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     plane = ControlPlane(config, settings_problems, knowledge=InMemoryKnowledge.from_file(collections))
-    await plane.run(stop)
+    await plane.run()  # until a stop signal
 
 
 def main() -> None:

@@ -1,0 +1,93 @@
+"""One gateway builder for the control plane and its workers: every ``gateway.*`` setting reaches both."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from llmgw.controlplane.config import GatewaySettingsFile, ServerConfig
+from llmgw.controlplane.gatewaybuilding import Outbox, build_gateway
+from llmgw.controlplane.workerserving import build_worker
+from llmgw.gateway.settings import GatewaySettings
+from llmgw.gateway.usage import UsageRecord
+from llmgw.observability.tracing import TRACING_OFF
+from llmgw.runtime.processes import Process
+from llmgw.testing.cluster import free_port
+from llmgw.testing.eventually import eventually
+
+SHARED = sorted(GatewaySettingsFile.model_fields.keys() & GatewaySettings.model_fields.keys())
+"""The settings of server.yaml's ``gateway`` section that the gateway itself takes."""
+
+
+def _not_default(name: str) -> Any:
+    default = GatewaySettingsFile.model_fields[name].default
+    if isinstance(default, bool):
+        return not default
+    return default * 2 + 1
+
+
+def _config(tmp_path: Path, **gateway: Any) -> ServerConfig:
+    values = {name: _not_default(name) for name in SHARED}
+    return ServerConfig(data_dir=str(tmp_path), gateway={**values, **gateway})
+
+
+def _settings_of(settings: GatewaySettings) -> dict[str, Any]:
+    return {name: getattr(settings, name) for name in SHARED}
+
+
+def test_the_shared_settings_include_those_of_jobs_and_files() -> None:
+    assert {
+        "job_poll_s",
+        "job_timeout_s",
+        "jobs_kept",
+        "job_kept_s",
+        "files_kept_s",
+        "files_max_bytes",
+    } <= set(SHARED)
+
+
+def test_every_gateway_setting_of_server_yaml_reaches_the_control_planes_gateway(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    gateway = build_gateway(config, Outbox(), TRACING_OFF)
+    assert _settings_of(gateway.settings) == {name: _not_default(name) for name in SHARED}
+    assert gateway.limiter.plane == "cp1" and gateway.limiter.share == 1.0
+
+
+async def test_a_workers_gateway_has_the_job_and_file_settings_of_server_yaml(tmp_path: Path) -> None:
+    config = _config(tmp_path, workers=4)
+    process = Process()
+    async with process.closing:
+        parts = await build_worker(config, free_port(), 0, process)
+        assert _settings_of(parts.gateway.settings) == {name: _not_default(name) for name in SHARED}
+        assert parts.gateway.files.ttl_s == config.gateway.files_kept_s
+        assert parts.gateway.limiter.share == 0.25 and parts.gateway.limiter.plane == "cp1"
+
+
+class _Leader:
+    def __init__(self) -> None:
+        self.told: list[tuple[str, object]] = []
+
+    def request(self, request: dict[str, Any]) -> None:
+        self.told.append(("request", request))
+
+    def used(self, model: str) -> None:
+        self.told.append(("used", model))
+
+    def usage(self, record: UsageRecord) -> None:
+        self.told.append(("usage", record))
+
+
+async def test_the_outbox_hands_what_it_kept_in_order_then_each_request_as_it_comes() -> None:
+    outbox = Outbox()
+    outbox.request({"kind": "wanted", "model": "m"})
+    outbox.used("m")
+    leader = _Leader()
+    running = asyncio.create_task(outbox.run(leader))
+    await eventually(lambda: leader.told == [("request", {"kind": "wanted", "model": "m"}), ("used", "m")])
+    outbox.used("n")
+    assert leader.told[-1] == ("used", "n")  # at once, while it runs
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    outbox.used("o")
+    assert leader.told[-1] == ("used", "n")  # kept again once it stopped
