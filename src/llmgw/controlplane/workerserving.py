@@ -47,8 +47,8 @@ from llmgw.controlplane.statestream import RuntimeAdapters
 from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
 from llmgw.gateway.app import Gateway
+from llmgw.gateway.paths import gateway_path
 from llmgw.gateway.replicas import ReplicaTable
-from llmgw.gateway.routes import gateway_path
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.observability.tracing import Tracing

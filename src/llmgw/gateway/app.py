@@ -35,6 +35,7 @@ from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.tenancy import visible
 from llmgw.gateway import knowledge, metrics
 from llmgw.gateway.adapters import Adapters
+from llmgw.gateway.api_errors import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.bodies import RequestFacts, asking_for_usage, json_body, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.feeding import GatewayFeed
@@ -45,11 +46,10 @@ from llmgw.gateway.jobs import JobBook, JobRunner
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
+from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED, TASK_OF_ROUTE
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.response_store import ResponseStore
-from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.responses_api import ResponsesCall
-from llmgw.gateway.routes import ENGINE_ROUTE, FORWARDED, TASK_OF_ROUTE
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream

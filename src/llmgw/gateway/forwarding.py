@@ -26,18 +26,18 @@ from starlette.types import Receive, Send
 from llmgw.core.engines import adapter_in_body, find_engine
 from llmgw.gateway import metrics
 from llmgw.gateway.adapters import AdapterLoadFailed
-from llmgw.gateway.bodies import RequestFacts, choosing_lora
-from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.knowledge import Retrieved, salted
-from llmgw.gateway.limiting import Ticket, cut_short, events_in, limit_message
-from llmgw.gateway.replicas import Lease, ReplicaEndpoint
-from llmgw.gateway.responses import (
+from llmgw.gateway.api_errors import (
     EVENT_STREAM,
     ApiError,
     normalise_engine_error,
     send_bytes,
     sse_error_event,
 )
+from llmgw.gateway.bodies import RequestFacts, choosing_lora
+from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.knowledge import Retrieved, salted
+from llmgw.gateway.limiting import Ticket, cut_short, events_in, limit_message
+from llmgw.gateway.replicas import Lease, ReplicaEndpoint
 from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.shaping import AnswerShape, EventShaper, NativeResponses, TranslatedResponses
 from llmgw.gateway.sources import SourcesShape

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.files import StoredFile
 from llmgw.gateway.gate import GateError, OutputFile, Progress
 from llmgw.gateway.meshes import MeshError, glb_name, obj_to_glb
 from llmgw.gateway.replicas import ReplicaEndpoint
-from llmgw.gateway.responses import ApiError
 from llmgw.gateway.workflows import Workflow
 
 if TYPE_CHECKING:

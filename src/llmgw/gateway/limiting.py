@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subject
 from llmgw.core.limitshares import PlaneShares
+from llmgw.gateway.api_errors import ApiError, sse_error_event
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.responses import ApiError, sse_error_event
 
 HINT = (
     "wait for the time Retry-After says, or ask an administrator for a higher limit ('llmgw ctl limits get')"

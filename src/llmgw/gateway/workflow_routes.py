@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Receive, Scope, Send
 
 from llmgw.gateway import metrics
+from llmgw.gateway.api_errors import ApiError, send_bytes
 from llmgw.gateway.bodies import model_and_stream, read_body
 from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange
 from llmgw.gateway.images import graphs_for, images_body, parse_images
 from llmgw.gateway.jobs import Job, JobState, new_job
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.limiting import Ticket
-from llmgw.gateway.responses import ApiError, send_bytes
 from llmgw.gateway.usage import UsageRecord
 from llmgw.gateway.workflows import Workflow
 
