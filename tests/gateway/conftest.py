@@ -1,4 +1,10 @@
-"""A real fake engine (an aiohttp server) and the gateway served by a real uvicorn."""
+"""The gateway calling in-memory engines (``engine``), served by a real uvicorn to the SDK.
+
+Most tests run the gateway on :class:`~llmgw.testing.gateway_doubles.MemoryUpstream`:
+no socket between the gateway and its engines. :class:`FakeEngine` is the same
+engine over a real aiohttp server, for the tests of the HTTP path itself
+(``test_over_sockets.py``, ``test_upstream.py``).
+"""
 
 from __future__ import annotations
 
@@ -18,15 +24,9 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
-from llmgw.gateway import (
-    Gateway,
-    GatewaySettings,
-    KeyEntry,
-    ModelEntry,
-    ReplicaEndpoint,
-    UsageRecord,
-    hash_secret,
-)
+from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
+from llmgw.gateway.upstream import UpstreamClient
+from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream, RecordingOutbound
 from llmgw.testing.serving import bound_socket, serving
 
 SECRET = "sk-llmgw-test-0123456789"
@@ -241,54 +241,38 @@ class FakeEngine:
         return response
 
 
-@dataclass
-class Hooks:
-    """Records what the gateway tells the control plane."""
-
-    demanded: list[str] = field(default_factory=list)
-    usage: list[UsageRecord] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    usage_seen: asyncio.Event = field(default_factory=asyncio.Event)
-    demand_seen: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def on_demand(self, model: str) -> None:
-        self.demanded.append(model)
-        self.demand_seen.set()
-
-    def on_usage(self, record: UsageRecord) -> None:
-        self.usage.append(record)
-        self.usage_seen.set()
-
-    def on_replica_failed(self, replica_id: str, reason: str) -> None:
-        self.failed.append((replica_id, reason))
+@pytest.fixture
+def settings(request: pytest.FixtureRequest) -> GatewaySettings:
+    """The gateway's settings; a test changes some with
+    ``@pytest.mark.parametrize("settings", [{...}], indirect=True)``."""
+    changes: dict[str, Any] = getattr(request, "param", {})
+    return GatewaySettings(**{"request_wait_s": 0.3, "retry_after_s": 5, **changes})
 
 
 @pytest.fixture
-async def engine() -> AsyncIterator[FakeEngine]:
-    fake = FakeEngine()
-    await fake.start()
-    yield fake
-    await fake.stop()
+def upstream(settings: GatewaySettings) -> MemoryUpstream:
+    """The replicas' engines, in memory."""
+    return MemoryUpstream(settings)
 
 
 @pytest.fixture
-def settings() -> GatewaySettings:
-    return GatewaySettings(request_wait_s=0.3, retry_after_s=5)
+async def engine(upstream: MemoryUpstream) -> AsyncIterator[MemoryEngine]:
+    memory = upstream.engine(MemoryEngine())
+    yield memory
+    await memory.stop()
 
 
 @pytest.fixture
-def hooks() -> Hooks:
-    return Hooks()
+def hooks() -> RecordingOutbound:
+    """What the gateway tells the control plane."""
+    return RecordingOutbound()
 
 
 @pytest.fixture
-async def gateway(settings: GatewaySettings, hooks: Hooks) -> AsyncIterator[Gateway]:
-    gw = Gateway(
-        settings,
-        on_demand=hooks.on_demand,
-        on_usage=hooks.on_usage,
-        on_replica_failed=hooks.on_replica_failed,
-    )
+async def gateway(
+    settings: GatewaySettings, upstream: UpstreamClient, hooks: RecordingOutbound
+) -> AsyncIterator[Gateway]:
+    gw = Gateway(settings, upstream=upstream, outbound=hooks)
     gw.keys.add(
         KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(Owner.parse("user:alice")))
     )

@@ -19,7 +19,7 @@ from llmgw.gateway.knowledge import HEADER, MAX_COLLECTIONS, MAX_LIMIT
 from llmgw.testing.knowledge import InMemoryKnowledge
 from llmgw.testing.serving import serving
 
-from .conftest import AUTH, MODEL, SECRET, FakeEngine
+from .conftest import AUTH, MODEL, SECRET, MemoryEngine
 
 OTHER_SECRET = "sk-llmgw-other-team-0123456789"
 DEFAULTS_SECRET = "sk-llmgw-defaults-0123456789"
@@ -42,7 +42,7 @@ def knowledge(gateway: Gateway) -> InMemoryKnowledge:
     return search
 
 
-def _sent(engine: FakeEngine) -> dict[str, Any]:
+def _sent(engine: MemoryEngine) -> dict[str, Any]:
     return json.loads(engine.requests[-1].body)  # type: ignore[no-any-return]
 
 
@@ -54,7 +54,7 @@ def _ask(collections: list[str], limit: int | None = None) -> dict[str, Any]:
 
 
 async def test_passages_go_into_the_prompt_and_sources_come_back_with_the_answer(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="vllm"))
     answer = await client.chat.completions.create(
@@ -89,7 +89,7 @@ async def test_passages_go_into_the_prompt_and_sources_come_back_with_the_answer
 
 
 async def test_without_a_system_message_one_is_put_first(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     await client.chat.completions.create(
@@ -105,7 +105,7 @@ async def test_without_a_system_message_one_is_put_first(
 
 
 async def test_cache_salt_goes_only_to_engines_that_take_it(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="llama.cpp"))
     await client.chat.completions.create(
@@ -117,7 +117,7 @@ async def test_cache_salt_goes_only_to_engines_that_take_it(
 
 
 async def test_a_request_without_collections_is_forwarded_as_sent(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="vllm"))
     raw = b'{"model": "tiny-chat",  "messages": [{"role": "user", "content": "hi"}]}'
@@ -129,7 +129,7 @@ async def test_a_request_without_collections_is_forwarded_as_sent(
 
 
 async def test_a_stream_carries_the_sources_in_its_first_chunk(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     stream = await client.chat.completions.create(
@@ -146,7 +146,7 @@ async def test_a_stream_carries_the_sources_in_its_first_chunk(
 
 
 async def test_responses_get_the_passages_in_instructions_and_sources_back(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="vllm"))  # serves Responses itself
     response = await client.responses.create(
@@ -165,7 +165,7 @@ async def test_responses_get_the_passages_in_instructions_and_sources_back(
 
 
 async def test_a_translated_response_stream_carries_sources_in_response_created(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="sglang"))  # answers chat: translated
     stream = await client.responses.create(
@@ -181,7 +181,7 @@ async def test_a_translated_response_stream_carries_sources_in_response_created(
 
 
 async def test_a_keys_default_collections_are_searched_when_the_request_names_none(
-    gateway: Gateway, engine: FakeEngine, base_url: str, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, base_url: str, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     async with AsyncOpenAI(base_url=f"{base_url}/v1", api_key=DEFAULTS_SECRET, max_retries=0) as sdk:
@@ -193,7 +193,7 @@ async def test_a_keys_default_collections_are_searched_when_the_request_names_no
 
 
 async def test_a_collection_the_key_may_not_read_answers_as_one_that_does_not_exist(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     bodies = []
@@ -211,7 +211,7 @@ async def test_a_collection_the_key_may_not_read_answers_as_one_that_does_not_ex
 
 
 async def test_the_search_runs_after_the_keys_limits_are_taken(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     gateway.feed.keys_replaced([KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(ALICE))])
@@ -246,7 +246,7 @@ async def test_the_search_runs_after_the_keys_limits_are_taken(
 )
 async def test_bad_shapes_answer_400_naming_the_field(
     gateway: Gateway,
-    engine: FakeEngine,
+    engine: MemoryEngine,
     client: AsyncOpenAI,
     knowledge: InMemoryKnowledge,
     knowledge_field: Any,
@@ -265,7 +265,7 @@ async def test_bad_shapes_answer_400_naming_the_field(
 
 
 async def test_completions_and_requests_without_user_text_answer_400(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     with pytest.raises(openai.BadRequestError) as caught:
@@ -279,7 +279,7 @@ async def test_completions_and_requests_without_user_text_answer_400(
 
 
 async def test_a_failing_search_answers_503_with_what_to_do(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     knowledge.failing = ConnectionError("the embedding model has no ready replica")
@@ -298,7 +298,7 @@ async def test_a_failing_search_answers_503_with_what_to_do(
 
 
 async def test_without_a_search_a_request_naming_collections_answers_503(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     with pytest.raises(openai.InternalServerError) as caught:
@@ -311,7 +311,7 @@ async def test_without_a_search_a_request_naming_collections_answers_503(
 
 
 async def test_without_a_search_a_relay_answers_requests_naming_collections(
-    gateway: Gateway, engine: FakeEngine, base_url: str
+    gateway: Gateway, engine: MemoryEngine, base_url: str
 ) -> None:
     """A gateway worker hands such a request whole to its control plane's gateway, which searches."""
     plane = gateway

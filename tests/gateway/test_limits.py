@@ -15,7 +15,7 @@ from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, hash_secret
 from llmgw.testing.eventually import eventually
 
-from .conftest import AUTH, MESSAGES, MODEL, SECRET, WAIT, FakeEngine
+from .conftest import AUTH, MESSAGES, MODEL, SECRET, WAIT, MemoryEngine
 
 PROJECT = "project:acme/ml/chat"
 CHAT = {"model": MODEL, "messages": MESSAGES}
@@ -29,7 +29,7 @@ def limited(gateway: Gateway, limits: dict[str, Limits]) -> None:
 
 
 async def test_a_request_over_the_projects_rate_is_refused_with_openais_headers(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     limited(gateway, {PROJECT: Limits(requests_per_minute=2)})
@@ -51,7 +51,7 @@ async def test_a_request_over_the_projects_rate_is_refused_with_openais_headers(
 
 
 async def test_a_model_not_allowed_to_the_key_is_refused_403(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     limited(gateway, {"key:key-1": Limits(models=frozenset({"other"}))})
@@ -69,7 +69,7 @@ async def test_an_expired_key_is_refused(gateway: Gateway, http: aiohttp.ClientS
 
 
 async def test_tokens_of_an_answer_count_against_the_teams_daily_budget(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     limited(gateway, {"team:acme/ml": Limits(tokens_per_day=15)})
@@ -86,7 +86,7 @@ async def test_tokens_of_an_answer_count_against_the_teams_daily_budget(
 
 
 async def test_a_stream_that_spends_the_budget_ends_with_an_error_event_and_done(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession
 ) -> None:
     engine.chunks = 50
     gateway.replicas.set_ready(engine.endpoint)
@@ -102,7 +102,7 @@ async def test_a_stream_that_spends_the_budget_ends_with_an_error_event_and_done
 
 
 async def test_a_concurrent_slot_comes_back_when_the_client_disconnects(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.hold = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from llmgw.gateway import Gateway, GatewaySettings
 from llmgw.gateway.app import Gateway as GatewayApp
 
-from .conftest import AUTH, MESSAGES, MODEL, FakeEngine, serving
+from .conftest import AUTH, MESSAGES, MODEL, MemoryEngine, serving
 
 CHAT = "/v1/chat/completions"
 
@@ -90,7 +90,7 @@ async def test_a_body_over_the_limit_is_refused_with_413(gateway: Gateway) -> No
 
 
 async def test_a_stopped_cluster_answers_every_post_with_503_system_stopped(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.feed.replica_ready(engine.endpoint)
     gateway.feed.set_stopped(True)
@@ -103,7 +103,7 @@ async def test_a_stopped_cluster_answers_every_post_with_503_system_stopped(
 
 
 async def test_a_stopped_cluster_refuses_a_post_to_any_v1_path_and_serves_again_when_started(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession
 ) -> None:
     gateway.feed.replica_ready(engine.endpoint)
     gateway.feed.set_stopped(True)
@@ -135,7 +135,7 @@ async def test_every_answer_carries_a_request_id(http: aiohttp.ClientSession) ->
 
 
 async def test_an_engine_error_keeps_its_status_in_openai_shape(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.error = (
         400,
@@ -153,7 +153,7 @@ async def test_an_engine_error_keeps_its_status_in_openai_shape(
 
 
 async def test_an_engine_error_on_a_stream_request_is_a_json_error(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.error = (503, b"Loading model")
     gateway.replicas.set_ready(engine.endpoint)
@@ -169,7 +169,7 @@ async def test_an_engine_error_on_a_stream_request_is_a_json_error(
 
 
 async def test_a_replica_refusing_the_gateway_key_is_a_502_not_a_401(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(dataclasses.replace(engine.endpoint, api_key="stale"))
     with pytest.raises(openai.APIStatusError) as caught:

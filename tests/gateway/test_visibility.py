@@ -13,7 +13,7 @@ from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, hash_secret
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
 
-from .conftest import MESSAGES, MODEL, WAIT, FakeEngine
+from .conftest import MESSAGES, MODEL, WAIT, MemoryEngine
 
 CHAT_SECRET = "sk-llmgw-chat-project-key"
 SHOP_SECRET = "sk-llmgw-shop-project-key"
@@ -73,7 +73,7 @@ async def test_models_lists_only_what_the_key_sees(tenants: Gateway, base_url: s
 
 @pytest.mark.parametrize("model", ["shop-private", "shop-tone", "never-defined"])
 async def test_another_projects_model_answers_as_one_never_defined(
-    tenants: Gateway, base_url: str, engine: FakeEngine, model: str
+    tenants: Gateway, base_url: str, engine: MemoryEngine, model: str
 ) -> None:
     async with sdk(base_url, CHAT_SECRET) as chat:
         with pytest.raises(openai.NotFoundError) as caught:
@@ -91,7 +91,7 @@ async def test_another_projects_model_answers_as_one_never_defined(
 
 
 async def test_a_projects_own_and_public_models_are_served(
-    tenants: Gateway, base_url: str, engine: FakeEngine
+    tenants: Gateway, base_url: str, engine: MemoryEngine
 ) -> None:
     tenants.feed.replica_ready(engine.endpoint)
     async with sdk(base_url, SHOP_SECRET) as shop:

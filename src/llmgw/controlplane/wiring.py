@@ -56,6 +56,7 @@ from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, wa
 from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.controlplane.demand import ModelDemand
 from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.gateway_outbound import FollowerOutbound
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.gpu_history import GpuHistory
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
@@ -238,6 +239,7 @@ async def wire(
     kb = knowledge_for(store, config.admin_token_sha256, lambda: own_url(config.http.host, http.port))
     closing.push_async_callback(kb.close)
 
+    outbound = FollowerOutbound()  # bound to ``following`` once it is built
     gateway = Gateway(
         GatewaySettings(
             request_wait_s=config.gateway.request_wait_s,
@@ -252,12 +254,7 @@ async def wire(
         ),
         replicas=ReplicaTable(Router(config.routing)),
         # done here while leading; sent to the leader over the state stream otherwise
-        on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
-        on_used=lambda model: following.used(model),
-        on_usage=lambda record: following.usage(record),
-        on_replica_failed=lambda replica_id, reason: following.request(
-            {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
-        ),
+        outbound=outbound,
         tracing=tracing,
         knowledge=knowledge if knowledge is not None else knowledge_search(kb),
     )
@@ -339,6 +336,7 @@ async def wire(
         return GrpcConnector(address, tls).gateway_state(RELAY_CONNECT_S)
 
     following = StateFollowing(state, leadership, state_stream, on_request)
+    outbound.bind(following)
     serving = StateServing(
         state,
         leadership,

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from llmgw.controlplane.config import ServerConfig
+from llmgw.controlplane.gateway_outbound import FollowerOutbound
 from llmgw.controlplane.gatewaystate import GatewayState
 from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerFollowing
@@ -221,6 +222,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
     tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name} worker {index}")
     following: WorkerFollowing
     pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
+    outbound = FollowerOutbound()  # bound to ``following`` once it is built
     gateway = Gateway(
         GatewaySettings(
             request_wait_s=config.gateway.request_wait_s,
@@ -228,12 +230,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
             access_log=config.gateway.access_log,
         ),
         replicas=ReplicaTable(Router(config.routing)),
-        on_demand=lambda model: following.request({"kind": "wanted", "model": model}),
-        on_used=lambda model: following.used(model),
-        on_usage=lambda record: following.usage(record),
-        on_replica_failed=lambda replica_id, reason: following.request(
-            {"kind": "replica_failed", "replica_id": replica_id, "reason": reason}
-        ),
+        outbound=outbound,
         tracing=tracing,
         knowledge_relay=pass_on,  # the search runs in the control plane: such a request is answered there
     )
@@ -247,6 +244,7 @@ async def run_worker(config: ServerConfig, port: int, index: int) -> None:
         models=gateway.replicas.models,
         metrics=gateway_samples,
     )
+    outbound.bind(following)
     decides = RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes)
     app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves, decides)
     http = HttpServer(app, config.http, reuse_port_socket(config.http.host, port))
