@@ -26,6 +26,7 @@ from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
 from llmgw.gateway.upstream import UpstreamClient
+from llmgw.testing.asgi_client import asgi_client
 from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream, RecordingOutbound
 from llmgw.testing.serving import bound_socket, serving
 
@@ -295,10 +296,13 @@ async def base_url(gateway: Gateway) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def client(base_url: str) -> AsyncIterator[AsyncOpenAI]:
-    sdk = AsyncOpenAI(base_url=f"{base_url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
-    yield sdk
-    await sdk.close()
+async def client(gateway: Gateway) -> AsyncIterator[AsyncOpenAI]:
+    """The SDK calling the gateway in memory (no socket: :mod:`llmgw.testing.asgi_client`)."""
+    url = "http://gateway.test/v1"
+    async with asgi_client(gateway.asgi_app(), url, timeout=WAIT * 2) as http:
+        sdk = AsyncOpenAI(base_url=url, api_key=SECRET, max_retries=0, http_client=http)
+        yield sdk
+        await sdk.close()
 
 
 @pytest.fixture
