@@ -104,7 +104,11 @@ async def test_a_whole_answer_observes_no_token_timing(
     assert sample("llmgw_gateway_time_to_first_token_seconds_count", model=MODEL) == first
 
 
-@pytest.mark.parametrize("access_log", [True, False])
+@pytest.mark.parametrize(
+    ("settings", "access_log"),
+    [({"access_log": True}, True), ({"access_log": False}, False)],
+    indirect=["settings"],
+)
 async def test_the_access_log_has_one_line_per_request_only_when_asked(
     access_log: bool,
     gateway: Gateway,
@@ -112,7 +116,6 @@ async def test_the_access_log_has_one_line_per_request_only_when_asked(
     client: AsyncOpenAI,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    gateway.settings = GatewaySettings(**{**gateway.settings.model_dump(), "access_log": access_log})
     gateway.replicas.set_ready(engine.endpoint)
     requests = answered()
     caplog.set_level(logging.INFO, logger="llmgw.access")

@@ -11,7 +11,7 @@ import pytest
 from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
 
-from llmgw.gateway import Gateway, GatewaySettings
+from llmgw.gateway import Gateway
 from llmgw.gateway.app import Gateway as GatewayApp
 
 from .conftest import AUTH, MESSAGES, MODEL, MemoryEngine, serving
@@ -81,8 +81,8 @@ async def test_a_body_without_a_model_name_is_refused_with_400_naming_the_param(
         assert (await error_of(response))["param"] == "model"
 
 
+@pytest.mark.parametrize("settings", [{"max_body_bytes": 64}], indirect=True)
 async def test_a_body_over_the_limit_is_refused_with_413(gateway: Gateway) -> None:
-    gateway.settings = GatewaySettings(max_body_bytes=64)
     async with serving(gateway.asgi_app()) as url, aiohttp.ClientSession(url) as http:
         body = b'{"model": "tiny-chat", "prompt": "' + b"x" * 100 + b'"}'
         async with http.post("/v1/completions", data=body, headers=AUTH) as response:
