@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
+import httpx
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
@@ -306,7 +306,7 @@ async def client(gateway: Gateway) -> AsyncIterator[AsyncOpenAI]:
 
 
 @pytest.fixture
-async def http(base_url: str) -> AsyncIterator[aiohttp.ClientSession]:
-    """A raw HTTP client for what the SDK cannot send (bad JSON, odd methods)."""
-    async with aiohttp.ClientSession(base_url=base_url) as session:
-        yield session
+async def http(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    """A raw HTTP client for what the SDK cannot send (bad JSON, odd methods), in memory."""
+    async with asgi_client(gateway.asgi_app(), "http://gateway.test", timeout=WAIT * 2) as raw:
+        yield raw

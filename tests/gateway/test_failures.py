@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
@@ -25,15 +25,14 @@ def settings() -> GatewaySettings:
 
 
 async def test_client_leaving_a_stream_before_its_first_event_drops_the_engine_connection(
-    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, hooks: RecordingOutbound
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, hooks: RecordingOutbound
 ) -> None:
     engine.hold = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
     body = json.dumps({"model": MODEL, "messages": MESSAGES, "stream": True})
 
     async def ask() -> None:
-        async with http.post("/v1/chat/completions", data=body, headers=AUTH) as response:
-            await response.read()
+        await http.post("/v1/chat/completions", content=body, headers=AUTH)
 
     request = asyncio.create_task(ask())
     await asyncio.wait_for(engine.arrived.wait(), WAIT)

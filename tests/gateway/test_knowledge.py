@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
@@ -117,13 +117,13 @@ async def test_cache_salt_goes_only_to_engines_that_take_it(
 
 
 async def test_a_request_without_collections_is_forwarded_as_sent(
-    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="vllm"))
     raw = b'{"model": "tiny-chat",  "messages": [{"role": "user", "content": "hi"}]}'
-    async with http.post("/v1/chat/completions", data=raw, headers=AUTH) as response:
-        answer = await response.json()
-    assert response.status == 200 and "sources" not in answer
+    response = await http.post("/v1/chat/completions", content=raw, headers=AUTH)
+    answer = response.json()
+    assert response.status_code == 200 and "sources" not in answer
     assert engine.requests[-1].body == raw
     assert knowledge.searches == []
 
@@ -193,16 +193,16 @@ async def test_a_keys_default_collections_are_searched_when_the_request_names_no
 
 
 async def test_a_collection_the_key_may_not_read_answers_as_one_that_does_not_exist(
-    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     bodies = []
     for collection in ("handbook", "no-such"):  # alice's, then none; asked by bob
         request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **_ask([collection])}
         headers = {"Authorization": f"Bearer {OTHER_SECRET}"}
-        async with http.post("/v1/chat/completions", json=request, headers=headers) as response:
-            assert response.status == 404
-            bodies.append((await response.json())["error"])
+        response = await http.post("/v1/chat/completions", json=request, headers=headers)
+        assert response.status_code == 404
+        bodies.append(response.json()["error"])
     unreadable, unknown = bodies
     assert unreadable["code"] == unknown["code"] == "collection_not_found"
     assert unreadable["message"].replace("handbook", "X") == unknown["message"].replace("no-such", "X")
@@ -211,21 +211,21 @@ async def test_a_collection_the_key_may_not_read_answers_as_one_that_does_not_ex
 
 
 async def test_the_search_runs_after_the_keys_limits_are_taken(
-    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     gateway.feed.keys_replaced([KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(ALICE))])
     gateway.feed.limits_replaced({"key:key-1": Limits(requests_per_minute=3, concurrent=1)})
     unknown = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **_ask(["no-such"])}
     for _ in range(2):  # a refused search frees the request's concurrent slot
-        async with http.post("/v1/chat/completions", json=unknown, headers=AUTH) as response:
-            assert response.status == 404
+        response = await http.post("/v1/chat/completions", json=unknown, headers=AUTH)
+        assert response.status_code == 404
     request = {**unknown, **_ask(["handbook"])}
-    async with http.post("/v1/chat/completions", json=request, headers=AUTH) as response:
-        assert response.status == 200
+    response = await http.post("/v1/chat/completions", json=request, headers=AUTH)
+    assert response.status_code == 200
     searched = len(knowledge.searches)
-    async with http.post("/v1/chat/completions", json=request, headers=AUTH) as response:
-        assert response.status == 429  # over the key's rate: refused before anything is searched
+    response = await http.post("/v1/chat/completions", json=request, headers=AUTH)
+    assert response.status_code == 429  # over the key's rate: refused before anything is searched
     assert len(knowledge.searches) == searched == 3 and len(engine.requests) == 1
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import aiohttp
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
@@ -51,13 +51,13 @@ async def test_models_say_what_each_serves(client: AsyncOpenAI) -> None:
 
 @pytest.mark.parametrize("route", ["/v1/rerank", "/rerank"])
 async def test_rerank_is_forwarded_to_the_engines_rerank_route_and_counted(
-    gateway: Gateway, engine: MemoryEngine, http: aiohttp.ClientSession, hooks: RecordingOutbound, route: str
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, hooks: RecordingOutbound, route: str
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(RERANK))
     request = {"model": RERANK, "query": "capital of France", "documents": ["Paris", "Berlin"]}
-    async with http.post(route, json=request, headers=AUTH) as response:
-        answer = await response.json()
-    assert response.status == 200
+    response = await http.post(route, json=request, headers=AUTH)
+    answer = response.json()
+    assert response.status_code == 200
     assert [r["index"] for r in answer["results"]] == [0, 1]
     assert [r.path for r in engine.requests] == ["/v1/rerank"]
     await eventually(lambda: hooks.records, message="the usage was told")
