@@ -26,7 +26,7 @@ from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
 from llmgw.gateway.upstream import UpstreamClient
-from llmgw.testing.asgi_client import asgi_client
+from llmgw.testing.asgi_client import StreamingAsgiTransport, asgi_client
 from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream, RecordingOutbound
 from llmgw.testing.serving import bound_socket, serving
 
@@ -295,14 +295,18 @@ async def base_url(gateway: Gateway) -> AsyncIterator[str]:
         yield url
 
 
+def memory_sdk(app: Any, secret: str = SECRET) -> AsyncOpenAI:
+    """The SDK calling ``app`` in memory (no socket: :mod:`llmgw.testing.asgi_client`); close it."""
+    url = "http://gateway.test/v1"
+    http = httpx.AsyncClient(transport=StreamingAsgiTransport(app), base_url=url, timeout=WAIT * 2)
+    return AsyncOpenAI(base_url=url, api_key=secret, max_retries=0, http_client=http)
+
+
 @pytest.fixture
 async def client(gateway: Gateway) -> AsyncIterator[AsyncOpenAI]:
-    """The SDK calling the gateway in memory (no socket: :mod:`llmgw.testing.asgi_client`)."""
-    url = "http://gateway.test/v1"
-    async with asgi_client(gateway.asgi_app(), url, timeout=WAIT * 2) as http:
-        sdk = AsyncOpenAI(base_url=url, api_key=SECRET, max_retries=0, http_client=http)
+    """The SDK calling the gateway in memory."""
+    async with memory_sdk(gateway.asgi_app()) as sdk:
         yield sdk
-        await sdk.close()
 
 
 @pytest.fixture

@@ -17,9 +17,8 @@ from llmgw.gateway import Gateway, KeyEntry
 from llmgw.gateway.keys import hash_secret
 from llmgw.gateway.knowledge import HEADER, MAX_COLLECTIONS, MAX_LIMIT
 from llmgw.testing.knowledge import InMemoryKnowledge
-from llmgw.testing.serving import serving
 
-from .conftest import AUTH, MODEL, SECRET, MemoryEngine
+from .conftest import AUTH, MODEL, SECRET, MemoryEngine, memory_sdk
 
 OTHER_SECRET = "sk-llmgw-other-team-0123456789"
 DEFAULTS_SECRET = "sk-llmgw-defaults-0123456789"
@@ -181,10 +180,10 @@ async def test_a_translated_response_stream_carries_sources_in_response_created(
 
 
 async def test_a_keys_default_collections_are_searched_when_the_request_names_none(
-    gateway: Gateway, engine: MemoryEngine, base_url: str, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
-    async with AsyncOpenAI(base_url=f"{base_url}/v1", api_key=DEFAULTS_SECRET, max_retries=0) as sdk:
+    async with memory_sdk(gateway.asgi_app(), DEFAULTS_SECRET) as sdk:
         answer = await sdk.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "holidays"}]
         )
@@ -311,7 +310,7 @@ async def test_without_a_search_a_request_naming_collections_answers_503(
 
 
 async def test_without_a_search_a_relay_answers_requests_naming_collections(
-    gateway: Gateway, engine: MemoryEngine, base_url: str
+    gateway: Gateway, engine: MemoryEngine
 ) -> None:
     """A gateway worker hands such a request whole to its control plane's gateway, which searches."""
     plane = gateway
@@ -322,13 +321,12 @@ async def test_without_a_search_a_relay_answers_requests_naming_collections(
     worker = Gateway(plane.settings, keys=plane.keys, catalog=plane.catalog, replicas=plane.replicas)
     worker.knowledge_relay = plane.asgi_app()
     try:
-        async with serving(worker.asgi_app()) as url:
-            async with AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0) as sdk:
-                answer = await sdk.chat.completions.create(
-                    model=MODEL,
-                    messages=[{"role": "user", "content": "holidays"}],
-                    extra_body=_ask(["handbook"]),
-                )
+        async with memory_sdk(worker.asgi_app()) as sdk:
+            answer = await sdk.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "holidays"}],
+                extra_body=_ask(["handbook"]),
+            )
     finally:
         await worker.close()
     assert [s["document"] for s in (answer.model_extra or {})["sources"]] == ["handbook.md"]

@@ -7,7 +7,6 @@ import io
 import json
 import logging
 
-import aiohttp
 import pytest
 from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
@@ -16,10 +15,11 @@ from llmgw.cli.output import JsonFormatter
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
 from llmgw.gateway.metrics import project_of
+from llmgw.testing.asgi_client import asgi_client
 from llmgw.testing.eventually import eventually
 from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream, RecordingOutbound
 
-from .conftest import AUTH, MESSAGES, MODEL, SECRET, serving
+from .conftest import AUTH, MESSAGES, MODEL, SECRET
 
 PROJECT = "user:alice"
 """Where the test key sits (a user's key)."""
@@ -148,11 +148,11 @@ async def test_a_json_access_line_carries_the_request_project_model_and_replica(
     access.addHandler(handler)
     access.setLevel(logging.INFO)
     try:
-        async with serving(gateway.asgi_app()) as url, aiohttp.ClientSession() as http:
+        async with asgi_client(gateway.asgi_app()) as http:
             body = {"model": MODEL, "messages": MESSAGES}
             headers = {**AUTH, "x-request-id": "req-42"}
-            async with http.post(f"{url}/v1/chat/completions", json=body, headers=headers) as answer:
-                assert answer.status == 200
+            answer = await http.post("/v1/chat/completions", json=body, headers=headers)
+            assert answer.status_code == 200
             await eventually(out.getvalue, message="the access line is written")
     finally:
         access.removeHandler(handler)

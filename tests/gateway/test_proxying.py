@@ -21,8 +21,11 @@ from .conftest import (
     SECRET,
     WAIT,
     RecordingOutbound,
-    closed_port,
+    memory_sdk,
 )
+
+NOWHERE = "http://127.0.0.1:1"
+"""An address no in-memory engine answers at: unreachable, as a closed port."""
 
 
 async def test_chat_completion_is_answered_by_the_replica(
@@ -200,7 +203,7 @@ async def test_the_least_loaded_replica_takes_the_next_request(
 async def test_a_dead_replica_is_skipped_for_a_live_one(
     gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
-    dead = ReplicaEndpoint("dead", MODEL, f"http://127.0.0.1:{closed_port()}", "k", capacity=4)
+    dead = ReplicaEndpoint("dead", MODEL, NOWHERE, "k", capacity=4)
     gateway.replicas.set_ready(dead)
     gateway.replicas.set_ready(engine.endpoint)
     with gateway.replicas.acquire(engine.endpoint):  # the live one looks busier: the dead one is tried first
@@ -214,7 +217,7 @@ async def test_no_reachable_replica_answers_503_replica_unavailable(
     gateway: Gateway, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     for name in ("dead-1", "dead-2"):
-        gateway.replicas.set_ready(ReplicaEndpoint(name, MODEL, f"http://127.0.0.1:{closed_port()}", "k"))
+        gateway.replicas.set_ready(ReplicaEndpoint(name, MODEL, NOWHERE, "k"))
     with pytest.raises(openai.APIStatusError) as caught:
         await client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert caught.value.status_code == 503
@@ -224,10 +227,8 @@ async def test_no_reachable_replica_answers_503_replica_unavailable(
 
 
 @pytest.mark.parametrize("settings", [{"request_wait_s": 60.0}], indirect=True)
-async def test_client_leaving_while_waiting_for_a_replica_ends_the_wait(
-    gateway: Gateway, base_url: str
-) -> None:
-    sdk = AsyncOpenAI(base_url=f"{base_url}/v1", api_key=SECRET, max_retries=0)
+async def test_client_leaving_while_waiting_for_a_replica_ends_the_wait(gateway: Gateway) -> None:
+    sdk = memory_sdk(gateway.asgi_app())
     request = asyncio.create_task(sdk.chat.completions.create(model=LAZY, messages=MESSAGES))
     await eventually(lambda: gateway.feed.model_load(LAZY).waiting == 1, message="the request waits")
     request.cancel()

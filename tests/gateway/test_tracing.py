@@ -14,7 +14,7 @@ from llmgw.observability.tracing import Tracing
 from llmgw.testing.eventually import eventually
 from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream
 
-from .conftest import MESSAGES, MODEL, SECRET
+from .conftest import MESSAGES, MODEL, SECRET, memory_sdk
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_PARENT = f"00-{CLIENT_TRACE}-b7ad6b7169203331-01"
@@ -100,18 +100,14 @@ async def test_a_request_no_replica_answers_is_a_failed_span(
 async def test_tracing_off_sends_no_traceparent_not_even_the_clients(
     engine: MemoryEngine, upstream: MemoryUpstream, settings: GatewaySettings, spans: InMemorySpanExporter
 ) -> None:
-    from llmgw.testing.serving import serving
-
     gw = Gateway(settings, upstream=upstream)  # tracing off: the default
     gw.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
     gw.catalog.replace([ModelEntry(MODEL, created=1700000000)])
     gw.replicas.set_ready(engine.endpoint)
-    async with serving(gw.asgi_app()) as url:
-        sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0)
+    async with memory_sdk(gw.asgi_app()) as sdk:
         await sdk.chat.completions.create(
             model=MODEL, messages=MESSAGES, extra_headers={"traceparent": CLIENT_PARENT}
         )
-        await sdk.close()
     await gw.close()
     assert "traceparent" not in engine.requests[0].headers
     assert spans.get_finished_spans() == ()
