@@ -14,7 +14,7 @@ from llmgw.gateway import Gateway, KeyEntry
 from llmgw.gateway.keys import hash_secret
 from llmgw.testing.eventually import eventually
 
-from .conftest import AUTH, EMBED, MODEL, RERANK, MemoryEngine, RecordingOutbound
+from .conftest import AUTH, EMBED, MODEL, RERANK, MemoryEngine, RecordingOutbound, memory_sdk
 
 OTHER_SECRET = "sk-llmgw-other-0123456789"
 
@@ -141,7 +141,7 @@ async def test_a_follow_up_carries_the_earlier_conversation_to_the_engine(
 
 
 async def test_a_response_is_kept_for_its_own_key_only_and_not_at_all_with_store_false(
-    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, base_url: str
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="sglang"))
     gateway.keys.add(
@@ -149,7 +149,7 @@ async def test_a_response_is_kept_for_its_own_key_only_and_not_at_all_with_store
     )
     kept = await client.responses.create(model=MODEL, input="hi")
     unkept = await client.responses.create(model=MODEL, input="hi", store=False)
-    other = AsyncOpenAI(base_url=base_url + "/v1", api_key=OTHER_SECRET, max_retries=0)
+    other = memory_sdk(gateway.asgi_app(), OTHER_SECRET)
     with pytest.raises(openai.BadRequestError) as caught:
         await other.responses.create(model=MODEL, input="more", previous_response_id=kept.id)
     assert caught.value.code == "previous_response_not_found"

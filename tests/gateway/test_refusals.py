@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from llmgw.gateway import Gateway
 from llmgw.gateway.app import Gateway as GatewayApp
 
-from .conftest import AUTH, MESSAGES, MODEL, MemoryEngine
+from .conftest import AUTH, MESSAGES, MODEL, MemoryEngine, memory_sdk
 
 CHAT = "/v1/chat/completions"
 
@@ -29,8 +29,8 @@ async def error_of(response: httpx.Response) -> dict[str, Any]:
     return error
 
 
-async def test_a_wrong_key_is_refused_with_401(base_url: str) -> None:
-    sdk = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="sk-wrong", max_retries=0)
+async def test_a_wrong_key_is_refused_with_401(gateway: Gateway) -> None:
+    sdk = memory_sdk(gateway.asgi_app(), "sk-wrong")
     with pytest.raises(openai.AuthenticationError) as caught:
         await sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
     await sdk.close()
