@@ -1,9 +1,12 @@
-"""The gateway calling in-memory engines (``engine``), served by a real uvicorn to the SDK.
+"""The gateway between in-memory engines and an in-memory client: no socket on either side.
 
-Most tests run the gateway on :class:`~llmgw.testing.gateway_doubles.MemoryUpstream`:
-no socket between the gateway and its engines. :class:`FakeEngine` is the same
-engine over a real aiohttp server, for the tests of the HTTP path itself
-(``test_over_sockets.py``, ``test_upstream.py``).
+The gateway runs on :class:`~llmgw.testing.gateway_doubles.MemoryUpstream`
+(``engine``: a :class:`~llmgw.testing.gateway_doubles.MemoryEngine`), tells a
+:class:`~llmgw.testing.gateway_doubles.RecordingOutbound` (``hooks``), and is
+called by the SDK (``client``, :func:`memory_sdk`) and a raw HTTP client
+(``http``) through :mod:`llmgw.testing.asgi_client`. :class:`FakeEngine` is the
+same engine over a real aiohttp server, for the tests of every hop over real
+sockets (``test_over_sockets.py``) and of the HTTP client (``test_upstream.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, Replic
 from llmgw.gateway.upstream import UpstreamClient
 from llmgw.testing.asgi_client import StreamingAsgiTransport, asgi_client
 from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream, RecordingOutbound
-from llmgw.testing.serving import bound_socket, serving
+from llmgw.testing.serving import bound_socket
 
 SECRET = "sk-llmgw-test-0123456789"
 MODEL = "tiny-chat"
@@ -287,12 +290,6 @@ async def gateway(
     )
     yield gw
     await gw.close()
-
-
-@pytest.fixture
-async def base_url(gateway: Gateway) -> AsyncIterator[str]:
-    async with serving(gateway.asgi_app()) as url:
-        yield url
 
 
 def memory_sdk(app: Any, secret: str = SECRET) -> AsyncOpenAI:

@@ -23,8 +23,9 @@ from llmgw.gateway.upstream import Upstream
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 from llmgw.testing.eventually import eventually
 from llmgw.testing.gateway_doubles import RecordingOutbound
+from llmgw.testing.serving import serving
 
-from .conftest import SECRET, serving
+from .conftest import SECRET
 
 SHA = "0123456789abcdef" * 4
 

@@ -11,8 +11,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
 from llmgw.gateway import Gateway, ModelEntry
+from llmgw.testing.serving import serving
 
-from .conftest import AUTH, MODEL, MemoryEngine, serving
+from .conftest import AUTH, MODEL, MemoryEngine
 
 
 def control_plane(gateway: Gateway) -> Starlette:
