@@ -15,8 +15,8 @@ from llmgw.engines.comfyui_gate import follow
 from llmgw.engines.comfyui_progress import Progress
 from llmgw.engines.comfyui_routes import Upstream, build_app
 from llmgw.gateway import GatewaySettings, ReplicaEndpoint
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.gate import GateClient, missing_node
-from llmgw.gateway.responses import ApiError
 from llmgw.testing import fake_comfyui
 from llmgw.testing.comfyui_standin_run import Runner, Settings
 from llmgw.testing.eventually import eventually

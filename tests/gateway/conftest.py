@@ -1,4 +1,13 @@
-"""A real fake engine (an aiohttp server) and the gateway served by a real uvicorn."""
+"""The gateway between in-memory engines and an in-memory client: no socket on either side.
+
+The gateway runs on :class:`~llmgw.testing.gateway_doubles.MemoryUpstream`
+(``engine``: a :class:`~llmgw.testing.gateway_doubles.MemoryEngine`), tells a
+:class:`~llmgw.testing.gateway_doubles.RecordingOutbound` (``hooks``), and is
+called by the SDK (``client``, :func:`memory_sdk`) and a raw HTTP client
+(``http``) through :mod:`llmgw.testing.asgi_client`. :class:`FakeEngine` is the
+same engine over a real aiohttp server, for the tests of every hop over real
+sockets (``test_over_sockets.py``) and of the HTTP client (``test_upstream.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
+import httpx
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
@@ -18,16 +27,11 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
-from llmgw.gateway import (
-    Gateway,
-    GatewaySettings,
-    KeyEntry,
-    ModelEntry,
-    ReplicaEndpoint,
-    UsageRecord,
-    hash_secret,
-)
-from llmgw.testing.serving import bound_socket, serving
+from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
+from llmgw.gateway.upstream import UpstreamClient
+from llmgw.testing.asgi_client import StreamingAsgiTransport, asgi_client
+from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream, RecordingOutbound
+from llmgw.testing.serving import bound_socket
 
 SECRET = "sk-llmgw-test-0123456789"
 MODEL = "tiny-chat"
@@ -241,54 +245,38 @@ class FakeEngine:
         return response
 
 
-@dataclass
-class Hooks:
-    """Records what the gateway tells the control plane."""
-
-    demanded: list[str] = field(default_factory=list)
-    usage: list[UsageRecord] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    usage_seen: asyncio.Event = field(default_factory=asyncio.Event)
-    demand_seen: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def on_demand(self, model: str) -> None:
-        self.demanded.append(model)
-        self.demand_seen.set()
-
-    def on_usage(self, record: UsageRecord) -> None:
-        self.usage.append(record)
-        self.usage_seen.set()
-
-    def on_replica_failed(self, replica_id: str, reason: str) -> None:
-        self.failed.append((replica_id, reason))
+@pytest.fixture
+def settings(request: pytest.FixtureRequest) -> GatewaySettings:
+    """The gateway's settings; a test changes some with
+    ``@pytest.mark.parametrize("settings", [{...}], indirect=True)``."""
+    changes: dict[str, Any] = getattr(request, "param", {})
+    return GatewaySettings(**{"request_wait_s": 0.3, "retry_after_s": 5, **changes})
 
 
 @pytest.fixture
-async def engine() -> AsyncIterator[FakeEngine]:
-    fake = FakeEngine()
-    await fake.start()
-    yield fake
-    await fake.stop()
+def upstream(settings: GatewaySettings) -> MemoryUpstream:
+    """The replicas' engines, in memory."""
+    return MemoryUpstream(settings)
 
 
 @pytest.fixture
-def settings() -> GatewaySettings:
-    return GatewaySettings(request_wait_s=0.3, retry_after_s=5)
+async def engine(upstream: MemoryUpstream) -> AsyncIterator[MemoryEngine]:
+    memory = upstream.engine(MemoryEngine())
+    yield memory
+    await memory.stop()
 
 
 @pytest.fixture
-def hooks() -> Hooks:
-    return Hooks()
+def hooks() -> RecordingOutbound:
+    """What the gateway tells the control plane."""
+    return RecordingOutbound()
 
 
 @pytest.fixture
-async def gateway(settings: GatewaySettings, hooks: Hooks) -> AsyncIterator[Gateway]:
-    gw = Gateway(
-        settings,
-        on_demand=hooks.on_demand,
-        on_usage=hooks.on_usage,
-        on_replica_failed=hooks.on_replica_failed,
-    )
+async def gateway(
+    settings: GatewaySettings, upstream: UpstreamClient, hooks: RecordingOutbound
+) -> AsyncIterator[Gateway]:
+    gw = Gateway(settings, upstream=upstream, outbound=hooks)
     gw.keys.add(
         KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(Owner.parse("user:alice")))
     )
@@ -304,21 +292,22 @@ async def gateway(settings: GatewaySettings, hooks: Hooks) -> AsyncIterator[Gate
     await gw.close()
 
 
-@pytest.fixture
-async def base_url(gateway: Gateway) -> AsyncIterator[str]:
-    async with serving(gateway.asgi_app()) as url:
-        yield url
+def memory_sdk(app: Any, secret: str = SECRET) -> AsyncOpenAI:
+    """The SDK calling ``app`` in memory (no socket: :mod:`llmgw.testing.asgi_client`); close it."""
+    url = "http://gateway.test/v1"
+    http = httpx.AsyncClient(transport=StreamingAsgiTransport(app), base_url=url, timeout=WAIT * 2)
+    return AsyncOpenAI(base_url=url, api_key=secret, max_retries=0, http_client=http)
 
 
 @pytest.fixture
-async def client(base_url: str) -> AsyncIterator[AsyncOpenAI]:
-    sdk = AsyncOpenAI(base_url=f"{base_url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
-    yield sdk
-    await sdk.close()
+async def client(gateway: Gateway) -> AsyncIterator[AsyncOpenAI]:
+    """The SDK calling the gateway in memory."""
+    async with memory_sdk(gateway.asgi_app()) as sdk:
+        yield sdk
 
 
 @pytest.fixture
-async def http(base_url: str) -> AsyncIterator[aiohttp.ClientSession]:
-    """A raw HTTP client for what the SDK cannot send (bad JSON, odd methods)."""
-    async with aiohttp.ClientSession(base_url=base_url) as session:
-        yield session
+async def http(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    """A raw HTTP client for what the SDK cannot send (bad JSON, odd methods), in memory."""
+    async with asgi_client(gateway.asgi_app(), "http://gateway.test", timeout=WAIT * 2) as raw:
+        yield raw

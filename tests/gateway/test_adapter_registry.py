@@ -22,8 +22,10 @@ from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.upstream import Upstream
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 from llmgw.testing.eventually import eventually
+from llmgw.testing.gateway_doubles import RecordingOutbound
+from llmgw.testing.serving import serving
 
-from .conftest import SECRET, serving
+from .conftest import SECRET
 
 SHA = "0123456789abcdef" * 4
 
@@ -214,8 +216,9 @@ async def test_an_adapters_request_waits_for_its_model_to_start_on_demand(
     engine: tuple[Standin, str],
 ) -> None:
     standin, url = engine
-    wanted: list[str] = []
-    gateway = Gateway(GatewaySettings(request_wait_s=5), on_demand=wanted.append)
+    outbound = RecordingOutbound()
+    wanted = outbound.wanted
+    gateway = Gateway(GatewaySettings(request_wait_s=5), outbound=outbound)
     gateway.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
     model = parse_model(
         {"name": "base", "source": {"sha256": SHA}, "replicas": {"min": 0}, "on_demand": True,

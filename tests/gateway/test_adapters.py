@@ -17,8 +17,9 @@ from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.upstream import Upstream
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 from llmgw.testing.eventually import eventually
+from llmgw.testing.serving import serving
 
-from .conftest import SECRET, serving
+from .conftest import SECRET
 
 
 class Gate:

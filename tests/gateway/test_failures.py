@@ -6,14 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
 
 from llmgw.gateway import Gateway, GatewaySettings
+from llmgw.testing.eventually import eventually
 
-from .conftest import AUTH, MESSAGES, MODEL, WAIT, FakeEngine, Hooks
+from .conftest import AUTH, MESSAGES, MODEL, WAIT, MemoryEngine, RecordingOutbound
 
 SILENCE_S = 0.5
 
@@ -24,27 +25,26 @@ def settings() -> GatewaySettings:
 
 
 async def test_client_leaving_a_stream_before_its_first_event_drops_the_engine_connection(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, hooks: RecordingOutbound
 ) -> None:
     engine.hold = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
     body = json.dumps({"model": MODEL, "messages": MESSAGES, "stream": True})
 
     async def ask() -> None:
-        async with http.post("/v1/chat/completions", data=body, headers=AUTH) as response:
-            await response.read()
+        await http.post("/v1/chat/completions", content=body, headers=AUTH)
 
     request = asyncio.create_task(ask())
     await asyncio.wait_for(engine.arrived.wait(), WAIT)
     request.cancel()
     await asyncio.wait_for(engine.dropped.wait(), WAIT)
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    assert hooks.usage[0].status == 499
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert hooks.records[0].status == 499
     assert gateway.replicas.in_flight("r1") == 0
 
 
 async def test_a_replica_dropping_the_request_gives_a_clear_error(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.abort_on_arrival = True
     gateway.replicas.set_ready(engine.endpoint)
@@ -58,7 +58,7 @@ async def test_a_replica_dropping_the_request_gives_a_clear_error(
 
 
 async def test_a_replica_failing_halfway_through_a_whole_answer_gives_a_clear_error(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.cut_whole = True
     gateway.replicas.set_ready(engine.endpoint)
@@ -66,12 +66,12 @@ async def test_a_replica_failing_halfway_through_a_whole_answer_gives_a_clear_er
         await asyncio.wait_for(client.chat.completions.create(model=MODEL, messages=MESSAGES), WAIT)
     assert caught.value.status_code == 502
     assert "dropped the connection" in caught.value.message
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    assert hooks.usage[0].status == 502
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert hooks.records[0].status == 502
 
 
 async def test_a_replica_silent_before_its_answer_gives_a_timeout(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.hold = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
@@ -81,7 +81,7 @@ async def test_a_replica_silent_before_its_answer_gives_a_timeout(
 
 
 async def test_a_replica_silent_mid_stream_ends_the_stream_with_a_timeout_event(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.hold_after_first = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
@@ -96,5 +96,5 @@ async def test_a_replica_silent_mid_stream_ends_the_stream_with_a_timeout_event(
         await asyncio.wait_for(read(), WAIT)
     assert received == ["r1-0 "]
     assert "stopped sending" in caught.value.message
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    assert hooks.usage[0].status == 504
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert hooks.records[0].status == 504

@@ -6,6 +6,7 @@ from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.gateway import Gateway, KeyEntry, ReplicaEndpoint, hash_secret
 from llmgw.gateway.usage import UsageRecord
+from llmgw.testing.gateway_doubles import RecordingOutbound
 
 SHA = "0123456789abcdef" * 4
 
@@ -79,11 +80,11 @@ def test_stopped_is_the_gateways_own_flag() -> None:
 
 
 def test_an_adapters_usage_keeps_its_base_model_in_use() -> None:
-    used: list[str] = []
-    gateway = Gateway(on_used=used.append)
+    outbound = RecordingOutbound()
+    gateway = Gateway(outbound=outbound)
     gateway.feed.catalog_replaced(model_with_adapter())
-    gateway.report_usage(UsageRecord("k1", "m-sql", "r1", 1, 1, 200, 0.1))
-    assert used == ["m"]
+    gateway.telling.request_ended(UsageRecord("k1", "m-sql", "r1", 1, 1, 200, 0.1))
+    assert outbound.used == ["m"]
 
 
 def test_a_draining_replica_takes_no_new_request_and_its_load_stays_readable() -> None:
@@ -102,6 +103,7 @@ def test_a_draining_replica_takes_no_new_request_and_its_load_stays_readable() -
 def test_the_time_to_first_token_of_an_adapters_request_counts_for_its_base_model() -> None:
     gateway = Gateway()
     gateway.feed.catalog_replaced(model_with_adapter())
-    gateway.report_usage(UsageRecord("k1", "m-sql", "r1", 1, 1, 200, 0.5, ttft_s=0.2))
-    gateway.report_usage(UsageRecord("k1", "m", "r1", 1, 1, 200, 0.5))  # whole answer: no first token
+    gateway.telling.request_ended(UsageRecord("k1", "m-sql", "r1", 1, 1, 200, 0.5, ttft_s=0.2))
+    whole = UsageRecord("k1", "m", "r1", 1, 1, 200, 0.5)  # a whole answer: no first token
+    gateway.telling.request_ended(whole)
     assert gateway.feed.model_load("m").ttft_ms == 200

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
@@ -17,9 +17,8 @@ from llmgw.gateway import Gateway, KeyEntry
 from llmgw.gateway.keys import hash_secret
 from llmgw.gateway.knowledge import HEADER, MAX_COLLECTIONS, MAX_LIMIT
 from llmgw.testing.knowledge import InMemoryKnowledge
-from llmgw.testing.serving import serving
 
-from .conftest import AUTH, MODEL, SECRET, FakeEngine
+from .conftest import AUTH, MODEL, SECRET, MemoryEngine, memory_sdk
 
 OTHER_SECRET = "sk-llmgw-other-team-0123456789"
 DEFAULTS_SECRET = "sk-llmgw-defaults-0123456789"
@@ -42,7 +41,7 @@ def knowledge(gateway: Gateway) -> InMemoryKnowledge:
     return search
 
 
-def _sent(engine: FakeEngine) -> dict[str, Any]:
+def _sent(engine: MemoryEngine) -> dict[str, Any]:
     return json.loads(engine.requests[-1].body)  # type: ignore[no-any-return]
 
 
@@ -54,7 +53,7 @@ def _ask(collections: list[str], limit: int | None = None) -> dict[str, Any]:
 
 
 async def test_passages_go_into_the_prompt_and_sources_come_back_with_the_answer(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="vllm"))
     answer = await client.chat.completions.create(
@@ -89,7 +88,7 @@ async def test_passages_go_into_the_prompt_and_sources_come_back_with_the_answer
 
 
 async def test_without_a_system_message_one_is_put_first(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     await client.chat.completions.create(
@@ -105,7 +104,7 @@ async def test_without_a_system_message_one_is_put_first(
 
 
 async def test_cache_salt_goes_only_to_engines_that_take_it(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="llama.cpp"))
     await client.chat.completions.create(
@@ -117,19 +116,19 @@ async def test_cache_salt_goes_only_to_engines_that_take_it(
 
 
 async def test_a_request_without_collections_is_forwarded_as_sent(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="vllm"))
     raw = b'{"model": "tiny-chat",  "messages": [{"role": "user", "content": "hi"}]}'
-    async with http.post("/v1/chat/completions", data=raw, headers=AUTH) as response:
-        answer = await response.json()
-    assert response.status == 200 and "sources" not in answer
+    response = await http.post("/v1/chat/completions", content=raw, headers=AUTH)
+    answer = response.json()
+    assert response.status_code == 200 and "sources" not in answer
     assert engine.requests[-1].body == raw
     assert knowledge.searches == []
 
 
 async def test_a_stream_carries_the_sources_in_its_first_chunk(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     stream = await client.chat.completions.create(
@@ -146,7 +145,7 @@ async def test_a_stream_carries_the_sources_in_its_first_chunk(
 
 
 async def test_responses_get_the_passages_in_instructions_and_sources_back(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="vllm"))  # serves Responses itself
     response = await client.responses.create(
@@ -165,7 +164,7 @@ async def test_responses_get_the_passages_in_instructions_and_sources_back(
 
 
 async def test_a_translated_response_stream_carries_sources_in_response_created(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(engine="sglang"))  # answers chat: translated
     stream = await client.responses.create(
@@ -181,10 +180,10 @@ async def test_a_translated_response_stream_carries_sources_in_response_created(
 
 
 async def test_a_keys_default_collections_are_searched_when_the_request_names_none(
-    gateway: Gateway, engine: FakeEngine, base_url: str, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
-    async with AsyncOpenAI(base_url=f"{base_url}/v1", api_key=DEFAULTS_SECRET, max_retries=0) as sdk:
+    async with memory_sdk(gateway.asgi_app(), DEFAULTS_SECRET) as sdk:
         answer = await sdk.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "holidays"}]
         )
@@ -193,16 +192,16 @@ async def test_a_keys_default_collections_are_searched_when_the_request_names_no
 
 
 async def test_a_collection_the_key_may_not_read_answers_as_one_that_does_not_exist(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     bodies = []
     for collection in ("handbook", "no-such"):  # alice's, then none; asked by bob
         request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **_ask([collection])}
         headers = {"Authorization": f"Bearer {OTHER_SECRET}"}
-        async with http.post("/v1/chat/completions", json=request, headers=headers) as response:
-            assert response.status == 404
-            bodies.append((await response.json())["error"])
+        response = await http.post("/v1/chat/completions", json=request, headers=headers)
+        assert response.status_code == 404
+        bodies.append(response.json()["error"])
     unreadable, unknown = bodies
     assert unreadable["code"] == unknown["code"] == "collection_not_found"
     assert unreadable["message"].replace("handbook", "X") == unknown["message"].replace("no-such", "X")
@@ -211,21 +210,21 @@ async def test_a_collection_the_key_may_not_read_answers_as_one_that_does_not_ex
 
 
 async def test_the_search_runs_after_the_keys_limits_are_taken(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     gateway.feed.keys_replaced([KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(ALICE))])
     gateway.feed.limits_replaced({"key:key-1": Limits(requests_per_minute=3, concurrent=1)})
     unknown = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **_ask(["no-such"])}
     for _ in range(2):  # a refused search frees the request's concurrent slot
-        async with http.post("/v1/chat/completions", json=unknown, headers=AUTH) as response:
-            assert response.status == 404
+        response = await http.post("/v1/chat/completions", json=unknown, headers=AUTH)
+        assert response.status_code == 404
     request = {**unknown, **_ask(["handbook"])}
-    async with http.post("/v1/chat/completions", json=request, headers=AUTH) as response:
-        assert response.status == 200
+    response = await http.post("/v1/chat/completions", json=request, headers=AUTH)
+    assert response.status_code == 200
     searched = len(knowledge.searches)
-    async with http.post("/v1/chat/completions", json=request, headers=AUTH) as response:
-        assert response.status == 429  # over the key's rate: refused before anything is searched
+    response = await http.post("/v1/chat/completions", json=request, headers=AUTH)
+    assert response.status_code == 429  # over the key's rate: refused before anything is searched
     assert len(knowledge.searches) == searched == 3 and len(engine.requests) == 1
 
 
@@ -246,7 +245,7 @@ async def test_the_search_runs_after_the_keys_limits_are_taken(
 )
 async def test_bad_shapes_answer_400_naming_the_field(
     gateway: Gateway,
-    engine: FakeEngine,
+    engine: MemoryEngine,
     client: AsyncOpenAI,
     knowledge: InMemoryKnowledge,
     knowledge_field: Any,
@@ -265,7 +264,7 @@ async def test_bad_shapes_answer_400_naming_the_field(
 
 
 async def test_completions_and_requests_without_user_text_answer_400(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     with pytest.raises(openai.BadRequestError) as caught:
@@ -279,7 +278,7 @@ async def test_completions_and_requests_without_user_text_answer_400(
 
 
 async def test_a_failing_search_answers_503_with_what_to_do(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, knowledge: InMemoryKnowledge
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     knowledge.failing = ConnectionError("the embedding model has no ready replica")
@@ -298,7 +297,7 @@ async def test_a_failing_search_answers_503_with_what_to_do(
 
 
 async def test_without_a_search_a_request_naming_collections_answers_503(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     with pytest.raises(openai.InternalServerError) as caught:
@@ -311,7 +310,7 @@ async def test_without_a_search_a_request_naming_collections_answers_503(
 
 
 async def test_without_a_search_a_relay_answers_requests_naming_collections(
-    gateway: Gateway, engine: FakeEngine, base_url: str
+    gateway: Gateway, engine: MemoryEngine
 ) -> None:
     """A gateway worker hands such a request whole to its control plane's gateway, which searches."""
     plane = gateway
@@ -322,13 +321,12 @@ async def test_without_a_search_a_relay_answers_requests_naming_collections(
     worker = Gateway(plane.settings, keys=plane.keys, catalog=plane.catalog, replicas=plane.replicas)
     worker.knowledge_relay = plane.asgi_app()
     try:
-        async with serving(worker.asgi_app()) as url:
-            async with AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0) as sdk:
-                answer = await sdk.chat.completions.create(
-                    model=MODEL,
-                    messages=[{"role": "user", "content": "holidays"}],
-                    extra_body=_ask(["handbook"]),
-                )
+        async with memory_sdk(worker.asgi_app()) as sdk:
+            answer = await sdk.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "holidays"}],
+                extra_body=_ask(["handbook"]),
+            )
     finally:
         await worker.close()
     assert [s["document"] for s in (answer.model_extra or {})["sources"]] == ["handbook.md"]

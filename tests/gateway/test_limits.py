@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
+import httpx
 import pytest
 from openai import AsyncOpenAI
 
@@ -15,7 +15,7 @@ from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, hash_secret
 from llmgw.testing.eventually import eventually
 
-from .conftest import AUTH, MESSAGES, MODEL, SECRET, WAIT, FakeEngine
+from .conftest import AUTH, MESSAGES, MODEL, SECRET, WAIT, MemoryEngine
 
 PROJECT = "project:acme/ml/chat"
 CHAT = {"model": MODEL, "messages": MESSAGES}
@@ -29,17 +29,17 @@ def limited(gateway: Gateway, limits: dict[str, Limits]) -> None:
 
 
 async def test_a_request_over_the_projects_rate_is_refused_with_openais_headers(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     limited(gateway, {PROJECT: Limits(requests_per_minute=2)})
     for _ in range(2):
-        async with http.post("/v1/chat/completions", json=CHAT, headers=AUTH) as ok:
-            assert ok.status == 200
-    async with http.post("/v1/chat/completions", json=CHAT, headers=AUTH) as refused:
-        assert refused.status == 429
-        body = await refused.json()
-        headers = refused.headers
+        ok = await http.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+        assert ok.status_code == 200
+    refused = await http.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert refused.status_code == 429
+    body = refused.json()
+    headers = refused.headers
     assert body["error"]["type"] == "rate_limit_error"
     assert body["error"]["code"] == "rate_limit_exceeded"
     assert "requests_per_minute" in body["error"]["message"] and PROJECT in body["error"]["message"]
@@ -51,49 +51,49 @@ async def test_a_request_over_the_projects_rate_is_refused_with_openais_headers(
 
 
 async def test_a_model_not_allowed_to_the_key_is_refused_403(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     limited(gateway, {"key:key-1": Limits(models=frozenset({"other"}))})
-    async with http.post("/v1/chat/completions", json=CHAT, headers=AUTH) as refused:
-        assert refused.status == 403
-        assert (await refused.json())["error"]["code"] == "model_not_allowed"
+    refused = await http.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "model_not_allowed"
     assert engine.requests == []
 
 
-async def test_an_expired_key_is_refused(gateway: Gateway, http: aiohttp.ClientSession) -> None:
+async def test_an_expired_key_is_refused(gateway: Gateway, http: httpx.AsyncClient) -> None:
     limited(gateway, {"key:key-1": Limits(expires_s=1.0)})
-    async with http.post("/v1/chat/completions", json=CHAT, headers=AUTH) as refused:
-        assert refused.status == 401
-        assert (await refused.json())["error"]["code"] == "expired_api_key"
+    refused = await http.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "expired_api_key"
 
 
 async def test_tokens_of_an_answer_count_against_the_teams_daily_budget(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     limited(gateway, {"team:acme/ml": Limits(tokens_per_day=15)})
     for _ in range(2):  # 10 tokens each: the second is admitted with 5 left
-        async with http.post("/v1/chat/completions", json=CHAT, headers=AUTH) as ok:
-            assert ok.status == 200
+        ok = await http.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+        assert ok.status_code == 200
     meter = gateway.limiter.meter("team:acme/ml")
     assert meter is not None and meter.day_used == 20
-    async with http.post("/v1/chat/completions", json=CHAT, headers=AUTH) as refused:
-        assert refused.status == 429
-        assert "tokens_per_day" in (await refused.json())["error"]["message"]
+    refused = await http.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert refused.status_code == 429
+    assert "tokens_per_day" in refused.json()["error"]["message"]
     assert gateway.feed.limits_unsaved() == {"team:acme/ml": 20}
     assert gateway.feed.limits_unsaved() == {}
 
 
 async def test_a_stream_that_spends_the_budget_ends_with_an_error_event_and_done(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
     engine.chunks = 50
     gateway.replicas.set_ready(engine.endpoint)
     limited(gateway, {PROJECT: Limits(tokens_per_month=5)})
-    async with http.post("/v1/chat/completions", json=CHAT | {"stream": True}, headers=AUTH) as answer:
-        assert answer.status == 200
-        text = (await asyncio.wait_for(answer.read(), WAIT)).decode()
+    answer = await http.post("/v1/chat/completions", json=CHAT | {"stream": True}, headers=AUTH)
+    assert answer.status_code == 200
+    text = answer.text
     events = [e[len("data: ") :] for e in text.strip().split("\n\n")]
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
@@ -102,7 +102,7 @@ async def test_a_stream_that_spends_the_budget_ends_with_an_error_event_and_done
 
 
 async def test_a_concurrent_slot_comes_back_when_the_client_disconnects(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.hold = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)

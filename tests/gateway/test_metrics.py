@@ -7,7 +7,6 @@ import io
 import json
 import logging
 
-import aiohttp
 import pytest
 from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
@@ -16,9 +15,11 @@ from llmgw.cli.output import JsonFormatter
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
 from llmgw.gateway.metrics import project_of
+from llmgw.testing.asgi_client import asgi_client
 from llmgw.testing.eventually import eventually
+from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream, RecordingOutbound
 
-from .conftest import AUTH, MESSAGES, MODEL, SECRET, FakeEngine, Hooks, serving
+from .conftest import AUTH, MESSAGES, MODEL, SECRET
 
 PROJECT = "user:alice"
 """Where the test key sits (a user's key)."""
@@ -41,7 +42,7 @@ def test_a_request_counts_under_the_project_or_user_its_key_sits_at() -> None:
 
 
 async def test_an_answered_request_is_counted_timed_and_its_tokens_added_by_model_and_project(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     requests = answered()
@@ -65,7 +66,7 @@ async def test_an_answered_request_is_counted_timed_and_its_tokens_added_by_mode
 
 
 async def test_a_stream_observes_its_first_token_once_and_the_gaps_after_it(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.hold_after_first = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
@@ -91,7 +92,7 @@ async def test_a_stream_observes_its_first_token_once_and_the_gaps_after_it(
 
 
 async def test_a_whole_answer_observes_no_token_timing(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     first = sample("llmgw_gateway_time_to_first_token_seconds_count", model=MODEL)
@@ -103,15 +104,18 @@ async def test_a_whole_answer_observes_no_token_timing(
     assert sample("llmgw_gateway_time_to_first_token_seconds_count", model=MODEL) == first
 
 
-@pytest.mark.parametrize("access_log", [True, False])
+@pytest.mark.parametrize(
+    ("settings", "access_log"),
+    [({"access_log": True}, True), ({"access_log": False}, False)],
+    indirect=["settings"],
+)
 async def test_the_access_log_has_one_line_per_request_only_when_asked(
     access_log: bool,
     gateway: Gateway,
-    engine: FakeEngine,
+    engine: MemoryEngine,
     client: AsyncOpenAI,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    gateway.settings = GatewaySettings(**{**gateway.settings.model_dump(), "access_log": access_log})
     gateway.replicas.set_ready(engine.endpoint)
     requests = answered()
     caplog.set_level(logging.INFO, logger="llmgw.access")
@@ -131,9 +135,9 @@ async def test_the_access_log_has_one_line_per_request_only_when_asked(
 
 
 async def test_a_json_access_line_carries_the_request_project_model_and_replica(
-    settings: GatewaySettings, engine: FakeEngine, hooks: Hooks
+    settings: GatewaySettings, engine: MemoryEngine, upstream: MemoryUpstream, hooks: RecordingOutbound
 ) -> None:
-    gateway = Gateway(settings.model_copy(update={"access_log": True}), on_usage=hooks.on_usage)
+    gateway = Gateway(settings.model_copy(update={"access_log": True}), upstream=upstream, outbound=hooks)
     gateway.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), PROJECT, Place(Owner.parse(PROJECT))))
     gateway.catalog.replace([ModelEntry(MODEL)])
     gateway.replicas.set_ready(engine.endpoint)
@@ -144,11 +148,11 @@ async def test_a_json_access_line_carries_the_request_project_model_and_replica(
     access.addHandler(handler)
     access.setLevel(logging.INFO)
     try:
-        async with serving(gateway.asgi_app()) as url, aiohttp.ClientSession() as http:
+        async with asgi_client(gateway.asgi_app()) as http:
             body = {"model": MODEL, "messages": MESSAGES}
             headers = {**AUTH, "x-request-id": "req-42"}
-            async with http.post(f"{url}/v1/chat/completions", json=body, headers=headers) as answer:
-                assert answer.status == 200
+            answer = await http.post("/v1/chat/completions", json=body, headers=headers)
+            assert answer.status_code == 200
             await eventually(out.getvalue, message="the access line is written")
     finally:
         access.removeHandler(handler)

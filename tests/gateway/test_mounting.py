@@ -11,8 +11,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
 from llmgw.gateway import Gateway, ModelEntry
+from llmgw.testing.serving import serving
 
-from .conftest import AUTH, MODEL, FakeEngine, serving
+from .conftest import AUTH, MODEL, MemoryEngine
 
 
 def control_plane(gateway: Gateway) -> Starlette:
@@ -22,7 +23,7 @@ def control_plane(gateway: Gateway) -> Starlette:
     return Starlette(routes=[Route("/healthz", health), Mount("/v1", app=gateway.asgi_app())])
 
 
-async def test_mounted_at_v1_the_gateway_serves_its_routes(gateway: Gateway, engine: FakeEngine) -> None:
+async def test_mounted_at_v1_the_gateway_serves_its_routes(gateway: Gateway, engine: MemoryEngine) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     async with serving(control_plane(gateway)) as url, aiohttp.ClientSession(url) as http:
         async with http.get("/v1/models", headers=AUTH) as response:

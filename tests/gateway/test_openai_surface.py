@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import aiohttp
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
@@ -12,18 +12,19 @@ from openai import AsyncOpenAI
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry
 from llmgw.gateway.keys import hash_secret
+from llmgw.testing.eventually import eventually
 
-from .conftest import AUTH, EMBED, MODEL, RERANK, FakeEngine, Hooks
+from .conftest import AUTH, EMBED, MODEL, RERANK, MemoryEngine, RecordingOutbound, memory_sdk
 
 OTHER_SECRET = "sk-llmgw-other-0123456789"
 
 
-def _bodies(engine: FakeEngine, path: str) -> list[dict[str, object]]:
+def _bodies(engine: MemoryEngine, path: str) -> list[dict[str, object]]:
     return [json.loads(r.body) for r in engine.requests if r.path == path]
 
 
 async def test_a_chat_model_asked_for_embeddings_answers_400_naming_what_it_serves(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     with pytest.raises(openai.BadRequestError) as caught:
@@ -34,7 +35,7 @@ async def test_a_chat_model_asked_for_embeddings_answers_400_naming_what_it_serv
 
 
 async def test_an_embedding_model_is_not_sent_chat(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(EMBED))
     with pytest.raises(openai.BadRequestError) as caught:
@@ -50,21 +51,21 @@ async def test_models_say_what_each_serves(client: AsyncOpenAI) -> None:
 
 @pytest.mark.parametrize("route", ["/v1/rerank", "/rerank"])
 async def test_rerank_is_forwarded_to_the_engines_rerank_route_and_counted(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession, hooks: Hooks, route: str
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient, hooks: RecordingOutbound, route: str
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(RERANK))
     request = {"model": RERANK, "query": "capital of France", "documents": ["Paris", "Berlin"]}
-    async with http.post(route, json=request, headers=AUTH) as response:
-        answer = await response.json()
-    assert response.status == 200
+    response = await http.post(route, json=request, headers=AUTH)
+    answer = response.json()
+    assert response.status_code == 200
     assert [r["index"] for r in answer["results"]] == [0, 1]
     assert [r.path for r in engine.requests] == ["/v1/rerank"]
-    await hooks.usage_seen.wait()
-    assert hooks.usage[0].prompt_tokens == 6
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert hooks.records[0].prompt_tokens == 6
 
 
 async def test_an_engine_that_cannot_do_what_is_asked_answers_400_not_5xx(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(EMBED))
     engine.error = (
@@ -77,7 +78,7 @@ async def test_an_engine_that_cannot_do_what_is_asked_answers_400_not_5xx(
 
 
 async def test_a_response_from_an_engine_without_the_api_is_translated_from_a_chat_completion(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="sglang"))
     response = await client.responses.create(
@@ -95,12 +96,12 @@ async def test_a_response_from_an_engine_without_the_api_is_translated_from_a_ch
         {"role": "user", "content": "hi"},
     ]
     assert (sent["max_tokens"], sent["temperature"]) == (20, 0.2)
-    await hooks.usage_seen.wait()
-    assert (hooks.usage[0].prompt_tokens, hooks.usage[0].completion_tokens) == (7, 3)
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert (hooks.records[0].prompt_tokens, hooks.records[0].completion_tokens) == (7, 3)
 
 
 async def test_a_translated_response_streams_the_typed_events_in_order(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="trtllm"))
     stream = await client.responses.create(model=MODEL, input="hi", stream=True)
@@ -126,7 +127,7 @@ async def test_a_translated_response_streams_the_typed_events_in_order(
 
 
 async def test_a_follow_up_carries_the_earlier_conversation_to_the_engine(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="sglang"))
     first = await client.responses.create(model=MODEL, input="My name is Ada.")
@@ -140,7 +141,7 @@ async def test_a_follow_up_carries_the_earlier_conversation_to_the_engine(
 
 
 async def test_a_response_is_kept_for_its_own_key_only_and_not_at_all_with_store_false(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, base_url: str
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="sglang"))
     gateway.keys.add(
@@ -148,7 +149,7 @@ async def test_a_response_is_kept_for_its_own_key_only_and_not_at_all_with_store
     )
     kept = await client.responses.create(model=MODEL, input="hi")
     unkept = await client.responses.create(model=MODEL, input="hi", store=False)
-    other = AsyncOpenAI(base_url=base_url + "/v1", api_key=OTHER_SECRET, max_retries=0)
+    other = memory_sdk(gateway.asgi_app(), OTHER_SECRET)
     with pytest.raises(openai.BadRequestError) as caught:
         await other.responses.create(model=MODEL, input="more", previous_response_id=kept.id)
     assert caught.value.code == "previous_response_not_found"
@@ -158,7 +159,7 @@ async def test_a_response_is_kept_for_its_own_key_only_and_not_at_all_with_store
 
 
 async def test_a_native_engine_is_sent_the_whole_conversation_and_keeps_nothing_itself(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="llama.cpp"))
     first = await client.responses.create(model=MODEL, input="one")
@@ -170,7 +171,7 @@ async def test_a_native_engine_is_sent_the_whole_conversation_and_keeps_nothing_
 
 
 async def test_a_translated_stream_the_replica_drops_ends_with_a_responses_error_event(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="sglang"))
     engine.cut_after = 1
@@ -182,7 +183,7 @@ async def test_a_translated_stream_the_replica_drops_ends_with_a_responses_error
 
 
 async def test_a_hosted_tool_is_refused_for_a_translated_engine(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint_for(MODEL, engine="sglang"))
     with pytest.raises(openai.BadRequestError) as caught:

@@ -9,13 +9,27 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from llmgw.gateway import Gateway, ReplicaEndpoint, ReplicaTable
+from llmgw.gateway import Gateway, ReplicaEndpoint
+from llmgw.testing.eventually import eventually
+from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream
 
-from .conftest import EMBED, LAZY, MESSAGES, MODEL, SECRET, WAIT, FakeEngine, Hooks, closed_port, serving
+from .conftest import (
+    EMBED,
+    LAZY,
+    MESSAGES,
+    MODEL,
+    SECRET,
+    WAIT,
+    RecordingOutbound,
+    memory_sdk,
+)
+
+NOWHERE = "http://127.0.0.1:1"
+"""An address no in-memory engine answers at: unreachable, as a closed port."""
 
 
 async def test_chat_completion_is_answered_by_the_replica(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     answer = await client.chat.completions.create(model=MODEL, messages=MESSAGES)
@@ -24,7 +38,7 @@ async def test_chat_completion_is_answered_by_the_replica(
 
 
 async def test_the_replica_gets_its_own_key_the_request_id_and_the_body_as_sent(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     raw = await client.chat.completions.with_raw_response.create(
@@ -41,7 +55,7 @@ async def test_the_replica_gets_its_own_key_the_request_id_and_the_body_as_sent(
 
 
 async def test_completions_and_embeddings_are_forwarded(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     gateway.replicas.set_ready(engine.endpoint_for(EMBED))
@@ -53,7 +67,7 @@ async def test_completions_and_embeddings_are_forwarded(
 
 
 async def test_a_stream_arrives_chunk_by_chunk(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.hold_after_first = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
@@ -69,32 +83,32 @@ async def test_a_stream_arrives_chunk_by_chunk(
 
 
 async def test_usage_is_reported_for_a_whole_answer(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     await client.chat.completions.create(model=MODEL, messages=MESSAGES)
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    (record,) = hooks.usage
+    await eventually(lambda: hooks.records, message="the usage was told")
+    (record,) = hooks.records
     assert (record.key_id, record.model, record.replica_id) == ("key-1", MODEL, "r1")
     assert (record.prompt_tokens, record.completion_tokens, record.status) == (7, 3, 200)
     assert record.duration_s > 0
 
 
 async def test_usage_is_read_from_the_last_event_of_a_stream(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.chunks = 5
     gateway.replicas.set_ready(engine.endpoint)
     stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
     async for _ in stream:
         pass
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    (record,) = hooks.usage
+    await eventually(lambda: hooks.records, message="the usage was told")
+    (record,) = hooks.records
     assert (record.prompt_tokens, record.completion_tokens, record.status) == (7, 5, 200)
 
 
 async def test_no_ready_replica_asks_for_one_then_answers_503_with_retry_after(
-    client: AsyncOpenAI, hooks: Hooks
+    client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     with pytest.raises(openai.APIStatusError) as caught:
         await client.chat.completions.create(model=LAZY, messages=MESSAGES)
@@ -102,30 +116,25 @@ async def test_no_ready_replica_asks_for_one_then_answers_503_with_retry_after(
     assert caught.value.response.headers["retry-after"] == "5"
     assert caught.value.code == "model_not_ready"
     assert "Retry in 5 s" in caught.value.message
-    assert hooks.demanded == [LAZY]
+    assert hooks.wanted == [LAZY]
 
 
+@pytest.mark.parametrize("settings", [{"request_wait_s": WAIT}], indirect=True)
 async def test_a_request_waits_for_a_replica_started_on_demand(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
-    gateway.settings = gateway.settings.model_copy(update={"request_wait_s": WAIT})
     ready = ReplicaEndpoint("r-lazy", LAZY, engine.endpoint.base_url, engine.key)
-    demanded = []
-
-    def start_replica(model: str) -> None:
-        # As the control plane would: the replica becomes ready after the hook returned.
-        demanded.append(model)
-        asyncio.get_running_loop().call_soon(gateway.replicas.set_ready, ready)
-
-    gateway.on_demand = start_replica
-    answer = await client.chat.completions.create(model=LAZY, messages=MESSAGES)
+    asking = asyncio.create_task(client.chat.completions.create(model=LAZY, messages=MESSAGES))
+    await eventually(lambda: hooks.wanted == [LAZY], message="the gateway asks for a replica")
+    gateway.feed.replica_ready(ready)  # as the control plane does once one started
+    answer = await asyncio.wait_for(asking, WAIT)
     assert answer.choices[0].message.content == "r1"
-    assert demanded == [LAZY]
+    assert hooks.wanted == [LAZY]
     assert gateway.replicas.in_flight("r-lazy") == 0
 
 
 async def test_client_leaving_mid_stream_drops_the_engine_connection(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.hold_after_first = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
@@ -133,13 +142,13 @@ async def test_client_leaving_mid_stream_drops_the_engine_connection(
     await asyncio.wait_for(anext(aiter(stream)), WAIT)
     await stream.close()
     await asyncio.wait_for(engine.dropped.wait(), WAIT)
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    assert hooks.usage[0].status == 499
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert hooks.records[0].status == 499
     assert gateway.replicas.in_flight("r1") == 0
 
 
 async def test_client_leaving_while_the_answer_is_computed_drops_the_engine_connection(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.hold = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
@@ -152,7 +161,7 @@ async def test_client_leaving_while_the_answer_is_computed_drops_the_engine_conn
 
 
 async def test_a_stream_cut_by_the_engine_ends_with_an_error_event(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.cut_after = 2
     gateway.replicas.set_ready(engine.endpoint)
@@ -163,15 +172,16 @@ async def test_a_stream_cut_by_the_engine_ends_with_an_error_event(
             received.append(chunk.choices[0].delta.content)
     assert received == ["r1-0 ", "r1-1 "]
     assert "failed mid-answer" in caught.value.message
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    assert hooks.usage[0].status == 502
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert hooks.records[0].status == 502
 
 
-async def test_the_least_loaded_replica_takes_the_next_request(gateway: Gateway, client: AsyncOpenAI) -> None:
-    busy, idle = FakeEngine("busy", "key-busy"), FakeEngine("idle", "key-idle")
+async def test_the_least_loaded_replica_takes_the_next_request(
+    gateway: Gateway, upstream: MemoryUpstream, client: AsyncOpenAI
+) -> None:
+    busy = upstream.engine(MemoryEngine("busy", "key-busy"))
+    idle = upstream.engine(MemoryEngine("idle", "key-idle"))
     busy.hold = asyncio.Event()
-    await busy.start()
-    await idle.start()
     try:
         gateway.replicas.set_ready(busy.endpoint)
         gateway.replicas.set_ready(idle.endpoint)
@@ -191,9 +201,9 @@ async def test_the_least_loaded_replica_takes_the_next_request(gateway: Gateway,
 
 
 async def test_a_dead_replica_is_skipped_for_a_live_one(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
-    dead = ReplicaEndpoint("dead", MODEL, f"http://127.0.0.1:{closed_port()}", "k", capacity=4)
+    dead = ReplicaEndpoint("dead", MODEL, NOWHERE, "k", capacity=4)
     gateway.replicas.set_ready(dead)
     gateway.replicas.set_ready(engine.endpoint)
     with gateway.replicas.acquire(engine.endpoint):  # the live one looks busier: the dead one is tried first
@@ -204,10 +214,10 @@ async def test_a_dead_replica_is_skipped_for_a_live_one(
 
 
 async def test_no_reachable_replica_answers_503_replica_unavailable(
-    gateway: Gateway, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     for name in ("dead-1", "dead-2"):
-        gateway.replicas.set_ready(ReplicaEndpoint(name, MODEL, f"http://127.0.0.1:{closed_port()}", "k"))
+        gateway.replicas.set_ready(ReplicaEndpoint(name, MODEL, NOWHERE, "k"))
     with pytest.raises(openai.APIStatusError) as caught:
         await client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert caught.value.status_code == 503
@@ -216,31 +226,11 @@ async def test_no_reachable_replica_answers_503_replica_unavailable(
     assert sorted(replica for replica, _ in hooks.failed) == ["dead-1", "dead-2"]
 
 
-class WatchedTable(ReplicaTable):
-    """A replica table that tells when a request stopped waiting for a replica."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = asyncio.Event()
-        self.abandoned = asyncio.Event()
-
-    async def wait_ready(self, model: str, timeout_s: float) -> bool:
-        self.waiting.set()
-        try:
-            return await super().wait_ready(model, timeout_s)
-        except asyncio.CancelledError:
-            self.abandoned.set()
-            raise
-
-
+@pytest.mark.parametrize("settings", [{"request_wait_s": 60.0}], indirect=True)
 async def test_client_leaving_while_waiting_for_a_replica_ends_the_wait(gateway: Gateway) -> None:
-    table = WatchedTable()
-    gateway.replicas = table
-    gateway.settings = gateway.settings.model_copy(update={"request_wait_s": 60.0})
-    async with serving(gateway.asgi_app()) as url:
-        sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0)
-        request = asyncio.create_task(sdk.chat.completions.create(model=LAZY, messages=MESSAGES))
-        await asyncio.wait_for(table.waiting.wait(), WAIT)
-        request.cancel()
-        await asyncio.wait_for(table.abandoned.wait(), WAIT)
-        await sdk.close()
+    sdk = memory_sdk(gateway.asgi_app())
+    request = asyncio.create_task(sdk.chat.completions.create(model=LAZY, messages=MESSAGES))
+    await eventually(lambda: gateway.feed.model_load(LAZY).waiting == 1, message="the request waits")
+    request.cancel()
+    await eventually(lambda: gateway.feed.model_load(LAZY).waiting == 0, message="the wait ended")
+    await sdk.close()

@@ -5,23 +5,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import aiohttp
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
 
-from llmgw.gateway import Gateway, GatewaySettings
+from llmgw.gateway import Gateway
 from llmgw.gateway.app import Gateway as GatewayApp
 
-from .conftest import AUTH, MESSAGES, MODEL, FakeEngine, serving
+from .conftest import AUTH, MESSAGES, MODEL, MemoryEngine, memory_sdk
 
 CHAT = "/v1/chat/completions"
 
 
-async def error_of(response: aiohttp.ClientResponse) -> dict[str, Any]:
-    assert response.content_type == "application/json"
-    body = await response.json()
+async def error_of(response: httpx.Response) -> dict[str, Any]:
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
     assert set(body) == {"error"}
     assert set(body["error"]) == {"message", "type", "param", "code"}
     assert body["error"]["message"]
@@ -29,8 +29,8 @@ async def error_of(response: aiohttp.ClientResponse) -> dict[str, Any]:
     return error
 
 
-async def test_a_wrong_key_is_refused_with_401(base_url: str) -> None:
-    sdk = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="sk-wrong", max_retries=0)
+async def test_a_wrong_key_is_refused_with_401(gateway: Gateway) -> None:
+    sdk = memory_sdk(gateway.asgi_app(), "sk-wrong")
     with pytest.raises(openai.AuthenticationError) as caught:
         await sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
     await sdk.close()
@@ -39,12 +39,12 @@ async def test_a_wrong_key_is_refused_with_401(base_url: str) -> None:
 
 @pytest.mark.parametrize("header", [None, "Bearer", "Basic abc", "Bearer  "])
 async def test_a_missing_or_malformed_authorization_is_refused_with_401(
-    http: aiohttp.ClientSession, header: str | None
+    http: httpx.AsyncClient, header: str | None
 ) -> None:
     headers = {} if header is None else {"Authorization": header}
-    async with http.post(CHAT, json={"model": MODEL}, headers=headers) as response:
-        assert response.status == 401
-        assert (await error_of(response))["code"] == "invalid_api_key"
+    response = await http.post(CHAT, json={"model": MODEL}, headers=headers)
+    assert response.status_code == 401
+    assert (await error_of(response))["code"] == "invalid_api_key"
 
 
 async def test_an_unknown_model_is_refused_with_404(client: AsyncOpenAI) -> None:
@@ -65,32 +65,31 @@ async def test_an_unknown_model_is_refused_with_404(client: AsyncOpenAI) -> None
     ],
 )
 async def test_a_body_that_is_no_json_object_is_refused_with_400(
-    http: aiohttp.ClientSession, body: bytes, says: str
+    http: httpx.AsyncClient, body: bytes, says: str
 ) -> None:
-    async with http.post(CHAT, data=body, headers=AUTH) as response:
-        assert response.status == 400
-        assert says in (await error_of(response))["message"]
+    response = await http.post(CHAT, content=body, headers=AUTH)
+    assert response.status_code == 400
+    assert says in (await error_of(response))["message"]
 
 
 @pytest.mark.parametrize("body", [b"{}", b'{"model": 3}', b'{"model": ""}'])
 async def test_a_body_without_a_model_name_is_refused_with_400_naming_the_param(
-    http: aiohttp.ClientSession, body: bytes
+    http: httpx.AsyncClient, body: bytes
 ) -> None:
-    async with http.post(CHAT, data=body, headers=AUTH) as response:
-        assert response.status == 400
-        assert (await error_of(response))["param"] == "model"
+    response = await http.post(CHAT, content=body, headers=AUTH)
+    assert response.status_code == 400
+    assert (await error_of(response))["param"] == "model"
 
 
-async def test_a_body_over_the_limit_is_refused_with_413(gateway: Gateway) -> None:
-    gateway.settings = GatewaySettings(max_body_bytes=64)
-    async with serving(gateway.asgi_app()) as url, aiohttp.ClientSession(url) as http:
-        body = b'{"model": "tiny-chat", "prompt": "' + b"x" * 100 + b'"}'
-        async with http.post("/v1/completions", data=body, headers=AUTH) as response:
-            assert response.status == 413
+@pytest.mark.parametrize("settings", [{"max_body_bytes": 64}], indirect=True)
+async def test_a_body_over_the_limit_is_refused_with_413(http: httpx.AsyncClient) -> None:
+    body = b'{"model": "tiny-chat", "prompt": "' + b"x" * 100 + b'"}'
+    response = await http.post("/v1/completions", content=body, headers=AUTH)
+    assert response.status_code == 413
 
 
 async def test_a_stopped_cluster_answers_every_post_with_503_system_stopped(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.feed.replica_ready(engine.endpoint)
     gateway.feed.set_stopped(True)
@@ -103,39 +102,39 @@ async def test_a_stopped_cluster_answers_every_post_with_503_system_stopped(
 
 
 async def test_a_stopped_cluster_refuses_a_post_to_any_v1_path_and_serves_again_when_started(
-    gateway: Gateway, engine: FakeEngine, http: aiohttp.ClientSession
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
     gateway.feed.replica_ready(engine.endpoint)
     gateway.feed.set_stopped(True)
-    async with http.post("/v1/images/edits", json={}, headers=AUTH) as response:
-        error = (await response.json())["error"]
-        assert (response.status, error["code"], error["type"]) == (503, "system_stopped", "server_error")
+    response = await http.post("/v1/images/edits", json={}, headers=AUTH)
+    error = response.json()["error"]
+    assert (response.status_code, error["code"], error["type"]) == (503, "system_stopped", "server_error")
     gateway.feed.set_stopped(False)
-    async with http.post("/v1/completions", json={"model": MODEL, "prompt": "hi"}, headers=AUTH) as response:
-        assert response.status == 200
+    response = await http.post("/v1/completions", json={"model": MODEL, "prompt": "hi"}, headers=AUTH)
+    assert response.status_code == 200
 
 
-async def test_an_unknown_route_is_404_and_a_wrong_method_405(http: aiohttp.ClientSession) -> None:
-    async with http.post("/v1/images/edits", json={}, headers=AUTH) as response:
-        assert response.status == 404
-        assert "Invalid URL (POST /v1/images/edits)" in (await error_of(response))["message"]
-    async with http.get(CHAT, headers=AUTH) as response:
-        assert response.status == 405
-        assert response.headers["allow"] == "POST"
-        await error_of(response)
+async def test_an_unknown_route_is_404_and_a_wrong_method_405(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/images/edits", json={}, headers=AUTH)
+    assert response.status_code == 404
+    assert "Invalid URL (POST /v1/images/edits)" in (await error_of(response))["message"]
+    response = await http.get(CHAT, headers=AUTH)
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    await error_of(response)
 
 
-async def test_every_answer_carries_a_request_id(http: aiohttp.ClientSession) -> None:
-    async with http.get("/v1/models", headers=AUTH | {"x-request-id": "abc-1"}) as response:
-        assert response.headers["x-request-id"] == "abc-1"
-    async with http.post(CHAT, data=b"[", headers=AUTH) as response:
-        assert len(response.headers["x-request-id"]) == 32
-    async with http.get("/nowhere") as response:
-        assert response.headers["x-request-id"]
+async def test_every_answer_carries_a_request_id(http: httpx.AsyncClient) -> None:
+    response = await http.get("/v1/models", headers=AUTH | {"x-request-id": "abc-1"})
+    assert response.headers["x-request-id"] == "abc-1"
+    response = await http.post(CHAT, content=b"[", headers=AUTH)
+    assert len(response.headers["x-request-id"]) == 32
+    response = await http.get("/nowhere")
+    assert response.headers["x-request-id"]
 
 
 async def test_an_engine_error_keeps_its_status_in_openai_shape(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.error = (
         400,
@@ -153,7 +152,7 @@ async def test_an_engine_error_keeps_its_status_in_openai_shape(
 
 
 async def test_an_engine_error_on_a_stream_request_is_a_json_error(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     engine.error = (503, b"Loading model")
     gateway.replicas.set_ready(engine.endpoint)
@@ -169,7 +168,7 @@ async def test_an_engine_error_on_a_stream_request_is_a_json_error(
 
 
 async def test_a_replica_refusing_the_gateway_key_is_a_502_not_a_401(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI
 ) -> None:
     gateway.replicas.set_ready(dataclasses.replace(engine.endpoint, api_key="stale"))
     with pytest.raises(openai.APIStatusError) as caught:
@@ -178,9 +177,7 @@ async def test_a_replica_refusing_the_gateway_key_is_a_502_not_a_401(
     assert caught.value.code == "replica_auth_failed"
 
 
-async def test_models_lists_the_catalog_for_a_valid_key(
-    client: AsyncOpenAI, http: aiohttp.ClientSession
-) -> None:
+async def test_models_lists_the_catalog_for_a_valid_key(client: AsyncOpenAI, http: httpx.AsyncClient) -> None:
     listing = await client.models.list()
     assert [(m.id, m.object, m.owned_by) for m in listing.data] == [
         ("lazy-chat", "model", "llmgw"),
@@ -189,8 +186,8 @@ async def test_models_lists_the_catalog_for_a_valid_key(
         ("tiny-rerank", "model", "llmgw"),
     ]
     assert (await client.models.retrieve(MODEL)).created == 1700000000
-    async with http.get("/v1/models") as response:
-        assert response.status == 401
+    response = await http.get("/v1/models")
+    assert response.status_code == 401
 
 
 async def test_requests_are_counted_by_model_project_and_status(client: AsyncOpenAI) -> None:

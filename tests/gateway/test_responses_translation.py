@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.response_store import ResponseStore
-from llmgw.gateway.responses import ApiError
 from llmgw.gateway.responses_api import ResponsesCall, chat_messages
 
 

@@ -10,15 +10,16 @@ from openai import AsyncOpenAI
 from llmgw.gateway import Gateway
 from llmgw.gateway.bodies import asking_for_usage, model_and_stream
 from llmgw.gateway.usage import EventFramer, without_usage_only_events
+from llmgw.testing.eventually import eventually
 
-from .conftest import MESSAGES, MODEL, WAIT, FakeEngine, Hooks
+from .conftest import MESSAGES, MODEL, MemoryEngine, RecordingOutbound
 
 USAGE_EVENT = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
 CONTENT_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 
 
 async def test_a_stream_the_client_asked_no_usage_of_is_counted_and_the_usage_event_withheld(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.chunks = 4
     gateway.replicas.set_ready(engine.endpoint)
@@ -27,12 +28,12 @@ async def test_a_stream_the_client_asked_no_usage_of_is_counted_and_the_usage_ev
     assert [c.choices[0].delta.content for c in chunks] == ["r1-0 ", "r1-1 ", "r1-2 ", "r1-3 "]
     assert all(c.usage is None for c in chunks)
     assert json.loads(engine.requests[0].body)["stream_options"] == {"include_usage": True}
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    assert (hooks.usage[0].prompt_tokens, hooks.usage[0].completion_tokens) == (7, 4)
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert (hooks.records[0].prompt_tokens, hooks.records[0].completion_tokens) == (7, 4)
 
 
 async def test_a_client_asking_for_usage_gets_the_usage_event_and_its_body_unchanged(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     stream = await client.chat.completions.create(
@@ -43,8 +44,8 @@ async def test_a_client_asking_for_usage_gets_the_usage_event_and_its_body_uncha
     assert chunks[-1].usage.completion_tokens == 3
     sent = {"model": MODEL, "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}
     assert json.loads(engine.requests[0].body) == sent
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    assert hooks.usage[0].completion_tokens == 3
+    await eventually(lambda: hooks.records, message="the usage was told")
+    assert hooks.records[0].completion_tokens == 3
 
 
 def test_asking_for_usage_splices_bytes_when_the_client_sent_no_stream_options() -> None:
@@ -84,7 +85,7 @@ def test_the_framer_reads_the_usage_it_withholds_even_split_across_chunks() -> N
 
 
 async def test_a_stream_reports_its_time_to_first_token_and_its_generation_time(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     engine.chunks = 3
     engine.hold_after_first = asyncio.Event()
@@ -94,8 +95,8 @@ async def test_a_stream_reports_its_time_to_first_token_and_its_generation_time(
     engine.hold_after_first.set()  # the rest comes only once the first event reached the client
     chunks += [chunk async for chunk in stream]
     assert len(chunks) == 3
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    record = hooks.usage[0]
+    await eventually(lambda: hooks.records, message="the usage was told")
+    record = hooks.records[0]
     assert record.ttft_s is not None and 0 < record.ttft_s < record.duration_s
     assert record.generation_s > 0
     assert abs(record.ttft_s + record.generation_s - record.duration_s) < 1e-6
@@ -103,12 +104,12 @@ async def test_a_stream_reports_its_time_to_first_token_and_its_generation_time(
 
 
 async def test_an_answer_sent_whole_has_no_first_token_and_generates_for_its_whole_duration(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: Hooks
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, hooks: RecordingOutbound
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     await client.chat.completions.create(model=MODEL, messages=MESSAGES)
-    await asyncio.wait_for(hooks.usage_seen.wait(), WAIT)
-    record = hooks.usage[0]
+    await eventually(lambda: hooks.records, message="the usage was told")
+    record = hooks.records[0]
     assert record.ttft_s is None
     assert record.generation_s == record.duration_s
     assert record.place == "user:alice"

@@ -19,8 +19,9 @@ import pytest
 from aiohttp import web
 from openai import AsyncOpenAI
 
-from llmgw.gateway import Gateway, ReplicaEndpoint
+from llmgw.gateway import Gateway, GatewaySettings, ReplicaEndpoint
 from llmgw.gateway.routing import DECISIONS
+from llmgw.gateway.upstream import Upstream
 from llmgw.testing.block_hashing import block_hash, none_hash
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 from llmgw.testing.serving import bound_socket
@@ -74,6 +75,12 @@ class Replica:
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         await web.SockSite(self.runner, sock).start()
         return ReplicaEndpoint(self.replica_id, MODEL, self.url, KEY, capacity=4, engine="vllm")
+
+
+@pytest.fixture
+def upstream(settings: GatewaySettings) -> Upstream:
+    """The stand-ins answer over sockets: the gateway calls them with its own HTTP client."""
+    return Upstream(settings)
 
 
 @pytest.fixture

@@ -11,8 +11,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
 from llmgw.observability.tracing import Tracing
+from llmgw.testing.eventually import eventually
+from llmgw.testing.gateway_doubles import MemoryEngine, MemoryUpstream
 
-from .conftest import MESSAGES, MODEL, SECRET, FakeEngine
+from .conftest import MESSAGES, MODEL, SECRET, memory_sdk
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_PARENT = f"00-{CLIENT_TRACE}-b7ad6b7169203331-01"
@@ -24,8 +26,10 @@ def spans() -> InMemorySpanExporter:
 
 
 @pytest.fixture
-async def gateway(settings: GatewaySettings, spans: InMemorySpanExporter) -> AsyncIterator[Gateway]:
-    gw = Gateway(settings, tracing=Tracing.exporting_to(spans))
+async def gateway(
+    settings: GatewaySettings, upstream: MemoryUpstream, spans: InMemorySpanExporter
+) -> AsyncIterator[Gateway]:
+    gw = Gateway(settings, upstream=upstream, tracing=Tracing.exporting_to(spans))
     gw.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
     gw.catalog.replace([ModelEntry(MODEL, created=1700000000)])
     yield gw
@@ -37,7 +41,7 @@ def _traceparent(trace_id: int, span_id: int, flags: int) -> str:
 
 
 async def test_a_request_is_a_span_whose_traceparent_the_engine_receives(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, spans: InMemorySpanExporter
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, spans: InMemorySpanExporter
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     await client.chat.completions.create(model=MODEL, messages=MESSAGES)
@@ -56,13 +60,13 @@ async def test_a_request_is_a_span_whose_traceparent_the_engine_receives(
 
 
 async def test_a_clients_traceparent_is_continued(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, spans: InMemorySpanExporter
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, spans: InMemorySpanExporter
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     await client.chat.completions.create(
         model=MODEL, messages=MESSAGES, stream=True, extra_headers={"traceparent": CLIENT_PARENT}
     )
-    (span,) = spans.get_finished_spans()
+    (span,) = await eventually(spans.get_finished_spans, message="the request's span ended")
     assert f"{span.get_span_context().trace_id:032x}" == CLIENT_TRACE
     assert span.parent is not None and span.parent.span_id == 0xB7AD6B7169203331
     sent = engine.requests[0].headers["traceparent"]
@@ -70,7 +74,7 @@ async def test_a_clients_traceparent_is_continued(
 
 
 async def test_a_malformed_traceparent_starts_a_new_trace(
-    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, spans: InMemorySpanExporter
+    gateway: Gateway, engine: MemoryEngine, client: AsyncOpenAI, spans: InMemorySpanExporter
 ) -> None:
     gateway.replicas.set_ready(engine.endpoint)
     await client.chat.completions.create(
@@ -94,20 +98,16 @@ async def test_a_request_no_replica_answers_is_a_failed_span(
 
 
 async def test_tracing_off_sends_no_traceparent_not_even_the_clients(
-    engine: FakeEngine, settings: GatewaySettings, spans: InMemorySpanExporter
+    engine: MemoryEngine, upstream: MemoryUpstream, settings: GatewaySettings, spans: InMemorySpanExporter
 ) -> None:
-    from llmgw.testing.serving import serving
-
-    gw = Gateway(settings)  # tracing off: the default
+    gw = Gateway(settings, upstream=upstream)  # tracing off: the default
     gw.keys.add(KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice"))
     gw.catalog.replace([ModelEntry(MODEL, created=1700000000)])
     gw.replicas.set_ready(engine.endpoint)
-    async with serving(gw.asgi_app()) as url:
-        sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0)
+    async with memory_sdk(gw.asgi_app()) as sdk:
         await sdk.chat.completions.create(
             model=MODEL, messages=MESSAGES, extra_headers={"traceparent": CLIENT_PARENT}
         )
-        await sdk.close()
     await gw.close()
     assert "traceparent" not in engine.requests[0].headers
     assert spans.get_finished_spans() == ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from llmgw.gateway.responses import normalise_engine_error
+from llmgw.gateway.api_errors import normalise_engine_error
 from llmgw.gateway.usage import EventFramer, find_usage, token_counts
 
 

@@ -13,7 +13,7 @@ from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, hash_secret
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
 
-from .conftest import MESSAGES, MODEL, WAIT, FakeEngine
+from .conftest import MESSAGES, MODEL, MemoryEngine, memory_sdk
 
 CHAT_SECRET = "sk-llmgw-chat-project-key"
 SHOP_SECRET = "sk-llmgw-shop-project-key"
@@ -59,12 +59,12 @@ def tenants(gateway: Gateway) -> Gateway:
     return gateway
 
 
-def sdk(base_url: str, secret: str) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=f"{base_url}/v1", api_key=secret, max_retries=0, timeout=WAIT * 2)
+def sdk(gateway: Gateway, secret: str) -> AsyncOpenAI:
+    return memory_sdk(gateway.asgi_app(), secret)
 
 
-async def test_models_lists_only_what_the_key_sees(tenants: Gateway, base_url: str) -> None:
-    async with sdk(base_url, CHAT_SECRET) as chat, sdk(base_url, SHOP_SECRET) as shop:
+async def test_models_lists_only_what_the_key_sees(tenants: Gateway) -> None:
+    async with sdk(tenants, CHAT_SECRET) as chat, sdk(tenants, SHOP_SECRET) as shop:
         chat_sees = sorted(m.id for m in (await chat.models.list()).data)
         shop_sees = sorted(m.id for m in (await shop.models.list()).data)
     assert chat_sees == ["base-with-adapter", "chat-private", "chat-tone", "ml-shared", MODEL]
@@ -73,9 +73,9 @@ async def test_models_lists_only_what_the_key_sees(tenants: Gateway, base_url: s
 
 @pytest.mark.parametrize("model", ["shop-private", "shop-tone", "never-defined"])
 async def test_another_projects_model_answers_as_one_never_defined(
-    tenants: Gateway, base_url: str, engine: FakeEngine, model: str
+    tenants: Gateway, engine: MemoryEngine, model: str
 ) -> None:
-    async with sdk(base_url, CHAT_SECRET) as chat:
+    async with sdk(tenants, CHAT_SECRET) as chat:
         with pytest.raises(openai.NotFoundError) as caught:
             await chat.chat.completions.create(model=model, messages=MESSAGES)
         assert caught.value.code == "model_not_found"
@@ -90,11 +90,9 @@ async def test_another_projects_model_answers_as_one_never_defined(
     assert engine.requests == []
 
 
-async def test_a_projects_own_and_public_models_are_served(
-    tenants: Gateway, base_url: str, engine: FakeEngine
-) -> None:
+async def test_a_projects_own_and_public_models_are_served(tenants: Gateway, engine: MemoryEngine) -> None:
     tenants.feed.replica_ready(engine.endpoint)
-    async with sdk(base_url, SHOP_SECRET) as shop:
+    async with sdk(tenants, SHOP_SECRET) as shop:
         answer = await shop.chat.completions.create(model=MODEL, messages=MESSAGES)
         assert answer.choices[0].message.content == engine.replica_id
         entry = await shop.models.retrieve("shop-private")

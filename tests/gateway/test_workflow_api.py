@@ -22,12 +22,11 @@ from llmgw.core.engines import Task
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, hash_secret
 from llmgw.gateway.catalog_view import catalog_entries
-from llmgw.gateway.jobs import JobRunner
 from llmgw.testing.comfyui_models import comfyui_model
 from llmgw.testing.eventually import eventually
 from llmgw.testing.serving import serving
 
-from .conftest import Hooks
+from .conftest import RecordingOutbound
 from .fake_gate import COLOURED_OBJ, FakeGate, tiny_png
 
 ALICE = "sk-llmgw-alice-0123456789"
@@ -86,8 +85,11 @@ async def gates() -> AsyncIterator[tuple[FakeGate, FakeGate]]:
 
 
 @pytest.fixture
-async def gw(gates: tuple[FakeGate, FakeGate], hooks: Hooks) -> AsyncIterator[Gateway]:
-    gateway = Gateway(GatewaySettings(request_wait_s=0.3, job_poll_s=0.01), on_usage=hooks.on_usage)
+async def gw(
+    request: pytest.FixtureRequest, gates: tuple[FakeGate, FakeGate], hooks: RecordingOutbound
+) -> AsyncIterator[Gateway]:
+    wait_s = getattr(request, "param", 0.3)  # how long requests wait for a replica
+    gateway = Gateway(GatewaySettings(request_wait_s=wait_s, job_poll_s=0.01), outbound=hooks)
     gateway.keys.replace([_key("key-alice", ALICE, "alice"), _key("key-bob", BOB, "bob")])
     models = [_model(PICTURES, PICTURE_SECTION), _model(MESHES, MESH_SECTION)]
     gateway.catalog.replace([*catalog_entries(models), ModelEntry(CHAT, serves=Task.CHAT)])
@@ -126,7 +128,7 @@ async def bob(url: str) -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def test_images_b64_from_the_sdk_put_prompt_size_and_seed_into_the_workflow(
-    sdk: AsyncOpenAI, gates: tuple[FakeGate, FakeGate], hooks: Hooks
+    sdk: AsyncOpenAI, gates: tuple[FakeGate, FakeGate], hooks: RecordingOutbound
 ) -> None:
     pictures, _ = gates
     answer = await sdk.images.generate(
@@ -144,8 +146,8 @@ async def test_images_b64_from_the_sdk_put_prompt_size_and_seed_into_the_workflo
     assert {(g["5"]["inputs"]["width"], g["5"]["inputs"]["height"]) for g in graphs} == {(512, 768)}
     assert sorted(g["3"]["inputs"]["seed"] for g in graphs) == [7, 8]
     assert graphs[0]["3"]["inputs"]["model"] == ["4", 0], "the rest of the workflow is left as it was"
-    await eventually(lambda: hooks.usage)
-    (record,) = hooks.usage
+    await eventually(lambda: hooks.records)
+    (record,) = hooks.records
     assert (record.model, record.key_id, record.replica_id) == (PICTURES, "key-alice", "p1")
     assert (record.completion_tokens, record.status) == (2, 200)
     assert pictures.unauthorised == 0
@@ -218,7 +220,7 @@ async def _submit(session: aiohttp.ClientSession, gate: FakeGate, inputs: dict[s
 
 
 async def test_a_mesh_job_goes_queued_running_rising_done_and_returns_a_coloured_glb(
-    alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate], hooks: Hooks
+    alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate], hooks: RecordingOutbound
 ) -> None:
     _, meshes = gates
     job_id, prompt_id = await _submit(alice, meshes, {"image": "fox.png", "resolution": 320})
@@ -251,8 +253,8 @@ async def test_a_mesh_job_goes_queued_running_rising_done_and_returns_a_coloured
     asset = json.loads(glb[20 : 20 + length])["asset"]
     assert asset["copyright"] == "MIT (TripoSR)"
     assert asset["extras"] == {"licence": "MIT (TripoSR)", "model": MESHES}
-    await eventually(lambda: hooks.usage)
-    assert [(r.model, r.completion_tokens, r.status) for r in hooks.usage] == [(MESHES, 1, 200)]
+    await eventually(lambda: hooks.records)
+    assert [(r.model, r.completion_tokens, r.status) for r in hooks.records] == [(MESHES, 1, 200)]
 
 
 async def _ahead(session: aiohttp.ClientSession, job_id: str, ahead: int) -> dict[str, Any] | None:
@@ -344,7 +346,7 @@ async def test_a_picture_model_serves_jobs_too(
 
 
 async def test_a_client_gone_before_its_pictures_cancels_them_on_the_gate(
-    alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate], hooks: Hooks
+    alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate], hooks: RecordingOutbound
 ) -> None:
     pictures, _ = gates
     pictures.finish_at_once = False
@@ -353,12 +355,12 @@ async def test_a_client_gone_before_its_pictures_cancels_them_on_the_gate(
     await eventually(lambda: len(pictures.prompts) == 2)
     asking.cancel()
     await eventually(lambda: sorted(pictures.deleted) == sorted(pictures.prompts))
-    await eventually(lambda: hooks.usage)
-    assert [(r.completion_tokens, r.status) for r in hooks.usage] == [(0, 499)]
+    await eventually(lambda: hooks.records)
+    assert [(r.completion_tokens, r.status) for r in hooks.records] == [(0, 499)]
 
 
 async def test_members_of_an_environment_run_on_its_entrys_replica_with_their_own_checkpoint(
-    gw: Gateway, sdk: AsyncOpenAI, gates: tuple[FakeGate, FakeGate]
+    gw: Gateway, sdk: AsyncOpenAI, gates: tuple[FakeGate, FakeGate], hooks: RecordingOutbound
 ) -> None:
     pictures, _ = gates
     section = {
@@ -371,8 +373,7 @@ async def test_members_of_an_environment_run_on_its_entrys_replica_with_their_ow
         for name in ("flux-a", "flux-b")
     ]
     gw.catalog.replace(catalog_entries(members))
-    used: list[str] = []
-    gw.on_used = used.append
+    used = hooks.used
     gw.feed.replica_ready(replace(pictures.endpoint, model="comfyui-env-pics"))
     for member in ("flux-b", "flux-a"):
         answer = await sdk.images.generate(model=member, prompt="a fox", response_format="b64_json")
@@ -389,10 +390,9 @@ async def test_members_of_an_environment_run_on_its_entrys_replica_with_their_ow
 
 
 async def test_without_a_ready_replica_pictures_ask_for_one_then_answer_503_and_jobs_fail_saying_so(
-    gw: Gateway, sdk: AsyncOpenAI, alice: aiohttp.ClientSession
+    gw: Gateway, sdk: AsyncOpenAI, alice: aiohttp.ClientSession, hooks: RecordingOutbound
 ) -> None:
-    demanded: list[str] = []
-    gw.on_demand = demanded.append
+    demanded = hooks.wanted
     gw.feed.replica_gone("p1")
     gw.feed.replica_gone("m1")
     with pytest.raises(openai.InternalServerError) as waited:
@@ -406,22 +406,17 @@ async def test_without_a_ready_replica_pictures_ask_for_one_then_answer_503_and_
     assert demanded == [PICTURES, MESHES]
 
 
+@pytest.mark.parametrize("gw", [30.0], indirect=True)
 async def test_a_job_waits_while_its_replicas_load_cannot_be_read_and_runs_once_it_can(
-    gw: Gateway, alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate]
+    gw: Gateway, alice: aiohttp.ClientSession, gates: tuple[FakeGate, FakeGate], hooks: RecordingOutbound
 ) -> None:
     _, meshes = gates
-    pauses: list[float] = []
-
-    async def pause(seconds: float) -> None:
-        pauses.append(seconds)
-        await asyncio.sleep(seconds)
-
-    gw.jobs = JobRunner(gw, gw.jobs.book, sleep=pause)
     gw.replicas.set_engine_load("m1", None)
     async with alice.post("/v1/jobs", json={"model": MESHES, "inputs": {}}) as response:
         job_id = (await response.json())["id"]
-    await eventually(lambda: len(pauses) >= 3, message="the job waits for the replica's load")
+    await eventually(lambda: gw.feed.model_load(MESHES).waiting == 1, message="the job waits for the load")
     assert meshes.prompts == {} and (await _job_state(alice, job_id))["state"] == "queued"
+    assert hooks.wanted == [], "the replica is there: nothing is started"
     gw.replicas.set_engine_load("m1", 0)
     await eventually(lambda: meshes.prompts)
     meshes.set(next(iter(meshes.prompts)), "done")

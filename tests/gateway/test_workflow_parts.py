@@ -11,10 +11,10 @@ import trimesh
 
 from llmgw.core.catalog import parse_model
 from llmgw.core.engines import Task
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.files import FileStore
 from llmgw.gateway.jobs import JobBook, JobState, new_job
 from llmgw.gateway.meshes import MeshError, glb_name, obj_to_glb
-from llmgw.gateway.responses import ApiError
 from llmgw.gateway.workflows import Slot, Workflow, parse_size, workflow_of
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.comfyui_models import comfyui_model

@@ -33,7 +33,7 @@ from typing import Any
 
 from llmgw.controlplane.api.state import WRONG_TOKEN, WRONG_TOKEN_HINT
 from llmgw.controlplane.callers import Callers
-from llmgw.gateway.routes import gateway_path
+from llmgw.gateway.paths import gateway_path
 
 ASGIApp = Callable[
     [dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]

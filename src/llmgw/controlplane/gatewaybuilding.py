@@ -52,7 +52,10 @@ class LeaderBound(Protocol):
 
 
 class Outbox:
-    """A gateway's requests to its leader, handed to the follower while :meth:`run` runs."""
+    """A gateway's requests to its leader, handed to the follower while :meth:`run` runs.
+
+    It is the gateway's :class:`~llmgw.gateway.outbound.GatewayOutbound`: a replica wanted or
+    failed goes as a request; usage and the models kept in use go as the follower sums them."""
 
     def __init__(self) -> None:
         self._to: LeaderBound | None = None
@@ -75,6 +78,15 @@ class Outbox:
             self._to.usage(record)
         else:
             self._keep(lambda to: to.usage(record))
+
+    def replica_wanted(self, model: str) -> None:
+        self.request(Wanted(model))
+
+    def model_used(self, model: str) -> None:
+        self.used(model)
+
+    def replica_failed(self, replica_id: str, reason: str) -> None:
+        self.request(ReplicaFailed(replica_id, reason))
 
     def _keep(self, send: Callable[[LeaderBound], None]) -> None:
         if len(self._kept) >= KEPT_MAX:
@@ -127,10 +139,7 @@ def build_gateway(
     gateway = Gateway(
         gateway_settings(config),
         replicas=ReplicaTable(Router(config.routing)),
-        on_demand=lambda model: leader.request(Wanted(model)),
-        on_used=leader.used,
-        on_usage=leader.usage,
-        on_replica_failed=lambda replica_id, reason: leader.request(ReplicaFailed(replica_id, reason)),
+        outbound=leader,
         tracing=tracing,
         knowledge=knowledge,
         knowledge_relay=knowledge_relay,

@@ -50,7 +50,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmgw.controlplane.config import HttpSettings
 from llmgw.errors import ConfigError
-from llmgw.gateway.routes import gateway_path
+from llmgw.gateway.paths import gateway_path
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from llmgw.controlplane.asgi_calls import ASGIApp, call_app
 from llmgw.controlplane.leadership import Leadership
 from llmgw.core.relays import IncomingRelay, RelayChunk, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
-from llmgw.gateway.routes import ROOT_ROUTES, gateway_path
+from llmgw.gateway.paths import ROOT_ROUTES, gateway_path
 from llmgw.store.leases import ControlPlaneRecord
 
 log = logging.getLogger(__name__)

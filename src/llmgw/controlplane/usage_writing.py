@@ -1,6 +1,6 @@
 """Writing the gateway's usage to the store: summed in memory, written in batches, off the request path.
 
-The gateway reports each answered request through its ``on_usage`` hook;
+The gateway reports each answered request through its outbound ``usage`` call;
 :meth:`UsageWriter.add` only adds it to a running sum per key, model and the
 key's place (a dictionary lookup and a few additions): requests, errors,
 tokens, and the timings behind time to first token (streams) and tokens per

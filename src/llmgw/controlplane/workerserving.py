@@ -64,7 +64,7 @@ from llmgw.controlplane.statestream import RuntimeAdapters
 from llmgw.controlplane.workermetrics import gateway_samples
 from llmgw.controlplane.workers import worker_count
 from llmgw.gateway.app import Gateway
-from llmgw.gateway.routes import gateway_path
+from llmgw.gateway.paths import gateway_path
 from llmgw.observability.tracing import Tracing
 from llmgw.runtime.processes import Process, run_process
 from llmgw.runtime.supervising import Policy

@@ -42,7 +42,7 @@ from llmgw.core.catalog import ModelDefinition
 from llmgw.core.tenancy import CLUSTER, Owner
 from llmgw.errors import EngineError
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
-from llmgw.gateway.upstream import Upstream
+from llmgw.gateway.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class AdapterLoadFailed(EngineError):
 class Adapters:
     """Registered adapters, where each is loaded, and the loads in progress."""
 
-    def __init__(self, table: ReplicaTable, upstream: Upstream) -> None:
+    def __init__(self, table: ReplicaTable, upstream: UpstreamClient) -> None:
         self.table = table
         self.upstream = upstream
         self._entries: dict[str, AdapterEntry] = {}

@@ -7,14 +7,17 @@
         key (in memory) -> 401 invalid_api_key
         body: JSON object with "model" -> 400 / 413
         model in the catalog and visible to the key -> 404 model_not_found
-        forwarding.forward(): replica (on demand, bounded wait -> 503), proxy, usage
+        limits (admission: the ticket is taken and ended here) -> 429
+        Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
 
 A key sees public models and adapters and those owned at or above its place
 (:mod:`llmgw.core.tenancy`); anything else answers as a name never defined.
 
 The control plane changes what the gateway knows only through
-:attr:`Gateway.feed` (:class:`~llmgw.gateway.feeding.GatewayFeed`). Every
+:attr:`Gateway.feed` (:class:`~llmgw.gateway.feeding.GatewayFeed`), and
+hears back only through the :class:`~llmgw.gateway.outbound.GatewayOutbound`
+it passes in. Every
 answer carries ``x-request-id`` (the client's, or a new one), and every error
 is in OpenAI's shape. The app works mounted (``Mount("/v1", app)``, or at the
 root) and served directly, where it answers lifespan events too.
@@ -26,35 +29,35 @@ import itertools
 import json
 import logging
 import secrets
-from collections.abc import Callable
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmgw.core.knowledge import KnowledgeSearch
-from llmgw.core.tenancy import visible
 from llmgw.gateway import knowledge, metrics
+from llmgw.gateway.access import Access, model_not_found
 from llmgw.gateway.adapters import Adapters
+from llmgw.gateway.api_errors import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.bodies import RequestFacts, asking_for_usage, json_body, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
+from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
 from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.files import FileStore
-from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange, forward
+from llmgw.gateway.finding import ReplicaFinder
+from llmgw.gateway.forwarding import Forwarder
 from llmgw.gateway.gate import GateClient
 from llmgw.gateway.jobs import JobBook, JobRunner
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
+from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
+from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.response_store import ResponseStore
-from llmgw.gateway.responses import ApiError, error_body, send_bytes, send_error
 from llmgw.gateway.responses_api import ResponsesCall
-from llmgw.gateway.routes import ENGINE_ROUTE, FORWARDED, TASK_OF_ROUTE
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
-from llmgw.gateway.upstream import Upstream
-from llmgw.gateway.usage import UsageRecord
-from llmgw.gateway.workflow_routes import serve_workflows, workflow_route
+from llmgw.gateway.upstream import Upstream, UpstreamClient
+from llmgw.gateway.workflow_routes import WorkflowRoutes, workflow_route
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import TRACING_OFF, Tracing
 
@@ -65,15 +68,6 @@ access = logging.getLogger("llmgw.access")
 
 COUNTED_BY_USAGE_EVENT = frozenset({"/v1/chat/completions", "/v1/completions"})
 """Streamed routes whose usage comes in a usage-only event the gateway may ask for (``stream_options``)."""
-
-OnDemand = Callable[[str], None]
-OnUsage = Callable[[UsageRecord], None]
-OnUsed = Callable[[str], None]
-OnReplicaFailed = Callable[[str, str], None]
-
-
-def _ignore(*_args: Any) -> None:
-    return None
 
 
 def _route_path(scope: Scope) -> str:
@@ -127,13 +121,15 @@ class Gateway:
     """The ``/v1`` data path: keys, catalog view and ready replicas, all in memory.
 
     The control plane keeps :attr:`keys`, :attr:`catalog` and :attr:`replicas`
-    current through :attr:`feed` and passes the hooks in; hooks are called on
-    the event loop and must not block (hand the work to a queue or a task):
+    current through :attr:`feed` and passes in ``outbound``
+    (:class:`~llmgw.gateway.outbound.GatewayOutbound`: what the gateway tells
+    it) and, in tests, ``upstream`` (how replicas are called; default: HTTP,
+    :class:`~llmgw.gateway.upstream.Upstream`). The parts, each built here once:
 
-    - ``on_demand(model)``: a request wants a model with no ready replica.
-    - ``on_usage(record)``: a request a replica answered has ended.
-    - ``on_used(model)``: such a request kept a catalog model in use (an adapter's base model).
-    - ``on_replica_failed(replica_id, reason)``: a replica could not be reached.
+    - :attr:`access`: keys, visibility and tasks (``access.py``);
+    - :attr:`finder`: the one wait for a replica (``finding.py``);
+    - :attr:`forwarder`: requests to replicas and back (``forwarding.py``);
+    - :attr:`jobs` and :attr:`workflows`: pictures and jobs (``jobs.py``, ``workflow_routes.py``).
     """
 
     def __init__(
@@ -143,10 +139,8 @@ class Gateway:
         keys: KeyRing | None = None,
         replicas: ReplicaTable | None = None,
         catalog: GatewayCatalog | None = None,
-        on_demand: OnDemand | None = None,
-        on_usage: OnUsage | None = None,
-        on_used: OnUsed | None = None,
-        on_replica_failed: OnReplicaFailed | None = None,
+        outbound: GatewayOutbound | None = None,
+        upstream: UpstreamClient | None = None,
         tracing: Tracing = TRACING_OFF,
         knowledge: KnowledgeSearch | None = None,
         knowledge_relay: ASGIApp | None = None,
@@ -157,11 +151,8 @@ class Gateway:
         self.keys = keys if keys is not None else KeyRing()
         self.replicas = replicas if replicas is not None else ReplicaTable()
         self.catalog = catalog if catalog is not None else GatewayCatalog()
-        self.on_demand: OnDemand = on_demand or _ignore
-        self.on_usage: OnUsage = on_usage or _ignore
-        self.on_used: OnUsed = on_used or _ignore
-        self.on_replica_failed: OnReplicaFailed = on_replica_failed or _ignore
-        self.upstream = Upstream(self.settings)
+        self.upstream: UpstreamClient = upstream if upstream is not None else Upstream(self.settings)
+        """How replicas are called (HTTP unless a test passed an in-memory one)."""
         self.tokenizer = Tokenizer(self.upstream)
         """Prompt tokens from a replica's /tokenize, for KV-block routing."""
         self.adapters = Adapters(self.replicas, self.upstream)
@@ -172,20 +163,53 @@ class Gateway:
         """Responses kept for previous_response_id, per key (docs/openai.md)."""
         self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters, self.limiter)
         """The one way the control plane changes what the gateway knows."""
+        self.telling = Telling(outbound if outbound is not None else NoOutbound(), self.feed, self.replicas)
+        """The one way out: what requests tell the control plane, each call shielded."""
+        self.access = Access(self.keys, self.catalog, self.adapters)
+        """Keys, the models each sees and the task each route asks."""
+        self.finder = ReplicaFinder(self.settings, self.replicas, self.catalog, self.telling)
+        """The bounded wait of a request that found no replica (chat, adapters and jobs alike)."""
+        self.forwarder = Forwarder(
+            self.settings,
+            self.replicas,
+            self.adapters,
+            self.upstream,
+            self.tokenizer,
+            self.finder,
+            self.telling,
+            tracing,
+        )
+        """Requests to replicas and their answers back."""
         self.loads = LoadReader(self.replicas)
         """Reads the ready replicas' load from their engines: the process runs :meth:`LoadReader.run`."""
         self.gate = GateClient(self.settings)
         """Calls to ComfyUI replicas' gates (pictures and jobs)."""
         self.files = FileStore(self.settings.files_kept_s, self.settings.files_max_bytes)
         """Files workflows made, readable by the key that asked (``/v1/files/{id}``)."""
-        self.jobs = JobRunner(self, JobBook(self.settings.jobs_kept, self.settings.job_kept_s))
+        self.jobs = JobRunner(
+            self.settings,
+            self.replicas,
+            self.finder,
+            self.gate,
+            self.files,
+            JobBook(self.settings.jobs_kept, self.settings.job_kept_s),
+        )
         """Workflow runs followed on their replica's gate (``/v1/jobs``, pictures)."""
+        self.workflows = WorkflowRoutes(
+            self.settings, self.access, self.catalog, self.limiter, self.jobs, self.files, self.telling
+        )
+        """``/v1/images/generations``, ``/v1/jobs`` and ``/v1/files``."""
         self.knowledge = knowledge
         """Searches knowledge collections for requests that name them (None: such requests answer
         503, unless :attr:`knowledge_relay` takes them)."""
         self.knowledge_relay = knowledge_relay
         """Where a request that searches collections goes when this gateway has no search of its
         own (a gateway worker's control plane): handed on whole, answered there."""
+        # the request path's calls, bound once (as cheap as the methods they were)
+        self._authenticate = self.access.authenticate
+        self._visible = self.access.visible
+        self._check_task = self.access.check_task
+        self._forward = self.forwarder.forward
 
     @property
     def stopped(self) -> bool:
@@ -201,50 +225,6 @@ class Gateway:
         self.jobs.close()
         await self.gate.close()
         await self.upstream.close()
-
-    # -- hooks, each shielded from the request ---------------------------------------------------
-
-    def want_replica(self, model: str) -> None:
-        try:
-            self.on_demand(model)
-        except Exception:
-            log.exception("on_demand hook failed for model %s", model)
-
-    def report_usage(self, record: UsageRecord) -> None:
-        try:
-            served = self.feed.served_model(record.model)
-            if record.ttft_s is not None:
-                self.replicas.saw_ttft(served, record.ttft_s)
-            self.on_used(served)
-            self.on_usage(record)
-        except Exception:
-            log.exception("on_usage hook failed for %s", record)
-
-    def replica_failed(self, replica_id: str, reason: str) -> None:
-        try:
-            self.on_replica_failed(replica_id, reason)
-        except Exception:
-            log.exception("on_replica_failed hook failed for replica %s", replica_id)
-
-    def not_ready_error(self, model: str, adapter: str = "") -> ApiError:
-        """503 for a request that found no ready replica of ``model`` (holding ``adapter``, if named)."""
-        wait = self.settings.retry_after_s
-        entry = self.catalog.get(model)
-        if adapter and self.replicas.ready(model):
-            why = (
-                f"No ready replica of model '{model}' holds adapter '{adapter}' yet: its engine loads "
-                "adapters only at start, and replicas with it are being started."
-            )
-        elif entry is not None and entry.on_demand:
-            why = f"Model '{model}' is being started on demand and is not ready yet."
-        else:
-            why = f"No replica of model '{model}' is ready."
-        return ApiError(
-            503,
-            f"{why} Retry in {wait} s; `llmgw status` shows the model's replicas.",
-            "model_not_ready",
-            retry_after=wait,
-        )
 
     # -- ASGI --------------------------------------------------------------------------------------
 
@@ -327,12 +307,7 @@ class Gateway:
             facts = model_and_stream(body)
             model = facts.model
             if not self._visible(model, key):
-                raise ApiError(
-                    404,
-                    f"The model '{model}' does not exist; GET /v1/models lists the models.",
-                    "model_not_found",
-                    "model",
-                )
+                raise model_not_found(model)
             exchange.model = model
             logcontext.MODEL.set(model)
             self._check_task(model, path)
@@ -344,22 +319,25 @@ class Gateway:
                         await self._relay(scope, receive, send, exchange, body)  # admitted there
                         return
                     query = knowledge.query_of(facts.data, path)
-            # admitted before searching: a key over its limits costs no search
-            exchange.ticket = self.limiter.admit(key, model)  # released by forward() however it ends
-            if ask is not None and query is not None:
-                try:
+            # admitted before searching: a key over its limits costs no search. The ticket is
+            # taken and ended here, however the request ends; the forwarding only spends from it.
+            ticket = exchange.ticket = self.limiter.admit(key, model)
+            try:
+                if ask is not None and query is not None:
                     body, facts = await self._with_knowledge(path, key, facts, ask, query)
-                except BaseException:
-                    if exchange.ticket is not None:  # forward() never ran: free its slot here
-                        exchange.ticket.release()
-                    raise
-            strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
-            if strip_usage:
-                body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
-            elif path == "/v1/responses" and facts.data is not None:
-                facts = facts._replace(responses=ResponsesCall(facts.data, key.key_id, self.response_store))
-            engine_path = ENGINE_ROUTE.get(path, path)
-            await forward(self, exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts)
+                strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
+                if strip_usage:
+                    body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
+                elif path == "/v1/responses" and facts.data is not None:
+                    call = ResponsesCall(facts.data, key.key_id, self.response_store)
+                    facts = facts._replace(responses=call)
+                engine_path = ENGINE_ROUTE.get(path, path)
+                await self._forward(
+                    exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts
+                )
+            finally:
+                if ticket is not None:
+                    ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(
@@ -368,7 +346,7 @@ class Gateway:
             key = self._authenticate(authorization)
             await self._models(send, exchange, path, key)
         elif workflow_route(path):
-            await serve_workflows(self, scope, receive, send, exchange, path, authorization, length)
+            await self.workflows.serve(scope, receive, send, exchange, path, authorization, length)
         else:
             raise ApiError(
                 404,
@@ -410,52 +388,6 @@ class Gateway:
 
         await self.knowledge_relay(scope, again, started)
 
-    def _authenticate(self, authorization: bytes | None) -> KeyEntry:
-        if not authorization:
-            raise ApiError(
-                401,
-                "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'; "
-                "an administrator issues keys with `llmgw ctl key create NAME`.",
-                "invalid_api_key",
-            )
-        scheme, _, secret = authorization.partition(b" ")
-        secret = secret.strip()
-        entry = self.keys.lookup(secret) if scheme.lower() == b"bearer" and secret else None
-        if entry is None:
-            raise ApiError(
-                401,
-                "Incorrect API key provided. Check the key sent as 'Authorization: Bearer <key>', "
-                "or ask an administrator for a new one.",
-                "invalid_api_key",
-            )
-        return entry
-
-    def _check_task(self, model: str, path: str) -> None:
-        """400 unless ``model`` serves what ``path`` asks (a chat model asked for embeddings, say)."""
-        entry = self.catalog.get(model)
-        if entry is None:
-            adapter = self.adapters.get(model)
-            entry = self.catalog.get(adapter.model) if adapter is not None else None
-        wanted = TASK_OF_ROUTE[path]
-        if entry is None or entry.serves.covers(wanted):
-            return
-        raise ApiError(
-            400,
-            f"The model '{model}' serves {entry.serves} ({entry.serves.routes}), not {wanted} ({path}). "
-            f"Ask a model that serves {wanted} (GET /v1/models shows what each serves), or have an "
-            f"administrator define one with 'serves: {wanted}' in its profile.",
-            "model_not_supported",
-            "model",
-        )
-
-    def _visible(self, model: str, key: KeyEntry) -> bool:
-        """Whether ``model`` (a catalog entry, or an adapter the feed registered alone) exists for ``key``."""
-        entry = self.catalog.get(model)
-        if entry is not None:
-            return entry.visible_to(key.place)
-        adapter = self.adapters.get(model)
-        return adapter is not None and visible(adapter.owner, key.place)
-
     async def _models(self, send: Send, exchange: Exchange, path: str, key: KeyEntry) -> None:
         if path == "/v1/models":
             body = self.catalog.listing(key.place)
@@ -463,12 +395,7 @@ class Gateway:
             name = path[len("/v1/models/") :]
             entry = self.catalog.visible_to(name, key.place)
             if entry is None:
-                raise ApiError(
-                    404,
-                    f"The model '{name}' does not exist; GET /v1/models lists the models.",
-                    "model_not_found",
-                    "model",
-                )
+                raise model_not_found(name)
             body = json.dumps(entry.as_openai(), separators=(",", ":")).encode()
         exchange.status = 200
         exchange.response_started = True

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from starlette.types import Receive
 
-from llmgw.gateway.responses import ApiError
+from llmgw.gateway.api_errors import ApiError
 
 if TYPE_CHECKING:
     from llmgw.gateway.knowledge import Retrieved

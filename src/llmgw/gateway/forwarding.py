@@ -19,92 +19,46 @@ import asyncio
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.types import Receive, Send
 
 from llmgw.core.engines import adapter_in_body, find_engine
 from llmgw.gateway import metrics
-from llmgw.gateway.adapters import AdapterLoadFailed
-from llmgw.gateway.bodies import RequestFacts, choosing_lora
-from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.knowledge import Retrieved, salted
-from llmgw.gateway.limiting import Ticket, cut_short, events_in, limit_message
-from llmgw.gateway.replicas import Lease, ReplicaEndpoint
-from llmgw.gateway.responses import (
+from llmgw.gateway.adapters import AdapterLoadFailed, Adapters
+from llmgw.gateway.api_errors import (
     EVENT_STREAM,
     ApiError,
     normalise_engine_error,
     send_bytes,
     sse_error_event,
 )
+from llmgw.gateway.bodies import RequestFacts, choosing_lora
+from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
+from llmgw.gateway.finding import ReplicaFinder
+from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.knowledge import Retrieved, salted
+from llmgw.gateway.limiting import cut_short, events_in, limit_message
+from llmgw.gateway.outbound import Telling
+from llmgw.gateway.replicas import Lease, ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.responses_api import ResponsesCall
+from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.shaping import AnswerShape, EventShaper, NativeResponses, TranslatedResponses
 from llmgw.gateway.sources import SourcesShape
-from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamResponse, UpstreamTimeout, describe
+from llmgw.gateway.tokenizing import Tokenizer
+from llmgw.gateway.upstream import (
+    Unreachable,
+    UpstreamAnswer,
+    UpstreamClient,
+    UpstreamDropped,
+    UpstreamTimeout,
+    describe,
+)
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
 from llmgw.observability import logcontext
-from llmgw.observability.tracing import Span, SpanKind, context_of, failed, traceparent
-
-if TYPE_CHECKING:
-    from llmgw.gateway.app import Gateway
+from llmgw.observability.tracing import Span, SpanKind, Tracing, context_of, failed, traceparent
 
 log = logging.getLogger(__name__)
-
-CLIENT_CLOSED = 499
-"""Status recorded for a request whose client went away before its answer ended."""
-
-
-class Exchange:
-    """One ``/v1`` request's state while the gateway answers it."""
-
-    __slots__ = (
-        "client_gone",
-        "completion_tokens",
-        "finished",
-        "first_token",
-        "key",
-        "model",
-        "prompt_tokens",
-        "relayed",
-        "replica_id",
-        "request_id",
-        "response_started",
-        "span",
-        "started",
-        "status",
-        "ticket",
-        "traceparent",
-        "upstream_traceparent",
-    )
-
-    def __init__(self, request_id: bytes, traceparent: bytes = b"") -> None:
-        self.request_id = request_id
-        self.traceparent = traceparent
-        """The client's W3C trace context (continued only with tracing on)."""
-        self.span: Span | None = None
-        self.upstream_traceparent = b""
-        """What the engine is sent as ``traceparent``: empty (none sent) unless tracing is on."""
-        self.started = time.perf_counter()
-        self.status = CLIENT_CLOSED
-        self.model = ""
-        self.key: KeyEntry | None = None
-        self.replica_id = ""
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.response_started = False
-        self.finished = False
-        """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
-        self.client_gone = False
-        self.first_token = 0.0
-        """When the first event of a stream was relayed (``perf_counter``; 0: none was)."""
-        self.ticket: Ticket | None = None
-        """The request's hold on its limits (None: nothing limits its key)."""
-        self.relayed = False
-        """Handed whole to another gateway (a worker's control plane), which answers and counts it."""
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -119,52 +73,6 @@ def _client_left(exchange: Exchange, task: asyncio.Task[object], watcher: asynci
         return
     exchange.client_gone = True
     task.cancel()
-
-
-async def forward(
-    gateway: Gateway,
-    exchange: Exchange,
-    receive: Receive,
-    send: Send,
-    path: str,
-    body: bytes,
-    stream: bool,
-    strip_usage: bool = False,
-    facts: RequestFacts | None = None,
-) -> None:
-    """Answer a validated request from a replica of ``exchange.model``; report its usage.
-
-    ``strip_usage``: the stream's usage-only event was asked for by the gateway, not the
-    client, and is taken out of the answer.
-    """
-    task = asyncio.current_task()
-    assert task is not None
-    if gateway.tracing.enabled:  # the one check tracing costs when off
-        _start_span(gateway, exchange, path, stream)
-    watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
-    watcher.add_done_callback(functools.partial(_client_left, exchange, task))
-    try:
-        await _forward(gateway, exchange, send, path, body, stream, strip_usage, facts)
-    except ApiError as error:
-        exchange.status = error.status
-        raise
-    except asyncio.CancelledError:
-        if not exchange.client_gone or task.cancelling() > 1:
-            raise  # cancelled from outside too (shutdown)
-        exchange.status = CLIENT_CLOSED
-    finally:
-        exchange.finished = True
-        watcher.cancel()
-        if exchange.client_gone:
-            task.uncancel()  # balance the one cancel() that _client_left asked for
-        if exchange.span is not None:
-            _end_span(exchange, exchange.span)
-        ticket = exchange.ticket
-        if ticket is not None:
-            ticket.settle(exchange.prompt_tokens + exchange.completion_tokens)
-            ticket.release()
-        if exchange.replica_id and exchange.key is not None:
-            gateway.report_usage(_record(exchange, exchange.key))
 
 
 def _record(exchange: Exchange, key: KeyEntry) -> UsageRecord:
@@ -185,23 +93,6 @@ def _record(exchange: Exchange, key: KeyEntry) -> UsageRecord:
     )
 
 
-def _start_span(gateway: Gateway, exchange: Exchange, path: str, stream: bool) -> None:
-    """The request's span, under the client's trace if it sent one; the engine's traceparent."""
-    span = exchange.span = gateway.tracing.span(
-        f"POST {path}",
-        context_of(exchange.traceparent),
-        {
-            "http.request.method": "POST",
-            "url.path": path,
-            "llmgw.model": exchange.model,
-            "llmgw.stream": stream,
-            "llmgw.request_id": exchange.request_id.decode("latin-1"),
-        },
-        kind=SpanKind.SERVER,
-    )
-    exchange.upstream_traceparent = traceparent(span).encode("latin-1")
-
-
 def _end_span(exchange: Exchange, span: Span) -> None:
     span.set_attribute("http.response.status_code", exchange.status)
     span.set_attribute("llmgw.replica", exchange.replica_id)
@@ -212,364 +103,448 @@ def _end_span(exchange: Exchange, span: Span) -> None:
     span.end()
 
 
-async def _forward(
-    gateway: Gateway,
-    exchange: Exchange,
-    send: Send,
-    path: str,
-    body: bytes,
-    stream: bool,
-    strip_usage: bool,
-    facts: RequestFacts | None,
-) -> None:
-    model = exchange.model
-    table = gateway.replicas
-    adapter = gateway.adapters.get(model)
-    found = facts.knowledge if facts is not None else None
-    if adapter is not None:
-        call = facts.responses if facts is not None else None
-        await _forward_adapter(
-            gateway, exchange, send, path, body, stream, strip_usage, adapter.model, call, found
-        )
-        return
-    call = facts.responses if facts is not None else None
-    prompt = facts.prompt if facts is not None else ""
-    salt = found.salt if found is not None else ""
-    tokens = None
-    if prompt and facts is not None and facts.prompt_request is not None and table.router.wants_tokens(model):
-        tokens = await _tokens(gateway, exchange, prompt, facts.prompt_request)
-    endpoint = table.pick(model, prompt=prompt, tokens=tokens, salt=salt)
-    if endpoint is None:
-        gateway.want_replica(model)
-        if await table.wait_ready(model, gateway.settings.request_wait_s):
-            endpoint = table.pick(model, prompt=prompt, tokens=tokens, salt=salt)
-        if endpoint is None:
-            raise gateway.not_ready_error(model)
-    path, body, shape = _for_engine(gateway, model, endpoint, path, body, call, found)
-    await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage, shape)
-
-
-def _for_engine(
-    gateway: Gateway,
-    model: str,
-    endpoint: ReplicaEndpoint,
-    path: str,
-    body: bytes,
-    call: ResponsesCall | None,
-    found: Retrieved | None = None,
-) -> tuple[str, bytes, AnswerShape | None]:
-    """The route and body as the replica's engine needs them, and how its answer is reshaped.
-
-    A Responses request goes as one to an engine serving the Responses API and as a chat
-    completion to any other; an engine that takes the adapter in the body is told which. A
-    request that searched knowledge collections (``found``) carries its sources back, and its
-    cache salt to an engine that takes one.
-    """
-    shape: AnswerShape | None = None
-    if call is not None:
-        caps = find_engine(endpoint.engine)
-        if caps is not None and caps.responses_api:
-            path, body, shape = "/v1/responses", call.native_body(), NativeResponses(call)
-        else:
-            path, body, shape = "/v1/chat/completions", call.chat_body(), TranslatedResponses(call)
-    if found is not None:
-        shape = SourcesShape(shape, found.sources)
-        caps = find_engine(endpoint.engine)
-        if caps is not None and caps.cache_salt:
-            body = salted(body, found.salt)
-    if adapter_in_body(endpoint.engine):
-        choice = gateway.adapters.lora_choice(model)
-        if choice is not None:
-            return path, choosing_lora(body, choice), shape
-    return path, body, shape
-
-
-async def _forward_adapter(
-    gateway: Gateway,
-    exchange: Exchange,
-    send: Send,
-    path: str,
-    body: bytes,
-    stream: bool,
-    strip_usage: bool,
-    base: str,
-    call: ResponsesCall | None,
-    found: Retrieved | None = None,
-) -> None:
-    """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""
-    adapters = gateway.adapters
-
-    async def place() -> ReplicaEndpoint | None:
-        try:
-            return await adapters.place(exchange.model, exchange.request_id)
-        except AdapterLoadFailed as error:
-            raise ApiError(502, f"{error}", "adapter_load_failed") from error
-
-    endpoint = await place()
-    if endpoint is None:
-        gateway.want_replica(base)
-        if await adapters.wait(exchange.model, gateway.settings.request_wait_s):
-            endpoint = await place()
-        if endpoint is None:
-            raise gateway.not_ready_error(base, adapter=exchange.model)
-    try:
-        path, body, shape = _for_engine(gateway, exchange.model, endpoint, path, body, call, found)
-        await _answer(gateway, exchange, send, endpoint, path, body, stream, strip_usage, shape)
-    finally:
-        adapters.done(endpoint.replica_id, exchange.model)
-
-
-async def _answer(
-    gateway: Gateway,
-    exchange: Exchange,
-    send: Send,
-    endpoint: ReplicaEndpoint,
-    path: str,
-    body: bytes,
-    stream: bool,
-    strip_usage: bool,
-    shape: AnswerShape | None = None,
-) -> None:
-    response, lease = await _connect(gateway, exchange, endpoint, path, body)
-    clean = False
-    try:
-        content_type = response.content_type or "application/json"
-        if response.status >= 400:
-            await _relay_error(gateway, exchange, send, response)
-            clean = True
-        elif stream and content_type.startswith("text/event-stream"):
-            shaper = shape.events() if shape is not None else None
-            clean = await _relay_stream(gateway, exchange, send, response, content_type, strip_usage, shaper)
-        else:
-            await _relay_whole(gateway, exchange, send, response, content_type, shape)
-            clean = True
-    finally:
-        lease.release()
-        if clean:
-            response.release()
-        else:
-            # Drop the connection rather than pool it: the engine sees the client is gone.
-            response.close()
-
-
-async def _tokens(
-    gateway: Gateway, exchange: Exchange, prompt: str, request: dict[str, Any]
-) -> list[int] | None:
-    """The prompt's tokens (cached; else from a ready replica's /tokenize); None when unknown."""
-    tokenizer = gateway.tokenizer
-    known = tokenizer.cached(exchange.model, prompt, request)
-    if known is not None:
-        return known
-    ready = gateway.replicas.ready(exchange.model)
-    if not ready:
-        return None
-    endpoint = ready[len(prompt) % len(ready)]
-    return await tokenizer.tokens(endpoint, prompt, {"model": exchange.model, **request}, exchange.request_id)
-
-
-async def _connect(
-    gateway: Gateway, exchange: Exchange, endpoint: ReplicaEndpoint, path: str, body: bytes
-) -> tuple[UpstreamResponse, Lease]:
-    """Send the request to ``endpoint``, or once to another ready replica when it gives no answer."""
-    table = gateway.replicas
-    tried: list[str] = []
-    last: Unreachable | None = None
-    dropped: Unreachable | None = None
-    """A replica that took the request and dropped it (it was in flight there): 502, not 503."""
-    for _ in range(2):
-        lease = table.acquire(endpoint)
-        exchange.replica_id = ""
-        try:
-            response = await gateway.upstream.post(
-                endpoint, path, body, exchange.request_id, exchange.upstream_traceparent
-            )
-        except Unreachable as error:
-            lease.release()
-            last = error
-            tried.append(endpoint.replica_id)
-            metrics.UPSTREAM_FAILURES.labels(exchange.model, "unreachable").inc()
-            log.warning("request %s: %s", exchange.request_id.decode("latin-1"), error)
-            if error.connecting:
-                gateway.replica_failed(endpoint.replica_id, error.reason)
-            else:
-                dropped = error
-            following = table.pick(exchange.model, exclude=tried)
-            if following is None and not error.connecting:
-                following = endpoint  # an open connection dropped: once more on the same replica
-            if following is None:
-                break
-            endpoint = following
-            continue
-        except UpstreamTimeout as error:
-            lease.release()
-            exchange.replica_id = endpoint.replica_id
-            raise ApiError(504, f"{error}; retry, or ask for fewer tokens", "upstream_timeout") from error
-        except BaseException:  # the client left (cancelled): the replica did see the request
-            lease.release()
-            exchange.replica_id = endpoint.replica_id
-            raise
-        exchange.replica_id = endpoint.replica_id
-        logcontext.REPLICA.set(endpoint.replica_id)
-        return response, lease
-    if last is not None and not last.connecting:
-        gateway.replica_failed(last.endpoint.replica_id, last.reason)
-    if dropped is not None:
-        raise ApiError(
-            502,
-            f"The replica of model '{exchange.model}' dropped the request before answering "
-            f"({dropped.reason}); retry in {gateway.settings.retry_after_s} s.",
-            "upstream_disconnected",
-            retry_after=gateway.settings.retry_after_s,
-        )
-    raise ApiError(
-        503,
-        f"No replica of model '{exchange.model}' could be reached; the cluster is replacing it. "
-        f"Retry in {gateway.settings.retry_after_s} s.",
-        "replica_unavailable",
-        retry_after=gateway.settings.retry_after_s,
-    )
-
-
-async def _read_all(gateway: Gateway, exchange: Exchange, response: UpstreamResponse) -> bytes:
-    try:
-        return await response.read()
-    except UpstreamTimeout as error:
-        raise ApiError(
-            504,
-            f"The replica stopped answering for {gateway.settings.upstream_timeout_s:g} s; retry.",
-            "upstream_timeout",
-        ) from error
-    except UpstreamDropped as error:
-        metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
-        raise ApiError(
-            502,
-            f"The replica dropped the connection before its answer was complete ({describe(error)}); retry.",
-            "upstream_disconnected",
-        ) from error
-
-
-async def _relay_whole(
-    gateway: Gateway,
-    exchange: Exchange,
-    send: Send,
-    response: UpstreamResponse,
-    content_type: str,
-    shape: AnswerShape | None = None,
-) -> None:
-    body = await _read_all(gateway, exchange, response)
-    status = response.status
-    if status < 300:
-        exchange.prompt_tokens, exchange.completion_tokens = token_counts(find_usage(body))
-        if shape is not None:
-            body = shape.whole(body)
-    exchange.status = status
-    exchange.finished = True
-    exchange.response_started = True
-    await send_bytes(send, status, body, exchange.request_id, content_type.encode("latin-1"))
-
-
-async def _relay_error(gateway: Gateway, exchange: Exchange, send: Send, response: UpstreamResponse) -> None:
-    """An engine's error answer, in OpenAI's shape, with the engine's status."""
-    raw = await _read_all(gateway, exchange, response)
-    status = response.status
-    if status in (401, 403):
-        # The replica refused the gateway's own key: not the client's fault.
-        log.error("replica %s refused the gateway's key (HTTP %d)", exchange.replica_id, status)
-        raise ApiError(
-            502,
-            f"The replica serving '{exchange.model}' refused the gateway's credentials; "
-            "this is a cluster fault, retry later or tell the operator.",
-            "replica_auth_failed",
-        )
-    body = normalise_engine_error(status, raw)
-    if status == 501:
-        # The engine does not do what the request asks (a feature it was not started with):
-        # the request's to change, not a fault of the cluster.
-        status = 400
-    exchange.status = status
-    exchange.finished = True
-    exchange.response_started = True
-    await send_bytes(send, status, body, exchange.request_id)
-
-
-async def _relay_stream(
-    gateway: Gateway,
-    exchange: Exchange,
-    send: Send,
-    response: UpstreamResponse,
-    content_type: str,
-    strip_usage: bool,
-    shaper: EventShaper | None = None,
-) -> bool:
-    """Relay SSE events as they complete (reshaped by ``shaper``, if any); True when the replica
-    ended the stream itself."""
-    exchange.response_started = True
-    exchange.status = response.status
-    await send(
-        {
-            "type": "http.response.start",
-            "status": response.status,
-            "headers": [
-                (b"content-type", content_type.encode("latin-1") if content_type else EVENT_STREAM),
-                (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no"),
-                (b"x-request-id", exchange.request_id),
-            ],
-        }
-    )
-    framer = EventFramer(strip_usage_only=strip_usage)
-    timer = metrics.StreamTimer(exchange.model, exchange.started)
-    failure = b""
-    ticket = exchange.ticket
-    try:
-        async for chunk in response.iter_any():
-            out = framer.feed(chunk)
-            if out:
-                sent = shaper.feed(out) if shaper is not None else out
-                if sent:
-                    timer.relayed()
-                    if not exchange.first_token:
-                        exchange.first_token = time.perf_counter()
-                    await send({"type": "http.response.body", "body": sent, "more_body": True})
-                if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
-                    exchange.status = 429
-                    if shaper is not None:
-                        failure = shaper.error(limit_message(refusal), refusal.code)
-                    else:
-                        failure = cut_short(refusal)
-                    break
-    except UpstreamTimeout:
-        exchange.status = 504
-        failure = _failure_event(
-            shaper,
-            f"The replica stopped sending for {gateway.settings.upstream_timeout_s:g} s; retry the request.",
-            "upstream_timeout",
-        )
-    except UpstreamDropped as error:
-        exchange.status = 502
-        metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
-        log.warning("replica %s failed mid-stream: %s", exchange.replica_id, describe(error))
-        failure = _failure_event(
-            shaper,
-            f"The replica serving '{exchange.model}' failed mid-answer ({describe(error)}); "
-            "retry the request.",
-            "upstream_disconnected",
-        )
-    # After a failure an unfinished event is dropped: the client never saw its start.
-    if failure:
-        tail = failure
-    elif shaper is not None:
-        tail = shaper.feed(framer.flush()) + shaper.finish()
-    else:
-        tail = framer.flush()
-    exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
-    exchange.finished = True
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
-    return not failure
-
-
 def _failure_event(shaper: EventShaper | None, message: str, code: str) -> bytes:
     """The event ending a stream the replica failed: in the stream's own shape."""
     if shaper is not None:
         return shaper.error(message, code)
     return sse_error_event(message, code)
+
+
+class Forwarder:
+    """Answers validated requests from replicas: the gateway's request path past its checks.
+
+    Built once by the gateway from its parts; hands what it has to tell to
+    :class:`~llmgw.gateway.outbound.Telling` and waits for replicas through
+    :class:`~llmgw.gateway.finding.ReplicaFinder`.
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        replicas: ReplicaTable,
+        adapters: Adapters,
+        upstream: UpstreamClient,
+        tokenizer: Tokenizer,
+        finder: ReplicaFinder,
+        telling: Telling,
+        tracing: Tracing,
+    ) -> None:
+        self.settings = settings
+        self.replicas = replicas
+        self.adapters = adapters
+        self.upstream = upstream
+        self.tokenizer = tokenizer
+        self.finder = finder
+        self.telling = telling
+        self.tracing = tracing
+        self._request_ended = telling.request_ended  # bound once: one lookup per request, as before
+
+    async def forward(
+        self,
+        exchange: Exchange,
+        receive: Receive,
+        send: Send,
+        path: str,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool = False,
+        facts: RequestFacts | None = None,
+    ) -> None:
+        """Answer a validated request from a replica of ``exchange.model``; report its usage.
+
+        ``strip_usage``: the stream's usage-only event was asked for by the gateway, not the
+        client, and is taken out of the answer.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        if self.tracing.enabled:  # the one check tracing costs when off
+            self._start_span(exchange, path, stream)
+        watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
+        watcher.add_done_callback(functools.partial(_client_left, exchange, task))
+        try:
+            await self._forward(exchange, send, path, body, stream, strip_usage, facts)
+        except ApiError as error:
+            exchange.status = error.status
+            raise
+        except asyncio.CancelledError:
+            if not exchange.client_gone or task.cancelling() > 1:
+                raise  # cancelled from outside too (shutdown)
+            exchange.status = CLIENT_CLOSED
+        finally:
+            exchange.finished = True
+            watcher.cancel()
+            if exchange.client_gone:
+                task.uncancel()  # balance the one cancel() that _client_left asked for
+            if exchange.span is not None:
+                _end_span(exchange, exchange.span)
+            if exchange.replica_id and exchange.key is not None:
+                self._request_ended(_record(exchange, exchange.key))
+
+    def _start_span(self, exchange: Exchange, path: str, stream: bool) -> None:
+        """The request's span, under the client's trace if it sent one; the engine's traceparent."""
+        span = exchange.span = self.tracing.span(
+            f"POST {path}",
+            context_of(exchange.traceparent),
+            {
+                "http.request.method": "POST",
+                "url.path": path,
+                "llmgw.model": exchange.model,
+                "llmgw.stream": stream,
+                "llmgw.request_id": exchange.request_id.decode("latin-1"),
+            },
+            kind=SpanKind.SERVER,
+        )
+        exchange.upstream_traceparent = traceparent(span).encode("latin-1")
+
+    async def _forward(
+        self,
+        exchange: Exchange,
+        send: Send,
+        path: str,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+        facts: RequestFacts | None,
+    ) -> None:
+        model = exchange.model
+        table = self.replicas
+        adapter = self.adapters.get(model)
+        found = facts.knowledge if facts is not None else None
+        if adapter is not None:
+            call = facts.responses if facts is not None else None
+            await self._forward_adapter(
+                exchange, send, path, body, stream, strip_usage, adapter.model, call, found
+            )
+            return
+        call = facts.responses if facts is not None else None
+        prompt = facts.prompt if facts is not None else ""
+        salt = found.salt if found is not None else ""
+        tokens = None
+        if (
+            prompt
+            and facts is not None
+            and facts.prompt_request is not None
+            and table.router.wants_tokens(model)
+        ):
+            tokens = await self._tokens(exchange, prompt, facts.prompt_request)
+        endpoint = table.pick(model, prompt=prompt, tokens=tokens, salt=salt)
+        if endpoint is None:  # the rare case: wait, bounded (finding.py)
+
+            async def pick() -> ReplicaEndpoint | None:
+                return table.pick(model, prompt=prompt, tokens=tokens, salt=salt)
+
+            endpoint = await self.finder.find(model, pick)
+            if endpoint is None:
+                raise self.finder.not_ready(model)
+        path, body, shape = self._for_engine(model, endpoint, path, body, call, found)
+        await self._answer(exchange, send, endpoint, path, body, stream, strip_usage, shape)
+
+    def _for_engine(
+        self,
+        model: str,
+        endpoint: ReplicaEndpoint,
+        path: str,
+        body: bytes,
+        call: ResponsesCall | None,
+        found: Retrieved | None = None,
+    ) -> tuple[str, bytes, AnswerShape | None]:
+        """The route and body as the replica's engine needs them, and how its answer is reshaped.
+
+        A Responses request goes as one to an engine serving the Responses API and as a chat
+        completion to any other; an engine that takes the adapter in the body is told which. A
+        request that searched knowledge collections (``found``) carries its sources back, and its
+        cache salt to an engine that takes one.
+        """
+        shape: AnswerShape | None = None
+        if call is not None:
+            caps = find_engine(endpoint.engine)
+            if caps is not None and caps.responses_api:
+                path, body, shape = "/v1/responses", call.native_body(), NativeResponses(call)
+            else:
+                path, body, shape = "/v1/chat/completions", call.chat_body(), TranslatedResponses(call)
+        if found is not None:
+            shape = SourcesShape(shape, found.sources)
+            caps = find_engine(endpoint.engine)
+            if caps is not None and caps.cache_salt:
+                body = salted(body, found.salt)
+        if adapter_in_body(endpoint.engine):
+            choice = self.adapters.lora_choice(model)
+            if choice is not None:
+                return path, choosing_lora(body, choice), shape
+        return path, body, shape
+
+    async def _forward_adapter(
+        self,
+        exchange: Exchange,
+        send: Send,
+        path: str,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+        base: str,
+        call: ResponsesCall | None,
+        found: Retrieved | None = None,
+    ) -> None:
+        """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""
+        adapters = self.adapters
+
+        async def place() -> ReplicaEndpoint | None:
+            try:
+                return await adapters.place(exchange.model, exchange.request_id)
+            except AdapterLoadFailed as error:
+                raise ApiError(502, f"{error}", "adapter_load_failed") from error
+
+        endpoint = await place()
+        if endpoint is None:  # wait, bounded: asking for a replica while none holds it (finding.py)
+            name = exchange.model
+            endpoint = await self.finder.find(base, place, lambda: adapters.servable(name))
+            if endpoint is None:
+                raise self.finder.not_ready(base, adapter=name)
+        try:
+            path, body, shape = self._for_engine(exchange.model, endpoint, path, body, call, found)
+            await self._answer(exchange, send, endpoint, path, body, stream, strip_usage, shape)
+        finally:
+            adapters.done(endpoint.replica_id, exchange.model)
+
+    async def _answer(
+        self,
+        exchange: Exchange,
+        send: Send,
+        endpoint: ReplicaEndpoint,
+        path: str,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+        shape: AnswerShape | None = None,
+    ) -> None:
+        response, lease = await self._connect(exchange, endpoint, path, body)
+        clean = False
+        try:
+            content_type = response.content_type or "application/json"
+            if response.status >= 400:
+                await self._relay_error(exchange, send, response)
+                clean = True
+            elif stream and content_type.startswith("text/event-stream"):
+                shaper = shape.events() if shape is not None else None
+                clean = await self._relay_stream(exchange, send, response, content_type, strip_usage, shaper)
+            else:
+                await self._relay_whole(exchange, send, response, content_type, shape)
+                clean = True
+        finally:
+            lease.release()
+            if clean:
+                response.release()
+            else:
+                # Drop the connection rather than pool it: the engine sees the client is gone.
+                response.close()
+
+    async def _tokens(self, exchange: Exchange, prompt: str, request: dict[str, Any]) -> list[int] | None:
+        """The prompt's tokens (cached; else from a ready replica's /tokenize); None when unknown."""
+        tokenizer = self.tokenizer
+        known = tokenizer.cached(exchange.model, prompt, request)
+        if known is not None:
+            return known
+        ready = self.replicas.ready(exchange.model)
+        if not ready:
+            return None
+        endpoint = ready[len(prompt) % len(ready)]
+        return await tokenizer.tokens(
+            endpoint, prompt, {"model": exchange.model, **request}, exchange.request_id
+        )
+
+    async def _connect(
+        self, exchange: Exchange, endpoint: ReplicaEndpoint, path: str, body: bytes
+    ) -> tuple[UpstreamAnswer, Lease]:
+        """Send the request to ``endpoint``, or once to another ready replica when it gives no answer."""
+        table = self.replicas
+        tried: list[str] = []
+        last: Unreachable | None = None
+        dropped: Unreachable | None = None
+        """A replica that took the request and dropped it (it was in flight there): 502, not 503."""
+        for _ in range(2):
+            lease = table.acquire(endpoint)
+            exchange.replica_id = ""
+            try:
+                response = await self.upstream.post(
+                    endpoint, path, body, exchange.request_id, exchange.upstream_traceparent
+                )
+            except Unreachable as error:
+                lease.release()
+                last = error
+                tried.append(endpoint.replica_id)
+                metrics.UPSTREAM_FAILURES.labels(exchange.model, "unreachable").inc()
+                log.warning("request %s: %s", exchange.request_id.decode("latin-1"), error)
+                if error.connecting:
+                    self.telling.replica_failed(endpoint.replica_id, error.reason)
+                else:
+                    dropped = error
+                following = table.pick(exchange.model, exclude=tried)
+                if following is None and not error.connecting:
+                    following = endpoint  # an open connection dropped: once more on the same replica
+                if following is None:
+                    break
+                endpoint = following
+                continue
+            except UpstreamTimeout as error:
+                lease.release()
+                exchange.replica_id = endpoint.replica_id
+                raise ApiError(504, f"{error}; retry, or ask for fewer tokens", "upstream_timeout") from error
+            except BaseException:  # the client left (cancelled): the replica did see the request
+                lease.release()
+                exchange.replica_id = endpoint.replica_id
+                raise
+            exchange.replica_id = endpoint.replica_id
+            logcontext.REPLICA.set(endpoint.replica_id)
+            return response, lease
+        if last is not None and not last.connecting:
+            self.telling.replica_failed(last.endpoint.replica_id, last.reason)
+        if dropped is not None:
+            raise ApiError(
+                502,
+                f"The replica of model '{exchange.model}' dropped the request before answering "
+                f"({dropped.reason}); retry in {self.settings.retry_after_s} s.",
+                "upstream_disconnected",
+                retry_after=self.settings.retry_after_s,
+            )
+        raise ApiError(
+            503,
+            f"No replica of model '{exchange.model}' could be reached; the cluster is replacing it. "
+            f"Retry in {self.settings.retry_after_s} s.",
+            "replica_unavailable",
+            retry_after=self.settings.retry_after_s,
+        )
+
+    async def _read_all(self, exchange: Exchange, response: UpstreamAnswer) -> bytes:
+        try:
+            return await response.read()
+        except UpstreamTimeout as error:
+            raise ApiError(
+                504,
+                f"The replica stopped answering for {self.settings.upstream_timeout_s:g} s; retry.",
+                "upstream_timeout",
+            ) from error
+        except UpstreamDropped as error:
+            metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
+            raise ApiError(
+                502,
+                "The replica dropped the connection before its answer was complete "
+                f"({describe(error)}); retry.",
+                "upstream_disconnected",
+            ) from error
+
+    async def _relay_whole(
+        self,
+        exchange: Exchange,
+        send: Send,
+        response: UpstreamAnswer,
+        content_type: str,
+        shape: AnswerShape | None = None,
+    ) -> None:
+        body = await self._read_all(exchange, response)
+        status = response.status
+        if status < 300:
+            exchange.prompt_tokens, exchange.completion_tokens = token_counts(find_usage(body))
+            if shape is not None:
+                body = shape.whole(body)
+        exchange.status = status
+        exchange.finished = True
+        exchange.response_started = True
+        await send_bytes(send, status, body, exchange.request_id, content_type.encode("latin-1"))
+
+    async def _relay_error(self, exchange: Exchange, send: Send, response: UpstreamAnswer) -> None:
+        """An engine's error answer, in OpenAI's shape, with the engine's status."""
+        raw = await self._read_all(exchange, response)
+        status = response.status
+        if status in (401, 403):
+            # The replica refused the gateway's own key: not the client's fault.
+            log.error("replica %s refused the gateway's key (HTTP %d)", exchange.replica_id, status)
+            raise ApiError(
+                502,
+                f"The replica serving '{exchange.model}' refused the gateway's credentials; "
+                "this is a cluster fault, retry later or tell the operator.",
+                "replica_auth_failed",
+            )
+        body = normalise_engine_error(status, raw)
+        if status == 501:
+            # The engine does not do what the request asks (a feature it was not started with):
+            # the request's to change, not a fault of the cluster.
+            status = 400
+        exchange.status = status
+        exchange.finished = True
+        exchange.response_started = True
+        await send_bytes(send, status, body, exchange.request_id)
+
+    async def _relay_stream(
+        self,
+        exchange: Exchange,
+        send: Send,
+        response: UpstreamAnswer,
+        content_type: str,
+        strip_usage: bool,
+        shaper: EventShaper | None = None,
+    ) -> bool:
+        """Relay SSE events as they complete (reshaped by ``shaper``, if any); True when the replica
+        ended the stream itself."""
+        exchange.response_started = True
+        exchange.status = response.status
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": [
+                    (b"content-type", content_type.encode("latin-1") if content_type else EVENT_STREAM),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                    (b"x-request-id", exchange.request_id),
+                ],
+            }
+        )
+        framer = EventFramer(strip_usage_only=strip_usage)
+        timer = metrics.StreamTimer(exchange.model, exchange.started)
+        failure = b""
+        ticket = exchange.ticket
+        try:
+            async for chunk in response.iter_any():
+                out = framer.feed(chunk)
+                if out:
+                    sent = shaper.feed(out) if shaper is not None else out
+                    if sent:
+                        timer.relayed()
+                        if not exchange.first_token:
+                            exchange.first_token = time.perf_counter()
+                        await send({"type": "http.response.body", "body": sent, "more_body": True})
+                    if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
+                        exchange.status = 429
+                        if shaper is not None:
+                            failure = shaper.error(limit_message(refusal), refusal.code)
+                        else:
+                            failure = cut_short(refusal)
+                        break
+        except UpstreamTimeout:
+            exchange.status = 504
+            failure = _failure_event(
+                shaper,
+                f"The replica stopped sending for {self.settings.upstream_timeout_s:g} s; retry the request.",
+                "upstream_timeout",
+            )
+        except UpstreamDropped as error:
+            exchange.status = 502
+            metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
+            log.warning("replica %s failed mid-stream: %s", exchange.replica_id, describe(error))
+            failure = _failure_event(
+                shaper,
+                f"The replica serving '{exchange.model}' failed mid-answer ({describe(error)}); "
+                "retry the request.",
+                "upstream_disconnected",
+            )
+        # After a failure an unfinished event is dropped: the client never saw its start.
+        if failure:
+            tail = failure
+        elif shaper is not None:
+            tail = shaper.feed(framer.flush()) + shaper.finish()
+        else:
+            tail = framer.flush()
+        exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
+        exchange.finished = True
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return not failure

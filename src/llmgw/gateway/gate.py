@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 
 from llmgw.errors import EngineError
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.replicas import ReplicaEndpoint
-from llmgw.gateway.responses import ApiError
 from llmgw.gateway.settings import GatewaySettings
 
 STATES = ("queued", "running", "done", "failed")

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.files import StoredFile
-from llmgw.gateway.responses import ApiError
 from llmgw.gateway.workflows import Workflow, parse_size
 
 MAX_IMAGES = 10

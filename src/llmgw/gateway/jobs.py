@@ -2,8 +2,8 @@
 
 A job is taken (``POST /v1/jobs``, or one per picture of an images request),
 kept in :class:`JobBook` under its key and run by one task
-(:meth:`JobRunner.start`): a ready replica is picked (one is asked for on
-demand, bounded by ``request_wait_s``), the workflow is queued on its gate,
+(:meth:`JobRunner.start`): a ready replica is picked (waited for as any
+request waits, :mod:`llmgw.gateway.finding`), the workflow is queued on its gate,
 and the gate's ``/progress`` is polled every ``job_poll_s`` and written into
 the job (queued and how many ahead; running, node, step of steps, percent)
 until it is done (its files fetched, an OBJ turned into a GLB, kept in the
@@ -27,17 +27,16 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from llmgw.gateway.files import StoredFile
-from llmgw.gateway.gate import GateError, OutputFile, Progress
+from llmgw.gateway.api_errors import ApiError
+from llmgw.gateway.files import FileStore, StoredFile
+from llmgw.gateway.finding import ReplicaFinder
+from llmgw.gateway.gate import GateClient, GateError, OutputFile, Progress
 from llmgw.gateway.meshes import MeshError, glb_name, obj_to_glb
-from llmgw.gateway.replicas import ReplicaEndpoint
-from llmgw.gateway.responses import ApiError
+from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
+from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.workflows import Workflow
-
-if TYPE_CHECKING:
-    from llmgw.gateway.app import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +179,20 @@ class JobRunner:
     """Runs each job as a task of its own: replica, queue, progress, files."""
 
     def __init__(
-        self, gateway: Gateway, book: JobBook, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self,
+        settings: GatewaySettings,
+        replicas: ReplicaTable,
+        finder: ReplicaFinder,
+        gate: GateClient,
+        files: FileStore,
+        book: JobBook,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self._gateway = gateway
+        self._settings = settings
+        self._replicas = replicas
+        self._finder = finder
+        self._gate = gate
+        self._files = files
         self.book = book
         self._sleep = sleep
 
@@ -197,7 +207,7 @@ class JobRunner:
         if job.state in ENDED or job.task is None:
             return
         job.task.cancel()
-        await asyncio.wait({job.task}, timeout=self._gateway.settings.connect_timeout_s * 2)
+        await asyncio.wait({job.task}, timeout=self._settings.connect_timeout_s * 2)
 
     def close(self) -> None:
         """Stop following every unfinished job (the process ends)."""
@@ -208,10 +218,10 @@ class JobRunner:
     async def _run(self, job: Job, on_ended: OnEnded | None) -> None:
         endpoint: ReplicaEndpoint | None = None
         try:
-            async with asyncio.timeout(self._gateway.settings.job_timeout_s):
+            async with asyncio.timeout(self._settings.job_timeout_s):
                 endpoint = await self._replica(job.served_by or job.model)
                 job.replica_id = endpoint.replica_id
-                with self._gateway.replicas.acquire(endpoint):
+                with self._replicas.acquire(endpoint):
                     await self._follow(job, endpoint)
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -222,7 +232,7 @@ class JobRunner:
             await self._cancel_on_gate(job, endpoint, running)
         except TimeoutError:
             running = job.state is JobState.RUNNING
-            limit = self._gateway.settings.job_timeout_s
+            limit = self._settings.job_timeout_s
             self._fail(job, f"the workflow did not finish within {limit:g} s (gateway.job_timeout_s)", 504)
             await self._cancel_on_gate(job, endpoint, running)
         except ApiError as error:
@@ -245,25 +255,19 @@ class JobRunner:
         job.state, job.error, job.status = JobState.FAILED, why, status
 
     async def _replica(self, model: str) -> ReplicaEndpoint:
-        """A ready replica the router would send to, waiting up to ``request_wait_s`` for one: asked
-        for on demand when there is none, or until its engine's load can be read again."""
-        gateway = self._gateway
-        table = gateway.replicas
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + gateway.settings.request_wait_s
-        while (endpoint := table.pick(model)) is None:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise gateway.not_ready_error(model)
-            if table.ready(model):  # there, but its load unread: the router never sends blind
-                await self._sleep(min(gateway.settings.job_poll_s, remaining))
-            else:
-                gateway.want_replica(model)
-                await table.wait_ready(model, remaining)
+        """A ready replica the router would send to, waited for as a chat request waits (finding.py)."""
+        table = self._replicas
+
+        async def pick() -> ReplicaEndpoint | None:
+            return table.pick(model)
+
+        endpoint = await self._finder.find(model, pick)
+        if endpoint is None:
+            raise self._finder.not_ready(model)
         return endpoint
 
     async def _follow(self, job: Job, endpoint: ReplicaEndpoint) -> None:
-        gate = self._gateway.gate
+        gate = self._gate
         job.prompt_id = await gate.queue(endpoint, job.graph)
         while True:
             progress = await gate.progress(endpoint, job.prompt_id)
@@ -275,20 +279,20 @@ class JobRunner:
                 job.files = [await self._fetch(job, endpoint, output) for output in progress.outputs]
                 job.state = JobState.DONE
                 return
-            await self._sleep(self._gateway.settings.job_poll_s)
+            await self._sleep(self._settings.job_poll_s)
 
     async def _fetch(self, job: Job, endpoint: ReplicaEndpoint, output: OutputFile) -> StoredFile:
-        data = await self._gateway.gate.view(endpoint, output)
+        data = await self._gate.view(endpoint, output)
         name = output.filename
         if name.lower().endswith(".obj"):
             data = await asyncio.to_thread(obj_to_glb, data, job.workflow.licence, job.model)
             name = glb_name(name)
-        return self._gateway.files.put(job.key_id, name, data)
+        return self._files.put(job.key_id, name, data)
 
     async def _cancel_on_gate(self, job: Job, endpoint: ReplicaEndpoint | None, running: bool) -> None:
         if endpoint is None or job.prompt_id is None:
             return
         try:
-            await self._gateway.gate.cancel(endpoint, job.prompt_id, running)
+            await self._gate.cancel(endpoint, job.prompt_id, running)
         except GateError as error:
             log.warning("job %s: cancelling on its replica failed: %s", job.job_id, error)

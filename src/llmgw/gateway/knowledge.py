@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core.knowledge import KnowledgeSearch, Passage, UnknownCollection, cache_salt
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.responses import ApiError
 
 log = logging.getLogger(__name__)
 

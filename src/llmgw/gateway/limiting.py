@@ -9,8 +9,11 @@ limited on its chain costs one dict lookup.
 
 A request admitted holds a :class:`Ticket`: it counts tokens as they pass
 (:meth:`Ticket.spend`; streams count one token per event, corrected by the
-engine's usage at the end, :meth:`Ticket.settle`) and gives its concurrent
-slot back once (:meth:`Ticket.release`), whatever ended the request.
+engine's usage at the end) and gives its concurrent slot back once
+(:meth:`Ticket.end`), whatever ended the request. The route that admits a
+request owns its ticket: it takes it and ends it in one ``try``/``finally``
+(``app.py`` for forwarded requests, ``workflow_routes.py`` for pictures and,
+when the job ends, jobs); the forwarding only spends from it.
 
 The counts of day and month budgets go to the store through the control
 plane (:meth:`Limiter.unsaved`, :meth:`Limiter.counted`).
@@ -29,8 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subject
 from llmgw.core.limitshares import PlaneShares
+from llmgw.gateway.api_errors import ApiError, sse_error_event
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.responses import ApiError, sse_error_event
 
 HINT = (
     "wait for the time Retry-After says, or ask an administrator for a higher limit ('llmgw ctl limits get')"
@@ -65,6 +68,13 @@ class Ticket:
         """The engine's own count for the whole request replaces what was counted as it passed."""
         if total_tokens > 0 and total_tokens != self.counted:
             self.spend(total_tokens - self.counted)
+
+    def end(self, total_tokens: int) -> None:
+        """The request ended having used ``total_tokens`` (0: unknown, what was counted stands):
+        :meth:`settle`, then :meth:`release`. Called once by whoever admitted the request."""
+        if total_tokens > 0 and total_tokens != self.counted:
+            self.spend(total_tokens - self.counted)
+        self.release()
 
     def release(self) -> None:
         """The request ended: its concurrent slot is free (once, however often called)."""

@@ -3,7 +3,8 @@
 The control plane calls :meth:`ReplicaTable.set_ready` when a replica becomes
 ready and :meth:`ReplicaTable.remove` when it goes; requests call
 :meth:`ReplicaTable.pick` and hold an :meth:`ReplicaTable.acquire` lease while
-their replica serves them. Everything here runs on the event loop's thread.
+their replica serves them; a request that found none waits in
+:meth:`ReplicaTable.changed` (``gateway/finding.py``). Everything here runs on the event loop's thread.
 """
 
 from __future__ import annotations
@@ -94,7 +95,11 @@ class ReplicaTable:
         if load not in members:
             members.append(load)
         self._endpoints[endpoint.replica_id] = endpoint
-        waiter = self._waiters.pop(endpoint.model, None)
+        self._wake(endpoint.model)
+
+    def _wake(self, model: str) -> None:
+        """Requests waiting for a replica of ``model`` look again (:meth:`changed`)."""
+        waiter = self._waiters.pop(model, None)
         if waiter is not None:
             waiter.set()
 
@@ -211,8 +216,13 @@ class ReplicaTable:
         load = self._loads.get(replica_id)
         if load is None:
             return
-        load.readable = running_and_waiting is not None
+        readable = running_and_waiting is not None
         load.others = max(0, (running_and_waiting or 0) - load.in_flight)
+        if readable and not load.readable:  # routable again: requests waiting for its model look again
+            load.readable = True
+            self._wake(self._endpoints[replica_id].model)
+        else:
+            load.readable = readable
 
     def acquire(self, endpoint: ReplicaEndpoint) -> Lease:
         """Count a request in flight on ``endpoint`` until the lease is released."""
@@ -221,6 +231,26 @@ class ReplicaTable:
             # Removed meanwhile: count on a detached load so release stays balanced.
             load = ReplicaLoad(endpoint.replica_id, capacity=max(1, endpoint.capacity))
         return Lease(endpoint, load)
+
+    async def changed(self, model: str, timeout_s: float) -> bool:
+        """Wait until a replica of ``model`` becomes ready or routable again (its load read after
+        it could not be); False when ``timeout_s`` passed first. The request counts as waiting."""
+        if timeout_s <= 0:
+            return False
+        waiter = self._waiters.get(model)
+        if waiter is None:
+            waiter = self._waiters[model] = asyncio.Event()
+        self._waiting[model] = self._waiting.get(model, 0) + 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self._waiting[model] -= 1
+            if not self._waiting[model]:
+                del self._waiting[model]
+        return True
 
     async def wait_ready(self, model: str, timeout_s: float) -> bool:
         """Wait until ``model`` has a ready replica; False when ``timeout_s`` passed first."""

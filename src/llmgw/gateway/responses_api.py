@@ -22,8 +22,8 @@ import secrets
 import time
 from typing import Any
 
+from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.response_store import ResponseStore
-from llmgw.gateway.responses import ApiError
 from llmgw.gateway.responses_events import (
     ChatToResponseEvents,
     NativeEventWatcher,

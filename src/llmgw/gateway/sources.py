@@ -10,7 +10,7 @@ is made into a Response first), so the rest of the answer is as it would be.
 
 from __future__ import annotations
 
-from llmgw.gateway.responses import sse_error_event
+from llmgw.gateway.api_errors import sse_error_event
 from llmgw.gateway.shaping import AnswerShape, EventShaper
 
 

@@ -20,13 +20,13 @@ from typing import Any
 
 from llmgw.errors import EngineError
 from llmgw.gateway.replicas import ReplicaEndpoint
-from llmgw.gateway.upstream import Upstream
+from llmgw.gateway.upstream import UpstreamClient
 
 
 class Tokenizer:
     """Prompt text → the model's tokens, through a replica's /tokenize, with a bounded cache."""
 
-    def __init__(self, upstream: Upstream, max_entries: int = 4096) -> None:
+    def __init__(self, upstream: UpstreamClient, max_entries: int = 4096) -> None:
         self.upstream = upstream
         self.max_entries = max_entries
         self._cache: OrderedDict[tuple[str, str, str], list[int]] = OrderedDict()

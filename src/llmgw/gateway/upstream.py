@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import httptools
 
@@ -57,6 +58,44 @@ def describe(error: BaseException) -> str:
     """A short, single-line reason for logs and hooks."""
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:300]
+
+
+class UpstreamAnswer(Protocol):
+    """A replica's answer as requests read it: status and content type at once, the body as it
+    arrives; :meth:`release` (read to its end: the connection may be reused) or :meth:`close`
+    (dropped: the replica sees the client is gone) ends it."""
+
+    status: int
+    content_type: str
+
+    async def read(self) -> bytes:
+        """The whole body (:class:`UpstreamTimeout`, :class:`UpstreamDropped` on failure)."""
+        ...
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        """The body in pieces as they arrive."""
+        ...
+
+    def release(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class UpstreamClient(Protocol):
+    """How the gateway calls replicas: :class:`Upstream` over HTTP, or an in-memory one in tests
+    (:class:`llmgw.testing.gateway_doubles.MemoryUpstream`)."""
+
+    async def post(
+        self, endpoint: ReplicaEndpoint, path: str, body: bytes, request_id: bytes, traceparent: bytes = b""
+    ) -> UpstreamAnswer:
+        """POST ``body`` to ``endpoint``; returns once the status and headers are in. Raises
+        :class:`Unreachable` when nothing came back and :class:`UpstreamTimeout` when the
+        replica stayed silent."""
+        ...
+
+    async def close(self) -> None:
+        """Let go of every connection (the process ends)."""
+        ...
 
 
 class UpstreamResponse:
@@ -273,7 +312,7 @@ class _Connection(asyncio.Protocol):
 
 
 class Upstream:
-    """Sends requests to replicas over pooled keep-alive connections."""
+    """Sends requests to replicas over pooled keep-alive connections (an :class:`UpstreamClient`)."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self._settings = settings

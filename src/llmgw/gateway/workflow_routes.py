@@ -19,23 +19,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from llmgw.gateway import metrics
+from llmgw.gateway.access import Access, model_not_found
+from llmgw.gateway.api_errors import ApiError, send_bytes
 from llmgw.gateway.bodies import model_and_stream, read_body
-from llmgw.gateway.forwarding import CLIENT_CLOSED, Exchange
+from llmgw.gateway.catalog_view import GatewayCatalog
+from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
+from llmgw.gateway.files import FileStore
 from llmgw.gateway.images import graphs_for, images_body, parse_images
-from llmgw.gateway.jobs import Job, JobState, new_job
+from llmgw.gateway.jobs import Job, JobRunner, JobState, new_job
 from llmgw.gateway.keys import KeyEntry
-from llmgw.gateway.limiting import Ticket
-from llmgw.gateway.responses import ApiError, send_bytes
+from llmgw.gateway.limiting import Limiter, Ticket
+from llmgw.gateway.outbound import Telling
+from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.gateway.workflows import Workflow
-
-if TYPE_CHECKING:
-    from llmgw.gateway.app import Gateway
 
 IMAGES = "/v1/images/generations"
 JOBS = "/v1/jobs"
@@ -67,118 +69,15 @@ def _files_url(scope: Scope) -> str:
     return f"{scope.get('scheme', 'http')}://{host}{root}{FILES}"
 
 
-async def serve_workflows(
-    gateway: Gateway,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    exchange: Exchange,
-    path: str,
-    authorization: bytes | None,
-    length: bytes | None,
-) -> None:
-    """Answer one request to a route :func:`workflow_route` names (``path``: as ``/v1/...``)."""
-    method: str = scope["method"]
-    key = exchange.key = gateway._authenticate(authorization)
-    if path in (IMAGES, JOBS):
-        _allow(method, path, "POST")
-        body = await read_body(receive, length, gateway.settings.max_body_bytes)
-        if body is None:
-            exchange.status = CLIENT_CLOSED
-            return
-        facts = model_and_stream(body)
-        workflow, served_by = _workflow(gateway, key, facts.model, path)
-        exchange.model = facts.model
-        data = facts.data or {}
-        if path == IMAGES:
-            await _images(gateway, scope, receive, send, exchange, key, (workflow, served_by), data)
-        else:
-            await _job(gateway, send, exchange, key, (workflow, served_by), data)
-    elif path.startswith(JOBS + "/"):
-        _allow(method, path, "GET", "DELETE")
-        job = gateway.jobs.book.get(path[len(JOBS) + 1 :], key.key_id)
-        if job is None:
-            raise ApiError(
-                404,
-                f"The job '{path[len(JOBS) + 1 :]}' does not exist (or has expired); "
-                "POST /v1/jobs makes one.",
-                "job_not_found",
-            )
-        if method == "DELETE":
-            await gateway.jobs.cancel(job)
-        await _send_json(send, exchange, 200, job.as_json(_files_url(scope)))
-    else:
-        _allow(method, path, "GET")
-        stored = gateway.files.get(path[len(FILES) + 1 :], key.key_id)
-        if stored is None:
-            raise ApiError(
-                404,
-                f"The file '{path[len(FILES) + 1 :]}' does not exist (or has expired: files are kept "
-                f"{gateway.settings.files_kept_s:g} s); make it again.",
-                "file_not_found",
-            )
-        exchange.status, exchange.response_started = 200, True
-        disposition = f'inline; filename="{stored.filename}"'.encode("latin-1", "replace")
-        await send_bytes(
-            send,
-            200,
-            stored.data,
-            exchange.request_id,
-            stored.content_type.encode(),
-            [(b"content-disposition", disposition)],
-        )
-
-
-def _workflow(gateway: Gateway, key: KeyEntry, model: str, path: str) -> tuple[Workflow, str]:
-    """The model's workflow and the model whose replicas run it (an environment's entry for a
-    member, else itself) when ``key`` sees the model and it serves ``path``; else 404 or 400."""
-    if not gateway._visible(model, key):
-        raise ApiError(
-            404,
-            f"The model '{model}' does not exist; GET /v1/models lists the models.",
-            "model_not_found",
-            "model",
-        )
-    gateway._check_task(model, path)
-    entry = gateway.catalog.get(model)
-    if entry is None or entry.workflow is None:
-        raise ApiError(
-            503,
-            f"The model '{model}' has no workflow the gateway can read.",
-            "workflow_missing",
-            "model",
-            hint="an administrator checks the model's comfyui section (`llmgw ctl model show`)",
-        )
-    return entry.workflow, entry.served_by or model
-
-
 async def _send_json(send: Send, exchange: Exchange, status: int, value: Any) -> None:
     exchange.status, exchange.response_started = status, True
     await send_bytes(send, status, json.dumps(value, separators=(",", ":")).encode(), exchange.request_id)
 
 
-def _report(
-    gateway: Gateway, key: KeyEntry, model: str, replica_id: str, units: int, status: int, started: float
-) -> None:
-    duration = time.perf_counter() - started
-    record = UsageRecord(
-        key.key_id,
-        model,
-        replica_id,
-        0,
-        units,
-        status,
-        duration,
-        metrics.project_of(key),
-        generation_s=duration,
-    )
-    gateway.report_usage(record)
-
-
-def _settle(ticket: Ticket | None, units: int) -> None:
+def _end(ticket: Ticket | None, units: int) -> None:
+    """The request (or its job) ended having made ``units``: its ticket ends (once)."""
     if ticket is not None:
-        ticket.settle(units)
-        ticket.release()
+        ticket.end(units)
 
 
 def _status_of(job: Job) -> int:
@@ -187,97 +86,6 @@ def _status_of(job: Job) -> int:
     if job.state is JobState.CANCELLED:
         return CLIENT_CLOSED
     return job.status
-
-
-async def _job(
-    gateway: Gateway,
-    send: Send,
-    exchange: Exchange,
-    key: KeyEntry,
-    run: tuple[Workflow, str],
-    data: dict[str, Any],
-) -> None:
-    workflow, served_by = run
-    inputs = data.get("inputs", {})
-    if not isinstance(inputs, dict):
-        raise ApiError(400, "'inputs' must be an object of input name -> value.", "invalid_inputs", "inputs")
-    model = exchange.model
-    graph = workflow.filled(inputs, model)
-    ticket = gateway.limiter.admit(key, model)
-    started = time.perf_counter()
-
-    def ended(job: Job) -> None:
-        _settle(ticket, 1 if job.state is JobState.DONE else 0)
-        if job.replica_id:
-            _report(gateway, key, model, job.replica_id, 1, _status_of(job), started)
-
-    try:
-        job = gateway.jobs.start(new_job(key.key_id, model, graph, workflow, served_by), ended)
-    except ApiError:
-        _settle(ticket, 0)
-        raise
-    answer = {
-        "id": job.job_id,
-        "object": "job",
-        "model": model,
-        "created_at": job.created_at,
-        "state": "queued",
-    }
-    await _send_json(send, exchange, 202, answer)
-
-
-async def _images(
-    gateway: Gateway,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    exchange: Exchange,
-    key: KeyEntry,
-    run: tuple[Workflow, str],
-    data: dict[str, Any],
-) -> None:
-    workflow, served_by = run
-    model = exchange.model
-    request = parse_images(model, data)
-    graphs = graphs_for(request, workflow)
-    ticket = gateway.limiter.admit(key, model)
-    started = time.perf_counter()
-    jobs: list[Job] = []
-    status = CLIENT_CLOSED
-    try:
-        jobs = [
-            gateway.jobs.start(new_job(key.key_id, model, graph, workflow, served_by)) for graph in graphs
-        ]
-        if not await _all_ended(jobs, receive):
-            for job in jobs:
-                await gateway.jobs.cancel(job)
-            return
-        failed = next((job for job in jobs if job.state is not JobState.DONE), None)
-        if failed is not None:
-            status = _status_of(failed)
-            retry_after = gateway.settings.retry_after_s if status == 503 else None
-            raise ApiError(
-                status,
-                f"The picture could not be made: {failed.error}",
-                "image_failed",
-                retry_after=retry_after,
-            )
-        pictures = [job.files[0] for job in jobs if job.files]
-        if len(pictures) < len(jobs):
-            status = 502
-            raise ApiError(502, f"The model '{model}' finished without saving a picture.", "image_failed")
-        status = 200
-        body = images_body(pictures, request.response_format, _files_url(scope))
-        exchange.status, exchange.response_started = 200, True
-        await send_bytes(send, 200, body, exchange.request_id)
-    finally:
-        _settle(ticket, request.n if status == 200 else 0)
-        for job in jobs:  # a job started is cancelled if the request ends first (a client gone, a shutdown)
-            if job.state not in (JobState.DONE, JobState.FAILED, JobState.CANCELLED) and job.task is not None:
-                job.task.cancel()
-        replica_id = next((job.replica_id for job in jobs if job.replica_id), "")
-        if replica_id:
-            _report(gateway, key, model, replica_id, request.n if status == 200 else 0, status, started)
 
 
 async def _all_ended(jobs: list[Job], receive: Receive) -> bool:
@@ -296,3 +104,216 @@ async def _all_ended(jobs: list[Job], receive: Receive) -> bool:
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+class WorkflowRoutes:
+    """Answers the routes :func:`workflow_route` names, from the gateway's parts."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        access: Access,
+        catalog: GatewayCatalog,
+        limiter: Limiter,
+        jobs: JobRunner,
+        files: FileStore,
+        telling: Telling,
+    ) -> None:
+        self.settings = settings
+        self.access = access
+        self.catalog = catalog
+        self.limiter = limiter
+        self.jobs = jobs
+        self.files = files
+        self.telling = telling
+
+    async def serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+        path: str,
+        authorization: bytes | None,
+        length: bytes | None,
+    ) -> None:
+        """Answer one request to a route :func:`workflow_route` names (``path``: as ``/v1/...``)."""
+        method: str = scope["method"]
+        key = exchange.key = self.access.authenticate(authorization)
+        if path in (IMAGES, JOBS):
+            _allow(method, path, "POST")
+            body = await read_body(receive, length, self.settings.max_body_bytes)
+            if body is None:
+                exchange.status = CLIENT_CLOSED
+                return
+            facts = model_and_stream(body)
+            workflow, served_by = self._workflow(key, facts.model, path)
+            exchange.model = facts.model
+            data = facts.data or {}
+            if path == IMAGES:
+                await self._images(scope, receive, send, exchange, key, (workflow, served_by), data)
+            else:
+                await self._job(send, exchange, key, (workflow, served_by), data)
+        elif path.startswith(JOBS + "/"):
+            _allow(method, path, "GET", "DELETE")
+            job = self.jobs.book.get(path[len(JOBS) + 1 :], key.key_id)
+            if job is None:
+                raise ApiError(
+                    404,
+                    f"The job '{path[len(JOBS) + 1 :]}' does not exist (or has expired); "
+                    "POST /v1/jobs makes one.",
+                    "job_not_found",
+                )
+            if method == "DELETE":
+                await self.jobs.cancel(job)
+            await _send_json(send, exchange, 200, job.as_json(_files_url(scope)))
+        else:
+            _allow(method, path, "GET")
+            stored = self.files.get(path[len(FILES) + 1 :], key.key_id)
+            if stored is None:
+                raise ApiError(
+                    404,
+                    f"The file '{path[len(FILES) + 1 :]}' does not exist (or has expired: files are kept "
+                    f"{self.settings.files_kept_s:g} s); make it again.",
+                    "file_not_found",
+                )
+            exchange.status, exchange.response_started = 200, True
+            disposition = f'inline; filename="{stored.filename}"'.encode("latin-1", "replace")
+            await send_bytes(
+                send,
+                200,
+                stored.data,
+                exchange.request_id,
+                stored.content_type.encode(),
+                [(b"content-disposition", disposition)],
+            )
+
+    def _workflow(self, key: KeyEntry, model: str, path: str) -> tuple[Workflow, str]:
+        """The model's workflow and the model whose replicas run it (an environment's entry for a
+        member, else itself) when ``key`` sees the model and it serves ``path``; else 404 or 400."""
+        if not self.access.visible(model, key):
+            raise model_not_found(model)
+        self.access.check_task(model, path)
+        entry = self.catalog.get(model)
+        if entry is None or entry.workflow is None:
+            raise ApiError(
+                503,
+                f"The model '{model}' has no workflow the gateway can read.",
+                "workflow_missing",
+                "model",
+                hint="an administrator checks the model's comfyui section (`llmgw ctl model show`)",
+            )
+        return entry.workflow, entry.served_by or model
+
+    def _report(
+        self, key: KeyEntry, model: str, replica_id: str, units: int, status: int, started: float
+    ) -> None:
+        duration = time.perf_counter() - started
+        record = UsageRecord(
+            key.key_id,
+            model,
+            replica_id,
+            0,
+            units,
+            status,
+            duration,
+            metrics.project_of(key),
+            generation_s=duration,
+        )
+        self.telling.request_ended(record)
+
+    async def _job(
+        self,
+        send: Send,
+        exchange: Exchange,
+        key: KeyEntry,
+        run: tuple[Workflow, str],
+        data: dict[str, Any],
+    ) -> None:
+        workflow, served_by = run
+        inputs = data.get("inputs", {})
+        if not isinstance(inputs, dict):
+            raise ApiError(
+                400, "'inputs' must be an object of input name -> value.", "invalid_inputs", "inputs"
+            )
+        model = exchange.model
+        graph = workflow.filled(inputs, model)
+        ticket = self.limiter.admit(key, model)
+        started = time.perf_counter()
+
+        def ended(job: Job) -> None:
+            _end(ticket, 1 if job.state is JobState.DONE else 0)
+            if job.replica_id:
+                self._report(key, model, job.replica_id, 1, _status_of(job), started)
+
+        try:
+            job = self.jobs.start(new_job(key.key_id, model, graph, workflow, served_by), ended)
+        except BaseException:  # never started: its ticket ends here, as a job's does when it ends
+            _end(ticket, 0)
+            raise
+        answer = {
+            "id": job.job_id,
+            "object": "job",
+            "model": model,
+            "created_at": job.created_at,
+            "state": "queued",
+        }
+        await _send_json(send, exchange, 202, answer)
+
+    async def _images(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+        key: KeyEntry,
+        run: tuple[Workflow, str],
+        data: dict[str, Any],
+    ) -> None:
+        workflow, served_by = run
+        model = exchange.model
+        request = parse_images(model, data)
+        graphs = graphs_for(request, workflow)
+        ticket = self.limiter.admit(key, model)
+        started = time.perf_counter()
+        jobs: list[Job] = []
+        status = CLIENT_CLOSED
+        try:
+            jobs = [
+                self.jobs.start(new_job(key.key_id, model, graph, workflow, served_by)) for graph in graphs
+            ]
+            if not await _all_ended(jobs, receive):
+                for job in jobs:
+                    await self.jobs.cancel(job)
+                return
+            failed = next((job for job in jobs if job.state is not JobState.DONE), None)
+            if failed is not None:
+                status = _status_of(failed)
+                retry_after = self.settings.retry_after_s if status == 503 else None
+                raise ApiError(
+                    status,
+                    f"The picture could not be made: {failed.error}",
+                    "image_failed",
+                    retry_after=retry_after,
+                )
+            pictures = [job.files[0] for job in jobs if job.files]
+            if len(pictures) < len(jobs):
+                status = 502
+                raise ApiError(502, f"The model '{model}' finished without saving a picture.", "image_failed")
+            status = 200
+            body = images_body(pictures, request.response_format, _files_url(scope))
+            exchange.status, exchange.response_started = 200, True
+            await send_bytes(send, 200, body, exchange.request_id)
+        finally:
+            _end(ticket, request.n if status == 200 else 0)
+            for (
+                job
+            ) in jobs:  # a job started is cancelled if the request ends first (a client gone, a shutdown)
+                if (
+                    job.state not in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+                    and job.task is not None
+                ):
+                    job.task.cancel()
+            replica_id = next((job.replica_id for job in jobs if job.replica_id), "")
+            if replica_id:
+                self._report(key, model, replica_id, request.n if status == 200 else 0, status, started)

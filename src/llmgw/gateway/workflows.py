@@ -20,7 +20,7 @@ from typing import Any
 
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.engines import Task
-from llmgw.gateway.responses import ApiError
+from llmgw.gateway.api_errors import ApiError
 
 OUTPUTS = ("image", "mesh")
 """What a workflow makes: pictures (``/v1/images/generations`` and jobs) or meshes (jobs only)."""

@@ -1,0 +1,69 @@
+"""One ``/v1`` request's state while the gateway answers it: what every part of the request path writes.
+
+Made by the app (``app.py``) for each request; the forwarding, the workflow
+routes and the admission of its limits write into it; the app reads it at
+the end for the metrics and the access log.
+"""
+
+from __future__ import annotations
+
+import time
+
+from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.limiting import Ticket
+from llmgw.observability.tracing import Span
+
+CLIENT_CLOSED = 499
+"""Status recorded for a request whose client went away before its answer ended."""
+
+
+class Exchange:
+    """One ``/v1`` request's state while the gateway answers it."""
+
+    __slots__ = (
+        "client_gone",
+        "completion_tokens",
+        "finished",
+        "first_token",
+        "key",
+        "model",
+        "prompt_tokens",
+        "relayed",
+        "replica_id",
+        "request_id",
+        "response_started",
+        "span",
+        "started",
+        "status",
+        "ticket",
+        "traceparent",
+        "upstream_traceparent",
+    )
+
+    def __init__(self, request_id: bytes, traceparent: bytes = b"") -> None:
+        self.request_id = request_id
+        self.traceparent = traceparent
+        """The client's W3C trace context (continued only with tracing on)."""
+        self.span: Span | None = None
+        self.upstream_traceparent = b""
+        """What the engine is sent as ``traceparent``: empty (none sent) unless tracing is on."""
+        self.started = time.perf_counter()
+        self.status = CLIENT_CLOSED
+        self.model = ""
+        self.key: KeyEntry | None = None
+        self.replica_id = ""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.response_started = False
+        self.finished = False
+        """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
+        self.client_gone = False
+        self.first_token = 0.0
+        """When the first event of a stream was relayed (``perf_counter``; 0: none was)."""
+        self.ticket: Ticket | None = None
+        """The request's hold on its limits (None: nothing limits its key)."""
+        self.relayed = False
+        """Handed whole to another gateway (a worker's control plane), which answers and counts it."""
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started

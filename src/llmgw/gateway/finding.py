@@ -1,0 +1,98 @@
+"""Finding a replica for a request, or waiting for one: one policy for chat, adapters and jobs.
+
+A request first picks among the ready replicas itself (the router's choice,
+no await: the chat path's common case). Only when that found none does it
+come here, to :meth:`ReplicaFinder.find`, which tries again as the replicas
+change, bounded by ``request_wait_s``:
+
+- nothing ready could serve the request (no ready replica of the model; for
+  an adapter given at start, none holding it): the control plane is told the
+  model wants a replica (:meth:`~llmgw.gateway.outbound.GatewayOutbound.replica_wanted`),
+  once per request, and the request waits;
+- a ready replica could, but the router declines it now (its engine's load
+  could not be read: the router never sends blind): nothing is asked for (the
+  replica exists) and the request waits;
+- the wait ends when a replica of the model becomes ready or routable again
+  (:meth:`~llmgw.gateway.replicas.ReplicaTable.changed`) and the pick then
+  finds one, or when ``request_wait_s`` ran out: 503 ``model_not_ready``
+  (:meth:`ReplicaFinder.not_ready`), with ``Retry-After``.
+
+A waiting request counts as waiting for its model (autoscaling reads it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from llmgw.gateway.api_errors import ApiError
+from llmgw.gateway.catalog_view import GatewayCatalog
+from llmgw.gateway.outbound import Telling
+from llmgw.gateway.replicas import ReplicaTable
+from llmgw.gateway.settings import GatewaySettings
+
+T = TypeVar("T")
+
+
+class ReplicaFinder:
+    """The bounded wait of a request whose own pick found no replica."""
+
+    __slots__ = ("_catalog", "_replicas", "_settings", "_telling")
+
+    def __init__(
+        self, settings: GatewaySettings, replicas: ReplicaTable, catalog: GatewayCatalog, telling: Telling
+    ) -> None:
+        self._settings = settings
+        self._replicas = replicas
+        self._catalog = catalog
+        self._telling = telling
+
+    async def find(
+        self, model: str, pick: Callable[[], Awaitable[T | None]], servable: Callable[[], bool] | None = None
+    ) -> T | None:
+        """What ``pick()`` finds among ``model``'s replicas, waiting up to ``request_wait_s``; None
+        when it found nothing in time.
+
+        ``servable()``: whether a ready replica could serve the request (default: ``model`` has
+        one); while it is false the model is asked for a replica, once.
+        """
+        replicas = self._replicas
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.request_wait_s
+        asked = False
+        while (found := await pick()) is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            could = servable() if servable is not None else bool(replicas.ready(model))
+            if not could and not asked:
+                self._telling.replica_wanted(model)
+                asked = True
+            await replicas.changed(model, remaining)
+        return found
+
+    def not_ready(self, model: str, adapter: str = "") -> ApiError:
+        """503 for a request that found no ready replica of ``model`` (holding ``adapter``, if named)."""
+        wait = self._settings.retry_after_s
+        entry = self._catalog.get(model)
+        if adapter and self._replicas.ready(model):
+            why = (
+                f"No ready replica of model '{model}' holds adapter '{adapter}' yet: its engine loads "
+                "adapters only at start, and replicas with it are being started."
+            )
+        elif self._replicas.ready(model):
+            why = (
+                f"The ready replicas of model '{model}' cannot take requests now (their engines' load "
+                "could not be read)."
+            )
+        elif entry is not None and entry.on_demand:
+            why = f"Model '{model}' is being started on demand and is not ready yet."
+        else:
+            why = f"No replica of model '{model}' is ready."
+        return ApiError(
+            503,
+            f"{why} Retry in {wait} s; `llmgw status` shows the model's replicas.",
+            "model_not_ready",
+            retry_after=wait,
+        )

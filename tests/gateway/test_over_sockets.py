@@ -1,0 +1,114 @@
+"""The request path over real sockets: SDK -> uvicorn -> gateway -> its HTTP client -> an aiohttp engine.
+
+The other gateway tests run on in-memory engines and an in-memory client;
+these few keep every hop a real connection, for what only sockets show: a
+stream relayed as the engine sends it, a client's close reaching the
+engine as a dropped connection, a connection cut mid-answer, a closed port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from llmgw.core.tenancy import Owner, Place
+from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
+from llmgw.testing.eventually import eventually
+from llmgw.testing.gateway_doubles import RecordingOutbound
+from llmgw.testing.serving import serving
+
+from .conftest import MESSAGES, MODEL, SECRET, WAIT, FakeEngine, closed_port
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[FakeEngine]:
+    fake = FakeEngine()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def gateway(hooks: RecordingOutbound) -> AsyncIterator[Gateway]:
+    gw = Gateway(GatewaySettings(request_wait_s=0.3, retry_after_s=5), outbound=hooks)  # its HTTP client
+    gw.keys.add(
+        KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", Place(Owner.parse("user:alice")))
+    )
+    gw.catalog.replace([ModelEntry(MODEL, created=1700000000)])
+    yield gw
+    await gw.close()
+
+
+@pytest.fixture
+async def client(gateway: Gateway) -> AsyncIterator[AsyncOpenAI]:
+    async with serving(gateway.asgi_app()) as url:
+        sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
+        yield sdk
+        await sdk.close()
+
+
+async def test_a_whole_answer_and_its_usage(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: RecordingOutbound
+) -> None:
+    gateway.feed.replica_ready(engine.endpoint)
+    answer = await client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert answer.choices[0].message.content == "r1"
+    assert engine.requests[0].headers["Authorization"] == f"Bearer {engine.key}"
+    (record,) = await eventually(lambda: hooks.records)
+    assert (record.prompt_tokens, record.completion_tokens, record.status) == (7, 3, 200)
+
+
+async def test_a_stream_is_relayed_as_the_engine_sends_it(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    engine.hold_after_first = asyncio.Event()
+    gateway.feed.replica_ready(engine.endpoint)
+    stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    first = await asyncio.wait_for(anext(aiter(stream)), WAIT)  # while the engine holds the rest
+    assert first.choices[0].delta.content == "r1-0 "
+    engine.hold_after_first.set()
+    rest = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices]
+    assert rest == ["r1-1 ", "r1-2 "]
+
+
+async def test_a_client_closing_mid_stream_drops_the_engines_connection(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: RecordingOutbound
+) -> None:
+    engine.hold_after_first = asyncio.Event()
+    gateway.feed.replica_ready(engine.endpoint)
+    stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    await asyncio.wait_for(anext(aiter(stream)), WAIT)
+    await stream.close()
+    await asyncio.wait_for(engine.dropped.wait(), WAIT)
+    (record,) = await eventually(lambda: hooks.records)
+    assert record.status == 499 and gateway.replicas.in_flight("r1") == 0
+
+
+async def test_an_engine_cutting_its_stream_ends_it_with_an_error_event(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    engine.cut_after = 2
+    gateway.feed.replica_ready(engine.endpoint)
+    stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    received = []
+    with pytest.raises(openai.APIError) as caught:
+        async for chunk in stream:
+            received.append(chunk.choices[0].delta.content)
+    assert received == ["r1-0 ", "r1-1 "]
+    assert "failed mid-answer" in caught.value.message
+
+
+async def test_a_closed_port_is_skipped_for_a_live_replica(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI, hooks: RecordingOutbound
+) -> None:
+    dead = ReplicaEndpoint("dead", MODEL, f"http://127.0.0.1:{closed_port()}", "k", capacity=4)
+    gateway.feed.replica_ready(dead)
+    gateway.feed.replica_ready(engine.endpoint)
+    with gateway.replicas.acquire(engine.endpoint):  # the live one looks busier: the dead one is tried first
+        answer = await client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert answer.choices[0].message.content == "r1"
+    assert [replica for replica, _ in hooks.failed] == ["dead"]
