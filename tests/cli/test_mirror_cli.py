@@ -8,9 +8,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from llmgw.adminapi.schemas import BlobCopyView, BlobView
 from llmgw.cli.main import app
 from llmgw.cli.mirror import certificate_warning, copies_of, describe_pull, pull_estimate
-from llmgw.controlplane.api.models import BlobCopyView, BlobView
 from llmgw.pki.authority import Authority
 from llmgw.store.database import Store
 

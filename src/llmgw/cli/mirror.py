@@ -11,10 +11,10 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.adminapi.schemas import BlobView
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
-from llmgw.controlplane.api.models import BlobView
+from llmgw.client.admin import AdminClient
 from llmgw.errors import LlmgwError, ValidationFailed
 
 app = typer.Typer(help="Weights kept by sha256 on the control plane.", no_args_is_help=True)

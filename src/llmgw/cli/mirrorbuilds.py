@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from llmgw.cli.output import console
-from llmgw.cli.paths import find_server_config
-from llmgw.controlplane.config import ServerConfig, load_server_config
+from llmgw.client.paths import find_server_config
 from llmgw.engines.builds import LLAMACPP
 from llmgw.engines.pythonbuilds import PYPI_SIMPLE_URL, PythonBuild, every_variant
 from llmgw.errors import ConfigError
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex, add_llamacpp_builds, llamacpp_targets, parse_engine
 from llmgw.mirror.wheelhouses import PYTHON_ENGINES, add_wheelhouse, python_build
+
+if TYPE_CHECKING:
+    from llmgw.controlplane.config import ServerConfig
 
 CONFIG = typer.Option(None, "--config", help="The control plane's server.yaml (default: the one found).")
 
@@ -28,6 +31,9 @@ def server_config(path: Path | None) -> ServerConfig:
         raise ConfigError(
             "no server.yaml found", hint="run this on a control plane's machine, or pass --config PATH"
         )
+    # imported here: the server's configuration loads the gateway, which ``ctl mirror`` does without
+    from llmgw.controlplane.config import load_server_config
+
     return load_server_config(found)
 
 

@@ -12,11 +12,11 @@ import typer
 import yaml
 
 from llmgw import __version__
+from llmgw.adminapi.upgrades import RolloutView
 from llmgw.cli.mirror import upload
 from llmgw.cli.options import TOKEN, URL, client
 from llmgw.cli.output import console
-from llmgw.cli.paths import find_server_config
-from llmgw.controlplane.api.upgrademodels import RolloutView
+from llmgw.client.paths import find_server_config
 from llmgw.errors import ConfigError, UntrustedRelease
 from llmgw.mirror.releases import SIGNATURE, SUMS, ReleaseSettings, parse_sums, read_trusted_key
 from llmgw.mirror.upgrades import PipInstaller

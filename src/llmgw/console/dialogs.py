@@ -17,7 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from llmgw.controlplane.api.models import BlobView, KeyCreated, ModelEntry
+from llmgw.adminapi.schemas import BlobView, KeyCreated, ModelEntry
 from llmgw.errors import LlmgwError
 
 ACTIONS: list[tuple[str, str, str]] = [
