@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from llmgw.cli import sshoptions
-from llmgw.cli.mirror import certificate_warning, describe_pull
 from llmgw.cli.output import console, setup_logging
 from llmgw.client.admin import AdminClient
 from llmgw.client.paths import SYSTEM_DIR, find_server_config
@@ -18,6 +17,8 @@ from llmgw.provisioning import controlplanes
 from llmgw.provisioning.clusters import (
     ADMIN_TOKEN_FILE,
     add_control_plane,
+    certificate_warning,
+    describe_pull,
     initialise,
     issue_node_certificate,
 )

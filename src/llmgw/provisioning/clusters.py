@@ -6,7 +6,9 @@ certificate, the admin token, server.yaml and the store);
 cluster's (``server add --dir``, and what ``server add HOST`` copies over
 SSH); :func:`issue_node_certificate` is a node's client-only certificate,
 never under a control plane's name; :func:`set_up_node` makes this machine a
-node (``llmgw up``, the console's setup). Each raises
+node (``llmgw up``, the console's setup). :func:`describe_pull` and
+:func:`certificate_warning` say what a new control plane will pull from its
+peers and why their mirrors would refuse a certificate. Each raises
 :class:`~llmgw.errors.ConfigError` saying what to do instead of overwriting.
 """
 
@@ -18,6 +20,9 @@ import secrets
 import socket
 from pathlib import Path
 
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
 from llmgw.agent.config import AgentConfig, save_agent_config
 from llmgw.client.paths import engine_cache
 from llmgw.controlplane.config import (
@@ -28,7 +33,7 @@ from llmgw.controlplane.config import (
     TlsSettings,
     save_server_config,
 )
-from llmgw.errors import ConfigError
+from llmgw.errors import ConfigError, LlmgwError
 from llmgw.pki.authority import Authority
 from llmgw.protocol.grpc_transport import SERVER_NAME
 from llmgw.provisioning.keepalived import keepalived_config
@@ -168,4 +173,62 @@ def set_up_node(config: ServerConfig, agent_yaml: Path, node_id: str) -> None:
             cache_dir=str(engine_cache()),
         ),
         agent_yaml,
+    )
+
+
+def pull_estimate(store_url: str, timeout_s: float = 5.0) -> tuple[int, int]:
+    """(blobs, bytes) a new control plane pulls from its peers: every blob the store lists (each plane
+    keeps the whole mirror)."""
+    from llmgw.store.database import Store
+
+    async def read() -> tuple[int, int]:
+        store = await Store.open(store_url, timeout_s=timeout_s)
+        try:
+            blobs = await store.blobs.list()
+        finally:
+            await store.close()
+        return len(blobs), sum(b.size for b in blobs)
+
+    return asyncio.run(read())
+
+
+def describe_pull(store_url: str, timeout_s: float = 5.0) -> str:
+    """What ``server add`` says the new control plane will pull, or why it cannot say."""
+    try:
+        count, size = pull_estimate(store_url, timeout_s)
+    except LlmgwError as error:
+        return f"cannot tell what it will pull from its peers yet: {error}"
+    if not count:
+        return "the mirror is empty: it has nothing to pull"
+    return (
+        f"it will pull {count} blobs ({size} bytes, {size / (1 << 30):.1f} GiB) from its peers once it runs "
+        "('llmgw mirror list' shows the copies)"
+    )
+
+
+def certificate_warning(name: str, cert: Path) -> str:
+    """Why a control plane's mirror would refuse the peer with certificate ``cert``, or "" when none.
+
+    A plane pulls from its peers with its own certificate as a TLS client and serves them as a
+    server, so it needs both uses; certificates of older clusters had server use alone.
+    """
+    try:
+        certificate = x509.load_pem_x509_certificate(cert.read_bytes())
+        usages = set(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        usages = set()
+    missing = [
+        words
+        for oid, words in (
+            (ExtendedKeyUsageOID.SERVER_AUTH, "server"),
+            (ExtendedKeyUsageOID.CLIENT_AUTH, "client"),
+        )
+        if oid not in usages
+    ]
+    if not missing:
+        return ""
+    return (
+        f"the certificate of {name} ({cert}) lacks {' and '.join(missing)} use: the control planes' "
+        "mirrors would refuse it, and it would neither pull blobs from its peers nor serve them; "
+        f"issue it again with both uses ('llmgw server add' writes such a certificate for a new plane)"
     )
