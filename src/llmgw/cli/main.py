@@ -161,7 +161,27 @@ def _comfyui_gate(app: typer.Typer) -> None:
     register(app)
 
 
+def version() -> None:
+    """Print llmgw's version."""
+    typer.echo(__version__)
+
+
+def _version(app: typer.Typer) -> None:
+    app.command("version")(version)
+
+
 COMMANDS: dict[str, Register] = {
+    "up": _up,
+    "console": _console,
+    "doctor": _doctor,
+    "stop": _serving,
+    "start": _serving,
+    "status": _serving,
+    "restart": _restart,
+    "wipe": _wipe,
+    "upgrade": _upgrade,
+    "comfyui-gate": _comfyui_gate,
+    "version": _version,
     "server": _server,
     "agent": _agent,
     "ctl": lambda app: app.add_typer(_ctl_app(), name="ctl"),
@@ -171,18 +191,8 @@ COMMANDS: dict[str, Register] = {
     "release": _release,
     "node": _node,
     "bundle": _bundle,
-    "up": _up,
-    "console": _console,
-    "doctor": _doctor,
-    "stop": _serving,
-    "start": _serving,
-    "status": _serving,
-    "restart": _restart,
     "firewall": _firewall,
     "service": _service,
-    "wipe": _wipe,
-    "upgrade": _upgrade,
-    "comfyui-gate": _comfyui_gate,
 }
 """The top-level commands in the order ``llmgw --help`` lists them, each imported on first use."""
 
@@ -191,7 +201,7 @@ class Commands(TyperGroup):
     """llmgw's top-level commands: those of :data:`COMMANDS`, each built when first asked for."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMANDS and cmd_name not in self.commands:
@@ -213,15 +223,9 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    # A callback keeps the root a group of commands: with one command of its own (``version``)
-    # and the others built on first use, Typer would otherwise make ``llmgw`` that one command.
+    # A callback keeps the root a group: with no command of its own (each is built on first use),
+    # Typer would otherwise have nothing to make ``llmgw`` of.
     pass
-
-
-@app.command()
-def version() -> None:
-    """Print llmgw's version."""
-    typer.echo(__version__)
 
 
 def main() -> None:
