@@ -86,3 +86,16 @@ def test_a_ctl_call_on_this_machines_control_plane_loads_no_part_of_the_server(
     assert done.returncode == 1
     assert f"cannot reach the control plane at http://127.0.0.1:{port}" in " ".join(done.stderr.split())
     assert _server_parts(modules) == []
+
+
+def test_every_top_level_command_is_built_under_its_name() -> None:
+    import typer
+
+    from llmgw.cli.main import COMMANDS, app
+
+    root = typer.main.get_command(app)
+    context = typer.Context(root)
+    assert root.list_commands(context) == list(COMMANDS)  # type: ignore[attr-defined]
+    for name in COMMANDS:
+        built = root.get_command(context, name)  # type: ignore[attr-defined]
+        assert built is not None and built.name == name
