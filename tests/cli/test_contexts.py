@@ -10,10 +10,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from llmgw.cli.clientconfig import load_client_config
 from llmgw.cli.main import app
-from llmgw.cli.paths import client_config_path
-from llmgw.cli.targets import resolve_target
+from llmgw.client.config import load_client_config
+from llmgw.client.paths import client_config_path
+from llmgw.client.targets import resolve_target
 from llmgw.errors import ConfigError, ValidationFailed
 
 from .conftest import AdminServer

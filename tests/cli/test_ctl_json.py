@@ -6,10 +6,10 @@ import json
 
 from typer.testing import CliRunner
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.adminapi.schemas import ComponentView, KeyView, ReplicaView, StatusView
 from llmgw.cli.ctl import describe_component
 from llmgw.cli.main import app
-from llmgw.controlplane.api.models import ComponentView, KeyView, ReplicaView, StatusView
+from llmgw.client.admin import AdminClient
 from llmgw.core.health import ComponentState
 from llmgw.core.shards import FetchProgress, ReplicaPhase
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.main import app
+from llmgw.client.admin import AdminClient
 from llmgw.testing.admin import admin_app
 from llmgw.testing.pdfs import text_pdf
 from llmgw.testing.serving import served_in_thread

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from llmgw.adminapi.schemas import BlobCopyView, BlobView
 from llmgw.cli.main import app
-from llmgw.cli.mirror import certificate_warning, copies_of, describe_pull, pull_estimate
-from llmgw.controlplane.api.models import BlobCopyView, BlobView
+from llmgw.cli.mirror import copies_of
 from llmgw.pki.authority import Authority
+from llmgw.provisioning.clusters import certificate_warning, describe_pull, pull_estimate
 from llmgw.store.database import Store
 
 from .conftest import AdminServer

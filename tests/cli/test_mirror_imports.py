@@ -9,8 +9,8 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.main import app
+from llmgw.client.admin import AdminClient
 from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo, write_hub_cache
 from llmgw.testing.fake_ollama_registry import (
     MODEL_MEDIA_TYPE,

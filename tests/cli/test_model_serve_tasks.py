@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.main import app
+from llmgw.client.admin import AdminClient
 
 from .conftest import AdminServer
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.cli.nodeadd import release_files
-from llmgw.cli.server import initialise
 from llmgw.controlplane.config import load_server_config
 from llmgw.mirror.releases import write_release
 from llmgw.operations.onboarding import StepFailed
 from llmgw.pki.signing import generate_signing_key
+from llmgw.provisioning.clusters import initialise
+from llmgw.provisioning.machines import release_files
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
+from llmgw.adminapi.schemas import NodeView, StatusView
 from llmgw.cli.main import app
-from llmgw.controlplane.api.models import NodeView, StatusView
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration, SettingsRefusal
 from llmgw.protocol.channels import memory_pair

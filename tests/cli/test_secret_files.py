@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.cli.server import add_control_plane, initialise, issue_node_certificate
 from llmgw.controlplane.config import ServerConfig
 from llmgw.errors import ConfigError
 from llmgw.pki.authority import serves
+from llmgw.provisioning.clusters import add_control_plane, initialise, issue_node_certificate
 
 POSTGRES = "postgresql+asyncpg://llmgw:secret@10.0.0.5/llmgw"
 

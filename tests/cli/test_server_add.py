@@ -8,9 +8,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from llmgw.cli.server import add_control_plane, initialise
 from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.errors import ConfigError
+from llmgw.provisioning.clusters import add_control_plane, initialise
 
 POSTGRES = "postgresql+asyncpg://llmgw@10.0.0.5/llmgw"
 

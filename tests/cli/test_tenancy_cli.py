@@ -7,8 +7,8 @@ import json
 
 from typer.testing import CliRunner
 
+from llmgw.adminapi.tenancy import TokenView, UnitView, UserView
 from llmgw.cli.main import app
-from llmgw.controlplane.api.tenancymodels import TokenView, UnitView, UserView
 
 from .conftest import AdminServer
 

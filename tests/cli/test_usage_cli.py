@@ -12,8 +12,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from llmgw.adminapi.usage import UsageAnswer
 from llmgw.cli.main import app
-from llmgw.controlplane.api.usagemodels import UsageAnswer
 from llmgw.store.database import Store
 from llmgw.store.usage import UsageEntry, UsageLog
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.testing.admin import admin_app
 from llmgw.testing.serving import served_in_thread
 

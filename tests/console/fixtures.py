@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from llmgw.adminapi.schemas import KeyCreated, ModelEntry, RestartAnswer, ServingView
 from llmgw.console.events import Event, Notice
-from llmgw.controlplane.api.models import KeyCreated, ModelEntry, RestartAnswer, ServingView
 
 NOW = 1_700_000_600.0
 """The console's wall clock in these tests."""

@@ -6,11 +6,11 @@ from typing import Any
 
 from textual.widgets import Input, OptionList, Select, Static
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.adminapi.schemas import ModelEntry
+from llmgw.client.admin import AdminClient
 from llmgw.console.app import ConsoleApp
 from llmgw.console.dialogs import AddKeyDialog, AddModelDialog, Message
 from llmgw.console.source import AdminSource
-from llmgw.controlplane.api.models import ModelEntry
 from llmgw.testing.eventually import eventually
 
 from .fixtures import NOW, SHA, FixedSource

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from textual.widgets import DataTable
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.console.app import ConsoleApp
 from llmgw.console.events import Event, EventsClient, Notice, parse_events
 from llmgw.console.source import AdminSource

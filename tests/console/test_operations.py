@@ -15,8 +15,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, Log, OptionList, Select, Static
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.server import initialise
+from llmgw.client.admin import AdminClient
 from llmgw.console.app import ConsoleApp
 from llmgw.console.dialogs import (
     ACTIONS,

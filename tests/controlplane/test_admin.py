@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.api.models import StatusView
+from llmgw.adminapi.schemas import StatusView
 from llmgw.controlplane.fleet import Fleet
 from llmgw.core.health import ComponentHealth, ComponentState
 from llmgw.store.database import Store

@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.cli.server import initialise
 from llmgw.controlplane.relaying import relayed_paths
 from llmgw.controlplane.running import ControlPlane
 from llmgw.controlplane.selfrestart import (
@@ -24,6 +23,7 @@ from llmgw.controlplane.selfrestart import (
     inherited_socket,
     inherited_workers,
 )
+from llmgw.provisioning.clusters import initialise
 from llmgw.testing.postgres import free_port
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Checkbox, Input, Log, OptionList, Static
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.console.app import ConsoleApp
 from llmgw.console.dialogs import Confirm, Running
 from llmgw.console.operations import Ssh

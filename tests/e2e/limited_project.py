@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.core.limits import Limits
 from llmgw.testing.cluster import Cluster
 from llmgw.testing.llama_server_standin import write_launcher

@@ -14,8 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.up import DEFAULT_MODEL
+from llmgw.client.admin import AdminClient
 from llmgw.errors import LlmgwError
 from llmgw.testing.cluster import Cluster
 from llmgw.testing.embedding_model import embedding_model

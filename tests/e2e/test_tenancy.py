@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.errors import Forbidden, Unauthorized
 from llmgw.testing.cluster import Cluster
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from llmgw.cli.adminclient import AdminClient
-from llmgw.controlplane.api.usagemodels import UsageLine
+from llmgw.adminapi.usage import UsageLine
+from llmgw.client.admin import AdminClient
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.llama_server_standin import PROMPT_TOKENS, STREAM_CHUNKS, write_launcher
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import typer
 
-from llmgw.cli.adminclient import AdminClient
-from llmgw.cli.clientconfig import load_client_config
 from llmgw.cli.options import TOKEN, URL
-from llmgw.cli.paths import client_config_path, find_server_config, up_home
+from llmgw.client.admin import AdminClient
+from llmgw.client.config import load_client_config
+from llmgw.client.paths import client_config_path, find_server_config, up_home
 
 
 def needs_setup(url: str | None, token: str | None, environ: Mapping[str, str]) -> bool:

@@ -2,7 +2,7 @@
 
 A context names a control plane's URL and its admin token (inline, or a file
 holding it); the current one is used when neither flags nor the environment
-say where to go (:mod:`llmgw.cli.targets`).
+say where to go (:mod:`llmgw.client.targets`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import typer
 
-from llmgw.cli.clientconfig import ClientConfig, Context, load_client_config, save_client_config
 from llmgw.cli.options import AS_JSON
 from llmgw.cli.output import console, print_json, table
-from llmgw.cli.paths import client_config_path
+from llmgw.client.config import ClientConfig, Context, load_client_config, save_client_config
+from llmgw.client.paths import client_config_path
 from llmgw.errors import NotFound, ValidationFailed
 
 context_app = typer.Typer(

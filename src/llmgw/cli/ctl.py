@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from llmgw.adminapi.schemas import ComponentView, StatusView
 from llmgw.cli.configuring import config_app
 from llmgw.cli.contexts import context_app
 from llmgw.cli.enginecheck import engine_check
@@ -29,7 +30,6 @@ from llmgw.cli.presets import presets
 from llmgw.cli.tenancy import org_app, project_app, team_app, user_app
 from llmgw.cli.upgrade import upgrade_app
 from llmgw.cli.usage import usage
-from llmgw.controlplane.api.models import ComponentView, StatusView
 from llmgw.core.health import ComponentState
 
 __all__ = ["TOKEN", "URL", "app", "client", "model_app", "show_status"]

@@ -23,9 +23,9 @@ from urllib.parse import quote
 import typer
 from rich.progress import Progress
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
+from llmgw.client.admin import AdminClient
 from llmgw.errors import LlmgwError
 
 kb_app = typer.Typer(

@@ -17,10 +17,10 @@ import time
 
 import typer
 
+from llmgw.adminapi.limits import LimitsView
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
 from llmgw.cli.tenancy import seconds
-from llmgw.controlplane.api.limits import LimitsView
 
 limits_app = typer.Typer(
     help="Limits per key (key:ID), project, team, org or user: rates, concurrency, budgets, models.",

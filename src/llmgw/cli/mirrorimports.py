@@ -18,10 +18,10 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TransferSpeedColumn
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.mirror import app, upload
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
+from llmgw.client.admin import AdminClient
 from llmgw.errors import ChecksumMismatch, LlmgwError
 from llmgw.mirror import huggingface, ollama
 

@@ -8,11 +8,11 @@ from typing import Any
 import typer
 import yaml
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.mirror import upload
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
 from llmgw.cli.presets import add_preset, presets, print_added
+from llmgw.client.admin import AdminClient
 from llmgw.core.presets import PRESETS
 from llmgw.errors import ValidationFailed
 

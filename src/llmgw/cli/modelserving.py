@@ -23,11 +23,11 @@ from typing import Any
 
 import typer
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.ctl import TOKEN, URL, client, model_app
 from llmgw.cli.mirror import upload
 from llmgw.cli.mirrorimports import HF_TOKEN, pull_model
 from llmgw.cli.output import console
+from llmgw.client.admin import AdminClient
 from llmgw.core.catalog import parse_model
 from llmgw.core.engines import default_engine_for
 from llmgw.errors import LlmgwError, ValidationFailed

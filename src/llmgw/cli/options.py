@@ -2,14 +2,14 @@
 
 ``--url`` and ``--token`` (``$LLMGW_URL``, ``$LLMGW_ADMIN_TOKEN``; without
 them the client config's current context, then the control plane on this
-machine: :mod:`llmgw.cli.targets`) and ``--json`` on every listing.
+machine: :mod:`llmgw.client.targets`) and ``--json`` on every listing.
 """
 
 from __future__ import annotations
 
 import typer
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 
 URL = typer.Option(
     None,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from llmgw.adminapi.schemas import PlanView
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
-from llmgw.controlplane.api.models import PlanView
 
 
 def plan(

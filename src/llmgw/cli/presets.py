@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.adminapi.schemas import ModelEntry
 from llmgw.cli.mirror import upload
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
-from llmgw.controlplane.api.models import ModelEntry
+from llmgw.client.admin import AdminClient
 from llmgw.core.presets import Preset
 from llmgw.errors import NotFound
 

@@ -15,9 +15,9 @@ import urllib.request
 
 import typer
 
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.options import TOKEN, URL, client
 from llmgw.cli.output import console
+from llmgw.client.admin import AdminClient
 from llmgw.errors import LlmgwError
 
 WAIT_S = 600.0

@@ -3,156 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import secrets
-import socket
 from pathlib import Path
 
 import typer
 
 from llmgw.cli import sshoptions
-from llmgw.cli.keepalived import keepalived_config
-from llmgw.cli.mirror import certificate_warning, describe_pull
 from llmgw.cli.output import console, setup_logging
-from llmgw.cli.paths import SYSTEM_DIR, find_server_config
-from llmgw.controlplane.config import (
-    AgentServerSettings,
-    HttpSettings,
-    ServerConfig,
-    StoreSettings,
-    TlsSettings,
-    load_server_config,
-    save_server_config,
-)
+from llmgw.client.admin import AdminClient
+from llmgw.client.paths import SYSTEM_DIR, find_server_config
+from llmgw.controlplane.config import load_server_config
 from llmgw.errors import ConfigError
-from llmgw.pki.authority import Authority
-from llmgw.protocol.grpc_transport import SERVER_NAME
-from llmgw.runtime.files import write_private, write_public
+from llmgw.provisioning import controlplanes
+from llmgw.provisioning.clusters import (
+    ADMIN_TOKEN_FILE,
+    add_control_plane,
+    certificate_warning,
+    describe_pull,
+    initialise,
+    issue_node_certificate,
+)
+from llmgw.provisioning.machines import machine_over_ssh
 
 app = typer.Typer(help="Create and run a control plane.", no_args_is_help=True)
-
-ADMIN_TOKEN_FILE = "admin.token"
-
-
-def initialise(
-    directory: Path,
-    *,
-    name: str,
-    http_host: str,
-    http_port: int,
-    agent_host: str,
-    agent_port: int,
-    store_url: str = "",
-) -> ServerConfig:
-    """A new cluster in ``directory``: CA, this control plane's certificate, admin token, config, store."""
-    path = directory / "server.yaml"
-    if path.exists():
-        raise ConfigError(f"{path} already exists", "use it with 'llmgw server run', or choose another --dir")
-    directory.mkdir(parents=True, exist_ok=True)
-    authority = Authority.create(directory)
-    hosts = sorted(
-        {SERVER_NAME, "localhost", "127.0.0.1", socket.gethostname(), http_host, agent_host} - {"0.0.0.0", ""}
-    )
-    authority.issue(name, sans=hosts, usage="both", directory=directory, stem="server")
-    token = "llmgw-admin-" + secrets.token_urlsafe(32)
-    write_private(directory / ADMIN_TOKEN_FILE, (token + "\n").encode())
-    config = ServerConfig(
-        name=name,
-        admin_token_sha256=hashlib.sha256(token.encode()).hexdigest(),
-        store=StoreSettings(url=store_url),
-        http=HttpSettings(host=http_host, port=http_port),
-        agent_server=AgentServerSettings(host=agent_host, port=agent_port),
-    )
-    save_server_config(config, path)
-    from llmgw.store.database import Store
-
-    async def create_store() -> None:
-        store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
-        await store.close()
-
-    asyncio.run(create_store())
-    return config
-
-
-def add_control_plane(
-    config: ServerConfig,
-    directory: Path,
-    *,
-    name: str,
-    http_host: str,
-    http_port: int,
-    agent_host: str,
-    agent_port: int,
-    vip: str = "",
-    interface: str = "eth0",
-) -> ServerConfig:
-    """Another control plane of the cluster ``config`` belongs to, in ``directory``.
-
-    It gets its own certificate (server and client use: standbys relay to the
-    leader with it), the CA, the admin token and the same store; ``vip`` adds a
-    keepalived configuration that keeps the floating address on the leader.
-    """
-    if config.store_url.startswith("sqlite"):
-        raise ConfigError(
-            f"the cluster's store is SQLite ({config.store_url}), which one machine alone can use",
-            hint="move the store to PostgreSQL (store.url in server.yaml) before adding a control plane",
-        )
-    if name == config.name:
-        raise ConfigError(f"control plane {name!r} exists already", hint="give the new one another --name")
-    path = directory / "server.yaml"
-    if path.exists():
-        raise ConfigError(f"{path} already exists", "choose another --dir, or run it as it is")
-    keepalived = keepalived_config(vip, f"{http_host}:{http_port}", interface) if vip else ""
-    directory.mkdir(parents=True, exist_ok=True)
-    source = config.path(config.tls.ca).parent
-    authority = Authority.load(source)
-    hosts = sorted(
-        {SERVER_NAME, "localhost", "127.0.0.1", http_host, agent_host, *([vip.split("/")[0]] if vip else [])}
-        - {"0.0.0.0", ""}
-    )
-    authority.issue(name, sans=hosts, usage="both", directory=directory, stem="server")
-    write_public(directory / Path(config.tls.ca).name, config.path(config.tls.ca).read_bytes())
-    write_private(directory / Path(config.tls.ca_key).name, config.path(config.tls.ca_key).read_bytes())
-    token = config.directory / ADMIN_TOKEN_FILE
-    if token.exists():
-        write_private(directory / ADMIN_TOKEN_FILE, token.read_bytes())
-    added = config.model_copy(deep=True)
-    added.name = name
-    added.data_dir = "."
-    # the cluster's own limits and timeouts carry over; only where this one listens differs
-    added.http = config.http.model_copy(update={"host": http_host, "port": http_port})
-    added.agent_server = config.agent_server.model_copy(update={"host": agent_host, "port": agent_port})
-    added.tls = TlsSettings(ca=Path(config.tls.ca).name, ca_key=Path(config.tls.ca_key).name)
-    if vip:
-        added.leadership.vip = vip
-        write_private(directory / "keepalived.conf", keepalived.encode())
-    save_server_config(added, path)
-    return added
-
-
-def issue_node_certificate(config: ServerConfig, node_id: str, out: Path) -> None:
-    """A node's client-only certificate; never under a control plane's name."""
-    planes = {config.name, *asyncio.run(_control_plane_names(config))}
-    if node_id in planes:
-        raise ConfigError(
-            f"{node_id!r} is the name of a control plane of this cluster, not a node",
-            hint="give the node a name of its own (its hostname, say)",
-        )
-    authority = Authority.load(config.path(config.tls.ca).parent)
-    out.mkdir(parents=True, exist_ok=True)
-    authority.issue(node_id, sans=[node_id], usage="client", directory=out, stem="node")
-    write_public(out / "ca.crt", config.path(config.tls.ca).read_bytes())
-
-
-async def _control_plane_names(config: ServerConfig) -> list[str]:
-    from llmgw.store.database import Store
-    from llmgw.store.leases import Leases
-
-    store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
-    try:
-        return [plane.name for plane in await Leases(store).control_planes()]
-    finally:
-        await store.close()
 
 
 def resolve_config(path: Path | None) -> Path:
@@ -261,10 +133,7 @@ def add(
     path = resolve_config(config)
     existing = load_server_config(path)
     if host:
-        from llmgw.cli import nodeadd, serveradd
-        from llmgw.cli.adminclient import AdminClient
-
-        machine = nodeadd.machine_options(
+        machine = machine_over_ssh(
             host,
             user,
             port,
@@ -278,17 +147,20 @@ def add(
             timeout,
         )
         console.print(f"adding control plane {name} on {user}@{host}:{port}")
-        serveradd.add_over_ssh(
-            existing,
-            AdminClient.from_environment(config=path),
-            machine,
-            name=name,
-            address=http_host if http_host != "127.0.0.1" else host,
-            http_port=http_port,
-            agent_port=agent_port,
-            vip=vip,
-            interface=interface,
-        )
+        with sshoptions.onboarding_reported() as report:
+            changed = controlplanes.add_over_ssh(
+                existing,
+                AdminClient.from_environment(config=path),
+                machine,
+                report,
+                name=name,
+                address=http_host if http_host != "127.0.0.1" else host,
+                http_port=http_port,
+                agent_port=agent_port,
+                vip=vip,
+                interface=interface,
+            )
+        sshoptions.report_changed(changed)
         return
     if directory is None:
         raise ConfigError("give --dir (where to write it here) or HOST (a machine to set it up on over SSH)")

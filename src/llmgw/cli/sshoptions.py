@@ -1,8 +1,16 @@
-"""The options ``node add`` and ``server add`` share: how to reach the machine and what to install."""
+"""What ``node add`` and ``server add`` share: the options saying how to reach the machine and what to
+install, and how their steps are printed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import typer
+
+from llmgw.cli.output import console
+from llmgw.errors import LlmgwError
+from llmgw.operations.onboarding import Report
 
 HOST = typer.Argument(..., help="The machine's address (what ssh connects to).")
 USER = typer.Option("root", "--user", help="The SSH user (root: onboarding creates users and services).")
@@ -31,3 +39,25 @@ ROOT = typer.Option(
 )
 TIMEOUT = typer.Option(120.0, "--timeout", help="Seconds to wait for the machine to join.")
 CONFIG = typer.Option(None, "--config", "-c", help="server.yaml of the cluster.")
+
+
+@contextmanager
+def onboarding_reported() -> Iterator[Report]:
+    """Each step printed as it runs; a failed step printed with what to do, ending the command (status 1)."""
+
+    def report(step: str, text: str) -> None:
+        console.print(f"  {step:<12} {text}", markup=False, highlight=False)
+
+    try:
+        yield report
+    except LlmgwError as error:
+        console.print(f"error: {error.message}", markup=False, highlight=False)
+        if error.hint:
+            console.print(f"  what to do: {error.hint}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+
+
+def report_changed(changed: list[str]) -> None:
+    console.print(
+        f"done: {', '.join(changed) + ' changed' if changed else 'nothing changed (all steps as they were)'}"
+    )

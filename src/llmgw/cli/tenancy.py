@@ -19,9 +19,9 @@ import re
 
 import typer
 
+from llmgw.adminapi.tenancy import UnitView
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
-from llmgw.controlplane.api.tenancymodels import UnitView
 
 org_app = typer.Typer(help="Organizations: they hold teams.", no_args_is_help=True)
 team_app = typer.Typer(help="Teams (ORG/TEAM): they hold projects.", no_args_is_help=True)

@@ -18,9 +18,9 @@ from typing import Any
 import typer
 from pydantic import TypeAdapter
 
+from llmgw.adminapi.training import PublishedAdapter, TrainingJobView, TrainingLogs
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
-from llmgw.controlplane.api.trainingmodels import PublishedAdapter, TrainingJobView, TrainingLogs
 from llmgw.core.training import parse_weight
 from llmgw.errors import ValidationFailed
 

@@ -20,15 +20,14 @@ from pathlib import Path
 
 import typer
 
-from llmgw.agent.config import AgentConfig, save_agent_config
-from llmgw.cli.adminclient import AdminClient
-from llmgw.cli.engine import DEFAULT_CACHE, install_engine
+from llmgw.cli.engine import install_engine
 from llmgw.cli.mirror import upload
 from llmgw.cli.output import console, errors
-from llmgw.cli.paths import up_home
-from llmgw.cli.server import initialise, issue_node_certificate
-from llmgw.controlplane.config import ServerConfig, load_server_config
+from llmgw.client.admin import AdminClient
+from llmgw.client.paths import up_home
+from llmgw.controlplane.config import load_server_config
 from llmgw.errors import ConfigError, LlmgwError, NotFound
+from llmgw.provisioning.clusters import initialise, set_up_node
 from llmgw.runtime.processes import STOP_SIGNALS, interrupt_on_signals
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -174,19 +173,6 @@ def _stop(processes: list[subprocess.Popen[bytes]], grace_s: float = 15.0) -> No
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def set_up_node(config: ServerConfig, agent_yaml: Path, node_id: str) -> None:
-    """This machine as a node of the cluster ``config`` makes: its certificate and ``agent_yaml``."""
-    issue_node_certificate(config, node_id, agent_yaml.parent)
-    save_agent_config(
-        AgentConfig(
-            node_id=node_id,
-            control_planes=[f"127.0.0.1:{config.agent_server.port}"],
-            cache_dir=str(DEFAULT_CACHE),
-        ),
-        agent_yaml,
-    )
 
 
 def up(

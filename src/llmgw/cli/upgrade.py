@@ -1,4 +1,9 @@
-"""``llmgw upgrade``: install a signed release on this machine, and say what to restart."""
+"""``llmgw upgrade``: install a signed release on this machine, and say what to restart.
+
+Also ``ctl upgrade agents|status``. The releases' modules (their download
+client, the signature's cryptography) are imported where a release is read,
+so ``ctl`` does without them.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,12 @@ import typer
 import yaml
 
 from llmgw import __version__
+from llmgw.adminapi.upgrades import RolloutView
 from llmgw.cli.mirror import upload
 from llmgw.cli.options import TOKEN, URL, client
 from llmgw.cli.output import console
-from llmgw.cli.paths import find_server_config
-from llmgw.controlplane.api.upgrademodels import RolloutView
+from llmgw.client.paths import find_server_config
 from llmgw.errors import ConfigError, UntrustedRelease
-from llmgw.mirror.releases import SIGNATURE, SUMS, ReleaseSettings, parse_sums, read_trusted_key
-from llmgw.mirror.upgrades import PipInstaller
-from llmgw.mirror.upgrades import upgrade as run_upgrade
 
 FOLLOW_S = 2.0
 """How often a followed rollout is asked where it stands."""
@@ -28,6 +30,8 @@ FOLLOW_S = 2.0
 
 def trusted_key_path(config: Path) -> Path:
     """``release.trusted_pub`` of a server.yaml or agent.yaml (relative: to its directory)."""
+    from llmgw.mirror.releases import ReleaseSettings
+
     try:
         data: Any = yaml.safe_load(config.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
@@ -54,6 +58,10 @@ def upgrade(
     The release must be signed by the trusted key; an unsigned, badly signed or
     altered one is refused before anything is installed.
     """
+    from llmgw.mirror.releases import read_trusted_key
+    from llmgw.mirror.upgrades import PipInstaller
+    from llmgw.mirror.upgrades import upgrade as run_upgrade
+
     key_path = trusted_pub
     if key_path is None:
         found = config or find_server_config()
@@ -108,6 +116,8 @@ def upgrade_agents(
     against its own before installing; the next node starts only once this one
     has registered again with the new version. Engines keep serving.
     """
+    from llmgw.mirror.releases import SIGNATURE, SUMS, parse_sums
+
     sums = (release / SUMS).read_text() if (release / SUMS).is_file() else ""
     if not sums or not (release / SIGNATURE).is_file():
         raise UntrustedRelease(

@@ -13,9 +13,9 @@ from typing import get_args
 
 import typer
 
+from llmgw.adminapi.usage import MAX_LIMIT, BucketName, DimensionName, UsageAnswer, UsageLine
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import errors, print_json, table
-from llmgw.controlplane.api.usagemodels import MAX_LIMIT, BucketName, DimensionName, UsageAnswer, UsageLine
 
 DIMENSIONS: tuple[str, ...] = get_args(DimensionName)
 BUCKETS: tuple[str, ...] = get_args(BucketName)

@@ -23,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Log, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
+from llmgw.adminapi.schemas import BlobView, KeyCreated, ModelEntry
 from llmgw.console.operations import (
     NODE_METRICS_PORT,
     PRESETS,
@@ -36,7 +37,6 @@ from llmgw.console.operations import (
     prepare_preset,
     prepare_wipe,
 )
-from llmgw.controlplane.api.models import BlobView, KeyCreated, ModelEntry
 from llmgw.errors import LlmgwError, ValidationFailed
 
 

@@ -26,20 +26,21 @@ from typing import Any
 
 from llmgw.agent.config import MetricsSettings
 from llmgw.cli import sshoptions
-from llmgw.cli.adminclient import AdminClient
 from llmgw.cli.modelcatalog import read_definition
 from llmgw.cli.modelserving import definition, fill_checksums
-from llmgw.cli.nodeadd import MIRROR, Machine, machine_options, node_plan
 from llmgw.cli.presets import add_preset, preset_weights
 from llmgw.cli.server import resolve_config
-from llmgw.cli.serveradd import server_plan
 from llmgw.cli.wipe import check_typed_name, run_wipe, wipe_plan
+from llmgw.client.admin import AdminClient
 from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.core.presets import PRESETS, Preset, preset
 from llmgw.errors import LlmgwError, ValidationFailed
 from llmgw.operations.onboarding import Onboarding, Plan
 from llmgw.operations.remote import SshShell
 from llmgw.operations.steps import onboard
+from llmgw.provisioning.controlplanes import server_plan
+from llmgw.provisioning.machines import MIRROR, Machine, machine_over_ssh
+from llmgw.provisioning.nodes import node_plan
 
 __all__ = [
     "NODE_METRICS_PORT",
@@ -97,7 +98,7 @@ class Ssh:
                 [("HOST", "required: the machine's address (what ssh connects to)")],
                 "type the machine's address or name",
             )
-        return machine_options(
+        return machine_over_ssh(
             host,
             self.user,
             self.port,

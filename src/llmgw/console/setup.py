@@ -1,8 +1,8 @@
 """Setup, for a machine with no cluster yet: ``server init`` and the first node, in the console's frame.
 
-It calls what the commands call: :func:`llmgw.cli.server.initialise` (CA,
+It calls what the commands call: :func:`llmgw.provisioning.clusters.initialise` (CA,
 certificate, admin token, server.yaml, store) and
-:func:`llmgw.cli.up.set_up_node` (the node's certificate and agent.yaml,
+:func:`llmgw.provisioning.clusters.set_up_node` (the node's certificate and agent.yaml,
 as ``llmgw up`` makes them for one machine). Both run in a worker thread
 (they open the store on their own event loop). Then it says how to start the
 two processes and hands the new server.yaml to the console.
@@ -22,9 +22,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Static
 
-from llmgw.cli.server import initialise
-from llmgw.cli.up import set_up_node
 from llmgw.errors import ConfigError, LlmgwError
+from llmgw.provisioning.clusters import initialise, set_up_node
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, TypeVar
 
-from llmgw.cli.adminclient import AdminClient
+from llmgw.adminapi.schemas import KeyCreated, ModelEntry, RestartAnswer, ServingView
+from llmgw.client.admin import AdminClient
 from llmgw.console.events import POLL_S, Event, EventsClient, Notice
-from llmgw.controlplane.api.models import KeyCreated, ModelEntry, RestartAnswer, ServingView
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ class ClusterSource(Protocol):
 
 
 class AdminSource:
-    """A control plane through :class:`~llmgw.cli.adminclient.AdminClient` and ``/api/events``."""
+    """A control plane through :class:`~llmgw.client.admin.AdminClient` and ``/api/events``."""
 
     def __init__(self, client: AdminClient, *, poll_s: float = POLL_S) -> None:
         self.client = client

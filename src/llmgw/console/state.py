@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from llmgw.controlplane.api.models import (
+from llmgw.adminapi.schemas import (
     BlobView,
     KeyView,
     ModelView,
@@ -25,8 +25,8 @@ from llmgw.controlplane.api.models import (
     SettingChange,
     StatusView,
 )
-from llmgw.controlplane.api.trainingmodels import TrainingJobView
-from llmgw.controlplane.api.usagemodels import UsageAnswer
+from llmgw.adminapi.training import TrainingJobView
+from llmgw.adminapi.usage import UsageAnswer
 from llmgw.errors import LlmgwError
 
 STREAMED = ("status", "nodes", "replicas", "models", "settings", "serving", "keys")

@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 from llmgw.agent.config import AgentConfig, save_agent_config
 from llmgw.agent.launching import kill_group
 from llmgw.agent.shardstates import is_engine, read_state
-from llmgw.cli.adminclient import AdminClient
-from llmgw.cli.server import add_control_plane, initialise, issue_node_certificate
+from llmgw.client.admin import AdminClient
 from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.errors import LlmgwError
+from llmgw.provisioning.clusters import add_control_plane, initialise, issue_node_certificate
 from llmgw.testing.eventually import eventually_sync
 
 T = TypeVar("T")

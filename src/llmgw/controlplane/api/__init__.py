@@ -1,4 +1,4 @@
-"""The admin API (``/api``): one router per resource, typed by :mod:`llmgw.controlplane.api.models`.
+"""The admin API (``/api``): one router per resource, typed by :mod:`llmgw.adminapi.schemas`.
 
 Every route takes the one :class:`~llmgw.controlplane.api.state.AdminState`
 through FastAPI's ``Depends`` and answers errors as

@@ -6,9 +6,9 @@ import logging
 
 from fastapi import APIRouter
 
-from llmgw.controlplane.api.columns import AUDIT_TARGET
+from llmgw.adminapi.schemas import RestartAnswer, RestartRequest
+from llmgw.adminapi.textfields import AUDIT_TARGET
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import RestartAnswer, RestartRequest
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.core.nodes import RestartAgent
 from llmgw.errors import ChannelClosed

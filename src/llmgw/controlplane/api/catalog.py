@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import ValidationError
 
-from llmgw.controlplane.api.columns import checked_text
+from llmgw.adminapi.schemas import ModelEntry, ModelView
+from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import ModelEntry, ModelView
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
 from llmgw.controlplane.callers import Caller
 from llmgw.core.catalog import (

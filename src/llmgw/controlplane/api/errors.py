@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from llmgw.controlplane.api.models import ErrorBody
+from llmgw.adminapi.schemas import ErrorBody
 from llmgw.core.catalog import one_profile_field
 from llmgw.errors import LlmgwError, ValidationFailed
 

@@ -27,9 +27,9 @@ from fastapi import APIRouter, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
+from llmgw.adminapi.schemas import ServingView
 from llmgw.controlplane.api import catalog, keys, nodes, replicas, settings, status
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import ServingView
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
 from llmgw.controlplane.callers import Caller
 from llmgw.controlplane.changes import KINDS, Kind, Subscription

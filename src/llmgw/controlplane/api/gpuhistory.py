@@ -10,8 +10,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from llmgw.adminapi.schemas import AnswerModel
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import AnswerModel
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.controlplane.gpu_history import POINTS_PER_CARD, CardHistory
 

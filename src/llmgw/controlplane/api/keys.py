@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from llmgw.controlplane.api.columns import checked_text
+from llmgw.adminapi.schemas import KeyCreated, KeyRequest, KeyView
+from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import KeyCreated, KeyRequest, KeyView
 from llmgw.controlplane.api.state import AUTH, State, Who
 from llmgw.core.tenancy import Action, Owner, OwnerKind
 from llmgw.errors import NotFound, ValidationFailed

@@ -19,9 +19,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import StreamingResponse
 
-from llmgw.controlplane.api.columns import checked_text
-from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.knowledgemodels import (
+from llmgw.adminapi.knowledge import (
     CollectionCreate,
     CollectionDetail,
     CollectionView,
@@ -30,6 +28,8 @@ from llmgw.controlplane.api.knowledgemodels import (
     PassageView,
     SearchRequest,
 )
+from llmgw.adminapi.textfields import checked_text
+from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
 from llmgw.controlplane.callers import Caller
 from llmgw.core.catalog import parse_model

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from llmgw.adminapi.limits import LimitsBody, LimitsView
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import AnswerModel, RequestModel
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
 from llmgw.controlplane.callers import Caller
 from llmgw.core.limits import KEY_PREFIX, Limits
@@ -30,28 +30,6 @@ from llmgw.errors import NotFound, ValidationFailed
 from llmgw.store.limits import checked_subject
 
 router = APIRouter(prefix="/api", tags=["limits"], dependencies=AUTH, responses=declared(401, 403, 503))
-
-
-class LimitsBody(RequestModel):
-    """Limits of one subject; a field left out (or null) is no limit on that."""
-
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    """Prompt plus completion tokens per minute."""
-    concurrent: int | None = None
-    """Requests answered at once."""
-    tokens_per_day: int | None = None
-    """Tokens per UTC day."""
-    tokens_per_month: int | None = None
-    """Tokens per UTC calendar month."""
-    models: list[str] | None = None
-    """The only models (or adapters) that may be asked for."""
-    expires_s: float | None = None
-    """Unix time after which requests are refused."""
-
-
-class LimitsView(LimitsBody, AnswerModel):
-    subject: str
 
 
 def _view(subject: str, limits: Limits) -> LimitsView:

@@ -10,9 +10,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from llmgw.controlplane.api.columns import BLOB_FILENAME, checked_text
+from llmgw.adminapi.schemas import BlobCopyView, BlobImported, BlobView
+from llmgw.adminapi.textfields import BLOB_FILENAME, checked_text
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import BlobCopyView, BlobImported, BlobView
 from llmgw.controlplane.api.state import AUTH, State, Who
 from llmgw.core.tenancy import Role
 from llmgw.errors import Forbidden

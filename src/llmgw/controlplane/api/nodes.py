@@ -7,8 +7,8 @@ from collections import Counter
 import yaml
 from fastapi import APIRouter
 
+from llmgw.adminapi.schemas import GpuView, NodeView, RefusedSettingsView
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import GpuView, NodeView, RefusedSettingsView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.controlplane.fleet import Fleet
 from llmgw.core.mig import device_label

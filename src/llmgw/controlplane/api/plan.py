@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from llmgw.controlplane.api.columns import checked_text
+from llmgw.adminapi.schemas import PlanRefusal, PlanView
+from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import PlanRefusal, PlanView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.controlplane.multinode import rank_of
 from llmgw.core.catalog import parse_model

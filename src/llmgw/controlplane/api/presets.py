@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from llmgw.adminapi.schemas import PresetView
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import PresetView
 from llmgw.controlplane.api.state import AUTH
 from llmgw.core.presets import PRESETS
 

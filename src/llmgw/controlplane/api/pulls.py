@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from llmgw.controlplane.api.columns import checked_text
+from llmgw.adminapi.pulls import PullFileView, PullRequest, PullView
+from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.pullmodels import PullRequest, PullView, pull_view
 from llmgw.controlplane.api.state import AUTH, State, Who
 from llmgw.core.tenancy import Role
 from llmgw.errors import Forbidden
+from llmgw.mirror.pulling import Pull
 
 router = APIRouter(prefix="/api", tags=["mirror"], dependencies=AUTH, responses=declared(401, 503))
 
@@ -44,3 +45,19 @@ async def start_pull(body: PullRequest, state: State, caller: Who) -> PullView:
         )
     token = body.hf_token.get_secret_value() if body.hf_token is not None else None
     return pull_view(state.pulls.start(body.source, caller.name, token))
+
+
+def pull_view(pull: Pull) -> PullView:
+    return PullView(
+        id=pull.id,
+        source=pull.source,
+        state=pull.state,  # type: ignore[arg-type]
+        started=pull.started,
+        revision=pull.revision,
+        files=[PullFileView(**vars(f)) for f in pull.files],
+        bytes_done=pull.bytes_done,
+        bytes_total=pull.bytes_total,
+        error=pull.error,
+        hint=pull.hint,
+        catalog_source=pull.catalog_source,
+    )

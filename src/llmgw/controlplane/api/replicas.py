@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
+from llmgw.adminapi.schemas import ReplicaLogs, ReplicaView
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import ReplicaLogs, ReplicaView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.errors import NoCapacity, NotFound
 

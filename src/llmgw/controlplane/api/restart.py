@@ -8,13 +8,13 @@ import logging
 
 from fastapi import APIRouter, Request
 
-from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import (
+from llmgw.adminapi.schemas import (
     ClusterRestartAnswer,
     RestartedView,
     RestartRequest,
     SelfRestartAnswer,
 )
+from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.controlplane.clusterrestart import ClusterRestart, HttpPeers
 from llmgw.controlplane.selfrestart import INSTANCE

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from llmgw.adminapi.schemas import ServingRequest, ServingView
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import ServingRequest, ServingView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.core.settingtypes import SERVING_STOPPED
 

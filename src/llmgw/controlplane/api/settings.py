@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from llmgw.adminapi.schemas import SettingChange, SettingRequest, Settings, SettingView
+from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.agentsettings import setting_problems
-from llmgw.controlplane.api.columns import checked_text
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import SettingChange, SettingRequest, Settings, SettingView
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.core.agentsettings import is_agent_key
 from llmgw.core.settingtypes import FIREWALL_ENABLED, SERVING_STOPPED, value_problem

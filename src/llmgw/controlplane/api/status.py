@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llmgw import __version__
+from llmgw.adminapi.schemas import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
 from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.models import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
 from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
 from llmgw.controlplane.selfrestart import INSTANCE

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.api.trainingmodels import (
+from llmgw.adminapi.training import (
     PublishedAdapter,
     TrainingJobView,
     TrainingLogs,
@@ -18,6 +16,8 @@ from llmgw.controlplane.api.trainingmodels import (
     TrainingResult,
     TrainingSubmit,
 )
+from llmgw.controlplane.api.errors import declared
+from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
 from llmgw.controlplane.callers import ADMIN, Caller
 from llmgw.core.catalog import PEFT_CONFIG, ModelDefinition, adapter_problems, parse_model
 from llmgw.core.tenancy import Action, Owner, OwnerKind

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from llmgw.adminapi.upgrades import AgentUpgradeRequest, RolloutView
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, AdminState, State, Who
-from llmgw.controlplane.api.upgrademodels import AgentUpgradeRequest, RolloutView
 from llmgw.controlplane.upgrading import AgentUpgrades, Rollout
 from llmgw.errors import NotFound
 

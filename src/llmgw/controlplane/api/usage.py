@@ -21,9 +21,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from llmgw.controlplane.api.errors import declared
-from llmgw.controlplane.api.state import AUTH, State, Who
-from llmgw.controlplane.api.usagemodels import (
+from llmgw.adminapi.usage import (
     CSV_COLUMNS,
     MAX_LIMIT,
     BucketName,
@@ -31,6 +29,8 @@ from llmgw.controlplane.api.usagemodels import (
     UsageAnswer,
     UsageLine,
 )
+from llmgw.controlplane.api.errors import declared
+from llmgw.controlplane.api.state import AUTH, State, Who
 from llmgw.controlplane.callers import Caller
 from llmgw.core.tenancy import CLUSTER, Action, Owner, OwnerKind
 from llmgw.errors import ValidationFailed

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from llmgw.controlplane.api.columns import checked_text
+from llmgw.adminapi.tenancy import Name, RoleRequest, RoleView, UserRequest, UserView, WhoView
+from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.api.tenancymodels import Name, RoleRequest, RoleView, UserRequest, UserView, WhoView
 from llmgw.controlplane.callers import ADMIN, Caller
 from llmgw.core.tenancy import CLUSTER, Action, Binding, Owner, OwnerKind, Role
 from llmgw.errors import Forbidden, NotFound, ValidationFailed

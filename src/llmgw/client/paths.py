@@ -1,4 +1,4 @@
-"""Where the commands look for configuration when not told.
+"""Where llmgw looks for its files on this machine when not told.
 
 Each function takes the environment it reads (``os.environ`` unless given),
 so a caller can say where to look without touching the process's own.
@@ -54,3 +54,8 @@ def client_config_path(environ: Mapping[str, str] = os.environ) -> Path:
         return _expand(environ["LLMGW_CLIENT_CONFIG"], environ)
     base = _expand(environ.get("XDG_CONFIG_HOME") or "~/.config", environ)
     return base / "llmgw" / "config.yaml"
+
+
+def engine_cache(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where engine builds are kept: ``$LLMGW_CACHE`` or ``~/.cache/llmgw`` (as the agent expands it)."""
+    return Path(environ.get("LLMGW_CACHE", "~/.cache/llmgw"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from llmgw.controlplane.api.models import AnswerModel, RequestModel
+from llmgw.adminapi.schemas import AnswerModel, RequestModel
 
 
 class AgentUpgradeRequest(RequestModel):

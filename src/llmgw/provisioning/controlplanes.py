@@ -1,6 +1,6 @@
-"""``llmgw server add HOST``: make a machine another control plane of the cluster over SSH.
+"""A machine made another control plane of the cluster over SSH (``llmgw server add HOST``).
 
-The same steps as ``node add`` (:mod:`llmgw.cli.nodeadd`), with what a
+The same steps as ``node add`` (:mod:`llmgw.provisioning.nodes`), with what a
 control plane needs instead of the agent's: before anything changes, a check
 that the machine has room for the mirror's blobs it will hold (their sizes
 from the mirror API); a certificate for server and client use covering its
@@ -22,14 +22,14 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
-from llmgw.cli.adminclient import AdminClient
-from llmgw.cli.nodeadd import Machine, release_files, run_onboarding
-from llmgw.cli.server import add_control_plane
+from llmgw.client.admin import AdminClient
 from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.operations import certificates
-from llmgw.operations.onboarding import Onboarding, Plan, Service
+from llmgw.operations.onboarding import Onboarding, Plan, Report, Service
 from llmgw.operations.steps import room_check
 from llmgw.protocol.grpc_transport import SERVER_NAME
+from llmgw.provisioning.clusters import add_control_plane
+from llmgw.provisioning.machines import Machine, release_files, run_onboarding
 
 SERVER_FILES = ("server.yaml", "ca.crt", "ca.key", "admin.token", "keepalived.conf")
 
@@ -118,6 +118,7 @@ def add_over_ssh(
     config: ServerConfig,
     admin: AdminClient,
     machine: Machine,
+    report: Report,
     *,
     name: str,
     address: str,
@@ -125,10 +126,12 @@ def add_over_ssh(
     agent_port: int,
     vip: str,
     interface: str,
-) -> None:
-    """Run ``server add HOST``'s steps, printing each (exit status 1 naming the step that failed)."""
+) -> list[str]:
+    """Run ``server add HOST``'s steps, telling each to ``report``: the names of what changed.
+
+    A failed step raises its :class:`~llmgw.errors.LlmgwError` (which step, what to do)."""
     with tempfile.TemporaryDirectory(prefix="llmgw-server-add-") as scratch:
-        run_onboarding(
+        return run_onboarding(
             machine,
             lambda: server_plan(
                 config,
@@ -142,4 +145,5 @@ def add_over_ssh(
                 interface=interface,
                 scratch=Path(scratch),
             ),
+            report,
         )

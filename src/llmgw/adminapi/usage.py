@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from llmgw.controlplane.api.models import AnswerModel
+from llmgw.adminapi.schemas import AnswerModel
 
 BucketName = Literal["hour", "day", "month"]
 """How long each bucket of a usage answer is (UTC)."""

@@ -6,8 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 
-from llmgw.controlplane.api.models import AnswerModel, RequestModel
-from llmgw.mirror.pulling import Pull
+from llmgw.adminapi.schemas import AnswerModel, RequestModel
 
 
 class PullRequest(RequestModel):
@@ -43,19 +42,3 @@ class PullView(AnswerModel):
     hint: str = ""
     catalog_source: dict[str, Any] | None = None
     """The model's ``source`` for a definition (``POST /api/models``), once done."""
-
-
-def pull_view(pull: Pull) -> PullView:
-    return PullView(
-        id=pull.id,
-        source=pull.source,
-        state=pull.state,  # type: ignore[arg-type]
-        started=pull.started,
-        revision=pull.revision,
-        files=[PullFileView(**vars(f)) for f in pull.files],
-        bytes_done=pull.bytes_done,
-        bytes_total=pull.bytes_total,
-        error=pull.error,
-        hint=pull.hint,
-        catalog_source=pull.catalog_source,
-    )

@@ -1,6 +1,6 @@
 """A small client of the admin API for the commands (synchronous: the CLI edge).
 
-Each typed method answers with the models of :mod:`llmgw.controlplane.api.models`,
+Each typed method answers with the models of :mod:`llmgw.adminapi.schemas`,
 parsed, so commands read attributes; :meth:`AdminClient.request` stays for
 callers that want the plain JSON.
 """
@@ -17,9 +17,8 @@ from urllib.parse import quote, urlencode
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from llmgw.cli.targets import resolve_target
-from llmgw.controlplane.api.limits import LimitsView
-from llmgw.controlplane.api.models import (
+from llmgw.adminapi.limits import LimitsView
+from llmgw.adminapi.schemas import (
     AuditEntry,
     BlobImported,
     BlobView,
@@ -39,8 +38,9 @@ from llmgw.controlplane.api.models import (
     SettingView,
     StatusView,
 )
-from llmgw.controlplane.api.tenancymodels import TokenCreated, TokenView, UnitView, UserView, WhoView
-from llmgw.controlplane.api.usagemodels import UsageAnswer
+from llmgw.adminapi.tenancy import TokenCreated, TokenView, UnitView, UserView, WhoView
+from llmgw.adminapi.usage import UsageAnswer
+from llmgw.client.targets import resolve_target
 from llmgw.errors import Forbidden, LlmgwError, NotFound, Unauthorized, ValidationFailed
 
 UPLOAD_CHUNK = 1 << 20

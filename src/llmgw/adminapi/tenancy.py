@@ -12,8 +12,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from llmgw.controlplane.api.columns import keepable
-from llmgw.controlplane.api.models import AnswerModel, RequestModel
+from llmgw.adminapi.schemas import AnswerModel, RequestModel
+from llmgw.adminapi.textfields import keepable
 from llmgw.core.tenancy import Role, check_name, owner_text
 
 Name = Annotated[str, AfterValidator(check_name)]

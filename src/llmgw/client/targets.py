@@ -1,9 +1,10 @@
 """Which control plane a command talks to, and with which admin token.
 
 In order: ``--url``/``--token``; then ``$LLMGW_URL``/``$LLMGW_ADMIN_TOKEN``;
-then the client config's current context (:mod:`llmgw.cli.clientconfig`);
+then the client config's current context (:mod:`llmgw.client.config`);
 then the control plane on this machine (``llmgw up``'s or /etc/llmgw's
-server.yaml, with admin.token beside it). A context lends its token only to
+server.yaml, with admin.token beside it; only its ``http`` section is read
+here, so the client does not load the server's configuration). A context lends its token only to
 its own URL: a URL given another way never gets a context's token.
 """
 
@@ -14,9 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmgw.cli.clientconfig import load_client_config
-from llmgw.cli.paths import client_config_path, find_server_config
-from llmgw.controlplane.config import load_server_config
+from pydantic import ConfigDict, Field
+
+from llmgw.client.config import load_client_config
+from llmgw.client.paths import client_config_path, find_server_config
+from llmgw.configfiles import ConfigFile, Section, read_yaml, validate
 from llmgw.errors import ConfigError
 
 
@@ -47,6 +50,31 @@ def resolve_target(
     return _local(url, token, server_config or find_server_config(environ))
 
 
+class Listening(Section):
+    """Where a control plane serves ``/api``: server.yaml's ``http`` section (its other fields: the server's).
+
+    The defaults are the server's (:class:`llmgw.controlplane.config.HttpSettings`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class ServerAddress(ConfigFile):
+    """The part of a server.yaml a client reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    http: Listening = Listening()
+
+
+def read_server_address(path: Path) -> Listening:
+    """server.yaml's ``http`` section, naming the file and each bad field when it cannot be used."""
+    data = read_yaml(path, "create one with 'llmgw server init'")
+    return validate(ServerAddress, data, str(path)).http
+
+
 def _same(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
@@ -59,8 +87,8 @@ def _local(url: str | None, token: str | None, path: Path | None) -> Target:
             "pass --url and --token, set LLMGW_URL and LLMGW_ADMIN_TOKEN, add a context with "
             "'llmgw ctl context set NAME --url URL --token-file FILE', or run 'llmgw up'",
         )
-    loaded = load_server_config(path)
-    host = "127.0.0.1" if loaded.http.host in ("0.0.0.0", "") else loaded.http.host
+    http = read_server_address(path)
+    host = "127.0.0.1" if http.host in ("0.0.0.0", "") else http.host
     if not token:
         try:
             token = (path.parent / "admin.token").read_text().strip()
@@ -69,4 +97,4 @@ def _local(url: str | None, token: str | None, path: Path | None) -> Target:
                 f"cannot read the admin token beside {path}: {error.strerror}",
                 "set LLMGW_ADMIN_TOKEN or run as a user who can read it",
             ) from None
-    return Target(url or f"http://{host}:{loaded.http.port}", token, str(path))
+    return Target(url or f"http://{host}:{http.port}", token, str(path))

@@ -1,10 +1,12 @@
-"""What a request's strings must fit into: the store's sized text columns, read from the tables.
+"""What a request's strings must fit into: the store's sized text columns.
 
 A string that lands in a ``String(n)`` column is refused by the request's model
 (400, naming the field) when it is longer than the column or holds a NUL
 character: PostgreSQL refuses both (an error that would otherwise answer 500),
-SQLite keeps them silently. The sizes come from :mod:`llmgw.store.tables`, so a
-migration that widens a column widens what the API accepts.
+SQLite keeps them silently. The sizes are those of :mod:`llmgw.store.tables`,
+stated here so that a client reads them without loading the store; a test
+(``tests/adminapi/test_textfields.py``) reads them from the tables, so a
+migration that widens a column fails it until the size here follows.
 
 Text kept in JSON columns (settings' values, audit details) has no size, but
 must be encodable as UTF-8: :func:`unicode_problem` finds a lone surrogate
@@ -16,28 +18,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import String
-from sqlalchemy.orm import InstrumentedAttribute
-
 from llmgw.errors import ValidationFailed
-from llmgw.store.tables import ApiKeyRow, AuditRow, BlobRow, ModelRow, SettingRow
 
-
-def size_of(column: InstrumentedAttribute[str]) -> int:
-    """The characters a ``String(n)`` column holds."""
-    kind = column.expression.type
-    if not isinstance(kind, String) or kind.length is None:
-        raise TypeError(f"{column} is not a sized text column")
-    return kind.length
-
-
-KEY_NAME = size_of(ApiKeyRow.name)
-KEY_OWNER = size_of(ApiKeyRow.owner)
-KEY_PLACE = size_of(ApiKeyRow.place_path)
-MODEL_NAME = size_of(ModelRow.name)
-BLOB_FILENAME = size_of(BlobRow.filename)
-SETTING_KEY = size_of(SettingRow.key)
-AUDIT_TARGET = size_of(AuditRow.target)
+KEY_NAME = 128
+"""``api_keys.name``."""
+KEY_OWNER = 128
+"""``api_keys.owner``."""
+KEY_PLACE = 200
+"""``api_keys.place_path``."""
+MODEL_NAME = 128
+"""``models.name``."""
+BLOB_FILENAME = 512
+"""``blobs.filename``."""
+SETTING_KEY = 256
+"""``settings.key``."""
+AUDIT_TARGET = 512
+"""``audit.target``."""
 
 
 def text_problem(value: str) -> str:

@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, RootModel
 
-from llmgw.controlplane.api.columns import KEY_NAME, KEY_OWNER, KEY_PLACE, keepable, unicode_only
+from llmgw.adminapi.textfields import KEY_NAME, KEY_OWNER, KEY_PLACE, keepable, unicode_only
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.health import ComponentState
 from llmgw.core.tenancy import owner_text

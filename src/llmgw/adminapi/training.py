@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, JsonValue
 
-from llmgw.controlplane.api.models import AnswerModel, RequestModel
+from llmgw.adminapi.schemas import AnswerModel, RequestModel
 from llmgw.core.tenancy import owner_text
 from llmgw.core.training import ANY_NODE, MAX_RETRY
 from llmgw.core.trainingstream import MAX_PAIRS_BYTES

@@ -1,0 +1,27 @@
+"""The admin API's shapes for limits: what ``/api/limits`` takes and answers."""
+
+from __future__ import annotations
+
+from llmgw.adminapi.schemas import AnswerModel, RequestModel
+
+
+class LimitsBody(RequestModel):
+    """Limits of one subject; a field left out (or null) is no limit on that."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    """Prompt plus completion tokens per minute."""
+    concurrent: int | None = None
+    """Requests answered at once."""
+    tokens_per_day: int | None = None
+    """Tokens per UTC day."""
+    tokens_per_month: int | None = None
+    """Tokens per UTC calendar month."""
+    models: list[str] | None = None
+    """The only models (or adapters) that may be asked for."""
+    expires_s: float | None = None
+    """Unix time after which requests are refused."""
+
+
+class LimitsView(LimitsBody, AnswerModel):
+    subject: str
