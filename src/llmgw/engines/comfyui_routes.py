@@ -59,17 +59,23 @@ class Upstream:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(
-    key: str, upstream: Upstream, client: aiohttp.ClientSession, progress: Progress, model: str
-) -> web.Application:
-    """The gate's application; ``client`` reaches ComfyUI at ``upstream.url``."""
-    expected = key.encode()
+class GateRoutes:
+    """The gate's route handlers over ``client``, which reaches ComfyUI at ``upstream.url``."""
+
+    def __init__(
+        self, key: str, upstream: Upstream, client: aiohttp.ClientSession, progress: Progress, model: str
+    ) -> None:
+        self.expected = key.encode()
+        self.upstream = upstream
+        self.client = client
+        self.progress = progress
+        self.model = model
 
     @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get("Authorization", "")
         token = given[7:].strip() if given[:7].lower() == "bearer " else ""
-        if not hmac.compare_digest(token.encode(), expected):
+        if not hmac.compare_digest(token.encode(), self.expected):
             return _error(
                 401,
                 "invalid API key: give the replica's key as 'Authorization: Bearer KEY'",
@@ -87,8 +93,10 @@ def build_app(
             why = f"ComfyUI is not answering: {failed or type(failed).__name__}; try again shortly"
             return _error(503, why, "service_unavailable")
 
-    async def relay(request: web.Request, method: str, path: str, body: Any = None) -> web.StreamResponse:
-        async with client.request(method, upstream.url + path, json=body) as answer:
+    async def relay(
+        self, request: web.Request, method: str, path: str, body: Any = None
+    ) -> web.StreamResponse:
+        async with self.client.request(method, self.upstream.url + path, json=body) as answer:
             response = web.StreamResponse(
                 status=answer.status,
                 headers={h: answer.headers[h] for h in _PASSED_HEADERS if h in answer.headers},
@@ -99,7 +107,7 @@ def build_app(
             await response.write_eof()
             return response
 
-    async def read_json(request: web.Request) -> dict[str, Any]:
+    async def read_json(self, request: web.Request) -> dict[str, Any]:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -108,39 +116,39 @@ def build_app(
             raise web.HTTPBadRequest()
         return body
 
-    async def post_prompt(request: web.Request) -> web.StreamResponse:
+    async def post_prompt(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await read_json(request)
+            body = await self.read_json(request)
         except web.HTTPBadRequest:
             return _error(400, 'the body must be a JSON object: {"prompt": {API-format workflow}}')
         if not isinstance(body.get("prompt"), dict):
             return _error(400, 'the body holds no workflow: give {"prompt": {API-format workflow}}')
-        body["client_id"] = upstream.client_id  # the gate follows every workflow on its own websocket
-        async with client.post(upstream.url + "/prompt", json=body) as answer:
+        body["client_id"] = self.upstream.client_id  # the gate follows every workflow on its own websocket
+        async with self.client.post(self.upstream.url + "/prompt", json=body) as answer:
             data = await answer.json(content_type=None)
             if answer.status == 200 and isinstance(data, dict) and isinstance(data.get("prompt_id"), str):
-                progress.queued(data["prompt_id"])
+                self.progress.queued(data["prompt_id"])
             return web.json_response(data, status=answer.status)
 
-    async def get_history(request: web.Request) -> web.StreamResponse:
-        return await relay(request, "GET", f"/history/{request.match_info['prompt_id']}")
+    async def get_history(self, request: web.Request) -> web.StreamResponse:
+        return await self.relay(request, "GET", f"/history/{request.match_info['prompt_id']}")
 
-    async def get_view(request: web.Request) -> web.StreamResponse:
-        return await relay(request, "GET", "/view?" + request.query_string)
+    async def get_view(self, request: web.Request) -> web.StreamResponse:
+        return await self.relay(request, "GET", "/view?" + request.query_string)
 
-    async def get_queue(request: web.Request) -> web.StreamResponse:
-        return await relay(request, "GET", "/queue")
+    async def get_queue(self, request: web.Request) -> web.StreamResponse:
+        return await self.relay(request, "GET", "/queue")
 
-    async def queued() -> tuple[set[str], set[str]]:
+    async def queued(self) -> tuple[set[str], set[str]]:
         """The prompt ids ComfyUI runs and those waiting (``GET /queue``)."""
-        async with client.get(upstream.url + "/queue") as listed:
+        async with self.client.get(self.upstream.url + "/queue") as listed:
             queue = await listed.json(content_type=None)
         running, pending = queue.get("queue_running", []), queue.get("queue_pending", [])
         return {item[1] for item in running}, {item[1] for item in pending}
 
-    async def post_queue(request: web.Request) -> web.StreamResponse:
+    async def post_queue(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await read_json(request)
+            body = await self.read_json(request)
         except web.HTTPBadRequest:
             return _error(400, 'the body must be a JSON object: {"delete": [prompt ids]}')
         delete = body.get("delete")
@@ -154,16 +162,16 @@ def build_app(
                 'the gate takes only {"delete": [prompt ids]} here (never "clear": other '
                 "clients' workflows wait in the same queue)",
             )
-        answer = await relay(request, "POST", "/queue", {"delete": delete})
-        running, pending = await queued()
+        answer = await self.relay(request, "POST", "/queue", {"delete": delete})
+        running, pending = await self.queued()
         for prompt_id in delete:
             if prompt_id not in running | pending:  # ComfyUI deletes only waiting ones; a running one goes on
-                progress.cancelled(prompt_id)
+                self.progress.cancelled(prompt_id)
         return answer
 
-    async def post_interrupt(request: web.Request) -> web.StreamResponse:
+    async def post_interrupt(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await read_json(request)
+            body = await self.read_json(request)
         except web.HTTPBadRequest:
             body = {}
         wanted = body.get("prompt_id")
@@ -175,28 +183,30 @@ def build_app(
             )
         # ComfyUI before 0.3.57 ignores prompt_id and interrupts whatever runs: only the one named
         # running is ever interrupted; one still waiting is taken off the queue instead.
-        running, pending = await queued()
+        running, pending = await self.queued()
         if wanted in running:
-            async with client.post(upstream.url + "/interrupt", json={"prompt_id": wanted}) as answer:
+            async with self.client.post(
+                self.upstream.url + "/interrupt", json={"prompt_id": wanted}
+            ) as answer:
                 if answer.status != 200:
                     return _error(502, f"ComfyUI answered /interrupt with {answer.status}", "bad_gateway")
         elif wanted in pending:
-            async with client.post(upstream.url + "/queue", json={"delete": [wanted]}) as answer:
+            async with self.client.post(self.upstream.url + "/queue", json={"delete": [wanted]}) as answer:
                 if answer.status != 200:
                     return _error(502, f"ComfyUI answered POST /queue with {answer.status}", "bad_gateway")
-            progress.cancelled(wanted)
+            self.progress.cancelled(wanted)
         return web.json_response(
             {"prompt_id": wanted, "interrupted": wanted in running, "deleted": wanted in pending}
         )
 
-    async def get_progress(request: web.Request) -> web.StreamResponse:
+    async def get_progress(self, request: web.Request) -> web.StreamResponse:
         prompt_id = request.match_info["prompt_id"]
-        entry = progress.get(prompt_id)
+        entry = self.progress.get(prompt_id)
         if entry is None:
             return _error(404, f"no workflow {prompt_id} was queued through this gate; check the prompt_id")
         ahead = 0
         if entry.state not in ("done", "failed"):
-            async with client.get(upstream.url + "/queue") as answer:
+            async with self.client.get(self.upstream.url + "/queue") as answer:
                 queue = await answer.json(content_type=None)
             running, pending = queue.get("queue_running", []), queue.get("queue_pending", [])
             numbers = {item[1]: item[0] for item in pending}
@@ -205,28 +215,30 @@ def build_app(
             elif prompt_id not in {
                 item[1] for item in running
             }:  # over: the websocket may have missed its end
-                async with client.get(upstream.url + f"/history/{prompt_id}") as answer:
+                async with self.client.get(self.upstream.url + f"/history/{prompt_id}") as answer:
                     history = await answer.json(content_type=None)
-                progress.from_history(prompt_id, history.get(prompt_id))
+                self.progress.from_history(prompt_id, history.get(prompt_id))
         return web.json_response(entry.view(ahead))
 
-    async def get_health(request: web.Request) -> web.StreamResponse:
-        if not upstream.url:
+    async def get_health(self, request: web.Request) -> web.StreamResponse:
+        if not self.upstream.url:
             return _error(503, "ComfyUI is starting", "service_unavailable")
-        async with client.get(upstream.url + "/prompt", timeout=aiohttp.ClientTimeout(total=5)) as answer:
+        async with self.client.get(
+            self.upstream.url + "/prompt", timeout=aiohttp.ClientTimeout(total=5)
+        ) as answer:
             if answer.status != 200:
                 return _error(503, f"ComfyUI answered {answer.status}", "service_unavailable")
-        if not upstream.connected:
+        if not self.upstream.connected:
             return _error(503, "the gate's websocket to ComfyUI is not open yet", "service_unavailable")
         return web.json_response({"status": "ok"})
 
-    async def get_models(request: web.Request) -> web.StreamResponse:
+    async def get_models(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(
-            {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "comfyui"}]}
+            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "comfyui"}]}
         )
 
-    async def get_metrics(request: web.Request) -> web.StreamResponse:
-        async with client.get(upstream.url + "/queue") as answer:
+    async def get_metrics(self, request: web.Request) -> web.StreamResponse:
+        async with self.client.get(self.upstream.url + "/queue") as answer:
             queue = await answer.json(content_type=None)
         running, pending = len(queue.get("queue_running", [])), len(queue.get("queue_pending", []))
         text = (
@@ -237,19 +249,25 @@ def build_app(
         )
         return web.Response(text=text, content_type="text/plain")
 
+
+def build_app(
+    key: str, upstream: Upstream, client: aiohttp.ClientSession, progress: Progress, model: str
+) -> web.Application:
+    """The gate's application; ``client`` reaches ComfyUI at ``upstream.url``."""
+    gate = GateRoutes(key, upstream, client, progress, model)
     handlers: dict[tuple[str, str], Handler] = {
-        ("POST", "/prompt"): post_prompt,
-        ("GET", "/history/{prompt_id}"): get_history,
-        ("GET", "/view"): get_view,
-        ("GET", "/queue"): get_queue,
-        ("POST", "/queue"): post_queue,
-        ("POST", "/interrupt"): post_interrupt,
-        ("GET", "/progress/{prompt_id}"): get_progress,
-        ("GET", "/health"): get_health,
-        ("GET", "/v1/models"): get_models,
-        ("GET", "/metrics"): get_metrics,
+        ("POST", "/prompt"): gate.post_prompt,
+        ("GET", "/history/{prompt_id}"): gate.get_history,
+        ("GET", "/view"): gate.get_view,
+        ("GET", "/queue"): gate.get_queue,
+        ("POST", "/queue"): gate.post_queue,
+        ("POST", "/interrupt"): gate.post_interrupt,
+        ("GET", "/progress/{prompt_id}"): gate.get_progress,
+        ("GET", "/health"): gate.get_health,
+        ("GET", "/v1/models"): gate.get_models,
+        ("GET", "/metrics"): gate.get_metrics,
     }
-    app = web.Application(middlewares=[guard], client_max_size=64 * 2**20)
+    app = web.Application(middlewares=[gate.guard], client_max_size=64 * 2**20)
     for (method, path), handler in handlers.items():
         app.router.add_route(method, path, handler)
     return app
