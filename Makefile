@@ -81,8 +81,10 @@ record-ray: ray install
 up: engine
 	$(BIN)/llmgw up
 
+# The same four checks run by pre-commit (.pre-commit-config.yaml).
 lint: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 
