@@ -45,7 +45,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
             tmp_path_factory.mktemp("ha"), engine_cache, store_url=cut.url(database.url), lease_s=LEASE_S
         )
         cluster.cut = cut  # type: ignore[attr-defined]
-        try:
+        with cluster:
             cluster.start_leader_and_standby(20)
             standby = cluster.admin_of("cp2")
             cluster.sha256 = cluster.add_model(  # type: ignore[attr-defined]
@@ -55,8 +55,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
             cluster.start_agent("node1")
             cluster.wait_ready(DEFAULT_MODEL, 180)
             yield cluster
-        finally:
-            cluster.stop()
 
 
 def chat(cluster: Cluster, name: str, timeout_s: float = 60) -> str:

@@ -88,8 +88,7 @@ def vllm_cluster(
         pytest.fail(f"no training environment in {engine_cache}: run 'make training'")
     home = tmp_path_factory.mktemp("real-vllm")
     base = _with_template(smollm2_base(engine_cache, python, model_file), home / "smollm2", TEMPLATE)
-    running = Cluster(home / "cluster", engine_cache)
-    try:
+    with Cluster(home / "cluster", engine_cache) as running:
         running.start_server()
         data, uploads = definition(
             base,
@@ -129,8 +128,6 @@ def vllm_cluster(
         wait_for(lambda: _ready(running), START_S, "both vLLM replicas are ready")
         running.wait_ready(EMBED, START_S)
         yield running
-    finally:
-        running.stop()
 
 
 def _with_template(base: Path, folder: Path, template: str) -> Path:
