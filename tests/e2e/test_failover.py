@@ -34,7 +34,9 @@ from llmgw.testing.postgres import PostgresServer, StoreCut
 pytestmark = pytest.mark.e2e
 
 LEASE_S = 5.0
-OUTAGE_S = 30.0
+OUTAGE_S = 15.0
+"""Three leases and three store timeouts: the lease has expired on the database's clock by the time the
+store returns, and every request of the outage met the store out of reach."""
 
 
 @pytest.fixture(scope="module")
