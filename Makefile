@@ -17,7 +17,7 @@ export LLMGW_CACHE
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
 	@echo "make test    install everything, then run lint, type checks, layer contracts and every test"
-	@echo "make unit    tests without the end-to-end ones; make e2e: only those"
+	@echo "make unit    tests without the end-to-end ones (the venv, PostgreSQL, promtool, systemd-analyze); make e2e: only those"
 	@echo "make proto   regenerate the agent protocol's Python code"
 	@echo "make fuzz    fuzz /v1 and /api long (FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) examples per test; make test runs fewer)"
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
@@ -81,8 +81,10 @@ record-ray: ray install
 up: engine
 	$(BIN)/llmgw up
 
+# The same four checks run by pre-commit (.pre-commit-config.yaml).
 lint: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
 
@@ -164,10 +166,15 @@ chromium:
 		(apt-get install -y chromium || (apt-get update && apt-get install -y chromium))
 
 # nft (the firewall's tests, in network namespaces) and systemd-analyze (the units' verify test).
-.PHONY: opstools
+.PHONY: opstools systemd
 opstools:
 	@(command -v nft && command -v systemd-analyze && command -v ip) >/dev/null 2>&1 || \
 		(apt-get install -y nftables systemd iproute2 || (apt-get update && apt-get install -y nftables systemd iproute2))
+
+# systemd-analyze alone: the one tool of opstools a test outside the end-to-end ones needs.
+systemd:
+	@command -v systemd-analyze >/dev/null 2>&1 || \
+		(apt-get install -y systemd || (apt-get update && apt-get install -y systemd))
 
 
 # OpenSSH's server (Debian's openssh-server), for node add's and server add's end-to-end tests.
@@ -181,7 +188,11 @@ patroni:
 	@command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 || \
 		(apt-get install -y patroni etcd-server || (apt-get update && apt-get install -y patroni etcd-server))
 
-test unit e2e: postgres prometheus chromium opstools sshd patroni
+# What the tests need from Debian. The unit tests need only PostgreSQL's server (the store's and the
+# knowledge tests run on both backends), promtool (the alert rules and dashboards) and systemd-analyze
+# (the units); Chromium, sshd, nft and ip, Patroni and etcd serve only end-to-end tests.
+unit: postgres prometheus systemd
+test e2e: postgres prometheus chromium opstools sshd patroni
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py

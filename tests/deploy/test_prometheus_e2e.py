@@ -76,8 +76,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if model is None or not builds.installed(CACHE):
         pytest.fail("SmolLM2 or the llama.cpp build is missing: run 'make engine'")
     home = tmp_path_factory.mktemp("cluster")
-    running = Cluster(home, CACHE)
-    try:
+    with Cluster(home, CACHE) as running:
         running.start_server()
         running.add_model(DEFAULT_MODEL, model, {"ctx_size": 2048, "parallel": 2})
         running.create_key()
@@ -88,8 +87,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.add_node("gpu1", nvidia_smi=str(smi))
         running.start_agent("gpu1")
         yield running
-    finally:
-        running.stop()
 
 
 def agent_targets(cluster: Cluster) -> list[str]:

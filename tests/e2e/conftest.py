@@ -39,13 +39,10 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file: Path
 ) -> Iterator[Cluster]:
     """A control plane and one agent serving SmolLM2, with an API key."""
-    running = Cluster(tmp_path_factory.mktemp("cluster"), engine_cache)
-    try:
+    with Cluster(tmp_path_factory.mktemp("cluster"), engine_cache) as running:
         running.start_server()
         running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 2})
         running.create_key()
         running.start_agent("node1")
         running.wait_ready(DEFAULT_MODEL, 180)
         yield running
-    finally:
-        running.stop()

@@ -35,8 +35,7 @@ def limited_project(
     project chat made through ``via``'s admin API with ``limits`` and a key; node1 serving
     :data:`MODEL` with the llama-server stand-in."""
     with PostgresServer.start() as database:
-        cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=lease_s)
-        try:
+        with Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=lease_s) as cluster:
             cluster.start_leader_and_standby(20)
             cluster.add_standin_model(MODEL)
             admin = cluster.admin_of(via)
@@ -53,5 +52,3 @@ def limited_project(
             cluster.start_agent("node1")
             cluster.wait_ready(MODEL, ready_s)
             yield LimitedProject(cluster, database.url, key, admin)
-        finally:
-            cluster.stop()

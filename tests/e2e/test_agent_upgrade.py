@@ -82,9 +82,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(home=tmp_path / "cluster", cache_dir=tmp_path / "cache")
-    yield running
-    running.stop()
+    with Cluster(home=tmp_path / "cluster", cache_dir=tmp_path / "cache") as running:
+        yield running
 
 
 def test_an_agent_upgrades_over_its_stream(

@@ -41,7 +41,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     running = Cluster(tmp_path / "cluster", tmp_path / "cache")
     running.config.reconcile.interval_s = 0.5
     save_server_config(running.config, running.home / "server.yaml")
-    try:
+    with running:
         running.start_server()
         weights = tmp_path / "weights.gguf"
         weights.write_bytes(b"GGUF stand-in\n")
@@ -65,8 +65,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         running.start_agent("node1")
         running.wait_ready(MODEL, 60)
         yield running
-    finally:
-        running.stop()
 
 
 def test_load_scales_to_two_and_the_calm_drains_back_to_one_without_a_failed_request(

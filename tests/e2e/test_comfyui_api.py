@@ -77,8 +77,7 @@ def _model(
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("comfyapi")
     programs = write_standins(home / "standins")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         _model(running, PICTURES, PICTURE_WORKFLOW, PICTURE_INPUTS, outputs="image", licence="Apache-2.0")
         _model(
@@ -103,8 +102,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.wait_ready(PICTURES, 120)
         running.wait_ready(MESHES, 120)
         yield running
-    finally:
-        running.stop()
 
 
 def _call(cluster: Cluster, key: str, method: str, path: str, body: Any = None) -> tuple[int, Any, bytes]:

@@ -36,8 +36,7 @@ WORKFLOW = {
 def comfy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("comfyui")
     programs = write_standins(home / "standins")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         blob = running.upload(filename="flux1-schnell.safetensors", data=b"\0" * 64)
         running.admin.request(
@@ -63,8 +62,6 @@ def comfy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         running.start_agent("node1")
         running.wait_ready(MODEL, 120)
         yield running
-    finally:
-        running.stop()
 
 
 def call(port: int, key: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:

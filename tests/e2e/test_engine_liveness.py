@@ -31,8 +31,7 @@ ANSWERED_WITHIN_S = 20.0
 @pytest.fixture
 def cluster(tmp_path: Path, engine_cache: Path, model_file: Path) -> Iterator[Cluster]:
     """SmolLM2 on one node whose engines have ``LIVENESS_S`` to answer once ready."""
-    running = Cluster(tmp_path / "cluster", engine_cache)
-    try:
+    with Cluster(tmp_path / "cluster", engine_cache) as running:
         running.start_server()
         running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 2})
         running.create_key()
@@ -40,8 +39,6 @@ def cluster(tmp_path: Path, engine_cache: Path, model_file: Path) -> Iterator[Cl
         running.start_agent("node1")
         running.wait_ready(DEFAULT_MODEL, 180)
         yield running
-    finally:
-        running.stop()
 
 
 def _stream_until_it_ends(cluster: Cluster, started: threading.Event, ended: list[tuple[float, str]]) -> None:

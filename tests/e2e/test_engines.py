@@ -35,8 +35,7 @@ MODELS = {"std-vllm": "vllm", "std-sglang": "sglang", "std-trtllm": "trtllm"}
 def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("engines")
     programs = write_standins(home / "standins")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         config = b'{"architectures": ["LlamaForCausalLM"]}'
         blob = running.upload(filename="config.json", data=config)
@@ -65,8 +64,6 @@ def engines_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
         for name in MODELS:
             running.wait_ready(name, 120)
         yield running
-    finally:
-        running.stop()
 
 
 def client(cluster: Cluster) -> openai.OpenAI:

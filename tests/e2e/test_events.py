@@ -74,12 +74,9 @@ class Subscriber:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path / "cluster", tmp_path / "cache")
-    try:
+    with Cluster(tmp_path / "cluster", tmp_path / "cache") as cluster:
         cluster.start_server("cp1")
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_a_subscriber_follows_the_cluster_and_the_stream_ends_with_the_control_plane(

@@ -34,7 +34,9 @@ from llmgw.testing.postgres import PostgresServer, StoreCut
 pytestmark = pytest.mark.e2e
 
 LEASE_S = 5.0
-OUTAGE_S = 30.0
+OUTAGE_S = 15.0
+"""Three leases and three store timeouts: the lease has expired on the database's clock by the time the
+store returns, and every request of the outage met the store out of reach."""
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
             tmp_path_factory.mktemp("ha"), engine_cache, store_url=cut.url(database.url), lease_s=LEASE_S
         )
         cluster.cut = cut  # type: ignore[attr-defined]
-        try:
+        with cluster:
             cluster.start_leader_and_standby(20)
             standby = cluster.admin_of("cp2")
             cluster.sha256 = cluster.add_model(  # type: ignore[attr-defined]
@@ -55,8 +57,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
             cluster.start_agent("node1")
             cluster.wait_ready(DEFAULT_MODEL, 180)
             yield cluster
-        finally:
-            cluster.stop()
 
 
 def chat(cluster: Cluster, name: str, timeout_s: float = 60) -> str:

@@ -33,7 +33,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     running = Cluster(home / "cluster", home / "cache")
     running.config.gateway.workers = 2
     save_server_config(running.config, running.home / "server.yaml")
-    try:
+    with running:
         running.start_server()
         running.add_standin_model(MODEL)
         running.create_key("tests")
@@ -42,8 +42,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start_agent("node1")
         running.wait_ready(MODEL, 60)
         yield running
-    finally:
-        running.stop()
 
 
 def chat(cluster: Cluster, key: str) -> tuple[int, int]:

@@ -14,12 +14,9 @@ from llmgw.testing.fake_nvidia_smi import A100_80G_MIG, A100_80G_MIG_EMPTY, H100
 
 @pytest.fixture
 def gpu_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(tmp_path / "cluster", tmp_path / "cache")
-    try:
+    with Cluster(tmp_path / "cluster", tmp_path / "cache") as running:
         running.start_server()
         yield running
-    finally:
-        running.stop()
 
 
 def test_an_agent_registers_mig_instances_by_their_numbers(gpu_cluster: Cluster, tmp_path: Path) -> None:

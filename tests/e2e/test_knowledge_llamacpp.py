@@ -49,8 +49,7 @@ MANUAL = [
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file: Path) -> Iterator[Cluster]:
     model = embedding_model(engine_cache)
-    running = Cluster(tmp_path_factory.mktemp("kb"), engine_cache)
-    try:
+    with Cluster(tmp_path_factory.mktemp("kb"), engine_cache) as running:
         running.start_server()
         # one thread, as docs/knowledge.md advises for an embedding model on shared CPU cores
         profile = {
@@ -74,8 +73,6 @@ def kb(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file:
         ):
             running.admin.request("POST", path, body)
         yield running
-    finally:
-        running.stop()
 
 
 def _user(cluster: Cluster, name: str, scope: str) -> AdminClient:

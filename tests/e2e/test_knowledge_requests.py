@@ -51,7 +51,7 @@ def kb_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Clust
     running = Cluster(home / "cluster", home / "cache")
     running.config.gateway.workers = 2
     save_server_config(running.config, running.home / "server.yaml")
-    try:
+    with running:
         running.start(
             "server",
             "--config",
@@ -86,8 +86,6 @@ def kb_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Clust
         running.start_agent("node1")
         running.wait_ready(MODEL, 120)
         yield running, keys[0], keys[1]
-    finally:
-        running.stop()
 
 
 def _hits(replica: dict[str, Any]) -> float:

@@ -37,8 +37,7 @@ REPEATS = 4
 def kv_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("kv")
     programs = write_standins(home / "standins")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         config = b'{"architectures": ["LlamaForCausalLM"]}'
         blob = running.upload(filename="config.json", data=config)
@@ -62,8 +61,6 @@ def kv_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             patch.setenv(LOSE_ENV, "2")  # the agent's engines inherit it
             running.start_agent("node1")
         yield running
-    finally:
-        running.stop()
 
 
 def _get(url: str) -> str:

@@ -32,8 +32,7 @@ def lora_llama(
         "strong": write_lora(home / "strong.gguf", model_file, targets, value=0.2),
         "mild": write_lora(home / "mild.gguf", model_file, targets, value=0.05),
     }
-    running = Cluster(home / "cluster", engine_cache)
-    try:
+    with Cluster(home / "cluster", engine_cache) as running:
         running.start_server()
         adapters = []
         for name, file in files.items():
@@ -55,8 +54,6 @@ def lora_llama(
         running.start_agent("node1")
         running.wait_ready(MODEL, 120)
         yield running
-    finally:
-        running.stop()
 
 
 def answer(cluster: Cluster, model: str) -> str:

@@ -29,12 +29,9 @@ SHARD = "model-00001-of-00002.safetensors"
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("pulls")
-    running = Cluster(home, home / "cache")
-    try:
+    with Cluster(home, home / "cache") as running:
         running.start_server()
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """cp1 leading and cp2 standing by on PostgreSQL; node1 with the stand-in llama-server, registered."""
     home = tmp_path_factory.mktemp("mirror")
     with postgres() as database:
-        cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S)
-        try:
+        with Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S) as cluster:
             cluster.start_leader_and_standby(20)
             wait_for(lambda: cluster.admin.get("/api/status")["standbys"] == ["cp2"], 20, "cp1 sees cp2")
             launcher = write_launcher(home / "bin" / "llama-server")
@@ -35,8 +34,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.start_agent("node1")
             wait_for(lambda: cluster.admin.get("/api/nodes"), 30, "node1 registers")
             yield cluster
-        finally:
-            cluster.stop()
 
 
 def copies(cluster: Cluster, name: str, sha256: str) -> list[str]:

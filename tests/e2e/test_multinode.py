@@ -34,8 +34,7 @@ PROFILES = {
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("multinode")
     programs = write_standins(home / "standins")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         blob = running.upload(filename="config.json", data=b'{"architectures": ["LlamaForCausalLM"]}')
         source = {"sha256": blob["sha256"], "filename": "config.json", "format": "safetensors"}
@@ -56,8 +55,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
             running.start_agent(node_id)
         yield running
-    finally:
-        running.stop()
 
 
 def ask(cluster: Cluster, model: str) -> str:

@@ -53,11 +53,10 @@ def machine(tmp_path: Path) -> Iterator[sshd.Sshd]:
 
 @pytest.fixture
 def cluster(tmp_path: Path, signed: Path) -> Iterator[Cluster]:
-    running = Cluster(tmp_path / "cluster", tmp_path / "cache")
-    shutil.copy(signed.parent / "trusted.pub", running.home / "trusted.pub")
-    running.start_server()
-    yield running
-    running.stop()
+    with Cluster(tmp_path / "cluster", tmp_path / "cache") as running:
+        shutil.copy(signed.parent / "trusted.pub", running.home / "trusted.pub")
+        running.start_server()
+        yield running
 
 
 def node_add(

@@ -50,11 +50,10 @@ def machine(tmp_path: Path) -> Iterator[sshd.Sshd]:
 @pytest.fixture
 def cluster(tmp_path: Path, signed: Path) -> Iterator[Cluster]:
     with postgres.PostgresServer.start() as database:
-        running = Cluster(tmp_path / "cluster", tmp_path / "cache", store_url=database.url)
-        shutil.copy(signed.parent / "trusted.pub", running.home / "trusted.pub")
-        running.start_server()
-        yield running
-        running.stop()
+        with Cluster(tmp_path / "cluster", tmp_path / "cache", store_url=database.url) as running:
+            shutil.copy(signed.parent / "trusted.pub", running.home / "trusted.pub")
+            running.start_server()
+            yield running
 
 
 def server_add(

@@ -37,12 +37,10 @@ def cluster(tmp_path: Path, engine_cache: Path) -> Iterator[Cluster]:
     running = Cluster(tmp_path / "cluster", engine_cache)
     running.config.reconcile.node_grace_s = GRACE_S
     save_server_config(running.config, running.home / "server.yaml")
-    try:
+    with running:
         running.start_server()
         running.create_key()
         yield running
-    finally:
-        running.stop()
 
 
 def add_model(cluster: Cluster, weights: Path, replicas: int) -> None:

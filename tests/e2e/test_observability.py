@@ -26,8 +26,7 @@ OWNER = "project:obs/platform/chat"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("observability")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.config.gateway.access_log = True
         save_server_config(running.config, running.home / "server.yaml")
         running.start("server", "server", "run", "--config", str(running.config_path("cp1")), "--log-json")
@@ -42,8 +41,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start("agent-node1", "agent", "run", "--config", str(agent_yaml), "--log-json")
         running.wait_ready(MODEL, 60)
         yield running
-    finally:
-        running.stop()
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

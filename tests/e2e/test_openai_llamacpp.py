@@ -26,8 +26,7 @@ EMBED = "smol-embed"
 
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_file: Path) -> Iterator[Cluster]:
-    running = Cluster(tmp_path_factory.mktemp("smol"), engine_cache)
-    try:
+    with Cluster(tmp_path_factory.mktemp("smol"), engine_cache) as running:
         running.start_server()
         running.add_model(CHAT, model_file, {"ctx_size": 2048, "parallel": 2})
         running.add_model(
@@ -38,8 +37,6 @@ def smol(tmp_path_factory: pytest.TempPathFactory, engine_cache: Path, model_fil
         running.wait_ready(CHAT, 180)
         running.wait_ready(EMBED, 180)
         yield running
-    finally:
-        running.stop()
 
 
 def client(cluster: Cluster) -> openai.OpenAI:

@@ -40,8 +40,7 @@ CHAT_MODELS = sorted(name for name, (_, serves) in MODELS.items() if serves == "
 def surface(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("surface")
     programs = write_standins(home / "standins")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         blob = running.upload(filename="config.json", data=b'{"architectures": ["LlamaForCausalLM"]}')
         for name, (engine, serves) in MODELS.items():
@@ -66,8 +65,6 @@ def surface(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for name in MODELS:
             running.wait_ready(name, 120)
         yield running
-    finally:
-        running.stop()
 
 
 def client(cluster: Cluster, key: str = "") -> openai.OpenAI:

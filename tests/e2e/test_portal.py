@@ -56,8 +56,7 @@ def cards(utilisation: int) -> list[Any]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("portal")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         weights = home / "weights.gguf"
         weights.write_bytes(b"GGUF stand-in for the portal\n")
@@ -77,8 +76,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             install_fake_nvidia_smi(bin_dir, cards(utilisation))
         wait_for(lambda: readings(running) >= 3, 30, "three telemetry samples of gpu1")
         yield running
-    finally:
-        running.stop()
 
 
 def readings(cluster: Cluster) -> int:

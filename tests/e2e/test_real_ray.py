@@ -179,7 +179,7 @@ def cluster(
     running = Cluster(
         home / "cluster", home / "cache", http_host=machines.outside_address, agent_host=machines.addresses[0]
     )
-    try:
+    with running:
         running.start_server(wrap=machines.argv(CONTROL_PLANE))
         # llmgw's firewall lets a control plane's agent port be reached by the nodes the store knows,
         # and the store knows a node once it has registered: a first registration from a machine of
@@ -205,8 +205,6 @@ def cluster(
             )
             running.start_agent(node_id, wrap=node_env(machines, index, ray, ray_tmp))
         yield running
-    finally:
-        running.stop()
 
 
 def test_real_ray_a_two_node_replica_serves_and_is_placed_again_after_its_workers_machine_dies(

@@ -45,6 +45,9 @@ LIVENESS_S = 15.0
 """A ready engine's time to answer its health check before it is killed (30 s by default)."""
 START_S = 900.0
 """Two replicas compiling at once on two cores, the first time on a machine (about 2.5 min alone)."""
+STREAM_TOKENS = 32
+"""A scaled-down replica's stream: about 0.9 s a token with three engines on two cores, so it runs
+well past the drain's start (a second or two after both streams run) and the request sent meanwhile."""
 PROMPT = " ".join(f"word{i}" for i in range(300))
 """1,024 tokens and more: eight of the CPU backend's 128-token blocks."""
 TEMPLATE = (
@@ -88,8 +91,7 @@ def vllm_cluster(
         pytest.fail(f"no training environment in {engine_cache}: run 'make training'")
     home = tmp_path_factory.mktemp("real-vllm")
     base = _with_template(smollm2_base(engine_cache, python, model_file), home / "smollm2", TEMPLATE)
-    running = Cluster(home / "cluster", engine_cache)
-    try:
+    with Cluster(home / "cluster", engine_cache) as running:
         running.start_server()
         data, uploads = definition(
             base,
@@ -129,8 +131,6 @@ def vllm_cluster(
         wait_for(lambda: _ready(running), START_S, "both vLLM replicas are ready")
         running.wait_ready(EMBED, START_S)
         yield running
-    finally:
-        running.stop()
 
 
 def _with_template(base: Path, folder: Path, template: str) -> Path:
@@ -375,7 +375,7 @@ def test_real_vllm_scaled_down_replica_finishes_its_stream_then_stops_with_its_e
         chunks = client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": f"Story {index}: tell a long story about the sea."}],
-            max_tokens=64,
+            max_tokens=STREAM_TOKENS,
             stream=True,
             extra_body={"ignore_eos": True},
         )

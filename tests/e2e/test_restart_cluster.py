@@ -37,8 +37,7 @@ LEASE_S = 6.0
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("restart-cluster")
     with PostgresServer.start() as database:
-        cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S)
-        try:
+        with Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S) as cluster:
             cluster.start_leader_and_standby()
             cluster.add_standin_model(MODEL)
             cluster.create_key("tests")
@@ -47,8 +46,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.start_agent("node1")
             cluster.wait_ready(MODEL, 60)
             yield cluster
-        finally:
-            cluster.stop()
 
 
 def instance(cluster: Cluster, name: str) -> str:

@@ -50,8 +50,7 @@ def secrets_cluster(
 ) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("secrets")
     programs = write_standins(home / "standins")
-    running = Cluster(home / "cluster", engine_cache)
-    try:
+    with Cluster(home / "cluster", engine_cache) as running:
         running.start_server()
         running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 2048, "parallel": 1})
         config = running.upload(filename="config.json", data=b'{"architectures": ["LlamaForCausalLM"]}')
@@ -72,8 +71,6 @@ def secrets_cluster(
         for name in (DEFAULT_MODEL, *STANDINS):
             running.wait_ready(name, 180)
         yield running
-    finally:
-        running.stop()
 
 
 def shards(cluster: Cluster) -> dict[str, Path]:

@@ -44,15 +44,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     running.config.http.header_timeout_s = HEAD_TIMEOUT_S
     running.config.http.max_connections = MAX_CONNECTIONS
     save_server_config(running.config, home / "server.yaml")
-    try:
+    with running:
         running.start_server()
         running.start_agent("node1")
         wait_for(lambda: _connected(running), 30, "node1 is connected")
         # The control plane counts the node connected before the agent logs the answer it got.
         wait_for(lambda: _registrations(running), 30, "node1 logged its registration")
         yield running
-    finally:
-        running.stop()
 
 
 def _connected(cluster: Cluster) -> bool:

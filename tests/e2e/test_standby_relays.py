@@ -56,8 +56,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """cp1 leading, cp2 standing by, on PostgreSQL; node1 serving the slowed stand-in."""
     home = tmp_path_factory.mktemp("relaying")
     with PostgresServer.start() as database:
-        cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=5.0)
-        try:
+        with Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=5.0) as cluster:
             cluster.start_leader_and_standby(20)
             cluster.add_standin_model(MODEL)
             cluster.create_key("tests", via=cluster.admin_of("cp2"))
@@ -66,8 +65,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.start_agent("node1")
             cluster.wait_ready(MODEL, 60)
             yield cluster
-        finally:
-            cluster.stop()
 
 
 def engine_processing(ha: Cluster) -> int:

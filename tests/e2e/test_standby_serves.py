@@ -36,8 +36,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """cp1 leading, cp2 standing by, on PostgreSQL; node1 serving the stand-in."""
     home = tmp_path_factory.mktemp("standby-serves")
     with PostgresServer.start() as database:
-        cluster = Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S)
-        try:
+        with Cluster(home / "cluster", home / "cache", store_url=database.url, lease_s=LEASE_S) as cluster:
             cluster.start_leader_and_standby(20)
             cluster.add_standin_model(MODEL)
             cluster.create_key("tests", via=cluster.admin_of("cp2"))
@@ -46,8 +45,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.start_agent("node1")
             cluster.wait_ready(MODEL, 60)
             yield cluster
-        finally:
-            cluster.stop()
 
 
 def chat(cluster: Cluster, name: str, key: str, timeout_s: float = 30) -> str:

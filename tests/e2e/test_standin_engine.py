@@ -23,8 +23,7 @@ MODEL = "standin-chat"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("standin")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         running.add_standin_model(MODEL)
         running.create_key("tests")
@@ -33,8 +32,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start_agent("node1")
         running.wait_ready(MODEL, 60)
         yield running
-    finally:
-        running.stop()
 
 
 def client(cluster: Cluster) -> openai.OpenAI:

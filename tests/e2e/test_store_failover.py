@@ -91,8 +91,7 @@ def patroni() -> Iterator[PatroniCluster]:
 @pytest.fixture(scope="module")
 def ha(tmp_path_factory: pytest.TempPathFactory, patroni: PatroniCluster) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("store-failover")
-    cluster = Cluster(home / "cluster", home / "cache", store_url=patroni.url, lease_s=LEASE_S)
-    try:
+    with Cluster(home / "cluster", home / "cache", store_url=patroni.url, lease_s=LEASE_S) as cluster:
         cluster.start_leader_and_standby()
         cluster.add_standin_model(MODEL)
         cluster.create_key("tests")
@@ -101,8 +100,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory, patroni: PatroniCluster) -> Ite
         cluster.start_agent("node1")
         cluster.wait_ready(MODEL, 60)
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def key_names(cluster: Cluster) -> set[str]:

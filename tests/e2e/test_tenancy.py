@@ -19,12 +19,9 @@ from llmgw.testing.cluster import Cluster
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A control plane alone (no node: the models are listed, never started)."""
-    running = Cluster(tmp_path_factory.mktemp("tenancy"), tmp_path_factory.mktemp("cache"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("tenancy"), tmp_path_factory.mktemp("cache")) as running:
         running.start_server()
         yield running
-    finally:
-        running.stop()
 
 
 def v1(cluster: Cluster, key: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:

@@ -36,7 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, collector: OtlpCollector) 
     tracing = TracingSettings(enabled=True, endpoint=collector.endpoint)
     running.config.tracing = tracing
     save_server_config(running.config, running.config_path("cp1"))
-    try:
+    with running:
         running.start_server()
         running.add_standin_model(MODEL)
         running.create_key("tests")
@@ -47,8 +47,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, collector: OtlpCollector) 
         running.start_agent("node1")
         running.wait_ready(MODEL, 60)
         yield running
-    finally:
-        running.stop()
 
 
 def _one(collector: OtlpCollector, name: str, service_prefix: str) -> CollectedSpan:

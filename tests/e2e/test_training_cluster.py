@@ -68,16 +68,13 @@ def trained_cluster(
     convert = asyncio.run(converter_script(engine_cache)).parent
     base_gguf = smollm2_base_gguf(engine_cache, python, base, convert)
     home = tmp_path_factory.mktemp("training-cluster")
-    running = Cluster(home / "cluster", engine_cache)
-    try:
+    with Cluster(home / "cluster", engine_cache) as running:
         running.start_server()
         running.add_model(MODEL, base_gguf, {"ctx_size": 1024, "parallel": 1})
         running.create_key()
         running.start_agent("node1")
         running.wait_ready(MODEL, 180)
         yield running, base
-    finally:
-        running.stop()
 
 
 def answer(cluster: Cluster, model: str) -> str:

@@ -23,8 +23,7 @@ CHAT = "project:acme/ml/chat"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("usage")
-    running = Cluster(home / "cluster", home / "cache")
-    try:
+    with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
         weights = home / "weights.gguf"
         weights.write_bytes(b"GGUF stand-in for usage\n")
@@ -34,8 +33,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start_agent("node1")
         running.wait_ready(MODEL, 60)
         yield running
-    finally:
-        running.stop()
 
 
 def test_requests_show_in_usage_under_their_project_with_tokens_and_ttft(cluster: Cluster) -> None:

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from llmgw.store.tables import AuditRow
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class AuditEntry:
 class AuditLog:
     """Append actions and read back the latest."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def record(

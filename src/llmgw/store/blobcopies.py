@@ -30,7 +30,7 @@ from llmgw.store.tables import BlobCopyRow
 from llmgw.store.upserting import dialect_insert
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class BlobCopy:
 class BlobCopies:
     """Record a plane's copy (idempotent, unfenced), list the copies of one blob or of all."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def record(self, sha256: str, plane: str, address: str) -> None:

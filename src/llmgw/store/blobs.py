@@ -19,7 +19,7 @@ from llmgw.store.tables import BlobRow, rowcount
 from llmgw.store.upserting import upsert
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 KINDS = ("weights", "build")
 """What a blob can be: a model's weights, or an engine build."""
@@ -44,7 +44,7 @@ class BlobRecord:
 class Blobs:
     """Mirror files by sha256: add (idempotent), read, list, remove."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def add(self, sha256: str, size: int, filename: str, kind: str) -> BlobRecord:

@@ -22,7 +22,7 @@ from llmgw.store.tables import ModelRow, rowcount
 from llmgw.store.upserting import upsert
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ def owner_of(definition: dict[str, Any]) -> Owner:
 class Catalog:
     """Models by name: add, replace, read, list and remove."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def add(self, name: str, definition: dict[str, Any]) -> ModelRecord:

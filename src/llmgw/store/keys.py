@@ -27,7 +27,7 @@ from llmgw.store.tables import ApiKeyRow
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 SECRET_PREFIX = "sk-llmgw-"
 """What every llmgw secret starts with."""
@@ -82,7 +82,7 @@ class KeyRecord:
 class Keys:
     """API keys: create, list, revoke, and the active ones for the key ring."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def create(

@@ -37,7 +37,7 @@ from llmgw.store.tables import (
 )
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 LIST_HINT = "'llmgw ctl kb list' lists the collections you see"
 
@@ -90,7 +90,7 @@ class StoredPassage:
 class KnowledgeStore:
     """Collections by name; documents, passages and pairs within them."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     @property

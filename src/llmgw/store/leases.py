@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 NOW_SQL = {
     "postgresql": "extract(epoch from clock_timestamp())",
@@ -88,7 +88,7 @@ class Leases:
     tests move it to let time pass without waiting.
     """
 
-    def __init__(self, store: Store, skew: Callable[[], float] = lambda: 0.0) -> None:
+    def __init__(self, store: StoreAccess, skew: Callable[[], float] = lambda: 0.0) -> None:
         self._store = store
         self._skew = skew
 

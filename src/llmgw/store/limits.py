@@ -21,7 +21,7 @@ from llmgw.store.tables import LimitCountRow, LimitRow
 from llmgw.store.upserting import dialect_insert, upsert
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 def day_period(now: float) -> str:
@@ -44,7 +44,7 @@ def checked_subject(text: str) -> str:
 class StoredLimits:
     """Set, read and remove limits; add and read the tokens spent against them."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def set(self, subject: str, limits: Limits) -> Limits:

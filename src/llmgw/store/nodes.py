@@ -19,7 +19,7 @@ from llmgw.store.tables import NodeRow
 from llmgw.store.upserting import dialect_insert, upsert
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class NodeRecord:
 class Nodes:
     """Nodes by id: record a registration, read, list."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def upsert(self, node_id: str, address: str, inventory: dict[str, Any]) -> NodeRecord:

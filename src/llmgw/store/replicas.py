@@ -20,7 +20,7 @@ from llmgw.errors import Conflict, NotFound
 from llmgw.store.tables import ModelRow, ReplicaRow, rowcount
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 def _utcnow() -> datetime:
@@ -52,7 +52,7 @@ class ReplicaRecord:
 class Replicas:
     """Replicas by id: add, read, list (all, or one model's) and remove."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def add(self, replica: ReplicaRecord) -> ReplicaRecord:

@@ -19,7 +19,7 @@ from llmgw.store.tables import SettingChangeRow, SettingRow
 from llmgw.store.upserting import upsert
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class SettingChange:
 class StoredSettings:
     """Settings by key: read, set, delete, all at once, and their history."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def get(self, key: str, default: Any = None) -> Any:

@@ -22,7 +22,7 @@ from llmgw.store.tables import ApiKeyRow, ModelRow, OrgRow, ProjectRow, RoleBind
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 ROWS: dict[OwnerKind, type[OrgRow] | type[TeamRow] | type[ProjectRow]] = {
     OwnerKind.ORG: OrgRow,
@@ -58,7 +58,7 @@ def _checked(kind: OwnerKind, path: str) -> Owner:
 class Tenants:
     """Create, list and remove organizations, teams and projects."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def create(self, kind: OwnerKind, path: str) -> Unit:

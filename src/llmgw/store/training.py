@@ -22,7 +22,7 @@ from llmgw.errors import Conflict, NotFound
 from llmgw.store.tables import TrainingJobRow
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 CHANGEABLE = frozenset(
     {"state", "node_id", "device", "attempt", "progress", "logs", "results", "reasons", "error", "retry"}
@@ -87,7 +87,7 @@ def new_job_id() -> str:
 class TrainingJobs:
     """Jobs by id: add, read, list, change."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def add(

@@ -30,7 +30,7 @@ from llmgw.core.tenancy import Owner, OwnerKind
 from llmgw.store.tables import UsageRow
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class UsageTotal:
 class UsageLog:
     """Append usage in batches; read back totals."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def append(self, entries: Sequence[UsageEntry]) -> None:

@@ -26,7 +26,7 @@ from sqlalchemy import ColumnElement, case, false, func, or_, select
 from llmgw.store.tables import UsageRow
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 
 class Bucket(StrEnum):
@@ -167,7 +167,7 @@ SUMS = (
 class UsageReports:
     """Sums of usage over time buckets and groups, computed by the database."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def report(self, query: UsageQuery) -> UsageReport:

@@ -22,7 +22,7 @@ from llmgw.errors import Conflict, NotFound, ValidationFailed
 from llmgw.store.tables import RoleBindingRow, UserRow, rowcount
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 USERS_HINT = "'llmgw ctl user list' lists the users"
 
@@ -39,7 +39,7 @@ class UserRecord:
 class Users:
     """Create, list and remove users; bind and unbind their roles."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def create(self, name: str) -> UserRecord:

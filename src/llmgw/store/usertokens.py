@@ -21,7 +21,7 @@ from llmgw.store.keys import hash_secret
 from llmgw.store.tables import UserRow, UserTokenRow
 
 if TYPE_CHECKING:
-    from llmgw.store.database import Store
+    from llmgw.store.access import StoreAccess
 
 TOKEN_PREFIX = "llmgw-ut-"
 """What every user token starts with (an API key starts with ``sk-llmgw-``)."""
@@ -51,7 +51,7 @@ class TokenRecord:
 class UserTokens:
     """Create, list and revoke users' tokens, and read the live ones for the control plane's memory."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
     async def create(

@@ -38,9 +38,7 @@ def none_hash(seed: str | None = None) -> bytes:
     return os.urandom(32) if seed is None else sha256_cbor(seed)
 
 
-def block_hash(
-    parent: bytes | None, tokens: Sequence[int], root: bytes, extra_keys: Cbor = None
-) -> bytes:
+def block_hash(parent: bytes | None, tokens: Sequence[int], root: bytes, extra_keys: Cbor = None) -> bytes:
     """One block's hash, chained on its parent's (``root``, NONE_HASH, for the first block);
     ``extra_keys``: ``(("cache_salt", salt),)`` for the first block of a salted request."""
     return sha256_cbor((parent or root, tuple(tokens), extra_keys))

@@ -73,6 +73,10 @@ class Cluster:
     ``agent_host`` are where cp1 listens (127.0.0.1; an address inside a network
     namespace the test made, with ``wrap`` given to :meth:`start_server` and
     :meth:`start_agent` running each process there: :mod:`llmgw.testing.netns`).
+
+    A context manager: ``with Cluster(home, cache) as cluster:`` stops every
+    process it started, and the engines its agents left, when the block ends,
+    by a failure too (:meth:`stop`).
     """
 
     home: Path
@@ -265,18 +269,33 @@ class Cluster:
             out.append(f"[{name}]\n" + "\n".join(text))
         return "\n".join(out)
 
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        """Stop every process started (SIGTERM, SIGKILL after 20 s), then the engines they left.
+
+        An interrupt while waiting ends the waits, not the stopping: whatever still runs is killed
+        and the engines are stopped before it goes on.
+        """
+        processes = list(self.processes.values())
         self.processes.clear()
-        self.stop_orphaned_engines()
+        try:
+            for process in processes:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in processes:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(20)
+        finally:
+            for process in processes:
+                if process.poll() is None:  # past its grace, or an interrupt came first
+                    process.kill()
+                    process.wait()
+            self.stop_orphaned_engines()
 
     def engine_key(self, port: int) -> str:
         """The key of the replica whose engine serves ``port``, from its shard's state file on its node

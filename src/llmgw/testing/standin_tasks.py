@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.testing.engine_standin import Standin, render_chat, tokenize
+from llmgw.testing.standin_state import Standin, render_chat, tokenize
 
 EMBEDDING_DIMENSIONS = 16
 
