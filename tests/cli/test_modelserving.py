@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.cli.modelserving import definition
+from llmgw.client.definitions import definition
 from llmgw.errors import ValidationFailed
 
 

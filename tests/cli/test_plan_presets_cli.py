@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from llmgw.adminapi.schemas import PlanRefusal, PlanView, PresetView
 from llmgw.cli.main import app
 from llmgw.cli.plan import plan_lines
-from llmgw.cli.presets import preset_weights
+from llmgw.client.presets import preset_weights
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration
 from llmgw.core.presets import PRESETS, Preset

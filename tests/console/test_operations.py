@@ -9,6 +9,8 @@ driven against the test kit's sshd with the CLI's own tests, in
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -239,3 +241,15 @@ async def test_models_are_added_from_a_gguf_and_its_projector_and_from_a_definit
     assert source.sha256 == blobs["vision.gguf"] and source.projector is not None
     assert source.projector.sha256 == blobs["mmproj-vision.gguf"]
     assert models["vision2"] == source
+
+
+def test_the_operations_load_nothing_of_the_command_line() -> None:
+    """The console runs what the commands run from the layers below both, not from the commands."""
+    code = (
+        "import sys, llmgw.console.operations\n"
+        "print(sorted(m for m in sys.modules if m == 'llmgw.cli' or m.startswith('llmgw.cli.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -25,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.cli import knowledge as knowledge_cli
-from llmgw.cli.modelserving import definition, fill_checksums
+from llmgw.client.definitions import definition, fill_checksums
 from llmgw.engines import pythonbuilds
 from llmgw.testing import openai_conformance as conformance
 from llmgw.testing.cluster import Cluster, engine_pid, wait_for

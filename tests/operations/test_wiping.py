@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from llmgw.agent.shardstates import ShardRecord, process_start_time, write_state
 from llmgw.cli.main import app
-from llmgw.cli.wipe import layout_of
 from llmgw.core.shards import ShardSpec
 from llmgw.errors import LlmgwError
 from llmgw.operations.wiping import (
@@ -28,6 +27,7 @@ from llmgw.operations.wiping import (
     stop_engine,
     wipe,
 )
+from llmgw.provisioning.wipe import layout_of
 
 HOST = "scratchhost"
 

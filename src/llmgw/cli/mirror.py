@@ -2,43 +2,53 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TransferSpeedColumn
 
 from llmgw.adminapi.schemas import BlobView
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
 from llmgw.client.admin import AdminClient
-from llmgw.errors import ValidationFailed
+from llmgw.client.uploads import UploadProgress, upload_file
 
 app = typer.Typer(help="Weights kept by sha256 on the control plane.", no_args_is_help=True)
 
 
-def upload(
-    admin: AdminClient, file: Path, *, show_progress: bool = True, filename: str = ""
-) -> dict[str, Any]:
-    if not file.is_file():
-        raise ValidationFailed(
-            [("FILE", f"{file} is not a readable file")], "give the path of a weights file"
-        )
-    size = file.stat().st_size
+@contextmanager
+def upload_bar(show: bool = True) -> Iterator[UploadProgress]:
+    """Where uploads say how far they are: a bar for each file while it goes, gone once it is sent
+    (``show``: False draws nothing)."""
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
         console=console,
-        disable=not show_progress,
+        disable=not show,
         transient=True,
-    ) as progress:
-        name = filename or file.name
-        task = progress.add_task(f"uploading {name}", total=size)
-        with file.open("rb") as handle:
-            answer = admin.upload_blob(name, handle, size, progress=lambda n: progress.advance(task, n))
-    return answer.model_dump()
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def progress(name: str, sent: int, size: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(f"uploading {name}", total=size)
+            bar.update(tasks[name], completed=sent)
+            if sent >= size:
+                bar.remove_task(tasks.pop(name))
+
+        yield progress
+
+
+def upload(
+    admin: AdminClient, file: Path, *, show_progress: bool = True, filename: str = ""
+) -> dict[str, Any]:
+    with upload_bar(show_progress) as progress:
+        return upload_file(admin, file, filename=filename, progress=progress).model_dump()
 
 
 @app.command("import")

@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
-from llmgw.cli.mirror import upload
+from llmgw.cli.mirror import upload, upload_bar
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, table
-from llmgw.cli.presets import add_preset, presets, print_added
+from llmgw.cli.presets import presets, print_added
 from llmgw.client.admin import AdminClient
+from llmgw.client.definitions import read_definition
+from llmgw.client.presets import add_preset
 from llmgw.core.presets import PRESETS
 from llmgw.errors import ValidationFailed
 
@@ -81,7 +82,9 @@ def model_add(
     """Add a model: a preset by name ('llmgw ctl presets'), or from flags or a definition file."""
     admin = client(url, token)
     if name in PRESETS and definition is None and file is None:
-        print_added(add_preset(admin, PRESETS[name], weights))
+        with upload_bar() as progress:
+            added = add_preset(admin, PRESETS[name], weights, progress)
+        print_added(added)
         return
     if definition is not None:
         data = read_definition(definition, name)
@@ -101,17 +104,6 @@ def model_add(
             | ({"memory_mb": memory_mb} if memory_mb is not None else {}),
         )
     print_added(admin.add_model(data))
-
-
-def read_definition(path: Path, name: str | None) -> dict[str, Any]:
-    """A YAML or JSON model definition file (``name``: the name it gets instead of its own)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ValidationFailed([("--definition", f"cannot read {path}: {error}")], "fix the file") from None
-    if name and isinstance(data, dict):
-        data["name"] = name
-    return data if isinstance(data, dict) else {"": data}
 
 
 def _check_flags(name: str | None, weights: str | None) -> None:

@@ -16,7 +16,6 @@ then adds the definition with the pull's catalog source.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -24,114 +23,14 @@ from typing import Any
 import typer
 
 from llmgw.cli.ctl import TOKEN, URL, client, model_app
-from llmgw.cli.mirror import upload
+from llmgw.cli.mirror import upload_bar
 from llmgw.cli.mirrorimports import HF_TOKEN, pull_model
 from llmgw.cli.output import console
 from llmgw.client.admin import AdminClient
+from llmgw.client.definitions import PLACEHOLDER_SHA, definition, fill_checksums
 from llmgw.core.catalog import parse_model
 from llmgw.core.engines import default_engine_for
 from llmgw.errors import LlmgwError, ValidationFailed
-
-PLACEHOLDER_SHA = "0" * 64
-
-
-def repository_files(folder: Path) -> tuple[Path, list[Path]]:
-    """A safetensors repository's first weights file and its other files (config, tokenizer, shards)."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    weights = [p for p in files if p.suffix == ".safetensors"]
-    problems = []
-    if not weights:
-        problems.append(("PATH", f"{folder} holds no .safetensors file"))
-    if not any(p.name == "config.json" for p in files):
-        problems.append(("PATH", f"{folder} holds no config.json; serve the whole repository folder"))
-    if problems:
-        raise ValidationFailed(
-            problems, "give the folder of a safetensors repository (weights, config, tokenizer)"
-        )
-    return weights[0], [p for p in files if p != weights[0]]
-
-
-def adapter_entry(name: str, path: Path) -> tuple[dict[str, Any], list[Path]]:
-    """An adapter of the definition (placeholder checksums) and its files to upload, weights first."""
-    if path.is_file():
-        return {"name": name, "sha256": PLACEHOLDER_SHA, "filename": path.name}, [path]
-    if not path.is_dir():
-        raise ValidationFailed(
-            [("--adapter", f"{path} is neither a GGUF file nor a PEFT adapter's folder")],
-            "give the path of a GGUF LoRA file (llama.cpp) or of the folder a PEFT adapter was saved in",
-        )
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    weights = [p for p in files if p.name.startswith("adapter_model.")]
-    config = path / "adapter_config.json"
-    if not weights or not config.is_file():
-        raise ValidationFailed(
-            [("--adapter", f"{path} holds no adapter_model.safetensors and adapter_config.json")],
-            "give the folder a PEFT adapter was saved in, or a GGUF LoRA file for llama.cpp",
-        )
-    rest = [p for p in files if p != weights[0]]
-    entry: dict[str, Any] = {
-        "name": name,
-        "sha256": PLACEHOLDER_SHA,
-        "filename": weights[0].name,
-        "files": [{"sha256": PLACEHOLDER_SHA, "filename": p.name} for p in rest],
-    }
-    try:
-        rank = json.loads(config.read_text()).get("r")
-    except (ValueError, OSError, AttributeError):
-        rank = None
-    if isinstance(rank, int) and rank > 0:
-        entry["rank"] = rank
-    return entry, [weights[0], *rest]
-
-
-def definition(
-    path: Path,
-    *,
-    name: str | None,
-    fmt: str | None,
-    engine: str | None,
-    projector: Path | None,
-    profile: dict[str, Any],
-    replicas: dict[str, int],
-    on_demand: bool,
-    adapters: tuple[tuple[str, Path], ...] = (),
-) -> tuple[dict[str, Any], list[Path]]:
-    """The model definition (with placeholder checksums) and the files to upload, main file first."""
-    fmt = fmt or ("safetensors" if path.is_dir() else "gguf")
-    if fmt == "safetensors" and not path.is_dir():
-        raise ValidationFailed([("--format", "safetensors takes the repository's folder, not a file")])
-    if fmt == "gguf" and not path.is_file():
-        raise ValidationFailed(
-            [("PATH", f"{path} is not a GGUF file")], "give a .gguf file or --format safetensors"
-        )
-    if fmt == "safetensors":
-        main, rest = repository_files(path)
-    else:
-        main, rest = path, []
-    source: dict[str, Any] = {"sha256": PLACEHOLDER_SHA, "filename": main.name, "format": fmt}
-    if rest:
-        source["files"] = [{"sha256": PLACEHOLDER_SHA, "filename": p.name} for p in rest]
-    uploads = [main, *rest]
-    if projector is not None:
-        source["projector"] = {"sha256": PLACEHOLDER_SHA, "filename": projector.name}
-        uploads.append(projector)
-    data: dict[str, Any] = {
-        "name": name or (path.name if path.is_dir() else path.stem),
-        "source": source,
-        "profile": {"engine": engine or default_engine_for(fmt), **profile},
-        "replicas": replicas,
-        "on_demand": on_demand,
-    }
-    entries = []
-    for adapter_name, adapter_path in adapters:
-        entry, files = adapter_entry(adapter_name, adapter_path)
-        entries.append(entry)
-        uploads += files
-    if entries:
-        data["adapters"] = entries
-    parse_model(data)  # refuse before uploading gigabytes
-    return data, uploads
-
 
 PULLED = ("hf:", "ollama:")
 """Prefixes of a model ``model serve`` pulls from its registry instead of reading from disk."""
@@ -159,19 +58,6 @@ def pulled_definition(
     }
     parse_model(data)  # refuse before pulling gigabytes
     return data
-
-
-def fill_checksums(data: dict[str, Any], uploads: list[Path], admin: AdminClient) -> None:
-    """Upload each file into the mirror and put its sha256 and size in the definition."""
-    source = data["source"]
-    slots = [source, *source.get("files", [])]
-    if "projector" in source:
-        slots.append(source["projector"])
-    for adapter in data.get("adapters", []):
-        slots += [adapter, *adapter.get("files", [])]
-    for slot, file in zip(slots, uploads, strict=True):
-        blob = upload(admin, file)
-        slot["sha256"], slot["size"] = blob["sha256"], file.stat().st_size
 
 
 @model_app.command("serve")
@@ -276,7 +162,8 @@ def model_serve(
         adapters=tuple(pairs),
     )
     admin = client(url, token)
-    fill_checksums(data, uploads, admin)
+    with upload_bar() as progress:
+        fill_checksums(data, uploads, admin, progress)
     serve(admin, data, wait)
 
 

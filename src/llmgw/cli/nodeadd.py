@@ -12,7 +12,6 @@ import typer
 
 from llmgw.agent.config import MetricsSettings
 from llmgw.cli.output import console
-from llmgw.cli.server import resolve_config
 from llmgw.cli.sshoptions import (
     ACCEPT,
     CONFIG,
@@ -30,6 +29,7 @@ from llmgw.cli.sshoptions import (
     report_changed,
 )
 from llmgw.client.admin import AdminClient
+from llmgw.client.paths import resolve_server_config
 from llmgw.controlplane.config import load_server_config
 from llmgw.provisioning.machines import machine_over_ssh
 from llmgw.provisioning.nodes import add_node
@@ -60,7 +60,7 @@ def add(
     config: Path = CONFIG,
 ) -> None:
     """Make HOST a node over SSH: a signed release, the engine user, certificate, agent.yaml, the agent."""
-    path = resolve_config(config)
+    path = resolve_server_config(config)
     loaded = load_server_config(path)
     admin = AdminClient.from_environment(config=path)
     machine = machine_over_ssh(

@@ -10,7 +10,7 @@ import typer
 from llmgw.cli import sshoptions
 from llmgw.cli.output import console, setup_logging
 from llmgw.client.admin import AdminClient
-from llmgw.client.paths import SYSTEM_DIR, find_server_config
+from llmgw.client.paths import SYSTEM_DIR, resolve_server_config
 from llmgw.controlplane.config import load_server_config
 from llmgw.errors import ConfigError
 from llmgw.provisioning import controlplanes
@@ -25,18 +25,6 @@ from llmgw.provisioning.clusters import (
 from llmgw.provisioning.machines import machine_over_ssh
 
 app = typer.Typer(help="Create and run a control plane.", no_args_is_help=True)
-
-
-def resolve_config(path: Path | None) -> Path:
-    if path is not None:
-        return path
-    found = find_server_config()
-    if found is None:
-        raise ConfigError(
-            "no server.yaml found",
-            "pass --config, set LLMGW_CONFIG, or create one with 'llmgw server init'",
-        )
-    return found
 
 
 @app.command()
@@ -78,7 +66,7 @@ def run(
 ) -> None:
     """Run a control plane until SIGINT or SIGTERM."""
     setup_logging(log_level, log_json)
-    loaded = load_server_config(resolve_config(config))
+    loaded = load_server_config(resolve_server_config(config))
     from llmgw.agent.config import settings_problems
     from llmgw.controlplane.running import run_until_signalled
 
@@ -130,7 +118,7 @@ def add(
 ) -> None:
     """Add a control plane: certificate, configuration, store address (--vip for keepalived); over SSH
     with HOST: install a signed release there and start it (docs/operations.md, "Adding machines")."""
-    path = resolve_config(config)
+    path = resolve_server_config(config)
     existing = load_server_config(path)
     if host:
         machine = machine_over_ssh(
@@ -212,7 +200,7 @@ def node_cert(
     config: Path = typer.Option(None, "--config", "-c", help="server.yaml of the cluster."),
 ) -> None:
     """Issue a node's agent certificate from the cluster's CA."""
-    loaded = load_server_config(resolve_config(config))
+    loaded = load_server_config(resolve_server_config(config))
     issue_node_certificate(loaded, node_id, out)
     console.print(f"wrote {out / 'node.crt'}, {out / 'node.key'} and {out / 'ca.crt'} for node {node_id}")
 

@@ -1,5 +1,5 @@
 """What ``node add`` and ``server add`` share: the options saying how to reach the machine and what to
-install, and how their steps are printed."""
+install (their defaults from :mod:`llmgw.provisioning.machines`), and how their steps are printed."""
 
 from __future__ import annotations
 
@@ -11,33 +11,38 @@ import typer
 from llmgw.cli.output import console
 from llmgw.errors import LlmgwError
 from llmgw.operations.onboarding import Report
+from llmgw.provisioning import machines
 
 HOST = typer.Argument(..., help="The machine's address (what ssh connects to).")
-USER = typer.Option("root", "--user", help="The SSH user (root: onboarding creates users and services).")
-PORT = typer.Option(22, "--port", help="The SSH port.")
+USER = typer.Option(
+    machines.SSH_USER, "--user", help="The SSH user (root: onboarding creates users and services)."
+)
+PORT = typer.Option(machines.SSH_PORT, "--port", help="The SSH port.")
 IDENTITY = typer.Option(
     None, "--identity", help="Private key to log in with (default: ssh's own and its agent's)."
 )
 KNOWN_HOSTS = typer.Option(None, "--known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts).")
 ACCEPT = typer.Option(
-    False, "--accept-host-key", help="Record the host key of a machine not yet in known_hosts."
+    machines.ACCEPT_HOST_KEY,
+    "--accept-host-key",
+    help="Record the host key of a machine not yet in known_hosts.",
 )
 RELEASE = typer.Option(
-    "",
+    machines.RELEASE,
     "--release",
     help="A signed release: its directory, its https address, or 'mirror' (the newest one an offline "
     "bundle put into this control plane's mirror; the default when one is there).",
 )
-PYTHON = typer.Option("python3", "--python", help="The Python on the machine that makes llmgw's venv.")
+PYTHON = typer.Option(machines.PYTHON, "--python", help="The Python on the machine that makes llmgw's venv.")
 INSTALLED_DEPS = typer.Option(
-    False,
+    machines.INSTALLED_DEPS,
     "--installed-deps",
     help="Take the dependencies from --python's environment (pip --no-deps) instead of the index.",
 )
 ROOT = typer.Option(
-    "/", "--root", hidden=True, help="Where /opt, /etc and /var/lib are on the machine (tests)."
+    machines.ROOT, "--root", hidden=True, help="Where /opt, /etc and /var/lib are on the machine (tests)."
 )
-TIMEOUT = typer.Option(120.0, "--timeout", help="Seconds to wait for the machine to join.")
+TIMEOUT = typer.Option(machines.JOIN_TIMEOUT_S, "--timeout", help="Seconds to wait for the machine to join.")
 CONFIG = typer.Option(None, "--config", "-c", help="server.yaml of the cluster.")
 
 

@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from llmgw.errors import ConfigError
+
 SYSTEM_DIR = Path("/etc/llmgw")
 
 
@@ -46,6 +48,20 @@ def find_server_config(environ: Mapping[str, str] = os.environ) -> Path | None:
         if candidate.exists():
             return candidate
     return None
+
+
+def resolve_server_config(path: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
+    """``path`` when given, else the first server.yaml found (:func:`find_server_config`); ConfigError
+    saying how to name or make one when there is none."""
+    if path is not None:
+        return path
+    found = find_server_config(environ)
+    if found is None:
+        raise ConfigError(
+            "no server.yaml found",
+            "pass --config, set LLMGW_CONFIG, or create one with 'llmgw server init'",
+        )
+    return found
 
 
 def client_config_path(environ: Mapping[str, str] = os.environ) -> Path:

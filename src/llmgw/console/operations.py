@@ -1,11 +1,13 @@
-"""What the Do menu runs besides the admin API's calls: the commands' own operations, imported here once.
+"""What the Do menu runs besides the admin API's calls: the operations the commands run, imported here once.
 
 Adding a node or a control plane over SSH (what ``llmgw node add`` and
 ``llmgw server add HOST`` run), wiping this machine (``llmgw wipe``), adding a
 preset (``llmgw ctl model add PRESET``) and a model from files on this machine
 (``llmgw model serve``, ``llmgw ctl model add --definition``): the console
-calls the functions those commands call, and every one of them is imported in
-this module only, so where they live is said in one place.
+calls the functions those commands call, from the layers below both (the
+client, provisioning, operations), never the commands themselves; every one
+of them is imported in this module only, so where they live is said in one
+place.
 
 Each operation is first *prepared* from a dialog's inputs: the checks that
 need no machine and no upload run then, so a wrong input is said in the
@@ -25,22 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.agent.config import MetricsSettings
-from llmgw.cli import sshoptions
-from llmgw.cli.modelcatalog import read_definition
-from llmgw.cli.modelserving import definition, fill_checksums
-from llmgw.cli.presets import add_preset, preset_weights
-from llmgw.cli.server import resolve_config
-from llmgw.cli.wipe import check_typed_name, run_wipe, wipe_plan
 from llmgw.client.admin import AdminClient
+from llmgw.client.definitions import definition, fill_checksums, read_definition
+from llmgw.client.paths import resolve_server_config
+from llmgw.client.presets import add_preset, preset_weights
 from llmgw.controlplane.config import ServerConfig, load_server_config
 from llmgw.core.presets import PRESETS, Preset, preset
 from llmgw.errors import LlmgwError, ValidationFailed
 from llmgw.operations.onboarding import Onboarding, Plan
 from llmgw.operations.remote import SshShell
 from llmgw.operations.steps import onboard
+from llmgw.provisioning import machines
 from llmgw.provisioning.controlplanes import server_plan
 from llmgw.provisioning.machines import MIRROR, Machine, machine_over_ssh
 from llmgw.provisioning.nodes import node_plan
+from llmgw.provisioning.wipe import check_typed_name, run_wipe, wipe_plan
 
 __all__ = [
     "NODE_METRICS_PORT",
@@ -79,18 +80,18 @@ class Prepared:
 @dataclass(frozen=True)
 class Ssh:
     """How to reach the machine and what to install on it: the options ``node add`` and ``server add``
-    share, their defaults the commands' (:mod:`llmgw.cli.sshoptions`)."""
+    share, their defaults the commands' (:mod:`llmgw.provisioning.machines`)."""
 
-    user: str = sshoptions.USER.default
-    port: int = sshoptions.PORT.default
+    user: str = machines.SSH_USER
+    port: int = machines.SSH_PORT
     identity: str = ""
     known_hosts: str = ""
-    accept_host_key: bool = sshoptions.ACCEPT.default
-    release: str = sshoptions.RELEASE.default
-    python: str = sshoptions.PYTHON.default
-    installed_deps: bool = sshoptions.INSTALLED_DEPS.default
-    root: str = sshoptions.ROOT.default
-    timeout_s: float = sshoptions.TIMEOUT.default
+    accept_host_key: bool = machines.ACCEPT_HOST_KEY
+    release: str = machines.RELEASE
+    python: str = machines.PYTHON
+    installed_deps: bool = machines.INSTALLED_DEPS
+    root: str = machines.ROOT
+    timeout_s: float = machines.JOIN_TIMEOUT_S
 
     def machine(self, host: str) -> Machine:
         if not host:
@@ -119,7 +120,7 @@ class Ssh:
 
 def cluster_of(config: str) -> tuple[ServerConfig, AdminClient]:
     """The cluster's server.yaml (``config``; empty: found as the commands find it) and its admin API."""
-    path = resolve_config(Path(config).expanduser() if config else None)
+    path = resolve_server_config(Path(config).expanduser() if config else None)
     return load_server_config(path), AdminClient.from_environment(config=path)
 
 

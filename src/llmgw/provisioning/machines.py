@@ -24,6 +24,22 @@ from llmgw.operations.onboarding import Installer, Layout, Onboarding, Plan, Rel
 from llmgw.operations.remote import SshShell, Target
 from llmgw.operations.steps import onboard
 
+SSH_USER = "root"
+"""Who to log in as: root, since onboarding creates users and services."""
+SSH_PORT = 22
+ACCEPT_HOST_KEY = False
+"""Record the host key of a machine not yet in known_hosts: no, unless asked."""
+RELEASE = ""
+"""The release to install: none named, so the newest one in the control plane's mirror."""
+PYTHON = "python3"
+"""The Python on the machine that makes llmgw's venv."""
+INSTALLED_DEPS = False
+"""Take the dependencies from that Python's environment (pip --no-deps) instead of the index: no."""
+ROOT = "/"
+"""Where /opt, /etc and /var/lib are on the machine (another directory in tests)."""
+JOIN_TIMEOUT_S = 120.0
+"""Seconds to wait for the machine to join the cluster."""
+
 
 @dataclass(frozen=True)
 class Machine:
