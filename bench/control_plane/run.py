@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import figures
 
-from llmgw.controlplane.fleet import ReplicaState
+from llmgw.controlplane.nodes.fleet import ReplicaState
 from llmgw.core.kvblocks import BlockHasher
 from llmgw.core.shards import ReplicaPhase
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable

@@ -1,6 +1,6 @@
 """Routing benchmark: round robin, least loaded, approximate prefix and KV-aware, on a shared-prefix load.
 
-Eight stand-in vLLM replicas (``llmgw.testing.fake_vllm``, the timing model:
+Eight stand-in vLLM replicas (``llmgw.testing.vllm_standin``, the timing model:
 prefill costs per uncached prompt token, so a cache miss is expensive), each
 with a bounded KV cache and at most ``--max-num-seqs`` requests at once,
 publishing KV events over ZMQ. The gateway (``llmgw.gateway.Gateway``,
@@ -219,7 +219,7 @@ class Replicas:
         for i, (port, events) in enumerate(zip(self.ports, self.event_ports, strict=True)):
             config = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
                                  "endpoint": f"tcp://127.0.0.1:{events}"})  # fmt: skip
-            argv = [sys.executable, "-m", "llmgw.testing.fake_vllm", "serve", MODEL, "--host", "127.0.0.1",
+            argv = [sys.executable, "-m", "llmgw.testing.vllm_standin", "serve", MODEL, "--host", "127.0.0.1",
                     "--port", str(port), "--api-key", REPLICA_KEY, "--max-num-seqs", str(self.seqs),
                     "--num-gpu-blocks-override", str(self.blocks), "--block-size", "16",
                     "--prefix-caching-hash-algo", "sha256_cbor", "--max-model-len", "16384",

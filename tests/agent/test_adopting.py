@@ -1,4 +1,4 @@
-"""Supervisor.adopt: what an agent does with the shards an earlier agent left on disk."""
+"""ShardSupervisor.adopt: what an agent does with the shards an earlier agent left on disk."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.shardstates import ShardRecord, process_command, process_start_time, write_state
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
 from llmgw.engines.vllm import kv_events_config
 from llmgw.errors import LlmgwError
@@ -31,8 +31,8 @@ class Preparing:
         raise LlmgwError("no build here", "a test")
 
 
-def _supervisor(tmp_path: Path, prepare: Preparing) -> tuple[Supervisor, list[ShardStatus]]:
-    supervisor = Supervisor(tmp_path, ShardSettings(), prepare)
+def _supervisor(tmp_path: Path, prepare: Preparing) -> tuple[ShardSupervisor, list[ShardStatus]]:
+    supervisor = ShardSupervisor(tmp_path, ShardSettings(), prepare)
     reported: list[ShardStatus] = []
     supervisor.report = reported.append
     return supervisor, reported

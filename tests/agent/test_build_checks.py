@@ -17,7 +17,7 @@ from llmgw.core.mirrorbuilds import BuildAsset, MirrorBuilds, MirroredBuild
 from llmgw.engines import buildverdicts
 from llmgw.engines.builds import LLAMACPP_TAG, llamacpp_builds
 from llmgw.mirror.blobs import BlobStore
-from llmgw.testing.fakebuild import Behaviour, fake_cudart_archive, fake_llamacpp_archive
+from llmgw.testing.standin_builds import Behaviour, fake_cudart_archive, fake_llamacpp_archive
 
 UNREACHABLE = "http://127.0.0.1:9"
 H100 = "NVIDIA H100 80GB HBM3"

@@ -10,7 +10,7 @@ from llmgw.agent.nvidia_smi import NvidiaSmi
 from llmgw.core.shards import Compute as ShardCompute
 from llmgw.engines.engine import Compute
 from llmgw.engines.llamacpp import parse_compute
-from llmgw.testing.fake_nvidia_smi import H100_80G, FakeProcess, install_fake_nvidia_smi
+from llmgw.testing.nvidia_smi_standin import H100_80G, FakeProcess, install_fake_nvidia_smi
 
 ENGINE, CHILD, FOREIGN = 5001, 5002, 7777
 

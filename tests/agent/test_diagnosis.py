@@ -14,7 +14,7 @@ from llmgw.agent.nvidia_smi import parse_report
 from llmgw.cli.main import app
 from llmgw.engines.builds import LLAMACPP, Build, InstalledBuild
 from llmgw.engines.buildverdicts import Verdict
-from llmgw.testing.fake_nvidia_smi import (
+from llmgw.testing.nvidia_smi_standin import (
     A100_80G_MIG,
     A100_80G_MIG_EMPTY,
     H100_80G,

@@ -19,7 +19,7 @@ from llmgw.agent.discovery import (
     parse_nvidia_smi_xml,
 )
 from llmgw.core.devices import NodeInventory
-from llmgw.testing.fake_nvidia_smi import (
+from llmgw.testing.nvidia_smi_standin import (
     A100_80G,
     DRIVER_NOT_LOADED,
     H100_80G,

@@ -11,7 +11,7 @@ from llmgw.agent.config import AgentConfig
 from llmgw.agent.fetchprogress import FetchMeters, shard_files
 from llmgw.agent.installing import BlobFetcher, Installer
 from llmgw.agent.launching import EngineProcess, EngineSpawn
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.devices import NodeInventory
 from llmgw.core.shards import AdapterSpec, FetchProgress, ShardSpec, ShardState, ShardStatus, WeightsFile
 from llmgw.errors import LlmgwError
@@ -119,10 +119,10 @@ async def test_a_starting_shard_reports_its_fetch_throttled_then_no_longer_once_
         }
     )
     mirror = SlowMirror(data, clock)
-    supervisor: Supervisor
+    supervisor: ShardSupervisor
     meters = FetchMeters(lambda replica, progress: supervisor.fetching(replica, progress), clock)
     installer = Installer(config, lambda: NodeInventory(node_id="n1"), mirror.fetcher, meters=meters)
-    supervisor = Supervisor(
+    supervisor = ShardSupervisor(
         tmp_path / "work", config.shards, installer.prepare, launcher=_no_engine, clock=clock
     )
     statuses: list[tuple[float, ShardStatus]] = []

@@ -12,7 +12,7 @@ from llmgw.agent.gpus import GpuSource, devices_of
 from llmgw.agent.nvidia_smi import NvidiaSmi, parse_listing, parse_report
 from llmgw.agent.nvml import Nvml, open_nvml
 from llmgw.core.devices import Device
-from llmgw.testing.fake_nvidia_smi import (
+from llmgw.testing.nvidia_smi_standin import (
     A100_80G_MIG,
     A100_80G_MIG_EMPTY,
     DRIVER_NOT_LOADED,
@@ -28,7 +28,7 @@ from llmgw.testing.fake_nvidia_smi import (
     render_list,
     render_xml,
 )
-from llmgw.testing.fake_nvml import FakeNvml
+from llmgw.testing.nvml_standin import FakeNvml
 
 Reader = Callable[[FakeSystem], GpuSource]
 

@@ -10,7 +10,7 @@ from llmgw.core.mirrorbuilds import BuildAsset, MirrorBuilds, MirroredBuild
 from llmgw.engines.builds import install_best, installed, llamacpp_builds
 from llmgw.errors import BuildError
 from llmgw.mirror.blobs import BlobStore
-from llmgw.testing.fakebuild import fake_llamacpp_archive
+from llmgw.testing.standin_builds import fake_llamacpp_archive
 
 UNREACHABLE = "http://127.0.0.1:9"
 """A release API nothing answers: the node is offline."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.agent.nvidia_smi import parse_report
-from llmgw.testing.fake_nvidia_smi import A100_80G_MIG, H100_80G, FakeCard, FakeSystem, render_xml
+from llmgw.testing.nvidia_smi_standin import A100_80G_MIG, H100_80G, FakeCard, FakeSystem, render_xml
 
 DATA = Path(__file__).parent / "data"
 

@@ -10,7 +10,7 @@ import pytest
 
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.session import AgentSession
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
 from llmgw.errors import ChannelClosed
@@ -57,7 +57,7 @@ async def running(tmp_path: Path) -> AsyncIterator[tuple[AgentSession, Planes]]:
     async def prepare(*args: object) -> None:
         raise AssertionError("no shard is started in these tests")
 
-    supervisor = Supervisor(tmp_path, ShardSettings(), prepare)  # type: ignore[arg-type]
+    supervisor = ShardSupervisor(tmp_path, ShardSettings(), prepare)  # type: ignore[arg-type]
     session = AgentSession(
         NodeInventory("node1", "127.0.0.1", 4, 8192),
         supervisor,
@@ -170,7 +170,7 @@ async def test_a_standby_without_a_leader_is_asked_again_later_each_time_and_wit
     draws = iter([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     session = AgentSession(
         NodeInventory("node1", "127.0.0.1", 4, 8192),
-        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ShardSupervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
         ["cp2:8443"],
         planes.connect,
         sleep=sleep,
@@ -202,7 +202,7 @@ async def test_a_registration_left_unanswered_is_given_up_and_tried_again(tmp_pa
 
     session = AgentSession(
         NodeInventory("node1", "127.0.0.1", 4, 8192),
-        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ShardSupervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
         ["cp2:8443"],
         planes.connect,
         backoff=Backoff(base=0.001, factor=2.0, cap=0.01),
@@ -270,7 +270,7 @@ async def test_a_session_told_to_stop_as_its_stream_ends_stops(tmp_path: Path) -
     async def prepare(*args: object) -> None:
         raise AssertionError("no shard is started in these tests")
 
-    supervisor = Supervisor(tmp_path, ShardSettings(), prepare)  # type: ignore[arg-type]
+    supervisor = ShardSupervisor(tmp_path, ShardSettings(), prepare)  # type: ignore[arg-type]
     session = AgentSession(
         NodeInventory("node1", "127.0.0.1", 4, 8192), supervisor, ["cp1:8443"], connect,  # type: ignore[arg-type]
         backoff=Backoff(base=0.001, factor=2.0, cap=0.01),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.session import AgentSession
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.devices import NodeInventory
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import AgentChannel, memory_pair
@@ -32,7 +32,7 @@ async def test_settings_and_restart_reach_their_handlers(tmp_path: Path) -> None
 
     session = AgentSession(
         NodeInventory(node_id="gpu1", address="127.0.0.1", cpu_cores=1, memory_mb=1024),
-        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ShardSupervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
         ["cp:1"],
         connect,
         on_settings=settings.append,

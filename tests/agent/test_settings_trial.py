@@ -13,7 +13,7 @@ from llmgw.agent.config import AgentConfig, ShardSettings, keep_settings, kept_s
 from llmgw.agent.restarting import Restarting
 from llmgw.agent.session import AgentSession
 from llmgw.agent.settingstrial import CRASHED, GOOD_FILE, TRYING_FILE, SettingsTrial
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import SettingsRefusal
@@ -156,7 +156,7 @@ async def test_the_registration_tells_the_refusal_and_a_registered_session_makes
     )
     session = AgentSession(
         NodeInventory(node_id="gpu1", address="127.0.0.1", cpu_cores=1, memory_mb=1024),
-        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ShardSupervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
         ["cp:1"],
         connect,
         refusal=lambda: refusal,
@@ -193,7 +193,7 @@ async def test_a_session_asked_to_register_again_opens_a_new_stream_and_register
     refusals: list[SettingsRefusal | None] = [SettingsRefusal(settings="{}", reason="x")]
     session = AgentSession(
         NodeInventory(node_id="gpu1", address="127.0.0.1", cpu_cores=1, memory_mb=1024),
-        Supervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
+        ShardSupervisor(tmp_path, ShardSettings(), prepare),  # type: ignore[arg-type]
         ["cp:1"],
         connect,
         backoff=Backoff(base=0.0, factor=1.0, cap=0.0),

@@ -23,7 +23,7 @@ from llmgw.agent.config import ShardSettings
 from llmgw.agent.installing import Prepared
 from llmgw.agent.launching import EngineSpawn
 from llmgw.agent.metrics import REGISTRY as AGENT_METRICS
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.engines import LLAMA_CPP, SGLANG, VLLM, EngineCapabilities
 from llmgw.core.shards import AdapterSpec, ShardSpec, ShardState, ShardStatus
 from llmgw.engines.engine import LaunchAdapter
@@ -99,7 +99,7 @@ class FakeLauncher:
 
 @dataclass
 class Running:
-    supervisor: Supervisor
+    supervisor: ShardSupervisor
     launcher: FakeLauncher
     clock: FakeClock
     statuses: list[ShardStatus]
@@ -122,7 +122,7 @@ def launcher() -> FakeLauncher:
 
 @pytest.fixture
 async def running(tmp_path: Path, launcher: FakeLauncher) -> AsyncIterator[Running]:
-    supervisor = Supervisor(tmp_path, SETTINGS, _prepare, launcher=launcher, clock=launcher.clock)
+    supervisor = ShardSupervisor(tmp_path, SETTINGS, _prepare, launcher=launcher, clock=launcher.clock)
     statuses: list[ShardStatus] = []
     supervisor.report = statuses.append
     yield Running(supervisor, launcher, launcher.clock, statuses)
@@ -287,7 +287,7 @@ class AnsweringLauncher(FakeLauncher):
 async def answering(tmp_path: Path) -> AsyncIterator[Running]:
     """A supervisor whose engines answer; the first one freezes the moment it is reported ready."""
     launcher = AnsweringLauncher(FakeClock())
-    supervisor = Supervisor(tmp_path, SETTINGS, _prepare, launcher=launcher, clock=launcher.clock)
+    supervisor = ShardSupervisor(tmp_path, SETTINGS, _prepare, launcher=launcher, clock=launcher.clock)
     statuses: list[ShardStatus] = []
 
     def report(status: ShardStatus) -> None:
@@ -402,7 +402,7 @@ async def test_a_running_shard_loading_adapters_at_run_time_fetches_those_its_st
         adapters = tuple(LaunchAdapter(a.name, Path(f"/w/{a.name}")) for a in spec.adapters)
         return Prepared(program=Path("/v/bin/vllm"), weights=Path("/models/m"), adapters=adapters)
 
-    supervisor = Supervisor(tmp_path, SETTINGS, prepare, launcher=launcher, clock=launcher.clock)
+    supervisor = ShardSupervisor(tmp_path, SETTINGS, prepare, launcher=launcher, clock=launcher.clock)
     statuses: list[ShardStatus] = []
     supervisor.report = statuses.append
     spec = ShardSpec(

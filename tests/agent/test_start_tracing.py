@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.installing import BlobFetcher, Installer
 from llmgw.agent.starttracing import ShardStartTraces
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.devices import NodeInventory
 from llmgw.core.engines import LLAMA_CPP
 from llmgw.core.shards import ShardSpec, ShardState, ShardStatus
@@ -41,7 +41,7 @@ def _fetcher() -> BlobFetcher:
 
 @dataclass
 class Node:
-    supervisor: Supervisor
+    supervisor: ShardSupervisor
     launcher: FakeLauncher
     spans: InMemorySpanExporter
     tracing: Tracing
@@ -65,7 +65,7 @@ async def _node(
     )
     traces = ShardStartTraces(tracing)
     installer = Installer(config, lambda: NodeInventory(node_id="n1"), _fetcher, traces)
-    supervisor = Supervisor(
+    supervisor = ShardSupervisor(
         tmp_path / "work",
         SETTINGS,
         installer.prepare,

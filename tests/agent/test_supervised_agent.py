@@ -15,7 +15,7 @@ from llmgw.agent.config import ShardSettings
 from llmgw.agent.kv_events import BlockChanges, BlockMirror
 from llmgw.agent.kv_reporting import KvReporter
 from llmgw.agent.session import AgentSession
-from llmgw.agent.supervising import Supervisor as Shards
+from llmgw.agent.supervising import ShardSupervisor as Shards
 from llmgw.core.devices import NodeInventory
 from llmgw.core.health import ComponentState
 from llmgw.core.kvblocks import KvBlocksUpdate

@@ -12,7 +12,7 @@ from llmgw.agent.telemetry import Sampler, card_of_pci, descendants, parse_paren
 from llmgw.core.telemetry import Telemetry
 from llmgw.observability.gpu_metrics import GpuMetrics
 from llmgw.testing.clock import FakeClock
-from llmgw.testing.fake_nvidia_smi import (
+from llmgw.testing.nvidia_smi_standin import (
     A100_80G_MIG,
     H100_80G,
     FakeCard,
@@ -21,7 +21,7 @@ from llmgw.testing.fake_nvidia_smi import (
     FakeProcess,
     FakeSystem,
 )
-from llmgw.testing.fake_nvml import FakeNvml
+from llmgw.testing.nvml_standin import FakeNvml
 
 XID_LOG = (
     "[  12.000000] nvidia: loading out-of-tree module taints kernel.\n"

@@ -1,4 +1,4 @@
-"""The agent's training jobs against a stand-in trainer at the subprocess seam (testing.fake_trainer)."""
+"""The agent's training jobs against a stand-in trainer at the subprocess seam (testing.trainer_standin)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from llmgw.agent.config import ShardSettings
 from llmgw.agent.session import AgentSession
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.agent.training import TrainerInputs, TrainingJobs
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.devices import NodeInventory
@@ -31,7 +31,7 @@ from llmgw.core.trainingstream import (
 )
 from llmgw.protocol.channels import AgentChannel, memory_pair
 from llmgw.protocol.links import control_link
-from llmgw.testing import fake_trainer
+from llmgw.testing import trainer_standin
 from llmgw.testing.eventually import eventually
 
 PAIRS = b'{"question": "q1", "answer": "a1"}\n{"question": "q2", "answer": "a2"}\n'
@@ -52,7 +52,7 @@ class Node:
     async def prepare(self, start: StartTraining, say: Callable[[str], None]) -> TrainerInputs:
         self.prepared.append(f"{start.job_id}/{start.attempt}")
         say("fetching the base model's files")
-        return TrainerInputs(Path(sys.executable), Path(fake_trainer.__file__), self.base, self.converter)
+        return TrainerInputs(Path(sys.executable), Path(trainer_standin.__file__), self.base, self.converter)
 
     def statuses(self, job_id: str) -> list[TrainingStatus]:
         return [m for m in self.sent if isinstance(m, TrainingStatus) and m.job_id == job_id]
@@ -233,7 +233,7 @@ async def test_the_session_hands_training_commands_to_the_jobs_and_sends_their_s
 
     session = AgentSession(
         NodeInventory("node1", "127.0.0.1", 2, 4096),
-        Supervisor(tmp_path / "shards", ShardSettings(), prepare),  # type: ignore[arg-type]
+        ShardSupervisor(tmp_path / "shards", ShardSettings(), prepare),  # type: ignore[arg-type]
         ["cp1:8443"],
         connect,
         on_training=lambda message: node.jobs.handle(message),

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from llmgw.agent.running import Uplink
 from llmgw.agent.session import AgentSession
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.shards import FetchProgress
 from llmgw.testing.eventually import eventually
 
@@ -46,7 +46,7 @@ async def test_the_uplink_drops_until_the_session_runs_then_hands_everything_to_
     session, shards = _Session(), _Shards()
     uplink.send(_message("before"))
     assert uplink.control_planes() == ["cp1:8443"]
-    running = asyncio.create_task(uplink.run(cast(AgentSession, session), cast(Supervisor, shards)))
+    running = asyncio.create_task(uplink.run(cast(AgentSession, session), cast(ShardSupervisor, shards)))
     await eventually(session.running.is_set)
     uplink.send(_message("telemetry"))
     progress = FetchProgress(done=1, total=2, bytes_per_s=1.0)

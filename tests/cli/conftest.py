@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
 from llmgw.core.health import ComponentHealth, ComponentState
 from llmgw.testing.admin import admin_app, empty_fleet
 from llmgw.testing.serving import served_in_thread

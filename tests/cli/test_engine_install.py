@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from llmgw.cli.main import app
 from llmgw.engines import buildverdicts
 from llmgw.engines.builds import LLAMACPP_TAG, Build, install_dir, installed, llamacpp_builds
-from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
-from llmgw.testing.fakebuild import Behaviour, fake_llama_server
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
+from llmgw.testing.standin_builds import Behaviour, fake_llama_server
 
 CUDA13, CUDA12 = f"{LLAMACPP_TAG}-cuda-13.4", f"{LLAMACPP_TAG}-cuda-12.8"
 

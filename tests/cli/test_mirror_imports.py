@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from llmgw.cli.main import app
 from llmgw.client.admin import AdminClient
-from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo, write_hub_cache
-from llmgw.testing.fake_ollama_registry import (
+from llmgw.testing.hf_hub_standin import FakeHfHub, small_repo, write_hub_cache
+from llmgw.testing.ollama_registry_standin import (
     MODEL_MEDIA_TYPE,
     PROJECTOR_MEDIA_TYPE,
     small_model,

@@ -11,7 +11,7 @@ from llmgw.errors import LlmgwError
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
 from llmgw.mirror.releases import verify_release
-from llmgw.testing.fakebuild import fake_llmgw_wheel
+from llmgw.testing.standin_builds import fake_llmgw_wheel
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from llmgw.controlplane.adapterrolling import RollStep, roll_step, stale
-from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.adapterrolling import RollStep, roll_step, stale
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.core.catalog import parse_model
 from llmgw.core.shards import ReplicaPhase
 from llmgw.protocol import agent_pb2 as pb

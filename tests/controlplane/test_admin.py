@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from llmgw.adminapi.schemas import StatusView
-from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.nodes.fleet import Fleet
 from llmgw.core.health import ComponentHealth, ComponentState
 from llmgw.store.database import Store
 from llmgw.testing.admin import admin_api

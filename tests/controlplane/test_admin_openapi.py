@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.admin.app import AdminApi
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
 

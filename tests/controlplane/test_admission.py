@@ -10,8 +10,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.callers import Callers
+from llmgw.controlplane.admin.admission import Admission
+from llmgw.controlplane.admin.callers import Callers
 
 TOKEN = "llmgw-admin-secret"
 LIMIT = 1024

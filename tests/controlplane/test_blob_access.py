@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.blobaccess import BlobAccess
-from llmgw.controlplane.fleet import Fleet, ReplicaState
+from llmgw.controlplane.mirror.blobaccess import BlobAccess
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
 from llmgw.core.relays import RelayPeer
 from llmgw.core.tenancy import CLUSTER
 from llmgw.errors import Unauthorized

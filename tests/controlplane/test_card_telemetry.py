@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.observability.gpu_metrics import GpuMetrics
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair

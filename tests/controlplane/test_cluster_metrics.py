@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from sqlalchemy import text
 
-from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
-from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.metrics.clustermetrics import observe_pass, register_cluster, watch_store
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration
 from llmgw.core.shards import ReplicaPhase

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.controlplane.clusterrestart import ClusterRestart, Restarted, RestartTimedOut
-from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.lifecycle.clusterrestart import ClusterRestart, Restarted, RestartTimedOut
+from llmgw.controlplane.nodes.fleet import Fleet
 from llmgw.core.nodes import NodeInventory, NodeRegistration, RestartAgent
 from llmgw.store.leases import ControlPlaneRecord
 

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.admin.app import AdminApi
+from llmgw.controlplane.admin.changes import KINDS
 from llmgw.controlplane.api.events import COALESCE_S, KEEPALIVE_S
-from llmgw.controlplane.changes import KINDS
-from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.nodes.fleet import Fleet
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration
 from llmgw.protocol.channels import memory_pair

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.controlplane.config import GatewaySettingsFile, ServerConfig
-from llmgw.controlplane.gatewaybuilding import Outbox, build_gateway
-from llmgw.controlplane.workerserving import build_worker
+from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
+from llmgw.controlplane.serving.workerserving import build_worker
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.observability.tracing import TRACING_OFF

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from llmgw.controlplane.gatewaybuilding import Outbox
-from llmgw.controlplane.stateevents import Request
-from llmgw.controlplane.statestream import request_dispatcher
+from llmgw.controlplane.serving.gatewaybuilding import Outbox
+from llmgw.controlplane.statesharing.stateevents import Request
+from llmgw.controlplane.statesharing.statestream import request_dispatcher
 from llmgw.gateway import UsageRecord
 from llmgw.gateway.outbound import GatewayOutbound
 

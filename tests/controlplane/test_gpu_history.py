@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.gpu_history import GpuHistory
+from llmgw.controlplane.nodes.gpu_history import GpuHistory
 from llmgw.core.telemetry import DeviceSample, Telemetry
 from llmgw.store.database import Store
 from llmgw.testing.admin import TOKEN, admin_api

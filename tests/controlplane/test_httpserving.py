@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from llmgw.controlplane.config import HttpSettings
-from llmgw.controlplane.httpserving import FIRST_HEAD_GRACE_S, HttpServer, raise_descriptor_limit
+from llmgw.controlplane.serving.httpserving import FIRST_HEAD_GRACE_S, HttpServer, raise_descriptor_limit
 from llmgw.testing.eventually import eventually
 
 HEAD_TIMEOUT_S = 0.4

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.callers import Callers
+from llmgw.controlplane.admin.admission import Admission
+from llmgw.controlplane.admin.callers import Callers
 from llmgw.knowledge.embedding import SERVICE_KEY_NAME, service_secret
 from llmgw.knowledge.service import knowledge_with
 from llmgw.store.database import Store

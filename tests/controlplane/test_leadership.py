@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.leadership import LEADING, PAUSED, STANDBY, Identity, Leadership
+from llmgw.controlplane.lifecycle.leadership import LEADING, PAUSED, STANDBY, Identity, Leadership
 from llmgw.errors import NotLeader, StoreUnavailable
 from llmgw.store import Fence, Leases, LeaseState, Store
 from llmgw.store.leases import ControlPlaneRecord

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.controlplane.limit_sharing import DECAY, LimitSharing
+from llmgw.controlplane.accounting.limit_sharing import DECAY, LimitSharing
 from llmgw.core.limits import Limits
 from llmgw.core.limitshares import FLOOR, PlaneShares
 from llmgw.gateway import Gateway

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from llmgw.controlplane.gatewaystate import GatewayState
-from llmgw.controlplane.localchannel import SOCKET_NAME, WorkerChannelServer, WorkerFollowing
-from llmgw.controlplane.stateevents import Request, UsageSummed, Used, Wanted
+from llmgw.controlplane.statesharing.gatewaystate import GatewayState
+from llmgw.controlplane.statesharing.localchannel import SOCKET_NAME, WorkerChannelServer, WorkerFollowing
+from llmgw.controlplane.statesharing.stateevents import Request, UsageSummed, Used, Wanted
 from llmgw.core.backoff import Backoff
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from llmgw.controlplane.config import MirrorSettings
-from llmgw.controlplane.leadership import Identity
-from llmgw.controlplane.mirror_replicating import MirrorReplicator
+from llmgw.controlplane.lifecycle.leadership import Identity
+from llmgw.controlplane.mirror.replicating import MirrorReplicator
 from llmgw.errors import NotFound
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store

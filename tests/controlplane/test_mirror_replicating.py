@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from llmgw.controlplane.config import MirrorSettings
-from llmgw.controlplane.leadership import Identity
-from llmgw.controlplane.mirror_replicating import MirrorReplicator
+from llmgw.controlplane.lifecycle.leadership import Identity
+from llmgw.controlplane.mirror.replicating import MirrorReplicator
 from llmgw.errors import NotFound
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
@@ -222,7 +222,7 @@ async def test_a_pull_failing_the_same_way_is_logged_once(
     sha = await cluster.imported("cp1", b"weights")
     await cp1.sync()
     cluster.network.mirrors.pop("cp1:8443")  # cp1 answers that it lacks the blob
-    with caplog.at_level(logging.INFO, logger="llmgw.controlplane.mirror_replicating"):
+    with caplog.at_level(logging.INFO, logger="llmgw.controlplane.mirror.replicating"):
         assert await cp2.sync() == 0
         assert await cp2.sync() == 0
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.multinode import rank_of, rendezvous_port
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.multinode import rank_of, rendezvous_port
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair
 from llmgw.store.database import Store

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.noderecording import NodeRecords
+from llmgw.controlplane.nodes.noderecording import NodeRecords
 from llmgw.store.database import Store
 
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from llmgw.controlplane.fleet import ReplicaState
-from llmgw.controlplane.placing import Placer
-from llmgw.controlplane.reconciletracing import NO_PASS
+from llmgw.controlplane.nodes.fleet import ReplicaState
+from llmgw.controlplane.replicas.placing import Placer
+from llmgw.controlplane.replicas.reconciletracing import NO_PASS
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.shards import ReplicaPhase
 from llmgw.errors import Conflict

@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.testing.admin import TOKEN, admin_app
 from llmgw.testing.eventually import eventually
-from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo
+from llmgw.testing.hf_hub_standin import FakeHfHub, small_repo
 
 HF_TOKEN = "hf_gated_access_5678"
 

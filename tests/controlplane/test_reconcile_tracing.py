@@ -12,10 +12,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.observability.tracing import Tracing
 from llmgw.protocol import agent_pb2 as pb
 from llmgw.protocol.channels import memory_pair

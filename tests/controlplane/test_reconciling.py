@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.errors import ChannelClosed, Unauthorized
 from llmgw.protocol import agent_pb2 as pb
@@ -332,7 +332,7 @@ async def test_kv_blocks_reach_the_router_only_from_the_replicas_own_node(harnes
 
 def test_replica_keys_are_read_back_whole_from_an_engines_key_file(tmp_path: Path) -> None:
     """A key starting with ``#`` would be a comment in llama-server's key file; none may."""
-    from llmgw.controlplane.shardspecs import replica_key
+    from llmgw.controlplane.replicas.shardspecs import replica_key
     from llmgw.core.engines import LLAMA_CPP
     from llmgw.testing.llama_server_standin import parse_args
 

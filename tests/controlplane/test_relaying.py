@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
-from llmgw.controlplane.asgi_calls import AnswerBrokeOff, call_app
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.httpserving import route_by_prefix
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.relaying import REPLAY_LIMIT, RelayAnswering, StandbyForwarding
+from llmgw.controlplane.admin.app import AdminApi
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.serving.asgi_calls import AnswerBrokeOff, call_app
+from llmgw.controlplane.serving.httpserving import route_by_prefix
+from llmgw.controlplane.serving.relaying import REPLAY_LIMIT, RelayAnswering, StandbyForwarding
 from llmgw.core.relays import RelayChunk, RelayInHand, RelayPeer, RelayRequest
 from llmgw.errors import ChannelClosed, NotLeader, Unauthorized
 from llmgw.gateway.app import Gateway

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.core.mirrorbuilds import BuildAsset, MirroredBuild
 from llmgw.core.upgrades import UpgradeResult
 from llmgw.mirror.builds import BuildIndex

@@ -12,9 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.relaying import relayed_paths
-from llmgw.controlplane.running import ControlPlane
-from llmgw.controlplane.selfrestart import (
+from llmgw.controlplane.lifecycle.selfrestart import (
     HTTP_FD_ENV,
     INSTANCE,
     WORKERS_ENV,
@@ -23,6 +21,8 @@ from llmgw.controlplane.selfrestart import (
     inherited_socket,
     inherited_workers,
 )
+from llmgw.controlplane.running import ControlPlane
+from llmgw.controlplane.serving.relaying import relayed_paths
 from llmgw.provisioning.clusters import initialise
 from llmgw.testing.postgres import free_port
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from llmgw.agent.config import settings_problems
-from llmgw.controlplane.agentsettings import SettingsPush
-from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.nodes.agentsettings import SettingsPush
+from llmgw.controlplane.nodes.fleet import Fleet
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration
 from llmgw.protocol import agent_pb2 as pb

@@ -8,8 +8,8 @@ import typing
 
 import pytest
 
-from llmgw.controlplane import stateevents
-from llmgw.controlplane.stateevents import (
+from llmgw.controlplane.statesharing import stateevents
+from llmgw.controlplane.statesharing.stateevents import (
     VERSION,
     BadFrame,
     CatalogReplaced,

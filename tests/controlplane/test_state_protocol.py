@@ -11,9 +11,17 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from llmgw.controlplane.gatewaystate import QUEUE_MAX, GatewayState
-from llmgw.controlplane.stateevents import Copy, Live, Request, ServerEvent, Serves, Wanted, encode
-from llmgw.controlplane.stateprotocol import Follower, StateFollower, StateServer
+from llmgw.controlplane.statesharing.gatewaystate import QUEUE_MAX, GatewayState
+from llmgw.controlplane.statesharing.stateevents import (
+    Copy,
+    Live,
+    Request,
+    ServerEvent,
+    Serves,
+    Wanted,
+    encode,
+)
+from llmgw.controlplane.statesharing.stateprotocol import Follower, StateFollower, StateServer
 from llmgw.core.backoff import Backoff
 from llmgw.errors import ChannelClosed
 from llmgw.gateway import Gateway, ReplicaEndpoint

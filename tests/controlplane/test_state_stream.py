@@ -17,11 +17,18 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.gatewaystate import OVERFLOW, QUEUE_MAX, GatewayState, apply, change_event
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.limit_sharing import LimitSharing
-from llmgw.controlplane.relaying import StandbyForwarding
-from llmgw.controlplane.stateevents import (
+from llmgw.controlplane.accounting.limit_sharing import LimitSharing
+from llmgw.controlplane.accounting.usage_writing import UsageWriter
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.serving.relaying import StandbyForwarding
+from llmgw.controlplane.statesharing.gatewaystate import (
+    OVERFLOW,
+    QUEUE_MAX,
+    GatewayState,
+    apply,
+    change_event,
+)
+from llmgw.controlplane.statesharing.stateevents import (
     Counted,
     InFlight,
     Live,
@@ -35,14 +42,13 @@ from llmgw.controlplane.stateevents import (
     decode,
     encode,
 )
-from llmgw.controlplane.statestream import (
+from llmgw.controlplane.statesharing.statestream import (
     RuntimeAdapters,
     StateFollowing,
     StateServing,
     drop_inherited,
     request_dispatcher,
 )
-from llmgw.controlplane.usage_writing import UsageWriter
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits

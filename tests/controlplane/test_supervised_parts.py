@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
+from llmgw.controlplane.admin.app import AdminApi
 from llmgw.controlplane.config import HttpSettings
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.httpserving import HttpServer
-from llmgw.controlplane.leaderduties import LeaderDuties
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.lifecycle.leaderduties import LeaderDuties
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.serving.httpserving import HttpServer
 from llmgw.core.health import ComponentState
 from llmgw.errors import ConfigError
 from llmgw.gateway.app import Gateway

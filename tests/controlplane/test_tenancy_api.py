@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.admin import AdminApi
-from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.callers import Callers
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.admin.admission import Admission
+from llmgw.controlplane.admin.app import AdminApi
+from llmgw.controlplane.admin.callers import Callers
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
 from llmgw.testing.clock import FakeClock

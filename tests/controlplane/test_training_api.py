@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.adapterrolling import stale
-from llmgw.controlplane.admin import AdminApi
-from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.callers import Callers
-from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.admin.admission import Admission
+from llmgw.controlplane.admin.app import AdminApi
+from llmgw.controlplane.admin.callers import Callers
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
+from llmgw.controlplane.replicas.adapterrolling import stale
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.core.catalog import parse_model
 from llmgw.core.shards import ReplicaPhase
 from llmgw.core.tenancy import Owner

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.core.catalog import parse_model
 from llmgw.core.devices import Device
 from llmgw.core.telemetry import DeviceSample, ForeignProcess, Telemetry

@@ -9,13 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.controlplane.upgrading import AgentUpgrades
+from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.releases import SIGNATURE, SUMS, write_release
 from llmgw.pki.signing import generate_signing_key
 from llmgw.store.database import Store
 from llmgw.testing.admin import TOKEN, admin_api
-from llmgw.testing.fakebuild import fake_llmgw_wheel
+from llmgw.testing.standin_builds import fake_llmgw_wheel
 
 
 @dataclass

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.upgrading import AgentUpgrades
+from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
+from llmgw.controlplane.nodes.fleet import Fleet
 from llmgw.core.devices import NodeInventory
 from llmgw.core.nodes import NodeRegistration
 from llmgw.core.upgrades import UpgradeAgent, UpgradeResult

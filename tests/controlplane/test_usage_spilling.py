@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.usage_spilling import REPLAY_CHUNK, REPLAYING_FILE, UsageSpill
-from llmgw.controlplane.usage_writing import UsageWriter
+from llmgw.controlplane.accounting.usage_spilling import REPLAY_CHUNK, REPLAYING_FILE, UsageSpill
+from llmgw.controlplane.accounting.usage_writing import UsageWriter
 from llmgw.errors import StoreUnavailable
 from llmgw.gateway.usage import UsageRecord
 from llmgw.store.database import Store

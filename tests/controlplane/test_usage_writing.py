@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from llmgw.controlplane.usage_writing import UsageSums, UsageWriter
+from llmgw.controlplane.accounting.usage_writing import UsageSums, UsageWriter
 from llmgw.errors import StoreUnavailable
 from llmgw.gateway.usage import UsageRecord
 from llmgw.store.usage import UsageEntry

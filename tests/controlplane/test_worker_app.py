@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from llmgw.controlplane.workerserving import WORKER_HEADER, worker_app
+from llmgw.controlplane.serving.workerserving import WORKER_HEADER, worker_app
 
 
 class Recorder:

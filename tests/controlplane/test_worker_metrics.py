@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmgw.controlplane.workermetrics import SummedRegistry, gateway_samples
+from llmgw.controlplane.metrics.workermetrics import SummedRegistry, gateway_samples
 
 
 def registry() -> tuple[CollectorRegistry, Counter, Histogram]:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-from llmgw.controlplane.workers import WorkerSupervisor, retire, worker_command, worker_count
+from llmgw.controlplane.serving.workers import WorkerSupervisor, retire, worker_command, worker_count
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.eventually import eventually
 

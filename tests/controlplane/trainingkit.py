@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
-from llmgw.controlplane.training import TrainingScheduler
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.training.scheduling import TrainingScheduler
 from llmgw.core.tenancy import CLUSTER, Owner
 from llmgw.core.training import pairs_bytes
 from llmgw.mirror.blobs import BlobStore

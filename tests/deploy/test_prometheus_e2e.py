@@ -27,7 +27,7 @@ import yaml
 from llmgw.cli.up import DEFAULT_MODEL, bundled_model
 from llmgw.engines import builds
 from llmgw.testing.cluster import Cluster, free_port, wait_for
-from llmgw.testing.fake_nvidia_smi import A100_80G_MIG, H100_80G, FakeProcess, install_fake_nvidia_smi
+from llmgw.testing.nvidia_smi_standin import A100_80G_MIG, H100_80G, FakeProcess, install_fake_nvidia_smi
 
 from .conftest import RULES
 from .test_dashboards import DASHBOARDS, panel_queries

@@ -22,7 +22,7 @@ from llmgw import __version__
 from llmgw.mirror.releases import write_release
 from llmgw.pki.signing import generate_signing_key
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.fakebuild import relabel_wheel
+from llmgw.testing.standin_builds import relabel_wheel
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ import pytest
 
 from llmgw.agent.config import ComfyuiSettings, EngineSettings
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmgw.cli import ctl
-from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
 
 pytestmark = pytest.mark.e2e
 

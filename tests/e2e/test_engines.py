@@ -23,7 +23,7 @@ import zmq
 from llmgw.agent.kv_events import decode
 from llmgw.testing.block_hashing import block_hash, external, none_hash
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
 
 pytestmark = pytest.mark.e2e

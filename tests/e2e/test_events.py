@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.changes import KINDS
+from llmgw.controlplane.admin.changes import KINDS
 from llmgw.testing.cluster import Cluster
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.fake_nvidia_smi import A100_80G_MIG, A100_80G_MIG_EMPTY, H100_80G, install_fake_nvidia_smi
+from llmgw.testing.nvidia_smi_standin import (
+    A100_80G_MIG,
+    A100_80G_MIG_EMPTY,
+    H100_80G,
+    install_fake_nvidia_smi,
+)
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmgw.agent.config import EngineSettings, PythonEngineSettings
 from llmgw.testing.block_hashing import block_hash, external, none_hash
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.kv_events_publisher import LOSE_ENV
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
 
 pytestmark = pytest.mark.e2e

@@ -24,8 +24,8 @@ import openai
 import pytest
 
 from llmgw.testing.cluster import Cluster
-from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.llama_server_standin import write_launcher
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
 
 pytestmark = pytest.mark.e2e

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from llmgw.testing.cluster import Cluster
-from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo
-from llmgw.testing.fake_ollama_registry import (
+from llmgw.testing.hf_hub_standin import FakeHfHub, small_repo
+from llmgw.testing.ollama_registry_standin import (
     MODEL_MEDIA_TYPE,
     PROJECTOR_MEDIA_TYPE,
     FakeOllamaRegistry,

@@ -20,8 +20,8 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from llmgw.testing.cluster import Cluster, wait_for
-from llmgw.testing.fake_nvidia_smi import A100_80G_MIG, H100_80G, RTX_4090, install_fake_nvidia_smi
 from llmgw.testing.llama_server_standin import write_launcher
+from llmgw.testing.nvidia_smi_standin import A100_80G_MIG, H100_80G, RTX_4090, install_fake_nvidia_smi
 
 pytestmark = pytest.mark.e2e
 

@@ -46,9 +46,9 @@ from llmgw.testing import standin_rendezvous
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.components import skip_missing
 from llmgw.testing.eventually import eventually_sync
-from llmgw.testing.fake_nvidia_smi import H100_80G, install_fake_nvidia_smi
-from llmgw.testing.fake_ray import IMITATES
 from llmgw.testing.netns import Machines, usable
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
+from llmgw.testing.ray_standin import IMITATES
 from llmgw.testing.standin_programs import write_standins
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(bool(usable()), reason=usable() or "")]

@@ -13,7 +13,7 @@ from llmgw.errors import UntrustedRelease
 from llmgw.mirror.releases import write_release
 from llmgw.mirror.upgrades import PipInstaller, upgrade
 from llmgw.pki.signing import generate_signing_key
-from llmgw.testing.fakebuild import fake_llmgw_wheel
+from llmgw.testing.standin_builds import fake_llmgw_wheel
 
 pytestmark = pytest.mark.e2e
 

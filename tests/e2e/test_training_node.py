@@ -32,7 +32,7 @@ import pytest
 from llmgw.agent.config import AgentConfig, ShardSettings
 from llmgw.agent.installing import Installer
 from llmgw.agent.session import AgentSession
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.agent.training import TrainingJobs
 from llmgw.agent.trainingprep import TrainingPreparer
 from llmgw.core.backoff import Backoff
@@ -136,7 +136,7 @@ async def train_through_the_agent(work: Path, cache: Path, base: Path) -> tuple[
     async def prepare(*args: object) -> None:
         raise AssertionError("no shard is started here")
 
-    supervisor = Supervisor(work / "shards", ShardSettings(), prepare)  # type: ignore[arg-type]
+    supervisor = ShardSupervisor(work / "shards", ShardSettings(), prepare)  # type: ignore[arg-type]
     jobs: TrainingJobs
     session = AgentSession(
         NodeInventory("node1", "127.0.0.1", 2, 8192),

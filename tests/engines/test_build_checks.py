@@ -1,6 +1,6 @@
 """The check a build must pass before an install accepts it (C4.2): what it runs and how it judges.
 
-The llama.cpp builds here are :mod:`llmgw.testing.fakebuild`'s: each prints its version, so each
+The llama.cpp builds here are :mod:`llmgw.testing.standin_builds`'s: each prints its version, so each
 would have passed the old ``--version`` check; only some compute where they should.
 """
 
@@ -16,8 +16,13 @@ from llmgw.engines.builds import install_best, installed, llamacpp_builds
 from llmgw.engines.buildverdicts import CheckResult, NodeConditions
 from llmgw.engines.checking import LlamaCppBuildCheck, llamacpp_verdict
 from llmgw.engines.pythonchecks import python_verdict
-from llmgw.testing.fakebuild import Behaviour, fake_cudart_archive, fake_llama_server, fake_llamacpp_archive
 from llmgw.testing.gguf_lora import tensor_shapes
+from llmgw.testing.standin_builds import (
+    Behaviour,
+    fake_cudart_archive,
+    fake_llama_server,
+    fake_llamacpp_archive,
+)
 
 from .conftest import Serve
 from .test_builds import TAG, FakeNet

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.fleet import ReplicaState
-from llmgw.controlplane.shardspecs import shard_spec
+from llmgw.controlplane.nodes.fleet import ReplicaState
+from llmgw.controlplane.replicas.shardspecs import shard_spec
 from llmgw.core.catalog import parse_model
 from llmgw.engines import comfyui
 from llmgw.engines.comfyui_files import child_environment

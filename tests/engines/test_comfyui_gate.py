@@ -17,7 +17,7 @@ from llmgw.engines.comfyui_routes import Upstream, build_app
 from llmgw.gateway import GatewaySettings, ReplicaEndpoint
 from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.gate import GateClient, missing_node
-from llmgw.testing import fake_comfyui
+from llmgw.testing import comfyui_standin
 from llmgw.testing.comfyui_standin_run import Runner, Settings
 from llmgw.testing.eventually import eventually
 
@@ -83,14 +83,14 @@ async def gated(serve: Serve, tmp_path: Path, request: pytest.FixtureRequest) ->
         directory.mkdir()
     by_id = getattr(request, "param", True)
     settings = Settings(base=tmp_path, directories=directories, step_s=STEP_S, interrupt_by_id=by_id)
-    standin = fake_comfyui.build_app(settings)
+    standin = comfyui_standin.build_app(settings)
     comfy_url = await serve(standin)
     async with aiohttp.ClientSession() as client, aiohttp.ClientSession() as http:
         upstream = Upstream(url=comfy_url, client_id="llmgw-gate-test")
         progress = Progress()
         follower = asyncio.create_task(follow(upstream, progress, client))
         url = await serve(build_app(KEY, upstream, client, progress, "flux-schnell"))
-        gate = Gated(url, http, upstream, standin[fake_comfyui.RUNNER])
+        gate = Gated(url, http, upstream, standin[comfyui_standin.RUNNER])
         await eventually(lambda: upstream.connected, message="the gate's websocket is open")
         yield gate
         follower.cancel()

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from llmgw.engines.comfyui_progress import DONE, FAILED, RUNNING, Progress
 from llmgw.gateway.gate import _refusal, missing_node
-from llmgw.testing import fake_comfyui
+from llmgw.testing import comfyui_standin
 from llmgw.testing.comfyui_standin_run import Settings
 
 DATA = Path(__file__).parent / "data"
@@ -146,7 +146,7 @@ def test_a_refused_unknown_node_and_a_missing_input_read_as_comfyui_says_them() 
 
 
 def test_the_stand_in_says_which_version_it_imitates() -> None:
-    assert fake_comfyui.IMITATES == VERSION
+    assert comfyui_standin.IMITATES == VERSION
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ async def standin(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSess
     directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
     for directory in directories.values():
         directory.mkdir()
-    app = fake_comfyui.build_app(Settings(tmp_path, directories, step_s=0.03))
+    app = comfyui_standin.build_app(Settings(tmp_path, directories, step_s=0.03))
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -24,7 +24,7 @@ from llmgw.engines.engine import EngineLoad, parse_load
 from llmgw.engines.sglang import ENGINE
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 from llmgw.testing.eventually import eventually
-from llmgw.testing.fake_sglang import IMITATES
+from llmgw.testing.sglang_standin import IMITATES
 
 from .conftest import Serve
 

@@ -10,7 +10,7 @@ import pytest
 from llmgw.engines import prometheus, trtllm
 from llmgw.engines.engine import EngineLoad, parse_load
 from llmgw.testing.engine_standin import StandinSettings
-from llmgw.testing.fake_trtllm import IMITATES, TrtllmStandin
+from llmgw.testing.trtllm_standin import IMITATES, TrtllmStandin
 
 DATA = Path(__file__).parent / "data"
 

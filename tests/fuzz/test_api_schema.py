@@ -38,10 +38,10 @@ from schemathesis.specs.openapi.checks import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from llmgw.controlplane.admin import AdminApi
-from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.reconciling import Reconciler
+from llmgw.controlplane.admin.admission import Admission
+from llmgw.controlplane.admin.app import AdminApi
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.mirror.blobs import BlobStore
 from llmgw.store.database import Store
 from llmgw.testing.admin import admin_app

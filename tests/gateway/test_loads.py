@@ -16,7 +16,7 @@ from llmgw.runtime.supervising import RestartSettings, Supervisor
 from llmgw.testing.clock import FakeClock
 from llmgw.testing.engine_standin import Standin, StandinSettings, build_app
 from llmgw.testing.eventually import eventually
-from llmgw.testing.fake_trtllm import TrtllmStandin
+from llmgw.testing.trtllm_standin import TrtllmStandin
 
 Start = Callable[[Standin], Awaitable[str]]
 KEY = "sk-replica"

@@ -10,7 +10,7 @@ from aiohttp import web
 from llmgw.errors import ChecksumMismatch, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex, add_llamacpp_builds, llamacpp_targets, parse_engine
-from llmgw.testing.fakebuild import fake_llamacpp_archive
+from llmgw.testing.standin_builds import fake_llamacpp_archive
 
 TAG = "b1"
 ASSET = "llama-b1-bin-ubuntu-x64.tar.gz"

@@ -21,7 +21,7 @@ from llmgw.mirror.bundles import (
 )
 from llmgw.mirror.releases import write_release
 from llmgw.pki.signing import generate_signing_key
-from llmgw.testing.fakebuild import fake_llamacpp_archive
+from llmgw.testing.standin_builds import fake_llamacpp_archive
 
 WHEEL = "llmgw-3.0.0-py3-none-any.whl"
 ASSET = "llama-b1-bin-ubuntu-x64.tar.gz"

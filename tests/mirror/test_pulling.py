@@ -14,8 +14,8 @@ from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.pulling import Pulls
 from llmgw.store.database import Store
 from llmgw.testing.clock import FakeClock
-from llmgw.testing.fake_hf_hub import FakeHfHub, small_repo
-from llmgw.testing.fake_ollama_registry import (
+from llmgw.testing.hf_hub_standin import FakeHfHub, small_repo
+from llmgw.testing.ollama_registry_standin import (
     MODEL_MEDIA_TYPE,
     PROJECTOR_MEDIA_TYPE,
     FakeOllamaRegistry,

@@ -9,8 +9,8 @@ import pytest
 
 from llmgw.errors import ChecksumMismatch, NotFound, ValidationFailed
 from llmgw.mirror import huggingface, ollama
-from llmgw.testing.fake_hf_hub import git_sha1, small_repo, write_hub_cache
-from llmgw.testing.fake_ollama_registry import small_model, write_models_folder
+from llmgw.testing.hf_hub_standin import git_sha1, small_repo, write_hub_cache
+from llmgw.testing.ollama_registry_standin import small_model, write_models_folder
 
 
 def test_hf_reference_defaults_to_main_and_keeps_a_revision() -> None:

@@ -17,7 +17,7 @@ from llmgw.errors import BuildError, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.builds import BuildIndex
 from llmgw.mirror.wheelhouses import add_wheelhouse, python_build
-from llmgw.testing.fakebuild import fake_engine_wheel
+from llmgw.testing.standin_builds import fake_engine_wheel
 from llmgw.testing.standin_wheels import engine_wheels
 
 

@@ -11,8 +11,8 @@ from prometheus_client.core import Metric
 
 import llmgw.controlplane.wiring  # noqa: F401 - everything the control plane registers as it imports
 from llmgw.agent import metrics as agent_metrics
-from llmgw.controlplane.clustermetrics import ClusterCollector
-from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.metrics.clustermetrics import ClusterCollector
+from llmgw.controlplane.nodes.fleet import Fleet
 from llmgw.observability.gpu_metrics import GpuMetrics, process_gpu_metrics
 
 DOC = Path(__file__).parents[2] / "docs" / "metrics.md"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.firewalling import server_source
+from llmgw.controlplane.nodes.firewalling import server_source
 from llmgw.core.settingtypes import FIREWALL_ENABLED, FIREWALL_NETWORKS
 from llmgw.store.database import Store
 from llmgw.store.leases import Leases

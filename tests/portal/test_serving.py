@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.callers import Callers
+from llmgw.controlplane.admin.admission import Admission
+from llmgw.controlplane.admin.callers import Callers
 from llmgw.portal.serving import PREFIX, Portal, shipped_assets
 
 TOKEN = "llmgw-admin-secret"

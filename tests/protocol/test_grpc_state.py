@@ -2,9 +2,10 @@
 sent, the caller named by its certificate, refusals before anything is sent, and either side's close
 ending the stream for both.
 
-The leader's side is a handler here (the control plane's is ``controlplane/statestream.py``, tested in
-memory in tests/controlplane/test_state_stream.py); the frames are opaque to the channel
-(``controlplane/stateevents.py`` reads them).
+The leader's side is a handler here (the control plane's is
+``controlplane/statesharing/statestream.py``, tested in memory in
+tests/controlplane/test_state_stream.py); the frames are opaque to the channel
+(``controlplane/statesharing/stateevents.py`` reads them).
 """
 
 from __future__ import annotations

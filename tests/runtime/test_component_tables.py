@@ -35,8 +35,8 @@ PROCESSES = [
     ),
     ProcessWiring(
         "gateway worker",
-        SRC / "controlplane" / "workerserving.py",
-        (SRC / "controlplane" / "workerserving.py",),
+        SRC / "controlplane" / "serving" / "workerserving.py",
+        (SRC / "controlplane" / "serving" / "workerserving.py",),
     ),
     ProcessWiring("agent", SRC / "agent" / "running.py", (SRC / "agent" / "running.py",)),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import calendar
 
-from llmgw.controlplane.limit_counting import LimitCounts
+from llmgw.controlplane.accounting.limit_counting import LimitCounts
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry

@@ -20,7 +20,7 @@ import pytest
 import trimesh
 from aiohttp import web
 
-from llmgw.testing import fake_comfyui
+from llmgw.testing import comfyui_standin
 from llmgw.testing.comfyui_standin_nodes import custom_node_classes
 from llmgw.testing.comfyui_standin_run import Settings
 from llmgw.testing.eventually import eventually
@@ -59,7 +59,7 @@ def comfy_app(tmp_path: Path) -> web.Application:
     directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
     for directory in directories.values():
         directory.mkdir()
-    return fake_comfyui.build_app(Settings(tmp_path, directories, step_s=0.01))
+    return comfyui_standin.build_app(Settings(tmp_path, directories, step_s=0.01))
 
 
 @pytest.fixture
@@ -181,7 +181,7 @@ async def test_queue_and_interrupt_answer_as_comfyui_does(
         assert answer.status == 200
     async with client.post(f"{url}/interrupt", json={"prompt_id": "not-running"}) as answer:
         assert answer.status == 200
-    assert not comfy_app[fake_comfyui.RUNNER].interrupted, (
+    assert not comfy_app[comfyui_standin.RUNNER].interrupted, (
         "an interrupt naming another workflow leaves the running one be"
     )
     async with client.post(f"{url}/interrupt") as answer:
@@ -258,7 +258,7 @@ async def test_a_node_of_a_class_nobody_registers_is_refused_as_comfyui_refuses_
     tmp_path: Path,
 ) -> None:
     directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
-    app = fake_comfyui.build_app(Settings(tmp_path, directories, missing_node_type=True))
+    app = comfyui_standin.build_app(Settings(tmp_path, directories, missing_node_type=True))
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -339,7 +339,7 @@ async def test_a_comfyui_older_than_0_3_57_interrupts_whatever_runs(tmp_path: Pa
     directories = {kind: tmp_path / kind for kind in ("output", "temp", "input")}
     for directory in directories.values():
         directory.mkdir()
-    app = fake_comfyui.build_app(Settings(tmp_path, directories, step_s=0.01, interrupt_by_id=False))
+    app = comfyui_standin.build_app(Settings(tmp_path, directories, step_s=0.01, interrupt_by_id=False))
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -349,11 +349,11 @@ async def test_a_comfyui_older_than_0_3_57_interrupts_whatever_runs(tmp_path: Pa
             slow = {**PICTURE, "4": {"class_type": "KSampler", "inputs": {"steps": 1000}}}
             status, queued = await post_prompt(url, client, slow)
             assert status == 200
-            await eventually(lambda: app[fake_comfyui.RUNNER].running, message="the workflow runs")
+            await eventually(lambda: app[comfyui_standin.RUNNER].running, message="the workflow runs")
             async with client.post(f"{url}/interrupt", json={"prompt_id": "another"}) as answer:
                 assert answer.status == 200
-            await eventually(lambda: queued["prompt_id"] in app[fake_comfyui.RUNNER].history)
-            record = app[fake_comfyui.RUNNER].history[queued["prompt_id"]]
+            await eventually(lambda: queued["prompt_id"] in app[comfyui_standin.RUNNER].history)
+            record = app[comfyui_standin.RUNNER].history[queued["prompt_id"]]
             assert record["status"]["messages"][-1][0] == "execution_interrupted"
     finally:
         await runner.cleanup()
@@ -367,7 +367,7 @@ async def test_a_socket_connecting_again_under_the_running_clients_id_is_told_it
     slow = {**PICTURE, "4": {"class_type": "KSampler", "inputs": {"steps": 1000, "latent_image": ["3", 0]}}}
     async with client.post(f"{url}/prompt", json={"prompt": slow, "client_id": "again"}) as answer:
         prompt_id = (await answer.json())["prompt_id"]
-    runner = comfy_app[fake_comfyui.RUNNER]
+    runner = comfy_app[comfyui_standin.RUNNER]
     await eventually(lambda: runner.last_node == "4", message="the sampler runs")
     async with client.ws_connect(f"{url}/ws?clientId=again") as ws:
         assert (await ws.receive_json())["type"] == "status"

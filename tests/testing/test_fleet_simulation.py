@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.controlplane.fleet import ReplicaState
+from llmgw.controlplane.nodes.fleet import ReplicaState
 from llmgw.core.shards import ReplicaPhase, ShardState
 from llmgw.testing.eventually import eventually
 from llmgw.testing.fleet_simulation import InProcessControlPlane, SimulatedFleet, simulated_inventory

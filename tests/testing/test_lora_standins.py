@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.testing import fake_vllm, llama_server_standin
+from llmgw.testing import llama_server_standin, vllm_standin
 from llmgw.testing.engine_standin import peft_refusal
 
 
@@ -26,7 +26,7 @@ def peft_folder(root: Path, *files: str) -> Path:
     ids=["name=path", "json"],
 )
 def test_a_lora_module_reads_in_both_of_vllms_forms(value: str, expected: tuple[str, str]) -> None:
-    assert fake_vllm.lora_module(value) == expected
+    assert vllm_standin.lora_module(value) == expected
 
 
 def test_a_peft_folder_needs_its_config_and_weights(tmp_path: Path) -> None:
@@ -44,14 +44,14 @@ def test_a_peft_folder_needs_its_config_and_weights(tmp_path: Path) -> None:
 def test_vllm_refuses_to_start_with_a_module_that_is_no_adapter(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = fake_vllm.main(["serve", "m", "--enable-lora", "--lora-modules", f"sql={tmp_path / 'gone'}"])
+    code = vllm_standin.main(["serve", "m", "--enable-lora", "--lora-modules", f"sql={tmp_path / 'gone'}"])
     assert code == 1 and "cannot load LoRA module" in capsys.readouterr().err
 
 
 def test_vllm_refuses_modules_without_lora_turned_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert fake_vllm.main(["serve", "m", "--lora-modules", f"sql={tmp_path}"]) == 2
+    assert vllm_standin.main(["serve", "m", "--lora-modules", f"sql={tmp_path}"]) == 2
     assert "needs --enable-lora" in capsys.readouterr().err
 
 

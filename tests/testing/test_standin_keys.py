@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.testing import fake_sglang, llama_server_standin
+from llmgw.testing import llama_server_standin, sglang_standin
 
 
 def test_llama_server_reads_one_key_a_line_skipping_empty_lines_and_comments(tmp_path: Path) -> None:
@@ -30,9 +30,9 @@ def test_llama_server_ends_on_a_key_file_it_cannot_open(tmp_path: Path) -> None:
 def test_sglang_merges_its_config_file_before_the_command_line(tmp_path: Path) -> None:
     config = tmp_path / "k.yaml"
     config.write_text('api-key: "sk-1"\nenable-metrics: true\nport: 1\n')
-    parser = fake_sglang._parser()
+    parser = sglang_standin._parser()
 
-    argv = fake_sglang.merge_config(parser, ["--model-path", "m", "--config", str(config), "--port", "2"])
+    argv = sglang_standin.merge_config(parser, ["--model-path", "m", "--config", str(config), "--port", "2"])
     options = parser.parse_args(argv)
 
     assert (options.api_key, options.enable_metrics, options.port) == (
@@ -53,4 +53,4 @@ def test_sglang_merges_its_config_file_before_the_command_line(tmp_path: Path) -
 )
 def test_sglang_refuses_config_files_as_sglang_does(argv: list[str], says: str) -> None:
     with pytest.raises(ValueError, match=says):
-        fake_sglang.merge_config(fake_sglang._parser(), argv)
+        sglang_standin.merge_config(sglang_standin._parser(), argv)

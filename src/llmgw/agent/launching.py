@@ -1,6 +1,6 @@
 """Launching an engine process: the one place the agent spawns one, behind a seam tests replace.
 
-:class:`Supervisor <llmgw.agent.supervising.Supervisor>` hands a
+:class:`ShardSupervisor <llmgw.agent.supervising.ShardSupervisor>` hands a
 :class:`Launcher` an :class:`EngineSpawn` (the command line, environment,
 output descriptor and spawn options) and gets back an :class:`EngineProcess`
 handle: its pid, its exit code once it ended, a way to wait for that, and

@@ -51,7 +51,7 @@ from llmgw.agent.restarting import Restarting, command_line, start_again
 from llmgw.agent.session import AgentSession
 from llmgw.agent.settingstrial import SettingsTrial
 from llmgw.agent.starttracing import ShardStartTraces
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.agent.telemetry import Sampler, descendants
 from llmgw.agent.training import TrainingJobs
 from llmgw.agent.trainingprep import TrainingPreparer
@@ -116,7 +116,7 @@ class Uplink:
     def __init__(self, control_planes: Sequence[str]) -> None:
         self._planes = list(control_planes)
         self._session: AgentSession | None = None
-        self._shards: Supervisor | None = None
+        self._shards: ShardSupervisor | None = None
 
     def send(self, message: AgentMessage) -> None:
         if self._session is not None:
@@ -133,7 +133,7 @@ class Uplink:
         if self._session is not None:
             self._session.register_again()
 
-    async def run(self, session: AgentSession, shards: Supervisor) -> None:
+    async def run(self, session: AgentSession, shards: ShardSupervisor) -> None:
         """Hand ``session`` and ``shards`` what the other parts send, and run the session until
         cancelled."""
         self._session, self._shards = session, shards
@@ -151,7 +151,7 @@ class AgentParts:
     uplink: Uplink
     tracing: Tracing
     installer: Installer
-    shards: Supervisor
+    shards: ShardSupervisor
     training: TrainingJobs
     upgrader: AgentUpgrader
     kv_reporter: KvReporter
@@ -186,9 +186,9 @@ def _shards(
     inventory: NodeInventory,
     installer: Installer,
     traces: ShardStartTraces,
-) -> Supervisor:
+) -> ShardSupervisor:
     config.work_path.mkdir(parents=True, exist_ok=True)
-    return Supervisor(
+    return ShardSupervisor(
         config.work_path,
         config.shards,
         installer.prepare,
@@ -224,7 +224,7 @@ def _training(
 
 def _session(
     config: AgentConfig,
-    parts: tuple[NodeInventory, Supervisor, ControlPlaneLinks, Installer],
+    parts: tuple[NodeInventory, ShardSupervisor, ControlPlaneLinks, Installer],
     handlers: tuple[AgentUpgrader, TrainingJobs, KvReporter],
     restarting: Restarting | None,
     trial: SettingsTrial | None,
@@ -372,7 +372,7 @@ async def run_agent(
     )
 
 
-async def sample_cards(gpus: GpuSource, config: AgentConfig, uplink: Uplink, shards: Supervisor) -> None:
+async def sample_cards(gpus: GpuSource, config: AgentConfig, uplink: Uplink, shards: ShardSupervisor) -> None:
     """Send the cards' telemetry to the control plane; nvidia-smi's full report every minute."""
     full = NvidiaSmi(config.nvidia_smi) if not isinstance(gpus, NvidiaSmi) else None
     sampler = Sampler(gpus, lambda: descendants(os.getpid()) | shards.engine_pids(), full_report=full)

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 
 from llmgw import __version__
 from llmgw.agent.logserving import LogServing
-from llmgw.agent.supervising import Supervisor
+from llmgw.agent.supervising import ShardSupervisor
 from llmgw.core.agentstream import AgentMessage
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import NodeInventory
@@ -76,7 +76,7 @@ class AgentSession:
     def __init__(
         self,
         inventory: NodeInventory,
-        supervisor: Supervisor,
+        supervisor: ShardSupervisor,
         control_planes: list[str],
         connect: Connect,
         engines: Callable[[], list[str]] = list,

@@ -1,6 +1,6 @@
 """One shard as the agent supervises it: its spec, its engine process, ports, state and output.
 
-:class:`Shard` is what :class:`~llmgw.agent.supervising.Supervisor` keeps per
+:class:`Shard` is what :class:`~llmgw.agent.supervising.ShardSupervisor` keeps per
 replica and what a shard's state file (:mod:`llmgw.agent.shardstates`) and
 its reports to the control plane are made from.
 """

@@ -13,7 +13,7 @@ processes in production) and time is read from a
 :class:`~llmgw.runtime.clock.Clock`, the seams its unit tests drive.
 Engines run in their own session and outlive the agent: each shard keeps a
 state file (:mod:`llmgw.agent.shardstates`), and an agent that starts again
-adopts the engines still running (:meth:`Supervisor.adopt`), health-checks
+adopts the engines still running (:meth:`ShardSupervisor.adopt`), health-checks
 them and reports them ready, restarting only those that are gone.
 """
 
@@ -86,7 +86,7 @@ def _tail(path: Path, key: str) -> str:
     return blanked(" | ".join(lines[-3:]), (key,))
 
 
-class Supervisor:
+class ShardSupervisor:
     """All shards of this node."""
 
     def __init__(

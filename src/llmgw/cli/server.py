@@ -87,7 +87,7 @@ def worker(
     """Serve /v1 as one gateway worker of a control plane (started by 'llmgw server run')."""
     setup_logging(log_level, log_json)
     loaded = load_server_config(config)
-    from llmgw.controlplane.workerserving import run_worker
+    from llmgw.controlplane.serving.workerserving import run_worker
 
     _run(run_worker(loaded, port, index))
 

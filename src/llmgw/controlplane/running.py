@@ -17,7 +17,7 @@ learning of meanwhile), the other components stop
 component's failure ends :meth:`ControlPlane.run` with
 :class:`~llmgw.runtime.supervising.ComponentFailed` (exit code 1).
 
-A restart (``POST /api/control-plane/restart``, :mod:`llmgw.controlplane.selfrestart`)
+A restart (``POST /api/control-plane/restart``, :mod:`llmgw.controlplane.lifecycle.selfrestart`)
 makes the same clean stop, keeping the HTTP listening socket open (or, behind
 gateway workers, the workers running and serving), then the process executes
 its own command again and serves on that socket (or takes the workers over).
@@ -30,11 +30,11 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from llmgw.controlplane.agentsettings import SettingsCheck, forbidden_only
 from llmgw.controlplane.config import ServerConfig
-from llmgw.controlplane.firewalling import server_source
-from llmgw.controlplane.leadership import Identity
-from llmgw.controlplane.selfrestart import hand_over, hand_over_workers, start_again
+from llmgw.controlplane.lifecycle.leadership import Identity
+from llmgw.controlplane.lifecycle.selfrestart import hand_over, hand_over_workers, start_again
+from llmgw.controlplane.nodes.agentsettings import SettingsCheck, forbidden_only
+from llmgw.controlplane.nodes.firewalling import server_source
 from llmgw.controlplane.wiring import ControlPlaneParts, add_components, build
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.operations.firewallkeeping import FirewallKeeper

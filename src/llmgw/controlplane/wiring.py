@@ -11,7 +11,7 @@ components it runs (:func:`add_components`).
 Each part is handed what it needs when it is built: no part refers to one
 built after it, and none is changed after construction. Where two need each
 other, the one built first is handed the other when it runs: the gateway's
-requests to the leader wait in an :class:`~llmgw.controlplane.gatewaybuilding.Outbox`
+requests to the leader wait in an :class:`~llmgw.controlplane.serving.gatewaybuilding.Outbox`
 until ``leader-requests`` hands them to the follower (built after the
 gateway, whose state it keeps); leadership is told where this process is
 reached and what fills the leader's memory
@@ -69,49 +69,49 @@ from functools import partial
 
 from prometheus_client import REGISTRY
 
-from llmgw.controlplane.admin import AdminApi
-from llmgw.controlplane.admission import Admission
-from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
-from llmgw.controlplane.blobaccess import BlobAccess
-from llmgw.controlplane.callers import Callers
-from llmgw.controlplane.clustermetrics import observe_pass, register_cluster, watch_store
+from llmgw.controlplane.accounting.limit_counting import LimitCounts
+from llmgw.controlplane.accounting.limit_sharing import LimitSharing
+from llmgw.controlplane.accounting.usage_spilling import UsageSpill
+from llmgw.controlplane.accounting.usage_writing import UsageWriter
+from llmgw.controlplane.admin.admission import Admission
+from llmgw.controlplane.admin.app import AdminApi
+from llmgw.controlplane.admin.callers import Callers
 from llmgw.controlplane.config import ServerConfig, save_server_config
-from llmgw.controlplane.demand import ModelDemand
-from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.controlplane.gatewaybuilding import Outbox, build_gateway
-from llmgw.controlplane.gatewaystate import GatewayState
-from llmgw.controlplane.gpu_history import GpuHistory
-from llmgw.controlplane.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
-from llmgw.controlplane.leaderduties import LeaderDuties
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.limit_counting import LimitCounts
-from llmgw.controlplane.limit_sharing import LimitSharing
-from llmgw.controlplane.localchannel import (
+from llmgw.controlplane.lifecycle.leaderduties import LeaderDuties
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.lifecycle.selfrestart import inherited_socket, inherited_workers
+from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
+from llmgw.controlplane.metrics.clustermetrics import observe_pass, register_cluster, watch_store
+from llmgw.controlplane.metrics.workermetrics import SummedRegistry, serve_metrics
+from llmgw.controlplane.mirror.blobaccess import BlobAccess
+from llmgw.controlplane.mirror.replicating import MirrorReplicator
+from llmgw.controlplane.nodes.agentsettings import SettingsCheck, SettingsPush, forbidden_only
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
+from llmgw.controlplane.nodes.gpu_history import GpuHistory
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.demand import ModelDemand
+from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
+from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
+from llmgw.controlplane.serving.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
+from llmgw.controlplane.serving.workers import WorkerSupervisor, retire, subprocess_launcher, worker_count
+from llmgw.controlplane.serving.workerserving import HTTP_SOCKET_NAME
+from llmgw.controlplane.statesharing.gatewaystate import GatewayState
+from llmgw.controlplane.statesharing.localchannel import (
     SOCKET_NAME,
     WorkerChannelServer,
     WorkerLoads,
     private_unix_socket,
 )
-from llmgw.controlplane.mirror_replicating import MirrorReplicator
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
-from llmgw.controlplane.selfrestart import inherited_socket, inherited_workers
-from llmgw.controlplane.sessions import NodeSessions
-from llmgw.controlplane.stateevents import Counted
-from llmgw.controlplane.statestream import (
+from llmgw.controlplane.statesharing.stateevents import Counted
+from llmgw.controlplane.statesharing.statestream import (
     RuntimeAdapters,
     StateFollowing,
     StateServing,
     drop_inherited,
     request_dispatcher,
 )
-from llmgw.controlplane.training import TrainingScheduler
-from llmgw.controlplane.upgrading import AgentUpgrades
-from llmgw.controlplane.usage_spilling import UsageSpill
-from llmgw.controlplane.usage_writing import UsageWriter
-from llmgw.controlplane.workermetrics import SummedRegistry, serve_metrics
-from llmgw.controlplane.workers import WorkerSupervisor, retire, subprocess_launcher, worker_count
-from llmgw.controlplane.workerserving import HTTP_SOCKET_NAME
+from llmgw.controlplane.training.scheduling import TrainingScheduler
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING

@@ -15,7 +15,7 @@ index, the adapters or the key ring:
 
 Every method runs on the event loop and returns at once. Whoever must see
 the same changes (a control plane streaming them to its standbys:
-``controlplane/gatewaystate.py``) listens with :meth:`GatewayFeed.listen`:
+``controlplane/statesharing/gatewaystate.py``) listens with :meth:`GatewayFeed.listen`:
 each change is told to every listener, by the method's name and arguments,
 after the gateway applied it.
 """

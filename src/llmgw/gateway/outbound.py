@@ -11,7 +11,7 @@ goes through one :class:`GatewayOutbound` object passed to it:
 
 The control plane implements it while leading and hands the calls to its
 leader otherwise; a gateway worker hands them to its control plane
-(``controlplane/gatewaybuilding.py``'s ``Outbox``); tests record them
+(``controlplane/serving/gatewaybuilding.py``'s ``Outbox``); tests record them
 (:class:`llmgw.testing.gateway_doubles.RecordingOutbound`).
 
 Every method is called on the event loop and must return at once (hand the

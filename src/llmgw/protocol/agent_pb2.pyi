@@ -1465,7 +1465,7 @@ Global___MirroredBuild: _TypeAlias = MirroredBuild  # noqa: Y015
 
 @_typing.final
 class StateFrame(_message.Message):
-    """One gateway state event or request, as a JSON object (controlplane/gatewaystate.py)."""
+    """One gateway state event or request, as a JSON object (controlplane/statesharing/gatewaystate.py)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -5,7 +5,7 @@ A :class:`Channel` is one side of a bidirectional stream. On the agent stream
 the agent's side sends :class:`AgentMessage` and receives
 :class:`ControlMessage`; the control plane's side the other way round. A
 :data:`StateChannel` carries the frames of the gateway state protocol
-(``controlplane/stateevents.py``) both ways: over gRPC between control planes,
+(``controlplane/statesharing/stateevents.py``) both ways: over gRPC between control planes,
 over a Unix socket (:mod:`llmgw.protocol.unix_transport`) from a control
 plane to its gateway workers.
 
@@ -58,8 +58,8 @@ AgentChannel = Channel[pb.AgentMessage, pb.ControlMessage]
 ControlChannel = Channel[pb.ControlMessage, pb.AgentMessage]
 """The control plane's side of a node's stream."""
 StateChannel = Channel[bytes, bytes]
-"""Either side of a gateway state stream: one frame of the state protocol (``controlplane/stateevents.py``,
-its one codec) per message, both ways."""
+"""Either side of a gateway state stream: one frame of the state protocol
+(``controlplane/statesharing/stateevents.py``, its one codec) per message, both ways."""
 
 
 class BlobSource(Protocol):

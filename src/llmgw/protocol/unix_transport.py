@@ -4,7 +4,7 @@ A control plane and its gateway workers, on one machine, talk over a socket
 in the data dir that only its user opens (:func:`private_unix_socket`). Each
 message is one frame (``encode`` makes it, ``decode`` reads it back) and ends
 with a newline, so a frame holds none: the state protocol's are compact JSON
-(``controlplane/stateevents.py``); a frame with a newline is refused on
+(``controlplane/statesharing/stateevents.py``); a frame with a newline is refused on
 ``send`` with ValueError.
 
 It keeps the contract of :mod:`llmgw.protocol.channels` (checked by

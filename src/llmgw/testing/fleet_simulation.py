@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from llmgw.agent.session import AgentSession, Connect
-from llmgw.agent.supervising import Supervisor
-from llmgw.controlplane.fleet import Fleet, ReplicaState
-from llmgw.controlplane.leadership import Identity, Leadership
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.sessions import NodeSessions
+from llmgw.agent.supervising import ShardSupervisor
+from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
+from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
+from llmgw.controlplane.nodes.sessions import NodeSessions
+from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.core.backoff import Backoff
 from llmgw.core.devices import Device, NodeInventory
 from llmgw.core.nodes import Heartbeat
@@ -117,7 +117,7 @@ class SimulatedNode:
         self.heartbeat_s = heartbeat_s
         self.session = AgentSession(
             simulated_inventory(node_id, gpus),
-            cast(Supervisor, self.shards),
+            cast(ShardSupervisor, self.shards),
             control_planes,
             connect,
             backoff=Backoff(base=0.5, factor=2.0, cap=5.0),

@@ -2,14 +2,14 @@
 
 :func:`write_standins` puts, in one folder:
 
-- ``vllm``: the ``vllm`` command of a vLLM build (→ :mod:`llmgw.testing.fake_vllm`);
-- ``ray`` beside it: Ray's ``ray start`` for a multi-node vLLM replica (→ :mod:`llmgw.testing.fake_ray`);
+- ``vllm``: the ``vllm`` command of a vLLM build (→ :mod:`llmgw.testing.vllm_standin`);
+- ``ray`` beside it: Ray's ``ray start`` for a multi-node vLLM replica (→ :mod:`llmgw.testing.ray_standin`);
 - ``python``: a build's Python that runs ``-m sglang.launch_server`` as
-  :mod:`llmgw.testing.fake_sglang` and anything else as this Python;
+  :mod:`llmgw.testing.sglang_standin` and anything else as this Python;
 - ``trtllm-serve`` beside that ``python``: the operator's TensorRT-LLM
-  (→ :mod:`llmgw.testing.fake_trtllm`), so ``engines.trtllm.python`` can name it;
+  (→ :mod:`llmgw.testing.trtllm_standin`), so ``engines.trtllm.python`` can name it;
 - ``comfyui/main.py``: ComfyUI's ``main.py``, run by that ``python``
-  (→ :mod:`llmgw.testing.fake_comfyui`), for ``engines.comfyui.main``.
+  (→ :mod:`llmgw.testing.comfyui_standin`), for ``engines.comfyui.main``.
 """
 
 from __future__ import annotations
@@ -57,19 +57,19 @@ def _module(name: str) -> str:
 
 def write_standins(directory: Path, python: str = sys.executable) -> StandinPrograms:
     directory.mkdir(parents=True, exist_ok=True)
-    vllm = _write(directory / "vllm", python, _module("llmgw.testing.fake_vllm"))
-    ray = _write(directory / "ray", python, _module("llmgw.testing.fake_ray"))
+    vllm = _write(directory / "vllm", python, _module("llmgw.testing.vllm_standin"))
+    ray = _write(directory / "ray", python, _module("llmgw.testing.ray_standin"))
     wrapper = _write(
         directory / "python",
         python,
         "import os, runpy, sys\n"
         "if sys.argv[1:3] == ['-m', 'sglang.launch_server']:\n"
         "    sys.argv = [sys.argv[0], *sys.argv[3:]]\n"
-        "    runpy.run_module('llmgw.testing.fake_sglang', run_name='__main__', alter_sys=True)\n"
+        "    runpy.run_module('llmgw.testing.sglang_standin', run_name='__main__', alter_sys=True)\n"
         "else:\n"
         f"    os.execv({python!r}, [{python!r}, *sys.argv[1:]])",
     )
-    trtllm = _write(directory / "trtllm-serve", python, _module("llmgw.testing.fake_trtllm"))
+    trtllm = _write(directory / "trtllm-serve", python, _module("llmgw.testing.trtllm_standin"))
     (directory / "comfyui").mkdir(exist_ok=True)
-    comfyui_main = _write(directory / "comfyui" / "main.py", python, _module("llmgw.testing.fake_comfyui"))
+    comfyui_main = _write(directory / "comfyui" / "main.py", python, _module("llmgw.testing.comfyui_standin"))
     return StandinPrograms(vllm=vllm, python=wrapper, trtllm_serve=trtllm, comfyui_main=comfyui_main, ray=ray)

@@ -40,7 +40,7 @@ JOIN_WAIT_S = float(os.environ.get("LLMGW_STANDIN_JOIN_WAIT_S", "60"))
 """How long a member keeps trying to reach its head before it gives up (exit 1)."""
 REAL_RAY = "LLMGW_STANDIN_RAY"
 """The environment variable naming a real ``ray`` program: vLLM's stand-in then waits on the real
-cluster at ``RAY_ADDRESS`` (:func:`wait_real_ray`) rather than on :mod:`llmgw.testing.fake_ray`'s."""
+cluster at ``RAY_ADDRESS`` (:func:`wait_real_ray`) rather than on :mod:`llmgw.testing.ray_standin`'s."""
 RAY_STATUS_EVERY_S = 2.0
 """How often vLLM's stand-in asks a real Ray cluster what it holds (each ``ray status`` costs ~0.5 s
 of a core)."""

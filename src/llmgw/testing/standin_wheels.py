@@ -60,7 +60,7 @@ def _handover_serve(python: str) -> str:
     """vLLM's OpenAI server module, taking ``--model``: the vLLM stand-in's ``serve``."""
     return (
         "import os, sys\n"
-        f"os.execv({python!r}, [{python!r}, '-m', 'llmgw.testing.fake_vllm', 'serve', *sys.argv[1:]])\n"
+        f"os.execv({python!r}, [{python!r}, '-m', 'llmgw.testing.vllm_standin', 'serve', *sys.argv[1:]])\n"
     )
 
 
@@ -185,7 +185,9 @@ def build_wheel(
         )
     elif project == "vllm":
         files["vllm_standin.py"] = (BROKEN if broken else "") + (
-            "def main():\n    " + _handover("llmgw.testing.fake_vllm", python).replace("\n", "\n    ") + "\n"
+            "def main():\n    "
+            + _handover("llmgw.testing.vllm_standin", python).replace("\n", "\n    ")
+            + "\n"
         )
         files["vllm/__init__.py"] = ""
         files["vllm/_C.py"] = "import torch  # noqa: F401\n" + (_MISSING_CUDA if fault == "extension" else "")
@@ -194,13 +196,15 @@ def build_wheel(
     elif project == "sglang":
         files["sglang/__init__.py"] = ""
         files["sglang/launch_server.py"] = (BROKEN if broken else "") + _handover(
-            "llmgw.testing.fake_sglang", python
+            "llmgw.testing.sglang_standin", python
         )
         needs = _requires("torch", "sgl-kernel")
     elif project == "ray":  # beside vLLM's CUDA builds; its command is Ray's stand-in
         files["ray/__init__.py"] = ""
         files["ray_standin.py"] = (
-            "def main():\n    " + _handover("llmgw.testing.fake_ray", python).replace("\n", "\n    ") + "\n"
+            "def main():\n    "
+            + _handover("llmgw.testing.ray_standin", python).replace("\n", "\n    ")
+            + "\n"
         )
         entry_points = "[console_scripts]\nray = ray_standin:main\n"
     elif project == "sgl-kernel":

@@ -2,6 +2,6 @@
 
 Every route takes the one :class:`~llmgw.controlplane.api.state.AdminState`
 through FastAPI's ``Depends`` and answers errors as
-``{"error": {"message", "hint", "problems"?}}``; :mod:`llmgw.controlplane.admin`
+``{"error": {"message", "hint", "problems"?}}``; :mod:`llmgw.controlplane.admin.app`
 puts the routers together into the app.
 """

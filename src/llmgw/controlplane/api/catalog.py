@@ -19,9 +19,9 @@ from pydantic import ValidationError
 
 from llmgw.adminapi.schemas import ModelEntry, ModelView
 from llmgw.adminapi.textfields import checked_text
+from llmgw.controlplane.admin.callers import Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.callers import Caller
 from llmgw.core.catalog import (
     ModelDefinition,
     Replicas,

@@ -6,7 +6,7 @@ frames, where the data is the whole view its GET route answers: ``nodes``
 ``settings`` (``/api/settings``), ``serving`` (``{"stopped": bool}``, what ``PUT
 /api/serving`` answers), ``keys`` (``/api/keys``) and ``status`` (``/api/status``).
 On connect it sends one of each kind the caller may read; then one when that
-kind changed (:mod:`llmgw.controlplane.changes`), at most one per kind every
+kind changed (:mod:`llmgw.controlplane.admin.changes`), at most one per kind every
 :data:`COALESCE_S`; a ``: keepalive`` comment every :data:`KEEPALIVE_S` without
 one. Each kind is read under the caller's roles as its route reads it: nodes,
 replicas, settings and serving need a viewer at the cluster; models and keys
@@ -28,11 +28,11 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
 from llmgw.adminapi.schemas import ServingView
+from llmgw.controlplane.admin.callers import Caller
+from llmgw.controlplane.admin.changes import KINDS, Kind, Subscription
 from llmgw.controlplane.api import catalog, keys, nodes, replicas, settings, status
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.callers import Caller
-from llmgw.controlplane.changes import KINDS, Kind, Subscription
 from llmgw.core.settingtypes import SERVING_STOPPED
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import LlmgwError

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 from llmgw.adminapi.schemas import AnswerModel
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
-from llmgw.controlplane.gpu_history import POINTS_PER_CARD, CardHistory
+from llmgw.controlplane.nodes.gpu_history import POINTS_PER_CARD, CardHistory
 
 router = APIRouter(
     prefix="/api", tags=["nodes"], dependencies=CLUSTER_ROLE, responses=declared(400, 401, 503, 403)

@@ -29,9 +29,9 @@ from llmgw.adminapi.knowledge import (
     SearchRequest,
 )
 from llmgw.adminapi.textfields import checked_text
+from llmgw.controlplane.admin.callers import Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.callers import Caller
 from llmgw.core.catalog import parse_model
 from llmgw.core.engines import Task
 from llmgw.core.knowledge import UnknownCollection

@@ -21,9 +21,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from llmgw.adminapi.limits import LimitsBody, LimitsView
+from llmgw.controlplane.admin.callers import Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.callers import Caller
 from llmgw.core.limits import KEY_PREFIX, Limits
 from llmgw.core.tenancy import CLUSTER, Action, Owner
 from llmgw.errors import NotFound, ValidationFailed

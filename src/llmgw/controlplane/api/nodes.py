@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from llmgw.adminapi.schemas import GpuView, NodeView, RefusedSettingsView
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
-from llmgw.controlplane.fleet import Fleet
+from llmgw.controlplane.nodes.fleet import Fleet
 from llmgw.core.mig import device_label
 from llmgw.core.nodes import SettingsRefusal, flat_settings
 

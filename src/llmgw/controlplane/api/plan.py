@@ -16,7 +16,7 @@ from llmgw.adminapi.schemas import PlanRefusal, PlanView
 from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State
-from llmgw.controlplane.multinode import rank_of
+from llmgw.controlplane.replicas.multinode import rank_of
 from llmgw.core.catalog import parse_model
 from llmgw.core.mig import device_label
 from llmgw.errors import LlmgwError, NotFound

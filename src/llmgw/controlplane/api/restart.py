@@ -16,8 +16,8 @@ from llmgw.adminapi.schemas import (
 )
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
-from llmgw.controlplane.clusterrestart import ClusterRestart, HttpPeers
-from llmgw.controlplane.selfrestart import INSTANCE
+from llmgw.controlplane.lifecycle.clusterrestart import ClusterRestart, HttpPeers
+from llmgw.controlplane.lifecycle.selfrestart import INSTANCE
 from llmgw.errors import ValidationFailed
 from llmgw.store.leases import Leases
 

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Response
 
 from llmgw.adminapi.schemas import SettingChange, SettingRequest, Settings, SettingView
 from llmgw.adminapi.textfields import checked_text
-from llmgw.controlplane.agentsettings import setting_problems
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
+from llmgw.controlplane.nodes.agentsettings import setting_problems
 from llmgw.core.agentsettings import is_agent_key
 from llmgw.core.settingtypes import FIREWALL_ENABLED, SERVING_STOPPED, value_problem
 from llmgw.errors import NotFound, ValidationFailed

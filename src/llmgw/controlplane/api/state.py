@@ -4,7 +4,7 @@
 reconciler, mirror, leadership...). The app keeps it in ``app.state.admin``;
 routes take it through FastAPI's ``Depends`` (:data:`State`). Every ``/api``
 router checks the bearer token with :func:`check_token` (the first admin
-token, or a user's live token: :mod:`llmgw.controlplane.callers`); a route
+token, or a user's live token: :mod:`llmgw.controlplane.admin.callers`); a route
 takes the caller as :data:`Who` and checks the caller's role against the
 owner of what it touches (docs/tenancy.md has the table). Routers of the
 cluster's own machinery take :data:`CLUSTER_ROLE`: reading needs a viewer at
@@ -20,17 +20,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from llmgw.controlplane.agentsettings import SettingsCheck, SettingsPush, forbidden_only
-from llmgw.controlplane.callers import Caller, Callers
-from llmgw.controlplane.changes import Changes
-from llmgw.controlplane.fleet import Fleet
-from llmgw.controlplane.gpu_history import GpuHistory
-from llmgw.controlplane.leadership import Leadership
-from llmgw.controlplane.mirror_replicating import MirrorReplicator
-from llmgw.controlplane.reconciling import Reconciler
-from llmgw.controlplane.selfrestart import SelfRestart
-from llmgw.controlplane.training import TrainingScheduler
-from llmgw.controlplane.upgrading import AgentUpgrades
+from llmgw.controlplane.admin.callers import Caller, Callers
+from llmgw.controlplane.admin.changes import Changes
+from llmgw.controlplane.lifecycle.leadership import Leadership
+from llmgw.controlplane.lifecycle.selfrestart import SelfRestart
+from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
+from llmgw.controlplane.mirror.replicating import MirrorReplicator
+from llmgw.controlplane.nodes.agentsettings import SettingsCheck, SettingsPush, forbidden_only
+from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.controlplane.nodes.gpu_history import GpuHistory
+from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.training.scheduling import TrainingScheduler
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import Unauthorized

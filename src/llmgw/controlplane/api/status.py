@@ -23,7 +23,7 @@ from llmgw.adminapi.schemas import ComponentView, ControlPlaneView, Health, Lead
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
-from llmgw.controlplane.selfrestart import INSTANCE
+from llmgw.controlplane.lifecycle.selfrestart import INSTANCE
 from llmgw.core.settingtypes import SERVING_STOPPED, VIP_SETTING
 from llmgw.store.leases import ControlPlaneRecord
 

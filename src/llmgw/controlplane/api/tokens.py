@@ -12,9 +12,9 @@ from datetime import timedelta
 from fastapi import APIRouter, Response
 
 from llmgw.adminapi.tenancy import Name, TokenCreated, TokenRequest, TokenView
+from llmgw.controlplane.admin.callers import Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, State, Who
-from llmgw.controlplane.callers import Caller
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import NotFound
 from llmgw.store.usertokens import TokenRecord

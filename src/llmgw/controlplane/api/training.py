@@ -16,9 +16,9 @@ from llmgw.adminapi.training import (
     TrainingResult,
     TrainingSubmit,
 )
+from llmgw.controlplane.admin.callers import ADMIN, Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.callers import ADMIN, Caller
 from llmgw.core.catalog import PEFT_CONFIG, ModelDefinition, adapter_problems, parse_model
 from llmgw.core.tenancy import Action, Owner, OwnerKind
 from llmgw.core.training import (

@@ -20,9 +20,9 @@ from fastapi import APIRouter, Response
 
 from llmgw.adminapi.tenancy import Name, OrgRequest, ProjectRequest, TeamRequest, UnitView
 from llmgw.adminapi.textfields import checked_text
+from llmgw.controlplane.admin.callers import Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.callers import Caller
 from llmgw.core.tenancy import CLUSTER, Action, Owner, OwnerKind
 from llmgw.store.tenants import Unit
 

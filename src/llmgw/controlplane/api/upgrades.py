@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from llmgw.adminapi.upgrades import AgentUpgradeRequest, RolloutView
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, AdminState, State, Who
-from llmgw.controlplane.upgrading import AgentUpgrades, Rollout
+from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades, Rollout
 from llmgw.errors import NotFound
 
 router = APIRouter(

@@ -29,9 +29,9 @@ from llmgw.adminapi.usage import (
     UsageAnswer,
     UsageLine,
 )
+from llmgw.controlplane.admin.callers import Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, State, Who
-from llmgw.controlplane.callers import Caller
 from llmgw.core.tenancy import CLUSTER, Action, Owner, OwnerKind
 from llmgw.errors import ValidationFailed
 from llmgw.store.usagereports import Bucket, Dimension, UsageGroup, UsageQuery, UsageReports, UsageScope

@@ -22,9 +22,9 @@ from fastapi import APIRouter, Response
 
 from llmgw.adminapi.tenancy import Name, RoleRequest, RoleView, UserRequest, UserView, WhoView
 from llmgw.adminapi.textfields import checked_text
+from llmgw.controlplane.admin.callers import ADMIN, Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
-from llmgw.controlplane.callers import ADMIN, Caller
 from llmgw.core.tenancy import CLUSTER, Action, Binding, Owner, OwnerKind, Role
 from llmgw.errors import Forbidden, NotFound, ValidationFailed
 from llmgw.store.users import UserRecord

@@ -1,0 +1,88 @@
+"""``/metrics`` behind gateway workers: the control plane's metrics with its workers' gateway samples added.
+
+Each worker sends the samples of its gateway metrics (the families named
+``llmgw_gateway_*`` and ``llmgw_adapter_*``: counters, histograms, gauges)
+over the local channel every second, and when asked (:func:`gateway_samples`).
+The control plane's ``/metrics`` (:func:`serve_metrics`) asks every worker
+for its samples as of now (waiting a second at most), then renders its own registry
+with each worker's last samples added to the sample of the same name and
+labels (:class:`SummedRegistry`), so a scrape sees the whole port's requests
+as it did with one process. A worker's samples go when its channel ends: its
+counters drop then, which Prometheus reads as a counter reset. ``_created``
+samples stay the control plane's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
+
+from llmgw.controlplane.serving.httpserving import ASGIApp
+
+PREFIXES = ("llmgw_gateway_", "llmgw_adapter_")
+"""The families a worker's gateway fills; the rest of a worker's process is not the port's."""
+
+SUFFIXES = ("", "_total", "_bucket", "_count", "_sum")
+"""A family's sample names: its own name with one of these."""
+
+Samples = list[list[Any]]
+"""``[name, labels, value]`` per sample, as JSON carries them."""
+
+
+def gateway_samples(registry: Any = REGISTRY) -> Samples:
+    """This process's gateway samples."""
+    out: Samples = []
+    for family in registry.collect():
+        if family.name.startswith(PREFIXES):
+            out.extend([s.name, s.labels, s.value] for s in family.samples if not s.name.endswith("_created"))
+    return out
+
+
+class SummedRegistry:
+    """A registry's families with other processes' samples added (what ``generate_latest`` renders)."""
+
+    def __init__(self, registry: Any, others: Callable[[], Iterable[Samples]]) -> None:
+        self._registry = registry
+        self._others = others
+
+    def collect(self) -> Iterator[Metric]:
+        extra: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for samples in self._others():
+            for name, labels, value in samples:
+                key = (str(name), tuple(sorted((str(k), str(v)) for k, v in labels.items())))
+                extra[key] = extra.get(key, 0.0) + float(value)
+        for family in self._registry.collect():
+            if extra and family.name.startswith(PREFIXES):
+                summed: list[Sample] = []
+                for s in family.samples:
+                    key = (s.name, tuple(sorted(s.labels.items())))
+                    summed.append(s._replace(value=s.value + extra.pop(key)) if key in extra else s)
+                names = {family.name + suffix for suffix in SUFFIXES}
+                for key in [k for k in extra if k[0] in names]:
+                    summed.append(Sample(key[0], dict(key[1]), extra.pop(key)))
+                family.samples = summed
+            yield family
+
+
+def serve_metrics(app: ASGIApp, view: SummedRegistry, refresh: Callable[[], Awaitable[Any]]) -> ASGIApp:
+    """``GET /metrics`` answered from ``view`` once ``refresh`` (the workers' fresh samples) returned;
+    everything else to ``app``."""
+
+    async def metrics(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
+            await refresh()
+            body = generate_latest(view)  # any object with collect() will do
+            head = [
+                (b"content-type", CONTENT_TYPE_LATEST.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": head})
+            await send({"type": "http.response.body", "body": body if scope["method"] == "GET" else b""})
+            return
+        await app(scope, receive, send)
+
+    return metrics
