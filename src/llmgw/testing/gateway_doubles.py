@@ -158,6 +158,64 @@ class MemoryAnswer:
             self.task.cancel()
 
 
+def engine_answer(path: str, data: dict[str, Any], replica_id: str, answered: int) -> dict[str, Any]:
+    """An engine's whole answer to ``data`` on ``path`` (chat, completions, embeddings, rerank, responses):
+    its text is ``replica_id``; a response's id counts the requests ``answered`` before it."""
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    if path.endswith("/rerank"):
+        ranked = [{"index": i, "relevance_score": 1.0 / (i + 1)} for i in range(len(data["documents"]))]
+        return {
+            "model": data["model"],
+            "results": ranked,
+            "usage": {"prompt_tokens": 6, "total_tokens": 6},
+        }
+    if path.endswith("/responses"):
+        text = {"type": "output_text", "text": replica_id, "annotations": []}
+        item = {
+            "type": "message",
+            "id": "msg_1",
+            "status": "completed",
+            "role": "assistant",
+            "content": [text],
+        }
+        return {
+            "id": f"resp_{answered}",
+            "object": "response",
+            "created_at": 1700000000,
+            "status": "completed",
+            "model": "/weights/model.gguf",
+            "output": [item],
+            "usage": {"input_tokens": 9, "output_tokens": 2, "total_tokens": 11},
+        }
+    if path.endswith("/embeddings"):
+        return {
+            "object": "list",
+            "model": data["model"],
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
+            "usage": {"prompt_tokens": 4, "total_tokens": 4},
+        }
+    if path.endswith("/v1/completions"):
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": replica_id,
+            "finish_reason": "stop",
+            "logprobs": None,
+        }
+        kind = "text_completion"
+    else:
+        message = {"role": "assistant", "content": replica_id}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        kind = "chat.completion"
+    return {
+        "id": "cmpl-1",
+        "object": kind,
+        "created": 1700000000,
+        "model": data["model"],
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
 @dataclass
 class MemoryEngine:
     """An OpenAI-compatible engine in memory that records what reaches it (one replica's)."""
@@ -250,59 +308,7 @@ class MemoryEngine:
 
     def answer(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
         """The whole answer to ``data`` on ``path``."""
-        usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
-        if path.endswith("/rerank"):
-            ranked = [{"index": i, "relevance_score": 1.0 / (i + 1)} for i in range(len(data["documents"]))]
-            return {
-                "model": data["model"],
-                "results": ranked,
-                "usage": {"prompt_tokens": 6, "total_tokens": 6},
-            }
-        if path.endswith("/responses"):
-            text = {"type": "output_text", "text": self.replica_id, "annotations": []}
-            item = {
-                "type": "message",
-                "id": "msg_1",
-                "status": "completed",
-                "role": "assistant",
-                "content": [text],
-            }
-            return {
-                "id": f"resp_{len(self.requests)}",
-                "object": "response",
-                "created_at": 1700000000,
-                "status": "completed",
-                "model": "/weights/model.gguf",
-                "output": [item],
-                "usage": {"input_tokens": 9, "output_tokens": 2, "total_tokens": 11},
-            }
-        if path.endswith("/embeddings"):
-            return {
-                "object": "list",
-                "model": data["model"],
-                "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
-                "usage": {"prompt_tokens": 4, "total_tokens": 4},
-            }
-        if path.endswith("/v1/completions"):
-            choice: dict[str, Any] = {
-                "index": 0,
-                "text": self.replica_id,
-                "finish_reason": "stop",
-                "logprobs": None,
-            }
-            kind = "text_completion"
-        else:
-            message = {"role": "assistant", "content": self.replica_id}
-            choice = {"index": 0, "message": message, "finish_reason": "stop"}
-            kind = "chat.completion"
-        return {
-            "id": "cmpl-1",
-            "object": kind,
-            "created": 1700000000,
-            "model": data["model"],
-            "choices": [choice],
-            "usage": usage,
-        }
+        return engine_answer(path, data, self.replica_id, len(self.requests))
 
     async def _stream(self, answer: MemoryAnswer, data: dict[str, Any]) -> None:
         answer.start(200, "text/event-stream")
