@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from llmgw.controlplane.api.status import address_assigned, assigned_addresses
-from llmgw.controlplane.wiring import record_vip
+from llmgw.controlplane.parts import record_vip
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.store.database import Store
 from llmgw.testing.admin import TOKEN, admin_api

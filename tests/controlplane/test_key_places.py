@@ -3,7 +3,7 @@ teams and organizations the user holds a role in."""
 
 from __future__ import annotations
 
-from llmgw.controlplane.wiring import key_place
+from llmgw.controlplane.parts import key_place
 from llmgw.core.tenancy import CLUSTER, NOWHERE, Binding, Owner, OwnerKind, Place, Role
 
 ACME = Owner(OwnerKind.ORG, "acme")
