@@ -34,6 +34,7 @@ from llmgw.controlplane.nodes.gpu_history import GpuHistory
 from llmgw.controlplane.nodes.sessions import NodeSessions
 from llmgw.controlplane.replicas.demand import ModelDemand
 from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.serving.clientstore import open_client_store
 from llmgw.controlplane.serving.gatewaybuilding import Outbox
 from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
 from llmgw.controlplane.serving.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
@@ -176,11 +177,16 @@ LEADER_ONLY = ("reconciler", "training")
 
 @dataclass(frozen=True)
 class Foundation:
-    """What every other part stands on: the store (its writes fenced by the lease), the mirror's
-    blobs, the models' demand, the usage writer, tracing and the TLS files."""
+    """What every other part stands on: the store (its writes fenced by the lease), the store as
+    what clients make is kept (unfenced), the mirror's blobs, the models' demand, the usage writer,
+    tracing and the TLS files."""
 
     store: Store
     fence: Fence
+    clients: Store
+    """The same database for what clients make (conversations, jobs, files, batches): its writes
+    are not fenced, since a standby and a gateway worker answer clients too and keep what they
+    made (:func:`open_client_store`)."""
     blobs: BlobStore
     demand: ModelDemand
     usage: UsageWriter
@@ -195,6 +201,7 @@ async def build_foundation(config: ServerConfig, closing: contextlib.AsyncExitSt
     store.fence = fence  # the store's documented way in: every write then checks the lease
     closing.push_async_callback(store.close)
     watch_store(store.engine)
+    clients = await open_client_store(config, closing)
     blobs = BlobStore(config.data_path / "mirror")
     if removed := blobs.remove_leftovers():
         log.info("removed %d files that interrupted mirror imports left", removed)
@@ -203,7 +210,7 @@ async def build_foundation(config: ServerConfig, closing: contextlib.AsyncExitSt
     tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name}")
     closing.callback(tracing.shutdown)
     tls = TlsFiles(config.path(config.tls.ca), config.path(config.tls.cert), config.path(config.tls.key))
-    return Foundation(store, fence, blobs, ModelDemand(), usage, tracing, tls)
+    return Foundation(store, fence, clients, blobs, ModelDemand(), usage, tracing, tls)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ import httpx
 
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.metrics.workermetrics import gateway_samples
+from llmgw.controlplane.serving.clientstore import open_client_store
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.serving.relaying import LeaderDecides
@@ -68,6 +69,7 @@ from llmgw.gateway.paths import gateway_path
 from llmgw.observability.tracing import Tracing
 from llmgw.runtime.processes import Process, run_process
 from llmgw.runtime.supervising import Policy
+from llmgw.store.database import Store
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +239,8 @@ class WorkerParts:
     name: str
     index: int
     port: int
+    clients: Store
+    """The store as what its clients make is kept (``clientstore.py``)."""
     gateway: Gateway
     outbox: Outbox
     following: WorkerFollowing
@@ -244,11 +248,13 @@ class WorkerParts:
 
 
 async def build_worker(config: ServerConfig, port: int, index: int, process: Process) -> WorkerParts:
-    """Worker ``index``'s parts, in order: its gateway (built as its control plane's is), its copy of
-    the control plane's state, its HTTP server on ``port`` (``SO_REUSEPORT``)."""
+    """Worker ``index``'s parts, in order: the store as what its clients make is kept, its gateway
+    (built as its control plane's is), its copy of the control plane's state, its HTTP server on
+    ``port`` (``SO_REUSEPORT``)."""
     workers = worker_count(config.gateway.workers)
     tracing = Tracing.from_settings(config.tracing, f"llmgw-server {config.name} worker {index}")
     process.closing.callback(tracing.shutdown)
+    clients = await open_client_store(config, process.closing)
     pass_on = PassOn(config.data_path / HTTP_SOCKET_NAME)
     process.closing.push_async_callback(_closed_quietly, pass_on)
     outbox = Outbox()
@@ -265,7 +271,7 @@ async def build_worker(config: ServerConfig, port: int, index: int, process: Pro
     decides = RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes)
     app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves, decides)
     http = HttpServer(app, config.http, reuse_port_socket(config.http.host, port))
-    return WorkerParts(config.name, index, port, gateway, outbox, following, http)
+    return WorkerParts(config.name, index, port, clients, gateway, outbox, following, http)
 
 
 async def _closed_quietly(pass_on: PassOn) -> None:
