@@ -49,6 +49,7 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.audit import AuditLog
+from llmgw.store.batches import Batches
 from llmgw.store.blobcopies import BlobCopies
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
@@ -136,6 +137,7 @@ class Store:
         self.limits = StoredLimits(self)
         self.training = TrainingJobs(self)
         self.knowledge = KnowledgeStore(self)
+        self.batches = Batches(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

@@ -452,6 +452,52 @@ class KnowledgePairRow(Base):
     answer: Mapped[str] = mapped_column(String, nullable=False)
 
 
+class BatchRow(Base):
+    """A batch of ``/v1`` requests (OpenAI's Batch API): its ask, status, counts and files."""
+
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256), nullable=False, index=True)
+    """Where the key that made it sits: every key there sees it."""
+    key_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    """The key its requests are sent as (limits and usage count under it)."""
+    endpoint: Mapped[str] = mapped_column(String(64), nullable=False)
+    input_file_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    completion_window: Mapped[str] = mapped_column(String(8), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
+    total: Mapped[int] = mapped_column(Integer, nullable=False)
+    completed: Mapped[int] = mapped_column(Integer, nullable=False)
+    failed: Mapped[int] = mapped_column(Integer, nullable=False)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    output_file_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    error_file_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    errors: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    times: Mapped[dict[str, float]] = mapped_column(JSON, nullable=False)
+    """When it reached each status after ``validating`` (Unix seconds by status name)."""
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class BatchRequestRow(Base):
+    """One request of a batch: its line of the input, and once answered, its line of the output."""
+
+    __tablename__ = "batch_requests"
+    __table_args__ = (UniqueConstraint("batch_id", "custom_id"),)
+
+    batch_id: Mapped[str] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    custom_id: Mapped[str] = mapped_column(String(512), nullable=False)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    state: Mapped[str] = mapped_column(String(12), nullable=False)
+    """``pending``, ``done`` (a 2xx answer) or ``failed`` (any other, or never sent)."""
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """Its line of the output or error file, once answered."""
+
+
 def rowcount(result: Result[Any]) -> int:
     """How many rows an ``UPDATE`` or ``DELETE`` touched."""
     return result.rowcount if isinstance(result, CursorResult) else 0
