@@ -20,6 +20,10 @@ def _line(custom_id: str = "a", url: str = "/v1/chat/completions", **body: objec
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": {"model": "m", **body}})
 
 
+def _raw(**fields: object) -> str:
+    return json.dumps({"custom_id": "a", "url": "/v1/chat/completions", **fields})
+
+
 def test_each_line_is_one_request_in_the_file_s_order() -> None:
     data = "\n".join([_line("a"), "", _line("b")]).encode()
     lines = parse_input(data, "/v1/chat/completions")
@@ -32,8 +36,8 @@ def test_each_line_is_one_request_in_the_file_s_order() -> None:
         (_line("a") + "\n{not json", 2, "not JSON"),
         (_line("a") + "\n" + _line("a"), 2, "used twice"),
         (_line("a", url="/v1/embeddings"), 1, "one endpoint per batch"),
-        (json.dumps({"custom_id": "a", "method": "GET", "url": "/v1/chat/completions", "body": {}}), 1, "POST"),
-        (json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}), 1, "model"),
+        (_raw(method="GET", body={"model": "m"}), 1, "POST"),
+        (_raw(method="POST", body={}), 1, "model"),
         (_line("a", stream=True), 1, "cannot stream"),
         ("[1]", 1, "JSON object"),
     ],

@@ -37,6 +37,7 @@ from llmgw.gateway import knowledge, metrics
 from llmgw.gateway.access import Access, model_not_found
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.api_errors import ApiError, error_body, send_bytes, send_error
+from llmgw.gateway.batch_routes import BatchBook, BatchRoutes, batch_route
 from llmgw.gateway.bodies import RequestFacts, asking_for_usage, json_body, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
@@ -45,6 +46,7 @@ from llmgw.gateway.files import FileStore
 from llmgw.gateway.finding import ReplicaFinder
 from llmgw.gateway.forwarding import Forwarder
 from llmgw.gateway.gate import GateClient
+from llmgw.gateway.inprocess import IN_PROCESS_KEY
 from llmgw.gateway.jobs import JobBook, JobRunner
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
@@ -144,6 +146,7 @@ class Gateway:
         tracing: Tracing = TRACING_OFF,
         knowledge: KnowledgeSearch | None = None,
         knowledge_relay: ASGIApp | None = None,
+        batches: BatchBook | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
         self.tracing = tracing
@@ -199,6 +202,9 @@ class Gateway:
             self.settings, self.access, self.catalog, self.limiter, self.jobs, self.files, self.telling
         )
         """``/v1/images/generations``, ``/v1/jobs`` and ``/v1/files``."""
+        self.batch_routes = BatchRoutes(self.access, batches)
+        """``/v1/batches``, kept by the control plane's :class:`~llmgw.gateway.batch_routes.BatchBook`
+        (None: this gateway answers them 404)."""
         self.knowledge = knowledge
         """Searches knowledge collections for requests that name them (None: such requests answer
         503, unless :attr:`knowledge_relay` takes them)."""
@@ -298,7 +304,9 @@ class Gateway:
                 raise ApiError(
                     405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
                 )
-            key = exchange.key = self._authenticate(authorization)
+            # a request made in this process (a batch's) names its key in the scope, where no
+            # client can put anything (inprocess.py)
+            key = exchange.key = scope.get(IN_PROCESS_KEY) or self._authenticate(authorization)
             logcontext.PROJECT.set(metrics.project_of(key))
             body = await read_body(receive, length, self.settings.max_body_bytes)
             if body is None:
@@ -345,6 +353,9 @@ class Gateway:
                 )
             key = self._authenticate(authorization)
             await self._models(send, exchange, path, key)
+        elif batch_route(path):
+            key = exchange.key = self._authenticate(authorization)
+            await self.batch_routes.serve(scope, receive, send, exchange, path, key, length)
         elif workflow_route(path):
             await self.workflows.serve(scope, receive, send, exchange, path, authorization, length)
         else:
@@ -352,8 +363,8 @@ class Gateway:
                 404,
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
                 "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank), "
-                "/v1/images/generations and /v1/jobs, GET /v1/models, /v1/jobs/{id} and /v1/files/{id}, "
-                "and DELETE /v1/jobs/{id}.",
+                "/v1/images/generations, /v1/jobs and /v1/batches, GET /v1/models, /v1/jobs/{id}, "
+                "/v1/files/{id} and /v1/batches, and DELETE /v1/jobs/{id}.",
                 "unknown_url",
             )
 

@@ -117,6 +117,10 @@ class PendingRequest:
     custom_id: str
     body: dict[str, Any]
 
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
 
 class Batches:
     """Batches by id and their requests: add, read, list, move, answer."""
