@@ -114,6 +114,18 @@ class GatewaySettingsFile(Section):
     """Bytes of made files kept in memory at most; the oldest go first."""
 
 
+class BatchSettingsFile(Section):
+    share: float = Field(default=0.5, gt=0, le=1)
+    """Part of a model's slots batch requests may fill: they are sent only while the requests its
+    engines report (interactive ones first) stay under it (docs/batches.md)."""
+    most_at_once: int = Field(default=16, ge=1)
+    """Most requests of one batch in flight at once, whatever the headroom."""
+    retry_s: float = Field(default=2.0, gt=0)
+    """How long a batch request answered "not now" (429, 502, 503, 504) waits before it is sent again."""
+    kept_s: float = Field(default=30 * 24 * 3600.0, gt=0)
+    """How long an ended batch can still be read (its files live as long as files do)."""
+
+
 class ServerConfig(ConfigFile):
     name: str = "cp1"
     """This control plane's name (its certificate's common name)."""
@@ -138,6 +150,8 @@ class ServerConfig(ConfigFile):
     """The key releases and bundles must be signed by (``release.trusted_pub``)."""
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     """Training jobs (docs/training.md): how long a node running one may be away."""
+    batches: BatchSettingsFile = Field(default_factory=BatchSettingsFile)
+    """How the leader runs batches (``/v1/batches``) on the capacity interactive traffic leaves free."""
 
     @property
     def data_path(self) -> Path:

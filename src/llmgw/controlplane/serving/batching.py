@@ -31,11 +31,12 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.types import ASGIApp
 
+from llmgw.controlplane.config import BatchSettingsFile
 from llmgw.controlplane.serving.batchbook import BatchFiles
 from llmgw.core.batches import (
     BatchInputError,
@@ -58,13 +59,16 @@ CANCELLED_WHY = "the batch was cancelled before this request was sent"
 EXPIRED_WHY = "the batch's completion window ended before this request was answered"
 REVOKED_WHY = "the key that made the batch was revoked"
 
+SWEEP_S = 60.0
+"""How often ended batches past their keeping are looked for."""
+
 RETRIED = frozenset({429, 502, 503, 504})
 """Statuses that say "not now" (limits, no replica, capacity): the request is sent again later."""
 
 
 @dataclass(frozen=True, slots=True)
 class BatchSettings:
-    """How the leader runs batches (``server.yaml``: ``batches``)."""
+    """How the leader runs batches (``server.yaml``'s ``batches``: :meth:`of`)."""
 
     share: float = 0.5
     """Part of a model's slots batch requests may fill, interactive ones counted first."""
@@ -76,6 +80,14 @@ class BatchSettings:
     """How long a request answered "not now" waits before it is sent again."""
     poll_s: float = 1.0
     """How often the leader looks for new batches and cancellations."""
+    kept_s: float = 30 * 24 * 3600.0
+    """How long an ended batch is kept."""
+
+    @classmethod
+    def of(cls, config: BatchSettingsFile) -> BatchSettings:
+        return cls(
+            share=config.share, most_at_once=config.most_at_once, retry_s=config.retry_s, kept_s=config.kept_s
+        )
 
 
 class BatchRunner:
@@ -100,6 +112,7 @@ class BatchRunner:
         """The store's clock: a batch's window is on it."""
         self.settings = settings
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._next_sweep = 0.0
 
     async def run(self) -> None:
         """Run until cancelled: new batches are picked up within ``poll_s``."""
@@ -113,6 +126,7 @@ class BatchRunner:
                         )
                 for batch_id in [b for b, task in self._running.items() if task.done()]:
                     del self._running[batch_id]
+                await self._sweep()
                 await asyncio.sleep(self.settings.poll_s)
         finally:
             running = list(self._running.values())
@@ -120,6 +134,16 @@ class BatchRunner:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
             self._running.clear()
+
+    async def _sweep(self) -> None:
+        """Remove batches ended longer ago than ``kept_s`` (looked at once a minute at most)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._next_sweep:
+            return
+        self._next_sweep = loop.time() + SWEEP_S
+        removed = await self.batches.delete_ended_before(self.now() - timedelta(seconds=self.settings.kept_s))
+        if removed:
+            log.info("removed %d batches ended more than %g s ago", removed, self.settings.kept_s)
 
     async def _carry_on(self, batch: BatchRecord) -> None:
         try:
