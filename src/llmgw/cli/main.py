@@ -57,11 +57,13 @@ def _model_app() -> typer.Typer:
 @cache
 def _ctl_app() -> typer.Typer:
     from llmgw.cli import ctl
+    from llmgw.cli.batches import batch_app
     from llmgw.cli.training import train_app
 
     _mirror_app()
     _model_app()
     ctl.app.add_typer(train_app, name="train")
+    ctl.app.add_typer(batch_app, name="batch")
     return ctl.app
 
 

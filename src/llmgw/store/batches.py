@@ -197,6 +197,12 @@ class Batches:
             rows = list(await session.scalars(query))
         return [_record(row) for row in rows[:limit]], len(rows) > limit
 
+    async def every(self, limit: int) -> builtins.list[BatchRecord]:
+        """The newest ``limit`` batches of every owner, newest first."""
+        query = select(BatchRow).order_by(BatchRow.created_at.desc(), BatchRow.id.desc()).limit(limit)
+        async with self._store.session() as session:
+            return [_record(row) for row in await session.scalars(query)]
+
     async def unended(self) -> builtins.list[BatchRecord]:
         """Every batch not ended, oldest first: what a leader runs."""
         ended = [status.value for status in BatchStatus if status.ended]

@@ -20,6 +20,7 @@ from llmgw.controlplane.admin.changes import Changes
 from llmgw.controlplane.api import (
     agents,
     audit,
+    batches,
     catalog,
     events,
     gpuhistory,
@@ -88,6 +89,7 @@ ROUTERS = (
     upgrades.router,
     training.router,
     knowledge.router,
+    batches.router,
 )
 
 
