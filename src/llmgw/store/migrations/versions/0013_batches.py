@@ -1,6 +1,6 @@
 """Batches (OpenAI's Batch API): each batch and each of its requests, answered or not.
 
-Revision ID: 0017
+Revision ID: 0013
 Revises: 0012
 Created: 2026-12-02
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0017"
+revision: str = "0013"
 down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
