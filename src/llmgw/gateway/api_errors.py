@@ -149,3 +149,13 @@ def normalise_engine_error(status: int, body: bytes) -> bytes:
         code if isinstance(code, str) and code else None,
         param if isinstance(param, str) and param else None,
     )
+
+
+def allow_only(method: str, path: str, *allowed: str) -> None:
+    """405 naming the methods ``path`` takes, unless ``method`` is one of them."""
+    if method not in allowed:
+        raise ApiError(
+            405,
+            f"{method} is not allowed on {path}; use {' or '.join(allowed)}.",
+            headers=((b"allow", ", ".join(allowed).encode()),),
+        )

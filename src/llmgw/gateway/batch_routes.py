@@ -22,9 +22,9 @@ from starlette.types import Receive, Scope, Send
 
 from llmgw.core.batches import COMPLETION_WINDOWS, ENDPOINTS, check_metadata
 from llmgw.gateway.access import Access
-from llmgw.gateway.api_errors import ApiError, send_bytes
-from llmgw.gateway.bodies import json_body, read_body
-from llmgw.gateway.exchange import Exchange
+from llmgw.gateway.api_errors import ApiError, allow_only
+from llmgw.gateway.bodies import read_body
+from llmgw.gateway.exchange import Exchange, send_json
 from llmgw.gateway.keys import KeyEntry
 
 BATCHES = "/v1/batches"
@@ -77,20 +77,6 @@ def _not_found(batch_id: str) -> ApiError:
 
 def _invalid(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, "invalid_request", param)
-
-
-def _allow(method: str, path: str, *allowed: str) -> None:
-    if method not in allowed:
-        raise ApiError(
-            405,
-            f"{method} is not allowed on {path}; use {' or '.join(allowed)}.",
-            headers=((b"allow", ", ".join(allowed).encode()),),
-        )
-
-
-async def _send_json(send: Send, exchange: Exchange, body: Any) -> None:
-    exchange.status, exchange.response_started = 200, True
-    await send_bytes(send, 200, json_body(body), exchange.request_id)
 
 
 def create_fields(data: Any) -> tuple[str, str, str, dict[str, str] | None]:
@@ -162,7 +148,7 @@ class BatchRoutes:
             )
         rest = path[len(BATCHES) :].strip("/")
         if not rest:
-            _allow(method, path, "GET", "POST")
+            allow_only(method, path, "GET", "POST")
             if method == "POST":
                 body = await read_body(receive, length, CREATE_BODY_BYTES)
                 if body is None:
@@ -175,13 +161,14 @@ class BatchRoutes:
                 created = await book.create(
                     key, input_file_id=file_id, endpoint=endpoint, completion_window=window, metadata=metadata
                 )
-                await _send_json(send, exchange, created)
+                await send_json(send, exchange, 200, created)
                 return
             query = _query(scope.get("query_string", b""))
             batches, more = await book.list(key, query.get("after") or None, _limit(query))
-            await _send_json(
+            await send_json(
                 send,
                 exchange,
+                200,
                 {
                     "object": "list",
                     "data": batches,
@@ -193,13 +180,13 @@ class BatchRoutes:
             return
         batch_id, _, action = rest.partition("/")
         if action == "cancel":
-            _allow(method, path, "POST")
+            allow_only(method, path, "POST")
             found = await book.cancel(key, batch_id)
         elif not action:
-            _allow(method, path, "GET")
+            allow_only(method, path, "GET")
             found = await book.get(key, batch_id)
         else:
             raise ApiError(404, f"Invalid URL ({method} {path}).", "unknown_url")
         if found is None:
             raise _not_found(batch_id)
-        await _send_json(send, exchange, found)
+        await send_json(send, exchange, 200, found)

@@ -7,8 +7,13 @@ the end for the metrics and the access log.
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
+from starlette.types import Send
+
+from llmgw.gateway.api_errors import send_bytes
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.limiting import Ticket
 from llmgw.observability.tracing import Span
@@ -67,3 +72,9 @@ class Exchange:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
+
+
+async def send_json(send: Send, exchange: Exchange, status: int, value: Any) -> None:
+    """Answer ``value`` as JSON with ``status``, recorded on the exchange."""
+    exchange.status, exchange.response_started = status, True
+    await send_bytes(send, status, json.dumps(value, separators=(",", ":")).encode(), exchange.request_id)

@@ -17,7 +17,6 @@ request counts its ``n`` pictures, a job 1, as completion units.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
@@ -25,10 +24,10 @@ from starlette.types import Receive, Scope, Send
 
 from llmgw.gateway import metrics
 from llmgw.gateway.access import Access, model_not_found
-from llmgw.gateway.api_errors import ApiError, send_bytes
+from llmgw.gateway.api_errors import ApiError, allow_only, send_bytes
 from llmgw.gateway.bodies import model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
-from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
+from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange, send_json
 from llmgw.gateway.files import FileStore
 from llmgw.gateway.images import graphs_for, images_body, parse_images
 from llmgw.gateway.jobs import Job, JobRunner, JobState, new_job
@@ -49,15 +48,6 @@ def workflow_route(path: str) -> bool:
     return path in (IMAGES, JOBS) or path.startswith((JOBS + "/", FILES + "/"))
 
 
-def _allow(method: str, path: str, *allowed: str) -> None:
-    if method not in allowed:
-        raise ApiError(
-            405,
-            f"{method} is not allowed on {path}; use {' or '.join(allowed)}.",
-            headers=((b"allow", ", ".join(allowed).encode()),),
-        )
-
-
 def _files_url(scope: Scope) -> str:
     """Where this gateway answers ``/v1/files``, as the client reached it."""
     host = next((v.decode("latin-1") for n, v in scope["headers"] if n == b"host"), "")
@@ -67,11 +57,6 @@ def _files_url(scope: Scope) -> str:
     root: str = scope.get("root_path", "")
     root = root[: -len("/v1")] if root.endswith("/v1") else root
     return f"{scope.get('scheme', 'http')}://{host}{root}{FILES}"
-
-
-async def _send_json(send: Send, exchange: Exchange, status: int, value: Any) -> None:
-    exchange.status, exchange.response_started = status, True
-    await send_bytes(send, status, json.dumps(value, separators=(",", ":")).encode(), exchange.request_id)
 
 
 def _end(ticket: Ticket | None, units: int) -> None:
@@ -141,7 +126,7 @@ class WorkflowRoutes:
         method: str = scope["method"]
         key = exchange.key = self.access.authenticate(authorization)
         if path in (IMAGES, JOBS):
-            _allow(method, path, "POST")
+            allow_only(method, path, "POST")
             body = await read_body(receive, length, self.settings.max_body_bytes)
             if body is None:
                 exchange.status = CLIENT_CLOSED
@@ -155,7 +140,7 @@ class WorkflowRoutes:
             else:
                 await self._job(send, exchange, key, (workflow, served_by), data)
         elif path.startswith(JOBS + "/"):
-            _allow(method, path, "GET", "DELETE")
+            allow_only(method, path, "GET", "DELETE")
             job = self.jobs.book.get(path[len(JOBS) + 1 :], key.key_id)
             if job is None:
                 raise ApiError(
@@ -166,9 +151,9 @@ class WorkflowRoutes:
                 )
             if method == "DELETE":
                 await self.jobs.cancel(job)
-            await _send_json(send, exchange, 200, job.as_json(_files_url(scope)))
+            await send_json(send, exchange, 200, job.as_json(_files_url(scope)))
         else:
-            _allow(method, path, "GET")
+            allow_only(method, path, "GET")
             stored = self.files.get(path[len(FILES) + 1 :], key.key_id)
             if stored is None:
                 raise ApiError(
@@ -258,7 +243,7 @@ class WorkflowRoutes:
             "created_at": job.created_at,
             "state": "queued",
         }
-        await _send_json(send, exchange, 202, answer)
+        await send_json(send, exchange, 202, answer)
 
     async def _images(
         self,
