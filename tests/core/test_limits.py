@@ -90,6 +90,17 @@ def test_a_share_smaller_than_one_request_still_admits_one_and_refills_at_its_sh
     assert admit([meter], "m", T0 + 121) is None
 
 
+def test_a_new_share_keeps_how_full_each_plane_s_bucket_was_so_the_planes_still_admit_the_limit() -> None:
+    limits = Limits(requests_per_minute=20)
+    planes = [Meter("project:a/b/c", limits, T0, share=0.5) for _ in range(2)]
+    planes[1].take_request()  # 10 and 9 left: 19 in all
+    planes[0].set_limits(limits, T0, share=0.4)  # the leader re-divides by use
+    planes[1].set_limits(limits, T0, share=0.6)
+    levels = [meter.requests.level for meter in planes if meter.requests is not None]
+    assert levels == [pytest.approx(8.0), pytest.approx(10.8)]
+    assert sum(levels) == pytest.approx(18.8)  # not 10 capped to 8 plus 9 unchanged: 17
+
+
 def test_new_limits_keep_the_counts() -> None:
     meter = Meter("org:a", Limits(requests_per_minute=10), T0)
     admit([meter], "m", T0)

@@ -217,7 +217,11 @@ class Meter:
         self.month_end = next_month_s(self.month)
 
     def set_limits(self, limits: Limits, now: float, share: float | None = None) -> None:
-        """New limits (or a new share) keep what was counted; a bucket keeps its level, capped."""
+        """New limits (or a new share) keep what was counted. New limits: a bucket keeps its level,
+        capped. A new share of the same limits: a bucket keeps how full it was (its level scales with
+        its capacity), so that what one plane's shrinking share takes away the others' growing
+        shares add, and the planes together still admit the limit while the leader re-divides it."""
+        rescale = share is not None and share != self.share and limits == self.limits
         if share is not None:
             self.share = share
         self.limits = limits
@@ -226,8 +230,8 @@ class Meter:
         self.concurrent_cap = INF if limits.concurrent is None else limits.concurrent * s
         self.day_cap = INF if limits.tokens_per_day is None else limits.tokens_per_day
         self.month_cap = INF if limits.tokens_per_month is None else limits.tokens_per_month
-        self.requests = _bucket(self.requests, limits.requests_per_minute, s, now)
-        self.tokens = _bucket(self.tokens, limits.tokens_per_minute, s, now)
+        self.requests = _bucket(self.requests, limits.requests_per_minute, s, now, rescale)
+        self.tokens = _bucket(self.tokens, limits.tokens_per_minute, s, now, rescale)
 
     def _roll(self, now: float) -> None:
         """A new UTC day (and maybe month) began: its counts start at zero."""
@@ -337,9 +341,12 @@ class Meter:
         return self.day_used >= self.day_cap or self.month_used >= self.month_cap
 
 
-def _bucket(old: Bucket | None, limit: int | None, share: float, now: float) -> Bucket | None:
+def _bucket(
+    old: Bucket | None, limit: int | None, share: float, now: float, rescale: bool = False
+) -> Bucket | None:
     """A per-minute bucket holding ``share`` of ``limit``: its refill is the share's, its capacity
-    at least one (a request takes one whole: a smaller share would never admit any)."""
+    at least one (a request takes one whole: a smaller share would never admit any). It takes
+    ``old``'s level, capped; with ``rescale`` (only the share changed), as full as ``old`` was."""
     if limit is None:
         return None
     bucket = Bucket(limit * share, 60.0, now)
@@ -347,7 +354,8 @@ def _bucket(old: Bucket | None, limit: int | None, share: float, now: float) -> 
         bucket.capacity = bucket.level = 1.0
     if old is not None:
         old.refill(now)
-        bucket.level = min(bucket.capacity, old.level)
+        level = old.level * bucket.capacity / old.capacity if rescale and old.capacity > 0 else old.level
+        bucket.level = min(bucket.capacity, level)
     return bucket
 
 
