@@ -21,8 +21,8 @@ from llmgw.store.upserting import upsert
 if TYPE_CHECKING:
     from llmgw.store.access import StoreAccess
 
-KINDS = ("weights", "build")
-"""What a blob can be: a model's weights, or an engine build."""
+KINDS = ("weights", "build", "file")
+"""What a blob can be: a model's weights, an engine build, or a client's file (``/v1/files``)."""
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

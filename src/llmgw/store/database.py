@@ -50,6 +50,7 @@ from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.audit import AuditLog
 from llmgw.store.batches import Batches
+from llmgw.store.files import ClientFiles
 from llmgw.store.blobcopies import BlobCopies
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
@@ -138,6 +139,7 @@ class Store:
         self.training = TrainingJobs(self)
         self.knowledge = KnowledgeStore(self)
         self.batches = Batches(self)
+        self.files = ClientFiles(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

@@ -501,3 +501,21 @@ class BatchRequestRow(Base):
 def rowcount(result: Result[Any]) -> int:
     """How many rows an ``UPDATE`` or ``DELETE`` touched."""
     return result.rowcount if isinstance(result, CursorResult) else 0
+
+
+class ClientFileRow(Base):
+    """A file a client uploaded to ``/v1/files`` (or a batch wrote): its name, purpose and blob."""
+
+    __tablename__ = "client_files"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256), nullable=False, index=True)
+    """Where the key that made it sits: every key there reads it."""
+    key_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    purpose: Mapped[str] = mapped_column(String(32), nullable=False)
+    filename: Mapped[str] = mapped_column(String(512), nullable=False)
+    size: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    sha256: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    """The mirror's blob holding its bytes."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
