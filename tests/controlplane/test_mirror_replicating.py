@@ -138,6 +138,31 @@ async def test_a_plane_pulls_a_blob_it_lacks_and_says_it_holds_it(cluster: Clust
     assert await cp2.sync() == 0, "nothing is pulled twice"
 
 
+async def test_a_blob_the_store_no_longer_lists_is_removed_from_every_plane(cluster: Cluster) -> None:
+    cp1, cp2 = cluster.plane("cp1"), cluster.plane("cp2")
+    sha = await cluster.imported("cp1", b"a client's file")
+    kept = await cluster.imported("cp1", b"weights")
+    await cp1.sync()
+    await cp2.sync()
+    assert cluster.mirror("cp2").has(sha)
+    await cluster.store.blobs.remove(sha)  # the last file naming it was deleted (store/files.py)
+    await cp1.sync()
+    await cp2.sync()
+    assert not cluster.mirror("cp1").has(sha) and not cluster.mirror("cp2").has(sha)
+    assert await cluster.holders(sha) == []
+    assert cluster.mirror("cp2").has(kept) and await cluster.holders(kept) == ["cp1", "cp2"]
+
+
+async def test_pull_now_fetches_one_blob_before_the_next_pass(cluster: Cluster) -> None:
+    cp1, cp2 = cluster.plane("cp1"), cluster.plane("cp2")
+    sha = await cluster.imported("cp1", b"read at once")
+    await cp1.sync()
+    assert await cp2.pull_now(sha)
+    assert cluster.mirror("cp2").path_for(sha).read_bytes() == b"read at once"
+    assert await cluster.holders(sha) == ["cp1", "cp2"]
+    assert not await cp2.pull_now("c" * 64), "a blob the store does not list is pulled from nowhere"
+
+
 async def test_a_plane_not_live_is_not_pulled_from(cluster: Cluster) -> None:
     cp1, cp2 = cluster.plane("cp1"), cluster.plane("cp2")
     sha = await cluster.imported("cp1", b"weights")

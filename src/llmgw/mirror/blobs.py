@@ -277,6 +277,14 @@ class BlobStore:
         finally:
             source.close()
 
+    def remove(self, sha256: str) -> bool:
+        """Delete the blob's file (a reader that has it open reads on); whether there was one."""
+        try:
+            self._location(normalize_sha256(sha256)).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
     def remove_leftovers(self) -> int:
         """Delete the temporary files interrupted imports left behind; how many went.
 

@@ -10,6 +10,10 @@ with the files here:
 - a file here that the store does not credit to this plane is recorded (an
   import made before copies were recorded, or a record lost);
 - a copy credited to this plane whose file is gone is forgotten;
+- a copy credited to this plane of a blob the store no longer lists (a
+  client's file deleted or expired: ``store/files.py``) is removed here and
+  forgotten: copies are read before the blobs, and every import records
+  its blob before its copy, so a blob just imported is never taken for one;
 - a blob missing here is pulled from a live peer holding it, the leader
   first, over the agent port with this plane's certificate (a node's
   certificate cannot pull arbitrary blobs: ``controlplane/wiring.py``),
@@ -114,8 +118,9 @@ class MirrorReplicator:
         me = self._planes.me
         if not me.agent_address:
             return 0  # not listening yet: peers could not be told where this copy is
+        copies = await self._store.blob_copies.all()  # first: see the module's docstring
         records = await self._store.blobs.list()
-        copies = await self._store.blob_copies.all()
+        await self._remove_released(copies, {record.sha256 for record in records})
         lacking: list[tuple[BlobRecord, list[BlobCopy]]] = []
         for record in records:
             holders = copies.get(record.sha256, [])
@@ -133,6 +138,16 @@ class MirrorReplicator:
             if not here:
                 lacking.append((record, [c for c in holders if c.plane != me.name]))
         return await self._pull_all(lacking)
+
+    async def _remove_released(self, copies: dict[str, list[BlobCopy]], listed: set[str]) -> None:
+        me = self._planes.me.name
+        for sha256, holders in copies.items():
+            if sha256 in listed or not any(c.plane == me for c in holders):
+                continue
+            removed = await asyncio.to_thread(self._blobs.remove, sha256)
+            await self._store.blob_copies.forget(sha256, me)
+            if removed:
+                log.info("removed blob %s…: the store no longer lists it", sha256[:12])
 
     async def _pull_all(self, lacking: Sequence[tuple[BlobRecord, list[BlobCopy]]]) -> int:
         live = {self._planes.me.name, *self.live_peers()}
@@ -199,6 +214,21 @@ class MirrorReplicator:
             time.monotonic() - started,
         )
         return True
+
+    async def pull_now(self, sha256: str) -> bool:
+        """Pull one blob the store lists from a live peer now, not at the next pass (a client reads
+        a file this plane lacks yet); whether this plane holds it after."""
+        if await asyncio.to_thread(self._blobs.has, sha256):
+            return True
+        record = next((r for r in await self._store.blobs.list() if r.sha256 == sha256), None)
+        if record is None:
+            return False
+        holders = [c for c in await self._store.blob_copies.of(sha256) if c.plane != self._planes.me.name]
+        live = {self._planes.me.name, *self.live_peers()}
+        places = pull_order([Holder(c.plane, c.address) for c in holders], self._planes.holder, live)
+        if not places or sha256 in self._pulling:
+            return False
+        return await self._pull_one(record, places)
 
     async def acknowledge(self, sha256: str) -> Acknowledgement:
         """Record this plane's copy of a blob just imported, then wait for the copies wanted (or for
