@@ -37,6 +37,9 @@ class MemoryBatchFiles:
         self.inputs: dict[tuple[str, str], bytes] = {}
         self.outputs: dict[str, tuple[str, str, bytes]] = {}
 
+    async def is_batch_input(self, owner: str, file_id: str) -> bool:
+        return (owner, file_id) in self.inputs
+
     async def batch_input(self, owner: str, file_id: str) -> bytes | None:
         return self.inputs.get((owner, file_id))
 

@@ -9,9 +9,17 @@ SHA = "a" * 64
 OTHER = "b" * 64
 
 
-async def _file(store: Store, owner: str = "project:acme/ml/chat", sha: str = SHA, expires_s: float | None = None):
+async def _file(
+    store: Store, owner: str = "project:acme/ml/chat", sha: str = SHA, expires_s: float | None = None
+):
     return await store.files.add(
-        owner=owner, key_id="k1", purpose="batch", filename="in.jsonl", size=12, sha256=sha, expires_s=expires_s
+        owner=owner,
+        key_id="k1",
+        purpose="batch",
+        filename="in.jsonl",
+        size=12,
+        sha256=sha,
+        expires_s=expires_s,
     )
 
 

@@ -126,6 +126,19 @@ class BatchSettingsFile(Section):
     """How long an ended batch can still be read (its files live as long as files do)."""
 
 
+class FileSettingsFile(Section):
+    max_bytes: int = Field(default=512 << 20, gt=0)
+    """Largest file ``/v1/files`` takes (OpenAI's bound: 512 MiB)."""
+    place_max_bytes: int = Field(default=100 << 30, gt=0)
+    """Most bytes of files one place (a project, a team, an organization) keeps; past it, an upload
+    answers 413 until files are deleted or expire."""
+    batch_kept_s: float = Field(default=30 * 24 * 3600.0, gt=0)
+    """How long a file uploaded for a batch, and a batch's output and errors, are kept unless its
+    upload says otherwise (``expires_after``); other files are kept until deleted."""
+    sweep_s: float = Field(default=60.0, gt=0)
+    """How often the leader deletes the files past their expiry."""
+
+
 class ServerConfig(ConfigFile):
     name: str = "cp1"
     """This control plane's name (its certificate's common name)."""
@@ -151,6 +164,7 @@ class ServerConfig(ConfigFile):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     """Training jobs (docs/training.md): how long a node running one may be away."""
     batches: BatchSettingsFile = Field(default_factory=BatchSettingsFile)
+    files: FileSettingsFile = Field(default_factory=FileSettingsFile)
     """How the leader runs batches (``/v1/batches``) on the capacity interactive traffic leaves free."""
 
     @property

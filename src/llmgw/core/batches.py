@@ -121,6 +121,23 @@ def parse_input(data: bytes, endpoint: str, max_requests: int = MAX_REQUESTS) ->
     return lines
 
 
+def check_input_file(data: bytes, max_requests: int = MAX_REQUESTS) -> str:
+    """The endpoint of a batch input file (its first request's ``url``) once every line is a request
+    for it; BatchInputError naming the first bad line. An upload with purpose ``batch`` is checked so."""
+    try:
+        first = next(line for line in data.decode("utf-8").splitlines() if line.strip())
+        url = json.loads(first).get("url")
+    except StopIteration:
+        raise BatchInputError(0, "the file holds no request: write one JSON request per line") from None
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        url = None  # parse_input says what is wrong with the line
+    endpoint = url if url in ENDPOINTS else ENDPOINTS[0]
+    if url is not None and url not in ENDPOINTS:
+        raise BatchInputError(1, f"'url' is {url!r}; a batch's requests go to one of {', '.join(ENDPOINTS)}")
+    parse_input(data, endpoint, max_requests)
+    return endpoint
+
+
 def _parse_line(number: int, raw: str, endpoint: str, seen: set[str]) -> tuple[str, dict[str, Any]]:
     try:
         item = json.loads(raw)

@@ -42,6 +42,7 @@ from llmgw.gateway.bodies import RequestFacts, asking_for_usage, json_body, mode
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
 from llmgw.gateway.feeding import GatewayFeed
+from llmgw.gateway.file_routes import FileBook, FileRoutes, file_route
 from llmgw.gateway.files import FileStore
 from llmgw.gateway.finding import ReplicaFinder
 from llmgw.gateway.forwarding import Forwarder
@@ -147,6 +148,7 @@ class Gateway:
         knowledge: KnowledgeSearch | None = None,
         knowledge_relay: ASGIApp | None = None,
         batches: BatchBook | None = None,
+        files: FileBook | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
         self.tracing = tracing
@@ -201,7 +203,10 @@ class Gateway:
         self.workflows = WorkflowRoutes(
             self.settings, self.access, self.catalog, self.limiter, self.jobs, self.files, self.telling
         )
-        """``/v1/images/generations``, ``/v1/jobs`` and ``/v1/files``."""
+        """``/v1/images/generations`` and ``/v1/jobs``."""
+        self.file_routes = FileRoutes(files, self.files)
+        """``/v1/files``, kept by the control plane's :class:`~llmgw.gateway.file_routes.FileBook`
+        (None: uploads answer 404), and the files workflows made."""
         self.batch_routes = BatchRoutes(self.access, batches)
         """``/v1/batches``, kept by the control plane's :class:`~llmgw.gateway.batch_routes.BatchBook`
         (None: this gateway answers them 404)."""
@@ -353,6 +358,9 @@ class Gateway:
                 )
             key = self._authenticate(authorization)
             await self._models(send, exchange, path, key)
+        elif file_route(path):
+            key = exchange.key = self._authenticate(authorization)
+            await self.file_routes.serve(scope, receive, send, exchange, path, key, length)
         elif batch_route(path):
             key = exchange.key = self._authenticate(authorization)
             await self.batch_routes.serve(scope, receive, send, exchange, path, key, length)
@@ -363,8 +371,9 @@ class Gateway:
                 404,
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
                 "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank), "
-                "/v1/images/generations, /v1/jobs and /v1/batches, GET /v1/models, /v1/jobs/{id}, "
-                "/v1/files/{id} and /v1/batches, and DELETE /v1/jobs/{id}.",
+                "/v1/images/generations, /v1/jobs, /v1/files and /v1/batches, GET /v1/models, "
+                "/v1/jobs/{id}, /v1/files, /v1/files/{id}(/content) and /v1/batches, and DELETE "
+                "/v1/jobs/{id} and /v1/files/{id}.",
                 "unknown_url",
             )
 

@@ -7,7 +7,7 @@
     GET    /v1/jobs/{id}           queued (ahead), running (node, step, steps, percent),
                                    done (files with URLs), failed (error), cancelled
     DELETE /v1/jobs/{id}           cancel: off the gate's queue, or interrupted
-    GET    /v1/files/{id}          a made file's bytes
+    GET    /v1/files/{id}          a made file's bytes (``file_routes.py``)
 
 Jobs and files belong to the key that made them: to any other key they
 answer 404 as ids never given. Usage is counted per request: an images
@@ -45,7 +45,7 @@ FILES = "/v1/files"
 
 def workflow_route(path: str) -> bool:
     """Whether ``path`` is one of these routes."""
-    return path in (IMAGES, JOBS) or path.startswith((JOBS + "/", FILES + "/"))
+    return path in (IMAGES, JOBS) or path.startswith(JOBS + "/")
 
 
 def _files_url(scope: Scope) -> str:
@@ -152,26 +152,6 @@ class WorkflowRoutes:
             if method == "DELETE":
                 await self.jobs.cancel(job)
             await send_json(send, exchange, 200, job.as_json(_files_url(scope)))
-        else:
-            allow_only(method, path, "GET")
-            stored = self.files.get(path[len(FILES) + 1 :], key.key_id)
-            if stored is None:
-                raise ApiError(
-                    404,
-                    f"The file '{path[len(FILES) + 1 :]}' does not exist (or has expired: files are kept "
-                    f"{self.settings.files_kept_s:g} s); make it again.",
-                    "file_not_found",
-                )
-            exchange.status, exchange.response_started = 200, True
-            disposition = f'inline; filename="{stored.filename}"'.encode("latin-1", "replace")
-            await send_bytes(
-                send,
-                200,
-                stored.data,
-                exchange.request_id,
-                stored.content_type.encode(),
-                [(b"content-disposition", disposition)],
-            )
 
     def _workflow(self, key: KeyEntry, model: str, path: str) -> tuple[Workflow, str]:
         """The model's workflow and the model whose replicas run it (an environment's entry for a

@@ -50,10 +50,10 @@ from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.audit import AuditLog
 from llmgw.store.batches import Batches
-from llmgw.store.files import ClientFiles
 from llmgw.store.blobcopies import BlobCopies
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
+from llmgw.store.files import ClientFiles
 from llmgw.store.keys import Keys
 from llmgw.store.knowledge import KnowledgeStore
 from llmgw.store.leases import Fence, check_fence

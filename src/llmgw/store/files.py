@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, exists, select
+from sqlalchemy import delete, exists, func, select
 
 from llmgw.store.tables import BlobRow, ClientFileRow, rowcount
 
@@ -146,6 +146,16 @@ class ClientFiles:
                 query = query.order_by(ClientFileRow.created_at, ClientFileRow.id)
             rows = list(await session.scalars(query.limit(limit + 1)))
         return [_record(row) for row in rows[:limit]], len(rows) > limit
+
+    async def bytes_of(self, owner: str) -> int:
+        """The bytes of ``owner``'s files not expired."""
+        now = self._store.now()
+        query = select(func.coalesce(func.sum(ClientFileRow.size), 0)).where(
+            ClientFileRow.owner == owner,
+            (ClientFileRow.expires_at.is_(None)) | (ClientFileRow.expires_at > now),
+        )
+        async with self._store.session() as session:
+            return int(await session.scalar(query) or 0)
 
     async def delete(self, owner: str, file_id: str) -> FileRecord | None:
         """Delete file ``file_id`` of ``owner``; the file deleted, or None when it has none such."""

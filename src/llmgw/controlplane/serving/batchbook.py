@@ -25,6 +25,10 @@ def owner_of(key: KeyEntry) -> str:
 class BatchFiles(Protocol):
     """The files a batch reads its requests from and writes its answers to (``/v1/files``)."""
 
+    async def is_batch_input(self, owner: str, file_id: str) -> bool:
+        """Whether ``owner`` has file ``file_id`` with purpose ``batch``."""
+        ...
+
     async def batch_input(self, owner: str, file_id: str) -> bytes | None:
         """The bytes of file ``file_id`` when ``owner`` has it with purpose ``batch``; None otherwise."""
         ...
@@ -51,7 +55,7 @@ class StoreBatchBook:
         metadata: dict[str, str] | None,
     ) -> dict[str, Any]:
         owner = owner_of(key)
-        if await self._files.batch_input(owner, input_file_id) is None:
+        if not await self._files.is_batch_input(owner, input_file_id):
             raise ApiError(
                 400,
                 f"No file '{input_file_id}' with purpose 'batch' for your key's place: upload the requests "
