@@ -34,7 +34,9 @@ from llmgw.controlplane.nodes.gpu_history import GpuHistory
 from llmgw.controlplane.nodes.sessions import NodeSessions
 from llmgw.controlplane.replicas.demand import ModelDemand
 from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.serving.batchbook import StoreBatchBook
 from llmgw.controlplane.serving.clientstore import open_client_store
+from llmgw.controlplane.serving.filebook import FileExpiry, FileSettings, MirrorFileBook
 from llmgw.controlplane.serving.gatewaybuilding import Outbox
 from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
 from llmgw.controlplane.serving.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
@@ -171,7 +173,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-LEADER_ONLY = ("reconciler", "training")
+LEADER_ONLY = ("reconciler", "training", "batches", "file-expiry")
 """The components that run while this plane leads (started and stopped by ``leader-duties``)."""
 
 
@@ -259,23 +261,57 @@ class Leading:
     serving: StateServing
 
 
+def build_lease(config: ServerConfig, base: Foundation, closing: contextlib.AsyncExitStack) -> Leadership:
+    """The leader lease as this plane takes and follows it (it resigns when the plane closes)."""
+    leadership = Leadership(
+        Leases(base.store),
+        base.fence,
+        Identity(config.name, "", ""),  # where it is reached is known once it serves: handed to ``run``
+        lease_s=config.leadership.lease_s,
+        store_timeout_s=config.store.timeout_s,
+    )
+    closing.push_async_callback(leadership.resign)
+    return leadership
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """What clients make, kept so that any plane or worker answers for it: files (bytes in the
+    mirror, which the replicator copies between planes) and batches."""
+
+    replicator: MirrorReplicator
+    files: MirrorFileBook
+    batches: StoreBatchBook
+    file_expiry: FileExpiry
+    """A leader duty: deletes the files past their expiry."""
+
+
+def build_client_data(config: ServerConfig, base: Foundation, leadership: Leadership) -> ClientData:
+    tls = base.tls
+
+    def pull_from_peer(address: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
+        return GrpcConnector(address, tls).fetch(sha256, offset)
+
+    live_s = 3 * config.leadership.lease_s
+    replicator = MirrorReplicator(
+        base.store, base.blobs, leadership, pull_from_peer, config.mirror, live_s=live_s
+    )
+    settings = FileSettings.of(config.files)
+    files = MirrorFileBook(base.clients, base.blobs, replicator, settings)
+    batches = StoreBatchBook(base.clients.batches, files)
+    return ClientData(replicator, files, batches, FileExpiry(base.clients, settings))
+
+
 def build_leading(
     config: ServerConfig,
     base: Foundation,
+    leadership: Leadership,
     gateway: Gateway,
     outbox: Outbox,
     closing: contextlib.AsyncExitStack,
 ) -> Leading:
     feed, me = gateway.feed, config.name
     state = GatewayState(feed)
-    leadership = Leadership(
-        Leases(base.store),
-        base.fence,
-        Identity(me, "", ""),  # where it is reached is known once it serves: handed to ``run``
-        lease_s=config.leadership.lease_s,
-        store_timeout_s=config.store.timeout_s,
-    )
-    closing.push_async_callback(leadership.resign)
     sharing = LimitSharing(me, feed, lambda: leadership.serving)
     counts = LimitCounts(  # written while leading only
         base.store,
@@ -359,7 +395,6 @@ class Nodes:
     upgrades: AgentUpgrades
     builds: BuildIndex
     sessions: NodeSessions
-    replicator: MirrorReplicator
 
 
 async def build_nodes(
@@ -395,24 +430,17 @@ async def build_nodes(
         mirror_builds=builds.message,
     )
     closing.push_async_callback(sessions.records.close)
-    tls = base.tls
-
-    def pull_from_peer(address: str, sha256: str, offset: int) -> AsyncIterator[bytes]:
-        return GrpcConnector(address, tls).fetch(sha256, offset)
-
-    live_s = 3 * config.leadership.lease_s
-    replicator = MirrorReplicator(store, blobs, leadership, pull_from_peer, config.mirror, live_s=live_s)
-    return Nodes(callers, keys, settings_push, upgrades, builds, sessions, replicator)
+    return Nodes(callers, keys, settings_push, upgrades, builds, sessions)
 
 
 def build_admin(
     config: ServerConfig,
-    parts: tuple[Foundation, Leading, Replicas, Nodes],
+    parts: tuple[Foundation, ClientData, Leading, Replicas, Nodes],
     kb: Knowledge,
     check_agent_settings: SettingsCheck,
     supervisor: Supervisor,
 ) -> AdminApi:
-    base, leading, replicas, nodes = parts
+    base, data, leading, replicas, nodes = parts
     return AdminApi(
         name=config.name,
         token_sha256=config.admin_token_sha256,
@@ -428,7 +456,7 @@ def build_admin(
         vip=config.leadership.vip,
         callers=nodes.callers,
         gpu_history=nodes.sessions.gpu_history,
-        replicator=nodes.replicator,
+        replicator=data.replicator,
         upgrades=nodes.upgrades,
         training=replicas.training,
         knowledge=kb,

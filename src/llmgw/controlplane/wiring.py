@@ -47,6 +47,10 @@ component              policy    what
                                  leadership changes
 ``mirror-replicator``  RESTART   pulls the blobs this plane lacks from its peers
                                  (every plane, leading or not: docs/mirror.md)
+``batches``            RESTART   leader only: carries every batch on through the
+                                 gateway (docs/batches.md)
+``file-expiry``        RESTART   leader only: deletes the files past their expiry
+                                 (docs/files.md)
 ``state-following``    RESTART   a standby's copy of the leader's gateway state,
                                  its requests to the leader
 ``inherited-replicas`` RESTART   a new leader drops the replicas of the old one's
@@ -73,16 +77,19 @@ from llmgw.controlplane.nodes.agentsettings import SettingsCheck, forbidden_only
 from llmgw.controlplane.nodes.sessions import NodeSessions
 from llmgw.controlplane.parts import (
     LEADER_ONLY,
+    ClientData,
     Foundation,
     Leading,
     Listening,
     Nodes,
     Replicas,
     build_admin,
+    build_client_data,
     build_edges,
     build_foundation,
     build_http,
     build_leading,
+    build_lease,
     build_nodes,
     build_replicas,
     build_worker_channel,
@@ -91,6 +98,7 @@ from llmgw.controlplane.parts import (
     record_vip,
 )
 from llmgw.controlplane.replicas.reconciling import Reconciler
+from llmgw.controlplane.serving.batching import BatchRunner, BatchSettings
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.httpserving import HttpServer
 from llmgw.controlplane.serving.workers import WorkerSupervisor, retire, worker_count
@@ -122,7 +130,10 @@ class ControlPlaneParts:
     knowledge: Knowledge
     outbox: Outbox
     """The gateway's requests to the leader, handed to ``leading.following`` while it runs."""
+    data: ClientData
     gateway: Gateway
+    batches: BatchRunner
+    """A leader duty: carries every batch on through the gateway."""
     leading: Leading
     replicas: Replicas
     nodes: Nodes
@@ -180,22 +191,41 @@ async def build(
     closing.push_async_callback(kb.close)
     outbox = Outbox()
     search = knowledge if knowledge is not None else knowledge_search(kb)
-    gateway = build_gateway(config, outbox, base.tracing, knowledge=search)
+    leadership = build_lease(config, base, closing)
+    data = build_client_data(config, base, leadership)
+    gateway = build_gateway(
+        config, outbox, base.tracing, knowledge=search, files=data.files, batches=data.batches
+    )
     closing.push_async_callback(gateway.close)
-    leading = build_leading(config, base, gateway, outbox, closing)
+    batches = batch_runner(config, base, data, gateway)
+    leading = build_leading(config, base, leadership, gateway, outbox, closing)
     replicas = build_replicas(config, base, gateway)
     nodes = await build_nodes(config, base, gateway, leading, replicas, closing)
-    duties = LeaderDuties(leading.leadership, process.supervisor, nodes.sessions, LEADER_ONLY)
+    duties = LeaderDuties(leadership, process.supervisor, nodes.sessions, LEADER_ONLY)
     admin = build_admin(
-        config, (base, leading, replicas, nodes), kb, check_agent_settings, process.supervisor
+        config, (base, data, leading, replicas, nodes), kb, check_agent_settings, process.supervisor
     )
     agent_server, edge = build_edges(config, (base, gateway, leading, replicas, nodes), admin, closing)
     channel = build_worker_channel(listening, gateway, leading, replicas)
     http, workers = build_http(config, listening, edge, channel, worker_log_args)
     return ControlPlaneParts(
-        config, base, listening, kb, outbox, gateway, leading, replicas, nodes, duties, admin, agent_server,
-        http, channel, workers,
+        config, base, listening, kb, outbox, data, gateway, batches, leading, replicas, nodes, duties, admin,
+        agent_server, http, channel, workers,
     )  # fmt: skip
+
+
+def batch_runner(config: ServerConfig, base: Foundation, data: ClientData, gateway: Gateway) -> BatchRunner:
+    """The leader's runner of batches: each request through ``gateway`` as the batch's key."""
+    clients = base.clients
+    return BatchRunner(
+        clients.batches,
+        data.files,
+        gateway.asgi_app(),
+        gateway.keys,
+        gateway.replicas,
+        clients.now,
+        BatchSettings.of(config.batches),
+    )
 
 
 def add_components(parts: ControlPlaneParts, supervisor: Supervisor) -> None:
@@ -222,7 +252,9 @@ def add_components(parts: ControlPlaneParts, supervisor: Supervisor) -> None:
     )
     supervisor.add("training", replicas.training.run, start=False)
     supervisor.add("leader-duties", parts.duties.follow)
-    supervisor.add("mirror-replicator", nodes.replicator.run)
+    supervisor.add("mirror-replicator", parts.data.replicator.run)
+    supervisor.add("batches", parts.batches.run, start=False)
+    supervisor.add("file-expiry", parts.data.file_expiry.run, start=False)
     supervisor.add("state-following", following.run)
     fleet, grace_s = replicas.fleet, config.reconcile.node_grace_s
     supervisor.add(

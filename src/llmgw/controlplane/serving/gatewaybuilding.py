@@ -29,6 +29,8 @@ from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.statesharing.stateevents import ReplicaFailed, Request, Wanted
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.gateway.app import Gateway
+from llmgw.gateway.batch_routes import BatchBook
+from llmgw.gateway.file_routes import FileBook
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
@@ -130,12 +132,15 @@ def build_gateway(
     share: float = 1.0,
     knowledge: KnowledgeSearch | None = None,
     knowledge_relay: ASGIApp | None = None,
+    files: FileBook | None = None,
+    batches: BatchBook | None = None,
 ) -> Gateway:
     """The gateway of control plane ``config.name`` (or of one of its workers).
 
     ``share``: the part of its plane's share of each rate and concurrency limit it enforces (a
     worker's: ``1 / workers``); ``knowledge``: what it searches knowledge collections with, or
-    ``knowledge_relay``: where it passes such requests on (a worker's control plane)."""
+    ``knowledge_relay``: where it passes such requests on (a worker's control plane); ``files``,
+    ``batches``: where ``/v1/files`` and ``/v1/batches`` are kept (the client store)."""
     gateway = Gateway(
         gateway_settings(config),
         replicas=ReplicaTable(Router(config.routing)),
@@ -143,6 +148,8 @@ def build_gateway(
         tracing=tracing,
         knowledge=knowledge,
         knowledge_relay=knowledge_relay,
+        files=files,
+        batches=batches,
     )
     # the limiter is the gateway's own: its share and plane are set before any limit arrives
     gateway.limiter.share = share

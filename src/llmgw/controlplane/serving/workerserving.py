@@ -56,7 +56,9 @@ import httpx
 
 from llmgw.controlplane.config import ServerConfig
 from llmgw.controlplane.metrics.workermetrics import gateway_samples
+from llmgw.controlplane.serving.batchbook import StoreBatchBook
 from llmgw.controlplane.serving.clientstore import open_client_store
+from llmgw.controlplane.serving.filebook import FileSettings, MirrorFileBook
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket
 from llmgw.controlplane.serving.relaying import LeaderDecides
@@ -66,6 +68,7 @@ from llmgw.controlplane.statesharing.localchannel import SOCKET_NAME, WorkerFoll
 from llmgw.controlplane.statesharing.statestream import RuntimeAdapters
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.paths import gateway_path
+from llmgw.mirror.blobs import BlobStore
 from llmgw.observability.tracing import Tracing
 from llmgw.runtime.processes import Process, run_process
 from llmgw.runtime.supervising import Policy
@@ -259,7 +262,19 @@ async def build_worker(config: ServerConfig, port: int, index: int, process: Pro
     process.closing.push_async_callback(_closed_quietly, pass_on)
     outbox = Outbox()
     # the search runs in the control plane: such a request is answered there
-    gateway = build_gateway(config, outbox, tracing, share=1.0 / workers, knowledge_relay=pass_on)
+    # files and batches on the client store, the files' bytes in the plane's own mirror folder
+    files = MirrorFileBook(
+        clients, BlobStore(config.data_path / "mirror"), None, FileSettings.of(config.files)
+    )
+    gateway = build_gateway(
+        config,
+        outbox,
+        tracing,
+        share=1.0 / workers,
+        knowledge_relay=pass_on,
+        files=files,
+        batches=StoreBatchBook(clients.batches, files),
+    )
     process.closing.push_async_callback(gateway.close)
     following = WorkerFollowing(
         GatewayState(gateway.feed),
