@@ -132,6 +132,13 @@ TRAINING: list[dict[str, Any]] = [
      "memory_mb": 90000, "reasons": "gpu1: card 1: 20000 MiB free, the job needs 90000",
      "created_at": "2026-11-02T09:01:00Z", "updated_at": "2026-11-02T09:01:00Z"},
 ]  # fmt: skip
+BATCHES: list[dict[str, Any]] = [
+    {"id": "batch_0123456789abcdef01234567", "owner": "project:acme/ml/chat", "key_id": "k-1",
+     "endpoint": "/v1/chat/completions", "status": "in_progress", "total": 1000, "completed": 420,
+     "failed": 3, "input_tokens": 12000, "output_tokens": 2100, "input_file_id": "file-in",
+     "output_file_id": "", "error_file_id": "", "errors": [], "created_at": "2026-11-02T09:00:00Z",
+     "expires_at": "2026-11-03T09:00:00Z", "times": {"in_progress": 1762074000.0}},
+]  # fmt: skip
 METRICS = """\
 # TYPE llmgw_gpu_utilization_ratio gauge
 llmgw_gpu_utilization_ratio{node="gpu1",device="1",device_class="h100-80g"} 0.87
@@ -159,6 +166,7 @@ FETCHED: dict[str, Any] = {
     "usage": USAGE,
     "gpus": METRICS,
     "training": TRAINING,
+    "batches": BATCHES,
 }
 
 

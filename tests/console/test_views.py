@@ -135,6 +135,22 @@ async def test_the_training_view_fetches_the_jobs_with_their_progress_and_why_on
     ]  # fmt: skip
 
 
+async def test_the_batches_view_fetches_the_batches_with_their_progress() -> None:
+    app = console_app(FixedSource())
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(app, pilot)
+        await pilot.press("0")
+        await eventually(lambda: app.data.batches, message="batches fetched")
+        await pilot.pause()
+        batches = cells(app, "#batches")
+    assert batches == [
+        [
+            "batch_0123456789abcdef01234567", "project:acme/ml/chat", "/v1/chat/completions", "in_progress",
+            "423/1000  42 %", "3", "12000/2100", "-",
+        ],
+    ]  # fmt: skip
+
+
 async def test_a_replicas_event_changes_the_replicas_view() -> None:
     source = FixedSource()
     app = console_app(source)

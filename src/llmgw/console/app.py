@@ -42,6 +42,7 @@ from llmgw.console.setup import SetupChoices, SetupScreen, start_commands
 from llmgw.console.source import AdminSource, ClusterSource
 from llmgw.console.state import ClusterData
 from llmgw.console.views import (
+    BatchesView,
     GpusView,
     KeysView,
     MirrorView,
@@ -54,8 +55,8 @@ from llmgw.console.views import (
 from llmgw.errors import LlmgwError
 
 REFRESH_S = 5.0
-"""How often the shown view's fetched kinds (GPU readings, the mirror, training jobs, history, usage)
-are asked again."""
+"""How often the shown view's fetched kinds (GPU readings, the mirror, training jobs, batches,
+history, usage) are asked again."""
 
 VIEWS: list[tuple[str, type[Widget]]] = [
     ("overview", OverviewView),
@@ -67,6 +68,7 @@ VIEWS: list[tuple[str, type[Widget]]] = [
     ("settings", SettingsView),
     ("keys", KeysView),
     ("training", TrainingView),
+    ("batches", BatchesView),
 ]
 
 CSS = """
@@ -99,7 +101,10 @@ class ConsoleApp(App[None]):
         Binding("d", "do", "Do…"),
         Binding("r", "refresh", "Refresh"),
         Binding("q", "quit", "Quit"),
-        *(Binding(str(n), f"view('{key}')", key.title(), show=False) for n, (key, _) in enumerate(VIEWS, 1)),
+        *(
+            Binding(str(n % 10), f"view('{key}')", key.title(), show=False)
+            for n, (key, _) in enumerate(VIEWS, 1)
+        ),
     ]
 
     def __init__(

@@ -83,6 +83,7 @@ _ROUTES = {
     "history": "/api/settings-history?limit=50",
     "usage": "/api/usage?group_by=key&by=month",
     "training": "/api/training/jobs",
+    "batches": "/api/batches",
 }
 
 

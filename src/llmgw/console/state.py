@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
+from llmgw.adminapi.batches import BatchView
 from llmgw.adminapi.schemas import (
     BlobView,
     KeyView,
@@ -32,7 +33,7 @@ from llmgw.errors import LlmgwError
 STREAMED = ("status", "nodes", "replicas", "models", "settings", "serving", "keys")
 """The kinds ``/api/events`` sends, each whole, once on connect and again on every change."""
 
-FETCHED = ("blobs", "history", "usage", "gpus", "training")
+FETCHED = ("blobs", "history", "usage", "gpus", "training", "batches")
 """The kinds the console asks for itself (on opening their view, on refresh, every few seconds)."""
 
 _SHAPES: dict[str, TypeAdapter[Any]] = {
@@ -47,6 +48,7 @@ _SHAPES: dict[str, TypeAdapter[Any]] = {
     "history": TypeAdapter(list[SettingChange]),
     "usage": TypeAdapter(UsageAnswer),
     "training": TypeAdapter(list[TrainingJobView]),
+    "batches": TypeAdapter(list[BatchView]),
 }
 
 _READINGS = {
@@ -97,6 +99,7 @@ class ClusterData:
     history: list[SettingChange] = field(default_factory=list)
     usage: UsageAnswer | None = None
     training: list[TrainingJobView] = field(default_factory=list)
+    batches: list[BatchView] = field(default_factory=list)
     gpus: dict[tuple[str, str], GpuReading] = field(default_factory=dict)
 
     def apply(self, kind: str, data: Any) -> None:

@@ -1,5 +1,5 @@
-"""The table views: nodes, GPUs, models, replicas, mirror, training jobs, settings with history, keys
-and usage.
+"""The table views: nodes, GPUs, models, replicas, mirror, training jobs, batches, settings with
+history, keys and usage.
 
 Each is a widget with a ``title``, the kinds it ``needs`` fetched when shown
 (those the events stream does not carry) and ``show(data, now)``, which draws
@@ -168,6 +168,27 @@ class TrainingView(TableView):
                 f"{j.loss:.4f}" if j.steps else "-",
                 _mib(j.peak_memory_bytes / (1 << 20)) if j.peak_memory_bytes else "-",
                 (j.error or j.reasons or j.detail)[:60] or "-",
+            )
+
+
+class BatchesView(TableView):
+    title = "Batches"
+    headings = ("BATCH", "PLACE", "ENDPOINT", "STATUS", "PROGRESS", "FAILED", "TOKENS IN/OUT", "OUTPUT")
+    needs = ("batches",)
+
+    def lines(self, data: ClusterData) -> Iterable[Row]:
+        for b in data.batches:
+            answered = b.completed + b.failed
+            share = f" {100 * answered // b.total:3d} %" if b.total else ""
+            yield (
+                b.id,
+                b.owner,
+                b.endpoint,
+                b.status,
+                f"{answered}/{b.total}{share}",
+                b.failed,
+                f"{b.input_tokens}/{b.output_tokens}",
+                b.output_file_id or "-",
             )
 
 
