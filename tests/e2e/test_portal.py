@@ -9,6 +9,7 @@ The screenshots are saved under the test's tmp dir; their paths are printed (``p
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
@@ -35,6 +36,7 @@ PAGES = {
     "models": ("#/models", "text=standin-portal"),
     "keys": ("#/keys", "#usage-period"),
     "settings": ("#/settings", "#set-setting"),
+    "batches": ("#/batches", "td:has-text('3 / 3')"),
 }
 """Each page: its address, and what shows once it has drawn what the cluster holds."""
 
@@ -71,6 +73,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         client = openai.OpenAI(base_url=f"{running.url}/v1", api_key=running.key, max_retries=0, timeout=30)
         for _ in range(3):
             client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        lines = [
+            json.dumps({"custom_id": f"r{n}", "method": "POST", "url": "/v1/chat/completions", "body": {
+                "model": MODEL, "messages": [{"role": "user", "content": "hi"}]}})
+            for n in range(3)
+        ]  # fmt: skip
+        made = client.files.create(file=("in.jsonl", "\n".join(lines).encode()), purpose="batch")
+        batch = client.batches.create(
+            input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        wait_for(lambda: client.batches.retrieve(batch.id).status == "completed", 30, "the batch completes")
         for seen, utilisation in ((1, 65), (2, 95)):  # three readings, 10 s apart, for the charts
             wait_for(lambda seen=seen: readings(running) >= seen, 30, f"{seen} telemetry sample(s) of gpu1")
             install_fake_nvidia_smi(bin_dir, cards(utilisation))

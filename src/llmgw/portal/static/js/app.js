@@ -2,6 +2,7 @@
 import { ApiError, get, session } from "./api.js";
 import { h, problem } from "./dom.js";
 import * as live from "./live.js";
+import { batchesPage } from "./pages/batches.js";
 import { clusterPage } from "./pages/cluster.js";
 import { gpuMapPage } from "./pages/gpumap.js";
 import { keysPage } from "./pages/keys.js";
@@ -15,6 +16,7 @@ const PAGES = [
   { path: "gpus", title: "GPU map", render: gpuMapPage },
   { path: "models", title: "Models", render: modelsPage },
   { path: "keys", title: "Keys & usage", render: keysPage },
+  { path: "batches", title: "Batches", render: batchesPage },
   { path: "settings", title: "Settings", render: settingsPage },
 ];
 
