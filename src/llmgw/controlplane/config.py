@@ -115,7 +115,7 @@ class GatewaySettingsFile(Section):
 
 
 class BatchSettingsFile(Section):
-    share: float = Field(default=0.5, gt=0, le=1)
+    share: float = Field(default=0.25, gt=0, le=1)
     """Part of a model's slots batch requests may fill: they are sent only while the requests its
     engines report (interactive ones first) stay under it (docs/batches.md)."""
     most_at_once: int = Field(default=16, ge=1)

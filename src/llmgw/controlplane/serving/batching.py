@@ -70,7 +70,7 @@ RETRIED = frozenset({429, 502, 503, 504})
 class BatchSettings:
     """How the leader runs batches (``server.yaml``'s ``batches``: :meth:`of`)."""
 
-    share: float = 0.5
+    share: float = 0.25
     """Part of a model's slots batch requests may fill, interactive ones counted first."""
     most_at_once: int = 16
     """Most requests of one batch in flight at once, whatever the headroom."""
