@@ -99,6 +99,7 @@ def test_a_batch_survives_kill_9_of_the_leader_and_spares_interactive_latency(ha
     alone_p99 = interactive_p99(client, INTERACTIVE)
 
     uploaded = client.files.create(file=("requests.jsonl", requests_file()), purpose="batch")
+    assert sdk(ha, "cp1").files.content(uploaded.id).content == requests_file(), "any plane reads it"
     started = time.monotonic()
     batch = client.batches.create(
         input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"

@@ -123,6 +123,51 @@ def test_v1_is_spread_over_both_workers_and_api_reaches_the_control_plane(cluste
         assert any(m["name"] == MODEL for m in cluster.admin.get("/api/models"))
 
 
+def file_call(
+    cluster: Cluster, path: str, data: bytes | None = None, method: str | None = None
+) -> tuple[int, bytes, int]:
+    """One /v1/files call on a connection of its own: status, body, the pid of the worker that answered."""
+    headers = {"authorization": f"Bearer {cluster.key}"}
+    if data is not None:
+        boundary = "llmgw-files-test"
+        headers["content-type"] = f"multipart/form-data; boundary={boundary}"
+        data = (
+            (
+                f'--{boundary}\r\ncontent-disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n'
+                f'--{boundary}\r\ncontent-disposition: form-data; name="file"; filename="notes.txt"\r\n'
+                "content-type: text/plain\r\n\r\n"
+            ).encode()
+            + data
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+    request = urllib.request.Request(f"{cluster.url}{path}", data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read(), int(answer.headers.get("x-llmgw-worker") or 0)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read(), int(error.headers.get("x-llmgw-worker") or 0)
+
+
+def test_a_file_uploaded_through_one_worker_is_read_and_deleted_through_either(cluster: Cluster) -> None:
+    pids = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    status, body, uploaded_by = file_call(cluster, "/v1/files", b"kept for any worker")
+    assert status == 200, body
+    assert "id" in json.loads(body), body
+    file_id = json.loads(body)["id"]
+    read_by = set()
+    for _ in range(200):  # fresh connections until both workers answered
+        status, body, pid = file_call(cluster, f"/v1/files/{file_id}/content")
+        assert (status, body) == (200, b"kept for any worker")
+        read_by.add(pid)
+        if read_by >= pids:
+            break
+    assert read_by >= pids and uploaded_by in pids
+    status, body, _ = file_call(cluster, f"/v1/files/{file_id}", method="DELETE")
+    assert status == 200 and json.loads(body)["deleted"]
+    for _ in range(10):
+        assert file_call(cluster, f"/v1/files/{file_id}")[0] == 404
+
+
 def test_usage_summed_in_each_worker_is_stored_exactly_as_one_process_stores_it(cluster: Cluster) -> None:
     """Each worker sums its usage per key, model and place and sends the sums with its channel's tick;
     every request, token and error counts once, whichever process answered."""
