@@ -54,6 +54,7 @@ from llmgw.store.blobcopies import BlobCopies
 from llmgw.store.blobs import Blobs
 from llmgw.store.catalog import Catalog
 from llmgw.store.files import ClientFiles
+from llmgw.store.jobs import WorkflowJobs
 from llmgw.store.keys import Keys
 from llmgw.store.knowledge import KnowledgeStore
 from llmgw.store.leases import Fence, check_fence
@@ -140,6 +141,7 @@ class Store:
         self.knowledge = KnowledgeStore(self)
         self.batches = Batches(self)
         self.files = ClientFiles(self)
+        self.jobs = WorkflowJobs(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
     Float,
@@ -519,3 +520,32 @@ class ClientFileRow(Base):
     """The mirror's blob holding its bytes."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
+
+
+class WorkflowJobRow(Base):
+    """A ComfyUI job (``POST /v1/jobs``): its ask, where it runs, its progress and what it made."""
+
+    __tablename__ = "workflow_jobs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    """The key that made it: only that key reads or cancels it."""
+    owner: Mapped[str] = mapped_column(String(256), nullable=False)
+    """Where that key sits (its files belong there)."""
+    model: Mapped[str] = mapped_column(String(256), nullable=False)
+    served_by: Mapped[str] = mapped_column(String(256), nullable=False)
+    graph: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    state: Mapped[str] = mapped_column(String(12), nullable=False, index=True)
+    progress: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    """ahead, node, step, steps, percent, error, status (what ``GET /v1/jobs/{id}`` shows)."""
+    files: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    replica_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    prompt_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    """ComfyUI's id of the queued workflow, once queued: how a new runner follows it on the gate."""
+    runner: Mapped[str] = mapped_column(String(256), nullable=False)
+    """The process following it (``plane/worker/pid``)."""
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    """When its runner last wrote it: one silent too long is taken over by the leader."""
+    cancel_asked: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
