@@ -108,6 +108,9 @@ class GatewaySettingsFile(Section):
     """Jobs held in memory at most."""
     job_kept_s: float = Field(default=3600.0, gt=0)
     """How long an ended job can still be read."""
+    job_orphan_s: float = Field(default=10.0, gt=0)
+    """How long a job's process may leave it unwritten (it writes it at least every 2 s while it
+    follows it) before the leader takes it over and follows it on its replica's gate."""
     files_kept_s: float = Field(default=3600.0, gt=0)
     """How long a made file (a picture's url, a job's files) can be read at /v1/files/{id}."""
     files_max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)

@@ -39,6 +39,7 @@ from llmgw.controlplane.serving.clientstore import open_client_store
 from llmgw.controlplane.serving.filebook import FileExpiry, FileSettings, MirrorFileBook
 from llmgw.controlplane.serving.gatewaybuilding import Outbox
 from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
+from llmgw.controlplane.serving.jobrecords import FileBookJobFiles, StoreJobRecords, runner_name
 from llmgw.controlplane.serving.relaying import RELAY_CONNECT_S, RelayAnswering, StandbyForwarding
 from llmgw.controlplane.serving.workers import WorkerSupervisor, subprocess_launcher
 from llmgw.controlplane.serving.workerserving import HTTP_SOCKET_NAME
@@ -173,7 +174,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-LEADER_ONLY = ("reconciler", "training", "batches", "file-expiry")
+LEADER_ONLY = ("reconciler", "training", "batches", "file-expiry", "job-pickup")
 """The components that run while this plane leads (started and stopped by ``leader-duties``)."""
 
 
@@ -284,6 +285,9 @@ class ClientData:
     batches: StoreBatchBook
     file_expiry: FileExpiry
     """A leader duty: deletes the files past their expiry."""
+    job_records: StoreJobRecords
+    """ComfyUI jobs this plane's gateway follows, written for any process to answer for."""
+    job_files: FileBookJobFiles
 
 
 def build_client_data(config: ServerConfig, base: Foundation, leadership: Leadership) -> ClientData:
@@ -299,7 +303,9 @@ def build_client_data(config: ServerConfig, base: Foundation, leadership: Leader
     settings = FileSettings.of(config.files)
     files = MirrorFileBook(base.clients, base.blobs, replicator, settings)
     batches = StoreBatchBook(base.clients.batches, files)
-    return ClientData(replicator, files, batches, FileExpiry(base.clients, settings))
+    records = StoreJobRecords(base.clients, runner_name(config.name))
+    job_files = FileBookJobFiles(files, config.gateway.files_kept_s)
+    return ClientData(replicator, files, batches, FileExpiry(base.clients, settings), records, job_files)
 
 
 def build_leading(

@@ -51,6 +51,8 @@ component              policy    what
                                  gateway (docs/batches.md)
 ``file-expiry``        RESTART   leader only: deletes the files past their expiry
                                  (docs/files.md)
+``job-pickup``         RESTART   leader only: follows the ComfyUI jobs whose process
+                                 died, forgets the long ended (docs/comfyui-api.md)
 ``state-following``    RESTART   a standby's copy of the leader's gateway state,
                                  its requests to the leader
 ``inherited-replicas`` RESTART   a new leader drops the replicas of the old one's
@@ -101,6 +103,7 @@ from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.controlplane.serving.batching import BatchRunner, BatchSettings
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.httpserving import HttpServer
+from llmgw.controlplane.serving.jobrecords import JobPickup
 from llmgw.controlplane.serving.workers import WorkerSupervisor, retire, worker_count
 from llmgw.controlplane.statesharing.localchannel import (
     SOCKET_NAME,
@@ -134,6 +137,8 @@ class ControlPlaneParts:
     gateway: Gateway
     batches: BatchRunner
     """A leader duty: carries every batch on through the gateway."""
+    pickup: JobPickup
+    """A leader duty: takes over the ComfyUI jobs whose process died."""
     leading: Leading
     replicas: Replicas
     nodes: Nodes
@@ -194,10 +199,24 @@ async def build(
     leadership = build_lease(config, base, closing)
     data = build_client_data(config, base, leadership)
     gateway = build_gateway(
-        config, outbox, base.tracing, knowledge=search, files=data.files, batches=data.batches
+        config,
+        outbox,
+        base.tracing,
+        knowledge=search,
+        files=data.files,
+        batches=data.batches,
+        job_files=data.job_files,
+        jobs=data.job_records,
     )
     closing.push_async_callback(gateway.close)
     batches = batch_runner(config, base, data, gateway)
+    pickup = JobPickup(
+        base.clients,
+        gateway,
+        data.job_records.runner,
+        orphan_s=config.gateway.job_orphan_s,
+        kept_s=config.gateway.job_kept_s,
+    )
     leading = build_leading(config, base, leadership, gateway, outbox, closing)
     replicas = build_replicas(config, base, gateway)
     nodes = await build_nodes(config, base, gateway, leading, replicas, closing)
@@ -209,8 +228,8 @@ async def build(
     channel = build_worker_channel(listening, gateway, leading, replicas)
     http, workers = build_http(config, listening, edge, channel, worker_log_args)
     return ControlPlaneParts(
-        config, base, listening, kb, outbox, data, gateway, batches, leading, replicas, nodes, duties, admin,
-        agent_server, http, channel, workers,
+        config, base, listening, kb, outbox, data, gateway, batches, pickup, leading, replicas, nodes, duties,
+        admin, agent_server, http, channel, workers,
     )  # fmt: skip
 
 
@@ -255,6 +274,7 @@ def add_components(parts: ControlPlaneParts, supervisor: Supervisor) -> None:
     supervisor.add("mirror-replicator", parts.data.replicator.run)
     supervisor.add("batches", parts.batches.run, start=False)
     supervisor.add("file-expiry", parts.data.file_expiry.run, start=False)
+    supervisor.add("job-pickup", parts.pickup.run, start=False)
     supervisor.add("state-following", following.run)
     fleet, grace_s = replicas.fleet, config.reconcile.node_grace_s
     supervisor.add(

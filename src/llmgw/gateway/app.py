@@ -48,7 +48,7 @@ from llmgw.gateway.finding import ReplicaFinder
 from llmgw.gateway.forwarding import Forwarder
 from llmgw.gateway.gate import GateClient
 from llmgw.gateway.inprocess import IN_PROCESS_KEY
-from llmgw.gateway.jobs import JobBook, JobRunner
+from llmgw.gateway.jobs import JobBook, JobFiles, JobRecords, JobRunner, MemoryJobFiles
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
@@ -149,6 +149,8 @@ class Gateway:
         knowledge_relay: ASGIApp | None = None,
         batches: BatchBook | None = None,
         files: FileBook | None = None,
+        job_files: JobFiles | None = None,
+        jobs: JobRecords | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
         self.tracing = tracing
@@ -190,18 +192,20 @@ class Gateway:
         self.gate = GateClient(self.settings)
         """Calls to ComfyUI replicas' gates (pictures and jobs)."""
         self.files = FileStore(self.settings.files_kept_s, self.settings.files_max_bytes)
-        """Files workflows made, readable by the key that asked (``/v1/files/{id}``)."""
+        """Files workflows made, readable by the key that asked (``/v1/files/{id}``), when no
+        ``job_files`` keep them (the control plane's: in ``/v1/files``)."""
         self.jobs = JobRunner(
             self.settings,
             self.replicas,
             self.finder,
             self.gate,
-            self.files,
+            job_files if job_files is not None else MemoryJobFiles(self.files),
             JobBook(self.settings.jobs_kept, self.settings.job_kept_s),
+            jobs,
         )
         """Workflow runs followed on their replica's gate (``/v1/jobs``, pictures)."""
         self.workflows = WorkflowRoutes(
-            self.settings, self.access, self.catalog, self.limiter, self.jobs, self.files, self.telling
+            self.settings, self.access, self.catalog, self.limiter, self.jobs, self.telling
         )
         """``/v1/images/generations`` and ``/v1/jobs``."""
         self.file_routes = FileRoutes(files, self.files)

@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmgw.gateway.api_errors import ApiError, allow_only, send_bytes
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange, send_json
-from llmgw.gateway.files import FileStore, StoredFile
+from llmgw.gateway.files import FileStore, StoredFile, content_type
 from llmgw.gateway.keys import KeyEntry
 
 FILES = "/v1/files"
@@ -302,13 +302,13 @@ async def _send_content(
     """The file's bytes as they are read: its length is known, so the answer is not chunked."""
     first = await anext(chunks, b"")  # a blob that cannot be read fails here, before the answer starts
     exchange.status, exchange.response_started = 200, True
-    disposition = f'attachment; filename="{shown["filename"]}"'.encode("latin-1", "replace")
+    disposition = f'inline; filename="{shown["filename"]}"'.encode("latin-1", "replace")
     await send(
         {
             "type": "http.response.start",
             "status": 200,
             "headers": [
-                (b"content-type", b"application/octet-stream"),
+                (b"content-type", content_type(shown["filename"]).encode()),
                 (b"content-length", str(shown["bytes"]).encode()),
                 (b"content-disposition", disposition),
                 (b"x-request-id", exchange.request_id),

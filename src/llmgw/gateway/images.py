@@ -5,8 +5,9 @@ The request's ``prompt``, ``size`` (into the workflow's ``width`` and
 are ``n`` runs of it, each a job of its own (:mod:`llmgw.gateway.jobs`) with
 seed, seed + 1, ... (a random seed each when none is given and the workflow
 takes one). The answer is OpenAI's: ``{"created", "data": [{"b64_json"} |
-{"url"}]}``; a ``url`` is the gateway's own ``/v1/files/{id}``, readable by
-the same key for ``files_kept_s``.
+{"url"}]}``; a ``url`` is the gateway's own ``/v1/files/{id}/content``,
+readable for ``files_kept_s`` by the same key (by every key of its place when
+the control plane keeps the files: docs/files.md).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.gateway.api_errors import ApiError
-from llmgw.gateway.files import StoredFile
+from llmgw.gateway.jobs import MadeFile
 from llmgw.gateway.workflows import Workflow, parse_size
 
 MAX_IMAGES = 10
@@ -86,10 +87,10 @@ def graphs_for(request: ImagesRequest, workflow: Workflow) -> list[dict[str, Any
     return graphs
 
 
-def images_body(pictures: list[StoredFile], response_format: str, files_url: str) -> bytes:
-    """OpenAI's images answer for the pictures made."""
+def images_body(pictures: list[MadeFile], response_format: str, files_url: str) -> bytes:
+    """OpenAI's images answer for the pictures made (their bytes are at hand: made in this process)."""
     if response_format == "b64_json":
-        data = [{"b64_json": base64.b64encode(p.data).decode("ascii")} for p in pictures]
+        data = [{"b64_json": base64.b64encode(p.data or b"").decode("ascii")} for p in pictures]
     else:
-        data = [{"url": f"{files_url}/{p.file_id}"} for p in pictures]
+        data = [{"url": f"{files_url}/{p.file_id}/content"} for p in pictures]
     return json.dumps({"created": int(time.time()), "data": data}, separators=(",", ":")).encode()

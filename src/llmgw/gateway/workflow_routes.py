@@ -28,7 +28,6 @@ from llmgw.gateway.api_errors import ApiError, allow_only, send_bytes
 from llmgw.gateway.bodies import model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange, send_json
-from llmgw.gateway.files import FileStore
 from llmgw.gateway.images import graphs_for, images_body, parse_images
 from llmgw.gateway.jobs import Job, JobRunner, JobState, new_job
 from llmgw.gateway.keys import KeyEntry
@@ -57,6 +56,11 @@ def _files_url(scope: Scope) -> str:
     root: str = scope.get("root_path", "")
     root = root[: -len("/v1")] if root.endswith("/v1") else root
     return f"{scope.get('scheme', 'http')}://{host}{root}{FILES}"
+
+
+def _owner(key: KeyEntry) -> str:
+    """Where a key's jobs' files belong: its place, as text."""
+    return str(key.place.at)
 
 
 def _end(ticket: Ticket | None, units: int) -> None:
@@ -101,7 +105,6 @@ class WorkflowRoutes:
         catalog: GatewayCatalog,
         limiter: Limiter,
         jobs: JobRunner,
-        files: FileStore,
         telling: Telling,
     ) -> None:
         self.settings = settings
@@ -109,7 +112,6 @@ class WorkflowRoutes:
         self.catalog = catalog
         self.limiter = limiter
         self.jobs = jobs
-        self.files = files
         self.telling = telling
 
     async def serve(
@@ -141,7 +143,11 @@ class WorkflowRoutes:
                 await self._job(send, exchange, key, (workflow, served_by), data)
         elif path.startswith(JOBS + "/"):
             allow_only(method, path, "GET", "DELETE")
-            job = self.jobs.book.get(path[len(JOBS) + 1 :], key.key_id)
+            job_id = path[len(JOBS) + 1 :]
+            if method == "DELETE":
+                job = await self.jobs.cancel_by_id(job_id, key.key_id)
+            else:
+                job = await self.jobs.get(job_id, key.key_id)
             if job is None:
                 raise ApiError(
                     404,
@@ -149,8 +155,6 @@ class WorkflowRoutes:
                     "POST /v1/jobs makes one.",
                     "job_not_found",
                 )
-            if method == "DELETE":
-                await self.jobs.cancel(job)
             await send_json(send, exchange, 200, job.as_json(_files_url(scope)))
 
     def _workflow(self, key: KeyEntry, model: str, path: str) -> tuple[Workflow, str]:
@@ -212,7 +216,9 @@ class WorkflowRoutes:
                 self._report(key, model, job.replica_id, 1, _status_of(job), started)
 
         try:
-            job = self.jobs.start(new_job(key.key_id, model, graph, workflow, served_by), ended)
+            job = await self.jobs.submit(
+                new_job(key.key_id, model, graph, workflow, served_by, _owner(key)), ended
+            )
         except BaseException:  # never started: its ticket ends here, as a job's does when it ends
             _end(ticket, 0)
             raise
@@ -245,7 +251,8 @@ class WorkflowRoutes:
         status = CLIENT_CLOSED
         try:
             jobs = [
-                self.jobs.start(new_job(key.key_id, model, graph, workflow, served_by)) for graph in graphs
+                self.jobs.start(new_job(key.key_id, model, graph, workflow, served_by, _owner(key)))
+                for graph in graphs
             ]
             if not await _all_ended(jobs, receive):
                 for job in jobs:

@@ -31,6 +31,7 @@ from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.batch_routes import BatchBook
 from llmgw.gateway.file_routes import FileBook
+from llmgw.gateway.jobs import JobFiles, JobRecords
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
@@ -134,13 +135,16 @@ def build_gateway(
     knowledge_relay: ASGIApp | None = None,
     files: FileBook | None = None,
     batches: BatchBook | None = None,
+    job_files: JobFiles | None = None,
+    jobs: JobRecords | None = None,
 ) -> Gateway:
     """The gateway of control plane ``config.name`` (or of one of its workers).
 
     ``share``: the part of its plane's share of each rate and concurrency limit it enforces (a
     worker's: ``1 / workers``); ``knowledge``: what it searches knowledge collections with, or
     ``knowledge_relay``: where it passes such requests on (a worker's control plane); ``files``,
-    ``batches``: where ``/v1/files`` and ``/v1/batches`` are kept (the client store)."""
+    ``batches``: where ``/v1/files`` and ``/v1/batches`` are kept (the client store); ``job_files``,
+    ``jobs``: where ComfyUI jobs' files and records are kept."""
     gateway = Gateway(
         gateway_settings(config),
         replicas=ReplicaTable(Router(config.routing)),
@@ -150,6 +154,8 @@ def build_gateway(
         knowledge_relay=knowledge_relay,
         files=files,
         batches=batches,
+        job_files=job_files,
+        jobs=jobs,
     )
     # the limiter is the gateway's own: its share and plane are set before any limit arrives
     gateway.limiter.share = share

@@ -61,6 +61,7 @@ from llmgw.controlplane.serving.clientstore import open_client_store
 from llmgw.controlplane.serving.filebook import FileSettings, MirrorFileBook
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket
+from llmgw.controlplane.serving.jobrecords import FileBookJobFiles, StoreJobRecords, runner_name
 from llmgw.controlplane.serving.relaying import LeaderDecides
 from llmgw.controlplane.serving.workers import worker_count
 from llmgw.controlplane.statesharing.gatewaystate import GatewayState
@@ -274,6 +275,8 @@ async def build_worker(config: ServerConfig, port: int, index: int, process: Pro
         knowledge_relay=pass_on,
         files=files,
         batches=StoreBatchBook(clients.batches, files),
+        job_files=FileBookJobFiles(files, config.gateway.files_kept_s),
+        jobs=StoreJobRecords(clients, runner_name(config.name, index)),
     )
     process.closing.push_async_callback(gateway.close)
     following = WorkerFollowing(
