@@ -54,7 +54,7 @@ from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
 from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED
 from llmgw.gateway.replicas import ReplicaTable
-from llmgw.gateway.response_store import ResponseStore
+from llmgw.gateway.response_store import ResponseBook, ResponseStore
 from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
@@ -147,6 +147,7 @@ class Gateway:
         knowledge: KnowledgeSearch | None = None,
         knowledge_relay: ASGIApp | None = None,
         batches: BatchBook | None = None,
+        responses: ResponseBook | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
         self.tracing = tracing
@@ -162,8 +163,9 @@ class Gateway:
         """LoRA adapters loaded at run time on their base model's replicas."""
         self.limiter = Limiter()
         """Limits per key, project, team, organization and user, counted in memory."""
-        self.response_store = ResponseStore()
-        """Responses kept for previous_response_id, per key (docs/openai.md)."""
+        self.responses: ResponseBook = responses if responses is not None else ResponseStore()
+        """Responses kept for previous_response_id and /v1/responses/{id}, per key (docs/openai.md):
+        the control plane's book on the store, or this gateway's own memory when none was passed."""
         self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters, self.limiter)
         """The one way the control plane changes what the gateway knows."""
         self.telling = Telling(outbound if outbound is not None else NoOutbound(), self.feed, self.replicas)
@@ -337,7 +339,7 @@ class Gateway:
                 if strip_usage:
                     body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
                 elif path == "/v1/responses" and facts.data is not None:
-                    call = ResponsesCall(facts.data, key.key_id, self.response_store)
+                    call = await ResponsesCall.made(facts.data, key.key_id, self.responses)
                     facts = facts._replace(responses=call)
                 engine_path = ENGINE_ROUTE.get(path, path)
                 await self._forward(
