@@ -59,6 +59,7 @@ from llmgw.store.leases import Fence, check_fence
 from llmgw.store.limits import StoredLimits
 from llmgw.store.nodes import Nodes
 from llmgw.store.replicas import Replicas
+from llmgw.store.responses import Responses
 from llmgw.store.settings import StoredSettings
 from llmgw.store.tenants import Tenants
 from llmgw.store.training import TrainingJobs
@@ -138,6 +139,7 @@ class Store:
         self.training = TrainingJobs(self)
         self.knowledge = KnowledgeStore(self)
         self.batches = Batches(self)
+        self.responses = Responses(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""
