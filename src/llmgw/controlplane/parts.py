@@ -171,7 +171,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-LEADER_ONLY = ("reconciler", "training")
+LEADER_ONLY = ("reconciler", "training", "response-sweeper")
 """The components that run while this plane leads (started and stopped by ``leader-duties``)."""
 
 

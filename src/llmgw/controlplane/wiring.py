@@ -43,6 +43,8 @@ component              policy    what
 ``reconciler``         RESTART   leader only (started by ``leader-duties``)
 ``training``           RESTART   leader only: training jobs onto nodes (started by
                                  ``leader-duties``)
+``response-sweeper``   RESTART   leader only: kept responses expired or past
+                                 ``gateway.responses_total`` removed (every 30 s)
 ``leader-duties``      RESTART   starts/stops the leader-only components as
                                  leadership changes
 ``mirror-replicator``  RESTART   pulls the blobs this plane lacks from its peers
@@ -93,6 +95,7 @@ from llmgw.controlplane.parts import (
 from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.httpserving import HttpServer
+from llmgw.controlplane.serving.responsebook import ResponseSweeper
 from llmgw.controlplane.serving.workers import WorkerSupervisor, retire, worker_count
 from llmgw.controlplane.statesharing.localchannel import (
     SOCKET_NAME,
@@ -123,6 +126,8 @@ class ControlPlaneParts:
     outbox: Outbox
     """The gateway's requests to the leader, handed to ``leading.following`` while it runs."""
     gateway: Gateway
+    sweeper: ResponseSweeper
+    """Removes kept responses expired or past ``gateway.responses_total`` (while leading)."""
     leading: Leading
     replicas: Replicas
     nodes: Nodes
@@ -180,8 +185,9 @@ async def build(
     closing.push_async_callback(kb.close)
     outbox = Outbox()
     search = knowledge if knowledge is not None else knowledge_search(kb)
-    gateway = build_gateway(config, outbox, base.tracing, knowledge=search)
+    gateway = build_gateway(config, outbox, base.tracing, knowledge=search, clients=base.clients)
     closing.push_async_callback(gateway.close)
+    sweeper = ResponseSweeper(base.store.responses, config.gateway.responses_total)
     leading = build_leading(config, base, gateway, outbox, closing)
     replicas = build_replicas(config, base, gateway)
     nodes = await build_nodes(config, base, gateway, leading, replicas, closing)
@@ -193,8 +199,8 @@ async def build(
     channel = build_worker_channel(listening, gateway, leading, replicas)
     http, workers = build_http(config, listening, edge, channel, worker_log_args)
     return ControlPlaneParts(
-        config, base, listening, kb, outbox, gateway, leading, replicas, nodes, duties, admin, agent_server,
-        http, channel, workers,
+        config, base, listening, kb, outbox, gateway, sweeper, leading, replicas, nodes, duties, admin,
+        agent_server, http, channel, workers,
     )  # fmt: skip
 
 
@@ -221,6 +227,7 @@ def add_components(parts: ControlPlaneParts, supervisor: Supervisor) -> None:
         "reconciler", lambda: replicas.reconciler.run(may_act=lambda: leadership.leading), start=False
     )
     supervisor.add("training", replicas.training.run, start=False)
+    supervisor.add("response-sweeper", parts.sweeper.run, start=False)
     supervisor.add("leader-duties", parts.duties.follow)
     supervisor.add("mirror-replicator", nodes.replicator.run)
     supervisor.add("state-following", following.run)

@@ -163,7 +163,13 @@ class Gateway:
         """LoRA adapters loaded at run time on their base model's replicas."""
         self.limiter = Limiter()
         """Limits per key, project, team, organization and user, counted in memory."""
-        self.responses: ResponseBook = responses if responses is not None else ResponseStore()
+        self.responses: ResponseBook = (
+            responses
+            if responses is not None
+            else ResponseStore(
+                self.settings.responses_kept_s, self.settings.responses_per_key, self.settings.responses_total
+            )
+        )
         """Responses kept for previous_response_id and /v1/responses/{id}, per key (docs/openai.md):
         the control plane's book on the store, or this gateway's own memory when none was passed."""
         self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters, self.limiter)

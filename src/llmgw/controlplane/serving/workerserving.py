@@ -259,7 +259,9 @@ async def build_worker(config: ServerConfig, port: int, index: int, process: Pro
     process.closing.push_async_callback(_closed_quietly, pass_on)
     outbox = Outbox()
     # the search runs in the control plane: such a request is answered there
-    gateway = build_gateway(config, outbox, tracing, share=1.0 / workers, knowledge_relay=pass_on)
+    gateway = build_gateway(
+        config, outbox, tracing, share=1.0 / workers, knowledge_relay=pass_on, clients=clients
+    )
     process.closing.push_async_callback(gateway.close)
     following = WorkerFollowing(
         GatewayState(gateway.feed),
