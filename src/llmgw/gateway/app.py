@@ -10,6 +10,8 @@
         limits (admission: the ticket is taken and ended here) -> 429
         Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
+    GET|DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
+                                       the key's kept responses (response_routes.py)
 
 A key sees public models and adapters and those owned at or above its place
 (:mod:`llmgw.core.tenancy`); anything else answers as a name never defined.
@@ -54,6 +56,7 @@ from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
 from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED
 from llmgw.gateway.replicas import ReplicaTable
+from llmgw.gateway.response_routes import ResponseRoutes, response_route
 from llmgw.gateway.response_store import ResponseBook, ResponseStore
 from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.settings import GatewaySettings
@@ -172,6 +175,8 @@ class Gateway:
         )
         """Responses kept for previous_response_id and /v1/responses/{id}, per key (docs/openai.md):
         the control plane's book on the store, or this gateway's own memory when none was passed."""
+        self.response_routes = ResponseRoutes(self.responses)
+        """``/v1/responses/{id}`` (read back, deleted) and its input items."""
         self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters, self.limiter)
         """The one way the control plane changes what the gateway knows."""
         self.telling = Telling(outbound if outbound is not None else NoOutbound(), self.feed, self.replicas)
@@ -361,6 +366,9 @@ class Gateway:
                 )
             key = self._authenticate(authorization)
             await self._models(send, exchange, path, key)
+        elif response_route(path):
+            key = exchange.key = self._authenticate(authorization)
+            await self.response_routes.serve(scope, send, exchange, path, key)
         elif batch_route(path):
             key = exchange.key = self._authenticate(authorization)
             await self.batch_routes.serve(scope, receive, send, exchange, path, key, length)
@@ -372,7 +380,8 @@ class Gateway:
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
                 "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank), "
                 "/v1/images/generations, /v1/jobs and /v1/batches, GET /v1/models, /v1/jobs/{id}, "
-                "/v1/files/{id} and /v1/batches, and DELETE /v1/jobs/{id}.",
+                "/v1/files/{id}, /v1/batches, /v1/responses/{id} and /v1/responses/{id}/input_items, "
+                "and DELETE /v1/jobs/{id} and /v1/responses/{id}.",
                 "unknown_url",
             )
 
