@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from llmgw.errors import StoreError
 from llmgw.store import Store
-from llmgw.store.responses import TRIMMED_PER_KEEP
+from llmgw.store.access import Executes
+from llmgw.store.responses import TRIMMED_PER_KEEP, T
 from llmgw.testing.clock import FakeClock
 
 USER = {"type": "message", "role": "user", "content": "hi"}
@@ -100,3 +104,31 @@ async def test_the_sweep_removes_the_expired_and_the_oldest_past_the_total(
     for n in (2, 3, 4):
         assert await store.responses.get(f"live_{n}", f"key-{n}") is not None
     assert await store.responses.sweep(total=3) == 0
+
+
+def _row(response_id: str, clock_now: Any) -> dict[str, Any]:
+    return {
+        "response_id": response_id,
+        "key_id": "key-a",
+        "input_items": [],
+        "output_items": [],
+        "response": {},
+        "kept_at": clock_now,
+        "expires_at": clock_now,
+    }
+
+
+async def test_a_transaction_is_committed_whole_or_rolled_back_whole(store: Store) -> None:
+    row = _row("resp_1", store.now())
+
+    def fails_after_writing(db: Executes) -> None:
+        db.execute(T.insert(), row)
+        raise ValueError("changed its mind")
+
+    with pytest.raises(ValueError):
+        await store.transact(fails_after_writing)
+    assert await store.responses.count() == 0
+    await store.transact(lambda db: db.execute(T.insert(), row))
+    assert await store.responses.count() == 1
+    with pytest.raises(StoreError):  # the driver's error, translated
+        await store.transact(lambda db: db.execute(T.insert(), row))

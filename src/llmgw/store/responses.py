@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Table, delete, func, or_, select
+from sqlalchemy import Insert, Table, bindparam, delete, func, or_, select
 
 from llmgw.store.tables import KeptResponseRow, rowcount
 from llmgw.store.upserting import dialect_insert
@@ -33,10 +33,10 @@ from llmgw.store.upserting import dialect_insert
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from llmgw.store.access import StoreAccess
+    from llmgw.store.access import Executes, StoreAccess
 
 T = cast(Table, KeptResponseRow.__table__)
-"""The table, written with core statements (no ORM objects on the request path)."""
+"""The table, written with core statements built once (no ORM objects on the request path)."""
 
 TRIMMED_PER_KEEP = 16
 """Most rows a keep deletes of each kind (its key's oldest past ``per_key``, expired ones)."""
@@ -52,6 +52,44 @@ _COLUMNS = (
     T.c.kept_at,
     T.c.expires_at,
 )
+_REPLACED = ("key_id", "input_items", "output_items", "response", "kept_at", "expires_at")
+
+_TRIM = delete(T).where(
+    or_(
+        T.c.response_id.in_(
+            select(T.c.response_id)
+            .where(T.c.key_id == bindparam("key_id"))
+            .order_by(T.c.kept_at.desc())  # the index's order: no sort of the key's rows
+            .offset(bindparam("per_key"))
+            .limit(TRIMMED_PER_KEEP)
+        ),
+        T.c.response_id.in_(
+            select(T.c.response_id)
+            .where(T.c.expires_at <= bindparam("now"))
+            .order_by(T.c.expires_at)
+            .limit(TRIMMED_PER_KEEP)
+        ),
+    )
+)
+"""A keep's trims: the key's oldest past ``per_key`` and some expired rows."""
+_GET = select(*_COLUMNS).where(
+    T.c.response_id == bindparam("response_id"),
+    T.c.key_id == bindparam("key_id"),
+    T.c.expires_at > bindparam("now"),
+)
+_DELETE = delete(T).where(
+    T.c.response_id == bindparam("response_id"),
+    T.c.key_id == bindparam("key_id"),
+    T.c.expires_at > bindparam("now"),
+)
+
+
+def _upsert(dialect: str) -> Insert:
+    """Insert a row, or replace every column of the row of its id."""
+    insert = dialect_insert(dialect, KeptResponseRow)
+    return insert.on_conflict_do_update(
+        index_elements=["response_id"], set_={name: insert.excluded[name] for name in _REPLACED}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +106,14 @@ class KeptRecord:
 
 
 class Responses:
-    """Kept responses by id, each of one key: keep, read, delete, and the leader's sweep."""
+    """Kept responses by id, each of one key: keep, read, delete, and the leader's sweep.
+
+    A keep, a read and a delete each are one :meth:`~llmgw.store.access.StoreAccess.transact`:
+    they are on the request path."""
 
     def __init__(self, store: StoreAccess) -> None:
         self._store = store
+        self._upsert: Insert | None = None
 
     async def keep(
         self,
@@ -86,8 +128,11 @@ class Responses:
     ) -> None:
         """Keep a response of ``key_id`` for ``ttl_s`` (replacing a row of its id); in the same
         transaction the key's oldest past ``per_key`` and some expired rows go."""
+        if self._upsert is None:
+            self._upsert = _upsert(self._store.url.get_backend_name())
+        upsert = self._upsert
         now = self._store.now()
-        values = {
+        row = {
             "response_id": response_id,
             "key_id": key_id,
             "input_items": input_items,
@@ -96,56 +141,42 @@ class Responses:
             "kept_at": now,
             "expires_at": now + timedelta(seconds=ttl_s),
         }
-        over = (
-            select(T.c.response_id)
-            .where(T.c.key_id == key_id)
-            .order_by(T.c.kept_at.desc(), T.c.response_id.desc())
-            .offset(per_key)
-            .limit(TRIMMED_PER_KEEP)
-        )
-        expired = (
-            select(T.c.response_id)
-            .where(T.c.expires_at <= now)
-            .order_by(T.c.expires_at)
-            .limit(TRIMMED_PER_KEEP)
-        )
-        async with self._store.session() as session:
-            insert = dialect_insert(session.get_bind().dialect.name, KeptResponseRow).values(values)
-            replace = {name: insert.excluded[name] for name in values if name != "response_id"}
-            await session.execute(insert.on_conflict_do_update(index_elements=["response_id"], set_=replace))
-            await session.execute(
-                delete(T).where(or_(T.c.response_id.in_(over), T.c.response_id.in_(expired)))
-            )
+        trims = {"key_id": key_id, "per_key": per_key, "now": now}
+
+        def work(db: Executes) -> None:
+            db.execute(upsert, row)
+            db.execute(_TRIM, trims)
+
+        await self._store.transact(work)
 
     async def get(self, response_id: str, key_id: str) -> KeptRecord | None:
         """The response when ``key_id`` kept it and it has not expired; else None."""
-        query = select(*_COLUMNS).where(
-            T.c.response_id == response_id, T.c.key_id == key_id, T.c.expires_at > self._store.now()
-        )
+        asked = {"response_id": response_id, "key_id": key_id, "now": self._store.now()}
 
-        async def read(session: AsyncSession) -> KeptRecord | None:
-            row = (await session.execute(query)).first()
-            if row is None:
+        def work(db: Executes) -> KeptRecord | None:
+            found = db.execute(_GET, asked).first()
+            if found is None:
                 return None
             return KeptRecord(
-                row.response_id,
-                row.key_id,
-                list(row.input_items),
-                list(row.output_items),
-                dict(row.response),
-                row.kept_at,
-                row.expires_at,
+                found.response_id,
+                found.key_id,
+                list(found.input_items),
+                list(found.output_items),
+                dict(found.response),
+                found.kept_at,
+                found.expires_at,
             )
 
-        return await self._store.read(read)
+        return await self._store.transact(work)
 
     async def delete(self, response_id: str, key_id: str) -> bool:
         """Delete the response; False when ``key_id`` kept none of that id (or it expired)."""
-        statement = delete(T).where(
-            T.c.response_id == response_id, T.c.key_id == key_id, T.c.expires_at > self._store.now()
-        )
-        async with self._store.session() as session:
-            return rowcount(await session.execute(statement)) > 0
+        asked = {"response_id": response_id, "key_id": key_id, "now": self._store.now()}
+
+        def work(db: Executes) -> bool:
+            return rowcount(db.execute(_DELETE, asked)) > 0
+
+        return await self._store.transact(work)
 
     async def sweep(self, total: int) -> int:
         """Delete every expired row, then the oldest past ``total``; how many went."""
