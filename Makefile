@@ -21,6 +21,7 @@ help:
 	@echo "make proto   regenerate the agent protocol's Python code"
 	@echo "make fuzz    fuzz /v1 and /api long (FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) examples per test; make test runs fewer)"
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
+	@echo "make bench-responses  what keeping Responses API responses in the store (SQLite) adds to a request"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas (BENCH_ARGS=\"--engine vllm\": two real ones)"
 	@echo "make training       install the LoRA training environment (cached; make test needs it)"
 	@echo "make vllm           install vLLM's CPU build into the cache, as a node without a card does (make test needs it)"
@@ -126,6 +127,10 @@ bench-gateway: install $(LITELLM_VENV)/bin/litellm
 
 bench-routing: install
 	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)
+
+.PHONY: bench-responses
+bench-responses: install
+	$(BIN)/python bench/responses/run.py $(BENCH_ARGS)
 
 .PHONY: bench-mirror
 bench-mirror: install

@@ -8,11 +8,14 @@ from typing import Any
 
 from llmgw.controlplane.config import GatewaySettingsFile, ServerConfig
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
+from llmgw.controlplane.serving.responsebook import StoreResponseBook
 from llmgw.controlplane.serving.workerserving import build_worker
+from llmgw.gateway.response_store import ResponseStore
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.observability.tracing import TRACING_OFF
 from llmgw.runtime.processes import Process
+from llmgw.store import Store
 from llmgw.testing.cluster import free_port
 from llmgw.testing.eventually import eventually
 
@@ -54,6 +57,31 @@ def test_every_gateway_setting_of_server_yaml_reaches_the_control_planes_gateway
     assert gateway.limiter.plane == "cp1" and gateway.limiter.share == 1.0
 
 
+def test_without_a_client_store_responses_are_kept_in_the_gateway_s_memory_as_configured(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    book = build_gateway(config, Outbox(), TRACING_OFF).responses
+    assert isinstance(book, ResponseStore)
+    g = config.gateway
+    assert (book.ttl_s, book.per_key, book.total) == (
+        g.responses_kept_s,
+        g.responses_per_key,
+        g.responses_total,
+    )
+
+
+async def test_given_the_client_store_the_gateway_keeps_responses_there(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with await Store.open(config.store_url) as clients:
+        book = build_gateway(config, Outbox(), TRACING_OFF, clients=clients).responses
+        assert isinstance(book, StoreResponseBook)
+        assert (book.ttl_s, book.per_key) == (
+            config.gateway.responses_kept_s,
+            config.gateway.responses_per_key,
+        )
+
+
 async def test_a_workers_gateway_has_the_job_and_file_settings_of_server_yaml(tmp_path: Path) -> None:
     config = _config(tmp_path, workers=4)
     process = Process()
@@ -61,6 +89,7 @@ async def test_a_workers_gateway_has_the_job_and_file_settings_of_server_yaml(tm
         parts = await build_worker(config, free_port(), 0, process)
         assert _settings_of(parts.gateway.settings) == {name: _not_default(name) for name in SHARED}
         assert parts.gateway.files.ttl_s == config.gateway.files_kept_s
+        assert isinstance(parts.gateway.responses, StoreResponseBook)
         assert parts.gateway.limiter.share == 0.25 and parts.gateway.limiter.plane == "cp1"
 
 

@@ -69,7 +69,7 @@ def test_function_tools_text_format_and_limits_are_carried_into_the_chat_request
     assert chat["stream_options"] == {"include_usage": True}
 
 
-def test_a_cut_answer_is_an_incomplete_response_and_a_tool_call_a_function_call_item() -> None:
+async def test_a_cut_answer_is_an_incomplete_response_and_a_tool_call_a_function_call_item() -> None:
     call = ResponsesCall({"model": "m", "input": "hi"}, "k", ResponseStore())
     completion = {
         "choices": [
@@ -83,7 +83,7 @@ def test_a_cut_answer_is_an_incomplete_response_and_a_tool_call_a_function_call_
         ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
     }
-    response = json.loads(call.translated_whole(json.dumps(completion).encode()))
+    response = json.loads(await call.translated_whole(json.dumps(completion).encode()))
     assert response["status"] == "incomplete" and response["incomplete_details"] == {
         "reason": "max_output_tokens"
     }

@@ -115,6 +115,13 @@ class GatewaySettingsFile(Section):
     """How long a made file (a picture's url, a job's files) can be read at /v1/files/{id}."""
     files_max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
     """Bytes of made files kept in memory at most; the oldest go first."""
+    responses_kept_s: float = Field(default=3600.0, gt=0)
+    """How long a response is kept (in the store) for ``previous_response_id`` and
+    ``GET /v1/responses/{id}`` (docs/openai.md)."""
+    responses_per_key: int = Field(default=1000, gt=0)
+    """Responses kept per key at most; past it the key's oldest go as it keeps more."""
+    responses_total: int = Field(default=50_000, gt=0)
+    """Responses kept in all at most; the leader removes the oldest past it every 30 s."""
 
 
 class BatchSettingsFile(Section):

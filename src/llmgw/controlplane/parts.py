@@ -174,7 +174,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-LEADER_ONLY = ("reconciler", "training", "batches", "file-expiry", "job-pickup")
+LEADER_ONLY = ("reconciler", "training", "batches", "file-expiry", "job-pickup", "response-sweeper")
 """The components that run while this plane leads (started and stopped by ``leader-duties``)."""
 
 

@@ -43,6 +43,8 @@ component              policy    what
 ``reconciler``         RESTART   leader only (started by ``leader-duties``)
 ``training``           RESTART   leader only: training jobs onto nodes (started by
                                  ``leader-duties``)
+``response-sweeper``   RESTART   leader only: kept responses expired or past
+                                 ``gateway.responses_total`` removed (every 30 s)
 ``leader-duties``      RESTART   starts/stops the leader-only components as
                                  leadership changes
 ``mirror-replicator``  RESTART   pulls the blobs this plane lacks from its peers
@@ -104,6 +106,7 @@ from llmgw.controlplane.serving.batching import BatchRunner, BatchSettings
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.httpserving import HttpServer
 from llmgw.controlplane.serving.jobrecords import JobPickup
+from llmgw.controlplane.serving.responsebook import ResponseSweeper
 from llmgw.controlplane.serving.workers import WorkerSupervisor, retire, worker_count
 from llmgw.controlplane.statesharing.localchannel import (
     SOCKET_NAME,
@@ -139,6 +142,8 @@ class ControlPlaneParts:
     """A leader duty: carries every batch on through the gateway."""
     pickup: JobPickup
     """A leader duty: takes over the ComfyUI jobs whose process died."""
+    sweeper: ResponseSweeper
+    """Removes kept responses expired or past ``gateway.responses_total`` (while leading)."""
     leading: Leading
     replicas: Replicas
     nodes: Nodes
@@ -207,6 +212,7 @@ async def build(
         batches=data.batches,
         job_files=data.job_files,
         jobs=data.job_records,
+        clients=base.clients,
     )
     closing.push_async_callback(gateway.close)
     batches = batch_runner(config, base, data, gateway)
@@ -217,6 +223,7 @@ async def build(
         orphan_s=config.gateway.job_orphan_s,
         kept_s=config.gateway.job_kept_s,
     )
+    sweeper = ResponseSweeper(base.store.responses, config.gateway.responses_total)
     leading = build_leading(config, base, leadership, gateway, outbox, closing)
     replicas = build_replicas(config, base, gateway)
     nodes = await build_nodes(config, base, gateway, leading, replicas, closing)
@@ -228,8 +235,8 @@ async def build(
     channel = build_worker_channel(listening, gateway, leading, replicas)
     http, workers = build_http(config, listening, edge, channel, worker_log_args)
     return ControlPlaneParts(
-        config, base, listening, kb, outbox, data, gateway, batches, pickup, leading, replicas, nodes, duties,
-        admin, agent_server, http, channel, workers,
+        config, base, listening, kb, outbox, data, gateway, batches, pickup, sweeper, leading, replicas,
+        nodes, duties, admin, agent_server, http, channel, workers,
     )  # fmt: skip
 
 
@@ -270,6 +277,7 @@ def add_components(parts: ControlPlaneParts, supervisor: Supervisor) -> None:
         "reconciler", lambda: replicas.reconciler.run(may_act=lambda: leadership.leading), start=False
     )
     supervisor.add("training", replicas.training.run, start=False)
+    supervisor.add("response-sweeper", parts.sweeper.run, start=False)
     supervisor.add("leader-duties", parts.duties.follow)
     supervisor.add("mirror-replicator", parts.data.replicator.run)
     supervisor.add("batches", parts.batches.run, start=False)

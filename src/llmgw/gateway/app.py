@@ -10,6 +10,8 @@
         limits (admission: the ticket is taken and ended here) -> 429
         Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
+    GET|DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
+                                       the key's kept responses (response_routes.py)
 
 A key sees public models and adapters and those owned at or above its place
 (:mod:`llmgw.core.tenancy`); anything else answers as a name never defined.
@@ -55,7 +57,8 @@ from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
 from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED
 from llmgw.gateway.replicas import ReplicaTable
-from llmgw.gateway.response_store import ResponseStore
+from llmgw.gateway.response_routes import ResponseRoutes, response_route
+from llmgw.gateway.response_store import ResponseBook, ResponseStore
 from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
@@ -151,6 +154,7 @@ class Gateway:
         files: FileBook | None = None,
         job_files: JobFiles | None = None,
         jobs: JobRecords | None = None,
+        responses: ResponseBook | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
         self.tracing = tracing
@@ -166,8 +170,17 @@ class Gateway:
         """LoRA adapters loaded at run time on their base model's replicas."""
         self.limiter = Limiter()
         """Limits per key, project, team, organization and user, counted in memory."""
-        self.response_store = ResponseStore()
-        """Responses kept for previous_response_id, per key (docs/openai.md)."""
+        self.responses: ResponseBook = (
+            responses
+            if responses is not None
+            else ResponseStore(
+                self.settings.responses_kept_s, self.settings.responses_per_key, self.settings.responses_total
+            )
+        )
+        """Responses kept for previous_response_id and /v1/responses/{id}, per key (docs/openai.md):
+        the control plane's book on the store, or this gateway's own memory when none was passed."""
+        self.response_routes = ResponseRoutes(self.responses)
+        """``/v1/responses/{id}`` (read back, deleted) and its input items."""
         self.feed = GatewayFeed(self.keys, self.catalog, self.replicas, self.adapters, self.limiter)
         """The one way the control plane changes what the gateway knows."""
         self.telling = Telling(outbound if outbound is not None else NoOutbound(), self.feed, self.replicas)
@@ -346,7 +359,7 @@ class Gateway:
                 if strip_usage:
                     body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
                 elif path == "/v1/responses" and facts.data is not None:
-                    call = ResponsesCall(facts.data, key.key_id, self.response_store)
+                    call = await ResponsesCall.made(facts.data, key.key_id, self.responses)
                     facts = facts._replace(responses=call)
                 engine_path = ENGINE_ROUTE.get(path, path)
                 await self._forward(
@@ -365,6 +378,9 @@ class Gateway:
         elif file_route(path):
             key = exchange.key = self._authenticate(authorization)
             await self.file_routes.serve(scope, receive, send, exchange, path, key, length)
+        elif response_route(path):
+            key = exchange.key = self._authenticate(authorization)
+            await self.response_routes.serve(scope, send, exchange, path, key)
         elif batch_route(path):
             key = exchange.key = self._authenticate(authorization)
             await self.batch_routes.serve(scope, receive, send, exchange, path, key, length)
@@ -376,8 +392,9 @@ class Gateway:
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
                 "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank), "
                 "/v1/images/generations, /v1/jobs, /v1/files and /v1/batches, GET /v1/models, "
-                "/v1/jobs/{id}, /v1/files, /v1/files/{id}(/content) and /v1/batches, and DELETE "
-                "/v1/jobs/{id} and /v1/files/{id}.",
+                "/v1/jobs/{id}, /v1/files, /v1/files/{id}(/content), /v1/batches, /v1/responses/{id} and "
+                "/v1/responses/{id}/input_items, and DELETE /v1/jobs/{id}, /v1/files/{id} and "
+                "/v1/responses/{id}.",
                 "unknown_url",
             )
 

@@ -26,10 +26,9 @@ from llmgw.gateway.api_errors import ApiError, allow_only
 from llmgw.gateway.bodies import read_body
 from llmgw.gateway.exchange import Exchange, send_json
 from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.listing import list_page, page_limit, query_params
 
 BATCHES = "/v1/batches"
-LIST_LIMIT = 100
-"""Most batches one list page gives (OpenAI's bound)."""
 CREATE_BODY_BYTES = 64 * 1024
 
 
@@ -101,26 +100,6 @@ def create_fields(data: Any) -> tuple[str, str, str, dict[str, str] | None]:
     return file_id, str(endpoint), str(window), metadata
 
 
-def _limit(query: dict[str, str]) -> int:
-    text = query.get("limit", "20")
-    try:
-        limit = int(text)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= LIST_LIMIT:
-        raise _invalid(f"'limit' must be a whole number from 1 to {LIST_LIMIT}.", "limit")
-    return limit
-
-
-def _query(raw: bytes) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for part in raw.decode("latin-1").split("&"):
-        name, _, value = part.partition("=")
-        if name:
-            pairs[name] = value
-    return pairs
-
-
 class BatchRoutes:
     """``/v1/batches``: each request's key checked, then asked of the :class:`BatchBook`."""
 
@@ -163,20 +142,9 @@ class BatchRoutes:
                 )
                 await send_json(send, exchange, 200, created)
                 return
-            query = _query(scope.get("query_string", b""))
-            batches, more = await book.list(key, query.get("after") or None, _limit(query))
-            await send_json(
-                send,
-                exchange,
-                200,
-                {
-                    "object": "list",
-                    "data": batches,
-                    "first_id": batches[0]["id"] if batches else None,
-                    "last_id": batches[-1]["id"] if batches else None,
-                    "has_more": more,
-                },
-            )
+            query = query_params(scope.get("query_string", b""))
+            batches, more = await book.list(key, query.get("after") or None, page_limit(query))
+            await send_json(send, exchange, 200, list_page(batches, more))
             return
         batch_id, _, action = rest.partition("/")
         if action == "cancel":

@@ -445,7 +445,7 @@ class Forwarder:
         if status < 300:
             exchange.prompt_tokens, exchange.completion_tokens = token_counts(find_usage(body))
             if shape is not None:
-                body = shape.whole(body)
+                body = await shape.whole(body)
         exchange.status = status
         exchange.finished = True
         exchange.response_started = True
@@ -507,7 +507,7 @@ class Forwarder:
             async for chunk in response.iter_any():
                 out = framer.feed(chunk)
                 if out:
-                    sent = shaper.feed(out) if shaper is not None else out
+                    sent = await shaper.feed(out) if shaper is not None else out
                     if sent:
                         timer.relayed()
                         if not exchange.first_token:
@@ -541,7 +541,7 @@ class Forwarder:
         if failure:
             tail = failure
         elif shaper is not None:
-            tail = shaper.feed(framer.flush()) + shaper.finish()
+            tail = await shaper.feed(framer.flush()) + await shaper.finish()
         else:
             tail = framer.flush()
         exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)

@@ -1,12 +1,20 @@
-"""Responses kept for ``previous_response_id``: each key's own, for a bounded time and number.
+"""Responses kept for ``previous_response_id`` and ``/v1/responses/{id}``: each key's own, bounded.
 
 OpenAI's Responses API lets a request continue an earlier one by naming it
-(``previous_response_id``) instead of sending the conversation again. llmgw
-keeps what that needs — the input items the earlier request had (its own
-history included) and the output items it produced — in memory, under the
-key that asked, for :attr:`ResponseStore.ttl_s` seconds; at most
-:attr:`ResponseStore.per_key` per key and :attr:`ResponseStore.total` in all,
-the oldest going first. A request sent with ``store: false`` is not kept.
+(``previous_response_id``) instead of sending the conversation again, and
+lets a client read a response back (``GET /v1/responses/{id}``, its input
+items) or delete it. llmgw keeps what that needs — the input items the
+earlier request had (its own history included), the output items it
+produced and the response object as it was answered — under the key that
+asked, in a :class:`ResponseBook`. A request sent with ``store: false`` is
+not kept.
+
+The gateway asks the book it was given: a control plane and its gateway
+workers pass one on the store (``controlplane/serving/responsebook.py``), so
+a follow-up that reaches another process finds the response; a gateway built
+with none keeps them in its own memory (:class:`ResponseStore`), for
+:attr:`ResponseStore.ttl_s` seconds, at most :attr:`ResponseStore.per_key`
+per key and :attr:`ResponseStore.total` in all, the oldest going first.
 
 A key never reads another key's responses: an id kept under another key
 answers as one never kept. The engines are sent every request whole, so no
@@ -18,8 +26,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 TTL_S = 3600.0
 """How long a response is kept for a follow-up."""
@@ -31,7 +39,7 @@ TOTAL = 50_000
 
 @dataclass(frozen=True, slots=True)
 class KeptResponse:
-    """What a follow-up needs of an earlier response."""
+    """What a follow-up, and a client reading it back, needs of an earlier response."""
 
     key_id: str
     input_items: tuple[dict[str, Any], ...]
@@ -39,14 +47,45 @@ class KeptResponse:
     output_items: tuple[dict[str, Any], ...]
     """What it answered (messages, function calls)."""
     kept_at: float
+    """When it was kept, in seconds of the book's clock."""
+    response: dict[str, Any] = field(default_factory=dict)
+    """The response object as it was answered (what ``GET /v1/responses/{id}`` gives)."""
 
     def conversation(self) -> list[dict[str, Any]]:
         """The items a follow-up continues from: the input, then the output."""
         return [*self.input_items, *self.output_items]
 
 
+class ResponseBook(Protocol):
+    """Where a gateway keeps responses: each readable and deletable by the key that made it only."""
+
+    @property
+    def ttl_s(self) -> float:
+        """How long a response is kept (said in the answer to a follow-up that finds none)."""
+        ...
+
+    async def keep(
+        self,
+        response_id: str,
+        key_id: str,
+        input_items: list[dict[str, Any]],
+        output_items: list[dict[str, Any]],
+        response: dict[str, Any],
+    ) -> None:
+        """Keep a response for ``key_id`` (replacing one of the same id), within the book's bounds."""
+        ...
+
+    async def get(self, response_id: str, key_id: str) -> KeptResponse | None:
+        """The response when ``key_id`` kept it and it has not expired; else None."""
+        ...
+
+    async def delete(self, response_id: str, key_id: str) -> bool:
+        """Forget the response; False when ``key_id`` has none of that id."""
+        ...
+
+
 class ResponseStore:
-    """Responses by id, each readable by its own key only, bounded in time and number."""
+    """A :class:`ResponseBook` in this process's memory, bounded in time and number."""
 
     def __init__(
         self,
@@ -65,19 +104,22 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def keep(
+    async def keep(
         self,
         response_id: str,
         key_id: str,
         input_items: list[dict[str, Any]],
         output_items: list[dict[str, Any]],
+        response: dict[str, Any],
     ) -> None:
         """Keep a response for follow-ups by ``key_id``, dropping the oldest past the bounds."""
         if not response_id:
             return
         self._expire()
         self._forget(response_id)
-        self._kept[response_id] = KeptResponse(key_id, tuple(input_items), tuple(output_items), self._clock())
+        self._kept[response_id] = KeptResponse(
+            key_id, tuple(input_items), tuple(output_items), self._clock(), response
+        )
         ids = self._per_key.setdefault(key_id, OrderedDict())
         ids[response_id] = None
         while len(ids) > self.per_key:
@@ -85,7 +127,7 @@ class ResponseStore:
         while len(self._kept) > self.total:
             self._forget(next(iter(self._kept)))
 
-    def get(self, response_id: str, key_id: str) -> KeptResponse | None:
+    async def get(self, response_id: str, key_id: str) -> KeptResponse | None:
         """The response ``response_id`` when ``key_id`` kept it and it has not expired; else None."""
         kept = self._kept.get(response_id)
         if kept is None or kept.key_id != key_id:
@@ -94,6 +136,13 @@ class ResponseStore:
             self._forget(response_id)
             return None
         return kept
+
+    async def delete(self, response_id: str, key_id: str) -> bool:
+        """Forget the response ``response_id`` of ``key_id``; False when it has none of that id."""
+        if await self.get(response_id, key_id) is None:
+            return False
+        self._forget(response_id)
+        return True
 
     def _expire(self) -> None:
         """Drop expired responses from the oldest on (they were kept in order)."""

@@ -10,20 +10,26 @@ or as the Responses API's typed events in their order (``response.created``,
 
 Either way llmgw, not the engine, keeps conversations: a request naming
 ``previous_response_id`` is sent with the earlier conversation in its
-``input`` (:class:`~llmgw.gateway.response_store.ResponseStore`, per key and
-bounded), and every answer the client did not send with ``store: false`` is
-kept for a follow-up. Engines are always told ``store: false``.
+``input`` (from the gateway's :class:`~llmgw.gateway.response_store.ResponseBook`,
+per key and bounded), and every answer the client did not send with
+``store: false`` is kept for a follow-up — before the client is sent its
+last bytes (a whole answer, or a stream's ``response.completed``), so a
+follow-up sent the moment the client has it finds it. Engines are always
+told ``store: false``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Any
 
+from llmgw.errors import LlmgwError
 from llmgw.gateway.api_errors import ApiError
-from llmgw.gateway.response_store import ResponseStore
+from llmgw.gateway.response_store import ResponseBook
 from llmgw.gateway.responses_events import (
     ChatToResponseEvents,
     NativeEventWatcher,
@@ -35,6 +41,8 @@ CHAT_FIELDS = ("temperature", "top_p", "parallel_tool_calls", "user", "seed")
 """Responses request fields a chat completion takes as they are."""
 UNTRANSLATED = ("background", "conversation", "prompt")
 """Responses request fields a chat completion cannot carry: refused for a translated engine."""
+
+log = logging.getLogger(__name__)
 
 
 def new_id(prefix: str) -> str:
@@ -58,33 +66,47 @@ def input_items(value: Any) -> list[dict[str, Any]]:
 
 
 class ResponsesCall:
-    """One ``/v1/responses`` request of one key, ready for either kind of engine."""
+    """One ``/v1/responses`` request of one key, ready for either kind of engine.
 
-    def __init__(self, data: dict[str, Any], key_id: str, store: ResponseStore) -> None:
+    Made by :meth:`made`, which reads the earlier conversation a ``previous_response_id`` names."""
+
+    def __init__(
+        self,
+        data: dict[str, Any],
+        key_id: str,
+        book: ResponseBook,
+        history: Sequence[dict[str, Any]] = (),
+    ) -> None:
         self.data = data
         self.key_id = key_id
-        self.store = store
+        self.book = book
         self.model: str = data["model"]
         self.stream = data.get("stream") is True
         self.keep = data.get("store") is not False
+        self.conversation = [*history, *input_items(data.get("input"))]
+        """What the engine is asked to continue: the earlier conversation, then this input."""
+
+    @classmethod
+    async def made(cls, data: dict[str, Any], key_id: str, book: ResponseBook) -> ResponsesCall:
+        """The call for ``data``, continuing the response its ``previous_response_id`` names (400
+        when ``key_id`` kept none of that id)."""
         history: list[dict[str, Any]] = []
         previous = data.get("previous_response_id")
         if previous is not None:
             if not isinstance(previous, str) or not previous:
                 raise _invalid("'previous_response_id' must be a response's id.", "previous_response_id")
-            kept = store.get(previous, key_id)
+            kept = await book.get(previous, key_id)
             if kept is None:
                 raise ApiError(
                     400,
                     f"Previous response with id '{previous}' not found: responses are kept "
-                    f"{store.ttl_s / 3600:g} h for the key that made them, and not at all when sent with "
+                    f"{book.ttl_s / 3600:g} h for the key that made them, and not at all when sent with "
                     "store: false. Send the conversation in 'input' instead.",
                     "previous_response_not_found",
                     "previous_response_id",
                 )
             history = kept.conversation()
-        self.conversation = [*history, *input_items(data.get("input"))]
-        """What the engine is asked to continue: the earlier conversation, then this input."""
+        return cls(data, key_id, book, history)
 
     def native_body(self) -> bytes:
         """The request for an engine serving the Responses API: whole conversation, nothing kept there."""
@@ -126,14 +148,32 @@ class ResponsesCall:
             chat["stream_options"] = {"include_usage": True}
         return json.dumps(chat, separators=(",", ":")).encode()
 
-    def remember(self, response_id: str, output: list[dict[str, Any]]) -> None:
-        """Keep an answered response for follow-ups (unless sent with ``store: false``)."""
-        if self.keep and response_id:
-            self.store.keep(response_id, self.key_id, self.conversation, output)
+    async def remember(self, response: dict[str, Any]) -> None:
+        """Keep an answered response for follow-ups (unless sent with ``store: false``).
+
+        A book that cannot keep it now (its store unreachable) is logged, not the client's failure:
+        the answer still goes out, and a follow-up naming it answers ``previous_response_not_found``."""
+        response_id = response.get("id")
+        if not self.keep or not isinstance(response_id, str) or not response_id:
+            return
+        output = response.get("output")
+        items = output if isinstance(output, list) else []
+        try:
+            await self.book.keep(response_id, self.key_id, self.conversation, items, response)
+        except LlmgwError as error:
+            log.warning("response %s was not kept for follow-ups: %s", response_id, error)
+
+    def as_answered(self, response: dict[str, Any]) -> dict[str, Any]:
+        """A native engine's response as the client is answered it: ``model`` the catalog's name,
+        ``previous_response_id`` and ``store`` as the client sent them."""
+        response["model"] = self.model
+        response["previous_response_id"] = self.data.get("previous_response_id")
+        response["store"] = self.keep
+        return response
 
     # Answers from a native engine ------------------------------------------------------------
 
-    def native_whole(self, body: bytes) -> bytes:
+    async def native_whole(self, body: bytes) -> bytes:
         """A native engine's whole answer, kept for follow-ups, ``model`` the catalog's name."""
         try:
             answer = json.loads(body)
@@ -141,20 +181,17 @@ class ResponsesCall:
             return body
         if not isinstance(answer, dict):
             return body
-        output = answer.get("output")
-        self.remember(str(answer.get("id", "")), output if isinstance(output, list) else [])
-        answer["model"] = self.model
-        answer["previous_response_id"] = self.data.get("previous_response_id")
-        answer["store"] = self.keep
+        answer = self.as_answered(answer)
+        await self.remember(answer)
         return json.dumps(answer, separators=(",", ":")).encode()
 
     def native_events(self) -> NativeEventWatcher:
         """Watches a native engine's event stream for the completed response, to keep it."""
-        return NativeEventWatcher(self.remember)
+        return NativeEventWatcher(lambda response: self.remember(self.as_answered(response)))
 
     # Answers translated from chat completions ---------------------------------------------------
 
-    def translated_whole(self, body: bytes) -> bytes:
+    async def translated_whole(self, body: bytes) -> bytes:
         """A chat completion made into a Response, kept for follow-ups."""
         try:
             completion = json.loads(body)
@@ -167,7 +204,7 @@ class ResponsesCall:
         if status == "incomplete":
             response["incomplete_details"] = {"reason": "max_output_tokens"}
         response["usage"] = responses_usage(completion.get("usage"))
-        self.remember(response["id"], response["output"])
+        await self.remember(response)
         return json.dumps(response, separators=(",", ":")).encode()
 
     def translated_events(self) -> ChatToResponseEvents:

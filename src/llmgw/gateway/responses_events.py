@@ -16,17 +16,22 @@ each as ``event: <type>`` and ``data: {... "sequence_number": n}``. The chat
 stream's ``[DONE]`` is not passed on (a Responses stream ends with its last
 event). :class:`NativeEventWatcher` passes an engine's own Responses events on
 unchanged and keeps the completed response for follow-ups.
+
+Both keep the response before they give the bytes holding ``response.completed``
+(or ``response.incomplete``): :meth:`feed` and :meth:`finish` are awaited, and
+the keep with them, so a client that has seen the response completed finds it
+kept for its follow-up.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-Remember = Callable[[str, list[dict[str, Any]]], None]
-"""Keeps a response's id and output items for follow-ups."""
+Remember = Callable[[dict[str, Any]], Awaitable[None]]
+"""Keeps a response (its id, output items and the whole object) for follow-ups."""
 
 ECHOED = (
     "instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "previous_response_id",
@@ -116,12 +121,12 @@ class ChatToResponseEvents(_Sequenced):
             "response.in_progress", response=self.response
         )
 
-    def feed(self, events: bytes) -> bytes:
+    async def feed(self, events: bytes) -> bytes:
         """The Responses events for a run of whole chat events."""
         out = [self._start()]
         for payload in _data_lines(events):
             if payload == b"[DONE]":
-                out.append(self.finish())
+                out.append(await self.finish())
                 continue
             try:
                 chunk = json.loads(payload)
@@ -211,8 +216,8 @@ class ChatToResponseEvents(_Sequenced):
             )
         return b"".join(out)
 
-    def finish(self) -> bytes:
-        """The closing events: every open item done, then the completed response (once)."""
+    async def finish(self) -> bytes:
+        """The closing events: every open item done, then the completed response (once, kept first)."""
         if self._done:
             return b""
         self._done = True
@@ -273,7 +278,7 @@ class ChatToResponseEvents(_Sequenced):
         else:
             response["status"] = "completed"
             out.append(self.event("response.completed", response=response))
-        self._remember(response["id"], response["output"])
+        await self._remember(response)
         return b"".join(out)
 
 
@@ -284,7 +289,7 @@ class NativeEventWatcher(_Sequenced):
         super().__init__()
         self._remember = remember
 
-    def feed(self, events: bytes) -> bytes:
+    async def feed(self, events: bytes) -> bytes:
         if b"response.completed" in events or b"response.incomplete" in events:
             for payload in _data_lines(events):
                 try:
@@ -295,13 +300,13 @@ class NativeEventWatcher(_Sequenced):
                     "response.completed",
                     "response.incomplete",
                 ):
-                    response = event.get("response") or {}
-                    output = response.get("output")
-                    self._remember(str(response.get("id", "")), output if isinstance(output, list) else [])
+                    response = event.get("response")
+                    if isinstance(response, dict):
+                        await self._remember(response)
         self.sequence += events.count(b"data:")  # an error event the gateway adds comes next
         return events
 
-    def finish(self) -> bytes:
+    async def finish(self) -> bytes:
         return b""
 
 

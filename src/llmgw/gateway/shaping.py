@@ -7,7 +7,8 @@ that serves chat completions), or where llmgw keeps something of the answer
 an :class:`AnswerShape`: it reshapes a whole answer, or gives an
 :class:`EventShaper` that reshapes a stream's whole events as they come and
 ends the stream in its own shape, including when the gateway must end it with
-an error.
+an error. Reshaping is awaited: what llmgw keeps of an answer is kept before
+the bytes that end it are given back to be sent.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from llmgw.gateway.responses_api import ResponsesCall
 class EventShaper(Protocol):
     """Reshapes one stream's events."""
 
-    def feed(self, events: bytes) -> bytes:
+    async def feed(self, events: bytes) -> bytes:
         """The client's bytes for a run of the engine's whole SSE events (may be empty)."""
         ...
 
-    def finish(self) -> bytes:
+    async def finish(self) -> bytes:
         """The client's last bytes once the engine's stream ended by itself."""
         ...
 
@@ -36,7 +37,7 @@ class EventShaper(Protocol):
 class AnswerShape(Protocol):
     """How one request's answer is reshaped."""
 
-    def whole(self, body: bytes) -> bytes:
+    async def whole(self, body: bytes) -> bytes:
         """The client's body for the engine's successful whole answer."""
         ...
 
@@ -51,8 +52,8 @@ class NativeResponses:
     def __init__(self, call: ResponsesCall) -> None:
         self.call = call
 
-    def whole(self, body: bytes) -> bytes:
-        return self.call.native_whole(body)
+    async def whole(self, body: bytes) -> bytes:
+        return await self.call.native_whole(body)
 
     def events(self) -> EventShaper:
         return self.call.native_events()
@@ -64,8 +65,8 @@ class TranslatedResponses:
     def __init__(self, call: ResponsesCall) -> None:
         self.call = call
 
-    def whole(self, body: bytes) -> bytes:
-        return self.call.translated_whole(body)
+    async def whole(self, body: bytes) -> bytes:
+        return await self.call.translated_whole(body)
 
     def events(self) -> EventShaper:
         return self.call.translated_events()

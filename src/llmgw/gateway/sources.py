@@ -46,8 +46,8 @@ class SourcesEvents:
         self.sources = sources
         self.sent = False
 
-    def feed(self, events: bytes) -> bytes:
-        out = self.inner.feed(events) if self.inner is not None else events
+    async def feed(self, events: bytes) -> bytes:
+        out = await self.inner.feed(events) if self.inner is not None else events
         if not self.sent and out:
             added = _first_data_object(out, self.sources)
             if added is not None:
@@ -55,8 +55,8 @@ class SourcesEvents:
                 return added
         return out
 
-    def finish(self) -> bytes:
-        return self.inner.finish() if self.inner is not None else b""
+    async def finish(self) -> bytes:
+        return await self.inner.finish() if self.inner is not None else b""
 
     def error(self, message: str, code: str) -> bytes:
         if self.inner is not None:
@@ -71,9 +71,9 @@ class SourcesShape:
         self.inner = inner
         self.sources = sources
 
-    def whole(self, body: bytes) -> bytes:
+    async def whole(self, body: bytes) -> bytes:
         if self.inner is not None:
-            body = self.inner.whole(body)
+            body = await self.inner.whole(body)
         return with_sources(body, self.sources) or body
 
     def events(self) -> EventShaper:

@@ -16,12 +16,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from sqlalchemy import Executable, Result
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 T = TypeVar("T")
+
+
+class Executes(Protocol):
+    """Runs core statements inside one transaction: a sync ``Connection`` or ``Session``."""
+
+    def execute(self, statement: Executable, params: Any = None, /) -> Result[Any]: ...
 
 
 class StoreAccess(Protocol):
@@ -51,4 +58,9 @@ class StoreAccess(Protocol):
 
     async def read(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
         """Run ``work``, which only reads, once more on a fresh connection if the first was lost."""
+        ...
+
+    async def transact(self, work: Callable[[Executes], T]) -> T:
+        """Run ``work``, one short transaction of core statements (sync), at the least cost the
+        database allows: a SQLite file's in one hand-off to the store's own thread."""
         ...

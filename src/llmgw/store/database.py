@@ -11,6 +11,17 @@ Every call into the database runs under ``timeout_s``; errors of the drivers
 :class:`~llmgw.errors.StoreUnavailable` or :class:`~llmgw.errors.StoreError`,
 so nothing above the store ever sees a driver's exception.
 
+:meth:`Store.transact` runs one short transaction of core statements (a
+kept response written on the request path) at the least cost the database
+allows. aiosqlite hands every call of a transaction (cursor, execute, fetch,
+commit) to its thread and back, and SQLAlchemy's async layer adds a greenlet
+switch to each: measured, a session's ``SELECT 1`` costs 0.3 to 1 ms on two
+cores. On a SQLite file the whole transaction is handed to the store's own
+thread once instead, on a plain sqlite3 connection with the same pragmas
+(its statements built once and bound each time: 0.1 to 0.25 ms for a kept
+response, trims included); on PostgreSQL it runs on the async engine, where
+asyncpg needs no thread.
+
 PostgreSQL may fail over (Patroni): the URL then names every member with
 ``target_session_attrs=read-write`` and new connections go to the primary.
 A connection that finds itself on a server that cannot take writes or is
@@ -25,6 +36,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +45,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -48,6 +60,7 @@ from sqlalchemy.orm import ORMExecuteState, Session
 
 from llmgw.errors import ConfigError, LlmgwError, StoreError, StoreUnavailable
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
+from llmgw.store.access import Executes
 from llmgw.store.audit import AuditLog
 from llmgw.store.batches import Batches
 from llmgw.store.blobcopies import BlobCopies
@@ -61,6 +74,7 @@ from llmgw.store.leases import Fence, check_fence
 from llmgw.store.limits import StoredLimits
 from llmgw.store.nodes import Nodes
 from llmgw.store.replicas import Replicas
+from llmgw.store.responses import Responses
 from llmgw.store.settings import StoredSettings
 from llmgw.store.tenants import Tenants
 from llmgw.store.training import TrainingJobs
@@ -125,6 +139,8 @@ class Store:
             engine, expire_on_commit=False, sync_session_class=self._fenced_session_class()
         )
         self._closed = False
+        self._thread: tuple[ThreadPoolExecutor, Engine] | None = None
+        """The thread :meth:`transact` runs SQLite's transactions in, and its engine (made at first use)."""
         self.models = Catalog(self)
         self.replicas = Replicas(self)
         self.nodes = Nodes(self)
@@ -142,6 +158,7 @@ class Store:
         self.batches = Batches(self)
         self.files = ClientFiles(self)
         self.jobs = WorkflowJobs(self)
+        self.responses = Responses(self)
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""
@@ -181,6 +198,10 @@ class Store:
     async def close(self) -> None:
         """Close every pooled connection; the store cannot be used afterwards."""
         self._closed = True
+        if self._thread is not None:
+            thread, engine = self._thread
+            await asyncio.get_running_loop().run_in_executor(thread, engine.dispose)
+            thread.shutdown(wait=True)
         await self.engine.dispose()
 
     async def __aenter__(self) -> Store:
@@ -293,11 +314,46 @@ class Store:
             async with self._sessions.begin() as session:
                 return await work(session)
 
+    async def transact(self, work: Callable[[Executes], T]) -> T:
+        """Run ``work``, one short transaction of core statements, as a whole: committed when it
+        returns, rolled back when it raises; under the store's timeout, its errors translated.
+
+        On a SQLite file (and no :attr:`fence`) it runs in the store's own thread, handed there
+        once; otherwise in a session (where the fence is checked), on the async engine."""
+        async with self.bounded():
+            thread = self._sqlite_thread() if self.fence is None else None
+            if thread is not None:
+                executor, engine = thread
+                return await asyncio.get_running_loop().run_in_executor(
+                    executor, _in_transaction, engine, work
+                )
+            async with self._sessions.begin() as session:
+                return await session.run_sync(work)
+
+    def _sqlite_thread(self) -> tuple[ThreadPoolExecutor, Engine] | None:
+        """The thread and engine of SQLite transactions (None: not a SQLite file)."""
+        if self._thread is None:
+            database = self.url.database
+            if self.url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+                return None
+            engine = create_engine(
+                self.url.set(drivername="sqlite"),
+                connect_args={"timeout": self.timeout_s * SQLITE_BUSY_SHARE, "check_same_thread": False},
+            )
+            event.listen(engine, "connect", _sqlite_pragmas(self.timeout_s))
+            self._thread = (ThreadPoolExecutor(1, thread_name_prefix="llmgw-store"), engine)
+        return self._thread
+
     def _hint(self) -> str:
         if self.url.get_backend_name() == "sqlite" and self.url.database:
             folder = Path(self.url.database).parent
             return f"check that the folder {folder} exists and is writable"
         return UNREACHABLE_HINT
+
+
+def _in_transaction(engine: Engine, work: Callable[[Executes], T]) -> T:
+    with engine.begin() as connection:
+        return work(connection)
 
 
 def _parse(url: str) -> URL:

@@ -499,6 +499,24 @@ class BatchRequestRow(Base):
     """Its line of the output or error file, once answered."""
 
 
+class KeptResponseRow(Base):
+    """A response kept for ``previous_response_id`` and ``/v1/responses/{id}``, readable by its key."""
+
+    __tablename__ = "kept_responses"
+    __table_args__ = (Index("ix_kept_responses_key_id_kept_at", "key_id", "kept_at"),)
+
+    response_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    """The key that made it: no other key reads or deletes it."""
+    input_items: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    """The conversation it was answered on: its history and its own input."""
+    output_items: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    response: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    """The response object as it was answered."""
+    kept_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, index=True)
+
+
 def rowcount(result: Result[Any]) -> int:
     """How many rows an ``UPDATE`` or ``DELETE`` touched."""
     return result.rowcount if isinstance(result, CursorResult) else 0

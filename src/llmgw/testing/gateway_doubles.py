@@ -295,7 +295,10 @@ class MemoryEngine:
             answer.end()
             return
         if data.get("stream"):
-            await self._stream(answer, data)
+            if received.path.endswith("/responses"):
+                await self._response_events(answer, data)
+            else:
+                await self._stream(answer, data)
             return
         body = json.dumps(self.answer(received.path, data)).encode()
         answer.start(200)
@@ -336,6 +339,36 @@ class MemoryEngine:
             usage = {"prompt_tokens": 7, "completion_tokens": self.chunks, "total_tokens": 7 + self.chunks}
             answer.write(event({"choices": [], "usage": usage}))
         answer.write(b"data: [DONE]\n\n")
+        answer.end()
+
+    async def _response_events(self, answer: MemoryAnswer, data: dict[str, Any]) -> None:
+        """A Responses stream as an engine serving the API sends it: created, the text's deltas, then
+        completed with the whole response (its id as :func:`engine_answer` gives it)."""
+        answer.start(200, "text/event-stream")
+        whole = self.answer("/v1/responses", data)
+        texts = [f"{self.replica_id}-{i} " for i in range(self.chunks)]
+        whole["output"][0]["content"][0]["text"] = "".join(texts)
+        started = {**whole, "status": "in_progress", "output": [], "usage": None}
+        sequence = 0
+
+        def event(kind: str, **fields: Any) -> bytes:
+            nonlocal sequence
+            payload = {"type": kind, "sequence_number": sequence, **fields}
+            sequence += 1
+            return b"event: " + kind.encode() + b"\ndata: " + json.dumps(payload).encode() + b"\n\n"
+
+        answer.write(event("response.created", response=started))
+        for i, text in enumerate(texts):
+            answer.write(
+                event(
+                    "response.output_text.delta", item_id="msg_1", output_index=0, content_index=0, delta=text
+                )
+            )
+            await asyncio.sleep(0)
+            if self.cut_after is not None and i + 1 == self.cut_after:
+                answer.drop()
+                return
+        answer.write(event("response.completed", response=whole))
         answer.end()
 
 

@@ -4,7 +4,9 @@ Both processes serve ``/v1`` from a :class:`~llmgw.gateway.app.Gateway`;
 :func:`build_gateway` is the one place either builds one, so that a setting
 of ``gateway.*`` reaches every process that serves (a gateway worker's is
 built exactly as its control plane's, bar its share of each limit and what
-it searches knowledge collections with).
+it searches knowledge collections with). Given the client store, the gateway
+keeps responses there (:class:`~llmgw.controlplane.serving.responsebook.StoreResponseBook`),
+so a follow-up that reaches another process finds them.
 
 What a gateway asks of its leader (a model wanted, a model used, a request's
 usage, a replica failed) goes to an :class:`Outbox` built before it: the
@@ -26,6 +28,7 @@ from typing import Protocol
 from starlette.types import ASGIApp
 
 from llmgw.controlplane.config import ServerConfig
+from llmgw.controlplane.serving.responsebook import StoreResponseBook
 from llmgw.controlplane.statesharing.stateevents import ReplicaFailed, Request, Wanted
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.gateway.app import Gateway
@@ -37,6 +40,7 @@ from llmgw.gateway.routing import Router
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.usage import UsageRecord
 from llmgw.observability.tracing import Tracing
+from llmgw.store.database import Store
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +126,9 @@ def gateway_settings(config: ServerConfig) -> GatewaySettings:
         job_kept_s=g.job_kept_s,
         files_kept_s=g.files_kept_s,
         files_max_bytes=g.files_max_bytes,
+        responses_kept_s=g.responses_kept_s,
+        responses_per_key=g.responses_per_key,
+        responses_total=g.responses_total,
     )
 
 
@@ -137,6 +144,7 @@ def build_gateway(
     batches: BatchBook | None = None,
     job_files: JobFiles | None = None,
     jobs: JobRecords | None = None,
+    clients: Store | None = None,
 ) -> Gateway:
     """The gateway of control plane ``config.name`` (or of one of its workers).
 
@@ -144,9 +152,17 @@ def build_gateway(
     worker's: ``1 / workers``); ``knowledge``: what it searches knowledge collections with, or
     ``knowledge_relay``: where it passes such requests on (a worker's control plane); ``files``,
     ``batches``: where ``/v1/files`` and ``/v1/batches`` are kept (the client store); ``job_files``,
-    ``jobs``: where ComfyUI jobs' files and records are kept."""
+    ``jobs``: where ComfyUI jobs' files and records are kept; ``clients``: the store as what clients
+    make is kept, where responses are kept (None: in the gateway's own memory, seen by no other
+    process)."""
+    settings = gateway_settings(config)
+    responses = None
+    if clients is not None:
+        responses = StoreResponseBook(
+            clients.responses, ttl_s=settings.responses_kept_s, per_key=settings.responses_per_key
+        )
     gateway = Gateway(
-        gateway_settings(config),
+        settings,
         replicas=ReplicaTable(Router(config.routing)),
         outbound=leader,
         tracing=tracing,
@@ -156,6 +172,7 @@ def build_gateway(
         batches=batches,
         job_files=job_files,
         jobs=jobs,
+        responses=responses,
     )
     # the limiter is the gateway's own: its share and plane are set before any limit arrives
     gateway.limiter.share = share

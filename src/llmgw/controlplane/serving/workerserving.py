@@ -277,6 +277,7 @@ async def build_worker(config: ServerConfig, port: int, index: int, process: Pro
         batches=StoreBatchBook(clients.batches, files),
         job_files=FileBookJobFiles(files, config.gateway.files_kept_s),
         jobs=StoreJobRecords(clients, runner_name(config.name, index)),
+        clients=clients,
     )
     process.closing.push_async_callback(gateway.close)
     following = WorkerFollowing(
