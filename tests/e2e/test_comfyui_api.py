@@ -2,7 +2,8 @@
 
 A picture made with the openai SDK's ``images.generate``; a mesh job polled
 from queued to 100 % with its progress rising, returning a GLB whose vertex
-colours trimesh reads back; another key can neither read nor cancel the job;
+colours trimesh reads back; another key can neither read nor cancel the job, and
+a key of another place cannot read its file;
 two members of one environment served by one replica.
 """
 
@@ -121,6 +122,18 @@ def _call(cluster: Cluster, key: str, method: str, path: str, body: Any = None) 
         return error.code, json.loads(raw), raw
 
 
+def _project_key(cluster: Cluster, name: str) -> str:
+    """A key of a project of its own (acme/art/NAME): a place apart, whose keys read no other's files."""
+    admin = cluster.admin
+    orgs = {o["name"] for o in admin.get("/api/orgs")}
+    if "acme" not in orgs:
+        admin.request("POST", "/api/orgs", {"name": "acme"})
+        admin.request("POST", "/api/teams", {"org": "acme", "name": "art"})
+    admin.request("POST", "/api/projects", {"org": "acme", "team": "art", "name": name})
+    made = admin.request("POST", "/api/keys", {"name": name, "place": f"project:acme/art/{name}"})
+    return str(made["key"])
+
+
 def test_a_picture_from_the_openai_sdk(cluster: Cluster) -> None:
     key = cluster.create_key("pictures")
     client = OpenAI(base_url=f"{cluster.url}/v1", api_key=key, max_retries=0, timeout=60)
@@ -141,7 +154,7 @@ def test_a_picture_from_the_openai_sdk(cluster: Cluster) -> None:
 
 
 def test_a_mesh_job_rises_to_100_percent_and_returns_a_coloured_glb_only_to_its_key(cluster: Cluster) -> None:
-    alice, bob = cluster.create_key("alice"), cluster.create_key("bob")
+    alice, bob = cluster.create_key("alice"), _project_key(cluster, "bob")
     status, created, _ = _call(
         cluster, alice, "POST", "/v1/jobs", {"model": MESHES, "inputs": {"image": "fox.png"}}
     )
