@@ -56,6 +56,7 @@ from llmgw.store.catalog import Catalog
 from llmgw.store.files import ClientFiles
 from llmgw.store.keys import Keys
 from llmgw.store.knowledge import KnowledgeStore
+from llmgw.store.leaderstate import LeaderState
 from llmgw.store.leases import Fence, check_fence
 from llmgw.store.limits import StoredLimits
 from llmgw.store.nodes import Nodes
@@ -140,6 +141,8 @@ class Store:
         self.knowledge = KnowledgeStore(self)
         self.batches = Batches(self)
         self.files = ClientFiles(self)
+        self.leader_state = LeaderState(self)
+        """Drains, roll surges and the agents' rollout under way: a new leader carries them on."""
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""
