@@ -10,7 +10,9 @@ starts the ones their node is not running, restarts failed ones with backoff,
 drains the ones no longer wanted and stops idle on-demand models. A replica
 drains before it stops: the gateway sends it no new request at once, and its
 node is told to stop it once the requests on it have finished or
-``replicas.drain_timeout_s`` has passed. A replica
+``replicas.drain_timeout_s`` has passed since the drain began. Each drain is
+written to the store in the pass that began it, and a new leader drains on
+the replicas the last one was draining (:mod:`.underway`, :meth:`Reconciler.take_over`). A replica
 whose node has been away past the fleet's grace is placed again on another
 node (a new replica, with its own key) and the old one forgotten; the node,
 should it come back, is told to stop the stray engine.
@@ -35,6 +37,7 @@ from llmgw.controlplane.replicas.placing import PLACEMENTS_PER_PASS, Placer
 from llmgw.controlplane.replicas.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
 from llmgw.controlplane.replicas.replicacount import ReplicaCount
 from llmgw.controlplane.replicas.shardspecs import profile_of, shard_spec
+from llmgw.controlplane.replicas.underway import UnderWay
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.environments import entry_name, expand_environments, is_entry
@@ -118,6 +121,8 @@ class Reconciler:
         self._parsed: dict[str, tuple[object, ModelDefinition]] = {}
         """Each model's definition as stored and as parsed (frozen), last pass: parsing 500 models takes
         longer than the rest of a pass, and a definition rarely changes."""
+        self._under_way = UnderWay(store, clock)
+        """The drains begun, written to the store as each pass ends; read back by :meth:`take_over`."""
         self._surges: dict[str, str] = {}
         """Per model, the replica a roll placed beyond its count (:mod:`.adapterrolling`): not counted
         by autoscaling until an old replica drains in its place."""
@@ -296,6 +301,16 @@ class Reconciler:
                 replica.blobs = shard_blobs(shard_spec(replica, models[replica.model]))
         return models, placed
 
+    async def take_over(self) -> None:
+        """Read the desired state (:meth:`load`), then carry on what the last leader was in the
+        middle of: each replica it was draining drains on here (the gateway sends it no new
+        request; its drain timeout counts from when the drain began). A control plane about to
+        lead does this before it accepts agents, so a draining replica reported ready is not routed to."""
+        await self.load()
+        for replica in await self._under_way.restore(self._fleet):
+            self._drain(replica.replica_id)
+        self._fleet.changes.changed("replicas")
+
     async def pass_once(self) -> None:
         if self._tracing.enabled:
             self._trace = PassTrace(self._tracing)
@@ -308,6 +323,7 @@ class Reconciler:
             for model in sorted(models.values(), key=lambda m: -m.priority):  # room goes to the higher first
                 await self._reconcile_model(model, placed)
             await self._placer.flush(self._store, self._start_placed)  # one transaction, then the starts
+            await self._under_way.save()  # the drains this pass began, before any of them stops
             await self._finish_drains(models, placed)
         finally:
             self._placer.abandon()  # a pass that failed before its placements were written
@@ -454,6 +470,7 @@ class Reconciler:
         self._trace.action("replica.drain", {"llmgw.replica": replica.replica_id, "llmgw.why": reason})
         replica.draining_since = self._clock()
         replica.drain_reason = reason
+        self._under_way.drain_begun(replica)
         self._drain(replica.replica_id)
         self._fleet.changes.changed("replicas")
 
