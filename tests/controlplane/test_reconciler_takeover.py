@@ -248,3 +248,62 @@ async def test_a_leader_that_lost_the_lease_records_no_drain(planes: Planes) -> 
         await cp1.reconciler.pass_once()
     cp1.store.fence = None
     assert await cp1.store.leader_state.drains() == []
+
+
+@pytest.mark.parametrize(
+    "replicas", [{"min": 1, "max": 1}, {"min": 1, "max": 3}], ids=["fixed", "autoscaled"]
+)
+async def test_a_roll_half_done_goes_on_at_the_new_leader_with_the_same_surge(
+    planes: Planes, replicas: dict[str, int]
+) -> None:
+    cp1 = await planes.lead("cp1")
+    await cp1.store.models.add("m", {**MODEL, "replicas": replicas})
+    agent = await cp1.connect("node1")
+    await cp1.reconciler.pass_once()
+    first = (await receive(agent, "start")).start.replica_id
+    await cp1.ready_with(agent, first, 21001, {})
+    await cp1.reconciler.pass_once()
+    await cp1.store.models.put("m", {**WITH_TONE, "replicas": replicas})  # the adapter added: a roll
+    await cp1.reconciler.pass_once()
+    surge = (await receive(agent, "start")).start.replica_id
+    await cp1.die()  # the surge placed and starting, the old replica not drained yet
+
+    cp2 = await planes.lead("cp2")
+    assert await cp2.store.leader_state.surges() == {"m": surge}
+    await cp2.reconciler.pass_once()  # before the agent is back: which replica is old is not known yet
+    assert cp2.drained == [] and len(await cp2.store.replicas.list()) == 2
+    back = await cp2.connect(
+        "node1", shards=[running(first, 21001, {}), running(surge, 21002, {"tone": "/w/tone.gguf"})]
+    )
+    await cp2.reconciler.pass_once()
+    assert cp2.drained == [first]  # the old one, in the surge's place
+    stop = (await receive(back, "stop")).stop
+    assert stop.replica_id == first and stop.reason.startswith("started without adapter(s) tone")
+    await cp2.reconciler.pass_once()
+    await quiet(back, "start")  # the roll did not start over: no third replica
+    assert [r.id for r in await cp2.store.replicas.list()] == [surge]
+    assert await cp2.store.leader_state.surges() == {}
+
+
+async def test_a_roll_whose_surge_is_not_yet_ready_waits_for_it_at_the_new_leader(planes: Planes) -> None:
+    cp1 = await planes.lead("cp1")
+    await cp1.store.models.add("m", {**MODEL, "replicas": {"min": 1, "max": 1}})
+    agent = await cp1.connect("node1")
+    await cp1.reconciler.pass_once()
+    first = (await receive(agent, "start")).start.replica_id
+    await cp1.ready_with(agent, first, 21001, {})
+    await cp1.store.models.put("m", {**WITH_TONE, "replicas": {"min": 1, "max": 1}})
+    await cp1.reconciler.pass_once()
+    surge = (await receive(agent, "start")).start.replica_id
+    await cp1.die()
+
+    cp2 = await planes.lead("cp2")
+    back = await cp2.connect("node1", shards=[running(first, 21001, {})])  # the surge's engine never started
+    await cp2.reconciler.pass_once()
+    again = (await receive(back, "start")).start
+    assert again.replica_id == surge and [a.name for a in again.adapters] == ["tone"]  # sent again
+    assert cp2.drained == []  # the old one serves until the surge does
+    await cp2.ready_with(back, surge, 21002, {"tone": "/w/tone.gguf"})
+    await cp2.reconciler.pass_once()
+    assert cp2.drained == [first]
+    assert [r.id for r in await cp2.store.replicas.list()] == [surge]

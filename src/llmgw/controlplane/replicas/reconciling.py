@@ -304,10 +304,12 @@ class Reconciler:
     async def take_over(self) -> None:
         """Read the desired state (:meth:`load`), then carry on what the last leader was in the
         middle of: each replica it was draining drains on here (the gateway sends it no new
-        request; its drain timeout counts from when the drain began). A control plane about to
+        request; its drain timeout counts from when the drain began), and each adapter roll goes on
+        with the surge it had placed. A control plane about to
         lead does this before it accepts agents, so a draining replica reported ready is not routed to."""
         await self.load()
-        for replica in await self._under_way.restore(self._fleet):
+        draining, self._surges = await self._under_way.restore(self._fleet)
+        for replica in draining:
             self._drain(replica.replica_id)
         self._fleet.changes.changed("replicas")
 
@@ -323,7 +325,7 @@ class Reconciler:
             for model in sorted(models.values(), key=lambda m: -m.priority):  # room goes to the higher first
                 await self._reconcile_model(model, placed)
             await self._placer.flush(self._store, self._start_placed)  # one transaction, then the starts
-            await self._under_way.save()  # the drains this pass began, before any of them stops
+            await self._under_way.save(self._surges)  # the drains this pass began, before any stops
             await self._finish_drains(models, placed)
         finally:
             self._placer.abandon()  # a pass that failed before its placements were written
@@ -351,11 +353,18 @@ class Reconciler:
                 await self._remove(replica, "serving is stopped" if self.stopped else "idle")
             return
         old = adapterrolling.stale(model, mine)
-        if not old:
+        surge = self._surges.get(model.name)
+        if surge is not None and all(r.replica_id != surge for r in mine):
+            del self._surges[model.name]  # it went (stopped, drained, moved): no extra one now
+            surge = None
+        # Taken over mid-roll: until every replica's adapters are known (reported ready, or sent
+        # again), which are old cannot be told, and the extra one is neither counted nor drained.
+        waiting = surge is not None and adapterrolling.unknown(mine)
+        if not old and not waiting:
             self._surges.pop(model.name, None)
         if old and len(mine) >= want:
             await self._roll(model, mine, old, want, placed)
-        elif len(mine) > want:
+        elif len(mine) > want and not waiting:
             for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
                 self.drain(replica, f"scaled down: {self._count.scaling.get(model.name, 'no longer wanted')}")
             return

@@ -8,6 +8,12 @@ replica draining stays draining, its requests finishing and no new one
 sent to it, and its ``drain_timeout_s`` counts from when the drain began, not
 from the failover. A drain ends with its replica's row (the replica stopped).
 
+The same goes for an adapter roll's surge (:mod:`.adapterrolling`), the
+replica a roll placed beyond its model's count: written when the pass that
+placed it has written it, forgotten when an old replica drained in its place,
+and read back by a new leader, which goes on with the same surge (its count
+then ends where the roll began, and the roll does not start over).
+
 Times: the reconciler's clock is monotonic and each process has its own, so
 the store keeps when a drain began as wall time (the store's clock) and a new
 leader turns it back into its own clock's reading.
@@ -16,7 +22,7 @@ leader turns it back into its own clock's reading.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from llmgw.controlplane.nodes.fleet import Fleet, ReplicaState
@@ -32,6 +38,8 @@ class UnderWay:
         self._clock = clock
         self._unsaved: builtins.list[DrainRecord] = []
         """Drains begun since the last write, in order."""
+        self._surges: dict[str, str] = {}
+        """The surges as last written or read (model -> replica)."""
 
     def drain_begun(self, replica: ReplicaState) -> None:
         """``replica`` began draining now: written at the next :meth:`save`."""
@@ -40,20 +48,25 @@ class UnderWay:
             since = self._wall(replica.draining_since)
         self._unsaved.append(DrainRecord(replica.replica_id, since, replica.drain_reason))
 
-    async def save(self) -> None:
-        """Write the drains begun since the last write (in one transaction); on a failure they are
-        written at the next call."""
+    async def save(self, surges: Mapping[str, str]) -> None:
+        """Write the drains begun since the last write (in one transaction), and ``surges`` where they
+        changed; what a failure left unwritten is written at the next call."""
         drains, self._unsaved = self._unsaved, []
         try:
             await self._store.leader_state.begin_drains(drains)
         except BaseException:
             self._unsaved = drains + self._unsaved
             raise
+        if dict(surges) != self._surges:
+            await self._store.leader_state.keep_surges(surges)
+            self._surges = dict(surges)
 
-    async def restore(self, fleet: Fleet) -> builtins.list[ReplicaState]:
-        """Mark draining each replica of ``fleet`` the store says drains (since when it began there),
-        and return them; a drain this process began and the store lacks is written at the next save."""
+    async def restore(self, fleet: Fleet) -> tuple[builtins.list[ReplicaState], dict[str, str]]:
+        """Mark draining each replica of ``fleet`` the store says drains (since when it began there);
+        those replicas, and each model's roll surge (of those ``fleet`` tracks). A drain this process
+        began and the store lacks is written at the next save."""
         drains = await self._store.leader_state.drains()
+        self._surges = await self._store.leader_state.surges()
         draining = []
         for drain in drains:
             replica = fleet.replicas.get(drain.replica_id)
@@ -68,7 +81,7 @@ class UnderWay:
             if replica.draining_since is not None and replica.replica_id not in recorded:
                 self.drain_begun(replica)
                 draining.append(replica)
-        return draining
+        return draining, {model: r for model, r in self._surges.items() if r in fleet.replicas}
 
     def _monotonic(self, drain: DrainRecord) -> float:
         """When ``drain`` began, on the reconciler's clock (never later than now)."""
