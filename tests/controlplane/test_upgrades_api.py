@@ -31,7 +31,7 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Leader, 
     generate_signing_key(tmp_path / "release.key", tmp_path / "trusted.pub")
     wheel = fake_llmgw_wheel(tmp_path, "5.0.0")
     write_release(tmp_path / "rel", wheel, tmp_path / "release.key")
-    upgrades = AgentUpgrades(admin.state.fleet, admin.state.blobs, tmp_path / "trusted.pub")
+    upgrades = AgentUpgrades(admin.state.fleet, admin.state.blobs, tmp_path / "trusted.pub", store)
     admin.state.upgrades = upgrades
     leader = Leader(upgrades, admin.state.blobs)
     transport = httpx.ASGITransport(app=admin.app())

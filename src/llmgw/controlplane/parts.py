@@ -421,7 +421,7 @@ async def build_nodes(
     settings_push = SettingsPush(store, fleet)
     closing.push_async_callback(settings_push.close)
     closing.callback(register_cluster(fleet, leadership))
-    upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub))
+    upgrades = AgentUpgrades(fleet, blobs, config.path(config.release.trusted_pub), store)
     builds = BuildIndex(blobs.root)
     sessions = NodeSessions(
         store,

@@ -172,9 +172,12 @@ class ControlPlaneParts:
         return self.replicas.reconciler
 
     async def prepare_to_lead(self) -> None:
-        """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves."""
+        """Fill what the leader keeps in memory (keys, catalog, replicas placed) before it serves, and
+        take over what the last leader had under way (replicas draining, adapter rolls, the agents'
+        rollout)."""
         await self.nodes.keys.reload()
-        await self.replicas.reconciler.load()
+        await self.replicas.reconciler.take_over()
+        await self.nodes.upgrades.take_over()
         await record_vip(self.store, self.config.name, self.config.leadership.vip)
 
 

@@ -70,6 +70,7 @@ from llmgw.store.files import ClientFiles
 from llmgw.store.jobs import WorkflowJobs
 from llmgw.store.keys import Keys
 from llmgw.store.knowledge import KnowledgeStore
+from llmgw.store.leaderstate import LeaderState
 from llmgw.store.leases import Fence, check_fence
 from llmgw.store.limits import StoredLimits
 from llmgw.store.nodes import Nodes
@@ -159,6 +160,8 @@ class Store:
         self.files = ClientFiles(self)
         self.jobs = WorkflowJobs(self)
         self.responses = Responses(self)
+        self.leader_state = LeaderState(self)
+        """Drains, roll surges and the agents' rollout under way: a new leader carries them on."""
 
     def _fenced_session_class(self) -> type[Session]:
         """Sessions that check :attr:`fence` before their first write, in the same transaction."""

@@ -567,3 +567,52 @@ class WorkflowJobRow(Base):
     cancel_asked: Mapped[bool] = mapped_column(Boolean, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
+
+
+class ReplicaDrainRow(Base):
+    """A replica the leader is draining (no new requests), kept so that a new leader drains it on."""
+
+    __tablename__ = "replica_drains"
+
+    replica_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("replicas.id", ondelete="CASCADE"), primary_key=True
+    )
+    since: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    """When the drain began: its timeout counts from then, whichever control plane leads."""
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class RollSurgeRow(Base):
+    """The replica an adapter roll placed beyond its model's count, until an old one drains in its place."""
+
+    __tablename__ = "roll_surges"
+
+    model: Mapped[str] = mapped_column(
+        String(128), ForeignKey("models.name", ondelete="CASCADE"), primary_key=True
+    )
+    replica_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("replicas.id", ondelete="CASCADE"), nullable=False
+    )
+
+
+class AgentRolloutRow(Base):
+    """The last rollout of a release over the agents (one row, id 1): where it stands, or why it stopped."""
+
+    __tablename__ = "agent_rollout"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[str] = mapped_column(String(64), nullable=False)
+    sums: Mapped[str] = mapped_column(Text, nullable=False)
+    """The release's SHA256SUMS: a new leader checks it again against its own trusted key."""
+    signature: Mapped[str] = mapped_column(Text, nullable=False)
+    nodes: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+    """The nodes to upgrade, in order."""
+    upgraded: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+    current: Mapped[str] = mapped_column(String(128), nullable=False)
+    """The node upgrading now ("" between nodes and once finished)."""
+    current_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    """When the current node was sent the release: its timeout counts from then."""
+    error: Mapped[str] = mapped_column(Text, nullable=False)
+    finished: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)

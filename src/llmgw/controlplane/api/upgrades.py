@@ -43,7 +43,7 @@ async def upgrade_agents(body: AgentUpgradeRequest, state: State, caller: Who) -
     agents one node at a time; the answer is the rollout as it starts."""
     upgrades = _upgrades(state)
     release = upgrades.release(body.sums, body.signature)
-    rollout = upgrades.start(release, body.nodes)
+    rollout = await upgrades.start(release, body.nodes)
     await state.store.audit.record(
         caller.name, "agents.upgrade", release.version, {"nodes": rollout.nodes, "version": release.version}
     )

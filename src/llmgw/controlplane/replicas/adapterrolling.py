@@ -18,8 +18,10 @@ the model keeps serving throughout:
    its requests are done;
 
 and again until none is stale. Autoscaling does not count the extra replica
-(the reconciler remembers it until an old one drains in its place), so a roll
-ends with the count it began with. A replica's adapters are the ones its node was
+(the reconciler remembers it until an old one drains in its place, and keeps
+it in the store: a new leader goes on with the same extra replica, waiting
+until every replica's adapters are known again, :mod:`.underway`), so a roll
+ends with the count it began with, through a failover too. A replica's adapters are the ones its node was
 sent when it was last started (:class:`ReplicaState.adapters`); a replica a
 control plane took over before it was sent anything counts the adapters its
 agent reported as ready. Restarting a failed replica starts it with the
@@ -67,6 +69,12 @@ def stale(model: ModelDefinition, replicas: Sequence[ReplicaState]) -> list[Repl
         if set(replica.adapters) != wanted:
             found.append(replica)
     return found
+
+
+def unknown(replicas: Sequence[ReplicaState]) -> bool:
+    """Whether the adapters of any of ``replicas`` are not known yet (taken over from another
+    control plane, its agent has not reported it ready, nor has it been started since)."""
+    return any(replica.adapters is None for replica in replicas)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ starts the ones their node is not running, restarts failed ones with backoff,
 drains the ones no longer wanted and stops idle on-demand models. A replica
 drains before it stops: the gateway sends it no new request at once, and its
 node is told to stop it once the requests on it have finished or
-``replicas.drain_timeout_s`` has passed. A replica
+``replicas.drain_timeout_s`` has passed since the drain began. Each drain is
+written to the store in the pass that began it, and a new leader drains on
+the replicas the last one was draining (:mod:`.underway`, :meth:`Reconciler.take_over`). A replica
 whose node has been away past the fleet's grace is placed again on another
 node (a new replica, with its own key) and the old one forgotten; the node,
 should it come back, is told to stop the stray engine.
@@ -35,6 +37,7 @@ from llmgw.controlplane.replicas.placing import PLACEMENTS_PER_PASS, Placer
 from llmgw.controlplane.replicas.reconciletracing import NO_PASS, PassTrace, ReplicaStarts
 from llmgw.controlplane.replicas.replicacount import ReplicaCount
 from llmgw.controlplane.replicas.shardspecs import profile_of, shard_spec
+from llmgw.controlplane.replicas.underway import UnderWay
 from llmgw.core.catalog import ModelDefinition, parse_model
 from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.environments import entry_name, expand_environments, is_entry
@@ -118,6 +121,8 @@ class Reconciler:
         self._parsed: dict[str, tuple[object, ModelDefinition]] = {}
         """Each model's definition as stored and as parsed (frozen), last pass: parsing 500 models takes
         longer than the rest of a pass, and a definition rarely changes."""
+        self._under_way = UnderWay(store, clock)
+        """The drains begun, written to the store as each pass ends; read back by :meth:`take_over`."""
         self._surges: dict[str, str] = {}
         """Per model, the replica a roll placed beyond its count (:mod:`.adapterrolling`): not counted
         by autoscaling until an old replica drains in its place."""
@@ -296,6 +301,18 @@ class Reconciler:
                 replica.blobs = shard_blobs(shard_spec(replica, models[replica.model]))
         return models, placed
 
+    async def take_over(self) -> None:
+        """Read the desired state (:meth:`load`), then carry on what the last leader was in the
+        middle of: each replica it was draining drains on here (the gateway sends it no new
+        request; its drain timeout counts from when the drain began), and each adapter roll goes on
+        with the surge it had placed. A control plane about to
+        lead does this before it accepts agents, so a draining replica reported ready is not routed to."""
+        await self.load()
+        draining, self._surges = await self._under_way.restore(self._fleet)
+        for replica in draining:
+            self._drain(replica.replica_id)
+        self._fleet.changes.changed("replicas")
+
     async def pass_once(self) -> None:
         if self._tracing.enabled:
             self._trace = PassTrace(self._tracing)
@@ -308,6 +325,7 @@ class Reconciler:
             for model in sorted(models.values(), key=lambda m: -m.priority):  # room goes to the higher first
                 await self._reconcile_model(model, placed)
             await self._placer.flush(self._store, self._start_placed)  # one transaction, then the starts
+            await self._under_way.save(self._surges)  # the drains this pass began, before any stops
             await self._finish_drains(models, placed)
         finally:
             self._placer.abandon()  # a pass that failed before its placements were written
@@ -335,11 +353,18 @@ class Reconciler:
                 await self._remove(replica, "serving is stopped" if self.stopped else "idle")
             return
         old = adapterrolling.stale(model, mine)
-        if not old:
+        surge = self._surges.get(model.name)
+        if surge is not None and all(r.replica_id != surge for r in mine):
+            del self._surges[model.name]  # it went (stopped, drained, moved): no extra one now
+            surge = None
+        # Taken over mid-roll: until every replica's adapters are known (reported ready, or sent
+        # again), which are old cannot be told, and the extra one is neither counted nor drained.
+        waiting = surge is not None and adapterrolling.unknown(mine)
+        if not old and not waiting:
             self._surges.pop(model.name, None)
         if old and len(mine) >= want:
             await self._roll(model, mine, old, want, placed)
-        elif len(mine) > want:
+        elif len(mine) > want and not waiting:
             for replica in sorted(mine, key=lambda r: r.state.worth)[: len(mine) - want]:
                 self.drain(replica, f"scaled down: {self._count.scaling.get(model.name, 'no longer wanted')}")
             return
@@ -454,6 +479,7 @@ class Reconciler:
         self._trace.action("replica.drain", {"llmgw.replica": replica.replica_id, "llmgw.why": reason})
         replica.draining_since = self._clock()
         replica.drain_reason = reason
+        self._under_way.drain_begun(replica)
         self._drain(replica.replica_id)
         self._fleet.changes.changed("replicas")
 
