@@ -168,6 +168,35 @@ def test_a_file_uploaded_through_one_worker_is_read_and_deleted_through_either(c
         assert file_call(cluster, f"/v1/files/{file_id}")[0] == 404
 
 
+def responses_call(cluster: Cluster, body: dict[str, Any]) -> tuple[int, dict[str, Any], int]:
+    """One /v1/responses call on a connection of its own: status, answer, the worker that answered."""
+    request = urllib.request.Request(
+        f"{cluster.url}/v1/responses",
+        data=json.dumps(body).encode(),
+        headers={"authorization": f"Bearer {cluster.key}", "content-type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read()), int(answer.headers.get("x-llmgw-worker") or 0)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), int(error.headers.get("x-llmgw-worker") or 0)
+
+
+def test_a_responses_follow_up_on_another_worker_continues_the_first(cluster: Cluster) -> None:
+    pids = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    status, first, by = responses_call(cluster, {"model": MODEL, "input": "My name is Ada."})
+    assert status == 200, first
+    for _ in range(200):  # fresh connections until the other worker takes the follow-up
+        status, follow_up, other = responses_call(
+            cluster, {"model": MODEL, "input": "What is my name?", "previous_response_id": first["id"]}
+        )
+        assert status == 200, follow_up
+        if other != by:
+            break
+    assert other != by and {by, other} <= pids, "the follow-up was answered by the other worker"
+    assert follow_up["output"][0]["content"][0]["text"]
+
+
 def test_usage_summed_in_each_worker_is_stored_exactly_as_one_process_stores_it(cluster: Cluster) -> None:
     """Each worker sums its usage per key, model and place and sends the sums with its channel's tick;
     every request, token and error counts once, whichever process answered."""

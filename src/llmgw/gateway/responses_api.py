@@ -58,7 +58,11 @@ def input_items(value: Any) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"type": "message", "role": "user", "content": value}]
     if isinstance(value, list) and all(isinstance(item, dict) for item in value):
-        return list(value)
+        # OpenAI takes a message without its type ({"role", "content"}); llama.cpp (b11434) answers
+        # 400 "Cannot determine type of 'item'" to an assistant one: each is sent typed
+        return [
+            {"type": "message", **item} if "type" not in item and "role" in item else item for item in value
+        ]
     raise _invalid(
         "'input' must be a string or a list of input items (messages, function calls, their outputs).",
         "input",

@@ -105,6 +105,64 @@ USAGE_EVENT = _event(
 DONE = b"data: [DONE]\n\n"
 
 
+# /v1/responses as llama-server b11434 answers it (tests/engines/data/llamacpp-b11434-responses-*)
+_RESPONSE_TEXT = "Hello! How can I help you today?"
+_OUTPUT_TEXT = {"type": "output_text", "annotations": [], "logprobs": [], "text": _RESPONSE_TEXT}
+_MESSAGE = {"content": [_OUTPUT_TEXT], "id": "msg_standin", "role": "assistant", "status": "completed",
+            "type": "message"}  # fmt: skip
+_RESPONSE_USAGE = {"input_tokens": PROMPT_TOKENS, "output_tokens": 9, "total_tokens": PROMPT_TOKENS + 9,
+                   "input_tokens_details": {"cached_tokens": 0}}  # fmt: skip
+_RESPONSE = {
+    "completed_at": 1700000000, "created_at": 1700000000, "id": "resp_standin", "model": "standin",
+    "object": "response", "output": [_MESSAGE], "status": "completed", "usage": _RESPONSE_USAGE,
+}  # fmt: skip
+RESPONSE_WHOLE = json.dumps(_RESPONSE, separators=(",", ":")).encode()
+
+
+def _named(name: str, data: dict[str, Any]) -> bytes:
+    return (
+        f"event: {name}\ndata: ".encode()
+        + json.dumps({"type": name, **data}, separators=(",", ":")).encode()
+        + b"\n\n"
+    )
+
+
+_STARTED = {"id": "resp_standin", "object": "response", "status": "in_progress"}
+_WORDS = ("Hello!", " How", " can", " I", " help", " you", " today?")
+RESPONSE_EVENTS = (
+    _named("response.created", {"response": _STARTED}),
+    _named("response.in_progress", {"response": _STARTED}),
+    _named(
+        "response.output_item.added",
+        {
+            "item": {
+                "content": [],
+                "id": "msg_standin",
+                "role": "assistant",
+                "status": "in_progress",
+                "type": "message",
+            }
+        },
+    ),
+    _named(
+        "response.content_part.added", {"item_id": "msg_standin", "part": {"type": "output_text", "text": ""}}
+    ),
+    *(_named("response.output_text.delta", {"item_id": "msg_standin", "delta": word}) for word in _WORDS),
+    _named("response.output_text.done", {"item_id": "msg_standin", "text": _RESPONSE_TEXT}),
+    _named("response.content_part.done", {"item_id": "msg_standin", "part": _OUTPUT_TEXT}),
+    _named("response.output_item.done", {"item": _MESSAGE}),
+    _named("response.completed", {"response": _RESPONSE}),
+)
+
+
+def _untyped_item(request: dict[str, Any]) -> bool:
+    """Whether the input holds an assistant message without its type, which b11434 refuses."""
+    items = request.get("input")
+    return isinstance(items, list) and any(
+        isinstance(item, dict) and "type" not in item and item.get("role") == "assistant" for item in items
+    )
+
+
 def _framed(data: bytes) -> bytes:
     """One HTTP/1.1 chunk."""
     return b"%x\r\n%s\r\n" % (len(data), data)
@@ -181,12 +239,12 @@ class _Connection(asyncio.Protocol):
         elif method == b"GET" and path in (b"/v1/models", b"/models"):
             listing = {"object": "list", "data": [{"id": self._server.alias, "object": "model"}]}
             self._reply(200, json.dumps(listing).encode(), keep_alive)
-        elif method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions"):
-            self._complete(b"".join(self._body), keep_alive)
+        elif method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions", b"/v1/responses"):
+            self._complete(b"".join(self._body), keep_alive, responses=path == b"/v1/responses")
         else:
             self._reply(*_error(404, "File Not Found", "not_found_error"), keep_alive)
 
-    def _complete(self, raw: bytes, keep_alive: bool) -> None:
+    def _complete(self, raw: bytes, keep_alive: bool, responses: bool = False) -> None:
         try:
             request = json.loads(raw)
             if not isinstance(request, dict):
@@ -194,14 +252,18 @@ class _Connection(asyncio.Protocol):
         except ValueError as error:
             self._reply(*_error(500, f"[json.exception.parse_error] {error}", "server_error"), keep_alive)
             return
+        if responses and _untyped_item(request):
+            self._reply(*_error(400, "Cannot determine type of 'item'", "invalid_request_error"), keep_alive)
+            return
         self._server.requests += 1
         self._server.applying(request.get("lora"))
         if request.get("stream") is True:
             options = request.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True
-            self._streaming = asyncio.get_running_loop().create_task(self._stream(usage, keep_alive))
+            events = RESPONSE_EVENTS if responses else (*EVENTS, *((USAGE_EVENT,) if usage else ()), DONE)
+            self._streaming = asyncio.get_running_loop().create_task(self._stream(events, keep_alive))
         else:
-            self._reply(200, WHOLE, keep_alive)
+            self._reply(200, RESPONSE_WHOLE if responses else WHOLE, keep_alive)
 
     def _reply(self, status: int, body: bytes, keep_alive: bool, kind: bytes = b"application/json") -> None:
         transport = self._transport
@@ -217,23 +279,26 @@ class _Connection(asyncio.Protocol):
         if not keep_alive:
             transport.close()
 
-    async def _stream(self, usage: bool, keep_alive: bool) -> None:
+    async def _stream(self, events: tuple[bytes, ...], keep_alive: bool) -> None:
+        """``events`` one chunk each, the generated ones ``interval_s`` apart (the usage event and
+        ``[DONE]`` of a chat stream follow its last token at once)."""
         transport = self._transport
         assert transport is not None
         interval = self._server.interval_s
         self._server.running += 1
+        tail = [e for e in events[1:] if e is USAGE_EVENT or e is DONE]
+        paced = [e for e in events[1:] if e is not USAGE_EVENT and e is not DONE]
         try:
             transport.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                b"Transfer-Encoding: chunked\r\n\r\n" + _framed(EVENTS[0])
+                b"Transfer-Encoding: chunked\r\n\r\n" + _framed(events[0])
             )
-            for event in EVENTS[1:]:
+            for event in paced:
                 await asyncio.sleep(interval)
                 if transport.is_closing():
                     return
                 transport.write(_framed(event))
-            tail = (_framed(USAGE_EVENT) if usage else b"") + _framed(DONE) + b"0\r\n\r\n"
-            transport.write(tail)
+            transport.write(b"".join(_framed(event) for event in tail) + b"0\r\n\r\n")
             if not keep_alive:
                 transport.close()
         finally:
