@@ -16,14 +16,24 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw.agent.config import ComfyuiSettings, EngineSettings
 from llmgw.controlplane.config import save_server_config
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.llama_server_standin import PROMPT_TOKENS, WHOLE, write_launcher
+from llmgw.testing.nvidia_smi_standin import H100_80G, install_fake_nvidia_smi
+from llmgw.testing.standin_programs import write_standins
 from llmgw.testing.traffic import Traffic
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "standin-chat"
+MESHES = "worker-meshes"
+MESH_WORKFLOW = {
+    "1": {"class_type": "LoadImage", "inputs": {"image": "input.png"}},
+    "2": {"class_type": "KSampler", "inputs": {"steps": 60, "latent_image": ["1", 0]}},
+    "3": {"class_type": "TripoSRViewer", "inputs": {"mesh": ["2", 0]}},
+}
+"""60 steps of 0.05 s: three seconds polled through both workers."""
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 
@@ -36,11 +46,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with running:
         running.start_server()
         running.add_standin_model(MODEL)
+        blob = running.upload(filename="mesh.safetensors", data=b"mesh weights " * 8)
+        running.admin.request(
+            "POST",
+            "/api/models",
+            {
+                "name": MESHES,
+                "source": {"sha256": blob["sha256"], "filename": "mesh.safetensors", "format": "safetensors"},
+                "profile": {"engine": "comfyui", "parallel": 1, "gpu_class": "h100-80g"},
+                "comfyui": {"workflow": MESH_WORKFLOW, "inputs": {"image": {"node": "1", "input": "image"}},
+                            "outputs": "mesh", "licence": "MIT (TripoSR)"},
+            },
+        )  # fmt: skip
         running.create_key("tests")
         launcher = write_launcher(home / "bin" / "llama-server")
         running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
-        running.start_agent("node1")
+        programs = write_standins(home / "standins")
+        running.add_node(
+            "gpu1",
+            nvidia_smi=str(install_fake_nvidia_smi(home / "smi", [H100_80G])),
+            engines=EngineSettings(
+                comfyui=ComfyuiSettings(python=str(programs.python), main=str(programs.comfyui_main))
+            ),
+        )
+        running.start_agent("node1")  # first: the chat model goes where its stand-in is
         running.wait_ready(MODEL, 60)
+        running.start_agent("gpu1")
+        running.wait_ready(MESHES, 120)
         yield running
 
 
@@ -195,6 +227,47 @@ def test_a_responses_follow_up_on_another_worker_continues_the_first(cluster: Cl
             break
     assert other != by and {by, other} <= pids, "the follow-up was answered by the other worker"
     assert follow_up["output"][0]["content"][0]["text"]
+
+
+def job_call(cluster: Cluster, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any], int]:
+    """One /v1/jobs call on a connection of its own: status, answer, the worker that answered."""
+    request = urllib.request.Request(
+        f"{cluster.url}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"authorization": f"Bearer {cluster.key}", "content-type": "application/json"},
+        method=method,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read()), int(answer.headers.get("x-llmgw-worker") or 0)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), int(error.headers.get("x-llmgw-worker") or 0)
+
+
+def test_a_job_taken_by_one_worker_is_polled_through_both_until_it_is_done(cluster: Cluster) -> None:
+    pids = wait_for(lambda: len(worker_pids(cluster)) == 2 and worker_pids(cluster), 30, "two workers run")
+    status, created, _ = job_call(
+        cluster, "POST", "/v1/jobs", {"model": MESHES, "inputs": {"image": "fox.png"}}
+    )
+    assert status == 202, created
+    polled_by: dict[int, set[str]] = {}
+
+    def done() -> dict[str, Any] | None:
+        status, job, pid = job_call(cluster, "GET", f"/v1/jobs/{created['id']}")
+        assert status == 200, job
+        polled_by.setdefault(pid, set()).add(job["state"])
+        return job if job["state"] == "done" else None
+
+    finished = wait_for(done, 60, "the job is done", 0.05)
+    assert set(polled_by) == pids, f"both workers answered the polls: {polled_by}"
+    assert all("running" in states for states in polled_by.values()), f"each saw it running: {polled_by}"
+    (made,) = finished["files"]
+    for _ in range(10):  # its file, through whichever worker
+        request = urllib.request.Request(
+            "http://" + made["url"].split("://", 1)[1], headers={"authorization": f"Bearer {cluster.key}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.read()[:4] == b"glTF"
 
 
 def test_usage_summed_in_each_worker_is_stored_exactly_as_one_process_stores_it(cluster: Cluster) -> None:
