@@ -35,6 +35,7 @@ from llmgw.gateway.api_errors import ApiError, allow_only, send_bytes
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange, send_json
 from llmgw.gateway.files import FileStore, StoredFile, content_type
 from llmgw.gateway.keys import KeyEntry
+from llmgw.gateway.listing import list_page, page_limit, query_params
 
 FILES = "/v1/files"
 PURPOSES = ("batch", "user_data")
@@ -107,28 +108,13 @@ def _not_found(file_id: str) -> ApiError:
     )
 
 
-def _query(raw: bytes) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for part in raw.decode("latin-1").split("&"):
-        name, _, value = part.partition("=")
-        if name:
-            pairs[name] = value
-    return pairs
-
-
 def list_options(query: dict[str, str]) -> tuple[str | None, str | None, int, bool]:
     """Purpose, after, limit and order of a list request; 400 naming a bad one."""
-    purpose = query.get("purpose") or None
-    try:
-        limit = int(query.get("limit", str(LIST_LIMIT)))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= LIST_LIMIT:
-        raise _invalid(f"'limit' must be a whole number from 1 to {LIST_LIMIT}.", "limit")
+    limit = page_limit(query, most=LIST_LIMIT, default=LIST_LIMIT)
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise _invalid("'order' must be 'asc' or 'desc'.", "order")
-    return purpose, query.get("after") or None, limit, order == "desc"
+    return query.get("purpose") or None, query.get("after") or None, limit, order == "desc"
 
 
 def expires_s(form: Any, purpose: str) -> float | None:
@@ -189,22 +175,11 @@ class FileRoutes:
             if method == "POST":
                 await self._upload(scope, receive, send, exchange, key, length)
                 return
-            purpose, after, limit, newest_first = list_options(_query(scope.get("query_string", b"")))
+            purpose, after, limit, newest_first = list_options(query_params(scope.get("query_string", b"")))
             files, more = await self._book().list(
                 key, purpose=purpose, after=after, limit=limit, newest_first=newest_first
             )
-            await send_json(
-                send,
-                exchange,
-                200,
-                {
-                    "object": "list",
-                    "data": files,
-                    "first_id": files[0]["id"] if files else None,
-                    "last_id": files[-1]["id"] if files else None,
-                    "has_more": more,
-                },
-            )
+            await send_json(send, exchange, 200, list_page(files, more))
             return
         file_id, _, action = rest.partition("/")
         if action not in ("", "content"):

@@ -1,6 +1,6 @@
 """List pages as OpenAI answers them: ``{object: "list", data, first_id, last_id, has_more}``.
 
-The ``/v1`` list routes (``/v1/batches``, ``/v1/responses/{id}/input_items``)
+The ``/v1`` list routes (``/v1/batches``, ``/v1/files``, ``/v1/responses/{id}/input_items``)
 read their query here, and a ``limit`` outside 1..:data:`LIST_LIMIT` answers
 400 naming it.
 """
@@ -22,17 +22,16 @@ def query_params(raw: bytes) -> dict[str, str]:
     return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
 
 
-def page_limit(query: dict[str, str]) -> int:
-    """The query's ``limit`` (20 when not given); 400 naming it when not a whole number in 1..100."""
-    text = query.get("limit") or str(DEFAULT_LIMIT)
+def page_limit(query: dict[str, str], most: int = LIST_LIMIT, default: int = DEFAULT_LIMIT) -> int:
+    """The query's ``limit`` (``default`` when not given); 400 naming it when not a whole number in
+    1..``most``."""
+    text = query.get("limit") or str(default)
     try:
         limit = int(text)
     except ValueError:
         limit = 0
-    if not 1 <= limit <= LIST_LIMIT:
-        raise ApiError(
-            400, f"'limit' must be a whole number from 1 to {LIST_LIMIT}.", "invalid_request", "limit"
-        )
+    if not 1 <= limit <= most:
+        raise ApiError(400, f"'limit' must be a whole number from 1 to {most}.", "invalid_request", "limit")
     return limit
 
 
