@@ -23,7 +23,8 @@ from sqlalchemy import delete, func, select, update
 
 from llmgw.core.batches import BatchLine, BatchStatus, may_move
 from llmgw.errors import Conflict, NotFound
-from llmgw.store.tables import BatchRequestRow, BatchRow, rowcount
+from llmgw.store.clienttables import BatchRequestRow, BatchRow
+from llmgw.store.tables import rowcount
 
 if TYPE_CHECKING:
     from llmgw.store.access import StoreAccess

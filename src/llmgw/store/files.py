@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, exists, func, select
 
-from llmgw.store.tables import BlobRow, ClientFileRow, rowcount
+from llmgw.store.clienttables import ClientFileRow
+from llmgw.store.tables import BlobRow, rowcount
 
 if TYPE_CHECKING:
     from llmgw.store.access import StoreAccess

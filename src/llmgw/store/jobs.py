@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select, update
 
-from llmgw.store.tables import WorkflowJobRow, rowcount
+from llmgw.store.clienttables import WorkflowJobRow
+from llmgw.store.tables import rowcount
 
 if TYPE_CHECKING:
     from llmgw.store.access import StoreAccess

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Insert, Table, bindparam, delete, func, or_, select
 
-from llmgw.store.tables import KeptResponseRow, rowcount
+from llmgw.store.clienttables import KeptResponseRow
+from llmgw.store.tables import rowcount
 from llmgw.store.upserting import dialect_insert
 
 if TYPE_CHECKING:
