@@ -4,7 +4,9 @@ whose process died from its prompt id on the gate, its files then readable throu
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +180,26 @@ async def _state(client: httpx.AsyncClient, job_id: str, state: str) -> dict[str
 async def _running_at(client: httpx.AsyncClient, job_id: str, step: int) -> dict[str, Any] | None:
     job = await _job(client, job_id)
     return job if job["state"] == "running" and job["step"] == step else None
+
+
+async def test_a_runner_whose_job_was_taken_over_stops_following_it_and_counts_nothing(
+    store: Store, pair: tuple[Gateway, Gateway], gate: FakeGate, clock: FakeClock, hooks: RecordingOutbound
+) -> None:
+    one, _ = pair
+    async with _client(one) as first:
+        made = await first.post("/v1/jobs", json={"model": PICTURES, "inputs": {"prompt": "a fox"}})
+        job_id = made.json()["id"]
+        (prompt_id,) = await eventually(lambda: list(gate.prompts) or None)
+        gate.set(prompt_id, "running", step=1, steps=4)
+        await eventually(lambda: _running_at(first, job_id, 1))
+        await clock.advance(ORPHAN_S + 1)  # as if it had stalled: another plane claims it
+        assert await store.jobs.claim(job_id, "cp2/plane/2", store.now() - timedelta(seconds=ORPHAN_S))
+        gate.set(prompt_id, "running", step=2, steps=4)  # its next write is refused
+        job = one.jobs.book.get(job_id, "k1")
+        assert job is not None
+        await asyncio.wait_for(job.ended.wait(), 5)
+    assert job.taken and job.state is JobState.RUNNING
+    assert gate.deleted == [] and gate.interrupted == [], "the workflow goes on for the new runner"
+    assert hooks.records == [], "its usage is the new runner's to count"
+    record = await store.jobs.get(job_id)
+    assert record is not None and record.runner == "cp2/plane/2" and record.ended_at is None

@@ -110,6 +110,9 @@ class Job:
     prompt_id: str | None = None
     ended_at: float | None = None
     """When it ended (the book's clock); None while it runs."""
+    taken: bool = False
+    """Another process took it over (this one was silent too long): it ends here unended, and that
+    process counts it."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
@@ -270,6 +273,7 @@ class CancelAsked(Exception):
 
 
 OnEnded = Callable[[Job], None]
+"""Called once when the job's task here ends (also when another process took it: ``Job.taken``)."""
 
 
 class JobRunner:
@@ -363,7 +367,7 @@ class JobRunner:
                 with self._replicas.acquire(endpoint):
                     await self._follow(job, endpoint)
         except JobTaken:
-            taken = True
+            taken = job.taken = True
             log.warning("job %s was taken over by another control plane: no longer followed here", job.job_id)
         except (asyncio.CancelledError, CancelAsked) as stopped:
             task = asyncio.current_task()
@@ -391,8 +395,8 @@ class JobRunner:
             if not taken:
                 await self._write_end(job)
             job.ended.set()
-            if on_ended is not None and not taken:
-                on_ended(job)
+            if on_ended is not None:
+                on_ended(job)  # a job taken over ends its ticket here; its usage is the taker's
 
     async def _write_end(self, job: Job) -> None:
         if self.records is None or job.job_id not in self._recorded:

@@ -212,7 +212,7 @@ class WorkflowRoutes:
 
         def ended(job: Job) -> None:
             _end(ticket, 1 if job.state is JobState.DONE else 0)
-            if job.replica_id:
+            if job.replica_id and not job.taken:  # a job taken over is counted where it ends
                 self._report(key, model, job.replica_id, 1, _status_of(job), started)
 
         try:
