@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,88 @@ async def test_batch_requests_wait_while_interactive_traffic_fills_the_share(
             await asyncio.sleep(QUICK.look_s)
         assert memory.requests == []
         gateway.replicas.set_engine_load(memory.replica_id, 0)
+        batch = await eventually(lambda: _ended(store, batch_id), timeout_s=10)
+        assert batch.completed == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class ScriptedLoads:
+    """A load reader whose fresh reads find what the test says the engine runs now."""
+
+    def __init__(self, gateway: Gateway, replica_id: str) -> None:
+        self.table = gateway.replicas
+        self.replica_id = replica_id
+        self.engine_runs = 0
+        self.reads = 0
+
+    async def read_now(self, model: str) -> bool:
+        self.reads += 1
+        runs = self.engine_runs if not self.alternate else self.reads % 2
+        self.table.set_engine_load(self.replica_id, runs)
+        return True
+
+    alternate = False
+    """Each read finds the engine busy and idle by turns (a busy client's requests and the gaps between)."""
+
+
+async def test_a_batch_reads_the_engine_afresh_and_holds_back_for_an_interactive_request_just_begun(
+    store: Store, files: MemoryBatchFiles, gateway: Gateway, book: StoreBatchBook, engine: Any
+) -> None:
+    memory = engine[1]
+    gateway.replicas.set_engine_load(memory.replica_id, 0)  # the last interval's reading: idle
+    loads = ScriptedLoads(gateway, memory.replica_id)
+    loads.engine_runs = 1  # an interactive request began since that reading
+    settings = replace(QUICK, share=0.25, fresh_s=0.0)
+    batch_id = await _create(book, files, _requests(2))
+    runner = BatchRunner(
+        store.batches,
+        files,
+        gateway.asgi_app(),
+        gateway.keys,
+        gateway.replicas,
+        store.now,
+        settings,
+        loads,  # type: ignore[arg-type]
+    )
+    task = asyncio.create_task(runner.run())
+    try:
+        await eventually(lambda: _status(store, batch_id, BatchStatus.IN_PROGRESS))
+        await eventually(lambda: loads.reads >= 20, message="many fresh looks")
+        assert memory.requests == [], "no batch request joins the interactive one on 4 slots at 0.25"
+        loads.engine_runs = 0
+        batch = await eventually(lambda: _ended(store, batch_id), timeout_s=10)
+        assert batch.completed == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_batch_sends_nothing_while_reads_find_an_engine_idle_only_between_requests(
+    store: Store, files: MemoryBatchFiles, gateway: Gateway, book: StoreBatchBook, engine: Any
+) -> None:
+    memory = engine[1]
+    loads = ScriptedLoads(gateway, memory.replica_id)
+    loads.alternate = True
+    settings = replace(QUICK, share=0.25, fresh_s=0.01)
+    batch_id = await _create(book, files, _requests(2))
+    runner = BatchRunner(
+        store.batches,
+        files,
+        gateway.asgi_app(),
+        gateway.keys,
+        gateway.replicas,
+        store.now,
+        settings,
+        loads,  # type: ignore[arg-type]
+    )
+    task = asyncio.create_task(runner.run())
+    try:
+        await eventually(lambda: _status(store, batch_id, BatchStatus.IN_PROGRESS))
+        await eventually(lambda: loads.reads >= 40, message="many fresh looks")
+        assert memory.requests == [], "one idle read between two busy ones lets no request through"
+        loads.alternate, loads.engine_runs = False, 0
         batch = await eventually(lambda: _ended(store, batch_id), timeout_s=10)
         assert batch.completed == 2
     finally:

@@ -254,6 +254,7 @@ def batch_runner(config: ServerConfig, base: Foundation, data: ClientData, gatew
         gateway.replicas,
         clients.now,
         BatchSettings.of(config.batches),
+        gateway.loads,
     )
 
 

@@ -35,6 +35,9 @@ from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
+FRESH_READ_MAX = 4
+"""Most replicas of a model :meth:`LoadReader.read_now` reads at once."""
+
 
 @dataclass(frozen=True)
 class LoadSettings:
@@ -130,6 +133,18 @@ class LoadReader:
         # No queue gauges (TensorRT-LLM before its first iteration statistics): running and waiting
         # read 0, so the table counts this router's own requests in flight, and the replica is routed to.
         self.table.set_engine_load(endpoint.replica_id, load.running + load.waiting)
+
+    async def read_now(self, model: str, most: int = FRESH_READ_MAX) -> bool:
+        """Read the load of ``model``'s ready replicas now, not at the next interval (a batch about to
+        send a request: ``controlplane/serving/batching.py``); False, reading nothing, when it has
+        none or more than ``most`` (their reads would cost more than the interval's staleness)."""
+        endpoints = self.table.ready(model)
+        if not endpoints or len(endpoints) > most:
+            return False
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        await asyncio.gather(*(self._read(endpoint) for endpoint in endpoints))
+        return True
 
     async def run(self) -> None:
         """Read every ``interval_s`` until cancelled."""

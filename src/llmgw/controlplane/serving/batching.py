@@ -50,6 +50,7 @@ from llmgw.core.batches import (
 from llmgw.errors import Conflict
 from llmgw.gateway.inprocess import answer_in_process
 from llmgw.gateway.keys import KeyRing
+from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.store.batches import DONE, Batches, BatchRecord, PendingRequest
 
@@ -80,6 +81,10 @@ class BatchSettings:
     """How long a request answered "not now" waits before it is sent again."""
     poll_s: float = 1.0
     """How often the leader looks for new batches and cancellations."""
+    fresh_s: float = 0.1
+    """How old a model's engine load may be when a batch request is sent for it: older, it is read
+    again first (a model of at most four replicas; ``LoadReader.read_now``); and how long reads must
+    have found interactive traffic under the share before one is sent."""
     kept_s: float = 30 * 24 * 3600.0
     """How long an ended batch is kept."""
 
@@ -102,12 +107,16 @@ class BatchRunner:
         replicas: ReplicaTable,
         now: Callable[[], datetime],
         settings: BatchSettings = BatchSettings(),
+        loads: LoadReader | None = None,
     ) -> None:
         self.batches = batches
         self.files = files
         self.gateway = gateway
         self.keys = keys
         self.replicas = replicas
+        self.loads = loads
+        """Reads a model's engine load afresh before a request is sent for it (None: the table's
+        reading, up to ``gateway``'s load interval old)."""
         self.now = now
         """The store's clock: a batch's window is on it."""
         self.settings = settings
@@ -169,6 +178,14 @@ class BatchRun:
         self.taken: set[int] = set()
         """Requests sent by this run and not to be sent again: in flight, or answered (a read of the
         pending ones that began before an answer was kept still lists it)."""
+        self.read_at: dict[str, float] = {}
+        """When each model's engine load was last read afresh (loop time)."""
+        self.changed = True
+        """A request ended since the pending ones were last read from the store."""
+        self.quiet_since: dict[str, float] = {}
+        """Since when every fresh read of each model's engines found interactive traffic under the
+        share (loop time): a batch request is sent only once two reads ``fresh_s`` apart did, so a
+        read that fell between two interactive requests of a busy client lets none through."""
 
     async def run(self) -> None:
         try:
@@ -228,9 +245,11 @@ class BatchRun:
         loop = asyncio.get_running_loop()
         window = self.settings.most_at_once * 4
         last_look = loop.time()
+        pending: list[PendingRequest] = []
         while True:
             if loop.time() - last_look >= self.settings.poll_s:
                 last_look = loop.time()
+                self.changed = True
                 self.batch = await self.batches.get(self.batch.id)
                 if self.batch.status is not BatchStatus.IN_PROGRESS:
                     return  # cancelling: the requests in flight end, the rest are not sent
@@ -238,17 +257,22 @@ class BatchRun:
                 await self._wait_in_flight()
                 self.batch = await self.batches.move(self.batch.id, BatchStatus.FINALIZING)
                 return
-            pending = [
-                p
-                for p in await self.batches.pending(self.batch.id, window + len(self.in_flight))
-                if p.position not in self.taken
-            ]
-            if not pending and not self.in_flight:
-                self.batch = await self.batches.move(self.batch.id, BatchStatus.FINALIZING)
-                return
+            # the store is asked again once a request ended (or every poll_s), not at every look:
+            # a batch waiting for headroom costs its engine's cores nothing but the fresh reads
+            pending = [p for p in pending if p.position not in self.taken]
+            if self.changed or not pending:
+                self.changed = False
+                pending = [
+                    p
+                    for p in await self.batches.pending(self.batch.id, window + len(self.in_flight))
+                    if p.position not in self.taken
+                ]
+                if not pending and not self.in_flight:
+                    self.batch = await self.batches.move(self.batch.id, BatchStatus.FINALIZING)
+                    return
             now = loop.time()
             for request in pending:
-                if self.not_before.get(request.position, 0.0) <= now and self._may_send(request.model):
+                if self.not_before.get(request.position, 0.0) <= now and await self._may_send(request.model):
                     self._send(request)
             waiting = set(self.in_flight.values())
             if waiting:
@@ -256,14 +280,36 @@ class BatchRun:
             else:
                 await asyncio.sleep(self.settings.look_s)
 
-    def _may_send(self, model: str) -> bool:
+    async def _may_send(self, model: str) -> bool:
         if len(self.in_flight) >= self.settings.most_at_once:
             return False
+        read = await self._fresh(model)
         mine = self.by_model.get(model, 0)
         load = self.runner.replicas.model_load(model)
         if load.slots == 0:  # none ready: one request asks for a replica (on demand) and waits for it
             return mine == 0
-        return headroom(load.slots, load.running + load.waiting, mine, self.settings.share).allowed > 0
+        room = headroom(load.slots, load.running + load.waiting, mine, self.settings.share)
+        if self.runner.loads is None:
+            return room.allowed > 0
+        now = asyncio.get_running_loop().time()
+        if read:
+            if room.interactive < max(1, int(room.slots * room.share)):
+                self.quiet_since.setdefault(model, now)
+            else:
+                self.quiet_since.pop(model, None)
+        since = self.quiet_since.get(model)
+        return room.allowed > 0 and since is not None and now - since >= self.settings.fresh_s
+
+    async def _fresh(self, model: str) -> bool:
+        """The model's engine load read again when the last read is older than ``fresh_s`` (whether
+        it was): an interactive request that began since is then seen before a batch request joins
+        it (on a CPU engine, the one it would slow most)."""
+        loads = self.runner.loads
+        now = asyncio.get_running_loop().time()
+        if loads is None or now - self.read_at.get(model, -self.settings.fresh_s) < self.settings.fresh_s:
+            return False
+        self.read_at[model] = now
+        return await loads.read_now(model)
 
     def _send(self, request: PendingRequest) -> None:
         model = request.model
@@ -275,6 +321,7 @@ class BatchRun:
         def ended(done: asyncio.Task[None]) -> None:
             self.in_flight.pop(request.position, None)
             self.by_model[model] -= 1
+            self.changed = True
             if not done.cancelled() and done.exception() is not None:  # the store failed: send it again
                 log.warning("batch %s request %s: %s", self.batch.id, request.custom_id, done.exception())
                 self.taken.discard(request.position)
