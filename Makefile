@@ -120,9 +120,13 @@ $(LITELLM_VENV)/bin/litellm:
 	$(PYTHON) -m venv $(LITELLM_VENV)
 	$(LITELLM_VENV)/bin/python -m pip install -q 'litellm[proxy]==$(LITELLM_VERSION)'
 
-bench-gateway: install $(LITELLM_VENV)/bin/litellm
+# wrk and nginx (Debian's), the gateway bench's load and its static engine (a unit test starts that engine)
+.PHONY: wrk
+wrk:
 	@(command -v wrk && (command -v nginx || test -x /usr/sbin/nginx)) >/dev/null 2>&1 || \
 		(apt-get install -y wrk nginx-light || (apt-get update && apt-get install -y wrk nginx-light))
+
+bench-gateway: install wrk $(LITELLM_VENV)/bin/litellm
 	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV) $(BENCH_ARGS)
 
 bench-routing: install
@@ -194,10 +198,11 @@ patroni:
 		(apt-get install -y patroni etcd-server || (apt-get update && apt-get install -y patroni etcd-server))
 
 # What the tests need from Debian. The unit tests need only PostgreSQL's server (the store's and the
-# knowledge tests run on both backends), promtool (the alert rules and dashboards) and systemd-analyze
-# (the units); Chromium, sshd, nft and ip, Patroni and etcd serve only end-to-end tests.
-unit: postgres prometheus systemd
-test e2e: postgres prometheus chromium opstools sshd patroni
+# knowledge tests run on both backends), promtool (the alert rules and dashboards), systemd-analyze
+# (the units) and nginx (the gateway bench's static engine); Chromium, sshd, nft and ip, Patroni and etcd
+# serve only end-to-end tests.
+unit: postgres prometheus systemd wrk
+test e2e: postgres prometheus chromium opstools sshd patroni wrk
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py
