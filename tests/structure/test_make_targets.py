@@ -22,12 +22,19 @@ def prerequisites(target: str) -> set[str]:
     return set(line.split(":", 1)[1].split())
 
 
-def test_unit_needs_only_the_venv_postgres_promtool_and_systemd_analyze() -> None:
-    assert prerequisites("unit") == {"install", "postgres", "prometheus", "systemd"}
+def test_unit_needs_only_the_venv_postgres_promtool_systemd_analyze_and_nginx() -> None:
+    assert prerequisites("unit") == {"install", "postgres", "prometheus", "systemd", "wrk"}
 
 
 def test_the_whole_suite_still_installs_what_end_to_end_tests_need() -> None:
-    assert {"chromium", "opstools", "sshd", "patroni", "postgres", "prometheus", "lint"} <= prerequisites(
-        "test"
-    )
+    assert {
+        "chromium",
+        "opstools",
+        "sshd",
+        "patroni",
+        "postgres",
+        "prometheus",
+        "wrk",
+        "lint",
+    } <= prerequisites("test")
     assert {"chromium", "opstools", "sshd", "patroni", "engine", "vllm", "ray"} <= prerequisites("e2e")
