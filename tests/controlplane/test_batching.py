@@ -134,10 +134,14 @@ async def _ended(store: Store, batch_id: str) -> Any:
 
 
 def _runner(
-    store: Store, files: MemoryBatchFiles, gateway: Gateway, settings: BatchSettings = QUICK
+    store: Store,
+    files: MemoryBatchFiles,
+    gateway: Gateway,
+    settings: BatchSettings = QUICK,
+    loads: Any = None,
 ) -> BatchRunner:
     return BatchRunner(
-        store.batches, files, gateway.asgi_app(), gateway.keys, gateway.replicas, store.now, settings
+        store.batches, files, gateway.asgi_app(), gateway.keys, gateway.replicas, store.now, settings, loads
     )
 
 
@@ -246,17 +250,7 @@ async def test_a_batch_reads_the_engine_afresh_and_holds_back_for_an_interactive
     loads.engine_runs = 1  # an interactive request began since that reading
     settings = replace(QUICK, share=0.25, fresh_s=0.0)
     batch_id = await _create(book, files, _requests(2))
-    runner = BatchRunner(
-        store.batches,
-        files,
-        gateway.asgi_app(),
-        gateway.keys,
-        gateway.replicas,
-        store.now,
-        settings,
-        loads,  # type: ignore[arg-type]
-    )
-    task = asyncio.create_task(runner.run())
+    task = asyncio.create_task(_runner(store, files, gateway, settings, loads).run())
     try:
         await eventually(lambda: _status(store, batch_id, BatchStatus.IN_PROGRESS))
         await eventually(lambda: loads.reads >= 20, message="many fresh looks")
@@ -277,17 +271,7 @@ async def test_a_batch_sends_nothing_while_reads_find_an_engine_idle_only_betwee
     loads.alternate = True
     settings = replace(QUICK, share=0.25, fresh_s=0.01)
     batch_id = await _create(book, files, _requests(2))
-    runner = BatchRunner(
-        store.batches,
-        files,
-        gateway.asgi_app(),
-        gateway.keys,
-        gateway.replicas,
-        store.now,
-        settings,
-        loads,  # type: ignore[arg-type]
-    )
-    task = asyncio.create_task(runner.run())
+    task = asyncio.create_task(_runner(store, files, gateway, settings, loads).run())
     try:
         await eventually(lambda: _status(store, batch_id, BatchStatus.IN_PROGRESS))
         await eventually(lambda: loads.reads >= 40, message="many fresh looks")
