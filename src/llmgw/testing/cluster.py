@@ -50,7 +50,11 @@ def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s
 
 
 def engine_pid(port: int, program: bytes = b"llama-server") -> int:
-    """The engine process (``program``) listening on ``port``, found by its command line."""
+    """The engine process (``program``) listening on ``port``, found by its command line.
+
+    An engine leads a process group of its own; processes it forked (vLLM's engine core) may keep
+    its command line, so the one leading its group is taken, whatever the order of their ids."""
+    found: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -60,7 +64,15 @@ def engine_pid(port: int, program: bytes = b"llama-server") -> int:
         except OSError:
             continue
         if argv and argv[0].endswith(program) and str(port).encode() in argv:
-            return int(entry)
+            found.append(int(entry))
+    for pid in found:
+        try:
+            if os.getpgid(pid) == pid:
+                return pid
+        except ProcessLookupError:
+            continue
+    if found:
+        return min(found)
     raise LookupError(f"no {program.decode()} on port {port}")
 
 
