@@ -50,11 +50,13 @@ def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s
 
 
 def engine_pid(port: int, program: bytes = b"llama-server") -> int:
-    """The engine process (``program``) listening on ``port``, found by its command line.
+    """The engine process (``program``) listening on ``port``.
 
-    An engine leads a process group of its own; processes it forked (vLLM's engine core) may keep
-    its command line, so the one leading its group is taken, whatever the order of their ids."""
-    found: list[int] = []
+    Found by its command line, and of those by the listening socket it holds: a process left from
+    another run may name the same port, and processes an engine forked (vLLM's engine core) may
+    hold its socket too, so of the holders the one leading its process group is taken (an engine
+    leads one of its own), whatever the order of their ids."""
+    named: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -64,16 +66,40 @@ def engine_pid(port: int, program: bytes = b"llama-server") -> int:
         except OSError:
             continue
         if argv and argv[0].endswith(program) and str(port).encode() in argv:
-            found.append(int(entry))
-    for pid in found:
-        try:
+            named.append(int(entry))
+    holding = [pid for pid in named if _listens(pid, port)]
+    for pid in holding:
+        with contextlib.suppress(ProcessLookupError):
             if os.getpgid(pid) == pid:
                 return pid
-        except ProcessLookupError:
-            continue
-    if found:
-        return min(found)
+    if holding or named:
+        return min(holding or named)
     raise LookupError(f"no {program.decode()} on port {port}")
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether ``pid`` holds a socket listening on TCP ``port`` (in its own network namespace)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return False
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{descriptor}") in inodes:
+                return True
+    return False
 
 
 @dataclass
