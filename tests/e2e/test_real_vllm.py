@@ -293,7 +293,7 @@ def test_real_vllm_loads_an_adapter_llmgw_trained_at_run_time_and_it_answers_wit
     published = training.ctl(vllm_cluster, "train", "publish", submitted["id"], "--name", ADAPTER)
     assert published["model"] == MODEL
     trained = wait_for(
-        lambda: training.answer_once_served(vllm_cluster, ADAPTER), 180, f"{ADAPTER} answers through /v1"
+        lambda: training.answer_once_served(vllm_cluster, ADAPTER), 360, f"{ADAPTER} answers through /v1"
     )
     alone = training.answer(vllm_cluster, MODEL)
     assert training.WORD in trained.lower(), trained
