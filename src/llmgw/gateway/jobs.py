@@ -374,8 +374,8 @@ class JobRunner:
             if isinstance(stopped, asyncio.CancelledError) and task is not None:
                 task.uncancel()
             running = job.state is JobState.RUNNING
+            await self._cancel_on_gate(job, endpoint, running)  # "cancelled" once the gate was told
             job.state, job.error = JobState.CANCELLED, "cancelled by its key (DELETE /v1/jobs/{id})"
-            await self._cancel_on_gate(job, endpoint, running)
         except TimeoutError:
             running = job.state is JobState.RUNNING
             limit = self._settings.job_timeout_s
