@@ -14,6 +14,7 @@ from typing import Any
 
 from starlette.types import Send
 
+from llmgw.core.requestbounds import Refusal
 from llmgw.errors import LlmgwError
 
 JSON = b"application/json"
@@ -74,6 +75,17 @@ class ApiError(LlmgwError):
         if self.retry_after is not None:
             headers.append((b"retry-after", str(self.retry_after).encode()))
         return headers
+
+
+def refused(refusal: Refusal) -> ApiError:
+    """400 for a body outside what the model takes (:func:`~llmgw.core.requestbounds.check_request`)."""
+    return ApiError(
+        400,
+        refusal.message,
+        refusal.code,
+        refusal.param,
+        hint="change that field and send the request again",
+    )
 
 
 async def send_bytes(
