@@ -147,6 +147,8 @@ def test_a_refusal_says_the_bound_and_where_an_operator_sets_it() -> None:
     role = check_request(CHAT, chat(messages=[*MESSAGES, {"role": 5}]))
     assert role is not None and role.message == "'messages[2].role' must be a string, not an integer."
     assert role.code == "invalid_type"
+    huge = check_request(CHAT, chat(max_tokens=10**300))
+    assert huge is not None and len(huge.message) < 120 and "00000..." in huge.message
 
 
 def test_max_tokens_above_the_models_context_is_refused_and_unchecked_without_one() -> None:
@@ -156,7 +158,9 @@ def test_max_tokens_above_the_models_context_is_refused_and_unchecked_without_on
     assert (
         refused_param(RESPONSES, {"input": "hi", "max_output_tokens": 4096}, bounded) == "max_output_tokens"
     )
-    assert refused_param(CHAT, chat(max_tokens=10**9), RequestLimits().bounds(ctx_size=0)) is None
+    unknown = RequestLimits().bounds(ctx_size=0)
+    assert refused_param(CHAT, chat(max_tokens=10**9), unknown) is None
+    assert refused_param(CHAT, chat(max_tokens=2**31), unknown) == "max_tokens"
 
 
 def test_an_operators_limits_replace_the_defaults() -> None:

@@ -54,7 +54,8 @@ class RequestBounds:
     max_input_items: int = 2048
     """Items of an embeddings ``input`` (and of a completion's ``prompt`` array)."""
     max_tokens: int = 0
-    """The most tokens one request may ask to generate: the model's per-request context; 0: unchecked."""
+    """The most tokens one request may ask to generate: the model's per-request context; 0: unknown
+    (then only what an engine can hold, 2**31 - 1)."""
 
 
 DEFAULT_BOUNDS = RequestBounds()
@@ -125,6 +126,12 @@ def _kind(value: Any) -> str:
     return _KINDS.get(type(value), "a value of another type")
 
 
+def _shown(value: Any) -> str:
+    """``value`` as a message shows it: at most 40 characters."""
+    text = repr(value) if type(value) is str else str(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _wrong_type(param: str, value: Any, wanted: str) -> _Refused:
     return _Refused(param, f"'{param}' must be {wanted}, not {_kind(value)}.", "invalid_type")
 
@@ -137,7 +144,7 @@ def _integer(value: Any, param: str, low: int, high: int | None, why: str = "") 
             raise _wrong_type(param, value, "an integer")
     if value < low or (high is not None and value > high):
         span = f"at least {low}" if high is None else f"between {low} and {high}"
-        raise _Refused(param, f"'{param}' is {value}; it must be {span}{why}.")
+        raise _Refused(param, f"'{param}' is {_shown(value)}; it must be {span}{why}.")
 
 
 def _number(value: Any, param: str, low: float, high: float) -> None:
@@ -145,7 +152,9 @@ def _number(value: Any, param: str, low: float, high: float) -> None:
     if kind is not float and kind is not int:
         raise _wrong_type(param, value, "a number")
     if not (low <= value <= high) or (kind is float and not math.isfinite(value)):
-        raise _Refused(param, f"'{param}' is {value}; it must be a number between {low:g} and {high:g}.")
+        raise _Refused(
+            param, f"'{param}' is {_shown(value)}; it must be a number between {low:g} and {high:g}."
+        )
 
 
 def _boolean(value: Any, param: str) -> None:
@@ -212,7 +221,7 @@ def _max_tokens(name: str) -> Check:
     def check(value: Any, bounds: RequestBounds) -> None:
         limit = bounds.max_tokens
         why = " (the model's context, its profile's ctx_size): ask for fewer tokens" if limit else ""
-        _integer(value, name, 1, limit or None, why)
+        _integer(value, name, 1, limit or MAX_TOKEN_ID, why)
 
     return check
 
@@ -237,7 +246,7 @@ def _logit_bias(value: Any, bounds: RequestBounds) -> None:
         if not (token.isdigit() and token.isascii() and len(token) <= 10 and int(token) <= MAX_TOKEN_ID):
             raise _Refused(
                 "logit_bias",
-                f"'logit_bias' has the key {token[:40]!r}; its keys must be token ids (0, 1, 2, ...).",
+                f"'logit_bias' has the key {_shown(token)}; its keys must be token ids (0, 1, 2, ...).",
             )
         _number(weight, f"logit_bias.{token}", -100, 100)
 
@@ -285,7 +294,7 @@ def _tool_choice(value: Any, bounds: RequestBounds) -> None:
     if type(value) is str:
         if value not in TOOL_CHOICES:
             raise _Refused(
-                "tool_choice", f"'tool_choice' is {value[:40]!r}; it must be none, auto or required."
+                "tool_choice", f"'tool_choice' is {_shown(value)}; it must be none, auto or required."
             )
         return
     if type(value) is not dict:
@@ -321,7 +330,7 @@ def _message(message: Any, where: str) -> None:
     if role not in ROLES:
         raise _Refused(
             f"{where}.role",
-            f"'{where}.role' is {role[:40]!r}; it must be one of {', '.join(sorted(ROLES))}.",
+            f"'{where}.role' is {_shown(role)}; it must be one of {', '.join(sorted(ROLES))}.",
         )
     _content(message.get("content"), f"{where}.content")
     for name in ("name", "tool_call_id"):
