@@ -44,7 +44,9 @@ def test_the_framer_flushes_an_unterminated_last_event() -> None:
 
 
 def error(status: int, body: bytes) -> dict[str, object]:
-    shaped = json.loads(normalise_engine_error(status, body))
+    kept, answer = normalise_engine_error(status, body)
+    assert kept == status
+    shaped = json.loads(answer)
     assert set(shaped) == {"error"}
     result: dict[str, object] = shaped["error"]
     return result

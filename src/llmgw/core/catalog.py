@@ -37,6 +37,7 @@ from llmgw.core.engines import (
     find_engine,
 )
 from llmgw.core.mig import Spread, mig_refusal
+from llmgw.core.requestbounds import RequestLimits
 from llmgw.core.tenancy import Owner, owner_text
 from llmgw.core.validation import check_args, check_env
 from llmgw.errors import ValidationFailed
@@ -161,6 +162,9 @@ class Profile(Strict):
     pooling: str | None = None
     """llama.cpp: the pooling an embedding model needs (none, mean, cls, last, rank); unset: the
     model's own."""
+    request_limits: RequestLimits = Field(default_factory=RequestLimits)
+    """The sizes a request may ask (logit_bias entries, stop strings, messages, tools, n, inputs),
+    checked by the gateway before the engine sees it (docs/openai.md)."""
 
     @field_validator("engine")
     @classmethod

@@ -8,11 +8,13 @@ Every route of ``/v1`` checks its request here before anything else happens
   alone) exists for the key only where it sees it (:mod:`llmgw.core.tenancy`);
   any other answers 404 as a name never defined (:func:`model_not_found`);
 - :meth:`Access.check_task`: the model serves what the route asks (400
-  ``model_not_supported`` naming what it serves).
+  ``model_not_supported`` naming what it serves); it gives the model's
+  :class:`~llmgw.core.requestbounds.RequestBounds`, which the body is checked against.
 """
 
 from __future__ import annotations
 
+from llmgw.core.requestbounds import DEFAULT_BOUNDS, RequestBounds
 from llmgw.core.tenancy import visible
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.api_errors import ApiError
@@ -70,15 +72,18 @@ class Access:
         adapter = self._adapters.get(model)
         return adapter is not None and visible(adapter.owner, key.place)
 
-    def check_task(self, model: str, path: str) -> None:
-        """400 unless ``model`` serves what ``path`` asks (a chat model asked for embeddings, say)."""
+    def check_task(self, model: str, path: str) -> RequestBounds:
+        """400 unless ``model`` serves what ``path`` asks (a chat model asked for embeddings, say);
+        else what a request to it may ask (an adapter: its model's; unknown: the defaults)."""
         entry = self._catalog.get(model)
         if entry is None:
             adapter = self._adapters.get(model)
             entry = self._catalog.get(adapter.model) if adapter is not None else None
         wanted = TASK_OF_ROUTE[path]
-        if entry is None or entry.serves.covers(wanted):
-            return
+        if entry is None:
+            return DEFAULT_BOUNDS
+        if entry.serves.covers(wanted):
+            return entry.bounds
         raise ApiError(
             400,
             f"The model '{model}' serves {entry.serves} ({entry.serves.routes}), not {wanted} ({path}). "

@@ -14,7 +14,9 @@ from typing import Any
 
 from starlette.types import Send
 
+from llmgw.core.requestbounds import Refusal
 from llmgw.errors import LlmgwError
+from llmgw.gateway.engine_mistakes import client_mistake
 
 JSON = b"application/json"
 EVENT_STREAM = b"text/event-stream"
@@ -76,6 +78,17 @@ class ApiError(LlmgwError):
         return headers
 
 
+def refused(refusal: Refusal) -> ApiError:
+    """400 for a body outside what the model takes (:func:`~llmgw.core.requestbounds.check_request`)."""
+    return ApiError(
+        400,
+        refusal.message,
+        refusal.code,
+        refusal.param,
+        hint="change that field and send the request again",
+    )
+
+
 async def send_bytes(
     send: Send,
     status: int,
@@ -121,8 +134,13 @@ def _text(value: Any) -> str | None:
     return None
 
 
-def normalise_engine_error(status: int, body: bytes) -> bytes:
-    """An engine's error answer in OpenAI's shape, keeping its message, type, param and code."""
+def normalise_engine_error(status: int, body: bytes) -> tuple[int, bytes]:
+    """An engine's error answer in OpenAI's shape, keeping its message, type, param and code; and
+    the status to answer with.
+
+    An answer to the client's own mistake (:func:`client_mistake`: llama.cpp answers some with 500)
+    becomes 400 with llmgw's message; any other keeps the engine's status and words.
+    """
     try:
         data: Any = json.loads(body) if body else None
     except (ValueError, UnicodeDecodeError):
@@ -137,13 +155,15 @@ def normalise_engine_error(status: int, body: bytes) -> bytes:
         else:
             fields = data
     message = _text(fields.get("message")) or _text(fields.get("detail"))
+    if message is not None and status < 502 and (mistake := client_mistake(message)) is not None:
+        return 400, error_body(mistake[0], "invalid_request_error", mistake[1])
     if message is None:
         text = body.decode("utf-8", "replace").strip()
         message = text[:2000] if text else f"The replica answered HTTP {status} without a message."
     type_ = fields.get("type")
     param = fields.get("param")
     code = fields.get("code")
-    return error_body(
+    return status, error_body(
         message,
         type_ if isinstance(type_, str) and type_ else error_type(status),
         code if isinstance(code, str) and code else None,

@@ -7,6 +7,7 @@
         key (in memory) -> 401 invalid_api_key
         body: JSON object with "model" -> 400 / 413
         model in the catalog and visible to the key -> 404 model_not_found
+        the body's fields within the model's bounds (core/requestbounds.py) -> 400 naming the field
         limits (admission: the ticket is taken and ended here) -> 429
         Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
@@ -35,10 +36,11 @@ import secrets
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmgw.core.knowledge import KnowledgeSearch
+from llmgw.core.requestbounds import check_request
 from llmgw.gateway import knowledge, metrics
 from llmgw.gateway.access import Access, model_not_found
 from llmgw.gateway.adapters import Adapters
-from llmgw.gateway.api_errors import ApiError, error_body, send_bytes, send_error
+from llmgw.gateway.api_errors import ApiError, error_body, refused, send_bytes, send_error
 from llmgw.gateway.batch_routes import BatchBook, BatchRoutes, batch_route
 from llmgw.gateway.bodies import RequestFacts, asking_for_usage, json_body, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
@@ -340,7 +342,9 @@ class Gateway:
                 raise model_not_found(model)
             exchange.model = model
             logcontext.MODEL.set(model)
-            self._check_task(model, path)
+            bounds = self._check_task(model, path)
+            if facts.data is not None and (refusal := check_request(path, facts.data, bounds)):
+                raise refused(refusal)
             ask = query = None
             if facts.data is not None and (knowledge.FIELD in facts.data or key.collections):
                 ask = knowledge.asked(facts.data, key, path)

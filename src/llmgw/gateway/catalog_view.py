@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.engines import Task
 from llmgw.core.environments import served_by
+from llmgw.core.requestbounds import DEFAULT_BOUNDS, RequestBounds
 from llmgw.core.tenancy import CLUSTER, Owner, Place, visible
 from llmgw.gateway.workflows import Workflow, workflow_of
 
@@ -46,6 +47,9 @@ class ModelEntry:
     (``comfyui-env-<name>``, :mod:`llmgw.core.environments`); empty: its own replicas."""
     workflow: Workflow | None = field(default=None, compare=False)
     """A ComfyUI model's workflow (its ``comfyui:`` section); None for every other model."""
+    bounds: RequestBounds = DEFAULT_BOUNDS
+    """What one request may ask (the profile's ``request_limits`` and ``ctx_size``), checked by the
+    gateway before forwarding (:func:`~llmgw.core.requestbounds.check_request`)."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -71,6 +75,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
         owned = model.owned_by()
         workflow = workflow_of(model)
         serves = workflow.serves if workflow is not None else model.profile.serves
+        bounds = model.profile.request_limits.bounds(model.profile.ctx_size)
         entries.append(
             ModelEntry(
                 model.name,
@@ -80,6 +85,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                 serves=serves,
                 served_by=serving.get(model.name, ""),
                 workflow=workflow,
+                bounds=bounds,
             )
         )
         for adapter in model.adapters:
@@ -92,6 +98,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                     parent=model.name,
                     owned=owned,
                     serves=serves,
+                    bounds=bounds,
                 )
             )
     return entries

@@ -464,7 +464,7 @@ class Forwarder:
                 "this is a cluster fault, retry later or tell the operator.",
                 "replica_auth_failed",
             )
-        body = normalise_engine_error(status, raw)
+        status, body = normalise_engine_error(status, raw)
         if status == 501:
             # The engine does not do what the request asks (a feature it was not started with):
             # the request's to change, not a fault of the cluster.
