@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
 
+from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
 from llmgw.testing.eventually import eventually
@@ -44,11 +46,16 @@ async def gateway(hooks: RecordingOutbound) -> AsyncIterator[Gateway]:
 
 
 @pytest.fixture
-async def client(gateway: Gateway) -> AsyncIterator[AsyncOpenAI]:
-    async with serving(gateway.asgi_app()) as url:
-        sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
-        yield sdk
-        await sdk.close()
+async def url(gateway: Gateway) -> AsyncIterator[str]:
+    async with serving(gateway.asgi_app()) as served:
+        yield served
+
+
+@pytest.fixture
+async def client(url: str) -> AsyncIterator[AsyncOpenAI]:
+    sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
+    yield sdk
+    await sdk.close()
 
 
 async def test_a_whole_answer_and_its_usage(
@@ -112,3 +119,43 @@ async def test_a_closed_port_is_skipped_for_a_live_replica(
         answer = await client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert answer.choices[0].message.content == "r1"
     assert [replica for replica, _ in hooks.failed] == ["dead"]
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/chat/completions"), ("GET", "/v1/models")])
+async def test_two_authorization_headers_are_refused_400_not_one_of_them_taken(
+    gateway: Gateway, engine: FakeEngine, url: str, method: str, path: str
+) -> None:
+    gateway.feed.replica_ready(engine.endpoint)
+    bearer = f"Bearer {SECRET}"
+    async with httpx.AsyncClient(base_url=url, timeout=WAIT) as http:
+        for second in (bearer, "Bearer sk-someone-else"):
+            refused = await http.request(
+                method,
+                path,
+                json={"model": MODEL, "messages": MESSAGES} if method == "POST" else None,
+                headers=[("Authorization", bearer), ("Authorization", second)],
+            )
+            assert refused.status_code == 400
+            error = refused.json()["error"]
+            assert error["code"] == "duplicate_authorization" and "send one" in error["message"]
+    assert engine.requests == []
+
+
+async def test_an_expired_key_lists_no_models(gateway: Gateway, url: str) -> None:
+    (key,) = list(gateway.keys)
+    gateway.feed.keys_replaced([key])
+    gateway.feed.limits_replaced({f"key:{key.key_id}": Limits(expires_s=1.0)})
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}) as http:
+        for path in ("/v1/models", f"/v1/models/{MODEL}"):
+            refused = await http.get(path)
+            assert refused.status_code == 401
+            assert refused.json()["error"]["code"] == "expired_api_key"
+        gateway.feed.limits_replaced({})
+        assert (await http.get("/v1/models")).json()["data"][0]["id"] == MODEL
+
+
+async def test_a_revoked_key_lists_no_models(gateway: Gateway, url: str) -> None:
+    gateway.feed.keys_replaced([])
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}) as http:
+        refused = await http.get("/v1/models")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
