@@ -9,6 +9,7 @@ engine as a dropped connection, a connection cut mid-answer, a closed port.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -16,6 +17,8 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from llmgw.controlplane.config import HttpSettings
+from llmgw.controlplane.serving.httpserving import HttpServer
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
@@ -159,3 +162,34 @@ async def test_a_revoked_key_lists_no_models(gateway: Gateway, url: str) -> None
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}) as http:
         refused = await http.get("/v1/models")
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+
+
+async def test_a_body_trickled_after_a_valid_keys_head_is_answered_408(gateway: Gateway) -> None:
+    """The control plane's HTTP server in front: the gateway waits for the body, the edge times it."""
+    settings = HttpSettings(port=0, body_window_s=0.2, body_min_bytes_per_s=1024, body_timeout_s=1.0)
+    server = HttpServer(gateway.asgi_app(), settings)
+    serving_task = asyncio.create_task(server.serve_until_stopped())
+    await server.listening.wait()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{" % SECRET.encode()
+    )
+
+    async def trickle() -> None:
+        while True:
+            writer.write(b" " * 10)
+            await asyncio.sleep(0.05)  # the client's pace: 200 bytes/s
+
+    trickling = asyncio.create_task(trickle())
+    try:
+        got = await asyncio.wait_for(reader.read(65536), WAIT)
+    finally:
+        trickling.cancel()
+        writer.close()
+        await server.stop()
+        await serving_task
+    assert got.startswith(b"HTTP/1.1 408")
+    error = json.loads(got.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "request_timeout" and error["type"] == "invalid_request_error"
+    assert server.guard.slow_bodies == 1
