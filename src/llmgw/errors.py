@@ -67,6 +67,10 @@ class Conflict(LlmgwError):
     status = 409
 
 
+class BadRequest(LlmgwError):
+    status = 400
+
+
 class Unauthorized(LlmgwError):
     status = 401
 

@@ -142,3 +142,13 @@ async def test_an_uncaught_exception_is_a_json_500_in_the_error_shape(tmp_path: 
     assert answer.headers["content-type"] == "application/json"
     assert "RuntimeError" in answer.json()["error"]["message"]
     assert "report it" in answer.json()["error"]["hint"]
+
+
+async def test_two_authorization_headers_reaching_the_app_are_refused_400(client: httpx.AsyncClient) -> None:
+    """What reaches the app past the admission layer (a standby's relayed request) is checked alike."""
+    request = client.build_request("GET", "/api/keys")
+    request.headers = httpx.Headers([*request.headers.multi_items(), ("authorization", f"Bearer {TOKEN}")])
+    answer = await client.send(request)
+    assert answer.status_code == 400
+    problems(answer)
+    assert "more than one Authorization header" in answer.json()["error"]["message"]

@@ -9,9 +9,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 
 from llmgw.controlplane.admin.admission import Admission
 from llmgw.controlplane.admin.callers import Callers
+from llmgw.controlplane.metrics.workermetrics import SummedRegistry, serve_metrics
+from llmgw.testing.serving import serving
 
 TOKEN = "llmgw-admin-secret"
 LIMIT = 1024
@@ -191,3 +194,26 @@ async def test_the_real_admin_app_behind_it_answers_in_its_error_shape_only_once
         admitted = await http.post("/api/echo", json={"a": 1}, headers={"authorization": f"Bearer {TOKEN}"})
     assert refused.status_code == 413 and set(refused.json()["error"]) == {"message", "hint"}
     assert admitted.status_code == 200 and admitted.json() == {"a": 1}
+
+
+async def refresh_nothing() -> None:
+    return None
+
+
+@pytest.mark.parametrize("path", ["/api/settings", "/", "/portal/app.js", "/metrics", "/healthz"])
+async def test_two_authorization_headers_are_refused_400_over_a_socket_on_every_path(
+    app: BodyReader, path: str
+) -> None:
+    """Past the admission layer, and the control plane's /metrics in front of it when it has workers:
+    which of the two a route would have taken is never a question."""
+    layer = Admission(app, Callers(hashlib.sha256(TOKEN.encode()).hexdigest()), LIMIT)
+    edge = serve_metrics(layer, SummedRegistry(CollectorRegistry(), list), refresh_nothing)
+    bearer = f"Bearer {TOKEN}"
+    async with serving(edge) as url, httpx.AsyncClient(base_url=url) as http:
+        refused = await http.get(path, headers=[("Authorization", bearer), ("Authorization", bearer)])
+        assert refused.status_code == 400
+        error = refused.json()["error"]
+        assert "more than one Authorization header" in error["message"] and "send one" in error["hint"]
+        assert app.calls == 0
+        one = await http.get(path, headers={"Authorization": bearer})
+        assert one.status_code == 200

@@ -19,22 +19,39 @@ HEAD_TIMEOUT_S = 0.4
 KEEP_ALIVE_S = 0.6
 MARGIN_S = 1.5
 REQUEST = b"GET / HTTP/1.1\r\nHost: cp1\r\n\r\n"
+BODY_WINDOW_S = 0.2
+BODY_MIN_RATE = 1024
+BODY_TIMEOUT_S = 1.0
 
 
 class App:
-    """Answers 200; while :attr:`hold` is clear, requests wait for it (a request under way)."""
+    """Answers 200 (``ok`` for ``/``, else the path); while :attr:`hold` is clear, requests wait for it
+    (a request under way); with :attr:`reads`, it reads the whole body first (after the hold)."""
 
     def __init__(self) -> None:
         self.hold = asyncio.Event()
         self.hold.set()
         self.under_way = 0
+        self.reads = False
+        self.paths: list[str] = []
+        self.client_gone = 0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.paths.append(scope["path"])
         self.under_way += 1
         await self.hold.wait()
         self.under_way -= 1
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+        while self.reads:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.client_gone += 1
+                return
+            if not message.get("more_body"):
+                break
+        body = b"ok" if scope["path"] == "/" else scope["path"].encode()
+        head = [(b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 @pytest.fixture
@@ -49,6 +66,9 @@ async def server(app: App, request: pytest.FixtureRequest) -> AsyncIterator[Http
         header_timeout_s=HEAD_TIMEOUT_S,
         keep_alive_s=KEEP_ALIVE_S,
         max_connections=getattr(request, "param", 100),
+        body_window_s=BODY_WINDOW_S,
+        body_min_bytes_per_s=BODY_MIN_RATE,
+        body_timeout_s=BODY_TIMEOUT_S,
     )
     server = HttpServer(app, settings)
     serving = asyncio.create_task(server.serve_until_stopped())
@@ -300,4 +320,125 @@ async def test_a_connection_sending_nothing_when_the_server_stops_is_closed_afte
     await asyncio.wait_for(server.stop(), 5)
     assert time.monotonic() - started < FIRST_HEAD_GRACE_S + MARGIN_S
     assert await seconds_until_closed(reader, 1) < 1
+    writer.close()
+
+
+def post_head(length: int) -> bytes:
+    return b"POST / HTTP/1.1\r\nHost: cp1\r\nContent-Length: %d\r\n\r\n" % length
+
+
+async def trickle(writer: asyncio.StreamWriter, chunk: bytes, every_s: float) -> None:
+    """A client sending a body at ``len(chunk) / every_s`` bytes per second, until cancelled."""
+    while not writer.is_closing():
+        writer.write(chunk)
+        await asyncio.sleep(every_s)  # the client's pace
+
+
+def error_of(got: bytes) -> dict[str, Any]:
+    error: dict[str, Any] = json.loads(got.partition(b"\r\n\r\n")[2])["error"]
+    return error
+
+
+async def test_a_body_trickled_under_the_rate_is_answered_408_and_its_connection_closed(
+    server: HttpServer, app: App
+) -> None:
+    app.reads = True
+    reader, writer = await connect(server)
+    writer.write(post_head(100_000))
+    started = time.monotonic()
+    trickling = asyncio.create_task(trickle(writer, b"x" * 20, 0.05))  # 400 bytes/s
+    got = await asyncio.wait_for(answer(reader), 3 * BODY_WINDOW_S + MARGIN_S)
+    cut_after_s = time.monotonic() - started
+    trickling.cancel()
+    assert got.startswith(b"HTTP/1.1 408")
+    error = error_of(got)
+    assert "too slowly" in error["message"] and "http.body_min_bytes_per_s" in error["hint"]
+    assert error["code"] == "request_timeout"
+    # the first window is a grace: cut at the end of the second
+    assert 2 * BODY_WINDOW_S * 0.8 <= cut_after_s < 3 * BODY_WINDOW_S + MARGIN_S
+    assert await seconds_until_closed(reader, MARGIN_S) < MARGIN_S
+    await eventually(lambda: app.client_gone == 1, message="the app heard the client gone")
+    assert server.guard.slow_bodies == 1
+    writer.close()
+
+
+async def test_a_body_coming_above_the_rate_but_never_whole_is_cut_at_the_whole_bound(
+    server: HttpServer, app: App
+) -> None:
+    app.reads = True
+    reader, writer = await connect(server)
+    writer.write(post_head(10_000_000))
+    started = time.monotonic()
+    trickling = asyncio.create_task(trickle(writer, b"x" * 200, 0.02))  # 10000 bytes/s
+    got = await asyncio.wait_for(answer(reader), BODY_TIMEOUT_S + 2 * BODY_WINDOW_S + MARGIN_S)
+    cut_after_s = time.monotonic() - started
+    trickling.cancel()
+    assert got.startswith(b"HTTP/1.1 408")
+    error = error_of(got)
+    assert "did not arrive whole" in error["message"] and "http.body_timeout_s" in error["hint"]
+    assert BODY_TIMEOUT_S * 0.8 <= cut_after_s < BODY_TIMEOUT_S + 2 * BODY_WINDOW_S + MARGIN_S
+    writer.close()
+
+
+async def test_a_large_body_the_app_holds_back_is_not_cut_and_then_passes_whole(
+    server: HttpServer, app: App
+) -> None:
+    app.hold.clear()
+    app.reads = True
+    reader, writer = await connect(server)
+    size = 16 << 20  # far more than the server buffers before its app reads
+    writer.write(post_head(size) + b"x" * size)
+    # the time that passes is what this test is about: windows while the server holds the body back
+    await asyncio.sleep(BODY_TIMEOUT_S + 3 * BODY_WINDOW_S)
+    assert app.under_way == 1
+    app.hold.set()
+    await writer.drain()
+    assert (await asyncio.wait_for(answer(reader), MARGIN_S * 2)).startswith(b"HTTP/1.1 200")
+    assert server.guard.slow_bodies == 0
+    writer.close()
+
+
+@pytest.mark.parametrize("server", [3], indirect=True)
+async def test_past_the_cap_with_every_connection_trickling_a_body_a_new_client_is_served(
+    server: HttpServer, app: App
+) -> None:
+    app.reads = True
+    slow = [await connect(server) for _ in range(3)]
+    trickles = []
+    for rate, (_, writer) in enumerate(slow, start=1):  # above the rate, the first slowest
+        writer.write(post_head(10_000_000))
+        trickles.append(asyncio.create_task(trickle(writer, b"x" * 100 * rate, 0.02)))
+    await eventually(lambda: len(server.guard.receiving) == 3, message="three bodies on their way")
+    started = time.monotonic()
+    reader, writer = await connect(server)
+    writer.write(REQUEST)
+    assert (await asyncio.wait_for(answer(reader), MARGIN_S)).startswith(b"HTTP/1.1 200")
+    assert time.monotonic() - started < BODY_TIMEOUT_S  # not a body cut by its timeout that made room
+    assert (server.guard.evicted, server.guard.slow_bodies) == (1, 0)
+    evicted = await asyncio.wait_for(answer(slow[0][0]), MARGIN_S)
+    assert evicted.startswith(b"HTTP/1.1 503") and "came slowest" in error_of(evicted)["message"]
+    for task in trickles:
+        task.cancel()
+    for _, other in [*slow, (reader, writer)]:
+        other.close()
+
+
+async def test_pipelined_requests_are_answered_in_order_up_to_the_one_asking_to_close(
+    server: HttpServer, app: App
+) -> None:
+    app.hold.clear()
+    reader, writer = await connect(server)
+    writer.write(
+        b"GET /first HTTP/1.1\r\nHost: cp1\r\n\r\n"
+        b"POST /second HTTP/1.1\r\nHost: cp1\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello"
+        b"GET /third HTTP/1.1\r\nHost: cp1\r\n\r\n"
+    )
+    await eventually(lambda: app.under_way == 1, message="the first under way, the others behind it")
+    app.hold.set()
+    first = await asyncio.wait_for(answer(reader), MARGIN_S)
+    second = await asyncio.wait_for(answer(reader), MARGIN_S)
+    assert first.startswith(b"HTTP/1.1 200") and first.endswith(b"/first")
+    assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"/second")
+    assert await seconds_until_closed(reader, MARGIN_S) < MARGIN_S
+    assert app.paths == ["/first", "/second"]  # the one behind the close is never run
     writer.close()

@@ -9,12 +9,17 @@ engine as a dropped connection, a connection cut mid-answer, a closed port.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
 
+from llmgw.controlplane.config import HttpSettings
+from llmgw.controlplane.serving.httpserving import HttpServer
+from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, GatewaySettings, KeyEntry, ModelEntry, ReplicaEndpoint, hash_secret
 from llmgw.testing.eventually import eventually
@@ -44,11 +49,16 @@ async def gateway(hooks: RecordingOutbound) -> AsyncIterator[Gateway]:
 
 
 @pytest.fixture
-async def client(gateway: Gateway) -> AsyncIterator[AsyncOpenAI]:
-    async with serving(gateway.asgi_app()) as url:
-        sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
-        yield sdk
-        await sdk.close()
+async def url(gateway: Gateway) -> AsyncIterator[str]:
+    async with serving(gateway.asgi_app()) as served:
+        yield served
+
+
+@pytest.fixture
+async def client(url: str) -> AsyncIterator[AsyncOpenAI]:
+    sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=SECRET, max_retries=0, timeout=WAIT * 2)
+    yield sdk
+    await sdk.close()
 
 
 async def test_a_whole_answer_and_its_usage(
@@ -112,3 +122,74 @@ async def test_a_closed_port_is_skipped_for_a_live_replica(
         answer = await client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert answer.choices[0].message.content == "r1"
     assert [replica for replica, _ in hooks.failed] == ["dead"]
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/chat/completions"), ("GET", "/v1/models")])
+async def test_two_authorization_headers_are_refused_400_not_one_of_them_taken(
+    gateway: Gateway, engine: FakeEngine, url: str, method: str, path: str
+) -> None:
+    gateway.feed.replica_ready(engine.endpoint)
+    bearer = f"Bearer {SECRET}"
+    async with httpx.AsyncClient(base_url=url, timeout=WAIT) as http:
+        for second in (bearer, "Bearer sk-someone-else"):
+            refused = await http.request(
+                method,
+                path,
+                json={"model": MODEL, "messages": MESSAGES} if method == "POST" else None,
+                headers=[("Authorization", bearer), ("Authorization", second)],
+            )
+            assert refused.status_code == 400
+            error = refused.json()["error"]
+            assert error["code"] == "duplicate_authorization" and "send one" in error["message"]
+    assert engine.requests == []
+
+
+async def test_an_expired_key_lists_no_models(gateway: Gateway, url: str) -> None:
+    (key,) = list(gateway.keys)
+    gateway.feed.keys_replaced([key])
+    gateway.feed.limits_replaced({f"key:{key.key_id}": Limits(expires_s=1.0)})
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}) as http:
+        for path in ("/v1/models", f"/v1/models/{MODEL}"):
+            refused = await http.get(path)
+            assert refused.status_code == 401
+            assert refused.json()["error"]["code"] == "expired_api_key"
+        gateway.feed.limits_replaced({})
+        assert (await http.get("/v1/models")).json()["data"][0]["id"] == MODEL
+
+
+async def test_a_revoked_key_lists_no_models(gateway: Gateway, url: str) -> None:
+    gateway.feed.keys_replaced([])
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}) as http:
+        refused = await http.get("/v1/models")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+
+
+async def test_a_body_trickled_after_a_valid_keys_head_is_answered_408(gateway: Gateway) -> None:
+    """The control plane's HTTP server in front: the gateway waits for the body, the edge times it."""
+    settings = HttpSettings(port=0, body_window_s=0.2, body_min_bytes_per_s=1024, body_timeout_s=1.0)
+    server = HttpServer(gateway.asgi_app(), settings)
+    serving_task = asyncio.create_task(server.serve_until_stopped())
+    await server.listening.wait()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{" % SECRET.encode()
+    )
+
+    async def trickle() -> None:
+        while True:
+            writer.write(b" " * 10)
+            await asyncio.sleep(0.05)  # the client's pace: 200 bytes/s
+
+    trickling = asyncio.create_task(trickle())
+    try:
+        got = await asyncio.wait_for(reader.read(65536), WAIT)
+    finally:
+        trickling.cancel()
+        writer.close()
+        await server.stop()
+        await serving_task
+    assert got.startswith(b"HTTP/1.1 408")
+    error = json.loads(got.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "request_timeout" and error["type"] == "invalid_request_error"
+    assert server.guard.slow_bodies == 1

@@ -26,6 +26,18 @@ class HttpSettings(Section):
     header_timeout_s: float = Field(default=10.0, gt=0)
     """A connection whose request head (request line and headers) has not arrived whole this long
     after the connection opened, or after the head's first byte, is closed."""
+    body_min_bytes_per_s: int = Field(default=1024, ge=0)
+    """A request body must keep coming at this rate at least, measured over each window of
+    ``body_window_s`` after the first (a grace); slower, the connection is closed (408 when nothing
+    was answered yet). Windows while the server holds the body back (its app reads it slowly, or a
+    request ahead on the connection is still answered) do not count. 0: no rate is asked."""
+    body_window_s: float = Field(default=5.0, gt=0)
+    """The window a body's rate is measured over."""
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    """A request body must arrive whole within this long, plus one second for each MiB received:
+    a body sent at 1 MiB/s (8 Mbit/s) or faster is never cut, whatever its size (a /v1/files
+    upload of hundreds of MiB), while a slow one, above ``body_min_bytes_per_s``, cannot hold its
+    connection for long. Time while the server holds the body back does not count."""
     keep_alive_s: float = Field(default=75.0, gt=0)
     """An idle keep-alive connection (no request under way) is closed after this long."""
     max_connections: int = Field(default=4096, ge=1)

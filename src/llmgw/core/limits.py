@@ -290,11 +290,19 @@ class Meter:
             self.requests.level += 1.0
         self.concurrent -= 1
 
+    def expiry(self, now: float) -> Refusal | None:
+        """The refusal of a subject whose ``expires_s`` has passed (401 ``expired_api_key``), else None."""
+        expires_s = self.limits.expires_s
+        if expires_s is not None and now >= expires_s:
+            s = self.subject
+            return Refusal(s, "expires_s", f"{s} expired", INF, 401, "expired_api_key")
+        return None
+
     def _gate(self, model: str, now: float) -> Refusal | None:
         limits = self.limits
         s = self.subject
         if limits.expires_s is not None and now >= limits.expires_s:
-            return Refusal(s, "expires_s", f"{s} expired", INF, 401, "expired_api_key")
+            return self.expiry(now)
         if limits.models is not None and model not in limits.models:
             why = f"{s} may not use model '{model}'"
             return Refusal(s, "models", why, INF, 403, "model_not_allowed")

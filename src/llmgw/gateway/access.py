@@ -3,7 +3,8 @@
 Every route of ``/v1`` checks its request here before anything else happens
 (forwarded requests in ``app.py``, pictures and jobs in ``workflow_routes.py``):
 
-- :meth:`Access.authenticate`: the bearer key, in memory (401 ``invalid_api_key``);
+- :meth:`Access.authenticate`: the bearer key, in memory (401 ``invalid_api_key``; 400 for a
+  request with more than one ``Authorization`` header);
 - :meth:`Access.visible`: a model (a catalog entry, or an adapter registered
   alone) exists for the key only where it sees it (:mod:`llmgw.core.tenancy`);
   any other answers 404 as a name never defined (:func:`model_not_found`);
@@ -21,6 +22,20 @@ from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.paths import TASK_OF_ROUTE
+
+TWO_AUTHORIZATIONS = b"\x00more than one Authorization header"
+"""What a request's headers give :meth:`Access.authenticate` when they hold more than one
+``Authorization`` (``app.py``'s header loop): never a key (it is told apart by identity), answered 400
+rather than one of the keys picked."""
+
+
+def two_authorizations() -> ApiError:
+    """400 for a request with more than one ``Authorization`` header."""
+    return ApiError(
+        400,
+        "The request has more than one Authorization header; send one, 'Authorization: Bearer <key>'.",
+        "duplicate_authorization",
+    )
 
 
 def model_not_found(model: str) -> ApiError:
@@ -44,7 +59,8 @@ class Access:
         self._adapters = adapters
 
     def authenticate(self, authorization: bytes | None) -> KeyEntry:
-        """The key of an ``Authorization: Bearer`` header's value; 401 for none or an unknown one."""
+        """The key of an ``Authorization: Bearer`` header's value; 401 for none or an unknown one, 400
+        for :data:`TWO_AUTHORIZATIONS` (looked at only once no key matched: no cost to a valid one)."""
         if not authorization:
             raise ApiError(
                 401,
@@ -56,6 +72,8 @@ class Access:
         secret = secret.strip()
         entry = self._keys.lookup(secret) if scheme.lower() == b"bearer" and secret else None
         if entry is None:
+            if authorization is TWO_AUTHORIZATIONS:
+                raise two_authorizations()
             raise ApiError(
                 401,
                 "Incorrect API key provided. Check the key sent as 'Authorization: Bearer <key>', "

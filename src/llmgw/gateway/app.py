@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.requestbounds import check_request
 from llmgw.gateway import knowledge, metrics
-from llmgw.gateway.access import Access, model_not_found
+from llmgw.gateway.access import TWO_AUTHORIZATIONS, Access, model_not_found
 from llmgw.gateway.adapters import Adapters
 from llmgw.gateway.api_errors import ApiError, error_body, refused, send_bytes, send_error
 from llmgw.gateway.batch_routes import BatchBook, BatchRoutes, batch_route
@@ -268,7 +268,8 @@ class Gateway:
         traceparent = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
-                authorization = value
+                # a second one is refused (400) where the key is read, rather than one of them taken
+                authorization = value if authorization is None else TWO_AUTHORIZATIONS
             elif name == b"x-request-id":
                 given_id = value
             elif name == b"content-length":
@@ -378,6 +379,7 @@ class Gateway:
                     405, f"{method} is not allowed on {path}; use GET.", headers=((b"allow", b"GET"),)
                 )
             key = self._authenticate(authorization)
+            self.limiter.refuse_expired(key)  # an expired key sees nothing, as it may ask nothing
             await self._models(send, exchange, path, key)
         elif file_route(path):
             key = exchange.key = self._authenticate(authorization)

@@ -214,6 +214,18 @@ class Limiter:
             raise refused(refusal, meters, now)
         return Ticket(meters, self.clock)
 
+    def refuse_expired(self, key: KeyEntry) -> None:
+        """401 when ``key``, or a subject of its chain, has expired, as :meth:`admit` answers: for
+        routes that admit no request but answer what the key sees (``GET /v1/models``)."""
+        meters = self._by_key.get(key.key_id)
+        if meters is None:
+            return
+        now = self.clock()
+        for meter in meters:
+            refusal = meter.expiry(now)
+            if refusal is not None:
+                raise refused(refusal, meters, now)
+
 
 def events_in(chunk: bytes) -> int:
     """Content events in a run of SSE events: about one token each."""

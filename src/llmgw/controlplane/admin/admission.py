@@ -5,6 +5,9 @@ port serves except the gateway (``/v1`` has its own keys and its own 32 MiB
 limit, :mod:`llmgw.gateway.bodies`), and in front of a standby's relaying,
 which reads a body whole before it passes it on:
 
+- a request with more than one ``Authorization`` header is answered 400, on
+  every path (the gateway does so for ``/v1``), rather than one of them
+  taken;
 - an ``/api`` request without a live token (the admin token, or a user's:
   :class:`~llmgw.controlplane.admin.callers.Callers`, from memory) is answered 401
   from its headers alone, before a byte of its body is read; the public paths
@@ -33,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmgw.controlplane.admin.callers import Callers
-from llmgw.controlplane.api.state import WRONG_TOKEN, WRONG_TOKEN_HINT
+from llmgw.controlplane.api.state import TWO_TOKENS, TWO_TOKENS_HINT, WRONG_TOKEN, WRONG_TOKEN_HINT
 from llmgw.gateway.paths import gateway_path
 
 ASGIApp = Callable[
@@ -51,11 +54,31 @@ def _wants_token(path: str) -> bool:
     return (path == "/api" or path.startswith("/api/")) and path not in PUBLIC_API_PATHS
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
+def _headers(scope: dict[str, Any]) -> tuple[str | None, str | None, bool]:
+    """The request's ``Authorization`` and ``Content-Length``, in one pass, and whether it has more
+    than one ``Authorization``."""
+    authorization = length = None
+    twice = False
     for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
+        if key == b"authorization":
+            twice = twice or authorization is not None
+            authorization = str(value.decode("latin-1"))
+        elif key == b"content-length":
+            length = str(value.decode("latin-1"))
+    return authorization, length, twice
+
+
+def two_authorizations(scope: dict[str, Any]) -> bool:
+    """Whether the request has more than one ``Authorization`` header."""
+    found = 0
+    for key, _ in scope["headers"]:
+        found += key == b"authorization"
+    return found > 1
+
+
+async def refuse_two_authorizations(send: Callable[[Any], Awaitable[None]]) -> None:
+    """The 400 for a request with more than one ``Authorization`` header."""
+    await _answer(send, 400, TWO_TOKENS, TWO_TOKENS_HINT)
 
 
 async def _answer(send: Callable[[Any], Awaitable[None]], status: int, message: str, hint: str) -> None:
@@ -92,13 +115,16 @@ class Admission:
         if scope["type"] != "http" or gateway_path(path):
             await self._app(scope, receive, send)
             return
-        if _wants_token(path) and self._callers.identify(_header(scope, b"authorization") or "") is None:
+        authorization, length, twice = _headers(scope)
+        if twice:
+            await refuse_two_authorizations(send)
+            return
+        if _wants_token(path) and self._callers.identify(authorization or "") is None:
             await _answer(send, 401, WRONG_TOKEN, WRONG_TOKEN_HINT)
             return
         if (scope["method"], path) in UNBOUNDED:
             await self._app(scope, receive, send)
             return
-        length = _header(scope, b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > self._limit:
             too_large = BodyTooLarge(self._limit)
             await _answer(send, 413, too_large.message, too_large.hint)

@@ -33,7 +33,7 @@ from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.controlplane.training.scheduling import TrainingScheduler
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
-from llmgw.errors import Unauthorized
+from llmgw.errors import BadRequest, Unauthorized
 from llmgw.knowledge.service import Knowledge
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.pulling import Pulls
@@ -123,6 +123,9 @@ State = Annotated[AdminState, Depends(admin_state)]
 """A route's parameter type for the admin state."""
 
 
+TWO_TOKENS = "the request has more than one Authorization header"
+TWO_TOKENS_HINT = "send one: 'Authorization: Bearer <token>'"
+
 WRONG_TOKEN = "missing, wrong, expired or revoked token"
 WRONG_TOKEN_HINT = (
     "send 'Authorization: Bearer <token>' with the token in admin.token beside server.yaml, or a user's "
@@ -133,7 +136,10 @@ WRONG_TOKEN_HINT = (
 def check_token(request: Request, state: State) -> Caller:
     """The caller, or 401 without a live token (also checked before any body, by the admission layer:
     this check covers what reaches the app otherwise, a standby's relayed requests)."""
-    caller = state.who.identify(request.headers.get("authorization", ""))
+    given = request.headers.getlist("authorization")
+    if len(given) > 1:
+        raise BadRequest(TWO_TOKENS, TWO_TOKENS_HINT)
+    caller = state.who.identify(given[0] if given else "")
     if caller is None:
         raise Unauthorized(WRONG_TOKEN, WRONG_TOKEN_HINT)
     return caller

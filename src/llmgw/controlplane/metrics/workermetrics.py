@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from llmgw.controlplane.admin.admission import refuse_two_authorizations, two_authorizations
 from llmgw.controlplane.serving.httpserving import ASGIApp
 
 PREFIXES = ("llmgw_gateway_", "llmgw_adapter_")
@@ -74,6 +75,9 @@ def serve_metrics(app: ASGIApp, view: SummedRegistry, refresh: Callable[[], Awai
 
     async def metrics(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
+            if two_authorizations(scope):  # as the admission layer behind answers every other path
+                await refuse_two_authorizations(send)
+                return
             await refresh()
             body = generate_latest(view)  # any object with collect() will do
             head = [
