@@ -17,6 +17,7 @@ from starlette.routing import Match
 from llmgw import __version__
 from llmgw.controlplane.admin.callers import Callers
 from llmgw.controlplane.admin.changes import Changes
+from llmgw.controlplane.config import MirrorSettings
 from llmgw.controlplane.api import (
     agents,
     audit,
@@ -134,6 +135,7 @@ class AdminApi:
         training: TrainingScheduler | None = None,
         knowledge: Knowledge | None = None,
         collection_pairs: CollectionPairs | None = None,
+        mirror: MirrorSettings | None = None,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -157,6 +159,7 @@ class AdminApi:
             training=training,
             knowledge=knowledge,
             collection_pairs=collection_pairs,
+            mirror=mirror or MirrorSettings(),
         )
 
     @property
