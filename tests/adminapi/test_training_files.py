@@ -11,7 +11,9 @@ from llmgw.adminapi.training import BaseFile
 SHA = "a" * 64
 
 
-@pytest.mark.parametrize("filename", ["../model.safetensors", "..", "dir\\model.gguf", "m\x00.gguf", "m\n.gguf"])
+@pytest.mark.parametrize(
+    "filename", ["../model.safetensors", "..", "dir\\model.gguf", "m\x00.gguf", "m\n.gguf"]
+)
 def test_a_base_file_named_as_a_path_or_with_a_control_character_is_refused(filename: str) -> None:
     with pytest.raises(ValidationError, match="filename"):
         BaseFile(sha256=SHA, filename=filename)

@@ -155,7 +155,9 @@ async def test_a_users_own_quota_replaces_the_default(mirror: Mirror) -> None:
         assert (await bea.get("/api/mirror/quota")).json()["quota_bytes"] == 100
 
 
-async def test_a_cluster_admin_has_no_quota_but_the_largest_upload_bounds_every_upload(mirror: Mirror) -> None:
+async def test_a_cluster_admin_has_no_quota_but_the_largest_upload_bounds_every_upload(
+    mirror: Mirror,
+) -> None:
     assert (await upload(mirror.admin, b"y" * 40)).status_code == 201
     assert (await mirror.admin.get("/api/mirror/quota")).json()["quota_bytes"] is None
     answer = await upload(mirror.admin, b"z" * 51)

@@ -38,7 +38,8 @@ def filename_problem(name: str) -> str:
         return f"is {name!r}, a path's component, not a file's name"
     for separator in ("/", "\\"):
         if separator in name:
-            return f"holds {separator!r} (at character {name.index(separator) + 1}): give the name alone, no path"
+            at = name.index(separator) + 1
+            return f"holds {separator!r} (at character {at}): give the name alone, no path"
     for position, character in enumerate(name, 1):
         if _control(character):
             return (

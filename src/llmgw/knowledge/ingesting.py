@@ -30,6 +30,7 @@ from llmgw.store.knowledge import CollectionRecord, DocumentRecord, KnowledgeSto
 Progress = Callable[[int, int], None]
 """Told the passages embedded so far and how many there are."""
 
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A document read and split, not yet embedded."""

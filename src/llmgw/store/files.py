@@ -185,7 +185,8 @@ class ClientFiles:
         return [_record(row) for row in rows]
 
     async def naming(self, sha256: str, limit: int = 5) -> builtins.list[str]:
-        """The ids of up to ``limit`` files whose bytes are blob ``sha256`` (expired ones too, until swept)."""
+        """The ids of up to ``limit`` files whose bytes are blob ``sha256`` (expired ones too, until
+        swept)."""
         query = select(ClientFileRow.id).where(ClientFileRow.sha256 == sha256).order_by(ClientFileRow.id)
         async with self._store.session() as session:
             return list(await session.scalars(query.limit(limit)))

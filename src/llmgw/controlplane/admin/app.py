@@ -17,7 +17,6 @@ from starlette.routing import Match
 from llmgw import __version__
 from llmgw.controlplane.admin.callers import Callers
 from llmgw.controlplane.admin.changes import Changes
-from llmgw.controlplane.config import MirrorSettings
 from llmgw.controlplane.api import (
     agents,
     audit,
@@ -47,6 +46,7 @@ from llmgw.controlplane.api import (
 )
 from llmgw.controlplane.api.errors import add_error_handlers, describe_400_not_422
 from llmgw.controlplane.api.state import AdminState, no_components
+from llmgw.controlplane.config import MirrorSettings
 from llmgw.controlplane.lifecycle.leadership import Leadership
 from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
 from llmgw.controlplane.mirror.replicating import MirrorReplicator

@@ -38,7 +38,9 @@ BINARY_BODY = {
     }
 }
 
-FREE_ROOM = "remove blobs you no longer need ('llmgw ctl mirror rm SHA256'; 'llmgw ctl mirror ls' lists yours)"
+FREE_ROOM = (
+    "remove blobs you no longer need ('llmgw ctl mirror rm SHA256'; 'llmgw ctl mirror ls' lists yours)"
+)
 
 
 Filename = Annotated[
@@ -108,7 +110,9 @@ async def upload_blob(
     or once no live peer is left to pull it, saying how many."""
     problem = filename_problem(filename)
     if problem:
-        raise ValidationFailed([("query.filename", problem)], "give the file's name alone, such as model.gguf")
+        raise ValidationFailed(
+            [("query.filename", problem)], "give the file's name alone, such as model.gguf"
+        )
     if (caller.highest() or 0) < Role.MEMBER:
         raise Forbidden(
             f"{caller.name} may not upload into the mirror: that needs a member's role somewhere",

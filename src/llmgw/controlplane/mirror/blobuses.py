@@ -36,7 +36,8 @@ def named_digests(value: Any) -> Iterator[str]:
 
 
 async def blob_uses(store: Store, builds: BuildIndex, sha256: str) -> list[str]:
-    """What names blob ``sha256`` ("model m", "engine build …", "training job …", "file …"); empty: nothing."""
+    """What names blob ``sha256`` ("model m", "engine build …", "training job …", "file …");
+    empty: nothing does."""
     uses = [
         f"model {record.name}"
         for record in await store.models.list()
