@@ -248,3 +248,11 @@ async def test_removing_a_blob_the_mirror_lacks_is_not_found(mirror: Mirror) -> 
     answer = await mirror.admin.delete(f"/api/mirror/blobs/{'a' * 64}")
     assert answer.status_code == 404
     assert (await mirror.admin.delete("/api/mirror/blobs/not-a-digest")).status_code == 400
+
+
+async def test_a_pull_does_not_start_once_the_callers_quota_is_used_up(mirror: Mirror) -> None:
+    async with await mirror.member("mia") as mia:
+        assert (await upload(mia, b"0123456789")).status_code == 201
+        answer = await mia.post("/api/mirror/pulls", json={"source": "hf:org/repo"})
+    assert answer.status_code == 413
+    assert "mia holds 10 bytes" in answer.json()["error"]["message"]

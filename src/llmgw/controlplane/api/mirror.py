@@ -56,6 +56,17 @@ def quota_of(state: AdminState, caller: Caller) -> int | None:
     return state.mirror.quota_of(caller.name)
 
 
+async def check_room(state: AdminState, caller: Caller) -> None:
+    """TooLarge (413) when ``caller`` has used up its quota: a pull, whose size is known only as it
+    goes, starts only with room left (what it brings is counted as the caller's after)."""
+    quota = quota_of(state, caller)
+    if quota is None:
+        return
+    used = await state.store.blobs.bytes_of(caller.name)
+    if used >= quota:
+        raise _over_quota(caller.name, used, None, quota)
+
+
 @router.get("/mirror/blobs", response_model=list[BlobView])
 async def list_blobs(state: State) -> list[BlobView]:
     """Every file the mirror holds: sha256, size, name, kind, owner, and the control planes holding it."""
