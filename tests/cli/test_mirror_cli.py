@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from llmgw.adminapi.schemas import BlobCopyView, BlobView
 from llmgw.cli.main import app
 from llmgw.cli.mirror import copies_of
+from llmgw.cli.output import console, shown
 from llmgw.client.admin import AdminClient
 from llmgw.errors import Conflict, NotFound
 from llmgw.pki.authority import Authority
@@ -137,3 +138,9 @@ def test_ctl_audit_prints_control_characters_escaped(admin_server: AdminServer, 
     assert "\x1b" not in audit.output and "\x07" not in audit.output
     assert "evil\\x1b[2J\\x07.md" in audit.output
     assert client.audit(5)[0].target == "guide/evil\x1b[2J\x07.md"
+
+
+def test_a_client_given_name_prints_as_text_with_control_characters_escaped() -> None:
+    with console.capture() as captured:
+        console.print(shown("[bold]evil[/]\x1b[2J.gguf"))
+    assert captured.get().strip() == "[bold]evil[/]\\x1b[2J.gguf"
