@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from llmgw.controlplane.admin.admission import Admission
 from llmgw.controlplane.admin.app import AdminApi
@@ -256,3 +257,10 @@ async def test_a_pull_does_not_start_once_the_callers_quota_is_used_up(mirror: M
         answer = await mia.post("/api/mirror/pulls", json={"source": "hf:org/repo"})
     assert answer.status_code == 413
     assert "mia holds 10 bytes" in answer.json()["error"]["message"]
+
+
+def test_a_negative_quota_is_refused_naming_the_user() -> None:
+    with pytest.raises(ValidationError, match="mia has less"):
+        MirrorSettings(quotas={"mia": -1, "bea": 5})
+    assert MirrorSettings(quotas={"bea": 5}).quota_of("bea") == 5
+    assert MirrorSettings(quota_bytes=7).quota_of("mia") == 7
