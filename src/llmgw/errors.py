@@ -6,9 +6,10 @@
     ├── ConfigError                 a config file or flag that cannot be used
     ├── ValidationFailed            user input with field-level problems (400)
     ├── NotFound                    a named thing that does not exist (404)
-    ├── Conflict                    a thing that already exists (409)
+    ├── Conflict                    a thing that already exists, or is still in use (409)
     ├── Unauthorized                a missing or wrong credential (401)
     ├── Forbidden                   a credential whose roles do not allow the action (403)
+    ├── TooLarge                    more bytes than a bound or quota allows (413)
     ├── StoreError                  the database failed or timed out
     │   └── StoreUnavailable        the database cannot be reached (503)
     ├── EngineError                 an inference engine failed
@@ -77,6 +78,12 @@ class Unauthorized(LlmgwError):
 
 class Forbidden(LlmgwError):
     status = 403
+
+
+class TooLarge(LlmgwError):
+    """An upload past a size bound or its owner's quota; nothing of it is kept."""
+
+    status = 413
 
 
 class StoreError(LlmgwError):

@@ -222,3 +222,69 @@ async def test_a_gateway_without_a_book_says_where_files_are_kept() -> None:
             await sdk.files.create(file=("x.txt", b"x"), purpose="user_data")
         assert "control plane" in missing.value.message
     await gateway.close()
+
+
+def _multipart(filename: str) -> bytes:
+    """A form with ``filename`` sent as it is (the SDK's httpx percent-encodes control characters)."""
+    return (
+        b"--b\r\n"
+        b'Content-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n'
+        b"--b\r\n"
+        b'Content-Disposition: form-data; name="file"; filename="' + filename.encode() + b'"\r\n'
+        b"Content-Type: text/plain\r\n\r\nhello\r\n"
+        b"--b--\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("filename", "said"),
+    [
+        ("../../etc/passwd", "'/'"),
+        ("dir\\notes.txt", "'\\\\'"),
+        ("..", "'..'"),
+        ("notes\x00.txt", "\\x00"),
+        ("notes\x1b[2J.txt", "\\x1b"),
+        ("notes\x7f.txt", "\\x7f"),
+        ("n" * 256, "at most 255"),
+    ],
+)
+async def test_an_unsafe_file_name_is_refused_saying_which_character(
+    plane: Plane, store: Store, filename: str, said: str
+) -> None:
+    async with httpx.AsyncClient(
+        transport=StreamingAsgiTransport(plane.gateway.asgi_app()), base_url="http://gateway.test"
+    ) as http:
+        headers = {"authorization": f"Bearer {SECRET}", "content-type": "multipart/form-data; boundary=b"}
+        answer = await http.post("/v1/files", content=_multipart(filename), headers=headers)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "file"
+    assert said in error["message"]
+    assert await store.files.bytes_of(PLACE) == 0
+    assert await store.blobs.list() == []
+
+
+async def test_a_name_kept_from_before_the_checks_never_breaks_the_contents_header(
+    plane: Plane, store: Store
+) -> None:
+    async with plane.sdk() as sdk:
+        await sdk.files.create(file=("notes.txt", b"hello"), purpose="user_data")
+    (blob,) = await store.blobs.list()
+    kept = await store.files.add(
+        owner=PLACE,
+        key_id="k1",
+        purpose="user_data",
+        filename='a"b\r\nX-Evil: 1\\é.txt',
+        size=5,
+        sha256=blob.sha256,
+        expires_s=None,
+    )
+    async with httpx.AsyncClient(
+        transport=StreamingAsgiTransport(plane.gateway.asgi_app()), base_url="http://gateway.test"
+    ) as http:
+        answer = await http.get(f"/v1/files/{kept.id}/content", headers={"authorization": f"Bearer {SECRET}"})
+    assert answer.status_code == 200 and answer.content == b"hello"
+    assert "x-evil" not in answer.headers
+    assert answer.headers["content-disposition"] == (
+        "inline; filename=\"a_b__X-Evil: 1__.txt\"; filename*=UTF-8''a%22b%0D%0AX-Evil%3A%201%5C%C3%A9.txt"
+    )

@@ -164,6 +164,20 @@ async def test_a_file_of_another_kind_or_a_broken_pdf_is_a_400_naming_it(cluster
     assert cluster.embedder.calls == []  # refused before anything was embedded
 
 
+@pytest.mark.parametrize(
+    ("name", "said"), [("notes%00.txt", "\\x00"), ("notes%1B%5B2J.txt", "\\x1b"), ("%2E%2E", "'..'")]
+)
+async def test_a_document_name_with_a_control_character_is_a_400_naming_it(
+    cluster: Cluster, name: str, said: str
+) -> None:
+    assert (await _create(cluster.admin, "guide")).status_code == 201
+    answer = await cluster.admin.put(f"/api/knowledge/collections/guide/documents/{name}", content=b"hello")
+    assert answer.status_code == 400
+    assert said in answer.json()["error"]["message"]
+    assert "\x00" not in answer.text and "\x1b" not in answer.text
+    assert cluster.embedder.calls == []
+
+
 async def test_the_embedding_model_must_serve_embeddings_and_exist(cluster: Cluster) -> None:
     chat = await cluster.admin.post(
         "/api/knowledge/collections", json={"name": "c", "embedding_model": "chat"}

@@ -51,8 +51,9 @@ async def test_pull_with_a_token_ends_done_with_files_and_catalog_source_and_no_
     listing = await client.get("/api/mirror/pulls")
     assert [p["id"] for p in listing.json()] == [view["id"]]
     assert HF_TOKEN not in listing.text
-    blobs = {b["sha256"] for b in (await client.get("/api/mirror/blobs")).json()}
-    assert {f["sha256"] for f in view["files"]} <= blobs
+    blobs = {b["sha256"]: b["owner"] for b in (await client.get("/api/mirror/blobs")).json()}
+    assert {f["sha256"] for f in view["files"]} <= set(blobs)
+    assert {blobs[f["sha256"]] for f in view["files"]} == {"admin"}, "a pull's files are its caller's"
 
 
 async def test_pull_of_a_gated_repo_without_token_fails_with_what_to_do(api) -> None:  # type: ignore[no-untyped-def]

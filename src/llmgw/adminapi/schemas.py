@@ -282,6 +282,30 @@ class BlobView(AnswerModel):
     kind: str
     copies: list[BlobCopyView] = []
     """The control planes holding it, oldest copy first."""
+    owner: str = ""
+    """The user who uploaded it (empty: the cluster's)."""
+
+
+class BlobRemoved(AnswerModel):
+    sha256: str
+    size: int
+    filename: str
+    owner: str = ""
+    note: str = ""
+    """What happens to the copies on the control planes."""
+
+
+class MirrorQuotaView(AnswerModel):
+    """A user's room in the mirror (``GET /api/mirror/quota``)."""
+
+    user: str
+    used_bytes: int
+    """Bytes of the blobs the user uploaded."""
+    quota_bytes: int | None
+    """Bytes the user may hold (server.yaml ``mirror.quota_bytes``, or ``mirror.quotas``); None: no
+    bound (a cluster admin)."""
+    max_upload_bytes: int
+    """The largest one upload may be (``mirror.max_upload_bytes``)."""
 
 
 class BlobImported(AnswerModel):

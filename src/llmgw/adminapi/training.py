@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, JsonValue
 
 from llmgw.adminapi.schemas import AnswerModel, RequestModel
+from llmgw.core.filenames import safe_filename
 from llmgw.core.tenancy import owner_text
 from llmgw.core.training import ANY_NODE, MAX_RETRY
 from llmgw.core.trainingstream import MAX_PAIRS_BYTES
@@ -15,7 +16,8 @@ from llmgw.core.trainingstream import MAX_PAIRS_BYTES
 
 class BaseFile(RequestModel):
     sha256: str = Field(pattern=r"^(sha256:)?[0-9a-f]{64}$")
-    filename: str = Field(min_length=1, max_length=256, pattern=r"^[^/]+$")
+    filename: Annotated[str, AfterValidator(safe_filename)]
+    """The file's name on the node (no path, no control characters, at most 255 bytes)."""
 
 
 class TrainingSubmit(RequestModel):

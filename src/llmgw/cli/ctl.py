@@ -24,7 +24,7 @@ from llmgw.cli.limits import limits_app
 from llmgw.cli.mirror import app as mirror_app
 from llmgw.cli.modelcatalog import list_models, model_app
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
-from llmgw.cli.output import console, print_json, table
+from llmgw.cli.output import console, print_json, shown, table
 from llmgw.cli.plan import plan
 from llmgw.cli.presets import presets
 from llmgw.cli.tenancy import org_app, project_app, team_app, user_app
@@ -202,5 +202,5 @@ def audit(
         return
     table(
         ["AT", "ACTOR", "ACTION", "TARGET"],
-        [(a.at.strftime("%Y-%m-%d %H:%M:%S"), a.actor, a.action, a.target) for a in rows],
+        [(a.at.strftime("%Y-%m-%d %H:%M:%S"), shown(a.actor), a.action, shown(a.target)) for a in rows],
     )

@@ -24,7 +24,7 @@ import typer
 from rich.progress import Progress
 
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
-from llmgw.cli.output import console, print_json, table
+from llmgw.cli.output import console, print_json, shown, table
 from llmgw.client.admin import AdminClient
 from llmgw.errors import LlmgwError
 
@@ -150,7 +150,14 @@ def list_collections(
         table(
             ["DOCUMENT", "KIND", "SIZE", "PASSAGES", "UPLOADED BY", "UPLOADED AT"],
             [
-                (d["name"], d["kind"], d["size"], d["passages"], d["uploaded_by"], d["uploaded_at"][:19])
+                (
+                    shown(d["name"]),
+                    d["kind"],
+                    d["size"],
+                    d["passages"],
+                    d["uploaded_by"],
+                    d["uploaded_at"][:19],
+                )
                 for d in detail["document_list"]
             ],
             title=f"{name} ({detail['owner'] or 'cluster'}, {detail['embedding_model']})",
@@ -205,7 +212,7 @@ def search(
             (
                 f"{p['score']:.4f}",
                 p["collection"],
-                p["document"],
+                shown(p["document"]),
                 p["position"],
                 " ".join(p["text"].split())[:120],
             )
@@ -225,7 +232,7 @@ def delete(
     admin = client(url, token)
     if document:
         admin.request("DELETE", _path(name, "documents", document))
-        console.print(f"document {document} removed from {name}")
+        console.print(f"document {shown(document)} removed from {name}")
     else:
         admin.request("DELETE", _path(name))
         console.print(f"collection {name} deleted")

@@ -11,8 +11,10 @@ from typing import Any, NoReturn
 
 from pydantic_core import to_jsonable_python
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
+from llmgw.core.filenames import escaped
 from llmgw.errors import LlmgwError, ValidationFailed
 from llmgw.observability import logcontext
 
@@ -30,12 +32,26 @@ def fail(error: LlmgwError) -> NoReturn:
     sys.exit(2 if error.status in (400, 404, 409) else 1)
 
 
+def shown(text: object) -> str:
+    """Text a client gave (a file's name, an audit entry's target) as a table or a line prints it:
+    control characters written as escapes (``\\x1b``), so they never act on the terminal, and Rich's
+    ``[...]`` markup taken as plain text."""
+    return markup_escape(escaped(str(text)))
+
+
+def _cell(value: object) -> str:
+    """A table's cell: control characters other than a line break escaped, whatever the column."""
+    if value is None:
+        return ""
+    return "\n".join(escaped(line) for line in str(value).split("\n"))
+
+
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
     out = Table(title=title, show_edge=False, header_style="bold")
     for column in columns:
         out.add_column(column)
     for row in rows:
-        out.add_row(*("" if value is None else str(value) for value in row))
+        out.add_row(*(_cell(value) for value in row))
     console.print(out)
 
 

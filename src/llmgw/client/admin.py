@@ -21,9 +21,11 @@ from llmgw.adminapi.limits import LimitsView
 from llmgw.adminapi.schemas import (
     AuditEntry,
     BlobImported,
+    BlobRemoved,
     BlobView,
     KeyCreated,
     KeyView,
+    MirrorQuotaView,
     ModelEntry,
     ModelView,
     NodeView,
@@ -41,7 +43,7 @@ from llmgw.adminapi.schemas import (
 from llmgw.adminapi.tenancy import TokenCreated, TokenView, UnitView, UserView, WhoView
 from llmgw.adminapi.usage import UsageAnswer
 from llmgw.client.targets import resolve_target
-from llmgw.errors import Forbidden, LlmgwError, NotFound, Unauthorized, ValidationFailed
+from llmgw.errors import Conflict, Forbidden, LlmgwError, NotFound, TooLarge, Unauthorized, ValidationFailed
 
 UPLOAD_CHUNK = 1 << 20
 
@@ -185,6 +187,12 @@ class AdminClient:
 
     def blobs(self) -> list[BlobView]:
         return self._get(list[BlobView], "/api/mirror/blobs")
+
+    def mirror_quota(self) -> MirrorQuotaView:
+        return self._get(MirrorQuotaView, "/api/mirror/quota")
+
+    def remove_blob(self, sha256: str) -> BlobRemoved:
+        return self._call(BlobRemoved, "DELETE", f"/api/mirror/blobs/{quote(sha256, safe='')}")
 
     def upload_blob(
         self, filename: str, data: BinaryIO, length: int, progress: Callable[[int], None] | None = None
@@ -336,6 +344,10 @@ def _translate(error: urllib.error.HTTPError) -> LlmgwError:
         return Forbidden(message, hint)
     if error.code == 404:
         return NotFound(message, hint)
+    if error.code == 409:
+        return Conflict(message, hint)
+    if error.code == 413:
+        return TooLarge(message, hint)
     if error.code == 400 and detail.get("problems"):
         return ValidationFailed([(p["field"], p["problem"]) for p in detail["problems"]], hint)
     failure = LlmgwError(message, hint)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from llmgw.configfiles import ConfigFile, Section, read_yaml, save, validate
 from llmgw.gateway.routing import RoutingSettings
@@ -99,6 +99,25 @@ class MirrorSettings(Section):
     ack_wait_s: float = Field(default=20.0, ge=0)
     """Longest an import waits for live peers to pull its blob before it answers with fewer copies
     (kept under the 30 s clients wait for an answer; the peers go on pulling after it)."""
+    max_upload_bytes: int = Field(default=256 << 30, gt=0)
+    """Largest file one upload (``POST /api/mirror/blobs``, ``llmgw mirror import``) may bring."""
+    quota_bytes: int = Field(default=1 << 40, ge=0)
+    """Bytes of blobs each user may hold in the mirror by uploads (a cluster admin: no bound); past
+    it, an upload answers 413 until the user removes blobs (``llmgw ctl mirror rm``)."""
+    quotas: dict[str, int] = Field(default_factory=dict)
+    """Per-user exceptions to ``quota_bytes``: a user's name and the bytes that user may hold."""
+
+    @field_validator("quotas")
+    @classmethod
+    def _quotas(cls, value: dict[str, int]) -> dict[str, int]:
+        negative = sorted(user for user, size in value.items() if size < 0)
+        if negative:
+            raise ValueError(f"a quota is a number of bytes, 0 or more; {', '.join(negative)} has less")
+        return value
+
+    def quota_of(self, user: str) -> int:
+        """The bytes ``user`` may hold in the mirror."""
+        return self.quotas.get(user, self.quota_bytes)
 
 
 class GatewaySettingsFile(Section):

@@ -467,6 +467,7 @@ def build_admin(
         training=replicas.training,
         knowledge=kb,
         collection_pairs=kb.pairs,  # `ctl train submit --pairs-from COLLECTION`
+        mirror=config.mirror,
     )
 
 

@@ -36,6 +36,7 @@ from llmgw.core.engines import (
     engines_where,
     find_engine,
 )
+from llmgw.core.filenames import safe_filename
 from llmgw.core.mig import Spread, mig_refusal
 from llmgw.core.requestbounds import RequestLimits
 from llmgw.core.tenancy import Owner, owner_text
@@ -66,7 +67,7 @@ def _sha256(value: str) -> str:
 def _plain_name(value: str) -> str:
     if "/" in value or value.startswith(".") or not value:
         raise ValueError("must be a plain file name, without '/' or a leading '.'")
-    return value
+    return safe_filename(value)
 
 
 class Projector(Strict):

@@ -31,9 +31,10 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
+from llmgw.core.filenames import filename_problem
 from llmgw.gateway.api_errors import ApiError, allow_only, send_bytes
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange, send_json
-from llmgw.gateway.files import FileStore, StoredFile, content_type
+from llmgw.gateway.files import FileStore, StoredFile, content_disposition, content_type
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.listing import list_page, page_limit, query_params
 
@@ -249,7 +250,10 @@ class FileRoutes:
             purpose = form.get("purpose")
             if purpose not in PURPOSES:
                 raise _invalid(f"'purpose' must be one of {', '.join(PURPOSES)}.", "purpose")
-            filename = (upload.filename or "file").rsplit("/", 1)[-1][:255] or "file"
+            filename = upload.filename or "file"
+            problem = filename_problem(filename)
+            if problem:
+                raise _invalid(f"The file's name {problem}.", "file")
             created = await book.add(
                 key, str(purpose), filename, _chunks(upload), expires_s(form, str(purpose))
             )
@@ -260,7 +264,7 @@ class FileRoutes:
 
 async def _send_made(send: Send, exchange: Exchange, stored: StoredFile) -> None:
     exchange.status, exchange.response_started = 200, True
-    disposition = f'inline; filename="{stored.filename}"'.encode("latin-1", "replace")
+    disposition = content_disposition(stored.filename)
     await send_bytes(
         send,
         200,
@@ -277,7 +281,7 @@ async def _send_content(
     """The file's bytes as they are read: its length is known, so the answer is not chunked."""
     first = await anext(chunks, b"")  # a blob that cannot be read fails here, before the answer starts
     exchange.status, exchange.response_started = 200, True
-    disposition = f'inline; filename="{shown["filename"]}"'.encode("latin-1", "replace")
+    disposition = content_disposition(str(shown["filename"]))
     await send(
         {
             "type": "http.response.start",

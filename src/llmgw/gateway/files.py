@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import quote
 
 CONTENT_TYPES = {".glb": "model/gltf-binary", ".obj": "model/obj", ".png": "image/png"}
 
@@ -24,6 +25,15 @@ def content_type(filename: str) -> str:
     dot = filename.rfind(".")
     suffix = filename[dot:].lower() if dot >= 0 else ""
     return CONTENT_TYPES.get(suffix) or mimetypes.guess_type(filename)[0] or "application/octet-stream"
+
+
+def content_disposition(filename: str) -> bytes:
+    """A ``Content-Disposition`` header's value naming ``filename`` (RFC 6266): a plain ASCII name,
+    with quotes, backslashes and anything unprintable as ``_``, and the name itself percent-encoded in
+    ``filename*`` (a name kept from before names were checked can never split or end the header)."""
+    plain = "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in filename)
+    encoded = quote(filename, safe="", errors="replace")
+    return f"inline; filename=\"{plain}\"; filename*=UTF-8''{encoded}".encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)

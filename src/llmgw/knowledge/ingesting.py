@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from llmgw.core.filenames import escaped, filename_problem
 from llmgw.errors import ValidationFailed
 from llmgw.knowledge.embedding import BATCH, Embedder, Vectors, to_bytes
 from llmgw.knowledge.extracting import extract
@@ -28,8 +29,6 @@ from llmgw.store.knowledge import CollectionRecord, DocumentRecord, KnowledgeSto
 
 Progress = Callable[[int, int], None]
 """Told the passages embedded so far and how many there are."""
-
-MAX_NAME = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +65,10 @@ class Ingesting:
 
     def prepare(self, name: str, data: bytes) -> Prepared:
         """The document read and split; ValidationFailed naming the file when it cannot be."""
-        if not name or len(name) > MAX_NAME or "/" in name or name.strip() != name:
+        problem = filename_problem(name) or ("has spaces at its start or end" if name.strip() != name else "")
+        if problem:
             raise ValidationFailed(
-                [("name", f"document name {name[:80]!r} is empty, too long, or holds '/' or edge spaces")],
+                [("name", f"document name {escaped(name[:80])!r} {problem}")],
                 "upload the file under a plain file name",
             )
         kind, text = extract(name, data)

@@ -196,7 +196,7 @@ class Pulls:
             else:
                 path, sha256 = await downloader.fetch(wanted, progress)
                 await self.blobs.adopt(path, sha256, wanted.filename)
-        await self.store.blobs.add(sha256, wanted.size, wanted.filename, "weights")
+        await self.store.blobs.add(sha256, wanted.size, wanted.filename, "weights", owner=pull.actor)
         entry.sha256, entry.checked_by = sha256, wanted.checked_by
         return sha256
 

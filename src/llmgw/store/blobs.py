@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
 from llmgw.errors import NotFound, ValidationFailed
 from llmgw.store.tables import BlobRow, rowcount
@@ -37,8 +37,10 @@ class BlobRecord:
     filename: str
     """The name it was imported under."""
     kind: str
-    """``weights`` or ``build``."""
+    """``weights``, ``build`` or ``file``."""
     created_at: datetime
+    owner: str = ""
+    """The user who uploaded it (empty: the cluster's)."""
 
 
 class Blobs:
@@ -47,8 +49,8 @@ class Blobs:
     def __init__(self, store: StoreAccess) -> None:
         self._store = store
 
-    async def add(self, sha256: str, size: int, filename: str, kind: str) -> BlobRecord:
-        """Record a file; adding one already recorded returns the record kept."""
+    async def add(self, sha256: str, size: int, filename: str, kind: str, owner: str = "") -> BlobRecord:
+        """Record a file; adding one already recorded returns the record kept (its first owner's)."""
         sha256 = checked_sha256(sha256)
         problems = []
         if kind not in KINDS:
@@ -58,7 +60,7 @@ class Blobs:
         if problems:
             raise ValidationFailed(problems)
         async with self._store.session() as session:
-            values = {"sha256": sha256, "size": size, "filename": filename, "kind": kind}
+            values = {"sha256": sha256, "size": size, "filename": filename, "kind": kind, "owner": owner}
             row = await upsert(session, BlobRow, {**values, "created_at": self._store.now()}, key="sha256")
             return _record(row)
 
@@ -79,6 +81,14 @@ class Blobs:
             if not rowcount(result):
                 raise _missing(sha256)
 
+    async def bytes_of(self, owner: str) -> int:
+        """The bytes of the blobs ``owner`` uploaded (a client's files are counted apart: ``files``)."""
+        query = select(func.coalesce(func.sum(BlobRow.size), 0)).where(
+            BlobRow.owner == owner, BlobRow.kind != "file"
+        )
+        async with self._store.session() as session:
+            return int(await session.scalar(query) or 0)
+
     async def list(self) -> builtins.list[BlobRecord]:
         """Every file, oldest first."""
         query = select(BlobRow).order_by(BlobRow.created_at, BlobRow.sha256)
@@ -96,7 +106,12 @@ def checked_sha256(sha256: str) -> str:
 
 def _record(row: BlobRow) -> BlobRecord:
     return BlobRecord(
-        sha256=row.sha256, size=row.size, filename=row.filename, kind=row.kind, created_at=row.created_at
+        sha256=row.sha256,
+        size=row.size,
+        filename=row.filename,
+        kind=row.kind,
+        created_at=row.created_at,
+        owner=row.owner,
     )
 
 

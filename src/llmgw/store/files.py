@@ -184,6 +184,13 @@ class ClientFiles:
                 await session.execute(delete(ClientFileRow).where(ClientFileRow.id.in_([r.id for r in rows])))
         return [_record(row) for row in rows]
 
+    async def naming(self, sha256: str, limit: int = 5) -> builtins.list[str]:
+        """The ids of up to ``limit`` files whose bytes are blob ``sha256`` (expired ones too, until
+        swept)."""
+        query = select(ClientFileRow.id).where(ClientFileRow.sha256 == sha256).order_by(ClientFileRow.id)
+        async with self._store.session() as session:
+            return list(await session.scalars(query.limit(limit)))
+
     async def release(self, sha256: str) -> bool:
         """Forget blob ``sha256``'s record when it is a client file's and no file names it any more
         (one statement: a file recorded meanwhile keeps it); whether it was forgotten."""

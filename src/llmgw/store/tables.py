@@ -318,6 +318,9 @@ class BlobRow(Base):
     filename: Mapped[str] = mapped_column(String(512), nullable=False)
     kind: Mapped[str] = mapped_column(String(16), nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    owner: Mapped[str] = mapped_column(String(128), nullable=False, server_default="", index=True)
+    """The user who uploaded it through ``/api`` (counted against ``mirror.quota_bytes``); empty: the
+    cluster's (imported on a control plane, pulled, published, a client's file)."""
 
 
 class BlobCopyRow(Base):

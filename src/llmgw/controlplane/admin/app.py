@@ -46,6 +46,7 @@ from llmgw.controlplane.api import (
 )
 from llmgw.controlplane.api.errors import add_error_handlers, describe_400_not_422
 from llmgw.controlplane.api.state import AdminState, no_components
+from llmgw.controlplane.config import MirrorSettings
 from llmgw.controlplane.lifecycle.leadership import Leadership
 from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
 from llmgw.controlplane.mirror.replicating import MirrorReplicator
@@ -134,6 +135,7 @@ class AdminApi:
         training: TrainingScheduler | None = None,
         knowledge: Knowledge | None = None,
         collection_pairs: CollectionPairs | None = None,
+        mirror: MirrorSettings | None = None,
     ) -> None:
         self.state = AdminState(
             name=name,
@@ -157,6 +159,7 @@ class AdminApi:
             training=training,
             knowledge=knowledge,
             collection_pairs=collection_pairs,
+            mirror=mirror or MirrorSettings(),
         )
 
     @property

@@ -28,7 +28,8 @@ WHY = {
     401: "The token is missing, wrong, expired or revoked.",
     403: "The token's user has no role allowing this here.",
     404: "The thing named does not exist (or no route takes the path).",
-    409: "The thing already exists.",
+    409: "The thing already exists, or is still in use.",
+    413: "The upload is larger than allowed, or would pass its owner's quota: nothing of it was kept.",
     503: "Not available now (the store is out of reach, or this control plane does not lead).",
     507: "The disk the mirror writes to is full: nothing of the upload was kept.",
 }

@@ -3,7 +3,9 @@
 ``POST`` starts a pull (or answers the one of that source already running) and
 returns at once (202); ``GET /api/mirror/pulls/{id}`` shows its files, bytes
 received and state, and once done the model's catalog source. Starting one
-needs a member's role somewhere, as an upload does.
+needs a member's role somewhere, as an upload does; what it brings is counted
+as its caller's in the mirror (``mirror.quota_bytes``), and none starts once
+that quota is used up.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from fastapi import APIRouter
 from llmgw.adminapi.pulls import PullFileView, PullRequest, PullView
 from llmgw.adminapi.textfields import checked_text
 from llmgw.controlplane.api.errors import declared
+from llmgw.controlplane.api.mirror import check_room
 from llmgw.controlplane.api.state import AUTH, State, Who
 from llmgw.core.tenancy import Role
 from llmgw.errors import Forbidden
@@ -33,16 +36,18 @@ async def get_pull(pull_id: str, state: State) -> PullView:
     return pull_view(state.pulls.get(checked_text("pull_id", pull_id)))
 
 
-@router.post("/mirror/pulls", status_code=202, response_model=PullView, responses=declared(400, 403))
+@router.post("/mirror/pulls", status_code=202, response_model=PullView, responses=declared(400, 403, 413))
 async def start_pull(body: PullRequest, state: State, caller: Who) -> PullView:
     """Start pulling ``hf:ORG/REPO[@REVISION]`` or ``ollama:NAME[:TAG]`` into the mirror; each file is
-    checked against the registry's own checksum before it is kept."""
+    checked against the registry's own checksum before it is kept, and counted as the caller's (413
+    when the caller's quota is already used up)."""
     checked_text("source", body.source)
     if (caller.highest() or 0) < Role.MEMBER:
         raise Forbidden(
             f"{caller.name} may not pull into the mirror: that needs a member's role somewhere",
             "ask an administrator for a member's role in a team or organization",
         )
+    await check_room(state, caller)
     token = body.hf_token.get_secret_value() if body.hf_token is not None else None
     return pull_view(state.pulls.start(body.source, caller.name, token))
 

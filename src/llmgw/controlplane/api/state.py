@@ -22,6 +22,7 @@ from fastapi import Depends, Request
 
 from llmgw.controlplane.admin.callers import Caller, Callers
 from llmgw.controlplane.admin.changes import Changes
+from llmgw.controlplane.config import MirrorSettings
 from llmgw.controlplane.lifecycle.leadership import Leadership
 from llmgw.controlplane.lifecycle.selfrestart import SelfRestart
 from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
@@ -91,6 +92,8 @@ class AdminState:
     collection_pairs: CollectionPairs | None = None
     knowledge: Knowledge | None = None
     """Knowledge collections (``/api/knowledge``); None: not kept here."""
+    mirror: MirrorSettings = field(default_factory=MirrorSettings)
+    """The mirror's bounds: the largest upload, each user's quota."""
 
     def __post_init__(self) -> None:
         if self.callers is None:
