@@ -143,12 +143,45 @@ def normalise_engine_error(status: int, body: bytes) -> bytes:
     type_ = fields.get("type")
     param = fields.get("param")
     code = fields.get("code")
+    hint = ""
+    if status < 500 and is_context_exceeded(type_, message):
+        message, hint = _context_exceeded(message, fields)
+        type_, code = error_type(status), CONTEXT_EXCEEDED
     return error_body(
         message,
         type_ if isinstance(type_, str) and type_ else error_type(status),
         code if isinstance(code, str) and code else None,
         param if isinstance(param, str) and param else None,
+        hint,
     )
+
+
+CONTEXT_EXCEEDED = "context_length_exceeded"
+"""OpenAI's code for a request longer than the model's context."""
+
+CONTEXT_HINT = (
+    "send a shorter prompt or a smaller max_tokens; or have an operator raise the model's ctx_size, "
+    "the context of one request in tokens on every engine (llama.cpp is started with ctx_size x "
+    "parallel): 'llmgw ctl model remove NAME', then 'llmgw ctl model add' with a larger --ctx-size"
+)
+
+_CONTEXT_WORDS = ("context length", "context size", "max_seq_len", "context window")
+
+
+def is_context_exceeded(type_: Any, message: str) -> bool:
+    """The engine refused a request longer than its context: llama-server's ``exceed_context_size_error``,
+    vLLM's "maximum context length", SGLang's "longer than the model's context length"."""
+    if type_ == "exceed_context_size_error":
+        return True
+    lowered = message.lower()
+    return any(words in lowered for words in _CONTEXT_WORDS)
+
+
+def _context_exceeded(message: str, fields: dict[str, Any]) -> tuple[str, str]:
+    prompt, context = fields.get("n_prompt_tokens"), fields.get("n_ctx")
+    if isinstance(prompt, int) and isinstance(context, int):  # llama-server's n_ctx: one slot's
+        message = f"{message} (the prompt is {prompt} tokens; the context of one request is {context})"
+    return message, CONTEXT_HINT
 
 
 def allow_only(method: str, path: str, *allowed: str) -> None:
