@@ -96,7 +96,8 @@ def test_plain_text_and_empty_errors_get_a_message() -> None:
 
 def test_llama_servers_context_exceeded_names_the_setting_to_raise() -> None:
     body = (
-        b'{"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",'
+        b'{"error": {"code": 400, "message": "the request exceeds the available context size,'
+        b' try increasing it",'
         b' "type": "exceed_context_size_error", "n_prompt_tokens": 700, "n_ctx": 512}}'
     )
     shaped = error(400, body)

@@ -44,7 +44,10 @@ def _at_0017(path: Path) -> None:
                     "INSERT INTO models (name, definition, created_at, updated_at, owner_kind, owner_path) "
                     "VALUES (:name, :definition, '2026-12-02 00:00:00', '2026-12-02 00:00:00', 'cluster', '')"
                 ),
-                {"name": name, "definition": json.dumps({"name": name, "source": SOURCE, "profiles": profiles})},
+                {
+                    "name": name,
+                    "definition": json.dumps({"name": name, "source": SOURCE, "profiles": profiles}),
+                },
             )
     engine.dispose()
 

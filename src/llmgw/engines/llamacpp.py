@@ -123,7 +123,7 @@ def command_line(
 
 
 def total_context(ctx_size: int, parallel: int) -> int:
-    """llama.cpp's ``--ctx-size`` for ``parallel`` requests of ``ctx_size`` tokens each (0: the model's own)."""
+    """llama.cpp's ``--ctx-size`` for ``parallel`` requests of ``ctx_size`` tokens each (0: its own)."""
     return ctx_size * parallel
 
 

@@ -74,7 +74,9 @@ def rewritten(definition: Any, change: Change) -> dict[str, Any] | None:
         if field == "profiles" and isinstance(value, list):
             profiles = [_profile(p, change) for p in value]
             if any(new is not None for new in profiles):
-                out[field] = [new if new is not None else old for new, old in zip(profiles, value, strict=True)]
+                out[field] = [
+                    new if new is not None else old for new, old in zip(profiles, value, strict=True)
+                ]
                 touched = True
         elif field == "profile" and (new := _profile(value, change)) is not None:
             out[field] = new
