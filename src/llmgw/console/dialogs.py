@@ -166,7 +166,7 @@ class AddModelDialog(_Form):
     def fields(self) -> ComposeResult:
         yield Label("Name clients ask for (from a path: the file's or folder's name unless given)")
         yield Input(id="name", placeholder="smollm2-135m-instruct")
-        yield Label("Weights: a GGUF in the mirror ('llmgw mirror upload FILE' adds one)")
+        yield Label("Weights: a GGUF in the mirror ('llmgw mirror import FILE' adds one)")
         yield Select(
             [(b.filename, b.sha256) for b in self.blobs.values()], id="weights", prompt="choose a file"
         )
