@@ -22,12 +22,13 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from llmgw.core.engines import LLAMA_CPP
+
 revision: str = "0018"
 down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-LLAMA_CPP = "llama.cpp"
 CTX_SIZE = 4096
 PARALLEL = 4
 """A profile's defaults when these were written (:class:`llmgw.core.catalog.Profile`)."""
@@ -85,7 +86,7 @@ def rewritten(definition: Any, change: Change) -> dict[str, Any] | None:
 
 
 def _profile(profile: Any, change: Change) -> dict[str, Any] | None:
-    if not isinstance(profile, dict) or profile.get("engine", LLAMA_CPP) != LLAMA_CPP:
+    if not isinstance(profile, dict) or profile.get("engine", LLAMA_CPP.name) != LLAMA_CPP.name:
         return None
     ctx_size, parallel = profile.get("ctx_size", CTX_SIZE), profile.get("parallel", PARALLEL)
     if not isinstance(ctx_size, int) or not isinstance(parallel, int) or ctx_size <= 0 or parallel < 1:
