@@ -1,9 +1,11 @@
 """``ctx_size`` is the context of one request on llama.cpp too, and a request past it names the setting.
 
-SmolLM2 on llama-server with ``ctx_size: 256, parallel: 2``: llama-server gets
-``--ctx-size 512`` and gives each of its two slots 256 tokens. A prompt of
-about 200 tokens fits (it did not when 256 was the two slots' total: 128
-each); one of about 400 is refused, and the client reads which setting to raise.
+SmolLM2 on llama-server with ``ctx_size: 1024, parallel: 2``: llama-server
+gets ``--ctx-size 2048`` and gives each of its two slots 1024 tokens. A
+prompt of about 700 tokens fits (it did not when 1024 was the two slots'
+total: 512 each; llama.cpp gives a slot at least 256, so smaller figures would
+not tell); one of about 1200 is refused, and the client reads which setting
+to raise.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def cluster(
 ) -> Iterator[Cluster]:
     with Cluster(tmp_path_factory.mktemp("context"), engine_cache) as running:
         running.start_server()
-        running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 256, "parallel": 2})
+        running.add_model(DEFAULT_MODEL, model_file, {"ctx_size": 1024, "parallel": 2})
         running.create_key()
         running.start_agent("node1")
         running.wait_ready(DEFAULT_MODEL, 180)
@@ -45,15 +47,15 @@ def _chat(cluster: Cluster, text: str) -> httpx.Response:
 
 
 def test_a_prompt_within_one_requests_context_is_answered(cluster: Cluster) -> None:
-    answer = _chat(cluster, words(160))
+    answer = _chat(cluster, words(700))
     assert answer.status_code == 200, answer.text
-    assert 128 < answer.json()["usage"]["prompt_tokens"] < 256 - 4
+    assert 512 < answer.json()["usage"]["prompt_tokens"] < 1024 - 4
 
 
 def test_a_prompt_past_the_context_is_a_400_naming_ctx_size(cluster: Cluster) -> None:
-    answer = _chat(cluster, words(400))
+    answer = _chat(cluster, words(1200))
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["code"] == "context_length_exceeded"
-    assert "the context of one request is 256" in error["message"]
+    assert "the context of one request, the model's ctx_size, is 1024 tokens" in error["message"]
     assert "ctx_size" in error["hint"]

@@ -103,7 +103,10 @@ def test_llama_servers_context_exceeded_names_the_setting_to_raise() -> None:
     shaped = error(400, body)
     assert shaped["type"] == "invalid_request_error"
     assert shaped["code"] == "context_length_exceeded"
-    assert "the prompt is 700 tokens; the context of one request is 512" in str(shaped["message"])
+    assert str(shaped["message"]) == (
+        "the request exceeds the available context size, try increasing it: the prompt is 700 tokens;"
+        " the context of one request, the model's ctx_size, is 512 tokens"
+    )
     assert "ctx_size, the context of one request" in str(shaped["hint"])
 
 

@@ -178,10 +178,13 @@ def is_context_exceeded(type_: Any, message: str) -> bool:
 
 
 def _context_exceeded(message: str, fields: dict[str, Any]) -> tuple[str, str]:
-    prompt, context = fields.get("n_prompt_tokens"), fields.get("n_ctx")
-    if isinstance(prompt, int) and isinstance(context, int):  # llama-server's n_ctx: one slot's
-        message = f"{message} (the prompt is {prompt} tokens; the context of one request is {context})"
-    return message, CONTEXT_HINT
+    prompt, context = fields.get("n_prompt_tokens"), fields.get("n_ctx")  # llama-server's, n_ctx a slot's
+    told = []
+    if isinstance(prompt, int) and f"{prompt} tokens" not in message:
+        told.append(f"the prompt is {prompt} tokens")
+    if isinstance(context, int):
+        told.append(f"the context of one request, the model's ctx_size, is {context} tokens")
+    return (f"{message.rstrip('.')}: {'; '.join(told)}" if told else message), CONTEXT_HINT
 
 
 def allow_only(method: str, path: str, *allowed: str) -> None:
