@@ -1,10 +1,10 @@
 """Every ``llmgw`` command a hint, an error or a page of docs/ names exists.
 
 Collected: in src, ``llmgw ctl ...`` in any string, and ``llmgw X ...`` in a
-string passed to a raised error or as a ``hint``, or quoted (in single quotes or
-backticks) in any string; in docs/*.md, code spans and lines of code
-blocks that start with ``llmgw`` (or ``ctl``, short for ``llmgw ctl``). Each
-is walked down the command tree (its words up to the first that is not one:
+string passed to a raised error or as a ``hint``, or quoted (in single quotes
+or backticks) in any string; in docs/*.md and README.md, code spans and lines
+of code blocks that start with ``llmgw`` (or ``ctl``, short for ``llmgw
+ctl``). Each is walked down the command tree (its words up to the first that is not one:
 a placeholder, an option, a path), then its command path is run with
 ``--help`` through Typer's runner.
 """
@@ -91,7 +91,7 @@ def named_in_sources() -> Iterator[Named]:
 
 
 def named_in_docs() -> Iterator[Named]:
-    for path in sorted(DOCS.glob("*.md")):
+    for path in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
         relative = path.relative_to(ROOT)
         fenced = False
         for number, line in enumerate(path.read_text().splitlines(), 1):
