@@ -48,7 +48,7 @@ def test_ctl_replicas_shows_a_fetch_in_progress_in_the_state_column(admin_server
 def test_every_listing_prints_json(admin_server: AdminServer) -> None:
     admin = AdminClient(admin_server.url, admin_server.token)
     admin.create_key("app")
-    admin.set_setting("serving.note", {"a": 1})
+    admin.set_setting("knowledge.embedding_model", "minilm")
     listings = {
         ("ctl", "status"): dict,
         ("status",): dict,
@@ -65,7 +65,9 @@ def test_every_listing_prints_json(admin_server: AdminServer) -> None:
         assert isinstance(json.loads(run(admin_server, *command, "--json")), kind), command
     keys = json.loads(run(admin_server, "ctl", "key", "list", "--json"))
     assert KeyView.model_validate(keys[0]).name == "app"
-    assert json.loads(run(admin_server, "ctl", "config", "list", "--json")) == {"serving.note": {"a": 1}}
+    assert json.loads(run(admin_server, "ctl", "config", "list", "--json")) == {
+        "knowledge.embedding_model": "minilm"
+    }
     audit = json.loads(run(admin_server, "ctl", "audit", "--json"))
     assert [a["action"] for a in audit] == ["setting.set", "key.create"]
 

@@ -66,3 +66,14 @@ def test_pairs_are_uploaded_and_a_refused_file_says_why(kb_server: AdminServer, 
     options = ["--url", kb_server.url, "--token", kb_server.token]
     refused = CliRunner().invoke(app, ["ctl", "kb", "upload", "handbook", str(docx), *options])
     assert "'notes.docx' is not a document llmgw reads" in str(refused.exception)
+
+
+@pytest.mark.parametrize("command", [("ctl", "kb"), ("ctl", "kb", "create")])
+def test_kb_says_llmgw_up_serves_no_embedding_model_and_how_to_serve_one(
+    command: tuple[str, ...],
+) -> None:
+    answer = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "2000"})
+    assert answer.exit_code == 0, answer.output
+    shown = " ".join(answer.output.split())
+    assert "llmgw up (make up) serves no embedding model" in shown
+    assert "'make embedding-model'" in shown and "--serves embeddings" in shown

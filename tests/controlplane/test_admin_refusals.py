@@ -117,7 +117,7 @@ async def test_a_body_nested_too_deep_is_a_400_naming_the_body(client: httpx.Asy
 
 @pytest.mark.parametrize("raw", [b'{"value": "a\\ud800"}', b'{"value": {"k\\udc00": 1}}'])
 async def test_a_setting_holding_a_lone_surrogate_is_refused(client: httpx.AsyncClient, raw: bytes) -> None:
-    answer = await client.put("/api/settings/greeting", content=raw, headers=JSON)
+    answer = await client.put("/api/settings/knowledge.embedding_model", content=raw, headers=JSON)
     assert problems(answer) == ["value"]
     assert (await client.get("/api/settings")).status_code == 200
     assert (await client.get("/api/audit")).status_code == 200
@@ -152,3 +152,13 @@ async def test_two_authorization_headers_reaching_the_app_are_refused_400(client
     assert answer.status_code == 400
     problems(answer)
     assert "more than one Authorization header" in answer.json()["error"]["message"]
+
+
+async def test_a_setting_llmgw_does_not_read_is_a_400_naming_the_closest(
+    client: httpx.AsyncClient,
+) -> None:
+    answer = await client.put("/api/settings/serving.stoped", json={"value": True})
+    assert problems(answer) == ["key"]
+    assert "did you mean serving.stopped" in answer.json()["error"]["problems"][0]["problem"]
+    assert (await client.get("/api/settings")).json() == {}
+    assert (await client.get("/api/status")).json()["stopped"] is False

@@ -185,6 +185,7 @@ async def test_the_embedding_model_must_serve_embeddings_and_exist(cluster: Clus
     assert chat.status_code == 400 and "serves chat" in chat.json()["error"]["message"]
     none = await cluster.admin.post("/api/knowledge/collections", json={"name": "c"})
     assert none.status_code == 400 and "knowledge.embedding_model" in none.json()["error"]["hint"]
+    assert "llmgw up (make up) serves no embedding model" in none.json()["error"]["hint"]
     await cluster.admin.put("/api/settings/knowledge.embedding_model", json={"value": "minilm"})
     made = await cluster.admin.post("/api/knowledge/collections", json={"name": "c"})
     assert made.status_code == 201 and made.json()["embedding_model"] == "minilm"

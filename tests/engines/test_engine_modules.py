@@ -11,7 +11,7 @@ import yaml
 from llmgw.core.engines import LLAMA_CPP, SGLANG
 from llmgw.core.shards import Rendezvous
 from llmgw.engines import llamacpp, ray_launcher, sglang, trtllm, vllm
-from llmgw.engines.engine import Launch, parse_load
+from llmgw.engines.engine import Engine, Launch, parse_load
 from llmgw.engines.registry import engine_named
 from llmgw.errors import ConfigError, EngineUnhealthy
 
@@ -215,6 +215,22 @@ def test_the_trtllm_launcher_refuses_to_start_without_the_replica_key() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "no replica key in LLMGW_REPLICA_KEY" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("engine", "program", "context_flag", "expected"),
+    [
+        (llamacpp.ENGINE, "llama-server", "--ctx-size", "8192"),  # all 4 slots together
+        (vllm.ENGINE, "vllm", "--max-model-len", "2048"),
+        (sglang.ENGINE, "python", "--context-length", "2048"),
+        (trtllm.ENGINE, "/opt/trt/bin/python", "--max_seq_len", "2048"),
+    ],
+)
+def test_ctx_size_is_the_context_of_one_request_on_every_engine(
+    engine: Engine, program: str, context_flag: str, expected: str
+) -> None:
+    argv = engine.command_line(Path(program), launch(ctx_size=2048, parallel=4))
+    assert flag(argv, context_flag) == expected
 
 
 def test_each_engine_is_given_the_pipeline_parallel_degree_by_its_own_flag() -> None:

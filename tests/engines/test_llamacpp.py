@@ -48,8 +48,17 @@ def test_command_line_starts_the_binary_on_the_weights_with_the_replica_key_file
     assert (_value(argv, "--host"), _value(argv, "--port")) == ("127.0.0.1", "9001")
     assert _value(argv, "--api-key-file") == "/s/r1/api-key"
     assert "--api-key" not in argv
-    assert (_value(argv, "--ctx-size"), _value(argv, "--parallel")) == ("4096", "2")
+    assert (_value(argv, "--ctx-size"), _value(argv, "--parallel")) == ("8192", "2")
     assert "--metrics" in argv and "--no-webui" in argv
+
+
+def test_ctx_size_is_the_context_of_one_request_so_llama_cpp_gets_it_times_parallel() -> None:
+    argv = _argv(ctx_size=2048, parallel=4)
+    assert (_value(argv, "--ctx-size"), _value(argv, "--parallel")) == ("8192", "4")
+
+
+def test_ctx_size_zero_stays_the_models_own_context() -> None:
+    assert _value(_argv(ctx_size=0, parallel=4), "--ctx-size") == "0"
 
 
 def test_command_line_sets_gpu_layers_only_when_given() -> None:

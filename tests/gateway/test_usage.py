@@ -94,3 +94,30 @@ def test_plain_text_and_empty_errors_get_a_message() -> None:
         "param": None,
         "code": None,
     }
+
+
+def test_llama_servers_context_exceeded_names_the_setting_to_raise() -> None:
+    body = (
+        b'{"error": {"code": 400, "message": "the request exceeds the available context size,'
+        b' try increasing it",'
+        b' "type": "exceed_context_size_error", "n_prompt_tokens": 700, "n_ctx": 512}}'
+    )
+    shaped = error(400, body)
+    assert shaped["type"] == "invalid_request_error"
+    assert shaped["code"] == "context_length_exceeded"
+    assert str(shaped["message"]) == (
+        "the request exceeds the available context size, try increasing it: the prompt is 700 tokens;"
+        " the context of one request, the model's ctx_size, is 512 tokens"
+    )
+    assert "ctx_size, the context of one request" in str(shaped["hint"])
+
+
+def test_vllms_maximum_context_length_names_the_setting_to_raise() -> None:
+    body = (
+        b'{"object": "error", "message": "This model\'s maximum context length is 2048 tokens. However, you'
+        b' requested 2100 tokens.", "type": "BadRequestError", "param": null, "code": 400}'
+    )
+    shaped = error(400, body)
+    assert shaped["code"] == "context_length_exceeded"
+    assert str(shaped["message"]).startswith("This model's maximum context length is 2048 tokens.")
+    assert "ctx_size" in str(shaped["hint"])

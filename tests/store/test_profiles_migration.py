@@ -13,7 +13,7 @@ from llmgw.core.catalog import parse_model
 from llmgw.store import Store
 from llmgw.store.database import MIGRATIONS
 
-DEFINITION = {"name": "m", "source": {"sha256": "a" * 64}, "profile": {"ctx_size": 2048}}
+DEFINITION = {"name": "m", "source": {"sha256": "a" * 64}, "profile": {"ctx_size": 2048, "parallel": 1}}
 
 
 def _at_0006(path: Path) -> None:
@@ -47,7 +47,7 @@ async def test_one_profile_is_stored_as_a_list_of_one_and_replicas_run_the_first
     try:
         (record,) = await store.models.list()
         assert "profile" not in record.definition
-        assert record.definition["profiles"] == [{"ctx_size": 2048}]
+        assert record.definition["profiles"] == [{"ctx_size": 2048, "parallel": 1}]
         assert parse_model(record.definition).profile.ctx_size == 2048
         (replica,) = await store.replicas.list()
         assert replica.profile == 0

@@ -4,6 +4,8 @@ conversion runs in ``make embedding-model`` and tests/e2e/test_knowledge_llamacp
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from llmgw.engines import convertscripts
 from llmgw.testing import embedding_model as em
+from llmgw.testing.eventually import eventually_sync
 from llmgw.training import environment
 
 
@@ -76,3 +79,79 @@ def test_a_failed_conversion_leaves_no_file_and_says_why(tmp_path: Path) -> None
     with pytest.raises(RuntimeError, match="no tokenizer file"):
         em.convert(Path(sys.executable), script, tmp_path / "hf", target)
     assert list(target.parent.iterdir()) == []
+
+
+# Two processes making one cached file at once, with a stand-in conversion that holds on until told.
+MAKER = """
+import sys
+import time
+from pathlib import Path
+from llmgw.testing.embedding_model import made_once
+
+target, log, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+
+def write(out):
+    with log.open("a") as lines:
+        lines.write(f"{out.name}\\n")
+    out.write_text("half ")
+    while not go.exists():
+        time.sleep(0.01)
+    with out.open("a") as f:
+        f.write("whole")
+
+made_once(target, write)
+print(target.read_text())
+"""
+
+
+def _maker(tmp_path: Path, target: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(em.__file__).parents[2])}
+    argv = [sys.executable, "-c", MAKER, str(target), str(tmp_path / "log"), str(tmp_path / "go")]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def _waits_for_a_lock(pid: int) -> bool:
+    """The process is blocked in flock (``/proc/locks`` marks a waiter with ``->``)."""
+    return any(
+        line.split()[1] == "->" and line.split()[5] == str(pid)
+        for line in Path("/proc/locks").read_text().splitlines()
+    )
+
+
+def test_two_processes_making_one_file_at_once_make_it_once_and_both_take_it(tmp_path: Path) -> None:
+    target = tmp_path / "models" / "m" / em.MODEL_FILE
+    first = _maker(tmp_path, target)
+    eventually_sync(lambda: (tmp_path / "log").is_file(), timeout_s=30, message="the first writes")
+    second = _maker(tmp_path, target)
+    try:
+        eventually_sync(lambda: _waits_for_a_lock(second.pid), timeout_s=30, message="the second waits")
+        (tmp_path / "go").touch()
+        outputs = [p.communicate(timeout=30)[0].strip() for p in (first, second)]
+    finally:
+        for process in (first, second):
+            process.kill()
+    assert outputs == ["half whole", "half whole"]
+    assert [p.returncode for p in (first, second)] == [0, 0]
+    assert (tmp_path / "log").read_text() == f"{em.MODEL_FILE}.{first.pid}.partial\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == [em.LOCK_FILE, em.MODEL_FILE]
+
+
+def test_a_failed_write_leaves_neither_file_nor_partial_and_the_next_makes_it(tmp_path: Path) -> None:
+    target = tmp_path / "models" / "m" / "safetensors"
+
+    def fails(out: Path) -> None:
+        out.mkdir()
+        (out / "config.json").write_text("{")
+        raise RuntimeError("the wheel is not there")
+
+    with pytest.raises(RuntimeError, match="wheel"):
+        em.made_once(target, fails)
+    assert sorted(p.name for p in target.parent.iterdir()) == [em.LOCK_FILE]
+
+    def writes(out: Path) -> None:
+        out.mkdir()
+        (out / "config.json").write_text("{}")
+
+    assert em.made_once(target, writes) == target
+    assert (target / "config.json").read_text() == "{}"
+    assert em.made_once(target, fails) == target  # there: nothing is written again

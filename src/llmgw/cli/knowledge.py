@@ -26,10 +26,12 @@ from rich.progress import Progress
 from llmgw.cli.options import AS_JSON, TOKEN, URL, client
 from llmgw.cli.output import console, print_json, shown, table
 from llmgw.client.admin import AdminClient
+from llmgw.core.knowledge import SERVING_AN_EMBEDDING_MODEL
 from llmgw.errors import LlmgwError
 
 kb_app = typer.Typer(
-    help="Knowledge collections: documents split, embedded and searched (docs/knowledge.md).",
+    help="Knowledge collections: documents split, embedded and searched (docs/knowledge.md). "
+    f"A collection needs an embedding model the cluster serves: {SERVING_AN_EMBEDDING_MODEL}.",
     no_args_is_help=True,
 )
 COLLECTION = typer.Argument(..., help="The collection's name.")
@@ -40,7 +42,11 @@ def _path(*parts: str) -> str:
     return "/".join([BASE, *(quote(p, safe="") for p in parts)])
 
 
-@kb_app.command("create")
+@kb_app.command(
+    "create",
+    help="Create an empty collection, embedded with a public model that serves embeddings: "
+    f"{SERVING_AN_EMBEDDING_MODEL}.",
+)
 def create(
     name: str = COLLECTION,
     owner: str = typer.Option("", "--owner", help="org:, team:, project: or user: (default: the cluster)."),
@@ -53,7 +59,7 @@ def create(
     token: str | None = TOKEN,
     as_json: bool = AS_JSON,
 ) -> None:
-    """Create an empty collection."""
+    """Create an empty collection, embedded with a public model that serves embeddings."""
     body = {"name": name, "owner": owner, "embedding_model": embedding_model}
     made = client(url, token).request("POST", BASE, body)
     if as_json:

@@ -70,7 +70,7 @@ def model_add(
     idle_timeout: int = typer.Option(
         600, "--idle-timeout", help="Seconds idle before an on-demand model stops."
     ),
-    ctx_size: int = typer.Option(4096, "--ctx-size", help="Context length."),
+    ctx_size: int = typer.Option(4096, "--ctx-size", help="Context of one request, in tokens."),
     parallel: int = typer.Option(4, "--parallel", help="Requests one replica serves at once."),
     memory_mb: int = typer.Option(
         None, "--memory-mb", help="Memory a replica needs (default: from the weights)."

@@ -81,7 +81,7 @@ def model_serve(
         None, "--gpu-class", help="The class of card a replica needs (a100-80g, h100)."
     ),
     tp: int = typer.Option(1, "--tp", help="Cards one replica spans (tensor parallel; not llama.cpp)."),
-    ctx_size: int = typer.Option(4096, "--ctx-size", help="Context length."),
+    ctx_size: int = typer.Option(4096, "--ctx-size", help="Context of one request, in tokens."),
     parallel: int = typer.Option(4, "--parallel", help="Requests one replica serves at once."),
     min_replicas: int = typer.Option(1, "--min", help="Replicas kept running (0 with --on-demand)."),
     max_replicas: int = typer.Option(None, "--max", help="Replicas at most (default: --min, at least 1)."),

@@ -166,7 +166,7 @@ class AddModelDialog(_Form):
     def fields(self) -> ComposeResult:
         yield Label("Name clients ask for (from a path: the file's or folder's name unless given)")
         yield Input(id="name", placeholder="smollm2-135m-instruct")
-        yield Label("Weights: a GGUF in the mirror ('llmgw mirror upload FILE' adds one)")
+        yield Label("Weights: a GGUF in the mirror ('llmgw mirror import FILE' adds one)")
         yield Select(
             [(b.filename, b.sha256) for b in self.blobs.values()], id="weights", prompt="choose a file"
         )
@@ -176,7 +176,7 @@ class AddModelDialog(_Form):
         with Horizontal(classes="row"):
             yield self._field("Engine (empty: by format)", "engine", "", "text")
             yield self._field("Card class (empty: any)", "gpu_class", "", "text")
-            yield self._field("Context (tokens)", "ctx_size", "2048")
+            yield self._field("Context per request (tokens)", "ctx_size", "2048")
             yield self._field("Cards (tp)", "tp", "1")
             yield self._field("Replicas", "replicas", "1")
         yield Label("… or a definition file (YAML or JSON, as 'llmgw ctl model add --definition')")

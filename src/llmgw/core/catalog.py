@@ -136,7 +136,9 @@ class Profile(Strict):
     """Memory a replica needs; when unset, 1.25 x the weights + the engine's runtime (256 MiB;
     vLLM 3.25 GiB: its processes and a 1 GiB KV cache)."""
     ctx_size: int = Field(default=4096, gt=0, le=1_048_576)
-    """Context length the engine is started with."""
+    """The context of one request, in tokens (prompt and answer), on every engine: llama.cpp is
+    started with ``--ctx-size`` ctx_size x parallel (its context is shared by its slots), vLLM
+    with ``--max-model-len``, SGLang ``--context-length``, TensorRT-LLM ``--max_seq_len``."""
     parallel: int = Field(default=4, ge=1, le=256)
     """Requests one replica serves at once."""
     gpu_class: str | None = None

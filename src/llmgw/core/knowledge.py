@@ -18,6 +18,15 @@ from typing import Protocol
 
 from llmgw.core.tenancy import Place
 
+SERVING_AN_EMBEDDING_MODEL = (
+    "llmgw up (make up) serves no embedding model; serve one, e.g. all-MiniLM-L6-v2: "
+    "'make embedding-model' prints its GGUF, then 'llmgw model serve GGUF --name minilm "
+    "--serves embeddings --pooling mean --ctx-size 512 --parallel 1', and name it with "
+    "--embedding-model minilm or 'llmgw ctl config set knowledge.embedding_model minilm' "
+    "(docs/knowledge.md)"
+)
+"""How to get an embedding model for collections, where a cluster has none."""
+
 
 @dataclass(frozen=True, slots=True)
 class Passage:

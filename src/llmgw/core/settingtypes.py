@@ -1,18 +1,23 @@
-"""The types of the cluster settings llmgw itself reads: ``serving.stopped`` is a bool.
+"""The cluster settings llmgw reads, and their types: ``serving.stopped`` is a bool.
 
-A setting changed through ``/api/settings`` must hold a value of its type, or
-it is refused naming the value: JSON's ``"false"`` is a string, and a string
-read as a flag is true, so ``{"value": "false"}`` would stop the cluster.
-Settings llmgw does not read itself take any JSON; agents' settings are
-checked as agent.yaml is (:mod:`llmgw.core.agentsettings`).
+A setting changed through ``/api/settings`` must be one of these keys (or an
+agents' key, ``agents.default`` and ``agents.nodes.<id>``), or it is refused
+naming the closest keys: a setting nothing reads is a typo that would do
+nothing. Its value must be of its type, or it is refused naming the type:
+JSON's ``"false"`` is a string, and a string read as a flag is true, so
+``{"value": "false"}`` would stop the cluster. Agents' settings are checked
+as agent.yaml is (:mod:`llmgw.core.agentsettings`).
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from llmgw.core.agentsettings import DEFAULT_KEY, NODE_PREFIX, is_agent_key
 
 SERVING_STOPPED = "serving.stopped"
 """``llmgw stop`` is in force while true (``/api/serving`` sets it)."""
@@ -32,6 +37,9 @@ FIREWALL_ENABLED = "firewall.enabled"
 
 FIREWALL_NETWORKS = "firewall.networks"
 """Who may reach control planes' HTTP port (``/v1``, ``/api``): addresses or CIDRs; empty: anyone."""
+
+EMBEDDING_MODEL_SETTING = "knowledge.embedding_model"
+"""The embedding model a new knowledge collection uses when it names none."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,25 @@ TYPES: dict[str, SettingType] = {
     FIREWALL_NETWORKS: SettingType(
         'a JSON array of addresses or networks (["10.0.0.0/8", "192.168.1.5"])', _is_networks
     ),
+    EMBEDDING_MODEL_SETTING: SettingType(
+        'a JSON string (an embedding model\'s name, "minilm")', lambda value: isinstance(value, str)
+    ),
 }
+
+KEYS: tuple[str, ...] = (*sorted(TYPES), DEFAULT_KEY, f"{NODE_PREFIX}<node id>")
+"""Every key a setting may have, as a refusal lists them."""
+
+
+def key_problem(key: str) -> str:
+    """Why ``key`` is no setting llmgw reads, naming the closest ones (empty: it is one).
+
+    Agents' keys (under ``agents.``) are checked with their values (:mod:`llmgw.core.agentsettings`).
+    """
+    if key in TYPES or is_agent_key(key):
+        return ""
+    close = difflib.get_close_matches(key, KEYS, n=3, cutoff=0.6)
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"{key} is not a setting llmgw reads; {guess}the settings are {', '.join(KEYS)}"
 
 
 def json_kind(value: Any) -> str:

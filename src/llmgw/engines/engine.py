@@ -50,6 +50,8 @@ class Launch:
     """The name the engine serves the model under (the catalog's name)."""
     host: str = "127.0.0.1"
     ctx_size: int = 4096
+    """The context of one request, in tokens (the profile's ``ctx_size``); llama.cpp is given it
+    times :attr:`parallel`, the other engines take it as is."""
     parallel: int = 4
     """Requests served at once."""
     tp: int = 1

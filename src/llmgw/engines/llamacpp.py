@@ -13,6 +13,11 @@ llama.cpp's server):
   ``--lora-scaled FNAME:SCALE`` at a scale (both also take comma-separated
   lists, so a file name must hold no ``,`` or ``:``); ``GET /lora-adapters``
   lists them with their ids, paths and scales.
+- ``--ctx-size`` is the context of all ``--parallel`` slots together: each
+  slot (one request at a time) gets ``ctx_size / parallel`` tokens. llmgw's
+  ``ctx_size`` is the context of one request on every engine, so llama.cpp
+  is started with ``--ctx-size`` ``ctx_size x parallel`` (0 stays 0: the
+  model's own context, shared by the slots).
 - The library's start-up lines (devices used, layers offloaded, buffers) are
   info messages that llama-server prints only from verbosity 4 on, so the
   engine is started with ``--verbosity 4``; request lines stay quiet.
@@ -74,7 +79,10 @@ def command_line(
     gpu_layers: int | None = None,
     alias: str | None = None,
 ) -> list[str]:
-    """The argv that starts ``llama-server`` for one replica, guarded by the key in ``key_file``."""
+    """The argv that starts ``llama-server`` for one replica, guarded by the key in ``key_file``.
+
+    ``ctx_size`` is the context of one request; ``--ctx-size`` gets it times ``parallel``.
+    """
     if key_file == Path():
         raise ConfigError(
             "llama-server needs an API key file",
@@ -101,7 +109,7 @@ def command_line(
         "--port", str(port),
         CAPABILITIES.key_input.name, str(key_file),
         "--metrics",
-        "--ctx-size", str(ctx_size),
+        "--ctx-size", str(total_context(ctx_size, parallel)),
         "--parallel", str(parallel),
         "--no-webui",
         "--verbosity", str(VERBOSITY),
@@ -112,6 +120,11 @@ def command_line(
         argv += ["-ngl", str(gpu_layers)]
     argv += list(args)
     return argv
+
+
+def total_context(ctx_size: int, parallel: int) -> int:
+    """llama.cpp's ``--ctx-size`` for ``parallel`` requests of ``ctx_size`` tokens each (0: its own)."""
+    return ctx_size * parallel
 
 
 def task_arguments(launch: Launch) -> list[str]:

@@ -155,20 +155,56 @@ def normalise_engine_error(status: int, body: bytes) -> tuple[int, bytes]:
         else:
             fields = data
     message = _text(fields.get("message")) or _text(fields.get("detail"))
-    if message is not None and status < 502 and (mistake := client_mistake(message)) is not None:
+    type_ = fields.get("type")
+    param = fields.get("param")
+    code = fields.get("code")
+    hint = ""
+    if message is not None and status < 502 and is_context_exceeded(type_, message):
+        message, hint = _context_exceeded(message, fields)
+        status, type_, code = 400, "invalid_request_error", CONTEXT_EXCEEDED
+    elif message is not None and status < 502 and (mistake := client_mistake(message)) is not None:
         return 400, error_body(mistake[0], "invalid_request_error", mistake[1])
     if message is None:
         text = body.decode("utf-8", "replace").strip()
         message = text[:2000] if text else f"The replica answered HTTP {status} without a message."
-    type_ = fields.get("type")
-    param = fields.get("param")
-    code = fields.get("code")
     return status, error_body(
         message,
         type_ if isinstance(type_, str) and type_ else error_type(status),
         code if isinstance(code, str) and code else None,
         param if isinstance(param, str) and param else None,
+        hint,
     )
+
+
+CONTEXT_EXCEEDED = "context_length_exceeded"
+"""OpenAI's code for a request longer than the model's context."""
+
+CONTEXT_HINT = (
+    "send a shorter prompt or a smaller max_tokens; or have an operator raise the model's ctx_size, "
+    "the context of one request in tokens on every engine (llama.cpp is started with ctx_size x "
+    "parallel): 'llmgw ctl model remove NAME', then 'llmgw ctl model add' with a larger --ctx-size"
+)
+
+_CONTEXT_WORDS = ("context length", "context size", "max_seq_len", "context window")
+
+
+def is_context_exceeded(type_: Any, message: str) -> bool:
+    """The engine refused a request longer than its context: llama-server's ``exceed_context_size_error``,
+    vLLM's "maximum context length", SGLang's "longer than the model's context length"."""
+    if type_ == "exceed_context_size_error":
+        return True
+    lowered = message.lower()
+    return any(words in lowered for words in _CONTEXT_WORDS)
+
+
+def _context_exceeded(message: str, fields: dict[str, Any]) -> tuple[str, str]:
+    prompt, context = fields.get("n_prompt_tokens"), fields.get("n_ctx")  # llama-server's, n_ctx a slot's
+    told = []
+    if isinstance(prompt, int) and f"{prompt} tokens" not in message:
+        told.append(f"the prompt is {prompt} tokens")
+    if isinstance(context, int):
+        told.append(f"the context of one request, the model's ctx_size, is {context} tokens")
+    return (f"{message.rstrip('.')}: {'; '.join(told)}" if told else message), CONTEXT_HINT
 
 
 def allow_only(method: str, path: str, *allowed: str) -> None:

@@ -170,7 +170,8 @@ class WorkflowRoutes:
                 f"The model '{model}' has no workflow the gateway can read.",
                 "workflow_missing",
                 "model",
-                hint="an administrator checks the model's comfyui section (`llmgw ctl model show`)",
+                hint="an administrator checks the model's comfyui section "
+                "(`llmgw ctl models --json` shows its definition)",
             )
         return entry.workflow, entry.served_by or model
 

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from llmgw.errors import LlmgwError, ValidationFailed
 
 SERVICE_KEY_NAME = "llmgw-knowledge"
-"""The API key the control planes embed with (``llmgw ctl keys list`` shows it)."""
+"""The API key the control planes embed with (``llmgw ctl key list`` shows it)."""
 
 BATCH = 32
 """Passages per ``/v1/embeddings`` request."""

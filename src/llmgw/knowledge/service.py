@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from llmgw.core import settingtypes
 from llmgw.knowledge.embedding import SERVICE_KEY_NAME, Embedder, GatewayEmbedder, service_secret
 from llmgw.knowledge.ingesting import Ingesting
 from llmgw.knowledge.pairs import CollectionPairs
 from llmgw.knowledge.searching import KnowledgeIndex
 from llmgw.store.database import Store
 
-EMBEDDING_MODEL_SETTING = "knowledge.embedding_model"
+EMBEDDING_MODEL_SETTING = settingtypes.EMBEDDING_MODEL_SETTING
 """The cluster setting naming the embedding model a new collection uses when none is named."""
 
 

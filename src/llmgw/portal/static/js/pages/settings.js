@@ -18,7 +18,7 @@ export function settingsPage(main) {
   const said = h("div");
   const list = h("div");
   const history = h("div");
-  const key = h("input", { id: "setting-key", name: "key", required: true, placeholder: "e.g. gateway.request_wait_s" });
+  const key = h("input", { id: "setting-key", name: "key", required: true, placeholder: "e.g. firewall.enabled" });
   const value = h("input", { id: "setting-value", name: "value", required: true, placeholder: "value (JSON or text)" });
 
   const loadHistory = async () => {
