@@ -126,7 +126,7 @@ def test_the_catalog_carries_the_profiles_limits_and_context_to_models_and_adapt
         (
             "chat-too-long",
             "context_length_exceeded",
-            "The request is 3031 tokens; the model's context holds 2048",
+            "The request is 3031 tokens; the context of one request, the model's ctx_size, is 2048 tokens",
         ),
     ],
 )

@@ -159,11 +159,12 @@ def normalise_engine_error(status: int, body: bytes) -> tuple[int, bytes]:
     param = fields.get("param")
     code = fields.get("code")
     hint = ""
+    if message is not None and status < 502 and (mistake := client_mistake(message)) is not None:
+        told = CONTEXT_HINT if mistake[1] == CONTEXT_EXCEEDED else ""
+        return 400, error_body(mistake[0], "invalid_request_error", mistake[1], None, told)
     if message is not None and status < 502 and is_context_exceeded(type_, message):
         message, hint = _context_exceeded(message, fields)
         status, type_, code = 400, "invalid_request_error", CONTEXT_EXCEEDED
-    elif message is not None and status < 502 and (mistake := client_mistake(message)) is not None:
-        return 400, error_body(mistake[0], "invalid_request_error", mistake[1])
     if message is None:
         text = body.decode("utf-8", "replace").strip()
         message = text[:2000] if text else f"The replica answered HTTP {status} without a message."

@@ -68,7 +68,8 @@ def _over_context(message: str) -> tuple[str, str]:
     found = _CONTEXT.search(message)
     assert found is not None
     return (
-        f"The request is {found.group(1)} tokens; the model's context holds {found.group(2)}: "
+        f"The request is {found.group(1)} tokens; the context of one request, the model's ctx_size, is "
+        f"{found.group(2)} tokens: "
         "send fewer or shorter messages (or a shorter prompt), and ask for fewer tokens.",
         "context_length_exceeded",
     )
