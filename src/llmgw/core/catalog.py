@@ -161,6 +161,11 @@ class Profile(Strict):
     pooling: str | None = None
     """llama.cpp: the pooling an embedding model needs (none, mean, cls, last, rank); unset: the
     model's own."""
+    request_timeout_s: float | None = Field(default=None, gt=0, le=86_400)
+    """Longest a request may take on its engine, from being sent to its answer's end: past it the
+    gateway closes the engine's request and answers 504 ``request_timeout``; unset: no limit but
+    ``gateway.upstream_timeout_s`` of silence. A model whose profiles differ gets the longest (none
+    when one has none)."""
 
     @field_validator("engine")
     @classmethod

@@ -46,6 +46,9 @@ class ModelEntry:
     (``comfyui-env-<name>``, :mod:`llmgw.core.environments`); empty: its own replicas."""
     workflow: Workflow | None = field(default=None, compare=False)
     """A ComfyUI model's workflow (its ``comfyui:`` section); None for every other model."""
+    request_timeout_s: float | None = None
+    """Longest a request may take on its engine (the profiles' ``request_timeout_s``, the longest
+    where they differ; an adapter's is its base model's); None: no limit but the silence one."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -71,6 +74,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
         owned = model.owned_by()
         workflow = workflow_of(model)
         serves = workflow.serves if workflow is not None else model.profile.serves
+        limit = request_timeout(model)
         entries.append(
             ModelEntry(
                 model.name,
@@ -80,6 +84,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                 serves=serves,
                 served_by=serving.get(model.name, ""),
                 workflow=workflow,
+                request_timeout_s=limit,
             )
         )
         for adapter in model.adapters:
@@ -92,9 +97,19 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                     parent=model.name,
                     owned=owned,
                     serves=serves,
+                    request_timeout_s=limit,
                 )
             )
     return entries
+
+
+def request_timeout(model: ModelDefinition) -> float | None:
+    """The model's time limit on its engine: the longest of its profiles', None when one has none
+    (a replica of that profile may take as long as it needs)."""
+    limits = [profile.request_timeout_s for profile in model.profiles]
+    if any(limit is None for limit in limits):
+        return None
+    return max(limit for limit in limits if limit is not None)
 
 
 def _owned_by(owner: Owner) -> str:
