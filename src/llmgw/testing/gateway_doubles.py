@@ -94,6 +94,8 @@ class MemoryAnswer:
         self.headers: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self.deadline: asyncio.TimerHandle | None = None
+        self.reading = False
+        """True while the request waits for more of the body (it got the head and reads on)."""
         self.released = False
         self.closed = False
 
@@ -143,11 +145,14 @@ class MemoryAnswer:
             if self._error is not None:
                 raise self._error
             self._more.clear()
+            self.reading = True
             try:
                 async with asyncio.timeout(self._timeout_s):
                     await self._more.wait()
             except TimeoutError:
                 raise UpstreamTimeout("the replica stopped answering") from None
+            finally:
+                self.reading = False
         data = b"".join(self._chunks)
         self._chunks.clear()
         return data
