@@ -168,6 +168,11 @@ class Profile(Strict):
     request_limits: RequestLimits = Field(default_factory=RequestLimits)
     """The sizes a request may ask (logit_bias entries, stop strings, messages, tools, n, inputs),
     checked by the gateway before the engine sees it (docs/openai.md)."""
+    request_timeout_s: float | None = Field(default=None, gt=0, le=86_400)
+    """Longest a request may take on its engine, from being sent to its answer's end: past it the
+    gateway closes the engine's request and answers 504 ``request_timeout``; unset: no limit but
+    ``gateway.upstream_timeout_s`` of silence. A model whose profiles differ gets the longest (none
+    when one has none)."""
 
     @field_validator("engine")
     @classmethod

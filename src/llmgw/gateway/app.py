@@ -200,6 +200,7 @@ class Gateway:
             self.finder,
             self.telling,
             tracing,
+            self.catalog,
         )
         """Requests to replicas and their answers back."""
         self.loads = LoadReader(self.replicas)

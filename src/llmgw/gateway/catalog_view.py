@@ -50,6 +50,9 @@ class ModelEntry:
     bounds: RequestBounds = DEFAULT_BOUNDS
     """What one request may ask (the profile's ``request_limits`` and ``ctx_size``), checked by the
     gateway before forwarding (:func:`~llmgw.core.requestbounds.check_request`)."""
+    request_timeout_s: float | None = None
+    """Longest a request may take on its engine (the profiles' ``request_timeout_s``, the longest
+    where they differ; an adapter's is its base model's); None: no limit but the silence one."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -76,6 +79,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
         workflow = workflow_of(model)
         serves = workflow.serves if workflow is not None else model.profile.serves
         bounds = model.profile.request_limits.bounds(model.profile.ctx_size)
+        limit = request_timeout(model)
         entries.append(
             ModelEntry(
                 model.name,
@@ -86,6 +90,7 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                 served_by=serving.get(model.name, ""),
                 workflow=workflow,
                 bounds=bounds,
+                request_timeout_s=limit,
             )
         )
         for adapter in model.adapters:
@@ -99,9 +104,19 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                     owned=owned,
                     serves=serves,
                     bounds=bounds,
+                    request_timeout_s=limit,
                 )
             )
     return entries
+
+
+def request_timeout(model: ModelDefinition) -> float | None:
+    """The model's time limit on its engine: the longest of its profiles', None when one has none
+    (a replica of that profile may take as long as it needs)."""
+    limits = [profile.request_timeout_s for profile in model.profiles]
+    if any(limit is None for limit in limits):
+        return None
+    return max(limit for limit in limits if limit is not None)
 
 
 def _owned_by(owner: Owner) -> str:

@@ -6,7 +6,10 @@ relay the answer (whole, or SSE events as they complete); report usage.
 
 While that happens a watcher task listens on ``receive`` for the client's
 ``http.disconnect`` and cancels the request's task, which closes the upstream
-connection so the engine stops working for nobody.
+connection so the engine stops working for nobody. A model's ``request_timeout_s``
+is the request's deadline on its engine: the upstream client closes the
+connection when it passes, and the client is answered 504 ``request_timeout``
+(an error event in a stream already started).
 
 With tracing on, the request is a span (continuing the client's
 ``traceparent``, if it sent one) and the engine is sent that span's
@@ -34,6 +37,7 @@ from llmgw.gateway.api_errors import (
     sse_error_event,
 )
 from llmgw.gateway.bodies import RequestFacts, choosing_lora
+from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
 from llmgw.gateway.finding import ReplicaFinder
 from llmgw.gateway.keys import KeyEntry
@@ -47,6 +51,7 @@ from llmgw.gateway.shaping import AnswerShape, EventShaper, NativeResponses, Tra
 from llmgw.gateway.sources import SourcesShape
 from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import (
+    RequestTimedOut,
     Unreachable,
     UpstreamAnswer,
     UpstreamClient,
@@ -128,8 +133,10 @@ class Forwarder:
         finder: ReplicaFinder,
         telling: Telling,
         tracing: Tracing,
+        catalog: GatewayCatalog,
     ) -> None:
         self.settings = settings
+        self.catalog = catalog
         self.replicas = replicas
         self.adapters = adapters
         self.upstream = upstream
@@ -357,6 +364,9 @@ class Forwarder:
     ) -> tuple[UpstreamAnswer, Lease]:
         """Send the request to ``endpoint``, or once to another ready replica when it gives no answer."""
         table = self.replicas
+        entry = self.catalog.get(exchange.model)
+        limit = entry.request_timeout_s if entry is not None else None
+        deadline = asyncio.get_running_loop().time() + limit if limit else None
         tried: list[str] = []
         last: Unreachable | None = None
         dropped: Unreachable | None = None
@@ -366,7 +376,7 @@ class Forwarder:
             exchange.replica_id = ""
             try:
                 response = await self.upstream.post(
-                    endpoint, path, body, exchange.request_id, exchange.upstream_traceparent
+                    endpoint, path, body, exchange.request_id, exchange.upstream_traceparent, deadline
                 )
             except Unreachable as error:
                 lease.release()
@@ -389,6 +399,10 @@ class Forwarder:
                 lease.release()
                 exchange.replica_id = endpoint.replica_id
                 raise ApiError(504, f"{error}; retry, or ask for fewer tokens", "upstream_timeout") from error
+            except RequestTimedOut as error:
+                lease.release()
+                exchange.replica_id = endpoint.replica_id
+                raise self._timed_out(exchange.model) from error
             except BaseException:  # the client left (cancelled): the replica did see the request
                 lease.release()
                 exchange.replica_id = endpoint.replica_id
@@ -414,6 +428,19 @@ class Forwarder:
             retry_after=self.settings.retry_after_s,
         )
 
+    def _timed_out(self, model: str) -> ApiError:
+        """504 for a request its engine took longer on than its model's ``request_timeout_s``."""
+        entry = self.catalog.get(model)
+        limit = entry.request_timeout_s if entry is not None else None
+        took = f" ({limit:g} s)" if limit else ""
+        return ApiError(
+            504,
+            f"The request ran past the time limit of model '{model}' on its engine{took} and was "
+            "stopped; ask for fewer tokens (max_tokens), or have an operator raise request_timeout_s "
+            "in the model's profile.",
+            "request_timeout",
+        )
+
     async def _read_all(self, exchange: Exchange, response: UpstreamAnswer) -> bytes:
         try:
             return await response.read()
@@ -423,6 +450,8 @@ class Forwarder:
                 f"The replica stopped answering for {self.settings.upstream_timeout_s:g} s; retry.",
                 "upstream_timeout",
             ) from error
+        except RequestTimedOut as error:
+            raise self._timed_out(exchange.model) from error
         except UpstreamDropped as error:
             metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()
             raise ApiError(
@@ -527,6 +556,9 @@ class Forwarder:
                 f"The replica stopped sending for {self.settings.upstream_timeout_s:g} s; retry the request.",
                 "upstream_timeout",
             )
+        except RequestTimedOut:
+            exchange.status = 504
+            failure = _failure_event(shaper, self._timed_out(exchange.model).message, "request_timeout")
         except UpstreamDropped as error:
             exchange.status = 502
             metrics.UPSTREAM_FAILURES.labels(exchange.model, "dropped").inc()

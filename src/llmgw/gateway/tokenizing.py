@@ -62,6 +62,9 @@ class Tokenizer:
         except EngineError:
             response.close()
             return None
+        except BaseException:  # the client left: the engine's connection goes with it
+            response.close()
+            raise
         response.release()
         if response.status != 200:
             return None

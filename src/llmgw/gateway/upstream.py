@@ -13,7 +13,9 @@ Connections are pooled per replica address and reused for at most
 connection is never one the engine is closing). Errors are translated here:
 :class:`Unreachable` (nothing came back: the request may go to another
 replica), :class:`UpstreamTimeout` (the replica went silent) and
-:class:`UpstreamDropped` (the connection broke mid-answer).
+:class:`UpstreamDropped` (the connection broke mid-answer) and :class:`RequestTimedOut`
+(the request's own time limit, its ``deadline``, ran out: the connection is closed
+at that moment, so the engine stops working on it).
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ class UpstreamDropped(EngineError):
     """A replica's connection broke, or it sent what is not HTTP, before its answer was complete."""
 
 
+class RequestTimedOut(EngineError):
+    """A request's deadline (its model's ``request_timeout_s``) passed before its answer ended;
+    the connection was closed then, which stops the engine's work on it."""
+
+
 def describe(error: BaseException) -> str:
     """A short, single-line reason for logs and hooks."""
     text = str(error).strip() or type(error).__name__
@@ -86,11 +93,18 @@ class UpstreamClient(Protocol):
     (:class:`llmgw.testing.gateway_doubles.MemoryUpstream`)."""
 
     async def post(
-        self, endpoint: ReplicaEndpoint, path: str, body: bytes, request_id: bytes, traceparent: bytes = b""
+        self,
+        endpoint: ReplicaEndpoint,
+        path: str,
+        body: bytes,
+        request_id: bytes,
+        traceparent: bytes = b"",
+        deadline: float | None = None,
     ) -> UpstreamAnswer:
         """POST ``body`` to ``endpoint``; returns once the status and headers are in. Raises
         :class:`Unreachable` when nothing came back and :class:`UpstreamTimeout` when the
-        replica stayed silent."""
+        replica stayed silent; past ``deadline`` (the event loop's time) the request is closed
+        and its waits raise :class:`RequestTimedOut`."""
         ...
 
     async def close(self) -> None:
@@ -104,6 +118,7 @@ class UpstreamResponse:
     __slots__ = (
         "_chunks",
         "_connection",
+        "_deadline",
         "_done",
         "_error",
         "_paused",
@@ -124,6 +139,7 @@ class UpstreamResponse:
         self._paused = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._deadline: asyncio.TimerHandle | None = None
         self.status = 0
         self.content_type = ""
         self.keep_alive = False
@@ -151,6 +167,15 @@ class UpstreamResponse:
         else:
             self._error = error
         self._wake()
+
+    def _expired(self) -> None:
+        """The request's deadline passed: its waits fail, and the engine sees the request closed."""
+        self._deadline = None
+        if self._done:
+            return
+        connection = self._connection
+        connection._fail(RequestTimedOut("the request's time limit ran out"))
+        connection.abort()
 
     # -- read by the request --------------------------------------------------------------------
 
@@ -192,10 +217,14 @@ class UpstreamResponse:
 
     def release(self) -> None:
         """Done with the answer: its connection goes back to the pool when it can be reused."""
+        if self._deadline is not None:
+            self._deadline.cancel()
         self._connection.finished(self, reuse=self._done and self.keep_alive)
 
     def close(self) -> None:
         """Drop the connection (the replica sees the client is gone)."""
+        if self._deadline is not None:
+            self._deadline.cancel()
         self._connection.finished(self, reuse=False)
 
 
@@ -369,12 +398,20 @@ class Upstream:
         return connection
 
     async def post(
-        self, endpoint: ReplicaEndpoint, path: str, body: bytes, request_id: bytes, traceparent: bytes = b""
+        self,
+        endpoint: ReplicaEndpoint,
+        path: str,
+        body: bytes,
+        request_id: bytes,
+        traceparent: bytes = b"",
+        deadline: float | None = None,
     ) -> UpstreamResponse:
         """POST ``body`` as received to ``endpoint``; returns once the status and headers are in.
 
         ``traceparent`` (tracing on: the request's span, made by the gateway, never a
         client's bytes) is sent as the W3C header of that name; empty, no header is sent.
+        ``deadline`` (the event loop's time; None: none): when it passes before the answer
+        ended the connection is closed and the request's waits raise :class:`RequestTimedOut`.
 
         Raises :class:`Unreachable` when nothing came back and :class:`UpstreamTimeout`
         when the replica stayed silent.
@@ -390,6 +427,8 @@ class Upstream:
         connection.transport.writelines(
             (head, b"x-request-id: ", request_id, b"\r\nContent-Length: %d\r\n\r\n" % len(body), body)
         )
+        if deadline is not None:
+            response._deadline = loop.call_at(deadline, response._expired)
         timer = loop.call_later(self._settings.upstream_timeout_s, _expire, waiting)
         try:
             await waiting

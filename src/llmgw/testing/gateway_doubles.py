@@ -18,7 +18,9 @@ whole or streamed, chat, completions, embeddings, rerank, Responses — and
 can be told to fail the ways a real one does: an error status, dropping the
 connection on arrival, mid-stream or mid-body, holding its answer (a slow
 engine; past ``upstream_timeout_s`` the gateway sees
-:class:`~llmgw.gateway.upstream.UpstreamTimeout`). What reached it is kept
+:class:`~llmgw.gateway.upstream.UpstreamTimeout`; past a request's ``deadline``
+:class:`~llmgw.gateway.upstream.RequestTimedOut`, and the engine's handler is
+cancelled as a closed connection cancels it). What reached it is kept
 (:attr:`MemoryEngine.requests`). The HTTP client itself
 (:class:`~llmgw.gateway.upstream.Upstream`) is tested over real sockets.
 """
@@ -36,7 +38,7 @@ from multidict import CIMultiDict
 
 from llmgw.gateway.replicas import ReplicaEndpoint
 from llmgw.gateway.settings import GatewaySettings
-from llmgw.gateway.upstream import Unreachable, UpstreamDropped, UpstreamTimeout
+from llmgw.gateway.upstream import RequestTimedOut, Unreachable, UpstreamDropped, UpstreamTimeout
 from llmgw.gateway.usage import UsageRecord
 
 MODEL = "tiny-chat"
@@ -91,6 +93,9 @@ class MemoryAnswer:
         self._more = asyncio.Event()
         self.headers: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.reading = False
+        """True while the request waits for more of the body (it got the head and reads on)."""
         self.released = False
         self.closed = False
 
@@ -118,6 +123,19 @@ class MemoryAnswer:
             self._error = error
             self._more.set()
 
+    def expire(self) -> None:
+        """The request's deadline passed: its waits fail and the engine's handler is cancelled."""
+        self.deadline = None
+        if self._done:
+            return
+        error = RequestTimedOut("the request's time limit ran out")
+        if not self.headers.done():
+            self.headers.set_exception(error)
+        else:
+            self._error = error
+            self._more.set()
+        self.close()
+
     # -- the request's side --------------------------------------------------------------------------
 
     async def _next(self) -> bytes:
@@ -127,11 +145,14 @@ class MemoryAnswer:
             if self._error is not None:
                 raise self._error
             self._more.clear()
+            self.reading = True
             try:
                 async with asyncio.timeout(self._timeout_s):
                     await self._more.wait()
             except TimeoutError:
                 raise UpstreamTimeout("the replica stopped answering") from None
+            finally:
+                self.reading = False
         data = b"".join(self._chunks)
         self._chunks.clear()
         return data
@@ -150,10 +171,14 @@ class MemoryAnswer:
         self.released = True
         if not self._done:
             self.close()
+        elif self.deadline is not None:
+            self.deadline.cancel()
 
     def close(self) -> None:
         """The gateway dropped the connection: the engine's handler is cancelled (it sees the client gone)."""
         self.closed = True
+        if self.deadline is not None:
+            self.deadline.cancel()
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
@@ -395,7 +420,13 @@ class MemoryUpstream:
         self._engines.pop(engine.base_url, None)
 
     async def post(
-        self, endpoint: ReplicaEndpoint, path: str, body: bytes, request_id: bytes, traceparent: bytes = b""
+        self,
+        endpoint: ReplicaEndpoint,
+        path: str,
+        body: bytes,
+        request_id: bytes,
+        traceparent: bytes = b"",
+        deadline: float | None = None,
     ) -> MemoryAnswer:
         engine = self._engines.get(endpoint.base_url)
         if engine is None:
@@ -412,9 +443,10 @@ class MemoryUpstream:
         timeout_s = self.settings.upstream_timeout_s
         answer = MemoryAnswer(timeout_s)
         self.answers.append(answer)
-        answer.task = asyncio.get_running_loop().create_task(
-            engine.serve(Received(path, headers, body), answer)
-        )
+        loop = asyncio.get_running_loop()
+        answer.task = loop.create_task(engine.serve(Received(path, headers, body), answer))
+        if deadline is not None:
+            answer.deadline = loop.call_at(deadline, answer.expire)
         try:
             async with asyncio.timeout(timeout_s):
                 await answer.headers
