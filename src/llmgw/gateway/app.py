@@ -307,7 +307,14 @@ class Gateway:
                 if exchange.usage_due and exchange.key is not None:  # refused before any replica
                     self._request_refused(
                         UsageRecord(
-                            exchange.key.key_id, exchange.model, "", 0, 0, exchange.status, duration_s, project
+                            exchange.key.key_id,
+                            exchange.model,
+                            "",
+                            0,
+                            0,
+                            exchange.status,
+                            duration_s,
+                            project,
                         )
                     )
                 if self.settings.access_log:
