@@ -75,6 +75,7 @@ async def test_a_stream_the_client_closes_counts_what_it_was_sent_and_the_prompt
 ) -> None:
     engine.chunks = 120
     engine.extra["/tokenize"] = {"count": len(PROMPT), "tokens": PROMPT}
+    engine.extra["/apply-template"] = {"prompt": "<|im_start|>user\nhi<|im_end|>\n"}
     engine.hold_after_first = asyncio.Event()
     gateway.replicas.set_ready(engine.endpoint)
     stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
@@ -83,7 +84,8 @@ async def test_a_stream_the_client_closes_counts_what_it_was_sent_and_the_prompt
     record = await _told(hooks)
     assert (record.status, record.prompt_tokens, record.completion_tokens) == (499, len(PROMPT), 1)
     asked = engine.requests[-1]
-    assert asked.path == "/tokenize" and b'"messages"' in asked.body  # after the answer ended
+    assert [r.path for r in engine.requests[-2:]] == ["/apply-template", "/tokenize"]  # llama.cpp's
+    assert b'"messages"' in engine.requests[-2].body and b'"content"' in asked.body
 
 
 async def test_a_stream_the_replica_cuts_counts_its_events_and_a_prompt_the_engine_cannot_tokenize_as_0(
@@ -108,6 +110,7 @@ async def test_a_stream_cut_by_its_budget_counts_what_it_relayed_as_the_budget_d
     gateway.feed.limits_replaced({"key:key-1": Limits(tokens_per_month=5)})
     engine.chunks = 50
     engine.extra["/tokenize"] = {"tokens": PROMPT}
+    engine.extra["/apply-template"] = {"prompt": "<|im_start|>user\nhi<|im_end|>\n"}
     gateway.replicas.set_ready(engine.endpoint)
     answer = await http.post("/v1/chat/completions", json={**CHAT, "stream": True}, headers=AUTH)
     assert b"tokens_per_month" in answer.content
@@ -123,6 +126,7 @@ async def test_the_prompt_of_an_early_end_reuses_the_count_made_for_routing(
 ) -> None:
     engine.cut_after = 2
     engine.extra["/tokenize"] = {"tokens": PROMPT}
+    engine.extra["/apply-template"] = {"prompt": "<|im_start|>user\nhi<|im_end|>\n"}
     gateway.replicas.set_ready(engine.endpoint)
     prompt = "<|user|> hi"
     first = await gateway.tokenizer.tokens(engine.endpoint, prompt, {"messages": MESSAGES}, b"r")
@@ -140,6 +144,7 @@ async def test_a_stream_that_ends_with_the_engines_usage_is_counted_by_it_alone(
 ) -> None:
     engine.chunks = 4
     engine.extra["/tokenize"] = {"tokens": PROMPT}
+    engine.extra["/apply-template"] = {"prompt": "<|im_start|>user\nhi<|im_end|>\n"}
     gateway.replicas.set_ready(engine.endpoint)
     _ = [c async for c in await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)]
     record = await _told(hooks)
