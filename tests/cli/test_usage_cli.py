@@ -43,6 +43,7 @@ def used(tmp_path: Path) -> None:
                     UsageEntry(day(1, 9), "k1", "llama", 2, 0, 20, 40, 900, CHAT,
                                streamed=2, ttft_ms=300, generation_ms=2000),
                     UsageEntry(day(1, 14), "k2", "embed", 3, 1, 30, 0, 900, "user:ann"),
+                    UsageEntry(day(1, 14), "k2", "embed", 1, 1, 0, 0, 1, "user:ann", refused=429),
                     UsageEntry(day(2, 9), "k1", "llama", 1, 0, 10, 20, 900, CHAT),
                 ]
             )  # fmt: skip
@@ -59,7 +60,7 @@ def test_json_is_the_apis_answer(admin_server: AdminServer, tmp_path: Path) -> N
     assert answer.group_by == ["project", "model"]
     assert [(line.start.day, line.project, line.model, line.requests) for line in answer.lines] == [
         (1, CHAT, "llama", 2),
-        (1, "user:ann", "embed", 3),
+        (1, "user:ann", "embed", 4),
         (2, CHAT, "llama", 1),
     ]
     assert (answer.lines[0].ttft_mean_ms, answer.lines[0].tokens_per_s) == (150.0, 20.0)
@@ -80,8 +81,8 @@ def test_a_table_by_default(admin_server: AdminServer, tmp_path: Path) -> None:
     header, *rows = [line.split() for line in lines if "━" not in line and "─" not in line]
     assert header[:2] == ["START", "MODEL"]
     assert rows == [
-        ["2026-03", "embed", "3", "1", "30", "0", "-", "-"],
-        ["2026-03", "llama", "3", "0", "30", "60", "150", "20.0"],
+        ["2026-03", "embed", "4", "2", "429:1", "30", "0", "-", "-"],
+        ["2026-03", "llama", "3", "0", "-", "30", "60", "150", "20.0"],
     ]
 
 

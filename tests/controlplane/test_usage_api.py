@@ -82,6 +82,7 @@ async def test_lines_hold_tokens_errors_ttft_and_tokens_per_second_per_model(clu
         "errors": 1,
         "prompt_tokens": 20,
         "completion_tokens": 40,
+        "refused": {},
         "ttft_mean_ms": 125.0,
         "tokens_per_s": 20.0,
     }
@@ -119,11 +120,12 @@ async def test_csv_has_a_header_and_the_grouped_columns_only(cluster: Cluster) -
             "errors",
             "prompt_tokens",
             "completion_tokens",
+            "refused",
             "ttft_mean_ms",
             "tokens_per_s",
         ],
-        ["2026-03-01T00:00:00Z", "", "9", "0", "90", "10", "", ""],
-        ["2026-03-01T00:00:00Z", "org:acme", "5", "1", "50", "70", "125.0", "20.0"],  # shop: untimed
+        ["2026-03-01T00:00:00Z", "", "9", "0", "90", "10", "", "", ""],
+        ["2026-03-01T00:00:00Z", "org:acme", "5", "1", "50", "70", "", "125.0", "20.0"],  # shop: untimed
     ]
 
 
@@ -149,3 +151,21 @@ async def test_the_openapi_describes_usage_in_json_and_csv(cluster: Cluster) -> 
     answers = schema["paths"]["/api/usage"]["get"]["responses"]["200"]["content"]
     assert set(answers) == {"application/json", "text/csv"}
     assert "UsageAnswer" in schema["components"]["schemas"]
+
+
+async def test_refused_requests_show_by_status_beside_the_tokens_in_json_and_csv(cluster: Cluster) -> None:
+    await UsageLog(cluster.store).append(
+        [
+            UsageEntry(MORNING, "k-shop", "llama", 3, 0, 30, 30, 900, SHOP),
+            UsageEntry(MORNING, "k-shop", "llama", 2, 2, 0, 0, 2, SHOP, refused=429),
+            UsageEntry(NOON, "k-shop", "llama", 1, 1, 0, 0, 1, SHOP, refused=400),
+        ]
+    )
+    body = (await cluster.admin.get("/api/usage")).json()
+    (line,) = body["lines"]
+    assert (line["requests"], line["errors"], line["prompt_tokens"]) == (6, 3, 30)
+    assert line["refused"] == {"400": 1, "429": 2}
+    rows = list(
+        csv.DictReader(io.StringIO((await cluster.admin.get("/api/usage", params={"format": "csv"})).text))
+    )
+    assert [row["refused"] for row in rows] == ["400:1 429:2"]

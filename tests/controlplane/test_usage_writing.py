@@ -163,10 +163,44 @@ async def test_a_row_that_is_not_a_sum_is_refused_with_nothing_counted() -> None
     good = UsageSums()
     good.add(record())
     rows = good.take()
-    with pytest.raises(ValueError, match="11 fields"):
+    with pytest.raises(ValueError, match="12 fields"):
         usage.add_sums([*rows, ["key1", "chat"]])
     with pytest.raises(ValueError):
         usage.add_sums([*rows, ["key1", "chat", "", "many", 0, 0, 0, 0.0, 0, 0.0, 0.0]])
     assert usage.pending == 0
     usage.add_sums(rows)
     assert usage.pending == 1
+
+
+def refusal(status: int, model: str = "chat") -> UsageRecord:
+    """A request of key1 no replica took, refused with ``status``."""
+    return UsageRecord("key1", model, "", 0, 0, status, duration_s=0.001)
+
+
+async def test_refused_requests_are_summed_apart_per_status_with_no_tokens() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    usage.add(record())
+    for status in (429, 429, 400):
+        usage.add(refusal(status))
+    assert await usage.flush()
+    by_refusal = {
+        e.refused: (e.requests, e.failed, e.prompt_tokens, e.completion_tokens) for e in sink.batches[0]
+    }
+    assert by_refusal == {0: (1, 0, 5, 2), 429: (2, 2, 0, 0), 400: (1, 1, 0, 0)}
+    assert {(e.key_id, e.model) for e in sink.batches[0]} == {("key1", "chat")}
+
+
+async def test_a_workers_refusals_keep_their_status_and_a_sum_of_the_release_before_has_none() -> None:
+    sink = Sink()
+    usage = writer(sink)
+    sums = UsageSums()
+    sums.add(refusal(404, model=""))
+    rows = json.loads(json.dumps(sums.take()))
+    older = [["key1", "chat", "", 1, 0, 3, 2, 0.5, 0, 0.0, 0.5]]  # 11 fields: requests a replica took
+    usage.add_sums([*rows, *older])
+    assert await usage.flush()
+    assert sorted((e.model, e.refused, e.requests, e.prompt_tokens) for e in sink.batches[0]) == [
+        ("", 404, 1, 0),
+        ("chat", 0, 1, 3),
+    ]

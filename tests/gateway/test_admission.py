@@ -84,6 +84,7 @@ async def test_the_ticket_ends_once_whatever_the_answer(
         await ask(client)
     except openai.APIError:
         assert fault, "only a fault makes the request fail"
+    await eventually(lambda: ended, message="the ticket ended")  # a cut stream: once its prompt is counted
     assert ended == [tokens]
     assert meter.concurrent == 0
     engine.error = engine.cut_after = None
@@ -122,6 +123,7 @@ async def test_the_ticket_ends_once_when_the_stream_runs_its_budget_out(
     engine.chunks = 50
     with pytest.raises(openai.APIError, match="tokens_per_month"):
         await _streamed(client)
+    await eventually(lambda: ended, message="the ticket ended")  # once the prompt was counted
     assert len(ended) == 1 and 5 <= ended[0] < 50, "cut as the budget ran out"
     assert meter.concurrent == 0
 

@@ -108,3 +108,15 @@ async def test_the_migration_places_older_rows_where_their_key_sits(store_url: s
         ("k1", "project:acme/ml/chat", "team:acme/ml", "org:acme", 0),
         ("k2", "", "", "", 0),
     ]
+
+
+async def test_a_refusal_written_with_a_sum_of_its_key_and_model_is_stored_beside_it_once(
+    store: Store, clock: FakeClock
+) -> None:
+    log = UsageLog(store)
+    served = entry(clock, "k1", "chat", 2, 10, 3)
+    refused = UsageEntry(clock.utcnow(), "k1", "chat", 1, 1, 0, 0, 1, refused=429)
+    assert await log.append_missing([served]) == 1
+    assert await log.append_missing([served, refused]) == 1  # stamped alike, told apart by the refusal
+    assert await log.append_missing([served, refused]) == 0
+    assert await log.totals() == [UsageTotal("k1", "chat", 3, 2, 10, 3)]

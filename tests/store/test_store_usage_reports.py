@@ -197,3 +197,32 @@ async def test_timings_give_mean_ttft_and_tokens_per_second_of_timed_rows(store:
     assert chat.tokens_per_s == 60
     assert embed.ttft_mean_ms is None
     assert embed.tokens_per_s is None
+
+
+def refused(when: str, status: int, requests: int = 1, model: str = "chat") -> UsageEntry:
+    """Requests of k1 refused with ``status`` before any replica took them."""
+    return UsageEntry(at(when), "k1", model, requests, requests, 0, 0, requests, CHAT, refused=status)
+
+
+async def test_refused_requests_count_in_their_group_and_by_status(store: Store) -> None:
+    await UsageLog(store).append(
+        [
+            entry("2026-03-01T09:00:00", requests=3),
+            refused("2026-03-01T09:00:00", 429, 2),
+            refused("2026-03-01T09:00:00", 400),
+            refused("2026-03-01T09:30:00", 429),
+            refused("2026-03-01T09:30:00", 404, model=""),
+        ]
+    )
+    result = await UsageReports(store).report(UsageQuery(bucket=Bucket.HOUR))
+    lines = {(g.model, g.requests, g.failed, g.prompt_tokens): g.refused for g in result.groups}
+    assert lines == {("", 1, 1, 0): {404: 1}, ("chat", 7, 4, 30): {429: 3, 400: 1}}
+
+
+async def test_a_cut_report_holds_the_refusals_of_its_own_groups_only(store: Store) -> None:
+    await UsageLog(store).append(
+        [refused("2026-03-01T09:00:00", 429), refused("2026-03-01T10:00:00", 503, 2, model="other")]
+    )
+    result = await UsageReports(store).report(UsageQuery(bucket=Bucket.HOUR, limit=1))
+    assert result.truncated
+    assert [(g.model, g.refused) for g in result.groups] == [("chat", {429: 1})]

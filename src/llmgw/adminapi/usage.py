@@ -29,6 +29,7 @@ CSV_COLUMNS = (
     "errors",
     "prompt_tokens",
     "completion_tokens",
+    "refused",
     "ttft_mean_ms",
     "tokens_per_s",
 )
@@ -53,10 +54,16 @@ class UsageLine(AnswerModel):
     """``org:ORG`` of that project (empty for a user's key)."""
     model: str | None = None
     requests: int
+    """Every request the key made: those replicas answered and those refused before any did."""
     errors: int
-    """Requests answered with an error, or that the client left (status 400 and above)."""
+    """Requests answered with an error, or that the client left (status 400 and above), refused ones
+    included."""
     prompt_tokens: int
     completion_tokens: int
+    refused: dict[str, int] = Field(default_factory=dict)
+    """Requests refused before any replica took them, by the HTTP status they were answered with
+    (``{"429": 3, "400": 1}``: limits, bad bodies, unknown models, no replica ready …); they count in
+    ``requests`` and ``errors`` and used no tokens. In CSV: ``429:3 400:1``."""
     ttft_mean_ms: float | None = None
     """Mean time to first token of the streamed requests, in milliseconds (null: none streamed). A
     mean, because rows hold sums over each few seconds: exact to sum again over any bucket and group,

@@ -79,7 +79,7 @@ def usage(
 
 def show(answer: UsageAnswer, grouped: list[str]) -> None:
     columns = ["START", *(d.upper() for d in grouped)]
-    columns += ["REQUESTS", "ERRORS", "PROMPT", "COMPLETION", "TTFT MEAN (ms)", "TOKENS/S"]
+    columns += ["REQUESTS", "ERRORS", "REFUSED", "PROMPT", "COMPLETION", "TTFT MEAN (ms)", "TOKENS/S"]
     table(columns, [_row(line, answer.by, grouped) for line in answer.lines])
 
 
@@ -96,6 +96,7 @@ def _row(line: UsageLine, by: str, grouped: list[str]) -> list[object]:
         *(named[d] or "-" for d in grouped),
         line.requests,
         line.errors,
+        " ".join(f"{status}:{count}" for status, count in line.refused.items()) or "-",
         line.prompt_tokens,
         line.completion_tokens,
         "-" if line.ttft_mean_ms is None else f"{line.ttft_mean_ms:.0f}",

@@ -252,6 +252,10 @@ class EngineCapabilities:
     one for a request that searched knowledge collections (docs/knowledge.md), to no other engine."""
     pooling_flag: bool = False
     """It takes the pooling an embedding model needs (``profile.pooling``)."""
+    tokenize_text: bool = False
+    """Its ``/tokenize`` takes text (``content``), not a request's messages: a chat's prompt is
+    rendered by its ``/apply-template`` first (llama.cpp). Else it takes ``messages`` or ``prompt``
+    as vLLM's does."""
     runtime_mb: int = 256
     """Memory a replica takes beyond 1.25 x its weights (the engine's own runtime, its smallest KV
     cache), added to a profile's estimate when it gives no ``memory_mb``."""
@@ -293,6 +297,7 @@ LLAMA_CPP = EngineCapabilities(
     tasks=frozenset(Task),
     responses_api=True,
     pooling_flag=True,
+    tokenize_text=True,
 )  # fmt: skip
 """llama-server: GGUF weights, GGUF LoRA files given at start and chosen per request; chat (with its
 Responses API), embeddings (``--embeddings``) or reranking (``--reranking``)."""

@@ -10,6 +10,7 @@
         the body's fields within the model's bounds (core/requestbounds.py) -> 400 naming the field
         limits (admission: the ticket is taken and ended here) -> 429
         Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
+        refused past the key (no replica took it): usage with the status, 0 tokens
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
     GET|DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
                                        the key's kept responses (response_routes.py)
@@ -65,6 +66,7 @@ from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.tokenizing import Tokenizer
 from llmgw.gateway.upstream import Upstream, UpstreamClient
+from llmgw.gateway.usage import UsageRecord
 from llmgw.gateway.workflow_routes import WorkflowRoutes, workflow_route
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import TRACING_OFF, Tracing
@@ -241,6 +243,7 @@ class Gateway:
         self._visible = self.access.visible
         self._check_task = self.access.check_task
         self._forward = self.forwarder.forward
+        self._request_refused = self.telling.request_refused
 
     @property
     def stopped(self) -> bool:
@@ -296,14 +299,28 @@ class Gateway:
             metrics.InFlight.value -= 1
             if not exchange.relayed:  # a relayed request is counted and logged where it was answered
                 duration_s = exchange.elapsed()
+                project = metrics.project_of(exchange.key)
                 metrics.observe(
                     exchange.model,
-                    metrics.project_of(exchange.key),
+                    project,
                     exchange.status,
                     duration_s,
                     exchange.prompt_tokens,
                     exchange.completion_tokens,
                 )
+                if exchange.usage_due and exchange.key is not None:  # refused before any replica
+                    self._request_refused(
+                        UsageRecord(
+                            exchange.key.key_id,
+                            exchange.model,
+                            "",
+                            0,
+                            0,
+                            exchange.status,
+                            duration_s,
+                            project,
+                        )
+                    )
                 if self.settings.access_log:
                     _log_access(scope, exchange, duration_s)
 
@@ -333,6 +350,7 @@ class Gateway:
             # a request made in this process (a batch's) names its key in the scope, where no
             # client can put anything (inprocess.py)
             key = exchange.key = scope.get(IN_PROCESS_KEY) or self._authenticate(authorization)
+            exchange.usage_due = True
             logcontext.PROJECT.set(metrics.project_of(key))
             body = await read_body(receive, length, self.settings.max_body_bytes)
             if body is None:

@@ -42,7 +42,9 @@ class Exchange:
         "status",
         "ticket",
         "traceparent",
+        "uncounted_prompt",
         "upstream_traceparent",
+        "usage_due",
     )
 
     def __init__(self, request_id: bytes, traceparent: bytes = b"") -> None:
@@ -69,6 +71,12 @@ class Exchange:
         """The request's hold on its limits (None: nothing limits its key)."""
         self.relayed = False
         """Handed whole to another gateway (a worker's control plane), which answers and counts it."""
+        self.uncounted_prompt = False
+        """A stream ended before the engine's usage: its prompt's tokens are still to be counted."""
+        self.usage_due = False
+        """The request is one usage counts (a key's request to a route replicas answer) and its
+        record was not told yet: told by the forwarding once a replica took it, else by the app,
+        as refused with its status."""
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

@@ -4,6 +4,14 @@ A request that needs a replica: pick the least loaded ready one (asking for one
 on demand and waiting, bounded, when there is none); POST the body as received;
 relay the answer (whole, or SSE events as they complete); report usage.
 
+Usage is the engine's own count when it sent one (a stream's usage event, asked
+for by the gateway when the client did not). A stream that ended before it (the
+client left, a budget cut it short, the replica failed) counts the content
+events it relayed as its completion tokens (``usage.tokens_in``, a few byte
+counts per chunk: the same count budgets spend as it passes), and its prompt's
+tokens are asked of the engine's tokenizer once the answer ended (a count the
+router made for the request is reused).
+
 While that happens a watcher task listens on ``receive`` for the client's
 ``http.disconnect`` and cancels the request's task, which closes the upstream
 connection so the engine stops working for nobody. A model's ``request_timeout_s``
@@ -42,7 +50,7 @@ from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
 from llmgw.gateway.finding import ReplicaFinder
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.knowledge import Retrieved, salted
-from llmgw.gateway.limiting import cut_short, events_in, limit_message
+from llmgw.gateway.limiting import cut_short, limit_message
 from llmgw.gateway.outbound import Telling
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.responses_api import ResponsesCall
@@ -59,11 +67,14 @@ from llmgw.gateway.upstream import (
     UpstreamTimeout,
     describe,
 )
-from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts
+from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts, tokens_in
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Span, SpanKind, Tracing, context_of, failed, traceparent
 
 log = logging.getLogger(__name__)
+
+PROMPT_COUNT_TIMEOUT_S = 5.0
+"""How long the count of an early-ended stream's prompt waits for the engine's tokenizer (then 0)."""
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -182,10 +193,13 @@ class Forwarder:
             watcher.cancel()
             if exchange.client_gone:
                 task.uncancel()  # balance the one cancel() that _client_left asked for
+            if exchange.replica_id and exchange.key is not None:
+                if exchange.uncounted_prompt and facts is not None and not task.cancelling():
+                    exchange.prompt_tokens = await self._prompt_count(exchange, facts)
+                exchange.usage_due = False
+                self._request_ended(_record(exchange, exchange.key))
             if exchange.span is not None:
                 _end_span(exchange, exchange.span)
-            if exchange.replica_id and exchange.key is not None:
-                self._request_ended(_record(exchange, exchange.key))
 
     def _start_span(self, exchange: Exchange, path: str, stream: bool) -> None:
         """The request's span, under the client's trace if it sent one; the engine's traceparent."""
@@ -358,6 +372,18 @@ class Forwarder:
         return await tokenizer.tokens(
             endpoint, prompt, {"model": exchange.model, **request}, exchange.request_id
         )
+
+    async def _prompt_count(self, exchange: Exchange, facts: RequestFacts) -> int:
+        """The prompt's tokens of a stream that ended before the engine's usage, from the engine's
+        tokenizer (the router's count reused); 0 when it gives none in time."""
+        if not facts.prompt or facts.prompt_request is None:
+            return 0
+        try:
+            async with asyncio.timeout(PROMPT_COUNT_TIMEOUT_S):
+                tokens = await self._tokens(exchange, facts.prompt, facts.prompt_request)
+        except TimeoutError:
+            return 0
+        return len(tokens) if tokens else 0
 
     async def _connect(
         self, exchange: Exchange, endpoint: ReplicaEndpoint, path: str, body: bytes
@@ -532,17 +558,21 @@ class Forwarder:
         timer = metrics.StreamTimer(exchange.model, exchange.started)
         failure = b""
         ticket = exchange.ticket
+        relayed = 0
+        """Completion tokens relayed (content events): the count when the engine's usage never came."""
         try:
             async for chunk in response.iter_any():
                 out = framer.feed(chunk)
                 if out:
+                    tokens = tokens_in(out)
                     sent = await shaper.feed(out) if shaper is not None else out
                     if sent:
                         timer.relayed()
                         if not exchange.first_token:
                             exchange.first_token = time.perf_counter()
                         await send({"type": "http.response.body", "body": sent, "more_body": True})
-                    if ticket is not None and (refusal := ticket.spend(events_in(out))) is not None:
+                    relayed += tokens
+                    if ticket is not None and (refusal := ticket.spend(tokens)) is not None:
                         exchange.status = 429
                         if shaper is not None:
                             failure = shaper.error(limit_message(refusal), refusal.code)
@@ -569,6 +599,10 @@ class Forwarder:
                 "retry the request.",
                 "upstream_disconnected",
             )
+        finally:  # the client gone too (cancelled): what it was sent is counted
+            if framer.usage is None:
+                exchange.completion_tokens = relayed
+                exchange.uncounted_prompt = True
         # After a failure an unfinished event is dropped: the client never saw its start.
         if failure:
             tail = failure
@@ -576,7 +610,9 @@ class Forwarder:
             tail = await shaper.feed(framer.flush()) + await shaper.finish()
         else:
             tail = framer.flush()
-        exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
+        if framer.usage is not None:
+            exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
+            exchange.uncounted_prompt = False
         exchange.finished = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return not failure

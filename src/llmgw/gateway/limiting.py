@@ -8,8 +8,8 @@ built when limits or keys change, never per request. A key with nothing
 limited on its chain costs one dict lookup.
 
 A request admitted holds a :class:`Ticket`: it counts tokens as they pass
-(:meth:`Ticket.spend`; streams count one token per event, corrected by the
-engine's usage at the end) and gives its concurrent slot back once
+(:meth:`Ticket.spend`; streams count one token per content event,
+``usage.tokens_in``, corrected by the engine's usage at the end) and gives its concurrent slot back once
 (:meth:`Ticket.end`), whatever ended the request. The route that admits a
 request owns its ticket: it takes it and ends it in one ``try``/``finally``
 (``app.py`` for forwarded requests, ``workflow_routes.py`` for pictures and,
@@ -226,7 +226,3 @@ class Limiter:
             if refusal is not None:
                 raise refused(refusal, meters, now)
 
-
-def events_in(chunk: bytes) -> int:
-    """Content events in a run of SSE events: about one token each."""
-    return chunk.count(b'"delta"') or chunk.count(b'"text"')

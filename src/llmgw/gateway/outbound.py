@@ -7,6 +7,7 @@ goes through one :class:`GatewayOutbound` object passed to it:
 - a request wants a model with no ready replica (start one, on demand);
 - a request a replica answered has ended (its usage), and the catalog model it kept in use
   (an adapter's base model, an environment's entry);
+- a key's request was refused before any replica took it (its usage: the status, no tokens);
 - a replica could not be reached (the control plane checks it and replaces it).
 
 The control plane implements it while leading and hands the calls to its
@@ -42,7 +43,8 @@ class GatewayOutbound(Protocol):
         """A request kept catalog model ``model`` in use (for idle time and scaling to zero)."""
 
     def usage(self, record: UsageRecord) -> None:
-        """A request a replica answered has ended: what it used (written to the store)."""
+        """A key's request has ended: what it used (written to the store). A request no replica
+        took (refused by a check, a limit, or for want of a replica) has no replica and no tokens."""
 
     def replica_failed(self, replica_id: str, reason: str) -> None:
         """The replica could not be reached: check it and replace it if it is gone."""
@@ -93,6 +95,13 @@ class Telling:
             outbound = self._outbound
             outbound.model_used(served)
             outbound.usage(record)
+        except Exception:
+            log.exception("telling the usage of %s failed", record)
+
+    def request_refused(self, record: UsageRecord) -> None:
+        """A key's request refused before a replica took it: its usage only (no model kept in use)."""
+        try:
+            self._outbound.usage(record)
         except Exception:
             log.exception("telling the usage of %s failed", record)
 

@@ -6,6 +6,12 @@ streams, :class:`EventFramer` passes on complete SSE events only, so a usage
 object is never split, and an error event can always be appended cleanly; it
 also takes out the usage-only event (``"choices": []`` with ``usage``) when the
 gateway, not the client, asked for it.
+
+A stream that ends before the engine's usage (the client left, a budget cut it,
+the replica failed) is counted from what was relayed: :func:`tokens_in` counts
+one completion token per content event as the events pass (a few byte counts
+per chunk), and the prompt's tokens are asked of the engine's tokenizer after
+the answer ended (``forwarding.py``).
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ class UsageRecord:
     model: str
     replica_id: str
     prompt_tokens: int
-    """Tokens the engine counted in the prompt; 0 when the engine reported no usage."""
+    """Tokens the engine counted in the prompt; for a stream that ended before the engine's usage,
+    the engine's tokenizer's count (0 when it gave none); 0 for a request no replica took."""
     completion_tokens: int
-    """Tokens generated; 0 when the engine reported no usage (a stream without
-    ``stream_options.include_usage`` on engines that only then report it)."""
+    """Tokens generated, as the engine counted them; for a stream that ended before the engine's
+    usage, the content events the client was sent (:func:`tokens_in`)."""
     status: int
     """The HTTP status answered; 499 when the client went away, 502 when the replica failed mid-answer."""
     duration_s: float
@@ -43,6 +50,29 @@ class UsageRecord:
     generation_s: float = 0.0
     """Time spent generating the completion: a stream's time after its first event; an answer sent
     whole, its whole duration (the prompt's processing included)."""
+
+    @property
+    def refused(self) -> int:
+        """The status the gateway refused the request with, no replica having taken it (400 bad
+        body, 404 unknown model, 429 limits, 503 no replica …); 0 for a request a replica took."""
+        return 0 if self.replica_id else self.status
+
+
+def tokens_in(events: bytes) -> int:
+    """Generated tokens in a run of whole SSE events: one per content event.
+
+    Chat streams: one per ``"delta"`` (the Responses API's ``output_text.delta`` too) less the
+    deltas that carry no text: the first, naming the role (``"content":null`` on llama.cpp,
+    ``"content":""`` on vLLM), and the empty one that says why the answer finished; completions:
+    one per ``"text"`` that is not empty. On llama.cpp's and vLLM's streams each such event is one
+    token, except that a character made of several tokens (an emoji is three on SmolLM2) arrives as
+    one event, and the token that ends the answer sends none. Engines' compact JSON is assumed.
+    """
+    deltas = events.count(b'"delta"')
+    if deltas:
+        empty = events.count(b'"content":null') + events.count(b'"content":""') + events.count(b'"delta":{}')
+        return max(0, deltas - empty)
+    return events.count(b'"text"') - events.count(b'"text":""')
 
 
 def find_usage(data: bytes) -> dict[str, Any] | None:

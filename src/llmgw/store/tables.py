@@ -285,6 +285,8 @@ class UsageRow(Base):
     """Times to first token of the streamed requests, summed."""
     generation_ms: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     """Time spent generating the completion tokens, summed (tokens per second = tokens / this)."""
+    refused: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    """The status the row's requests were refused with before any replica took them (0: one did)."""
 
 
 class LimitRow(Base):

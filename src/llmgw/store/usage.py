@@ -6,10 +6,14 @@ each flush, in one :meth:`UsageLog.append`. A row covers the time since the
 flush before it (``at`` is when it was written), so rows stay few however many
 requests there are.
 
+Requests no replica took (refused by a check, a limit, or for want of a
+replica) have entries of their own, one per status they were refused with
+(``refused``), and no tokens.
+
 Sums kept on the control plane's disk while the store was away come back
-through :meth:`UsageLog.append_missing`: an entry's ``at``, key and model name
-it (the writer never stamps two entries of a key and model with one ``at``),
-so an entry already stored is never stored twice.
+through :meth:`UsageLog.append_missing`: an entry's ``at``, key, model and
+refusal name it (the writer never stamps two entries of a key, model and
+refusal with one ``at``), so an entry already stored is never stored twice.
 
 Each row keeps the key's place as it was when the requests were made (its
 project, or its user), with the place's team and organization, so usage
@@ -56,6 +60,9 @@ class UsageEntry:
     """Their times to first token, summed."""
     generation_ms: int = 0
     """Time spent generating ``completion_tokens``, summed."""
+    refused: int = 0
+    """The status these requests were refused with before any replica took them (400, 404, 429,
+    503 …); 0: requests a replica took."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +95,11 @@ class UsageLog:
         if not entries:
             return 0
         async with self._store.session() as session:
-            query = select(UsageRow.at, UsageRow.key_id, UsageRow.model).where(
+            query = select(UsageRow.at, UsageRow.key_id, UsageRow.model, UsageRow.refused).where(
                 UsageRow.at.in_(sorted({e.at for e in entries}))
             )
-            stored = {(at, key_id, model) for at, key_id, model in await session.execute(query)}
-            missing = [e for e in entries if (e.at, e.key_id, e.model) not in stored]
+            stored = {tuple(row) for row in await session.execute(query)}
+            missing = [e for e in entries if (e.at, e.key_id, e.model, e.refused) not in stored]
             if missing:
                 await session.execute(insert(UsageRow), _rows(missing))
         return len(missing)
@@ -132,6 +139,7 @@ def _rows(entries: Sequence[UsageEntry]) -> list[dict[str, object]]:
             "streamed": e.streamed,
             "ttft_ms": e.ttft_ms,
             "generation_ms": e.generation_ms,
+            "refused": e.refused,
         }
         for e in entries
     ]

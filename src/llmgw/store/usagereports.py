@@ -11,12 +11,17 @@ the writer flushed it, every few seconds).
 What a reader may see is a :class:`UsageScope` (organizations, teams and
 places whose rows it reads; None: all). A report holds at most ``limit``
 groups, the earliest buckets first, and says when more were left out.
+
+Requests refused before any replica took them count in their group's
+requests and errors, and by the status they were refused with
+(:attr:`UsageGroup.refused`), summed by a second ``GROUP BY`` over the rows
+of refusals (``refused`` not 0) of the buckets the report holds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -133,6 +138,8 @@ class UsageGroup:
     timed_tokens: int = 0
     """Completion tokens of rows whose generation was timed (rows written before timings were kept
     have tokens and no time)."""
+    refused: dict[int, int] = field(default_factory=dict)
+    """Requests refused before any replica took them, by the status they were refused with."""
 
     @property
     def ttft_mean_ms(self) -> float | None:
@@ -172,21 +179,56 @@ class UsageReports:
 
     async def report(self, query: UsageQuery) -> UsageReport:
         """The groups of ``query``, by bucket then by the grouped dimensions; at most ``query.limit``."""
-        start = bucket_start(self._store.engine.dialect.name, query.bucket).label("bucket")
+        bucket = bucket_start(self._store.engine.dialect.name, query.bucket)
+        start = bucket.label("bucket")
         dimensions = list(dict.fromkeys(query.group_by))
         grouped = [COLUMNS[d] for d in dimensions]
-        statement = select(start, *grouped, *(func.sum(c) for c in SUMS)).group_by(start, *grouped)
+        conditions = []
         if query.since is not None:
-            statement = statement.where(UsageRow.at >= query.since)
+            conditions.append(UsageRow.at >= query.since)
         if query.until is not None:
-            statement = statement.where(UsageRow.at < query.until)
+            conditions.append(UsageRow.at < query.until)
         if query.scope is not None:
-            statement = statement.where(query.scope.condition())
-        statement = statement.order_by(start, *grouped).limit(query.limit + 1)
+            conditions.append(query.scope.condition())
+        statement = select(start, *grouped, *(func.sum(c) for c in SUMS)).group_by(start, *grouped)
+        statement = statement.where(*conditions).order_by(start, *grouped).limit(query.limit + 1)
         async with self._store.session() as session:
             rows = (await session.execute(statement)).all()
-        groups = [_group(row, dimensions) for row in rows[: query.limit]]
+            groups = [_group(row, dimensions) for row in rows[: query.limit]]
+            if groups:
+                refusals = (
+                    select(start, *grouped, UsageRow.refused, func.sum(UsageRow.requests))
+                    .where(*conditions, UsageRow.refused != 0, bucket <= _text(groups[-1].start))
+                    .group_by(start, *grouped, UsageRow.refused)
+                )
+                by_group = {(g.start, *_values(g, dimensions)): g.refused for g in groups}
+                for row in await session.execute(refusals):
+                    *named, status, requests = row
+                    counts = by_group.get((_time(named[0]), *named[1:]))
+                    if counts is not None:
+                        counts[int(status)] = int(requests or 0)
         return UsageReport(groups, truncated=len(rows) > query.limit)
+
+
+def _time(text: str) -> datetime:
+    """A bucket's start as the database gave it: ``YYYY-MM-DDTHH:MM:SS``, in UTC."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def _text(start: datetime) -> str:
+    """A bucket's start as the database writes it (compared as text: same shape in either)."""
+    return start.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _values(group: UsageGroup, dimensions: list[Dimension]) -> list[str | None]:
+    named = {
+        Dimension.KEY: group.key_id,
+        Dimension.PROJECT: group.project,
+        Dimension.TEAM: group.team,
+        Dimension.ORG: group.org,
+        Dimension.MODEL: group.model,
+    }
+    return [named[d] for d in dimensions]
 
 
 def _group(row: Sequence[Any], dimensions: list[Dimension]) -> UsageGroup:
@@ -195,7 +237,7 @@ def _group(row: Sequence[Any], dimensions: list[Dimension]) -> UsageGroup:
         int(v or 0) for v in row[1 + len(dimensions) :]
     )
     return UsageGroup(
-        start=datetime.fromisoformat(row[0]).replace(tzinfo=UTC),
+        start=_time(row[0]),
         key_id=values.get(Dimension.KEY),
         project=values.get(Dimension.PROJECT),
         team=values.get(Dimension.TEAM),

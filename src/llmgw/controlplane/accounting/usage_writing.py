@@ -1,8 +1,9 @@
 """Writing the gateway's usage to the store: summed in memory, written in batches, off the request path.
 
-The gateway reports each answered request through its outbound ``usage`` call;
-:meth:`UsageWriter.add` only adds it to a running sum per key, model and the
-key's place (a dictionary lookup and a few additions): requests, errors,
+The gateway reports each request of a key through its outbound ``usage`` call;
+:meth:`UsageWriter.add` only adds it to a running sum per key, model, the
+key's place and, for a request no replica took, the status it was refused
+with (a dictionary lookup and a few additions): requests, errors,
 tokens, and the timings behind time to first token (streams) and tokens per
 second (requests that made tokens). :meth:`UsageWriter.run` writes those
 sums every ``interval_s`` in one INSERT, a row per key and model, however many
@@ -74,16 +75,21 @@ class _Sum:
         self.generation_s += other.generation_s
 
 
-_Key = tuple[str, str, str]
-"""A sum's key, model and place (where the key sat: usage counts there even after the key moves)."""
+_Key = tuple[str, str, str, int]
+"""A sum's key, model, place (where the key sat: usage counts there even after the key moves) and
+refusal (the status its requests were refused with before any replica took them; 0: one did)."""
 
 SumRow = list[Any]
 """A sum as a worker sends it: key, model, place, requests, failed, prompt and completion tokens,
-duration (s), streamed requests, time to first token (s), generation time (s)."""
+duration (s), streamed requests, time to first token (s), generation time (s), and the refusal's
+status (0: none; a row of 11 fields, from a worker of the release before, has none)."""
+
+SUM_FIELDS = (11, 12)
+"""The lengths a sum row may have."""
 
 
 def _add_record(sums: dict[_Key, _Sum], record: UsageRecord) -> None:
-    key = (record.key_id, record.model, record.place)
+    key = (record.key_id, record.model, record.place, record.refused)
     total = sums.get(key)
     if total is None:
         total = sums[key] = _Sum()
@@ -101,21 +107,23 @@ def _add_record(sums: dict[_Key, _Sum], record: UsageRecord) -> None:
 
 
 def _row(key: _Key, s: _Sum) -> SumRow:
-    return [*key, s.requests, s.failed, s.prompt, s.completion, s.duration_s, s.streamed, s.ttft_s,
-            s.generation_s]  # fmt: skip
+    key_id, model, place, refused = key
+    return [key_id, model, place, s.requests, s.failed, s.prompt, s.completion, s.duration_s,
+            s.streamed, s.ttft_s, s.generation_s, refused]  # fmt: skip
 
 
 def _parsed(row: SumRow) -> tuple[_Key, _Sum]:
     """A row back as a key and its sum; ValueError or TypeError when it is not one."""
-    if not isinstance(row, list) or len(row) != 11:
-        raise ValueError(f"a usage sum has 11 fields, not {row!r}")
+    if not isinstance(row, list) or len(row) not in SUM_FIELDS:
+        raise ValueError(f"a usage sum has 12 fields (11 before refusals were counted), not {row!r}")
     key_id, model, place = (str(v) for v in row[:3])
+    refused = int(row[11]) if len(row) > 11 else 0
     total = _Sum()
     total.requests, total.failed, total.prompt, total.completion = (int(v) for v in row[3:7])
     total.duration_s = float(row[7])
     total.streamed = int(row[8])
     total.ttft_s, total.generation_s = float(row[9]), float(row[10])
-    return (key_id, model, place), total
+    return (key_id, model, place, refused), total
 
 
 class UsageSums:
@@ -218,8 +226,9 @@ class UsageWriter:
                 streamed=s.streamed,
                 ttft_ms=round(s.ttft_s * 1000),
                 generation_ms=round(s.generation_s * 1000),
+                refused=refused,
             )
-            for (key_id, model, place), s in sums.items()
+            for (key_id, model, place, refused), s in sums.items()
         ]
 
     async def replay(self) -> bool:

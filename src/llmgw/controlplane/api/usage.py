@@ -143,6 +143,7 @@ def _line(group: UsageGroup, names: dict[str, str]) -> UsageLine:
         errors=group.failed,
         prompt_tokens=group.prompt_tokens,
         completion_tokens=group.completion_tokens,
+        refused={str(status): count for status, count in sorted(group.refused.items())},
         ttft_mean_ms=None if group.ttft_mean_ms is None else round(group.ttft_mean_ms, 1),
         tokens_per_s=None if group.tokens_per_s is None else round(group.tokens_per_s, 2),
     )
@@ -154,6 +155,11 @@ def csv_columns(dimensions: list[DimensionName]) -> list[str]:
     return [c for c in CSV_COLUMNS if c not in {"key", "key_name", *Dimension} or c in grouped]
 
 
+def refusals_text(refused: dict[str, int]) -> str:
+    """Refused requests by status as one CSV cell: ``429:3 400:1`` (empty: none)."""
+    return " ".join(f"{status}:{count}" for status, count in refused.items())
+
+
 def _csv(answer: UsageAnswer, dimensions: list[DimensionName]) -> Response:
     columns = csv_columns(dimensions)
     out = io.StringIO()
@@ -161,6 +167,7 @@ def _csv(answer: UsageAnswer, dimensions: list[DimensionName]) -> Response:
     writer.writerow(columns)
     for line in answer.lines:
         values = line.model_dump(mode="json")
+        values["refused"] = refusals_text(line.refused)
         writer.writerow(["" if values[c] is None else values[c] for c in columns])
     headers = {TRUNCATED_HEADER: "true"} if answer.truncated else {}
     return Response(out.getvalue(), media_type=CSV_TYPE, headers=headers)

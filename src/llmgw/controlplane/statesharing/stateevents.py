@@ -35,6 +35,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from pydantic import ValidationError
 
+from llmgw.controlplane.accounting.usage_writing import SUM_FIELDS
 from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
@@ -445,8 +446,8 @@ def _read_limits_counted(data: Mapping[str, Any]) -> LimitsCounted:
 def _read_sums(data: Mapping[str, Any]) -> UsageSummed:
     rows = _array(data["sums"], "sums")
     for row in rows:
-        if not isinstance(row, list) or len(row) != 11:
-            raise ValueError(f"a usage sum has 11 fields, not {row!r}")
+        if not isinstance(row, list) or len(row) not in SUM_FIELDS:
+            raise ValueError(f"a usage sum has 12 fields (11 before refusals were counted), not {row!r}")
     return UsageSummed(tuple(tuple(row) for row in rows))
 
 
