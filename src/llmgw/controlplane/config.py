@@ -17,6 +17,10 @@ class StoreSettings(Section):
     """SQLAlchemy URL of the store; empty: SQLite at ``<data_dir>/llmgw.db``."""
     timeout_s: float = 5.0
     """Every store call gives up after this long, so no request hangs on the store."""
+    secrets_key: str = "store-secrets.key"
+    """The key the store's secrets (the engines' keys) are sealed with, made at the first start
+    (0600; relative paths are under the config's directory). Every control plane of a cluster holds
+    the same, as they hold the same CA: ``llmgw server add`` copies it (docs/security.md)."""
 
 
 class HttpSettings(Section):

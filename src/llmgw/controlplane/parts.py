@@ -78,6 +78,7 @@ from llmgw.protocol.grpc_transport import AgentServer, TlsFiles
 from llmgw.runtime.supervising import Supervisor
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
+from llmgw.store.secretbox import load_or_create
 from llmgw.store.usage import UsageLog
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,8 @@ class Foundation:
 async def build_foundation(config: ServerConfig, closing: contextlib.AsyncExitStack) -> Foundation:
     config.data_path.mkdir(parents=True, exist_ok=True)
     fence = Fence(config.name)
-    store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
+    secrets = load_or_create(config.path(config.store.secrets_key))
+    store = await Store.open(config.store_url, timeout_s=config.store.timeout_s, secrets=secrets)
     store.fence = fence  # the store's documented way in: every write then checks the lease
     closing.push_async_callback(store.close)
     watch_store(store.engine)
