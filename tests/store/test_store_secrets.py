@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +127,19 @@ async def test_the_sqlite_file_and_its_wal_are_owner_only_whatever_the_umask(tmp
             assert stat.S_IMODE((tmp_path / "llmgw.db").stat().st_mode) == 0o600
     finally:
         os.umask(previous)
+
+
+async def test_a_second_store_on_the_same_file_leaves_the_first_ones_locks(tmp_path: Path) -> None:
+    """Closing a descriptor of the file would drop this process's POSIX locks, SQLite's included: another
+    process closing its connection would then take the file for its own and remove the WAL in use."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'llmgw.db'}"
+    reader = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM models')"
+    async with await Store.open(url) as first:
+        await first.models.add("m1", {})
+        async with await Store.open(url):
+            await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-c", reader, str(tmp_path / "llmgw.db")], check=True
+            )
+            await first.models.add("m2", {})
+            async with await Store.open(url) as fresh:
+                assert {m.name for m in await fresh.models.list()} == {"m1", "m2"}

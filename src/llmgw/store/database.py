@@ -390,8 +390,11 @@ def keep_owner_only(database: str | None) -> None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return
     path = Path(database)
-    with contextlib.suppress(FileNotFoundError):  # a missing folder is the driver's error to report
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    # Only a file not there yet is opened here: closing a descriptor of a file drops every POSIX lock
+    # this process holds on it, SQLite's included, had another store of this process opened it.
+    # A missing folder is the driver's error to report.
+    with contextlib.suppress(FileNotFoundError, FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     for suffix in SQLITE_FILES:
         try:
             os.chmod(f"{path}{suffix}", 0o600)
