@@ -45,18 +45,14 @@ def mode(path: Path) -> int:
 
 def test_server_init_writes_its_secrets_owner_only(cluster: ServerConfig, tmp_path: Path) -> None:
     directory = tmp_path / "cp1"
-    assert {
-        name: mode(directory / name) for name in ("server.yaml", "admin.token", "ca.key", "server.key")
-    } == {
-        "server.yaml": 0o600,
-        "admin.token": 0o600,
-        "ca.key": 0o600,
-        "server.key": 0o600,
-    }
+    secrets = ("server.yaml", "admin.token", "ca.key", "server.key", "store-secrets.key", "llmgw.db")
+    assert {name: mode(directory / name) for name in secrets} == dict.fromkeys(secrets, 0o600)
     assert mode(directory / "ca.crt") == 0o644
 
 
-def test_server_add_copies_the_ca_key_and_token_owner_only(cluster: ServerConfig, tmp_path: Path) -> None:
+def test_server_add_copies_the_ca_key_store_key_and_token_owner_only(
+    cluster: ServerConfig, tmp_path: Path
+) -> None:
     cluster.store.url = POSTGRES  # server.yaml now holds the store's password
     directory = tmp_path / "cp2"
     add_control_plane(
@@ -69,10 +65,10 @@ def test_server_add_copies_the_ca_key_and_token_owner_only(cluster: ServerConfig
         agent_port=8443,
         vip="10.0.0.100/24",
     )
-    assert {
-        name: mode(directory / name) for name in ("server.yaml", "admin.token", "ca.key", "keepalived.conf")
-    } == {"server.yaml": 0o600, "admin.token": 0o600, "ca.key": 0o600, "keepalived.conf": 0o600}
-    assert (directory / "ca.key").read_bytes() == (tmp_path / "cp1" / "ca.key").read_bytes()
+    secrets = ("server.yaml", "admin.token", "ca.key", "store-secrets.key", "keepalived.conf")
+    assert {name: mode(directory / name) for name in secrets} == dict.fromkeys(secrets, 0o600)
+    for shared in ("ca.key", "store-secrets.key"):  # every plane of the cluster holds the same
+        assert (directory / shared).read_bytes() == (tmp_path / "cp1" / shared).read_bytes()
     assert not [p.name for p in directory.iterdir() if p.name.endswith(".tmp")]
 
 

@@ -12,8 +12,9 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from llmgw.controlplane.admin.admission import Admission
-from llmgw.controlplane.admin.callers import Callers
+from llmgw.controlplane.admin.callers import Callers, LiveToken
 from llmgw.controlplane.metrics.workermetrics import SummedRegistry, serve_metrics
+from llmgw.core.tenancy import CLUSTER, Binding, Owner, OwnerKind, Role
 from llmgw.testing.serving import serving
 
 TOKEN = "llmgw-admin-secret"
@@ -118,10 +119,64 @@ async def test_an_unknown_api_path_wants_the_token_too(client: Client, app: Body
     assert status == 401 and app.calls == 0
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/leader", "/metrics", "/api/docs", "/api/openapi.json"])
+@pytest.mark.parametrize("path", ["/healthz", "/leader", "/api/docs", "/api/openapi.json"])
 async def test_public_paths_answer_without_the_token(client: Client, app: BodyReader, path: str) -> None:
     status, _, _ = await client.request("GET", path, token=None)
     assert status == 200 and app.calls == 1
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+async def test_metrics_without_a_live_token_is_refused_401(
+    client: Client, app: BodyReader, token: str | None
+) -> None:
+    status, body, headers = await client.request("GET", "/metrics", token=token)
+    assert status == 401 and app.calls == 0
+    assert "admin.token" in body["error"]["hint"] and "metrics_address" in body["error"]["hint"]
+    assert headers[b"www-authenticate"] == b"Bearer"
+
+
+async def test_metrics_with_the_admin_token_reaches_the_app(client: Client, app: BodyReader) -> None:
+    status, _, _ = await client.request("GET", "/metrics")
+    assert status == 200 and app.calls == 1
+
+
+def viewer_tokens(callers: Callers, **roles: Binding) -> dict[str, str]:
+    """A live token for each user, bound as given; returns the tokens by user."""
+    tokens = {user: f"llmgw-user-{user}" for user in roles}
+    callers.replace(
+        {hashlib.sha256(t.encode()).hexdigest(): LiveToken(user, None) for user, t in tokens.items()},
+        {user: [binding] for user, binding in roles.items()},
+    )
+    return tokens
+
+
+async def test_metrics_is_for_viewers_of_the_cluster_and_refused_403_to_a_projects_member(
+    app: BodyReader,
+) -> None:
+    callers = Callers(hashlib.sha256(TOKEN.encode()).hexdigest())
+    tokens = viewer_tokens(
+        callers,
+        ops=Binding(Role.VIEWER, CLUSTER),
+        bob=Binding(Role.TEAM_ADMIN, Owner(OwnerKind.TEAM, "globex/r")),
+    )
+    client = Client(app)
+    client.layer = Admission(app, callers, LIMIT)
+    status, _, _ = await client.request("GET", "/metrics", token=tokens["ops"])
+    assert status == 200 and app.calls == 1
+    status, body, _ = await client.request("GET", "/metrics", token=tokens["bob"])
+    assert status == 403 and app.calls == 1
+    assert body["error"]["message"].startswith("bob may not read the cluster's metrics")
+    assert "viewer" in body["error"]["hint"]
+
+
+async def test_metrics_served_on_an_address_of_its_own_is_404_here_whatever_the_token(
+    app: BodyReader,
+) -> None:
+    client = Client(app)
+    client.layer = Admission(app, Callers(hashlib.sha256(TOKEN.encode()).hexdigest()), LIMIT, "10.0.0.5:9108")
+    status, body, _ = await client.request("GET", "/metrics")
+    assert status == 404 and app.calls == 0
+    assert "http://10.0.0.5:9108/metrics" in body["error"]["message"]
 
 
 async def test_the_gateway_is_passed_through_with_its_own_keys_and_limit(
@@ -207,7 +262,7 @@ async def test_two_authorization_headers_are_refused_400_over_a_socket_on_every_
     """Past the admission layer, and the control plane's /metrics in front of it when it has workers:
     which of the two a route would have taken is never a question."""
     layer = Admission(app, Callers(hashlib.sha256(TOKEN.encode()).hexdigest()), LIMIT)
-    edge = serve_metrics(layer, SummedRegistry(CollectorRegistry(), list), refresh_nothing)
+    edge = serve_metrics(layer, SummedRegistry(CollectorRegistry(), list), refresh_nothing, lambda _: None)
     bearer = f"Bearer {TOKEN}"
     async with serving(edge) as url, httpx.AsyncClient(base_url=url) as http:
         refused = await http.get(path, headers=[("Authorization", bearer), ("Authorization", bearer)])

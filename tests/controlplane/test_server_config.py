@@ -48,3 +48,20 @@ def test_a_training_node_has_its_own_grace_minutes_by_default(tmp_path: Path) ->
     path.write_text("training:\n  node_grace_s: -1\n")
     with pytest.raises(LlmgwError, match=r"training\.node_grace_s"):
         load_server_config(path)
+
+
+def test_a_metrics_address_is_read_as_host_and_port(tmp_path: Path) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text("http:\n  metrics_address: '10.0.0.5:9108'\n")
+    assert load_server_config(path).http.metrics_host_port() == ("10.0.0.5", 9108)
+    path.write_text("http:\n  metrics_address: '[::1]:9108'\n")
+    assert load_server_config(path).http.metrics_host_port() == ("::1", 9108)
+
+
+@pytest.mark.parametrize("address", ["9108", "10.0.0.5", "10.0.0.5:http", "10.0.0.5:70000"])
+def test_a_metrics_address_without_a_port_is_refused_naming_the_field(tmp_path: Path, address: str) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text(f"http:\n  metrics_address: '{address}'\n")
+    with pytest.raises(LlmgwError) as raised:
+        load_server_config(path)
+    assert "http.metrics_address" in str(raised.value) and "host:port" in str(raised.value)

@@ -153,7 +153,10 @@ def test_operator_resources_carry_what_the_operator_reads() -> None:
     (service, _agents) = by_kind(manifests, "Service")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["spec"]["selector"].items()
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    bearer = {"type": "Bearer", "credentials": {"name": "demo-llmgw", "key": "admin-token"}}
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "30s", "authorization": bearer}
+    ]
     (rules,) = by_kind(manifests, "PrometheusRule")
     shipped = {rule.get("alert") for group in rules["spec"]["groups"] for rule in group["rules"]} - {None}
     assert {"LlmgwNoLeader", "LlmgwGpuXidCritical", "LlmgwErrorsBudgetBurnFast"} <= shipped

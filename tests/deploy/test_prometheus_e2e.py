@@ -107,7 +107,11 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
     directory = tmp_path_factory.mktemp("prometheus")
     port = free_port()
     scrape: list[dict[str, Any]] = [
-        {"job_name": "llmgw", "static_configs": [{"targets": [f"127.0.0.1:{cluster.http_port}"]}]}
+        {  # the control plane's /metrics wants the admin token; Prometheus reads it from its file
+            "job_name": "llmgw",
+            "authorization": {"credentials_file": str(cluster.home / "admin.token")},
+            "static_configs": [{"targets": [f"127.0.0.1:{cluster.http_port}"]}],
+        }
     ]
     if agent_targets(cluster):
         scrape.append({"job_name": "llmgw-agent", "static_configs": [{"targets": agent_targets(cluster)}]})

@@ -131,8 +131,7 @@ def answered_by_both(cluster: Cluster, key: str) -> set[int]:
 
 def requests_counted(cluster: Cluster) -> float:
     """llmgw_gateway_requests_total summed over its labels, as the port's /metrics shows it."""
-    with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
+    text = cluster.metrics()
     return sum(
         sample.value
         for family in text_string_to_metric_families(text)

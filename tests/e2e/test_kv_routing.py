@@ -75,21 +75,21 @@ def _post(url: str, body: dict[str, Any], key: str = "") -> dict[str, Any]:
         return json.loads(answer.read())  # type: ignore[no-any-return]
 
 
-def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(_get(f"{url}/metrics"))
+        for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
 
 
 def _gateway(cluster: Cluster, name: str, **labels: str) -> float:
-    return _samples(cluster.url).get((name, tuple(sorted(labels.items()))), 0.0)
+    return _samples(cluster.metrics()).get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 def _engine(replica: dict[str, Any], name: str) -> float:
     """One of a replica's own vLLM counters (read from the stand-in itself, not through llmgw)."""
-    samples = _samples(f"http://127.0.0.1:{replica['port']}")
+    samples = _samples(_get(f"http://127.0.0.1:{replica['port']}/metrics"))
     return sum(value for (sample, _), value in samples.items() if sample == name)
 
 

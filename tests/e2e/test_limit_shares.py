@@ -51,8 +51,7 @@ def post(cluster: Cluster, name: str, key: str) -> tuple[int, dict[str, str]]:
 
 def answered_here(cluster: Cluster, name: str) -> float:
     """Successful /v1 requests the gateway of control plane ``name`` answered itself (its /metrics)."""
-    with urllib.request.urlopen(f"{cluster.url_of(name)}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
+    text = cluster.metrics(name)
     return sum(
         float(line.split()[-1])
         for line in text.splitlines()

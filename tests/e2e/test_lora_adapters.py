@@ -148,8 +148,7 @@ def engine_adapters(cluster: Cluster, model: str) -> dict[str, str]:
 
 def adapter_loads(cluster: Cluster, model: str) -> float:
     """The gateway's count of runtime adapter loads for ``model``."""
-    with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
+    text = cluster.metrics()
     found = re.search(rf'^llmgw_adapter_loads_total\{{model="{model}"\}} (\S+)$', text, re.MULTILINE)
     return float(found[1]) if found else 0.0
 

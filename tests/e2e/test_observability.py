@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -43,8 +44,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield running
 
 
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as answer:
+def scrape(url: str, token: str = "") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``url``'s /metrics by sample (``token``: a control plane's, which wants one)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"{url}/metrics", headers=headers)
+    with urllib.request.urlopen(request, timeout=5) as answer:
         text = answer.read().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -71,8 +75,9 @@ def test_the_control_plane_counts_a_request_by_project_and_shows_the_cluster(clu
     client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
 
     labels = (("code", "200"), ("model", MODEL), ("project", OWNER))
+    counted = ("llmgw_gateway_requests_total", labels)
     metrics = wait_for(
-        lambda: (found := scrape(cluster.url)).get(("llmgw_gateway_requests_total", labels)) and found,
+        lambda: (found := scrape(cluster.url, cluster.token)).get(counted) and found,
         30,
         "the request is counted",
     )
@@ -83,6 +88,23 @@ def test_the_control_plane_counts_a_request_by_project_and_shows_the_cluster(clu
     assert metrics[("llmgw_leader", ())] == 1 and metrics[("llmgw_lease_epoch", ())] >= 1
     assert metrics[("llmgw_reconcile_duration_seconds_count", ())] >= 1
     assert metrics[("llmgw_store_query_duration_seconds_count", ())] >= 1
+
+
+def test_the_control_plane_metrics_are_refused_without_a_token_and_to_a_teams_admin(cluster: Cluster) -> None:
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        scrape(cluster.url)
+    body = anonymous.value.read().decode()
+    assert anonymous.value.code == 401 and MODEL not in body and OWNER not in body
+    cluster.admin.request("POST", "/api/users", {"name": "tess"})
+    team_admin_role = {"role": "team-admin", "scope": "team:obs/platform"}
+    cluster.admin.request("PUT", "/api/users/tess/roles", team_admin_role)
+    token = cluster.admin.request("POST", "/api/users/tess/tokens", {"name": "laptop"})["token"]
+    with pytest.raises(urllib.error.HTTPError) as team_admin:  # tokens and roles reload as /api changes them
+        scrape(cluster.url, token)
+    assert team_admin.value.code == 403 and OWNER not in team_admin.value.read().decode()
+    cluster.admin.request("PUT", "/api/users/tess/roles", {"role": "viewer", "scope": ""})
+    metrics = scrape(cluster.url, token)
+    assert metrics[("llmgw_replicas", (("model", MODEL), ("state", "ready")))] == 1
 
 
 def test_the_json_access_log_names_the_request_project_model_and_replica(cluster: Cluster) -> None:

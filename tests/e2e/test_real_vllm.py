@@ -152,9 +152,11 @@ def _client(cluster: Cluster) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.key, max_retries=0, timeout=120)
 
 
-def _samples(url: str, **labels: str) -> dict[str, float]:
-    """Each metric's samples summed, over those with ``labels`` only."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+def _samples(url: str, token: str = "", **labels: str) -> dict[str, float]:
+    """Each metric's samples summed, over those with ``labels`` only (``token``: a control plane's)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"{url}/metrics", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
         text = answer.read().decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -165,7 +167,7 @@ def _samples(url: str, **labels: str) -> dict[str, float]:
 
 
 def _kv_decisions(cluster: Cluster) -> float:
-    return _samples(cluster.url, kind="kv").get("llmgw_prefix_decisions_total", 0.0)
+    return _samples(cluster.url, cluster.token, kind="kv").get("llmgw_prefix_decisions_total", 0.0)
 
 
 def _engine(replica: dict[str, Any], name: str) -> float:
@@ -231,7 +233,7 @@ def test_real_vllm_kv_routing_sends_repeats_to_the_replica_holding_their_blocks(
     shown = wait_for(told, 30, "the holder's block size (128, from its KV events) is known")
     assert shown["kv_mismatch"] == ""
     wait_for(
-        lambda: _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0) >= 8,
+        lambda: _samples(vllm_cluster.url, vllm_cluster.token).get("llmgw_kv_index_blocks", 0) >= 8,
         30,
         "the gateway's KV index holds the prompt's blocks",
     )
@@ -261,12 +263,14 @@ def test_real_vllm_a_chat_with_tools_goes_by_the_blocks_its_tools_render(vllm_cl
             max_tokens=1,
         )
 
-    held = _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0)
+    held = _samples(vllm_cluster.url, vllm_cluster.token).get("llmgw_kv_index_blocks", 0)
     before = {r["id"]: _engine(r, "vllm:prompt_tokens_total") for r in replicas}
     ask("Which lookup fits the key k1?")
     [holder] = [r for r in replicas if _engine(r, "vllm:prompt_tokens_total") > before[r["id"]]]
     wait_for(
-        lambda: _samples(vllm_cluster.url).get("llmgw_kv_index_blocks", 0) >= held + 8 or None,
+        lambda: (
+            _samples(vllm_cluster.url, vllm_cluster.token).get("llmgw_kv_index_blocks", 0) >= held + 8 or None
+        ),
         30,
         "the gateway's KV index holds the tools' blocks",
     )
@@ -298,7 +302,7 @@ def test_real_vllm_loads_an_adapter_llmgw_trained_at_run_time_and_it_answers_wit
     alone = training.answer(vllm_cluster, MODEL)
     assert training.WORD in trained.lower(), trained
     assert training.WORD not in alone.lower(), alone
-    loads = _samples(vllm_cluster.url, model=MODEL).get("llmgw_adapter_loads_total", 0.0)
+    loads = _samples(vllm_cluster.url, vllm_cluster.token, model=MODEL).get("llmgw_adapter_loads_total", 0.0)
     assert loads >= 1  # loaded into the running engine, not given at its start
 
 

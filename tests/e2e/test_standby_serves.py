@@ -59,8 +59,7 @@ def chat(cluster: Cluster, name: str, key: str, timeout_s: float = 30) -> str:
 
 def answered_here(cluster: Cluster, name: str) -> float:
     """Successful /v1 requests the gateway of control plane ``name`` answered itself (its /metrics)."""
-    with urllib.request.urlopen(f"{cluster.url_of(name)}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
+    text = cluster.metrics(name)
     counted = [line for line in text.splitlines() if line.startswith("llmgw_gateway_requests_total{")]
     return sum(
         float(line.split()[-1]) for line in counted if f'model="{MODEL}"' in line and 'code="200"' in line

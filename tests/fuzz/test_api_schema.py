@@ -49,7 +49,7 @@ from llmgw.testing.serving import served_in_thread
 
 EXAMPLES = int(os.environ.get("LLMGW_FUZZ_EXAMPLES", "20"))
 TOKEN = "llmgw-admin-fuzz"
-PUBLIC = {"/healthz", "/leader", "/metrics"}
+PUBLIC = {"/healthz", "/leader"}
 """The probes that answer without the token."""
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 SEEN = {"requests": 0, "5xx": 0}

@@ -44,6 +44,7 @@ TABLES = {
     "knowledge_passages",
     "knowledge_pairs",
     "kept_responses",
+    "store_secrets",
 }
 
 
@@ -56,7 +57,7 @@ async def test_opening_creates_every_table(store: Store) -> None:
 async def test_opening_migrates_to_the_newest_revision(store: Store) -> None:
     async with store.engine.connect() as connection:
         version = (await connection.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
-    assert version == "0020"
+    assert version == "0021"
 
 
 async def test_the_migrations_create_exactly_the_declared_tables(store: Store) -> None:

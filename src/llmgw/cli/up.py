@@ -28,6 +28,7 @@ from llmgw.client.paths import up_home
 from llmgw.controlplane.config import load_server_config
 from llmgw.errors import ConfigError, LlmgwError, NotFound
 from llmgw.provisioning.clusters import initialise, set_up_node
+from llmgw.runtime.files import write_private
 from llmgw.runtime.processes import STOP_SIGNALS, interrupt_on_signals
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -158,8 +159,7 @@ def _ensure_key(admin: AdminClient, home: Path) -> str:
         if any(k["id"] == key_id and not k["revoked_at"] for k in admin.get("/api/keys")):
             return secret
     created = admin.request("POST", "/api/keys", {"name": "up"})
-    path.touch(mode=0o600)
-    path.write_text(f"{created['id']} {created['key']}\n")
+    write_private(path, f"{created['id']} {created['key']}\n".encode())
     return str(created["key"])
 
 

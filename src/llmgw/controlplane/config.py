@@ -17,6 +17,10 @@ class StoreSettings(Section):
     """SQLAlchemy URL of the store; empty: SQLite at ``<data_dir>/llmgw.db``."""
     timeout_s: float = 5.0
     """Every store call gives up after this long, so no request hangs on the store."""
+    secrets_key: str = "store-secrets.key"
+    """The key the store's secrets (the engines' keys) are sealed with, made at the first start
+    (0600; relative paths are under the config's directory). Every control plane of a cluster holds
+    the same, as they hold the same CA: ``llmgw server add`` copies it (docs/security.md)."""
 
 
 class HttpSettings(Section):
@@ -48,6 +52,24 @@ class HttpSettings(Section):
     api_body_max_bytes: int = Field(default=8 << 20, ge=1024)
     """Largest request body ``/api`` accepts (413 past it); uploads into the mirror
     (``POST /api/mirror/blobs``) have their own limit and ``/v1`` its own (32 MiB)."""
+    metrics_address: str = ""
+    """``host:port`` where ``/metrics`` is served without a token, for a Prometheus on a trusted
+    network; the HTTP port then answers ``/metrics`` 404. Empty: ``/metrics`` is on the HTTP port,
+    for the admin token or a viewer at the cluster (docs/metrics.md)."""
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        if value:
+            host, _, port = value.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ValueError(f"{value!r} is not host:port (e.g. 10.0.0.5:9108, or '' for none)")
+        return value
+
+    def metrics_host_port(self) -> tuple[str, int]:
+        """The host and port of :attr:`metrics_address` (set)."""
+        host, _, port = self.metrics_address.rpartition(":")
+        return host.strip("[]"), int(port)
 
 
 class AgentServerSettings(Section):

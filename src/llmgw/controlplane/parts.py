@@ -20,12 +20,13 @@ from llmgw.controlplane.accounting.usage_writing import UsageWriter
 from llmgw.controlplane.admin.admission import Admission
 from llmgw.controlplane.admin.app import AdminApi
 from llmgw.controlplane.admin.callers import Callers
+from llmgw.controlplane.admin.metricsaccess import metrics_refusal
 from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
 from llmgw.controlplane.lifecycle.selfrestart import inherited_socket, inherited_workers
 from llmgw.controlplane.lifecycle.upgrading import AgentUpgrades
 from llmgw.controlplane.metrics.clustermetrics import observe_pass, register_cluster, watch_store
-from llmgw.controlplane.metrics.workermetrics import SummedRegistry, serve_metrics
+from llmgw.controlplane.metrics.workermetrics import SummedRegistry, metrics_only, serve_metrics
 from llmgw.controlplane.mirror.blobaccess import BlobAccess
 from llmgw.controlplane.mirror.replicating import MirrorReplicator
 from llmgw.controlplane.nodes.agentsettings import SettingsCheck, SettingsPush
@@ -77,6 +78,7 @@ from llmgw.protocol.grpc_transport import AgentServer, TlsFiles
 from llmgw.runtime.supervising import Supervisor
 from llmgw.store.database import Store
 from llmgw.store.leases import Fence, Leases
+from llmgw.store.secretbox import load_or_create
 from llmgw.store.usage import UsageLog
 
 log = logging.getLogger(__name__)
@@ -200,7 +202,8 @@ class Foundation:
 async def build_foundation(config: ServerConfig, closing: contextlib.AsyncExitStack) -> Foundation:
     config.data_path.mkdir(parents=True, exist_ok=True)
     fence = Fence(config.name)
-    store = await Store.open(config.store_url, timeout_s=config.store.timeout_s)
+    secrets = load_or_create(config.path(config.store.secrets_key))
+    store = await Store.open(config.store_url, timeout_s=config.store.timeout_s, secrets=secrets)
     store.fence = fence  # the store's documented way in: every write then checks the lease
     closing.push_async_callback(store.close)
     watch_store(store.engine)
@@ -516,7 +519,9 @@ def build_edges(
         state=leading.serving.serve,
     )
     closing.push_async_callback(agent_server.stop)
-    return agent_server, Admission(front, nodes.callers, config.http.api_body_max_bytes)
+    return agent_server, Admission(
+        front, nodes.callers, config.http.api_body_max_bytes, config.http.metrics_address
+    )
 
 
 def build_http(
@@ -525,6 +530,7 @@ def build_http(
     edge: ASGIApp,
     channel: WorkerChannelServer | None,
     worker_log_args: Sequence[str],
+    callers: Callers,
 ) -> tuple[HttpServer, WorkerSupervisor | None]:
     """This process's HTTP server and, behind the port, the gateway workers (``gateway.workers``
     above 1), launched on a copy of this plane's config that names its data dir."""
@@ -534,10 +540,26 @@ def build_http(
     worker_config = config.data_path / "worker-server.yaml"
     save_server_config(config.model_copy(update={"data_dir": str(config.data_path)}), worker_config)
     launch = subprocess_launcher(worker_config, listening.port, worker_log_args)
-    edge = serve_metrics(edge, summed, channel.fresh_metrics)
+    address = config.http.metrics_address
+    edge = serve_metrics(
+        edge, summed, channel.fresh_metrics, lambda auth: metrics_refusal(callers, auth, address)
+    )
     return HttpServer(edge, config.http, listening.listener, listening.port), WorkerSupervisor(
         listening.workers, launch
     )
+
+
+def build_metrics_http(config: ServerConfig, channel: WorkerChannelServer | None) -> HttpServer | None:
+    """``/metrics`` without a token on ``http.metrics_address`` (None when unset): this process's
+    metrics, with its workers' gateway samples added as on the HTTP port."""
+    if not config.http.metrics_address:
+        return None
+    host, port = config.http.metrics_host_port()
+    settings = config.http.model_copy(update={"host": host, "port": port, "max_connections": 64})
+    if channel is None:
+        return HttpServer(metrics_only(), settings)
+    summed = SummedRegistry(REGISTRY, lambda: list(channel.metrics.values()))
+    return HttpServer(metrics_only(summed, channel.fresh_metrics), settings)
 
 
 def build_worker_channel(

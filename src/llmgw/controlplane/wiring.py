@@ -26,6 +26,8 @@ component              policy    what
 =====================  ========  =================================================
 ``http``               FATAL     ``/v1``, ``/api``, portal, ``/metrics``, ``/leader``
                                  (behind gateway workers: on ``http.sock``)
+``metrics-http``       FATAL     ``/metrics`` without a token on ``http.metrics_address``
+                                 (only when set)
 ``workers``            RESTART   gateway worker processes (``gateway.workers``
                                  above 1), each restarted with backoff
 ``worker-channel``     RESTART   the gateway's state to the workers, their usage
@@ -94,6 +96,7 @@ from llmgw.controlplane.parts import (
     build_http,
     build_leading,
     build_lease,
+    build_metrics_http,
     build_nodes,
     build_replicas,
     build_worker_channel,
@@ -154,6 +157,8 @@ class ControlPlaneParts:
     channel: WorkerChannelServer | None
     workers: WorkerSupervisor | None
     """The gateway workers serving /v1 on the HTTP port (``gateway.workers`` above 1), else None."""
+    metrics_http: HttpServer | None
+    """``/metrics`` without a token on ``http.metrics_address`` (None: unset)."""
 
     @property
     def store(self) -> Store:
@@ -236,10 +241,10 @@ async def build(
     )
     agent_server, edge = build_edges(config, (base, gateway, leading, replicas, nodes), admin, closing)
     channel = build_worker_channel(listening, gateway, leading, replicas)
-    http, workers = build_http(config, listening, edge, channel, worker_log_args)
+    http, workers = build_http(config, listening, edge, channel, worker_log_args, nodes.callers)
     return ControlPlaneParts(
         config, base, listening, kb, outbox, data, gateway, batches, pickup, sweeper, leading, replicas,
-        nodes, duties, admin, agent_server, http, channel, workers,
+        nodes, duties, admin, agent_server, http, channel, workers, build_metrics_http(config, channel),
     )  # fmt: skip
 
 
@@ -271,6 +276,8 @@ def add_components(parts: ControlPlaneParts, supervisor: Supervisor) -> None:
         if inherited is not None:
             supervisor.add("retire-workers", lambda: retire(inherited[1], partial(_own_workers_serve, parts)))
     supervisor.add("http", parts.http.serve_until_stopped, Policy.FATAL)
+    if parts.metrics_http is not None:
+        supervisor.add("metrics-http", parts.metrics_http.serve_until_stopped, Policy.FATAL)
     supervisor.add("leader-requests", lambda: parts.outbox.run(following))
     supervisor.add("load-reader", parts.gateway.loads.run)
     supervisor.add("usage-writer", parts.base.usage.run)

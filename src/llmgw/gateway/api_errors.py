@@ -208,6 +208,18 @@ def _context_exceeded(message: str, fields: dict[str, Any]) -> tuple[str, str]:
     return (f"{message.rstrip('.')}: {'; '.join(told)}" if told else message), CONTEXT_HINT
 
 
+def request_timed_out(model: str, limit: float | None) -> ApiError:
+    """504 for a request its engine took longer on than its model's ``request_timeout_s`` (``limit``)."""
+    took = f" ({limit:g} s)" if limit else ""
+    return ApiError(
+        504,
+        f"The request ran past the time limit of model '{model}' on its engine{took} and was "
+        "stopped; ask for fewer tokens (max_tokens), or have an operator raise request_timeout_s "
+        "in the model's profile.",
+        "request_timeout",
+    )
+
+
 def allow_only(method: str, path: str, *allowed: str) -> None:
     """405 naming the methods ``path`` takes, unless ``method`` is one of them."""
     if method not in allowed:

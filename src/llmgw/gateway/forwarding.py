@@ -41,6 +41,7 @@ from llmgw.gateway.api_errors import (
     EVENT_STREAM,
     ApiError,
     normalise_engine_error,
+    request_timed_out,
     send_bytes,
     sse_error_event,
 )
@@ -57,7 +58,7 @@ from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.settings import GatewaySettings
 from llmgw.gateway.shaping import AnswerShape, EventShaper, NativeResponses, TranslatedResponses
 from llmgw.gateway.sources import SourcesShape
-from llmgw.gateway.tokenizing import Tokenizer
+from llmgw.gateway.tokenizing import Tokenizer, prompt_count, prompt_tokens
 from llmgw.gateway.upstream import (
     RequestTimedOut,
     Unreachable,
@@ -72,9 +73,6 @@ from llmgw.observability import logcontext
 from llmgw.observability.tracing import Span, SpanKind, Tracing, context_of, failed, traceparent
 
 log = logging.getLogger(__name__)
-
-PROMPT_COUNT_TIMEOUT_S = 5.0
-"""How long the count of an early-ended stream's prompt waits for the engine's tokenizer (then 0)."""
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -361,29 +359,19 @@ class Forwarder:
 
     async def _tokens(self, exchange: Exchange, prompt: str, request: dict[str, Any]) -> list[int] | None:
         """The prompt's tokens (cached; else from a ready replica's /tokenize); None when unknown."""
-        tokenizer = self.tokenizer
-        known = tokenizer.cached(exchange.model, prompt, request)
-        if known is not None:
-            return known
         ready = self.replicas.ready(exchange.model)
-        if not ready:
-            return None
-        endpoint = ready[len(prompt) % len(ready)]
-        return await tokenizer.tokens(
-            endpoint, prompt, {"model": exchange.model, **request}, exchange.request_id
+        return await prompt_tokens(
+            self.tokenizer, ready, exchange.model, prompt, request, exchange.request_id
         )
 
     async def _prompt_count(self, exchange: Exchange, facts: RequestFacts) -> int:
-        """The prompt's tokens of a stream that ended before the engine's usage, from the engine's
-        tokenizer (the router's count reused); 0 when it gives none in time."""
+        """The prompt's tokens of a stream that ended before the engine's usage (0: none in time)."""
         if not facts.prompt or facts.prompt_request is None:
             return 0
-        try:
-            async with asyncio.timeout(PROMPT_COUNT_TIMEOUT_S):
-                tokens = await self._tokens(exchange, facts.prompt, facts.prompt_request)
-        except TimeoutError:
-            return 0
-        return len(tokens) if tokens else 0
+        ready = self.replicas.ready(exchange.model)
+        return await prompt_count(
+            self.tokenizer, ready, exchange.model, facts.prompt, facts.prompt_request, exchange.request_id
+        )
 
     async def _connect(
         self, exchange: Exchange, endpoint: ReplicaEndpoint, path: str, body: bytes
@@ -455,17 +443,8 @@ class Forwarder:
         )
 
     def _timed_out(self, model: str) -> ApiError:
-        """504 for a request its engine took longer on than its model's ``request_timeout_s``."""
         entry = self.catalog.get(model)
-        limit = entry.request_timeout_s if entry is not None else None
-        took = f" ({limit:g} s)" if limit else ""
-        return ApiError(
-            504,
-            f"The request ran past the time limit of model '{model}' on its engine{took} and was "
-            "stopped; ask for fewer tokens (max_tokens), or have an operator raise request_timeout_s "
-            "in the model's profile.",
-            "request_timeout",
-        )
+        return request_timed_out(model, entry.request_timeout_s if entry is not None else None)
 
     async def _read_all(self, exchange: Exchange, response: UpstreamAnswer) -> bytes:
         try:

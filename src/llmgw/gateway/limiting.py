@@ -225,4 +225,3 @@ class Limiter:
             refusal = meter.expiry(now)
             if refusal is not None:
                 raise refused(refusal, meters, now)
-

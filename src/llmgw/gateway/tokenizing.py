@@ -21,8 +21,10 @@ the engine's usage (``forwarding.py``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from llmgw.core.engines import find_engine
@@ -131,3 +133,44 @@ def cache_key(model: str, prompt: str, request: dict[str, Any]) -> tuple[str, st
     if not rendering:
         return model, prompt, ""
     return model, prompt, json.dumps(rendering, sort_keys=True, separators=(",", ":"))
+
+
+PROMPT_COUNT_TIMEOUT_S = 5.0
+"""How long the count of an early-ended stream's prompt waits for the engine's tokenizer (then 0)."""
+
+
+async def prompt_tokens(
+    tokenizer: Tokenizer,
+    ready: Sequence[ReplicaEndpoint],
+    model: str,
+    prompt: str,
+    request: dict[str, Any],
+    request_id: bytes,
+) -> list[int] | None:
+    """The prompt's tokens (cached; else from one of the ``ready`` replicas' /tokenize); None when
+    unknown."""
+    known = tokenizer.cached(model, prompt, request)
+    if known is not None:
+        return known
+    if not ready:
+        return None
+    endpoint = ready[len(prompt) % len(ready)]
+    return await tokenizer.tokens(endpoint, prompt, {"model": model, **request}, request_id)
+
+
+async def prompt_count(
+    tokenizer: Tokenizer,
+    ready: Sequence[ReplicaEndpoint],
+    model: str,
+    prompt: str,
+    request: dict[str, Any],
+    request_id: bytes,
+) -> int:
+    """How many tokens the prompt is, from the engine's tokenizer (a count made before reused); 0 when
+    it gives none within :data:`PROMPT_COUNT_TIMEOUT_S`."""
+    try:
+        async with asyncio.timeout(PROMPT_COUNT_TIMEOUT_S):
+            tokens = await prompt_tokens(tokenizer, ready, model, prompt, request, request_id)
+    except TimeoutError:
+        return 0
+    return len(tokens) if tokens else 0

@@ -38,6 +38,8 @@ from llmgw.pki.authority import Authority
 from llmgw.protocol.grpc_transport import SERVER_NAME
 from llmgw.provisioning.keepalived import keepalived_config
 from llmgw.runtime.files import write_private, write_public
+from llmgw.store.secretbox import KEY_FILE as STORE_KEY_FILE
+from llmgw.store.secretbox import load_or_create
 
 ADMIN_TOKEN_FILE = "admin.token"
 
@@ -52,7 +54,8 @@ def initialise(
     agent_port: int,
     store_url: str = "",
 ) -> ServerConfig:
-    """A new cluster in ``directory``: CA, this control plane's certificate, admin token, config, store."""
+    """A new cluster in ``directory``: CA, this control plane's certificate, admin token, store key,
+    config, store."""
     path = directory / "server.yaml"
     if path.exists():
         raise ConfigError(f"{path} already exists", "use it with 'llmgw server run', or choose another --dir")
@@ -64,6 +67,7 @@ def initialise(
     authority.issue(name, sans=hosts, usage="both", directory=directory, stem="server")
     token = "llmgw-admin-" + secrets.token_urlsafe(32)
     write_private(directory / ADMIN_TOKEN_FILE, (token + "\n").encode())
+    load_or_create(directory / STORE_KEY_FILE)
     config = ServerConfig(
         name=name,
         admin_token_sha256=hashlib.sha256(token.encode()).hexdigest(),
@@ -97,7 +101,7 @@ def add_control_plane(
     """Another control plane of the cluster ``config`` belongs to, in ``directory``.
 
     It gets its own certificate (server and client use: standbys relay to the
-    leader with it), the CA, the admin token and the same store; ``vip`` adds a
+    leader with it), the CA, the admin token, the store key and the same store; ``vip`` adds a
     keepalived configuration that keeps the floating address on the leader.
     """
     if config.store_url.startswith("sqlite"):
@@ -124,6 +128,9 @@ def add_control_plane(
     token = config.directory / ADMIN_TOKEN_FILE
     if token.exists():
         write_private(directory / ADMIN_TOKEN_FILE, token.read_bytes())
+    store_key = config.path(config.store.secrets_key)
+    if store_key.exists():  # a plane that never started has none yet: its first start makes it
+        write_private(directory / STORE_KEY_FILE, store_key.read_bytes())
     added = config.model_copy(deep=True)
     added.name = name
     added.data_dir = "."
@@ -131,6 +138,7 @@ def add_control_plane(
     added.http = config.http.model_copy(update={"host": http_host, "port": http_port})
     added.agent_server = config.agent_server.model_copy(update={"host": agent_host, "port": agent_port})
     added.tls = TlsSettings(ca=Path(config.tls.ca).name, ca_key=Path(config.tls.ca_key).name)
+    added.store.secrets_key = STORE_KEY_FILE
     if vip:
         added.leadership.vip = vip
         write_private(directory / "keepalived.conf", keepalived.encode())

@@ -31,7 +31,7 @@ from llmgw.protocol.grpc_transport import SERVER_NAME
 from llmgw.provisioning.clusters import add_control_plane
 from llmgw.provisioning.machines import Machine, release_files, run_onboarding
 
-SERVER_FILES = ("server.yaml", "ca.crt", "ca.key", "admin.token", "keepalived.conf")
+SERVER_FILES = ("server.yaml", "ca.crt", "ca.key", "admin.token", "store-secrets.key", "keepalived.conf")
 
 
 def pg_hba_hint(config: ServerConfig, address: str) -> str:
@@ -75,7 +75,7 @@ def server_plan(
     save_server_config(added, written / "server.yaml")
     ca_pem = (written / "ca.crt").read_bytes()
     hosts = sorted({SERVER_NAME, "localhost", "127.0.0.1", address, *([vip.split("/")[0]] if vip else [])})
-    modes = {"server.yaml": 0o600, "ca.key": 0o600, "admin.token": 0o600}
+    modes = {"server.yaml": 0o600, "ca.key": 0o600, "admin.token": 0o600, "store-secrets.key": 0o600}
     files = {
         file: ((written / file).read_bytes(), modes.get(file, 0o644))
         for file in SERVER_FILES

@@ -33,7 +33,9 @@ on a fresh connection when the first one was lost under it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +78,8 @@ from llmgw.store.limits import StoredLimits
 from llmgw.store.nodes import Nodes
 from llmgw.store.replicas import Replicas
 from llmgw.store.responses import Responses
+from llmgw.store.secretbox import SecretBox
+from llmgw.store.secretcheck import check_key
 from llmgw.store.settings import StoredSettings
 from llmgw.store.tenants import Tenants
 from llmgw.store.training import TrainingJobs
@@ -128,7 +132,13 @@ class Store:
     """The database behind a control plane, with one repository per kind of record."""
 
     def __init__(
-        self, engine: AsyncEngine, url: URL, *, timeout_s: float, clock: Clock = SYSTEM_CLOCK
+        self,
+        engine: AsyncEngine,
+        url: URL,
+        *,
+        timeout_s: float,
+        clock: Clock = SYSTEM_CLOCK,
+        secrets: SecretBox | None = None,
     ) -> None:
         self.engine = engine
         self.url = url
@@ -143,7 +153,8 @@ class Store:
         self._thread: tuple[ThreadPoolExecutor, Engine] | None = None
         """The thread :meth:`transact` runs SQLite's transactions in, and its engine (made at first use)."""
         self.models = Catalog(self)
-        self.replicas = Replicas(self)
+        self.replicas = Replicas(self, secrets)
+        """Engine keys sealed with ``secrets`` (the cluster's store key) when given."""
         self.nodes = Nodes(self)
         self.keys = Keys(self)
         self.settings = StoredSettings(self)
@@ -180,19 +191,30 @@ class Store:
         return fenced
 
     @classmethod
-    async def open(cls, url: str, *, timeout_s: float = 5.0, clock: Clock | None = None) -> Store:
+    async def open(
+        cls, url: str, *, timeout_s: float = 5.0, clock: Clock | None = None, secrets: SecretBox | None = None
+    ) -> Store:
         """Connect to the database at ``url`` and migrate it to the newest schema.
 
         ``url`` is ``sqlite+aiosqlite:///path/to/store.db`` or
         ``postgresql+asyncpg://user:password@host/db``; ``sqlite://`` and
-        ``postgresql://`` are read as those. The SQLite file's folder must exist.
+        ``postgresql://`` are read as those. The SQLite file's folder must exist; the file and its
+        ``-wal``, ``-shm`` and ``-journal`` are the owner's alone (0600). ``secrets``: the cluster's
+        store key (a control plane's), checked against the store and used to seal the engine keys;
+        without it they are written as they are (tools and tests that start no engine).
         """
         parsed = _parse(url)
+        if parsed.get_backend_name() == "sqlite":
+            keep_owner_only(parsed.database)
         engine = _create_engine(parsed, timeout_s)
-        store = cls(engine, parsed, timeout_s=timeout_s, clock=clock or SYSTEM_CLOCK)
+        store = cls(engine, parsed, timeout_s=timeout_s, clock=clock or SYSTEM_CLOCK, secrets=secrets)
         try:
             async with store.bounded(), _migration_lock(), engine.begin() as connection:
                 await connection.run_sync(_migrate)
+            if secrets is not None:
+                await check_key(store, secrets)
+                if sealed := await store.replicas.seal_plain():
+                    log.info("sealed the engine keys of %d replicas stored before they were sealed", sealed)
         except BaseException:
             await engine.dispose()
             raise
@@ -357,6 +379,29 @@ class Store:
 def _in_transaction(engine: Engine, work: Callable[[Executes], T]) -> T:
     with engine.begin() as connection:
         return work(connection)
+
+
+SQLITE_FILES = ("", "-wal", "-shm", "-journal")
+"""A SQLite database's file and those SQLite keeps beside it (made with the database file's mode)."""
+
+
+def keep_owner_only(database: str | None) -> None:
+    """Make the SQLite file ``database`` (created when missing) and those beside it 0600."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    # Only a file not there yet is opened here: closing a descriptor of a file drops every POSIX lock
+    # this process holds on it, SQLite's included, had another store of this process opened it.
+    # A missing folder is the driver's error to report.
+    with contextlib.suppress(FileNotFoundError, FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for suffix in SQLITE_FILES:
+        try:
+            os.chmod(f"{path}{suffix}", 0o600)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            log.warning("cannot make %s%s readable by its owner only: %s", path, suffix, error)
 
 
 def _parse(url: str) -> URL:

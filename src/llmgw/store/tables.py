@@ -510,3 +510,13 @@ class AgentRolloutRow(Base):
     finished: Mapped[bool] = mapped_column(Boolean, nullable=False)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class StoreSecretRow(Base):
+    """What the store keeps about its sealed secrets: a value sealed with the cluster's store key, which
+    a control plane opens at start to know it holds that key (:mod:`llmgw.store.secretcheck`)."""
+
+    __tablename__ = "store_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, nullable=False)

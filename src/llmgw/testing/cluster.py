@@ -243,6 +243,10 @@ class Cluster:
             "POST", f"/api/mirror/blobs?filename={filename}", data=io.BytesIO(data), length=len(data)
         )
 
+    def metrics(self, name: str = "cp1") -> str:
+        """Control plane ``name``'s ``/metrics`` text, read with the admin token (it wants one)."""
+        return self.admin_of(name).text("/metrics")[0]
+
     def create_key(self, name: str = "tests", via: AdminClient | None = None) -> str:
         """A new API key for /v1, kept as :attr:`key`."""
         self.key = str((via or self.admin).request("POST", "/api/keys", {"name": name})["key"])

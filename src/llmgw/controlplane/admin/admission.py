@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmgw.controlplane.admin.callers import Callers
+from llmgw.controlplane.admin.metricsaccess import METRICS_PATH, metrics_refusal
 from llmgw.controlplane.api.state import TWO_TOKENS, TWO_TOKENS_HINT, WRONG_TOKEN, WRONG_TOKEN_HINT
 from llmgw.gateway.paths import gateway_path
 
@@ -105,10 +106,14 @@ class BodyTooLarge:
 class Admission:
     """Pure ASGI: a live token from the headers, then the body limit, in front of ``app``."""
 
-    def __init__(self, app: ASGIApp, callers: Callers, body_max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, callers: Callers, body_max_bytes: int, metrics_address: str = ""
+    ) -> None:
         self._app = app
         self._callers = callers
         self._limit = body_max_bytes
+        self._metrics_address = metrics_address
+        """Where ``/metrics`` is served without a token instead of here (empty: here, with one)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
@@ -122,6 +127,11 @@ class Admission:
         if _wants_token(path) and self._callers.identify(authorization or "") is None:
             await _answer(send, 401, WRONG_TOKEN, WRONG_TOKEN_HINT)
             return
+        if path == METRICS_PATH:
+            refusal = metrics_refusal(self._callers, authorization or "", self._metrics_address)
+            if refusal is not None:
+                await _answer(send, refusal.status, refusal.message, refusal.hint)
+                return
         if (scope["method"], path) in UNBOUNDED:
             await self._app(scope, receive, send)
             return

@@ -1,4 +1,6 @@
-"""The cluster's summary (``/api/status``), and the probes without a token: healthz, leader, metrics.
+"""The cluster's summary (``/api/status``), the probes without a token (healthz, leader), and
+``/metrics``, which wants a token that may read the cluster
+(:mod:`~llmgw.controlplane.admin.metricsaccess`).
 
 The floating address (C1.9) is known cluster-wide (:data:`VIP_SETTING`, which a
 control plane started with ``--vip`` records when it leads); the status says it
@@ -14,17 +16,19 @@ import json
 import logging
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llmgw import __version__
 from llmgw.adminapi.schemas import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
+from llmgw.controlplane.admin.metricsaccess import metrics_refusal
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
 from llmgw.controlplane.lifecycle.selfrestart import INSTANCE
 from llmgw.core.settingtypes import SERVING_STOPPED, VIP_SETTING
+from llmgw.errors import Forbidden, Unauthorized
 from llmgw.store.leases import ControlPlaneRecord
 
 log = logging.getLogger(__name__)
@@ -65,9 +69,17 @@ async def leader(state: State) -> JSONResponse:
     return JSONResponse(body.model_dump(mode="json"), status_code=200 if leading else 503)
 
 
-@probes.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-async def metrics() -> Response:
-    """Prometheus metrics of this process."""
+@probes.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **declared(401, 403)},
+)
+async def metrics(request: Request, state: State) -> Response:
+    """Prometheus metrics of this process: for the admin token or a viewer at the cluster."""
+    refusal = metrics_refusal(state.who, request.headers.get("authorization", ""))
+    if refusal is not None:
+        error = Unauthorized if refusal.status == 401 else Forbidden
+        raise error(refusal.message, refusal.hint)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -9,11 +9,14 @@ with each worker's last samples added to the sample of the same name and
 labels (:class:`SummedRegistry`), so a scrape sees the whole port's requests
 as it did with one process. A worker's samples go when its channel ends: its
 counters drop then, which Prometheus reads as a counter reset. ``_created``
-samples stay the control plane's own.
+samples stay the control plane's own. It wants the same token as without
+workers (:mod:`~llmgw.controlplane.admin.metricsaccess`); :func:`metrics_only` serves it
+without one on ``http.metrics_address``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
@@ -22,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from llmgw.controlplane.admin.admission import refuse_two_authorizations, two_authorizations
+from llmgw.controlplane.admin.metricsaccess import METRICS_PATH, MetricsRefusal
 from llmgw.controlplane.serving.httpserving import ASGIApp
 
 PREFIXES = ("llmgw_gateway_", "llmgw_adapter_")
@@ -69,24 +73,75 @@ class SummedRegistry:
             yield family
 
 
-def serve_metrics(app: ASGIApp, view: SummedRegistry, refresh: Callable[[], Awaitable[Any]]) -> ASGIApp:
-    """``GET /metrics`` answered from ``view`` once ``refresh`` (the workers' fresh samples) returned;
-    everything else to ``app``."""
+Refusing = Callable[[str], MetricsRefusal | None]
+"""Why a request with this ``Authorization`` header may not read ``/metrics`` (None: it may)."""
+
+
+async def _refresh_none() -> None:
+    return None
+
+
+def _authorization(scope: dict[str, Any]) -> str:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return str(value.decode("latin-1"))
+    return ""
+
+
+async def _send(send: Any, status: int, body: bytes, content_type: bytes, head_only: bool) -> None:
+    head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        head.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": b"" if head_only else body})
+
+
+async def _render(view: Any, refresh: Callable[[], Awaitable[Any]], send: Any, head_only: bool) -> None:
+    await refresh()
+    body = generate_latest(view)  # any object with collect() will do
+    await _send(send, 200, body, CONTENT_TYPE_LATEST.encode(), head_only)
+
+
+async def _refuse(refusal: MetricsRefusal, send: Any) -> None:
+    body = json.dumps({"error": {"message": refusal.message, "hint": refusal.hint}}).encode()
+    await _send(send, refusal.status, body, b"application/json", False)
+
+
+def serve_metrics(
+    app: ASGIApp, view: Any, refresh: Callable[[], Awaitable[Any]], refusal: Refusing
+) -> ASGIApp:
+    """``GET /metrics`` answered from ``view`` once ``refresh`` (the workers' fresh samples) returned,
+    to a request ``refusal`` lets through (the others get its answer); everything else to ``app``."""
 
     async def metrics(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
+        if scope["type"] == "http" and scope["path"] == METRICS_PATH and scope["method"] in ("GET", "HEAD"):
             if two_authorizations(scope):  # as the admission layer behind answers every other path
                 await refuse_two_authorizations(send)
                 return
-            await refresh()
-            body = generate_latest(view)  # any object with collect() will do
-            head = [
-                (b"content-type", CONTENT_TYPE_LATEST.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ]
-            await send({"type": "http.response.start", "status": 200, "headers": head})
-            await send({"type": "http.response.body", "body": body if scope["method"] == "GET" else b""})
+            refused = refusal(_authorization(scope))
+            if refused is not None:
+                await _refuse(refused, send)
+                return
+            await _render(view, refresh, send, scope["method"] == "HEAD")
             return
         await app(scope, receive, send)
+
+    return metrics
+
+
+def metrics_only(view: Any = REGISTRY, refresh: Callable[[], Awaitable[Any]] = _refresh_none) -> ASGIApp:
+    """``GET /metrics`` from ``view`` without a token, 404 for anything else: what
+    ``http.metrics_address`` serves, for a Prometheus on a trusted network."""
+
+    async def metrics(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == METRICS_PATH and scope["method"] in ("GET", "HEAD"):
+            await _render(view, refresh, send, scope["method"] == "HEAD")
+            return
+        missing = MetricsRefusal(
+            404, f"nothing at {scope['path']} here", "this address serves /metrics alone"
+        )
+        await _refuse(missing, send)
 
     return metrics
