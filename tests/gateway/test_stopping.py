@@ -76,7 +76,9 @@ async def test_a_client_leaving_while_its_prompt_is_tokenized_closes_that_connec
 def upstream_closed(gateway: Gateway, engine: MemoryEngine) -> bool:
     upstream = gateway.upstream
     assert isinstance(upstream, MemoryUpstream)
-    return all(answer.closed for answer in upstream.answers) and gateway.replicas.in_flight("r1") == 0
+    # the prompt count of a stream cut short asks the engine's tokenizer after it: that one is pooled
+    asked = [answer for answer in upstream.answers if answer.path not in ("/tokenize", "/apply-template")]
+    return all(answer.closed for answer in asked) and gateway.replicas.in_flight("r1") == 0
 
 
 # -- the engine time limit --------------------------------------------------------------------------

@@ -175,7 +175,8 @@ async def test_a_request_refused_before_any_replica_is_told_with_its_status_and_
     alice = Place(Owner.parse("user:alice"))
     gateway.feed.keys_replaced([KeyEntry("key-1", "tests", hash_secret(SECRET), "user:alice", alice)])
     gateway.feed.limits_replaced(limits)
-    content = body if body is not None else b'{"model": "%s", "messages": []}' % MODEL.encode()
+    chat = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}]}' % MODEL.encode()
+    content = body if body is not None else chat
     answer = await http.post("/v1/chat/completions", content=content, headers=AUTH)
     assert answer.status_code == status
     (record,) = hooks.records

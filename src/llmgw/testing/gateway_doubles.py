@@ -94,6 +94,8 @@ class MemoryAnswer:
         self.headers: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self.deadline: asyncio.TimerHandle | None = None
+        self.path = ""
+        """The engine path it answers (/v1/chat/completions, /tokenize, …)."""
         self.reading = False
         """True while the request waits for more of the body (it got the head and reads on)."""
         self.released = False
@@ -442,6 +444,7 @@ class MemoryUpstream:
             headers["traceparent"] = traceparent.decode("latin-1")
         timeout_s = self.settings.upstream_timeout_s
         answer = MemoryAnswer(timeout_s)
+        answer.path = path
         self.answers.append(answer)
         loop = asyncio.get_running_loop()
         answer.task = loop.create_task(engine.serve(Received(path, headers, body), answer))
