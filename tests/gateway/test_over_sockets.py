@@ -144,12 +144,13 @@ async def test_two_authorization_headers_are_refused_400_not_one_of_them_taken(
     assert engine.requests == []
 
 
-async def test_an_expired_key_lists_no_models(gateway: Gateway, url: str) -> None:
+async def test_an_expired_key_lists_no_models_and_reads_nothing(gateway: Gateway, url: str) -> None:
     (key,) = list(gateway.keys)
     gateway.feed.keys_replaced([key])
     gateway.feed.limits_replaced({f"key:{key.key_id}": Limits(expires_s=1.0)})
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}) as http:
-        for path in ("/v1/models", f"/v1/models/{MODEL}"):
+        listed = ("/v1/files", "/v1/files/file-1/content", "/v1/batches", "/v1/responses/resp-1")
+        for path in ("/v1/models", f"/v1/models/{MODEL}", *listed, "/v1/jobs/job-1"):
             refused = await http.get(path)
             assert refused.status_code == 401
             assert refused.json()["error"]["code"] == "expired_api_key"

@@ -402,12 +402,15 @@ class Gateway:
             await self._models(send, exchange, path, key)
         elif file_route(path):
             key = exchange.key = self._authenticate(authorization)
+            self.limiter.refuse_expired(key)
             await self.file_routes.serve(scope, receive, send, exchange, path, key, length)
         elif response_route(path):
             key = exchange.key = self._authenticate(authorization)
+            self.limiter.refuse_expired(key)
             await self.response_routes.serve(scope, send, exchange, path, key)
         elif batch_route(path):
             key = exchange.key = self._authenticate(authorization)
+            self.limiter.refuse_expired(key)
             await self.batch_routes.serve(scope, receive, send, exchange, path, key, length)
         elif workflow_route(path):
             await self.workflows.serve(scope, receive, send, exchange, path, authorization, length)

@@ -127,6 +127,7 @@ class WorkflowRoutes:
         """Answer one request to a route :func:`workflow_route` names (``path``: as ``/v1/...``)."""
         method: str = scope["method"]
         key = exchange.key = self.access.authenticate(authorization)
+        self.limiter.refuse_expired(key)  # an expired key reads and cancels no job either
         if path in (IMAGES, JOBS):
             allow_only(method, path, "POST")
             body = await read_body(receive, length, self.settings.max_body_bytes)
