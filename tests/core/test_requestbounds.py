@@ -255,7 +255,7 @@ def test_responses_bodies(data: dict[str, Any], param: str | None) -> None:
 
 
 def test_routes_without_checks_pass_anything() -> None:
-    assert check_request("/v1/rerank", {"query": 5, "documents": "x"}) is None
+    assert check_request("/v1/images/generations", {"prompt": 5, "n": "x"}) is None
 
 
 def median_s(call: Any, runs: int = 5) -> float:
@@ -272,3 +272,16 @@ def test_ten_thousand_stop_strings_are_refused_in_under_a_millisecond() -> None:
     data = chat(stop=["x"] * 10_000)
     assert refused_param(CHAT, data) == "stop"
     assert median_s(lambda: check_request(CHAT, data)) < 0.001
+
+
+@pytest.mark.parametrize("route", ["/v1/rerank", "/rerank"])
+def test_a_rerank_is_checked_for_its_documents_query_and_top_n(route: str) -> None:
+    ranked = {"model": "r", "query": "which", "documents": ["a", {"text": "b"}], "top_n": 1}
+    assert check_request(route, ranked) is None
+    assert refused_param(route, {**ranked, "documents": "a"}) == "documents"
+    assert refused_param(route, {**ranked, "documents": ["d"] * 3}, RequestBounds(max_input_items=2)) == (
+        "documents"
+    )
+    assert refused_param(route, {**ranked, "query": ["q"]}) == "query"
+    assert refused_param(route, {**ranked, "top_n": 0}) == "top_n"
+    assert refused_param(route, {"model": "r", "query": "which"}) == "documents"

@@ -463,6 +463,18 @@ _RESPONSES: dict[str, Check] = {
 }
 
 
+def _documents(value: Any, bounds: RequestBounds) -> None:
+    _array(value, "documents", bounds.max_input_items, "max_input_items")
+
+
+_RERANK: dict[str, Check] = {
+    "query": _text("query"),
+    "documents": _documents,
+    "top_n": _whole("top_n", 1, None),
+    "return_documents": _flag("return_documents"),
+}
+
+
 class _Route(NamedTuple):
     checks: dict[str, Check]
     required: str
@@ -475,6 +487,8 @@ ROUTES: dict[str, _Route] = {
     "/v1/completions": _Route(_COMPLETION, "prompt", "the text to complete"),
     "/v1/embeddings": _Route(_EMBEDDINGS, "input", "the text to embed"),
     "/v1/responses": _Route(_RESPONSES, "", ""),
+    "/v1/rerank": _Route(_RERANK, "documents", "the documents to rank, an array"),
+    "/rerank": _Route(_RERANK, "documents", "the documents to rank, an array"),
 }
 """The routes whose bodies are checked, with the checks of their fields."""
 
