@@ -122,3 +122,24 @@ def test_server_add_keeps_the_clusters_http_limits(cluster: ServerConfig, tmp_pa
     added = load_server_config(tmp_path / "cp2" / "server.yaml")
     assert (added.http.host, added.http.port) == ("10.0.0.11", 8081)
     assert (added.http.header_timeout_s, added.http.max_connections) == (3.5, 900)
+
+
+def test_server_add_gives_both_planes_one_store_key_though_the_first_made_none_yet(
+    cluster: ServerConfig, tmp_path: Path
+) -> None:
+    """A cluster made before engine keys were sealed has no key file until its first start: the one
+    server add makes is the first plane's too, so neither is refused for holding another."""
+    first = tmp_path / "cp1" / "store-secrets.key"
+    first.unlink()
+    directory = tmp_path / "cp2"
+    add_control_plane(
+        cluster,
+        directory,
+        name="cp2",
+        http_host="10.0.0.11",
+        http_port=8080,
+        agent_host="10.0.0.11",
+        agent_port=8443,
+    )
+    assert first.exists() and (directory / "store-secrets.key").read_bytes() == first.read_bytes()
+    assert first.stat().st_mode & 0o777 == 0o600

@@ -129,8 +129,8 @@ def add_control_plane(
     if token.exists():
         write_private(directory / ADMIN_TOKEN_FILE, token.read_bytes())
     store_key = config.path(config.store.secrets_key)
-    if store_key.exists():  # a plane that never started has none yet: its first start makes it
-        write_private(directory / STORE_KEY_FILE, store_key.read_bytes())
+    load_or_create(store_key)  # made here where the cluster has none yet, so both planes share one
+    write_private(directory / STORE_KEY_FILE, store_key.read_bytes())
     added = config.model_copy(deep=True)
     added.name = name
     added.data_dir = "."
