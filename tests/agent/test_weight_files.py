@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.installing import BlobFetcher, Installer
 from llmgw.agent.metrics import REGISTRY as AGENT_METRICS
-from llmgw.agent.weightfiles import digest_file, reusable
+from llmgw.agent.weightfiles import digest_file, model_folder, reusable
 from llmgw.core.devices import NodeInventory
 from llmgw.core.shards import ShardSpec, WeightsFile
 
@@ -133,3 +135,26 @@ async def test_the_bytes_fetched_are_counted_and_a_reused_file_adds_none(tmp_pat
     await installer(tmp_path, mirror).weights(gguf())
 
     assert AGENT_METRICS.get_sample_value("llmgw_agent_weights_fetched_bytes_total") == before + len(BASE)
+
+
+def test_two_shards_making_one_model_folder_at_once_both_get_it_whole(tmp_path: Path) -> None:
+    """Two shards of a model taking the same adapter at once make its folder in two threads: each gets
+    the folder with every file, and no partial folder is left."""
+    weights = tmp_path / "weights"
+    files = []
+    for index, name in enumerate(("adapter_config.json", "adapter_model.safetensors", "extra/tokens.json")):
+        blob = weights / f"blob{index}" / Path(name).name
+        blob.parent.mkdir(parents=True)
+        blob.write_bytes(name.encode() * 100)
+        files.append((name, f"{index:064x}", blob))
+    barrier = threading.Barrier(8)
+
+    def make() -> Path:
+        barrier.wait()
+        return model_folder(weights, files)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        made = {future.result() for future in [pool.submit(make) for _ in range(8)]}
+    (folder,) = made
+    assert all((folder / name).samefile(path) for name, _, path in files)
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name], "no partial folder left"

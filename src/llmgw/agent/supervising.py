@@ -250,6 +250,10 @@ class ShardSupervisor:
             log.error("shard %s: its model's adapters cannot be fetched: %s", shard.replica_id, error)
             self.report(shard.status())
             return
+        except Exception:  # the task is never awaited: what fails here is told, not lost with it
+            log.exception("shard %s: its model's adapters could not be taken", shard.replica_id)
+            self.report(shard.status())
+            return
         shard.spec = dataclasses.replace(shard.spec, adapters=spec.adapters)
         shard.adapter_paths = {a.name: str(a.path) for a in prepared.adapters}
         log.info("shard %s: adapters %s on this node", shard.replica_id, sorted(shard.adapter_paths))

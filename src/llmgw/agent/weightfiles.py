@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -100,22 +101,34 @@ def model_folder(weights_dir: Path, files: Sequence[tuple[str, str, Path]]) -> P
     out of sight first and then renamed into place.
     """
     folder = weights_dir / MODELS_DIR / folder_digest([(name, sha) for name, sha, _ in files])
-    if folder.is_dir() and all(_same(folder / name, path) for name, _, path in files):
+    if _holds(folder, files):
         return folder
-    partial = folder.with_name(f".{folder.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    for name, _, path in files:
-        target = partial / name
-        target.parent.mkdir(parents=True, exist_ok=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # a partial folder of its own: two shards taking the same adapter at once each make one
+    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
+    try:
+        for name, _, path in files:
+            target = partial / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except OSError:
+                target.symlink_to(path.resolve())
+        if folder.exists() and not _holds(folder, files):
+            shutil.rmtree(folder, ignore_errors=True)
         try:
-            os.link(path, target)
+            os.replace(partial, folder)
         except OSError:
-            target.symlink_to(path.resolve())
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(partial, folder)
+            if not _holds(folder, files):  # another made it meanwhile: theirs is as good as this one
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return folder
+
+
+def _holds(folder: Path, files: Sequence[tuple[str, str, Path]]) -> bool:
+    """Whether ``folder`` links each name to its file."""
+    return folder.is_dir() and all(_same(folder / name, path) for name, _, path in files)
 
 
 def _same(link: Path, path: Path) -> bool:
