@@ -49,6 +49,7 @@ from llmgw.controlplane.config import save_server_config
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, OwnerKind
 from llmgw.store.database import Store
+from llmgw.store.secretbox import SecretBox, read_key
 from llmgw.testing.cluster import Cluster, free_port, wait_for
 from llmgw.testing.llama_server_standin import write_launcher
 
@@ -160,7 +161,9 @@ def start_cluster(home: Path, static: bool = False) -> tuple[Cluster, int, str]:
     replica = cluster.wait_ready(MODEL, 60)
 
     async def engine_key() -> str:
-        store = await Store.open(cluster.config.store_url)
+        # the engine keys are sealed in the store: opened with the control plane's key, as it does
+        sealing = SecretBox(read_key(cluster.config.path(cluster.config.store.secrets_key)))
+        store = await Store.open(cluster.config.store_url, secrets=sealing)
         try:
             return (await store.replicas.get(replica["id"])).api_key
         finally:
