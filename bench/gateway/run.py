@@ -144,32 +144,36 @@ def start_cluster(home: Path, static: bool = False) -> tuple[Cluster, int, str]:
     """A control plane and an agent whose llama-server is the stand-in (``static``: a static nginx,
     ``cheapload.py``); (cluster, engine port, engine key)."""
     cluster = Cluster(home / "cluster", home / "cache")
-    cluster.config.gateway.workers = 1  # one process, as the figures before gateway workers (see --workers)
-    save_server_config(cluster.config, cluster.home / "server.yaml")
-    cluster.start_server()
-    weights = home / "standin.gguf"
-    weights.write_bytes(b"GGUF stand-in weights\n")
-    cluster.add_model(MODEL, weights, {"ctx_size": 2048, "parallel": 64})
-    cluster.create_key("bench")
-    nginx = nginx_binary()
-    if static and nginx is not None:
-        launcher = write_nginx_launcher(home / "bin" / "llama-server", sys.executable, nginx)
-    else:
-        launcher = write_launcher(home / "bin" / "llama-server")
-    cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
-    cluster.start_agent("node1")
-    replica = cluster.wait_ready(MODEL, 60)
+    try:
+        cluster.config.gateway.workers = 1  # one process, as the figures before workers (see --workers)
+        save_server_config(cluster.config, cluster.home / "server.yaml")
+        cluster.start_server()
+        weights = home / "standin.gguf"
+        weights.write_bytes(b"GGUF stand-in weights\n")
+        cluster.add_model(MODEL, weights, {"ctx_size": 2048, "parallel": 64})
+        cluster.create_key("bench")
+        nginx = nginx_binary()
+        if static and nginx is not None:
+            launcher = write_nginx_launcher(home / "bin" / "llama-server", sys.executable, nginx)
+        else:
+            launcher = write_launcher(home / "bin" / "llama-server")
+        cluster.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
+        cluster.start_agent("node1")
+        replica = cluster.wait_ready(MODEL, 60)
 
-    async def engine_key() -> str:
-        # the engine keys are sealed in the store: opened with the control plane's key, as it does
-        sealing = SecretBox(read_key(cluster.config.path(cluster.config.store.secrets_key)))
-        store = await Store.open(cluster.config.store_url, secrets=sealing)
-        try:
-            return (await store.replicas.get(replica["id"])).api_key
-        finally:
-            await store.close()
+        async def engine_key() -> str:
+            # the engine keys are sealed in the store: opened with the control plane's key, as it does
+            sealing = SecretBox(read_key(cluster.config.path(cluster.config.store.secrets_key)))
+            store = await Store.open(cluster.config.store_url, secrets=sealing)
+            try:
+                return (await store.replicas.get(replica["id"])).api_key
+            finally:
+                await store.close()
 
-    return cluster, int(replica["port"]), asyncio.run(engine_key())
+        return cluster, int(replica["port"]), asyncio.run(engine_key())
+    except BaseException:  # a start that failed leaves no process behind
+        cluster.stop()
+        raise
 
 
 HIGH = Limits(
