@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.testing.cluster import Cluster
+from llmgw.testing.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -76,3 +76,33 @@ def test_a_request_past_the_models_time_limit_answers_504_and_frees_the_engine(s
         assert LIMIT_S <= took < LIMIT_S + 5
         after = short_answer_takes(client)
     assert after < PROMPTLY_S, f"the next request waited {after:.1f} s: the engine kept the timed-out one"
+
+
+def _usage(cluster: Cluster, key_name: str) -> tuple[int, int]:
+    """The requests and prompt tokens of the key named ``key_name`` in /api/usage."""
+    lines = cluster.admin.usage([("group_by", "key")]).lines
+    found = [line for line in lines if line.key_name == key_name]
+    return (sum(line.requests for line in found), sum(line.prompt_tokens for line in found))
+
+
+def test_a_stream_left_early_is_billed_its_prompt_as_the_engine_counts_it(smol: Cluster) -> None:
+    """llama-server's /tokenize takes text: the chat is rendered by its /apply-template, then counted,
+    and the count is the one the engine's own usage gives for the same chat."""
+    key = smol.admin.create_key("left-early").key
+    messages = [{"role": "user", "content": "Name three rivers of Europe, one per line."}]
+    auth = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=smol.url, headers=auth) as client:
+        whole = client.post("/v1/chat/completions", json=chat(messages=messages, max_tokens=2), timeout=60)
+        assert whole.status_code == 200, whole.text
+        prompt = whole.json()["usage"]["prompt_tokens"]
+        body = chat(messages=messages, stream=True, **LONG)
+        with client.stream("POST", "/v1/chat/completions", json=body, timeout=60) as left:
+            assert left.status_code == 200
+            next(left.iter_lines())
+
+    def both() -> tuple[int, int] | None:
+        seen = _usage(smol, "left-early")
+        return seen if seen[0] == 2 else None
+
+    _, prompts = wait_for(both, 30, "the whole answer and the stream left early are counted")
+    assert prompts == 2 * prompt > 0, "the stream left early is billed the prompt the engine counted"
