@@ -20,7 +20,7 @@ help:
 	@echo "make unit    tests without the end-to-end ones (the venv, PostgreSQL, promtool, systemd-analyze); make e2e: only those"
 	@echo "make proto   regenerate the agent protocol's Python code"
 	@echo "make fuzz    fuzz /v1 and /api long (FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) examples per test; make test runs fewer)"
-	@echo "make bench-gateway  measure the /v1 data path against the engine alone and LiteLLM's proxy"
+	@echo "make bench-gateway  measure the /v1 data path against the engine alone, sglang-router and LiteLLM's proxy"
 	@echo "make bench-responses  what keeping Responses API responses in the store (SQLite) adds to a request"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas (BENCH_ARGS=\"--engine vllm\": two real ones)"
 	@echo "make training       install the LoRA training environment (cached; make test needs it)"
@@ -126,8 +126,18 @@ wrk:
 	@(command -v wrk && (command -v nginx || test -x /usr/sbin/nginx)) >/dev/null 2>&1 || \
 		(apt-get install -y wrk nginx-light || (apt-get update && apt-get install -y wrk nginx-light))
 
-bench-gateway: install wrk $(LITELLM_VENV)/bin/litellm
-	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV) $(BENCH_ARGS)
+# sglang-router (PyPI's Rust router), the gateway bench's fastest peer, in a virtualenv of its own.
+SGLANG_ROUTER_VENV ?= $(LLMGW_CACHE)/bench/sglang-router-venv
+SGLANG_ROUTER_VERSION ?= 0.3.2
+
+$(SGLANG_ROUTER_VENV)/.installed-$(SGLANG_ROUTER_VERSION):
+	rm -rf $(SGLANG_ROUTER_VENV)
+	$(PYTHON) -m venv $(SGLANG_ROUTER_VENV)
+	$(SGLANG_ROUTER_VENV)/bin/python -m pip install -q 'sglang-router==$(SGLANG_ROUTER_VERSION)'
+	touch $@
+
+bench-gateway: install wrk $(LITELLM_VENV)/bin/litellm $(SGLANG_ROUTER_VENV)/.installed-$(SGLANG_ROUTER_VERSION)
+	$(BIN)/python bench/gateway/run.py --litellm-venv $(LITELLM_VENV) --rust-router-venv $(SGLANG_ROUTER_VENV) $(BENCH_ARGS)
 
 bench-routing: install
 	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)

@@ -1,10 +1,14 @@
-"""The gateway benchmark: direct to an engine, through llmgw, through LiteLLM's proxy, in one run.
+"""The gateway benchmark: direct to an engine, through llmgw, sglang-router and LiteLLM's proxy, in one run.
 
 The engine is llmgw's llama-server stand-in (it answers at once), registered
 the way llmgw registers any engine: a real control plane and agent
 (``llmgw.testing.cluster``), the agent told by ``engines.llamacpp.binary`` to
 run the stand-in instead of an installed llama-server. LiteLLM's proxy (one
-worker, in its own virtualenv) is pointed at the same engine.
+worker, in its own virtualenv) is pointed at the same engine, and so is
+sglang-router (PyPI's Rust router, in its own virtualenv: ``peers.py``), the
+fastest peer: the JSON line's ``ratio_rust_c1_rps`` and ``ratio_rust_c64_rps``
+are llmgw's requests/s over the Rust router's. Each target's ``c64_cores`` is
+the CPU it and its children spent during the c=64 phase over its length.
 
 Each target gets the same load, from ``loadgen.py`` in its own process:
 latency at concurrency 1, requests/s at concurrency 64, a stream of 64 events
@@ -24,7 +28,8 @@ started again with one gateway process and with ``N`` workers
 CPU it spent per request; the JSON line gains ``workers``. The other phases
 run with ``gateway.workers: 1``. ``--workers-only`` runs only this phase.
 
-    python bench/gateway/run.py [--litellm-venv DIR] [--quick] [--profile FILE] [--limits] [--workers N]
+    python bench/gateway/run.py [--litellm-venv DIR] [--rust-router-venv DIR] [--quick]
+                                [--profile FILE] [--limits] [--workers N]
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from cheapload import nginx_binary, write_nginx_launcher, wrk_load
+from peers import cpu_seconds, start_rust_router
 from workerphase import measure_workers
 
 from llmgw.controlplane.config import save_server_config
@@ -50,7 +56,7 @@ from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, OwnerKind
 from llmgw.store.database import Store
 from llmgw.store.secretbox import SecretBox, read_key
-from llmgw.testing.cluster import Cluster, free_port, wait_for
+from llmgw.testing.cluster import Cluster, engine_pid, free_port, wait_for
 from llmgw.testing.llama_server_standin import write_launcher
 
 HERE = Path(__file__).resolve().parent
@@ -59,6 +65,9 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}],
 LITELLM_KEY = "sk-bench-" + "0123456789abcdef" * 2
 DEFAULT_LITELLM_VENV = (
     Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw")).expanduser() / "bench/litellm-venv"
+)
+DEFAULT_RUST_ROUTER_VENV = (
+    Path(os.environ.get("LLMGW_CACHE", "~/.cache/llmgw")).expanduser() / "bench/sglang-router-venv"
 )
 
 
@@ -87,10 +96,12 @@ def load(port: int, key: str, body: Path, *, concurrency: int, count: int, durat
 
 
 class Target:
-    def __init__(self, name: str, port: int, key: str) -> None:
+    def __init__(self, name: str, port: int, key: str, pid: int = 0) -> None:
         self.name = name
         self.port = port
         self.key = key
+        self.pid = pid
+        """The target's process (0: not known); its CPU, and its children's, is read over the c=64 phase."""
         self.figures: dict[str, Any] = {}
 
 
@@ -117,7 +128,9 @@ def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path
     c1 = load(target.port, target.key, bodies["whole"], concurrency=1, count=n, duration=20 * scale)
     print(f"[{target.name}] concurrency 64", flush=True)
     spy = profiling(pid, profile, 9 * scale)
+    cpu_before, wall_before = (cpu_seconds(target.pid) if target.pid else 0.0), time.monotonic()
     c64 = load(target.port, target.key, bodies["whole"], concurrency=64, count=10**6, duration=10 * scale)
+    cores = (cpu_seconds(target.pid) - cpu_before) / (time.monotonic() - wall_before) if target.pid else None
     if spy is not None:
         spy.wait(60)
         print(f"[{target.name}] profile at concurrency 64: {profile} (open it in speedscope.app)", flush=True)
@@ -137,6 +150,8 @@ def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path
         "stream_events": st["events"],
         "errors": c1["errors"] + c64["errors"] + st["errors"],
     }
+    if cores is not None:
+        figures["c64_cores"] = round(cores, 2)
     target.figures = {k: round(v, 1) if isinstance(v, float) else v for k, v in figures.items()}
 
 
@@ -263,6 +278,14 @@ def start_litellm(
     return process, port
 
 
+def engine_process(port: int) -> int:
+    """The engine's pid for its CPU figure (0 when it cannot be found: the figure is then left out)."""
+    try:
+        return engine_pid(port)
+    except Exception:  # a figure less, not a failed run
+        return 0
+
+
 def added(through: dict[str, Any], direct: dict[str, Any], field: str) -> float:
     return round(through[field] - direct[field], 1)
 
@@ -271,6 +294,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Benchmark llmgw's gateway against the engine and LiteLLM.")
     parser.add_argument("--litellm-venv", type=Path, default=DEFAULT_LITELLM_VENV,
                         help="virtualenv with litellm[proxy] (skipped when it has none)")  # fmt: skip
+    parser.add_argument("--rust-router-venv", type=Path, default=DEFAULT_RUST_ROUTER_VENV,
+                        help="virtualenv with sglang-router (skipped when it has none)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a tenth of the requests, for a smoke run")
     parser.add_argument("--rss-requests", type=int, default=100_000)
     parser.add_argument("--limits", action="store_true",
@@ -298,6 +323,7 @@ def main() -> None:
         cheap = not args.python_load and shutil.which("wrk") is not None
         cluster, engine_port, engine_key = start_cluster(home, static=args.workers_only and cheap)
         litellm: subprocess.Popen[bytes] | None = None
+        rust: subprocess.Popen[bytes] | None = None
 
         def workers_load(port: int, key: str, body: Path, **how: Any) -> dict[str, Any]:
             if not cheap:
@@ -321,12 +347,19 @@ def main() -> None:
         try:
             gateway_pid = cluster.processes["server"].pid
             targets = [
-                Target("direct", engine_port, engine_key),
-                Target("llmgw", cluster.http_port, cluster.key),
+                Target("direct", engine_port, engine_key, engine_process(engine_port)),
+                Target("llmgw", cluster.http_port, cluster.key, gateway_pid),
             ]
+            if (args.rust_router_venv / "bin" / "sglang-router").exists():
+                rust, rust_port = start_rust_router(args.rust_router_venv, home, engine_port, engine_key,
+                                                    wait_for)  # fmt: skip
+                targets.append(Target("rust", rust_port, engine_key, rust.pid))
+            else:
+                print(f"sglang-router skipped: no {args.rust_router_venv}/bin/sglang-router "
+                      "(make bench-gateway installs it)")  # fmt: skip
             if (args.litellm_venv / "bin" / "litellm").exists():
                 litellm, litellm_port = start_litellm(args.litellm_venv, home, engine_port, engine_key)
-                targets.append(Target("litellm", litellm_port, LITELLM_KEY))
+                targets.append(Target("litellm", litellm_port, LITELLM_KEY, litellm.pid))
             else:
                 print(f"LiteLLM skipped: no {args.litellm_venv}/bin/litellm (make bench-gateway installs it)")
             for target in targets:
@@ -349,9 +382,10 @@ def main() -> None:
             if args.workers:
                 workers = workers_phase()
         finally:
-            if litellm is not None:
-                litellm.terminate()
-                litellm.wait(20)
+            for peer in (litellm, rust):
+                if peer is not None:
+                    peer.terminate()
+                    peer.wait(20)
             cluster.stop()
     by = {t.name: t.figures for t in targets}
     direct, gw = by["direct"], by["llmgw"]
@@ -384,6 +418,20 @@ def main() -> None:
         report["ratio_llmgw_litellm_added_p50"] = round(
             report["llmgw"]["added_p50_us"] / max(1.0, report["litellm"]["added_p50_us"]), 4
         )
+    if "rust" in by:
+        rust_figures = by["rust"]
+        report["rust"] = {
+            **rust_figures,
+            "added_p50_us": added(rust_figures, direct, "c1_p50_us"),
+            "added_p99_us": added(rust_figures, direct, "c1_p99_us"),
+            "added_ttft_p50_us": added(rust_figures, direct, "ttft_p50_us"),
+            "added_gap_us": added(rust_figures, direct, "gap_mean_us"),
+        }
+        report["ratio_rust_c1_rps"] = round(gw["c1_rps"] / rust_figures["c1_rps"], 3)
+        report["ratio_rust_c64_rps"] = round(gw["c64_rps"] / rust_figures["c64_rps"], 3)
+        report["ratio_rust_added_p50"] = round(
+            report["llmgw"]["added_p50_us"] / max(1.0, report["rust"]["added_p50_us"]), 3
+        )
     if "llmgw_limits" in by:
         lim = by["llmgw_limits"]
         report["llmgw_limits"] = {
@@ -401,7 +449,7 @@ def main() -> None:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    names = [n for n in ("direct", "llmgw", "llmgw_limits", "litellm") if n in report]
+    names = [n for n in ("direct", "llmgw", "llmgw_limits", "rust", "litellm") if n in report]
     rows = [
         ("req/s at c=1", "c1_rps"),
         ("p50 at c=1 (µs)", "c1_p50_us"),
@@ -409,6 +457,7 @@ def print_table(report: dict[str, Any]) -> None:
         ("added p50 at c=1 (µs)", "added_p50_us"),
         ("added p99 at c=1 (µs)", "added_p99_us"),
         ("req/s at c=64", "c64_rps"),
+        ("cores busy at c=64", "c64_cores"),
         ("stream: first event p50 (µs)", "ttft_p50_us"),
         ("stream: added first event (µs)", "added_ttft_p50_us"),
         ("stream: mean gap (µs)", "gap_mean_us"),
@@ -434,6 +483,9 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"{name}: {f['c64_rps']} req/s at c=64, {f['cpu_us_per_request']} µs CPU/request, "
                   f"{f['cores_busy']} cores busy")  # fmt: skip
         print(f"workers/one process req/s at c=64: {w['ratio_workers_c64_rps']}")
+    if "ratio_rust_c64_rps" in report:
+        print(f"llmgw/sglang-router req/s at c=1: {report['ratio_rust_c1_rps']}, at c=64: "
+              f"{report['ratio_rust_c64_rps']}; added p50: {report['ratio_rust_added_p50']}")  # fmt: skip
     if "ratio_llmgw_litellm_c64_rps" in report:
         print(f"llmgw/LiteLLM req/s at c=64: {report['ratio_llmgw_litellm_c64_rps']}; "
               f"added p50: {report['ratio_llmgw_litellm_added_p50']}")  # fmt: skip
