@@ -106,7 +106,7 @@ class Target:
 
 
 def profiling(pid: int, output: Path | None, seconds: float) -> subprocess.Popen[bytes] | None:
-    """py-spy recording ``pid`` for ``seconds`` into ``output`` (speedscope), when asked and installed."""
+    """py-spy recording ``pid`` for ``seconds`` into ``output`` (collapsed stacks), when asked and installed."""
     if output is None:
         return None
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
@@ -114,7 +114,7 @@ def profiling(pid: int, output: Path | None, seconds: float) -> subprocess.Popen
         print("  ! --profile needs py-spy: pip install py-spy", flush=True)
         return None
     command = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", "250",
-               "--nonblocking", "--format", "speedscope", "--output", str(output)]  # fmt: skip
+               "--nonblocking", "--format", "raw", "--output", str(output)]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -133,7 +133,7 @@ def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path
     cores = (cpu_seconds(target.pid) - cpu_before) / (time.monotonic() - wall_before) if target.pid else None
     if spy is not None:
         spy.wait(60)
-        print(f"[{target.name}] profile at concurrency 64: {profile} (open it in speedscope.app)", flush=True)
+        print(f"[{target.name}] profile at concurrency 64: {profile} (collapsed stacks; speedscope.app opens them)", flush=True)
     streams = int((100 if slow else 1000) * scale)
     print(f"[{target.name}] {streams} streams at concurrency 1", flush=True)
     st = load(target.port, target.key, bodies["stream"], concurrency=1, count=streams, duration=20 * scale,
