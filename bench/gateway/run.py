@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from cheapload import nginx_binary, write_nginx_launcher, wrk_load
+from layers import figures as layer_figures
+from layers import layers, read, table
 from peers import cpu_seconds, start_rust_router
 from workerphase import measure_workers
 
@@ -106,7 +108,7 @@ class Target:
 
 
 def profiling(pid: int, output: Path | None, seconds: float) -> subprocess.Popen[bytes] | None:
-    """py-spy recording ``pid`` for ``seconds`` into ``output`` (collapsed stacks), when asked and installed."""
+    """py-spy recording ``pid`` for ``seconds`` into ``output`` (collapsed stacks), if asked and installed."""
     if output is None:
         return None
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
@@ -133,7 +135,10 @@ def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path
     cores = (cpu_seconds(target.pid) - cpu_before) / (time.monotonic() - wall_before) if target.pid else None
     if spy is not None:
         spy.wait(60)
-        print(f"[{target.name}] profile at concurrency 64: {profile} (collapsed stacks; speedscope.app opens them)", flush=True)
+        print(
+            f"[{target.name}] profile at concurrency 64: {profile} (collapsed stacks, for speedscope.app)",
+            flush=True,
+        )
     streams = int((100 if slow else 1000) * scale)
     print(f"[{target.name}] {streams} streams at concurrency 1", flush=True)
     st = load(target.port, target.key, bodies["stream"], concurrency=1, count=streams, duration=20 * scale,
@@ -153,6 +158,14 @@ def measure(target: Target, bodies: dict[str, Path], scale: float, profile: Path
     if cores is not None:
         figures["c64_cores"] = round(cores, 2)
     target.figures = {k: round(v, 1) if isinstance(v, float) else v for k, v in figures.items()}
+    if spy is not None and profile is not None and profile.exists():
+        with profile.open(encoding="utf-8") as lines:
+            rows = layers(read(lines), c64["rps"], cores)
+        print(
+            f"[{target.name}] CPU per request at concurrency 64, by layer (layers.py):\n{table(rows)}",
+            flush=True,
+        )
+        target.figures["profile_layers"] = layer_figures(rows)
 
 
 def start_cluster(home: Path, static: bool = False) -> tuple[Cluster, int, str]:
