@@ -68,6 +68,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from llmgw.controlplane.config import HttpSettings
+from llmgw.controlplane.serving.headholding import HeadHolding
 from llmgw.errors import ConfigError
 from llmgw.gateway.api_errors import error_body
 from llmgw.gateway.paths import gateway_path
@@ -328,6 +329,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is None or cycle.scope is not self.scope:
             return  # an upgrade
+        cycle.transport = HeadHolding(self.transport, self.loop)  # the head and body in one send
         self._body_done = False
         self._body_pending = True
         if not cycle.keep_alive or self._stopping:
