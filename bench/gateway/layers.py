@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "httptools/",
             "h11/",
             "llmgw/controlplane/serving/httpserving.py#GuardedHttpProtocol.",
+            "llmgw/controlplane/serving/headholding.py",
         ),
     ),
     (
