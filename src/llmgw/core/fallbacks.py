@@ -18,7 +18,7 @@ request may try (the retry budget) and when a failing target is skipped (its cir
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -135,3 +135,31 @@ class FallbackSettings(BaseModel):
     breaker_open_s: float = Field(default=30.0, gt=0)
     """How long an open breaker skips its model; then one request goes through to try it (half
     open): its success closes the breaker, its failure opens it again."""
+
+
+class RetryBudget:
+    """What one request may still try past its own model: a count of targets and a deadline.
+
+    ``clock``: seconds, monotonic; ``started``: when the request arrived on it.
+    """
+
+    __slots__ = ("_clock", "_deadline", "left")
+
+    def __init__(self, settings: FallbackSettings, started: float, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._deadline = started + settings.budget_s
+        self.left = settings.max_targets
+        """Further targets the request may still be sent to."""
+
+    def spent(self) -> str:
+        """Why no further target may be tried (``targets``: as many as allowed were; ``time``: the
+        budget's seconds passed), or empty while one may."""
+        if self.left <= 0:
+            return "targets"
+        if self._clock() >= self._deadline:
+            return "time"
+        return ""
+
+    def take(self) -> None:
+        """One further target is tried."""
+        self.left -= 1
