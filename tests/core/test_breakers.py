@@ -39,14 +39,12 @@ async def test_failures_spread_wider_than_the_window_leave_it_closed() -> None:
     assert breaker.current() is BreakerState.CLOSED
 
 
-def test_a_success_starts_the_count_afresh() -> None:
+def test_successes_between_failures_within_the_window_do_not_hide_them() -> None:
     breaker = Breaker(RULE, FakeClock())
-    breaker.failed()
-    breaker.failed()
-    breaker.succeeded()
-    breaker.failed()
-    breaker.failed()
-    assert breaker.allows()
+    for _ in range(RULE.failures):
+        breaker.failed()
+        breaker.succeeded()
+    assert breaker.current() is BreakerState.OPEN
 
 
 async def test_once_open_s_passed_one_request_tries_and_no_other_meanwhile() -> None:
@@ -91,15 +89,14 @@ async def test_a_trial_that_told_nothing_lets_the_next_request_try() -> None:
     assert breaker.allows()
 
 
-def test_breakers_are_one_per_target_and_forgotten_with_it() -> None:
+def test_breakers_are_one_per_target() -> None:
     clock = FakeClock()
     breakers = Breakers(RULE, clock)
     for _ in range(3):
         breakers.of("big").failed()
     assert breakers.states() == {"big": BreakerState.OPEN}
     assert breakers.of("small").allows()
-    breakers.forget({"small"})
-    assert breakers.states() == {"small": BreakerState.CLOSED}
+    assert breakers.states() == {"big": BreakerState.OPEN, "small": BreakerState.CLOSED}
 
 
 def test_a_budget_allows_as_many_targets_as_set() -> None:

@@ -1,7 +1,8 @@
 """Circuit breakers: a target that keeps failing is skipped for a while, then tried once again.
 
 One :class:`Breaker` per target (a catalog model a request may fall to). It counts the target's
-failures in a sliding window; ``failures`` of them within ``window_s`` open it. While open,
+failures in a sliding window; ``failures`` of them within ``window_s`` open it (successes between
+them do not hide them). While open,
 :meth:`Breaker.allows` is False: a request that has somewhere else to go skips the target. Once
 ``open_s`` passed it is half open: the next :meth:`Breaker.allows` lets one request through (and
 no other while that one is out); its success closes the breaker, its failure opens it again.
@@ -78,10 +79,12 @@ class Breaker:
         return max(0.0, self._opened + self._rule.open_s - self._clock())
 
     def succeeded(self) -> None:
-        """The target answered: a trial closes the breaker; the count of failures starts afresh."""
-        self._failures.clear()
-        self._trying = False
-        self.state = BreakerState.CLOSED
+        """The target answered: a trial closes the breaker (its count starts afresh); a closed one
+        keeps counting (failures within the window open it, whatever answered between them)."""
+        if self.current() is BreakerState.HALF_OPEN:
+            self._failures.clear()
+            self._trying = False
+            self.state = BreakerState.CLOSED
 
     def failed(self) -> None:
         """The target failed a request: counted; a trial's failure, or the ``failures``-th within
@@ -130,8 +133,3 @@ class Breakers:
     def states(self) -> dict[str, BreakerState]:
         """Each target's state now, by name."""
         return {target: breaker.current() for target, breaker in sorted(self._breakers.items())}
-
-    def forget(self, keep: set[str]) -> None:
-        """Drop the breakers of targets not in ``keep`` (models gone from the catalog)."""
-        for target in [t for t in self._breakers if t not in keep]:
-            del self._breakers[target]

@@ -193,8 +193,8 @@ class FallingBack:
         entry = self._catalog.get(asked)
         if entry is None or not entry.fallbacks or not self.settings.max_targets:
             try:
-                await self._forward(exchange, receive, ClientSend(send, exchange, asked, False), path, body,
-                                    stream, strip_usage, facts)  # fmt: skip
+                client = ClientSend(send, exchange, asked, False)
+                await self._forward(exchange, receive, client, path, body, stream, strip_usage, facts)
             except ApiError as error:
                 error.headers = (*error.headers, (SERVED_BY, asked.encode()))
                 raise
@@ -224,8 +224,9 @@ class FallingBack:
             client = ClientSend(send, exchange, target, more)
             try:
                 ttft = entry.fallback_ttft_s if more else None
-                reason = await self._try(exchange, receive, client, target, path, body, stream, strip_usage,
-                                         facts, ttft)  # fmt: skip
+                reason = await self._try(
+                    exchange, receive, client, target, path, body, stream, strip_usage, facts, ttft
+                )
             except ApiError as error:
                 if client.sent or not failing(error.status) or not more:
                     self._told(breaker, target, failing(error.status))
