@@ -179,7 +179,7 @@ class GatewaySettingsFile(Section):
     fallbacks: FallbackSettings = Field(default_factory=FallbackSettings)
     """A request's retry budget past its model (``max_targets``, ``budget_s``) and the fallback
     targets' circuit breakers (``breaker_failures`` in ``breaker_window_s``, open ``breaker_open_s``);
-    docs/models.md."""
+    docs/placement.md#fallbacks."""
 
 
 class BatchSettingsFile(Section):
