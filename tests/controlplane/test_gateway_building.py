@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from llmgw.controlplane.config import GatewaySettingsFile, ServerConfig
 from llmgw.controlplane.serving.gatewaybuilding import Outbox, build_gateway
 from llmgw.controlplane.serving.responsebook import StoreResponseBook
@@ -24,7 +26,14 @@ SHARED = sorted(GatewaySettingsFile.model_fields.keys() & GatewaySettings.model_
 
 
 def _not_default(name: str) -> Any:
-    default = GatewaySettingsFile.model_fields[name].default
+    field = GatewaySettingsFile.model_fields[name]
+    default = field.default_factory() if field.default_factory is not None else field.default
+    if isinstance(default, BaseModel):  # a group of settings: each of them changed
+        return default.model_copy(update={n: _changed(v) for n, v in default.model_dump().items()})
+    return _changed(default)
+
+
+def _changed(default: Any) -> Any:
     if isinstance(default, bool):
         return not default
     return default * 2 + 1

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from llmgw.configfiles import ConfigFile, Section, read_yaml, save, validate
+from llmgw.core.fallbacks import FallbackSettings
 from llmgw.gateway.routing import RoutingSettings
 from llmgw.mirror.releases import ReleaseSettings
 from llmgw.observability.tracing import TracingSettings
@@ -175,6 +176,10 @@ class GatewaySettingsFile(Section):
     """Responses kept per key at most; past it the key's oldest go as it keeps more."""
     responses_total: int = Field(default=50_000, gt=0)
     """Responses kept in all at most; the leader removes the oldest past it every 30 s."""
+    fallbacks: FallbackSettings = Field(default_factory=FallbackSettings)
+    """A request's retry budget past its model (``max_targets``, ``budget_s``) and the fallback
+    targets' circuit breakers (``breaker_failures`` in ``breaker_window_s``, open ``breaker_open_s``);
+    docs/placement.md#fallbacks."""
 
 
 class BatchSettingsFile(Section):

@@ -36,6 +36,7 @@ from llmgw.core.engines import (
     engines_where,
     find_engine,
 )
+from llmgw.core.fallbacks import FallbackFields
 from llmgw.core.filenames import safe_filename
 from llmgw.core.mig import Spread, mig_refusal
 from llmgw.core.requestbounds import RequestLimits
@@ -422,8 +423,8 @@ class Replicas(Strict):
         return self
 
 
-class ModelDefinition(Strict):
-    """A catalog entry."""
+class ModelDefinition(Strict, FallbackFields):
+    """A catalog entry (its ``fallbacks``: :mod:`llmgw.core.fallbacks`)."""
 
     name: str
     """The name clients ask for in ``model``."""

@@ -298,6 +298,11 @@ class Meter:
             return Refusal(s, "expires_s", f"{s} expired", INF, 401, "expired_api_key")
         return None
 
+    def refuses_model(self, model: str, now: float) -> Refusal | None:
+        """The refusal of a request for ``model`` by the subject's models and expiry (nothing is
+        taken): what a request already admitted checks before it falls to another model."""
+        return self._gate(model, now) if self.gated else None
+
     def _gate(self, model: str, now: float) -> Refusal | None:
         limits = self.limits
         s = self.subject

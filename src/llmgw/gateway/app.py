@@ -9,6 +9,7 @@
         model in the catalog and visible to the key -> 404 model_not_found
         the body's fields within the model's bounds (core/requestbounds.py) -> 400 naming the field
         limits (admission: the ticket is taken and ended here) -> 429
+        FallingBack.forward(): the model, then its fallbacks (falling_back.py), each through
         Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
         refused past the key (no replica took it): usage with the status, 0 tokens
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
@@ -46,6 +47,7 @@ from llmgw.gateway.batch_routes import BatchBook, BatchRoutes, batch_route
 from llmgw.gateway.bodies import RequestFacts, asking_for_usage, json_body, model_and_stream, read_body
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
+from llmgw.gateway.falling_back import FallingBack
 from llmgw.gateway.feeding import GatewayFeed
 from llmgw.gateway.file_routes import FileBook, FileRoutes, file_route
 from llmgw.gateway.files import FileStore
@@ -205,6 +207,16 @@ class Gateway:
             self.catalog,
         )
         """Requests to replicas and their answers back."""
+        self.falling_back = FallingBack(
+            self.settings,
+            self.forwarder,
+            self.catalog,
+            self.replicas,
+            self.access,
+            self.limiter,
+            self.telling,
+        )
+        """A request its model cannot answer, to the model's fallbacks in turn (``falling_back.py``)."""
         self.loads = LoadReader(self.replicas)
         """Reads the ready replicas' load from their engines: the process runs :meth:`LoadReader.run`."""
         self.gate = GateClient(self.settings)
@@ -242,7 +254,7 @@ class Gateway:
         self._authenticate = self.access.authenticate
         self._visible = self.access.visible
         self._check_task = self.access.check_task
-        self._forward = self.forwarder.forward
+        self._forward = self.falling_back.forward
         self._request_refused = self.telling.request_refused
 
     @property

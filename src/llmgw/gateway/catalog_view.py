@@ -53,6 +53,10 @@ class ModelEntry:
     request_timeout_s: float | None = None
     """Longest a request may take on its engine (the profiles' ``request_timeout_s``, the longest
     where they differ; an adapter's is its base model's); None: no limit but the silence one."""
+    fallbacks: tuple[str, ...] = ()
+    """The models a request for this one falls to, in order (:mod:`llmgw.core.fallbacks`)."""
+    fallback_ttft_s: float | None = None
+    """Longest wait for the first token before a request falls to the next model; None: any."""
 
     def visible_to(self, place: Place) -> bool:
         return visible(self.owned, place)
@@ -91,6 +95,8 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
                 workflow=workflow,
                 bounds=bounds,
                 request_timeout_s=limit,
+                fallbacks=model.fallbacks,
+                fallback_ttft_s=model.fallback_ttft_ms / 1000 if model.fallback_ttft_ms else None,
             )
         )
         for adapter in model.adapters:

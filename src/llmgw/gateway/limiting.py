@@ -214,6 +214,15 @@ class Limiter:
             raise refused(refusal, meters, now)
         return Ticket(meters, self.clock)
 
+    def may_use(self, key: KeyEntry, model: str) -> bool:
+        """Whether ``key``'s limits let it use ``model`` (the models they allow, none expired),
+        taking nothing: an admitted request's check of a model it may fall to."""
+        meters = self._by_key.get(key.key_id)
+        if meters is None:
+            return True
+        now = self.clock()
+        return all(meter.refuses_model(model, now) is None for meter in meters)
+
     def refuse_expired(self, key: KeyEntry) -> None:
         """401 when ``key``, or a subject of its chain, has expired, as :meth:`admit` answers: for
         routes that admit no request but answer what the key sees (``GET /v1/models``)."""

@@ -59,6 +59,18 @@ UPSTREAM_FAILURES = Counter(
     "Replicas the gateway could not reach or that failed mid-answer, by model and reason.",
     ["model", "reason"],
 )
+FALLBACKS = Counter(
+    "llmgw_gateway_fallbacks",
+    "Requests that fell from one model to the next of its fallbacks, by the model asked for, the "
+    "model fallen from and to, and why (no_replica, status_429, status_5xx, unavailable, "
+    "slow_first_token, breaker_open).",
+    ["model", "from", "to", "reason"],
+)
+BREAKER_STATE = Gauge(
+    "llmgw_gateway_breaker_state",
+    "Each fallback target's circuit breaker as requests last saw it: 0 closed, 1 open, 2 half open.",
+    ["model"],
+)
 
 
 def project_of(key: KeyEntry | None) -> str:

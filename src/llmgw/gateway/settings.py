@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmgw.core.fallbacks import FallbackSettings
+
 
 class GatewaySettings(BaseModel):
     """Settings of the ``/v1`` data path, passed to :class:`~llmgw.gateway.app.Gateway` as one object."""
@@ -46,3 +48,5 @@ class GatewaySettings(BaseModel):
     """Responses kept in all at most; past it the oldest go."""
     knowledge_timeout_s: float = Field(default=10.0, gt=0)
     """Longest a request's search of knowledge collections may take before it answers 503."""
+    fallbacks: FallbackSettings = Field(default_factory=FallbackSettings)
+    """How far a request may fall to its model's fallbacks, and when a failing one is skipped."""

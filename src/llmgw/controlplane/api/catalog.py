@@ -31,6 +31,7 @@ from llmgw.core.catalog import (
     problems_of,
 )
 from llmgw.core.environments import is_entry
+from llmgw.core.fallbacks import Target, fallback_problems, falling_to
 from llmgw.core.tenancy import Action, OwnerKind
 from llmgw.errors import Conflict, LlmgwError, NotFound, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
@@ -106,13 +107,9 @@ async def add_model(model: ModelDefinition, state: State, caller: Who) -> ModelE
     missing = [
         (f"{at}.sha256", _not_in_mirror(entry)) for at, entry in files if not state.blobs.has(entry["sha256"])
     ]
-    others = []
-    for record in await state.store.models.list():
-        try:
-            others.append(parse_model(record.definition))
-        except ValidationFailed:
-            continue  # the reconciler reports a stored definition it cannot read
-    problems = missing + name_clashes(model, others)
+    others = await _readable(state)
+    targets = {other.name: _target(other) for other in others if other.name != model.name}
+    problems = missing + name_clashes(model, others) + fallback_problems(model.name, _target(model), targets)
     if problems:
         raise ValidationFailed(
             problems, "import missing files with 'llmgw mirror import FILE'; rename what clashes"
@@ -131,6 +128,12 @@ async def remove_model(name: str, state: State, caller: Who) -> Response:
     checked_text("name", name)
     record = await _seen(state, caller, name)
     caller.check(Action.WRITE, record.owner)
+    falling = falling_to(name, {other.name: _target(other) for other in await _readable(state)})
+    if falling:
+        raise Conflict(
+            f"model {name!r} is a fallback of {', '.join(falling)}",
+            "remove those models (or add them again without it in their fallbacks) first",
+        )
     await state.store.models.remove(name)
     await state.store.audit.record(caller.name, "model.remove", name)
     state.changes.changed("models")
@@ -165,6 +168,21 @@ async def scale_model(name: str, replicas: Replicas, state: State, caller: Who) 
     state.changes.changed("models")
     state.reconciler.wake()
     return ModelEntry(name=name, definition=scaled)
+
+
+async def _readable(state: AdminState) -> list[ModelDefinition]:
+    """The catalog's models whose stored definitions still read."""
+    models = []
+    for record in await state.store.models.list():
+        try:
+            models.append(parse_model(record.definition))
+        except ValidationFailed:
+            continue  # the reconciler reports a stored definition it cannot read
+    return models
+
+
+def _target(model: ModelDefinition) -> Target:
+    return Target(model.fallbacks, model.profile.serves.value)
 
 
 def _stored(definition: dict[str, Any]) -> tuple[ModelDefinition | None, str]:

@@ -129,6 +129,7 @@ def gateway_settings(config: ServerConfig) -> GatewaySettings:
         responses_kept_s=g.responses_kept_s,
         responses_per_key=g.responses_per_key,
         responses_total=g.responses_total,
+        fallbacks=g.fallbacks,
     )
 
 
