@@ -57,8 +57,9 @@ from llmgw.gateway.jobs import JobBook, JobFiles, JobRecords, JobRunner, MemoryJ
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
+from llmgw.gateway.messages_api import AnthropicError, api_key_header, translated
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
-from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED
+from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED, MESSAGES_ROUTES
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.response_routes import ResponseRoutes, response_route
 from llmgw.gateway.response_store import ResponseBook, ResponseStore
@@ -343,55 +344,13 @@ class Gateway:
                 hint="an administrator starts it again with `llmgw start`",
             )
         if path in FORWARDED:
-            if method != "POST":
-                raise ApiError(
-                    405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
-                )
-            # a request made in this process (a batch's) names its key in the scope, where no
-            # client can put anything (inprocess.py)
-            key = exchange.key = scope.get(IN_PROCESS_KEY) or self._authenticate(authorization)
-            exchange.usage_due = True
-            logcontext.PROJECT.set(metrics.project_of(key))
-            body = await read_body(receive, length, self.settings.max_body_bytes)
-            if body is None:
-                exchange.status = CLIENT_CLOSED
-                return
-            facts = model_and_stream(body)
-            model = facts.model
-            if not self._visible(model, key):
-                raise model_not_found(model)
-            exchange.model = model
-            logcontext.MODEL.set(model)
-            bounds = self._check_task(model, path)
-            if facts.data is not None and (refusal := check_request(path, facts.data, bounds)):
-                raise refused(refusal)
-            ask = query = None
-            if facts.data is not None and (knowledge.FIELD in facts.data or key.collections):
-                ask = knowledge.asked(facts.data, key, path)
-                if ask is not None:
-                    if self.knowledge is None and self.knowledge_relay is not None:
-                        await self._relay(scope, receive, send, exchange, body)  # admitted there
-                        return
-                    query = knowledge.query_of(facts.data, path)
-            # admitted before searching: a key over its limits costs no search. The ticket is
-            # taken and ended here, however the request ends; the forwarding only spends from it.
-            ticket = exchange.ticket = self.limiter.admit(key, model)
+            await self._forwarded(scope, receive, send, exchange, path, method, authorization, length)
+        elif path in MESSAGES_ROUTES:
             try:
-                if ask is not None and query is not None:
-                    body, facts = await self._with_knowledge(path, key, facts, ask, query)
-                strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
-                if strip_usage:
-                    body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
-                elif path == "/v1/responses" and facts.data is not None:
-                    call = await ResponsesCall.made(facts.data, key.key_id, self.responses)
-                    facts = facts._replace(responses=call)
-                engine_path = ENGINE_ROUTE.get(path, path)
-                await self._forward(
-                    exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts
-                )
-            finally:
-                if ticket is not None:
-                    ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
+                key_header = api_key_header(scope["headers"], authorization)
+                await self._forwarded(scope, receive, send, exchange, path, method, key_header, length, True)
+            except ApiError as error:
+                raise AnthropicError(error) from error
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(
@@ -418,13 +377,81 @@ class Gateway:
             raise ApiError(
                 404,
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
-                "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank), "
+                "/v1/completions, /v1/responses, /v1/messages, /v1/embeddings, /v1/rerank (and /rerank), "
                 "/v1/images/generations, /v1/jobs, /v1/files and /v1/batches, GET /v1/models, "
                 "/v1/jobs/{id}, /v1/files, /v1/files/{id}(/content), /v1/batches, /v1/responses/{id} and "
                 "/v1/responses/{id}/input_items, and DELETE /v1/jobs/{id}, /v1/files/{id} and "
                 "/v1/responses/{id}.",
                 "unknown_url",
             )
+
+    async def _forwarded(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+        path: str,
+        method: str,
+        authorization: bytes | None,
+        length: bytes | None,
+        messages: bool = False,
+    ) -> None:
+        """A request answered by a model's replica: key, visibility, limits, forwarding and usage.
+
+        A Messages request (``/v1/messages``) goes this same way as the chat completion made from it."""
+        if method != "POST":
+            raise ApiError(
+                405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
+            )
+        # a request made in this process (a batch's) names its key in the scope, where no
+        # client can put anything (inprocess.py)
+        key = exchange.key = scope.get(IN_PROCESS_KEY) or self._authenticate(authorization)
+        exchange.usage_due = True
+        logcontext.PROJECT.set(metrics.project_of(key))
+        body = await read_body(receive, length, self.settings.max_body_bytes)
+        if body is None:
+            exchange.status = CLIENT_CLOSED
+            return
+        if messages:
+            translation = translated(body)
+            body, path = translation.body, "/v1/chat/completions"
+            facts = model_and_stream(body)._replace(responses=translation)
+        else:
+            facts = model_and_stream(body)
+        model = facts.model
+        if not self._visible(model, key):
+            raise model_not_found(model)
+        exchange.model = model
+        logcontext.MODEL.set(model)
+        bounds = self._check_task(model, path)
+        if facts.data is not None and (refusal := check_request(path, facts.data, bounds)):
+            raise refused(refusal)
+        ask = query = None
+        if facts.data is not None and (knowledge.FIELD in facts.data or key.collections):
+            ask = knowledge.asked(facts.data, key, path)
+            if ask is not None:
+                if self.knowledge is None and self.knowledge_relay is not None:
+                    await self._relay(scope, receive, send, exchange, body)  # admitted there
+                    return
+                query = knowledge.query_of(facts.data, path)
+        # admitted before searching: a key over its limits costs no search. The ticket is
+        # taken and ended here, however the request ends; the forwarding only spends from it.
+        ticket = exchange.ticket = self.limiter.admit(key, model)
+        try:
+            if ask is not None and query is not None:
+                body, facts = await self._with_knowledge(path, key, facts, ask, query)
+            strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
+            if strip_usage:
+                body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
+            elif path == "/v1/responses" and facts.data is not None:
+                call = await ResponsesCall.made(facts.data, key.key_id, self.responses)
+                facts = facts._replace(responses=call)
+            engine_path = ENGINE_ROUTE.get(path, path)
+            await self._forward(exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts)
+        finally:
+            if ticket is not None:
+                ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
 
     async def _with_knowledge(
         self, path: str, key: KeyEntry, facts: RequestFacts, ask: knowledge.Ask, query: str

@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmgw.gateway.api_errors import ApiError
+
+if TYPE_CHECKING:
+    from llmgw.gateway.messages_events import ChatToMessageEvents
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "stream")
 """Fields a Messages request passes to the chat completion as they are."""
@@ -268,3 +271,68 @@ def message_object(completion: dict[str, Any], model: str, stops: Sequence[str] 
             "output_tokens": int(usage.get("completion_tokens") or 0),
         },
     }
+
+
+class MessagesCall:
+    """A Messages request as the chat completion sent for it, and how its answer is reshaped back.
+
+    It is the forwarding path's answer shape (shaping.py): a whole chat answer is
+    made into a ``message``, a stream into Messages events."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.chat = chat_body(data)
+        self.model: str = self.chat["model"]
+        self.stream = bool(self.chat.get("stream"))
+        self.stops: Sequence[str] = self.chat.get("stop") or ()
+        self.body = json.dumps(self.chat, separators=(",", ":")).encode()
+
+    async def whole(self, body: bytes) -> bytes:
+        try:
+            completion = json.loads(body)
+        except ValueError as error:
+            raise ApiError(502, "The engine's answer was not JSON; ask again.", "api_error") from error
+        message = message_object(completion if isinstance(completion, dict) else {}, self.model, self.stops)
+        return json.dumps(message, separators=(",", ":")).encode()
+
+    def events(self) -> ChatToMessageEvents:
+        from llmgw.gateway.messages_events import ChatToMessageEvents
+
+        return ChatToMessageEvents(message_id(), self.model, self.stops)
+
+
+class AnthropicError(ApiError):
+    """A gateway error on the Messages route, answered in Anthropic's error shape."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(
+            error.status,
+            error.message,
+            error.code,
+            error.param,
+            hint=error.hint,
+            retry_after=error.retry_after,
+            headers=error.headers,
+        )
+
+    def body(self) -> bytes:
+        message = f"{self.message} ({self.hint})" if self.hint else self.message
+        return anthropic_error_body(self.status, message)
+
+
+def api_key_header(headers: Sequence[tuple[bytes, bytes]], authorization: bytes | None) -> bytes | None:
+    """The key as an ``Authorization`` value: ``x-api-key`` (Anthropic's header) or the Bearer sent."""
+    for name, value in headers:
+        if name == b"x-api-key":
+            return authorization if authorization is not None else b"Bearer " + value
+    return authorization
+
+
+def translated(body: bytes) -> MessagesCall:
+    """The Messages request in ``body``, translated (400 when it is not a JSON object)."""
+    try:
+        data = json.loads(body)
+    except ValueError as error:
+        raise invalid("body", "is not JSON: send a Messages request as a JSON object.") from error
+    if not isinstance(data, dict):
+        raise invalid("body", "must be a JSON object.")
+    return MessagesCall(data)

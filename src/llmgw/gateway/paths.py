@@ -31,6 +31,9 @@ WORKFLOW_ROUTES = frozenset({"/v1/images/generations", "/v1/jobs"})
 
 FORWARDED = frozenset(TASK_OF_ROUTE) - WORKFLOW_ROUTES
 
+MESSAGES_ROUTES = frozenset({"/v1/messages"})
+"""Anthropic's Messages API: translated to a chat completion for a chat model (messages_api.py)."""
+
 ENGINE_ROUTE = {"/rerank": "/v1/rerank"}
 """Where an engine is asked when it is not the route the client called."""
 
