@@ -125,3 +125,25 @@ async def test_errors_take_anthropics_shape(
     missing = await http.post("/v1/messages", json={**ASK, "model": "no-such-model"}, headers=ANTHROPIC)
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     assert engine.requests == []
+
+
+async def test_count_tokens_counts_the_translated_chat_with_the_engines_tokenizer(
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
+) -> None:
+    engine.extra["/apply-template"] = {"prompt": "<|im_start|>system\nbe brief<|im_end|>\n"}
+    engine.extra["/tokenize"] = {"tokens": [1, 2, 3, 4, 5]}
+    gateway.replicas.set_ready(engine.endpoint)
+    asked = {k: v for k, v in ASK.items() if k != "max_tokens"}
+    counted = await http.post("/v1/messages/count_tokens", json=asked, headers=ANTHROPIC)
+    assert counted.status_code == 200, counted.text
+    assert counted.json() == {"input_tokens": 5}
+    rendered = json.loads(engine.requests[0].body)
+    assert rendered["messages"][0] == {"role": "system", "content": "be brief"}
+
+
+async def test_count_tokens_without_a_ready_replica_says_so_in_anthropics_shape(
+    gateway: Gateway, http: httpx.AsyncClient
+) -> None:
+    refused = await http.post("/v1/messages/count_tokens", json=ASK, headers=ANTHROPIC)
+    assert refused.status_code == 503
+    assert refused.json()["error"]["type"] == "api_error" and MODEL in refused.json()["error"]["message"]

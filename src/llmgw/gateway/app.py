@@ -59,13 +59,13 @@ from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.messages_api import AnthropicError, api_key_header, translated
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
-from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED, MESSAGES_ROUTES
+from llmgw.gateway.paths import COUNT_TOKENS_ROUTE, ENGINE_ROUTE, FORWARDED, MESSAGES_ROUTES
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.response_routes import ResponseRoutes, response_route
 from llmgw.gateway.response_store import ResponseBook, ResponseStore
 from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.settings import GatewaySettings
-from llmgw.gateway.tokenizing import Tokenizer
+from llmgw.gateway.tokenizing import Tokenizer, prompt_tokens
 from llmgw.gateway.upstream import Upstream, UpstreamClient
 from llmgw.gateway.usage import UsageRecord
 from llmgw.gateway.workflow_routes import WorkflowRoutes, workflow_route
@@ -351,6 +351,12 @@ class Gateway:
                 await self._forwarded(scope, receive, send, exchange, path, method, key_header, length, True)
             except ApiError as error:
                 raise AnthropicError(error) from error
+        elif path == COUNT_TOKENS_ROUTE:
+            try:
+                key_header = api_key_header(scope["headers"], authorization)
+                await self._count_tokens(receive, send, exchange, method, key_header, length)
+            except ApiError as error:
+                raise AnthropicError(error) from error
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(
@@ -377,7 +383,8 @@ class Gateway:
             raise ApiError(
                 404,
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
-                "/v1/completions, /v1/responses, /v1/messages, /v1/embeddings, /v1/rerank (and /rerank), "
+                "/v1/completions, /v1/responses, /v1/messages (and /v1/messages/count_tokens), "
+                "/v1/embeddings, /v1/rerank (and /rerank), "
                 "/v1/images/generations, /v1/jobs, /v1/files and /v1/batches, GET /v1/models, "
                 "/v1/jobs/{id}, /v1/files, /v1/files/{id}(/content), /v1/batches, /v1/responses/{id} and "
                 "/v1/responses/{id}/input_items, and DELETE /v1/jobs/{id}, /v1/files/{id} and "
@@ -452,6 +459,42 @@ class Gateway:
         finally:
             if ticket is not None:
                 ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
+
+    async def _count_tokens(
+        self,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+        method: str,
+        authorization: bytes | None,
+        length: bytes | None,
+    ) -> None:
+        """``{"input_tokens": N}`` for a Messages request, from its model's tokenizer on a ready replica."""
+        if method != "POST":
+            raise ApiError(405, f"{method} is not allowed on {COUNT_TOKENS_ROUTE}; use POST.")
+        key = exchange.key = self._authenticate(authorization)
+        self.limiter.refuse_expired(key)
+        body = await read_body(receive, length, self.settings.max_body_bytes)
+        if body is None:
+            exchange.status = CLIENT_CLOSED
+            return
+        facts = model_and_stream(translated(body, counting=True).body)
+        if not self._visible(facts.model, key):
+            raise model_not_found(facts.model)
+        exchange.model = facts.model
+        ready = self.replicas.ready(facts.model)
+        request = facts.prompt_request or {}
+        tokens = await prompt_tokens(
+            self.tokenizer, ready, facts.model, facts.prompt, request, exchange.request_id
+        )
+        if tokens is None:
+            raise ApiError(
+                503,
+                f"No replica of {facts.model} is ready to count tokens; retry once the model is ready.",
+                retry_after=self.settings.retry_after_s,
+            )
+        exchange.status = 200
+        await send_bytes(send, 200, json.dumps({"input_tokens": len(tokens)}).encode(), exchange.request_id)
 
     async def _with_knowledge(
         self, path: str, key: KeyEntry, facts: RequestFacts, ask: knowledge.Ask, query: str

@@ -327,12 +327,15 @@ def api_key_header(headers: Sequence[tuple[bytes, bytes]], authorization: bytes 
     return authorization
 
 
-def translated(body: bytes) -> MessagesCall:
-    """The Messages request in ``body``, translated (400 when it is not a JSON object)."""
+def translated(body: bytes, counting: bool = False) -> MessagesCall:
+    """The Messages request in ``body``, translated (400 when it is not a JSON object); one only
+    counted (``count_tokens``) needs no ``max_tokens``."""
     try:
         data = json.loads(body)
     except ValueError as error:
         raise invalid("body", "is not JSON: send a Messages request as a JSON object.") from error
     if not isinstance(data, dict):
         raise invalid("body", "must be a JSON object.")
+    if counting:
+        data = {**data, "max_tokens": 1, "stream": False}
     return MessagesCall(data)
