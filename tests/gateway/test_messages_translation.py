@@ -8,6 +8,7 @@ import pytest
 
 from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.messages_api import anthropic_error_body, chat_body, message_object
+from llmgw.gateway.messages_events import ChatToMessageEvents
 
 
 def test_a_request_with_system_blocks_images_and_sampling_becomes_a_chat_body() -> None:
@@ -165,3 +166,59 @@ def test_errors_take_anthropics_shape(status: int, kind: str) -> None:
         "type": "error",
         "error": {"type": kind, "message": "why"},
     }
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
+    return (
+        b"data: "
+        + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode()
+        + b"\n\n"
+    )
+
+
+def _events(raw: bytes) -> list[dict[str, object]]:
+    out = []
+    for block in raw.decode().strip().split("\n\n"):
+        kind, data = block.split("\n")
+        event = json.loads(data.removeprefix("data: "))
+        assert kind == f"event: {event['type']}"
+        out.append(event)
+    return out
+
+
+async def test_a_streamed_tool_call_becomes_a_tool_use_block_with_input_json_deltas() -> None:
+    shaper = ChatToMessageEvents("msg_1", "m", ())
+    raw = await shaper.feed(_chunk({"content": "checking"}))
+    call = {"index": 0, "id": "c1", "function": {"name": "weather", "arguments": '{"city"'}}
+    raw += await shaper.feed(_chunk({"tool_calls": [call]}))
+    raw += await shaper.feed(
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ': "Rome"}'}}]}, "tool_calls")
+    )
+    raw += await shaper.feed(
+        b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 9}}\n\n'
+    )
+    raw += await shaper.feed(b"data: [DONE]\n\n") + await shaper.finish()
+    events = _events(raw)
+    assert [e["type"] for e in events] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert events[4]["content_block"] == {"type": "tool_use", "id": "c1", "name": "weather", "input": {}}
+    partial = "".join(e["delta"]["partial_json"] for e in events[5:7])  # type: ignore[index]
+    assert json.loads(partial) == {"city": "Rome"} and events[5]["index"] == 1
+    assert events[8]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    assert events[8]["usage"] == {"output_tokens": 9, "input_tokens": 4}
+
+
+def test_a_stream_the_gateway_ends_ends_with_an_anthropic_error_event() -> None:
+    shaper = ChatToMessageEvents("msg_1", "m", ())
+    (event,) = _events(shaper.error("over the budget", "tokens_limit_exceeded"))
+    assert event == {"type": "error", "error": {"type": "rate_limit_error", "message": "over the budget"}}
