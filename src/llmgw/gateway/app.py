@@ -11,6 +11,9 @@
         limits (admission: the ticket is taken and ended here) -> 429
         Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
         refused past the key (no replica took it): usage with the status, 0 tokens
+    POST /v1/messages                  Anthropic's Messages API: the key also from x-api-key, the body
+                                       made into a chat completion (messages_api.py) that goes as above,
+                                       errors in Anthropic's shape; /v1/messages/count_tokens counts it
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
     GET|DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
                                        the key's kept responses (response_routes.py)
@@ -23,7 +26,7 @@ The control plane changes what the gateway knows only through
 hears back only through the :class:`~llmgw.gateway.outbound.GatewayOutbound`
 it passes in. Every
 answer carries ``x-request-id`` (the client's, or a new one), and every error
-is in OpenAI's shape. The app works mounted (``Mount("/v1", app)``, or at the
+is in OpenAI's shape (Anthropic's on its routes). The app works mounted (``Mount("/v1", app)``, or at the
 root) and served directly, where it answers lifespan events too.
 """
 
