@@ -60,7 +60,8 @@ from llmgw.gateway.jobs import JobBook, JobFiles, JobRecords, JobRunner, MemoryJ
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
-from llmgw.gateway.messages_api import AnthropicError, api_key_header, translated
+from llmgw.gateway.messages_api import AnthropicError, api_key_header
+from llmgw.gateway.messages_call import translated
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
 from llmgw.gateway.paths import COUNT_TOKENS_ROUTE, ENGINE_ROUTE, FORWARDED, MESSAGES_ROUTES
 from llmgw.gateway.replicas import ReplicaTable

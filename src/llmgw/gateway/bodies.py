@@ -22,7 +22,7 @@ from llmgw.gateway.api_errors import ApiError
 
 if TYPE_CHECKING:
     from llmgw.gateway.knowledge import Retrieved
-    from llmgw.gateway.messages_api import MessagesCall
+    from llmgw.gateway.messages_call import MessagesCall
     from llmgw.gateway.responses_api import ResponsesCall
 
 

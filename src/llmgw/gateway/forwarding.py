@@ -52,7 +52,7 @@ from llmgw.gateway.finding import ReplicaFinder
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.knowledge import Retrieved, salted
 from llmgw.gateway.limiting import cut_short, limit_message
-from llmgw.gateway.messages_api import MessagesCall
+from llmgw.gateway.messages_call import MessagesCall
 from llmgw.gateway.outbound import Telling
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.responses_api import ResponsesCall

@@ -5,7 +5,8 @@ A Messages request is translated into a chat completions body
 blocks become OpenAI content parts, ``tool_use`` blocks become an assistant's
 ``tool_calls`` and ``tool_result`` blocks ``tool`` messages, ``tools`` become
 functions and ``stop_sequences`` ``stop``; ``metadata`` is dropped. A chat
-completion is made into Anthropic's ``message`` (:func:`message_object`).
+completion is made into Anthropic's ``message`` (:func:`message_object`); the stream is
+messages_events.py, and the request on its way, messages_call.py.
 Errors are written in Anthropic's shape (:func:`anthropic_error_body`).
 """
 
@@ -14,12 +15,9 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmgw.gateway.api_errors import ApiError
-
-if TYPE_CHECKING:
-    from llmgw.gateway.messages_events import ChatToMessageEvents
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "stream")
 """Fields a Messages request passes to the chat completion as they are."""
@@ -273,33 +271,6 @@ def message_object(completion: dict[str, Any], model: str, stops: Sequence[str] 
     }
 
 
-class MessagesCall:
-    """A Messages request as the chat completion sent for it, and how its answer is reshaped back.
-
-    It is the forwarding path's answer shape (shaping.py): a whole chat answer is
-    made into a ``message``, a stream into Messages events."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.chat = chat_body(data)
-        self.model: str = self.chat["model"]
-        self.stream = bool(self.chat.get("stream"))
-        self.stops: Sequence[str] = self.chat.get("stop") or ()
-        self.body = json.dumps(self.chat, separators=(",", ":")).encode()
-
-    async def whole(self, body: bytes) -> bytes:
-        try:
-            completion = json.loads(body)
-        except ValueError as error:
-            raise ApiError(502, "The engine's answer was not JSON; ask again.", "api_error") from error
-        message = message_object(completion if isinstance(completion, dict) else {}, self.model, self.stops)
-        return json.dumps(message, separators=(",", ":")).encode()
-
-    def events(self) -> ChatToMessageEvents:
-        from llmgw.gateway.messages_events import ChatToMessageEvents
-
-        return ChatToMessageEvents(message_id(), self.model, self.stops)
-
-
 class AnthropicError(ApiError):
     """A gateway error on the Messages route, answered in Anthropic's error shape."""
 
@@ -325,17 +296,3 @@ def api_key_header(headers: Sequence[tuple[bytes, bytes]], authorization: bytes 
         if name == b"x-api-key":
             return authorization if authorization is not None else b"Bearer " + value
     return authorization
-
-
-def translated(body: bytes, counting: bool = False) -> MessagesCall:
-    """The Messages request in ``body``, translated (400 when it is not a JSON object); one only
-    counted (``count_tokens``) needs no ``max_tokens``."""
-    try:
-        data = json.loads(body)
-    except ValueError as error:
-        raise invalid("body", "is not JSON: send a Messages request as a JSON object.") from error
-    if not isinstance(data, dict):
-        raise invalid("body", "must be a JSON object.")
-    if counting:
-        data = {**data, "max_tokens": 1, "stream": False}
-    return MessagesCall(data)
