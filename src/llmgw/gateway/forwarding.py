@@ -276,11 +276,11 @@ class Forwarder:
         cache salt to an engine that takes one.
         """
         shape: AnswerShape | None = None
-        if isinstance(call, MessagesCall):
-            shape = call
-        elif call is not None:
+        if call is not None:  # a chat completion has none: no check more on its way
             caps = find_engine(endpoint.engine)
-            if caps is not None and caps.responses_api:
+            if isinstance(call, MessagesCall):
+                shape = call
+            elif caps is not None and caps.responses_api:
                 path, body, shape = "/v1/responses", call.native_body(), NativeResponses(call)
             else:
                 path, body, shape = "/v1/chat/completions", call.chat_body(), TranslatedResponses(call)
