@@ -12,6 +12,9 @@
         FallingBack.forward(): the model, then its fallbacks (falling_back.py), each through
         Forwarder.forward(): replica (finding.py: bounded wait -> 503), proxy, usage
         refused past the key (no replica took it): usage with the status, 0 tokens
+    POST /v1/messages                  Anthropic's Messages API: the key also from x-api-key, the body
+                                       made into a chat completion (messages_api.py) that goes as above,
+                                       errors in Anthropic's shape; /v1/messages/count_tokens counts it
     GET  /v1/models, /v1/models/{id}   what the key sees of the catalog
     GET|DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
                                        the key's kept responses (response_routes.py)
@@ -24,7 +27,7 @@ The control plane changes what the gateway knows only through
 hears back only through the :class:`~llmgw.gateway.outbound.GatewayOutbound`
 it passes in. Every
 answer carries ``x-request-id`` (the client's, or a new one), and every error
-is in OpenAI's shape. The app works mounted (``Mount("/v1", app)``, or at the
+is in OpenAI's shape (Anthropic's on its routes). The app works mounted (``Mount("/v1", app)``, or at the
 root) and served directly, where it answers lifespan events too.
 """
 
@@ -59,14 +62,16 @@ from llmgw.gateway.jobs import JobBook, JobFiles, JobRecords, JobRunner, MemoryJ
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
+from llmgw.gateway.messages_api import AnthropicError, api_key_header
+from llmgw.gateway.messages_call import translated
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
-from llmgw.gateway.paths import ENGINE_ROUTE, FORWARDED
+from llmgw.gateway.paths import COUNT_TOKENS_ROUTE, ENGINE_ROUTE, FORWARDED, MESSAGES_ROUTES
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.response_routes import ResponseRoutes, response_route
 from llmgw.gateway.response_store import ResponseBook, ResponseStore
 from llmgw.gateway.responses_api import ResponsesCall
 from llmgw.gateway.settings import GatewaySettings
-from llmgw.gateway.tokenizing import Tokenizer
+from llmgw.gateway.tokenizing import Tokenizer, prompt_tokens
 from llmgw.gateway.upstream import Upstream, UpstreamClient
 from llmgw.gateway.usage import UsageRecord
 from llmgw.gateway.workflow_routes import WorkflowRoutes, workflow_route
@@ -355,55 +360,19 @@ class Gateway:
                 hint="an administrator starts it again with `llmgw start`",
             )
         if path in FORWARDED:
-            if method != "POST":
-                raise ApiError(
-                    405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
-                )
-            # a request made in this process (a batch's) names its key in the scope, where no
-            # client can put anything (inprocess.py)
-            key = exchange.key = scope.get(IN_PROCESS_KEY) or self._authenticate(authorization)
-            exchange.usage_due = True
-            logcontext.PROJECT.set(metrics.project_of(key))
-            body = await read_body(receive, length, self.settings.max_body_bytes)
-            if body is None:
-                exchange.status = CLIENT_CLOSED
-                return
-            facts = model_and_stream(body)
-            model = facts.model
-            if not self._visible(model, key):
-                raise model_not_found(model)
-            exchange.model = model
-            logcontext.MODEL.set(model)
-            bounds = self._check_task(model, path)
-            if facts.data is not None and (refusal := check_request(path, facts.data, bounds)):
-                raise refused(refusal)
-            ask = query = None
-            if facts.data is not None and (knowledge.FIELD in facts.data or key.collections):
-                ask = knowledge.asked(facts.data, key, path)
-                if ask is not None:
-                    if self.knowledge is None and self.knowledge_relay is not None:
-                        await self._relay(scope, receive, send, exchange, body)  # admitted there
-                        return
-                    query = knowledge.query_of(facts.data, path)
-            # admitted before searching: a key over its limits costs no search. The ticket is
-            # taken and ended here, however the request ends; the forwarding only spends from it.
-            ticket = exchange.ticket = self.limiter.admit(key, model)
+            await self._forwarded(scope, receive, send, exchange, path, method, authorization, length)
+        elif path in MESSAGES_ROUTES:
             try:
-                if ask is not None and query is not None:
-                    body, facts = await self._with_knowledge(path, key, facts, ask, query)
-                strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
-                if strip_usage:
-                    body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
-                elif path == "/v1/responses" and facts.data is not None:
-                    call = await ResponsesCall.made(facts.data, key.key_id, self.responses)
-                    facts = facts._replace(responses=call)
-                engine_path = ENGINE_ROUTE.get(path, path)
-                await self._forward(
-                    exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts
-                )
-            finally:
-                if ticket is not None:
-                    ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
+                key_header = api_key_header(scope["headers"], authorization)
+                await self._forwarded(scope, receive, send, exchange, path, method, key_header, length, True)
+            except ApiError as error:
+                raise AnthropicError(error) from error
+        elif path == COUNT_TOKENS_ROUTE:
+            try:
+                key_header = api_key_header(scope["headers"], authorization)
+                await self._count_tokens(receive, send, exchange, method, key_header, length)
+            except ApiError as error:
+                raise AnthropicError(error) from error
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             if method != "GET":
                 raise ApiError(
@@ -430,13 +399,118 @@ class Gateway:
             raise ApiError(
                 404,
                 f"Invalid URL ({method} {path}): the gateway serves POST /v1/chat/completions, "
-                "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (and /rerank), "
+                "/v1/completions, /v1/responses, /v1/messages (and /v1/messages/count_tokens), "
+                "/v1/embeddings, /v1/rerank (and /rerank), "
                 "/v1/images/generations, /v1/jobs, /v1/files and /v1/batches, GET /v1/models, "
                 "/v1/jobs/{id}, /v1/files, /v1/files/{id}(/content), /v1/batches, /v1/responses/{id} and "
                 "/v1/responses/{id}/input_items, and DELETE /v1/jobs/{id}, /v1/files/{id} and "
                 "/v1/responses/{id}.",
                 "unknown_url",
             )
+
+    async def _forwarded(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+        path: str,
+        method: str,
+        authorization: bytes | None,
+        length: bytes | None,
+        messages: bool = False,
+    ) -> None:
+        """A request answered by a model's replica: key, visibility, limits, forwarding and usage.
+
+        A Messages request (``/v1/messages``) goes this same way as the chat completion made from it."""
+        if method != "POST":
+            raise ApiError(
+                405, f"{method} is not allowed on {path}; use POST.", headers=((b"allow", b"POST"),)
+            )
+        # a request made in this process (a batch's) names its key in the scope, where no
+        # client can put anything (inprocess.py)
+        key = exchange.key = scope.get(IN_PROCESS_KEY) or self._authenticate(authorization)
+        exchange.usage_due = True
+        logcontext.PROJECT.set(metrics.project_of(key))
+        body = await read_body(receive, length, self.settings.max_body_bytes)
+        if body is None:
+            exchange.status = CLIENT_CLOSED
+            return
+        if messages:
+            translation = translated(body)
+            body, path = translation.body, "/v1/chat/completions"
+            facts = model_and_stream(body)._replace(responses=translation)
+        else:
+            facts = model_and_stream(body)
+        model = facts.model
+        if not self._visible(model, key):
+            raise model_not_found(model)
+        exchange.model = model
+        logcontext.MODEL.set(model)
+        bounds = self._check_task(model, path)
+        if facts.data is not None and (refusal := check_request(path, facts.data, bounds)):
+            raise refused(refusal)
+        ask = query = None
+        if facts.data is not None and (knowledge.FIELD in facts.data or key.collections):
+            ask = knowledge.asked(facts.data, key, path)
+            if ask is not None:
+                if self.knowledge is None and self.knowledge_relay is not None:
+                    await self._relay(scope, receive, send, exchange, body)  # admitted there
+                    return
+                query = knowledge.query_of(facts.data, path)
+        # admitted before searching: a key over its limits costs no search. The ticket is
+        # taken and ended here, however the request ends; the forwarding only spends from it.
+        ticket = exchange.ticket = self.limiter.admit(key, model)
+        try:
+            if ask is not None and query is not None:
+                body, facts = await self._with_knowledge(path, key, facts, ask, query)
+            strip_usage = facts.stream and not facts.usage_asked and path in COUNTED_BY_USAGE_EVENT
+            if strip_usage:
+                body = asking_for_usage(body, facts)  # count its tokens; the client never sees them
+            elif path == "/v1/responses" and facts.data is not None:
+                call = await ResponsesCall.made(facts.data, key.key_id, self.responses)
+                facts = facts._replace(responses=call)
+            engine_path = ENGINE_ROUTE.get(path, path)
+            await self._forward(exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts)
+        finally:
+            if ticket is not None:
+                ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
+
+    async def _count_tokens(
+        self,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+        method: str,
+        authorization: bytes | None,
+        length: bytes | None,
+    ) -> None:
+        """``{"input_tokens": N}`` for a Messages request, from its model's tokenizer on a ready replica."""
+        if method != "POST":
+            raise ApiError(405, f"{method} is not allowed on {COUNT_TOKENS_ROUTE}; use POST.")
+        key = exchange.key = self._authenticate(authorization)
+        self.limiter.refuse_expired(key)
+        body = await read_body(receive, length, self.settings.max_body_bytes)
+        if body is None:
+            exchange.status = CLIENT_CLOSED
+            return
+        facts = model_and_stream(translated(body, counting=True).body)
+        if not self._visible(facts.model, key):
+            raise model_not_found(facts.model)
+        exchange.model = facts.model
+        ready = self.replicas.ready(facts.model)
+        request = facts.prompt_request or {}
+        tokens = await prompt_tokens(
+            self.tokenizer, ready, facts.model, facts.prompt, request, exchange.request_id
+        )
+        if tokens is None:
+            raise ApiError(
+                503,
+                f"No replica of {facts.model} is ready to count tokens; retry once the model is ready.",
+                retry_after=self.settings.retry_after_s,
+            )
+        exchange.status = 200
+        await send_bytes(send, 200, json.dumps({"input_tokens": len(tokens)}).encode(), exchange.request_id)
 
     async def _with_knowledge(
         self, path: str, key: KeyEntry, facts: RequestFacts, ask: knowledge.Ask, query: str

@@ -22,6 +22,7 @@ from llmgw.gateway.api_errors import ApiError
 
 if TYPE_CHECKING:
     from llmgw.gateway.knowledge import Retrieved
+    from llmgw.gateway.messages_call import MessagesCall
     from llmgw.gateway.responses_api import ResponsesCall
 
 
@@ -76,8 +77,8 @@ class RequestFacts(NamedTuple):
     it (``tools``, ``chat_template_kwargs``, …: :data:`CHAT_RENDERING`), to ask the engine's /tokenize."""
     data: dict[str, Any] | None = None
     """The body as parsed."""
-    responses: ResponsesCall | None = None
-    """A ``/v1/responses`` request, ready for either kind of engine (set by the gateway)."""
+    responses: ResponsesCall | MessagesCall | None = None
+    """A ``/v1/responses`` or ``/v1/messages`` request, ready for the engine (set by the gateway)."""
     knowledge: Retrieved | None = None
     """What the knowledge collections it searched brought (set by the gateway; None: it searched none)."""
 

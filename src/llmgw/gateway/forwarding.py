@@ -52,6 +52,7 @@ from llmgw.gateway.finding import ReplicaFinder
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.knowledge import Retrieved, salted
 from llmgw.gateway.limiting import cut_short, limit_message
+from llmgw.gateway.messages_call import MessagesCall
 from llmgw.gateway.outbound import Telling
 from llmgw.gateway.replicas import Lease, ReplicaEndpoint, ReplicaTable
 from llmgw.gateway.responses_api import ResponsesCall
@@ -264,7 +265,7 @@ class Forwarder:
         endpoint: ReplicaEndpoint,
         path: str,
         body: bytes,
-        call: ResponsesCall | None,
+        call: ResponsesCall | MessagesCall | None,
         found: Retrieved | None = None,
     ) -> tuple[str, bytes, AnswerShape | None]:
         """The route and body as the replica's engine needs them, and how its answer is reshaped.
@@ -275,9 +276,11 @@ class Forwarder:
         cache salt to an engine that takes one.
         """
         shape: AnswerShape | None = None
-        if call is not None:
+        if call is not None:  # a chat completion has none: no check more on its way
             caps = find_engine(endpoint.engine)
-            if caps is not None and caps.responses_api:
+            if isinstance(call, MessagesCall):
+                shape = call
+            elif caps is not None and caps.responses_api:
                 path, body, shape = "/v1/responses", call.native_body(), NativeResponses(call)
             else:
                 path, body, shape = "/v1/chat/completions", call.chat_body(), TranslatedResponses(call)
@@ -301,7 +304,7 @@ class Forwarder:
         stream: bool,
         strip_usage: bool,
         base: str,
-        call: ResponsesCall | None,
+        call: ResponsesCall | MessagesCall | None,
         found: Retrieved | None = None,
     ) -> None:
         """A request naming a LoRA adapter: to a replica of ``base`` holding it (loaded first if need be)."""

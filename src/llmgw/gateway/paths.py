@@ -31,6 +31,12 @@ WORKFLOW_ROUTES = frozenset({"/v1/images/generations", "/v1/jobs"})
 
 FORWARDED = frozenset(TASK_OF_ROUTE) - WORKFLOW_ROUTES
 
+MESSAGES_ROUTES = frozenset({"/v1/messages"})
+"""Anthropic's Messages API: translated to a chat completion for a chat model (messages_api.py)."""
+
+COUNT_TOKENS_ROUTE = "/v1/messages/count_tokens"
+"""A Messages request's prompt tokens, counted by its model's tokenizer (``{"input_tokens": N}``)."""
+
 ENGINE_ROUTE = {"/rerank": "/v1/rerank"}
 """Where an engine is asked when it is not the route the client called."""
 
