@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from llmgw.gateway.chat_events import chat_chunks
 from llmgw.gateway.messages_api import anthropic_error_type, stop_reason
 
 
@@ -21,11 +22,6 @@ def sse(kind: str, data: dict[str, Any]) -> bytes:
     """One SSE event: ``event: kind`` and its JSON ``data`` (which carries ``type: kind``)."""
     payload = json.dumps({"type": kind, **data}, separators=(",", ":"))
     return f"event: {kind}\ndata: {payload}\n\n".encode()
-
-
-def data_lines(events: bytes) -> list[bytes]:
-    """The ``data:`` payloads of whole SSE events, in order."""
-    return [line[5:].strip() for line in events.splitlines() if line.startswith(b"data:")]
 
 
 class ChatToMessageEvents:
@@ -107,15 +103,9 @@ class ChatToMessageEvents:
 
     async def feed(self, events: bytes) -> bytes:
         out = [self._start()]
-        for payload in data_lines(events):
-            if payload == b"[DONE]":
+        for chunk in chat_chunks(events):
+            if chunk is None:
                 out.append(await self.finish())
-                continue
-            try:
-                chunk = json.loads(payload)
-            except ValueError:
-                continue
-            if not isinstance(chunk, dict):
                 continue
             if isinstance(chunk.get("usage"), dict):
                 self._usage = chunk["usage"]

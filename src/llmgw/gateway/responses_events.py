@@ -30,6 +30,8 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from llmgw.gateway.chat_events import chat_chunks, data_lines
+
 Remember = Callable[[dict[str, Any]], Awaitable[None]]
 """Keeps a response (its id, output items and the whole object) for follow-ups."""
 
@@ -69,15 +71,6 @@ def _event(kind: str, sequence: int, fields: dict[str, Any]) -> bytes:
     return (
         b"event: " + kind.encode() + b"\ndata: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
     )
-
-
-def _data_lines(events: bytes) -> list[bytes]:
-    """The ``data:`` payloads of whole SSE events, in order."""
-    payloads = []
-    for line in events.splitlines():
-        if line.startswith(b"data:"):
-            payloads.append(line[5:].strip())
-    return payloads
 
 
 class _Sequenced:
@@ -124,15 +117,9 @@ class ChatToResponseEvents(_Sequenced):
     async def feed(self, events: bytes) -> bytes:
         """The Responses events for a run of whole chat events."""
         out = [self._start()]
-        for payload in _data_lines(events):
-            if payload == b"[DONE]":
+        for chunk in chat_chunks(events):
+            if chunk is None:
                 out.append(await self.finish())
-                continue
-            try:
-                chunk = json.loads(payload)
-            except ValueError:
-                continue
-            if not isinstance(chunk, dict):
                 continue
             if isinstance(chunk.get("usage"), dict):
                 self._usage = chunk["usage"]
@@ -291,7 +278,7 @@ class NativeEventWatcher(_Sequenced):
 
     async def feed(self, events: bytes) -> bytes:
         if b"response.completed" in events or b"response.incomplete" in events:
-            for payload in _data_lines(events):
+            for payload in data_lines(events):
                 try:
                     event = json.loads(payload)
                 except ValueError:
