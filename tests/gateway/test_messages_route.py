@@ -147,3 +147,15 @@ async def test_count_tokens_without_a_ready_replica_says_so_in_anthropics_shape(
     refused = await http.post("/v1/messages/count_tokens", json=ASK, headers=ANTHROPIC)
     assert refused.status_code == 503
     assert refused.json()["error"]["type"] == "api_error" and MODEL in refused.json()["error"]["message"]
+
+
+async def test_count_tokens_holds_the_chat_bounds_before_any_engine_is_asked(
+    gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
+) -> None:
+    gateway.replicas.set_ready(engine.endpoint)
+    many = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}] * 5000}  # past max_messages
+    refused = await http.post("/v1/messages/count_tokens", json=many, headers=ANTHROPIC)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["type"] == "invalid_request_error"
+    assert "messages" in refused.json()["error"]["message"]
+    assert engine.requests == []

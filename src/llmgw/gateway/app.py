@@ -361,16 +361,15 @@ class Gateway:
             )
         if path in FORWARDED:
             await self._forwarded(scope, receive, send, exchange, path, method, authorization, length)
-        elif path in MESSAGES_ROUTES:
-            try:
+        elif path in MESSAGES_ROUTES or path == COUNT_TOKENS_ROUTE:
+            try:  # Anthropic's key header and error shape on its routes
                 key_header = api_key_header(scope["headers"], authorization)
-                await self._forwarded(scope, receive, send, exchange, path, method, key_header, length, True)
-            except ApiError as error:
-                raise AnthropicError(error) from error
-        elif path == COUNT_TOKENS_ROUTE:
-            try:
-                key_header = api_key_header(scope["headers"], authorization)
-                await self._count_tokens(receive, send, exchange, method, key_header, length)
+                if path == COUNT_TOKENS_ROUTE:
+                    await self._count_tokens(receive, send, exchange, method, key_header, length)
+                else:
+                    await self._forwarded(
+                        scope, receive, send, exchange, path, method, key_header, length, True
+                    )
             except ApiError as error:
                 raise AnthropicError(error) from error
         elif path == "/v1/models" or path.startswith("/v1/models/"):
@@ -487,7 +486,11 @@ class Gateway:
     ) -> None:
         """``{"input_tokens": N}`` for a Messages request, from its model's tokenizer on a ready replica."""
         if method != "POST":
-            raise ApiError(405, f"{method} is not allowed on {COUNT_TOKENS_ROUTE}; use POST.")
+            raise ApiError(
+                405,
+                f"{method} is not allowed on {COUNT_TOKENS_ROUTE}; use POST.",
+                headers=((b"allow", b"POST"),),
+            )
         key = exchange.key = self._authenticate(authorization)
         self.limiter.refuse_expired(key)
         body = await read_body(receive, length, self.settings.max_body_bytes)
@@ -498,6 +501,9 @@ class Gateway:
         if not self._visible(facts.model, key):
             raise model_not_found(facts.model)
         exchange.model = facts.model
+        bounds = self._check_task(facts.model, "/v1/chat/completions")  # the chat completion counted
+        if facts.data is not None and (refusal := check_request("/v1/chat/completions", facts.data, bounds)):
+            raise refused(refusal)
         ready = self.replicas.ready(facts.model)
         request = facts.prompt_request or {}
         tokens = await prompt_tokens(
