@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "starlette/",
             "llmgw/controlplane/admin/admission.py",
             "llmgw/controlplane/serving/relaying.py",
+            "llmgw/controlplane/serving/front.py",
             "llmgw/controlplane/serving/httpserving.py",
         ),
     ),
@@ -77,7 +78,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "upstream client (connections, request, response read)",
         ("llmgw/gateway/upstream.py", "llmgw/gateway/outbound.py"),
     ),
-    ("forwarding and relay", ("llmgw/gateway/forwarding.py", "llmgw/gateway/exchange.py")),
+    (
+        "forwarding and relay",
+        ("llmgw/gateway/forwarding.py", "llmgw/gateway/exchange.py", "llmgw/gateway/leaving.py"),
+    ),
     ("metrics", ("llmgw/gateway/metrics.py", "prometheus_client/")),
     (
         "store and the plane's own tasks (leadership, state sharing, usage writes)",

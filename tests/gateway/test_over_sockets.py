@@ -98,6 +98,31 @@ async def test_a_client_closing_mid_stream_drops_the_engines_connection(
     assert record.status == 499 and gateway.replicas.in_flight("r1") == 0
 
 
+async def test_over_llmgws_server_a_clients_close_reaches_the_request_without_a_watcher_task(
+    gateway: Gateway, engine: FakeEngine, hooks: RecordingOutbound
+) -> None:
+    """llmgw's HTTP server tells the request its connection is gone (gateway/leaving.py)."""
+    server = HttpServer(gateway.asgi_app(), HttpSettings(port=0))
+    serving_task = asyncio.create_task(server.serve_until_stopped())
+    await server.listening.wait()
+    engine.hold_after_first = asyncio.Event()
+    gateway.feed.replica_ready(engine.endpoint)
+    sdk = AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=SECRET, max_retries=0)
+    try:
+        stream = await sdk.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+        await asyncio.wait_for(anext(aiter(stream)), WAIT)
+        watchers = [t for t in asyncio.all_tasks() if "_wait_for_disconnect" in repr(t.get_coro())]
+        await stream.close()
+        await asyncio.wait_for(engine.dropped.wait(), WAIT)
+        (record,) = await eventually(lambda: hooks.records)
+    finally:
+        await sdk.close()
+        await server.stop()
+        await serving_task
+    assert watchers == []
+    assert record.status == 499 and gateway.replicas.in_flight("r1") == 0
+
+
 async def test_an_engine_cutting_its_stream_ends_it_with_an_error_event(
     gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
 ) -> None:

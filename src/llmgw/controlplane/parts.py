@@ -38,6 +38,7 @@ from llmgw.controlplane.replicas.reconciling import Reconciler
 from llmgw.controlplane.serving.batchbook import StoreBatchBook
 from llmgw.controlplane.serving.clientstore import open_client_store
 from llmgw.controlplane.serving.filebook import FileExpiry, FileSettings, MirrorFileBook
+from llmgw.controlplane.serving.front import gateway_first
 from llmgw.controlplane.serving.gatewaybuilding import Outbox
 from llmgw.controlplane.serving.httpserving import ASGIApp, HttpServer, reuse_port_socket, route_by_prefix
 from llmgw.controlplane.serving.jobrecords import FileBookJobFiles, StoreJobRecords, runner_name
@@ -498,7 +499,8 @@ def build_edges(
     leadership, following = leading.leadership, leading.following
     access = BlobAccess(base.store, replicas.fleet, leading=lambda: leadership.serving)
     # the portal's files are served by every control plane, a standby too (docs/portal.md)
-    local = route_by_prefix(gateway.asgi_app(), Portal(admin.app()))
+    served = gateway.asgi_app()
+    local = route_by_prefix(served, Portal(admin.app()))
     relays = RelayClient(base.tls)
     closing.push_async_callback(relays.close)
     front = StandbyForwarding(
@@ -519,9 +521,8 @@ def build_edges(
         state=leading.serving.serve,
     )
     closing.push_async_callback(agent_server.stop)
-    return agent_server, Admission(
-        front, nodes.callers, config.http.api_body_max_bytes, config.http.metrics_address
-    )
+    edge = Admission(front, nodes.callers, config.http.api_body_max_bytes, config.http.metrics_address)
+    return agent_server, gateway_first(served, edge, lambda: leadership.serving)
 
 
 def build_http(

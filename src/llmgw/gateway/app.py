@@ -60,6 +60,7 @@ from llmgw.gateway.gate import GateClient
 from llmgw.gateway.inprocess import IN_PROCESS_KEY
 from llmgw.gateway.jobs import JobBook, JobFiles, JobRecords, JobRunner, MemoryJobFiles
 from llmgw.gateway.keys import KeyEntry, KeyRing
+from llmgw.gateway.leaving import departures_of
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.loads import LoadReader
 from llmgw.gateway.messages_api import AnthropicError, api_key_header
@@ -298,6 +299,7 @@ class Gateway:
             elif name == b"traceparent":
                 traceparent = value
         exchange = Exchange(_request_id(given_id), traceparent)
+        exchange.departures = departures_of(scope)
         logcontext.REQUEST_ID.set(exchange.request_id.decode("latin-1"))
         metrics.InFlight.value += 1
         try:

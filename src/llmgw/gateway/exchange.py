@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Send
 
@@ -17,6 +17,9 @@ from llmgw.gateway.api_errors import send_bytes
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.limiting import Ticket
 from llmgw.observability.tracing import Span
+
+if TYPE_CHECKING:
+    from llmgw.gateway.leaving import Departures
 
 CLIENT_CLOSED = 499
 """Status recorded for a request whose client went away before its answer ended."""
@@ -28,6 +31,7 @@ class Exchange:
     __slots__ = (
         "client_gone",
         "completion_tokens",
+        "departures",
         "finished",
         "first_token",
         "key",
@@ -65,6 +69,8 @@ class Exchange:
         self.finished = False
         """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
         self.client_gone = False
+        self.departures: Departures | None = None
+        """The client connection's callbacks for its loss, where the HTTP server gives them."""
         self.first_token = 0.0
         """When the first event of a stream was relayed (``perf_counter``; 0: none was)."""
         self.ticket: Ticket | None = None

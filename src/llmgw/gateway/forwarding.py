@@ -27,7 +27,6 @@ With tracing on, the request is a span (continuing the client's
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 from starlette.types import Receive, Send
 
 from llmgw.core.engines import adapter_in_body, find_engine
-from llmgw.gateway import metrics
+from llmgw.gateway import leaving, metrics
 from llmgw.gateway.adapters import AdapterLoadFailed, Adapters
 from llmgw.gateway.api_errors import (
     EVENT_STREAM,
@@ -74,20 +73,6 @@ from llmgw.observability import logcontext
 from llmgw.observability.tracing import Span, SpanKind, Tracing, context_of, failed, traceparent
 
 log = logging.getLogger(__name__)
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-def _client_left(exchange: Exchange, task: asyncio.Task[object], watcher: asyncio.Task[None]) -> None:
-    if watcher.cancelled() or watcher.exception() is not None or exchange.finished:
-        return
-    exchange.client_gone = True
-    task.cancel()
 
 
 def _record(exchange: Exchange, key: KeyEntry) -> UsageRecord:
@@ -176,8 +161,7 @@ class Forwarder:
         assert task is not None
         if self.tracing.enabled:  # the one check tracing costs when off
             self._start_span(exchange, path, stream)
-        watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive))
-        watcher.add_done_callback(functools.partial(_client_left, exchange, task))
+        stop_watching = leaving.watch(exchange, task, receive)
         try:
             await self._forward(exchange, send, path, body, stream, strip_usage, facts)
         except ApiError as error:
@@ -189,7 +173,7 @@ class Forwarder:
             exchange.status = CLIENT_CLOSED
         finally:
             exchange.finished = True
-            watcher.cancel()
+            stop_watching()
             if exchange.client_gone:
                 task.uncancel()  # balance the one cancel() that _client_left asked for
             if exchange.replica_id and exchange.key is not None:

@@ -71,6 +71,7 @@ from llmgw.controlplane.config import HttpSettings
 from llmgw.controlplane.serving.headholding import HeadHolding
 from llmgw.errors import ConfigError
 from llmgw.gateway.api_errors import error_body
+from llmgw.gateway.leaving import DEPARTURES, Departures
 from llmgw.gateway.paths import gateway_path
 
 log = logging.getLogger(__name__)
@@ -261,6 +262,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._stopping = False
         """The server stops: a request still answered here closes the connection once done."""
         self._grace: asyncio.TimerHandle | None = None
+        self._departures = Departures()  # each request's scope names it: a request sees its client go
 
     @property
     def stopping(self) -> bool:
@@ -285,6 +287,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._grace.cancel()
         self.guard.busy(self)
         super().connection_lost(exc)
+        self._departures.left()
 
     def data_received(self, data: bytes) -> None:
         # uvicorn's, but for what follows a request that asked to close, and for the body's clock
@@ -321,6 +324,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             raise _NotRead
         self._await_head()  # a request pipelined behind another
         super().on_message_begin()
+        self.scope["extensions"] = {DEPARTURES: self._departures}  # type: ignore[dict-item]
 
     def on_headers_complete(self) -> None:
         self._stop_head_timer()
@@ -548,6 +552,7 @@ class HttpServer(uvicorn.Server):
                 lifespan="off",
                 log_level="warning",
                 access_log=False,
+                proxy_headers=False,  # nothing reads a forwarded client address; it cost each request
             )
         )
         self._max_connections = settings.max_connections
