@@ -23,11 +23,9 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import Receive
-
-from llmgw.gateway.exchange import Exchange
 
 DEPARTURES = "llmgw.departures"
 """The scope extension naming the connection's :class:`Departures` (llmgw's HTTP server sets it)."""
@@ -65,6 +63,14 @@ class Departures:
         return len(self._callbacks)
 
 
+class Watched(Protocol):
+    """What :func:`watch` reads and writes of a request (an :class:`~llmgw.gateway.exchange.Exchange`)."""
+
+    finished: bool
+    client_gone: bool
+    departures: Departures | None
+
+
 def departures_of(scope: Mapping[str, Any]) -> Departures | None:
     """The connection's :class:`Departures`, where the server gave them (None: watch ``receive``)."""
     extensions = scope.get("extensions")
@@ -74,7 +80,7 @@ def departures_of(scope: Mapping[str, Any]) -> Departures | None:
     return found if isinstance(found, Departures) else None
 
 
-def watch(exchange: Exchange, task: asyncio.Task[Any], receive: Receive) -> Callable[[], None]:
+def watch(exchange: Watched, task: asyncio.Task[Any], receive: Receive) -> Callable[[], None]:
     """Cancel ``task`` when the client of ``exchange`` leaves before it finished; returns what stops
     the watching (call it once the request ended)."""
     left = functools.partial(_client_left, exchange, task)
@@ -103,7 +109,7 @@ def _disconnect_came(left: Callable[[], None], watcher: asyncio.Task[None]) -> N
         left()
 
 
-def _client_left(exchange: Exchange, task: asyncio.Task[Any]) -> None:
+def _client_left(exchange: Watched, task: asyncio.Task[Any]) -> None:
     if exchange.finished or exchange.client_gone:
         return
     exchange.client_gone = True
