@@ -299,7 +299,7 @@ class Gateway:
             elif name == b"traceparent":
                 traceparent = value
         exchange = Exchange(_request_id(given_id), traceparent)
-        exchange.departures = departures_of(scope)
+        exchange.departures, exchange.headers = departures_of(scope), scope["headers"]
         logcontext.REQUEST_ID.set(exchange.request_id.decode("latin-1"))
         metrics.InFlight.value += 1
         try:

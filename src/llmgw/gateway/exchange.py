@@ -34,6 +34,7 @@ class Exchange:
         "departures",
         "finished",
         "first_token",
+        "headers",
         "key",
         "model",
         "prompt_tokens",
@@ -70,6 +71,9 @@ class Exchange:
         """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
         self.client_gone = False
         self.departures: Departures | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        """The request's headers as the server gave them (read only off the common path: a queued
+        request's priority and deadline)."""
         """The client connection's callbacks for its loss, where the HTTP server gives them."""
         self.first_token = 0.0
         """When the first event of a stream was relayed (``perf_counter``; 0: none was)."""

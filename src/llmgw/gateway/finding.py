@@ -18,6 +18,12 @@ change, bounded by ``request_wait_s``:
   (:meth:`ReplicaFinder.not_ready`), with ``Retry-After``.
 
 A waiting request counts as waiting for its model (autoscaling reads it).
+
+A replica found, the request may still have to wait its turn for a slot
+(``gateway.flow.mode: fair``, :mod:`llmgw.gateway.queueing`): :meth:`ReplicaFinder.wait_turn`
+reads its priority (``x-llmgw-priority``, 0 to 9, never above its key's) and
+deadline (``x-llmgw-deadline-ms``) and queues it under its flow (its key's
+project, or the key).
 """
 
 from __future__ import annotations
@@ -26,9 +32,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from llmgw.core.flowqueue import DEFAULT_PRIORITY, HIGHEST_PRIORITY
 from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.catalog_view import GatewayCatalog
+from llmgw.gateway.exchange import Exchange
 from llmgw.gateway.outbound import Telling
+from llmgw.gateway.queueing import FlowGate
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.settings import GatewaySettings
 
@@ -38,7 +47,7 @@ T = TypeVar("T")
 class ReplicaFinder:
     """The bounded wait of a request whose own pick found no replica."""
 
-    __slots__ = ("_catalog", "_replicas", "_settings", "_telling")
+    __slots__ = ("_catalog", "_replicas", "_settings", "_telling", "flow")
 
     def __init__(
         self, settings: GatewaySettings, replicas: ReplicaTable, catalog: GatewayCatalog, telling: Telling
@@ -47,6 +56,8 @@ class ReplicaFinder:
         self._replicas = replicas
         self._catalog = catalog
         self._telling = telling
+        self.flow = FlowGate(settings.flow, replicas) if settings.flow.mode == "fair" else None
+        """Where requests wait their turn for a slot of a busy model (None: they go at once)."""
 
     async def find(
         self, model: str, pick: Callable[[], Awaitable[T | None]], servable: Callable[[], bool] | None = None
@@ -72,6 +83,20 @@ class ReplicaFinder:
             await replicas.changed(model, remaining)
         return found
 
+    async def wait_turn(self, exchange: Exchange) -> None:
+        """Wait for a slot of ``exchange.model`` in its queue (call when :attr:`flow` says it is busy)."""
+        assert self.flow is not None
+        key = exchange.key
+        by_key = self.flow.settings.fair_by == "key"
+        flow = "" if key is None else key.key_id if by_key else key.project
+        priority, deadline_ms = DEFAULT_PRIORITY, None
+        for name, value in exchange.headers:
+            if name == b"x-llmgw-priority":
+                priority = min(_header_int(name, value, HIGHEST_PRIORITY), DEFAULT_PRIORITY)
+            elif name == b"x-llmgw-deadline-ms":
+                deadline_ms = _header_int(name, value, 86_400_000)
+        await self.flow.turn(exchange.model, flow, priority, deadline_ms)
+
     def not_ready(self, model: str, adapter: str = "") -> ApiError:
         """503 for a request that found no ready replica of ``model`` (holding ``adapter``, if named)."""
         wait = self._settings.retry_after_s
@@ -96,3 +121,16 @@ class ReplicaFinder:
             "model_not_ready",
             retry_after=wait,
         )
+
+
+def _header_int(name: bytes, value: bytes, most: int) -> int:
+    text = value.decode("latin-1").strip()
+    if not text.isdigit() or int(text) > most:
+        header = name.decode("latin-1")
+        raise ApiError(
+            400,
+            f"Header {header} must be a whole number from 0 to {most}, not {text!r}.",
+            "invalid_header",
+            header,
+        )
+    return int(text)

@@ -72,6 +72,24 @@ BREAKER_STATE = Gauge(
     ["model"],
 )
 
+QUEUE_DEPTH = Gauge(
+    "llmgw_gateway_queue_depth",
+    "Requests waiting in the gateway for a slot of a busy model (gateway.flow.mode: fair).",
+    ["model"],
+)
+QUEUE_WAIT = Histogram(
+    "llmgw_gateway_queue_wait_seconds",
+    "How long requests sent on from the gateway's queue waited there for a slot, by model.",
+    ["model"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+QUEUE_REFUSED = Counter(
+    "llmgw_gateway_queue_refused",
+    "Requests the gateway's queue refused with 429, by model and why (queue_full, queue_shed, "
+    "queue_timeout).",
+    ["model", "reason"],
+)
+
 
 def project_of(key: KeyEntry | None) -> str:
     """The project (or user) a request is counted under: where its key sits (:attr:`KeyEntry.project`);

@@ -41,11 +41,14 @@ class ReplicaEndpoint:
 class Lease:
     """One request in flight on a replica; :meth:`release` (or leaving the ``with``) ends it."""
 
-    __slots__ = ("_load", "endpoint")
+    __slots__ = ("_freed", "_load", "endpoint")
 
-    def __init__(self, endpoint: ReplicaEndpoint, load: ReplicaLoad) -> None:
+    def __init__(
+        self, endpoint: ReplicaEndpoint, load: ReplicaLoad, freed: Callable[[str], None] | None = None
+    ) -> None:
         self.endpoint = endpoint
         self._load: ReplicaLoad | None = load
+        self._freed = freed
         load.in_flight += 1
 
     def release(self) -> None:
@@ -53,6 +56,8 @@ class Lease:
         load, self._load = self._load, None
         if load is not None:
             load.in_flight -= 1
+            if self._freed is not None:
+                self._freed(self.endpoint.model)
 
     def __enter__(self) -> Lease:
         return self
@@ -79,6 +84,8 @@ class ReplicaTable:
         self._waiting: dict[str, int] = {}
         """Requests waiting for a ready replica, by model."""
         self._ttft = TtftWindow()
+        self.on_slot_freed: Callable[[str], None] | None = None
+        """Told a model's name when one of its slots may have freed (gateway/queueing.py)."""
 
     # -- changes from the control plane --------------------------------------------------------
 
@@ -102,6 +109,17 @@ class ReplicaTable:
         waiter = self._waiters.pop(model, None)
         if waiter is not None:
             waiter.set()
+        if self.on_slot_freed is not None:
+            self.on_slot_freed(model)
+
+    def free_slots(self, model: str) -> int:
+        """Slots of ``model``'s routable replicas no request holds (this gateway's, or others' its
+        engines report)."""
+        return sum(
+            max(0, load.capacity - load.in_flight - load.others)
+            for load in self._by_model.get(model, ())
+            if load.readable
+        )
 
     def remove(self, replica_id: str) -> ReplicaEndpoint | None:
         """Take a replica out of routing; requests already on it finish there."""
@@ -217,7 +235,10 @@ class ReplicaTable:
         if load is None:
             return
         readable = running_and_waiting is not None
-        load.others = max(0, (running_and_waiting or 0) - load.in_flight)
+        others = max(0, (running_and_waiting or 0) - load.in_flight)
+        fewer, load.others = others < load.others, others
+        if fewer and self.on_slot_freed is not None:
+            self.on_slot_freed(self._endpoints[replica_id].model)
         if readable and not load.readable:  # routable again: requests waiting for its model look again
             load.readable = True
             self._wake(self._endpoints[replica_id].model)
@@ -230,7 +251,7 @@ class ReplicaTable:
         if load is None:
             # Removed meanwhile: count on a detached load so release stays balanced.
             load = ReplicaLoad(endpoint.replica_id, capacity=max(1, endpoint.capacity))
-        return Lease(endpoint, load)
+        return Lease(endpoint, load, self.on_slot_freed)
 
     async def changed(self, model: str, timeout_s: float) -> bool:
         """Wait until a replica of ``model`` becomes ready or routable again (its load read after

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmgw.core.fallbacks import FallbackSettings
+from llmgw.core.flowqueue import FlowSettings
 
 
 class GatewaySettings(BaseModel):
@@ -50,3 +51,5 @@ class GatewaySettings(BaseModel):
     """Longest a request's search of knowledge collections may take before it answers 503."""
     fallbacks: FallbackSettings = Field(default_factory=FallbackSettings)
     """How far a request may fall to its model's fallbacks, and when a failing one is skipped."""
+    flow: FlowSettings = Field(default_factory=FlowSettings)
+    """Whether a busy model's requests wait in the gateway by priority and fair share, and how long."""

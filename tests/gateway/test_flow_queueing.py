@@ -1,0 +1,117 @@
+"""Waiting in the gateway for a busy model's slot (gateway.flow.mode: fair): fair, by priority, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from llmgw.core.tenancy import Owner, Place
+from llmgw.gateway import Gateway, KeyEntry, hash_secret
+from llmgw.testing.asgi_client import asgi_client
+from llmgw.testing.eventually import eventually
+from llmgw.testing.gateway_doubles import MemoryEngine
+
+from .conftest import MODEL, SECRET, WAIT
+
+BOB = "sk-llmgw-test-bob-0123456789"
+FAIR = {"flow": {"mode": "fair", "queue_timeout_s": WAIT}}
+pytestmark = pytest.mark.parametrize("settings", [FAIR], indirect=True)
+
+
+@pytest.fixture
+async def raw(gateway: Gateway, engine: MemoryEngine) -> AsyncIterator[httpx.AsyncClient]:
+    """A one-slot replica held busy until the test releases it; alice's and bob's keys."""
+    gateway.keys.add(KeyEntry("key-2", "bob", hash_secret(BOB), "user:bob", Place(Owner.parse("user:bob"))))
+    engine.hold = asyncio.Event()
+    gateway.feed.replica_ready(dataclasses.replace(engine.endpoint, capacity=1))
+    async with asgi_client(gateway.asgi_app(), "http://gateway.test", timeout=WAIT * 2) as client:
+        yield client
+
+
+def _ask(client: httpx.AsyncClient, who: str, secret: str = SECRET, **headers: str) -> Any:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": who}]}
+    headers["Authorization"] = f"Bearer {secret}"
+    return asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=headers))
+
+
+def _served(engine: MemoryEngine) -> list[str]:
+    return [json.loads(r.body)["messages"][0]["content"] for r in engine.requests]
+
+
+def _depth(gateway: Gateway) -> int:
+    assert gateway.finder.flow is not None
+    return gateway.finder.flow.depth().get(MODEL, 0)
+
+
+async def test_a_late_project_is_served_before_the_rest_of_a_flood(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    flood = [_ask(raw, f"alice-{n}") for n in range(4)]
+    await eventually(lambda: _depth(gateway) == 3)  # one on the replica, three waiting
+    chat = _ask(raw, "bob", BOB)
+    await eventually(lambda: _depth(gateway) == 4)
+    engine.hold.set()  # type: ignore[union-attr]
+    answers = await asyncio.gather(*flood, chat)
+    assert [a.status_code for a in answers] == [200] * 5
+    served = _served(engine)
+    assert served.index("bob") == 2 and len(served) == 5  # FIFO would have sent it last
+
+
+async def test_a_lower_priority_waits_behind_a_normal_one(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    first = _ask(raw, "alice-first")
+    await eventually(lambda: engine.requests)
+    batch = _ask(raw, "alice-batch", **{"x-llmgw-priority": "1"})
+    await eventually(lambda: _depth(gateway) == 1)
+    chat = _ask(raw, "bob", BOB)
+    await eventually(lambda: _depth(gateway) == 2)
+    engine.hold.set()  # type: ignore[union-attr]
+    await asyncio.gather(first, batch, chat)
+    assert _served(engine) == ["alice-first", "bob", "alice-batch"]
+
+
+async def test_a_request_past_its_deadline_is_answered_429_with_retry_after(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    first = _ask(raw, "alice-first")
+    await eventually(lambda: engine.requests)
+    late = await _ask(raw, "alice-late", **{"x-llmgw-deadline-ms": "50"})
+    assert late.status_code == 429 and late.headers["retry-after"]
+    error = late.json()["error"]
+    assert error["code"] == "queue_timeout" and "within 0.05 s" in error["message"]
+    assert _depth(gateway) == 0
+    engine.hold.set()  # type: ignore[union-attr]
+    assert (await first).status_code == 200
+
+
+async def test_a_priority_that_is_no_number_is_refused_400(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    first = _ask(raw, "alice-first")
+    await eventually(lambda: engine.requests)
+    bad = await _ask(raw, "alice-bad", **{"x-llmgw-priority": "urgent"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "x-llmgw-priority"
+    engine.hold.set()  # type: ignore[union-attr]
+    assert (await first).status_code == 200
+
+
+async def test_a_client_leaving_while_it_waits_gives_up_its_place(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    first = _ask(raw, "alice-first")
+    await eventually(lambda: engine.requests)
+    leaving = _ask(raw, "alice-leaving")
+    await eventually(lambda: _depth(gateway) == 1)
+    leaving.cancel()
+    await eventually(lambda: _depth(gateway) == 0)
+    engine.hold.set()  # type: ignore[union-attr]
+    assert (await first).status_code == 200
+    after = await _ask(raw, "alice-after")
+    assert after.status_code == 200 and _served(engine) == ["alice-first", "alice-after"]
