@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
@@ -29,13 +29,18 @@ def _not_default(name: str) -> Any:
     field = GatewaySettingsFile.model_fields[name]
     default = field.default_factory() if field.default_factory is not None else field.default
     if isinstance(default, BaseModel):  # a group of settings: each of them changed
-        return default.model_copy(update={n: _changed(v) for n, v in default.model_dump().items()})
+        fields = type(default).model_fields
+        return default.model_copy(
+            update={n: _changed(v, fields[n].annotation) for n, v in default.model_dump().items()}
+        )
     return _changed(default)
 
 
-def _changed(default: Any) -> Any:
+def _changed(default: Any, annotation: Any = None) -> Any:
     if isinstance(default, bool):
         return not default
+    if isinstance(default, str):  # one of a Literal's values: another of them
+        return next(value for value in get_args(annotation) if value != default)
     return default * 2 + 1
 
 

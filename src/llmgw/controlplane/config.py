@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from llmgw.configfiles import ConfigFile, Section, read_yaml, save, validate
 from llmgw.core.fallbacks import FallbackSettings
+from llmgw.core.flowqueue import FlowSettings
 from llmgw.gateway.routing import RoutingSettings
 from llmgw.mirror.releases import ReleaseSettings
 from llmgw.observability.tracing import TracingSettings
@@ -180,6 +181,9 @@ class GatewaySettingsFile(Section):
     """A request's retry budget past its model (``max_targets``, ``budget_s``) and the fallback
     targets' circuit breakers (``breaker_failures`` in ``breaker_window_s``, open ``breaker_open_s``);
     docs/placement.md#fallbacks."""
+    flow: FlowSettings = Field(default_factory=FlowSettings)
+    """Whether a busy model's requests wait in the gateway by priority and fair share (``mode: fair``)
+    or go to an engine's queue at once (``fifo``); docs/routing.md#flow-control."""
 
 
 class BatchSettingsFile(Section):

@@ -130,6 +130,7 @@ def gateway_settings(config: ServerConfig) -> GatewaySettings:
         responses_per_key=g.responses_per_key,
         responses_total=g.responses_total,
         fallbacks=g.fallbacks,
+        flow=g.flow,
     )
 
 
