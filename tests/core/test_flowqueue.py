@@ -106,3 +106,13 @@ def test_a_request_taken_out_is_never_sent_and_taking_it_again_does_nothing() ->
 def test_a_queue_holds_at_least_one_request() -> None:
     with pytest.raises(ValueError, match="at least one"):
         FlowQueue(capacity=0)
+
+
+def test_peek_shows_the_next_request_and_leaves_it_waiting() -> None:
+    queue = FlowQueue(capacity=10)
+    assert queue.peek() is None
+    low = queue.offer("a", priority=1, deadline=LATER).waiting
+    high = queue.offer("b", priority=7, deadline=LATER).waiting
+    assert queue.peek() is high and len(queue) == 2
+    queue.remove(high)  # type: ignore[arg-type]
+    assert queue.peek() is low and queue.next() is low and queue.peek() is None

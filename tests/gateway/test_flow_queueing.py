@@ -20,7 +20,7 @@ from llmgw.testing.gateway_doubles import MemoryEngine
 from .conftest import MODEL, SECRET, WAIT
 
 BOB = "sk-llmgw-test-bob-0123456789"
-FAIR = {"flow": {"mode": "fair", "queue_timeout_s": WAIT}}
+FAIR = {"flow": {"mode": "fair", "queue_timeout_s": WAIT, "reserve_share": 0.25}}
 pytestmark = pytest.mark.parametrize("settings", [FAIR], indirect=True)
 
 
@@ -115,3 +115,17 @@ async def test_a_client_leaving_while_it_waits_gives_up_its_place(
     assert (await first).status_code == 200
     after = await _ask(raw, "alice-after")
     assert after.status_code == 200 and _served(engine) == ["alice-first", "alice-after"]
+
+
+async def test_sheddable_requests_leave_the_reserve_to_the_others(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    gateway.feed.replica_ready(dataclasses.replace(engine.endpoint, capacity=4))  # a quarter: 1 slot
+    batch = [_ask(raw, f"alice-batch-{n}", **{"x-llmgw-priority": "0"}) for n in range(4)]
+    await eventually(lambda: len(engine.requests) == 3 and _depth(gateway) == 1)
+    chat = _ask(raw, "bob", BOB)
+    await eventually(lambda: len(engine.requests) == 4)  # straight to the slot kept free
+    assert _served(engine)[-1] == "bob" and _depth(gateway) == 1
+    engine.hold.set()  # type: ignore[union-attr]
+    answers = await asyncio.gather(*batch, chat)
+    assert [a.status_code for a in answers] == [200] * 5 and len(engine.requests) == 5

@@ -127,20 +127,28 @@ class FlowQueue:
         self._count += 1
         return Offer("queued", waiting, shed=shed)
 
-    def next(self) -> Waiting | None:
-        """The request to send on now (taken out of the queue); None when none waits."""
+    def peek(self) -> Waiting | None:
+        """The request :meth:`next` would send on, left in the queue; None when none waits."""
         for priority in sorted(self._heaps, reverse=True):
             heap = self._heaps[priority]
-            while heap:
-                waiting = heapq.heappop(heap)
-                if waiting.live:
-                    if not heap:
-                        del self._heaps[priority]
-                    self._virtual = max(self._virtual, waiting.tag)
-                    self._taken(waiting)
-                    return waiting
+            while heap and not heap[0].live:
+                heapq.heappop(heap)
+            if heap:
+                return heap[0]
             del self._heaps[priority]
         return None
+
+    def next(self) -> Waiting | None:
+        """The request to send on now (taken out of the queue); None when none waits."""
+        waiting = self.peek()
+        if waiting is not None:
+            heap = self._heaps[waiting.priority]
+            heapq.heappop(heap)
+            if not heap:
+                del self._heaps[waiting.priority]
+            self._virtual = max(self._virtual, waiting.tag)
+            self._taken(waiting)
+        return waiting
 
     def remove(self, waiting: Waiting) -> None:
         """Take ``waiting`` out (it gave up: its deadline, its client gone); again does nothing."""
@@ -190,3 +198,6 @@ class FlowSettings(BaseModel):
     """Longest a request waits in the gateway for a slot; then 429 with ``Retry-After``."""
     queue_max: int = Field(default=1000, ge=1, le=1_000_000)
     """Requests one model queues at most; past it sheddable ones are refused first."""
+    reserve_share: float = Field(default=0.0, ge=0, lt=1)
+    """Part of a model's slots sheddable requests (priority 0) never take: headroom kept free for
+    every other request, so an urgent one rarely waits for a slot behind a batch's (0: none kept)."""

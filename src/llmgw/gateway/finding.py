@@ -20,7 +20,7 @@ change, bounded by ``request_wait_s``:
 A waiting request counts as waiting for its model (autoscaling reads it).
 
 A replica found, the request may still have to wait its turn for a slot
-(``gateway.flow.mode: fair``, :mod:`llmgw.gateway.queueing`): :meth:`ReplicaFinder.wait_turn`
+(``gateway.flow.mode: fair``, :mod:`llmgw.gateway.queueing`): :meth:`ReplicaFinder.take_turn`
 reads its priority (``x-llmgw-priority``, 0 to 9, never above its key's) and
 deadline (``x-llmgw-deadline-ms``) and queues it under its flow (its key's
 project, or the key).
@@ -32,7 +32,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from llmgw.core.flowqueue import DEFAULT_PRIORITY, HIGHEST_PRIORITY
+from llmgw.core.flowqueue import DEFAULT_PRIORITY, HIGHEST_PRIORITY, LOWEST_PRIORITY
 from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import Exchange
@@ -83,19 +83,24 @@ class ReplicaFinder:
             await replicas.changed(model, remaining)
         return found
 
-    async def wait_turn(self, exchange: Exchange) -> None:
-        """Wait for a slot of ``exchange.model`` in its queue (call when :attr:`flow` says it is busy)."""
-        assert self.flow is not None
-        key = exchange.key
-        by_key = self.flow.settings.fair_by == "key"
-        flow = "" if key is None else key.key_id if by_key else key.project
+    async def take_turn(self, exchange: Exchange) -> bool:
+        """Wait for a slot of ``exchange.model`` in its queue when its slots are taken (call only
+        with :attr:`flow` set); whether it waited."""
+        gate = self.flow
+        assert gate is not None
         priority, deadline_ms = DEFAULT_PRIORITY, None
         for name, value in exchange.headers:
             if name == b"x-llmgw-priority":
                 priority = min(_header_int(name, value, HIGHEST_PRIORITY), DEFAULT_PRIORITY)
             elif name == b"x-llmgw-deadline-ms":
                 deadline_ms = _header_int(name, value, 86_400_000)
-        await self.flow.turn(exchange.model, flow, priority, deadline_ms)
+        if not gate.busy(exchange.model, sheddable=priority <= LOWEST_PRIORITY):
+            return False
+        key = exchange.key
+        by_key = gate.settings.fair_by == "key"
+        flow = "" if key is None else key.key_id if by_key else key.project
+        await gate.turn(exchange.model, flow, priority, deadline_ms)
+        return True
 
     def not_ready(self, model: str, adapter: str = "") -> ApiError:
         """503 for a request that found no ready replica of ``model`` (holding ``adapter``, if named)."""

@@ -240,9 +240,8 @@ class Forwarder:
             endpoint = await self.finder.find(model, pick)
             if endpoint is None:
                 raise self.finder.not_ready(model)
-        flow = self.finder.flow
-        if flow is not None and flow.busy(model):  # every slot taken: wait a turn (queueing.py)
-            await self.finder.wait_turn(exchange)
+        # flow control on: with every slot taken, wait a turn (queueing.py)
+        if self.finder.flow is not None and await self.finder.take_turn(exchange):
             endpoint = table.pick(model, prompt=prompt, tokens=tokens, salt=salt) or endpoint
         path, body, shape = self._for_engine(model, endpoint, path, body, call, found)
         await self._answer(exchange, send, endpoint, path, body, stream, strip_usage, shape)

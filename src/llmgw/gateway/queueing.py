@@ -9,6 +9,10 @@ request on the model ends, a replica becomes ready, or an engine reports less
 load). A turn given is a slot promised: until its request takes its lease,
 newcomers queue behind it rather than take the slot.
 
+Sheddable requests (priority 0) never take the last ``reserve_share`` of a
+model's slots: headroom for every other request, so that an urgent one
+rarely waits behind a batch's for a slot to free.
+
 A request waits at most ``queue_timeout_s`` (and its ``x-llmgw-deadline-ms``),
 then 429 ``queue_timeout``; a full queue refuses with 429 ``queue_full``
 (sheddable requests first). Both carry ``Retry-After``. A request whose
@@ -59,11 +63,17 @@ class FlowGate:
     def enabled(self) -> bool:
         return self.settings.mode == "fair"
 
-    def busy(self, model: str) -> bool:
-        """Whether a request for ``model`` must wait its turn: others wait, or no slot is free."""
+    def busy(self, model: str, sheddable: bool = False) -> bool:
+        """Whether a request for ``model`` must wait its turn: others wait, or no slot is free (for a
+        sheddable one: none past the reserve)."""
         if model in self._queues or model in self._promised:
             return True
-        return self._replicas.free_slots(model) <= 0
+        free = self._replicas.free_slots(model)
+        return (free - self._reserve(model) if sheddable else free) <= 0
+
+    def _reserve(self, model: str) -> int:
+        share = self.settings.reserve_share
+        return int(share * self._replicas.slots(model)) if share else 0  # one slot: none kept
 
     def depth(self) -> dict[str, int]:
         """Requests waiting, by model."""
@@ -125,7 +135,11 @@ class FlowGate:
         if not queue:
             return
         free = self._replicas.free_slots(model) - self._promised.get(model, 0)
-        while free > 0 and (waiting := queue.next()) is not None:
+        reserve = self._reserve(model)
+        while free > 0 and (waiting := queue.peek()) is not None:
+            if waiting.sheddable and free <= reserve:
+                return  # the rest are sheddable (the lowest priority): the reserve is not theirs
+            queue.next()
             future = self._turns.get(waiting)
             if future is None or future.done():
                 continue

@@ -112,6 +112,10 @@ class ReplicaTable:
         if self.on_slot_freed is not None:
             self.on_slot_freed(model)
 
+    def slots(self, model: str) -> int:
+        """Slots of ``model``'s routable replicas: requests they serve at once."""
+        return sum(load.capacity for load in self._by_model.get(model, ()) if load.readable)
+
     def free_slots(self, model: str) -> int:
         """Slots of ``model``'s routable replicas no request holds (this gateway's, or others' its
         engines report)."""
