@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export LLMGW_CACHE
 
-.PHONY: help install engine training vllm record-vllm ray record-ray up test lint unit e2e fuzz proto clean bench-gateway bench-routing release
+.PHONY: help install engine training vllm record-vllm ray record-ray up test lint unit e2e fuzz proto clean bench-gateway bench-routing bench-flow release
 
 help:
 	@echo "make up      install everything, then run llmgw on this machine serving a small model"
@@ -22,6 +22,7 @@ help:
 	@echo "make fuzz    fuzz /v1 and /api long (FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) examples per test; make test runs fewer)"
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone, sglang-router and LiteLLM's proxy"
 	@echo "make bench-responses  what keeping Responses API responses in the store (SQLite) adds to a request"
+	@echo "make bench-flow     an interactive tenant beside a flood on one busy model: FIFO, fair queuing, sglang-router"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas (BENCH_ARGS=\"--engine vllm\": two real ones)"
 	@echo "make training       install the LoRA training environment (cached; make test needs it)"
 	@echo "make vllm           install vLLM's CPU build into the cache, as a node without a card does (make test needs it)"
@@ -141,6 +142,9 @@ bench-gateway: install wrk $(LITELLM_VENV)/bin/litellm $(SGLANG_ROUTER_VENV)/.in
 
 bench-routing: install
 	$(BIN)/python bench/routing/run.py $(BENCH_ARGS)
+
+bench-flow: install engine $(SGLANG_ROUTER_VENV)/.installed-$(SGLANG_ROUTER_VERSION)
+	$(BIN)/python bench/flow/run.py --rust-router-venv $(SGLANG_ROUTER_VENV) $(BENCH_ARGS)
 
 .PHONY: bench-responses
 bench-responses: install
