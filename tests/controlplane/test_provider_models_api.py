@@ -9,12 +9,16 @@ import httpx
 import pytest
 
 from llmgw.controlplane.nodes.fleet import Fleet
+from llmgw.gateway.provider_calls import ProviderHealth
 from llmgw.store.database import Store
 from llmgw.store.secretbox import SecretBox
 from llmgw.testing.admin import admin_api
 
 TOKEN = "llmgw-admin-test"
 SECRET = "sk-provider-never-shown"
+HEALTH = {
+    "hosted": ProviderHealth(requests=3, last_status=429, last_error="429 at 12:00:00 UTC: rate limited")
+}
 MODEL = {
     "name": "hosted",
     "provider": {"base_url": "https://api.example.com/v1", "model": "gpt-4o", "key": SECRET},
@@ -28,6 +32,7 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     )
     fleet = Fleet(on_ready=lambda r, url: None, on_gone=lambda replica_id: None)
     admin = admin_api(store, tmp_path, token=TOKEN, fleet=fleet)
+    admin.state.provider_health = lambda: HEALTH
     transport = httpx.ASGITransport(app=admin.app())
     async with httpx.AsyncClient(
         transport=transport, base_url="http://cp", headers={"Authorization": f"Bearer {TOKEN}"}
@@ -76,3 +81,19 @@ async def test_a_provider_model_is_a_fallback_target(client: httpx.AsyncClient) 
     sha = blob.json()["sha256"]
     falling = {"name": "local", "source": {"sha256": sha}, "fallbacks": ["hosted"]}
     assert (await client.post("/api/models", json=falling)).status_code == 201
+
+
+async def test_status_and_the_listing_show_each_provider_and_its_last_error(
+    client: httpx.AsyncClient,
+) -> None:
+    assert (await client.post("/api/models", json=MODEL)).status_code == 201
+    status = (await client.get("/api/status")).json()
+    assert status["providers"] == {
+        "hosted": {
+            "served_by": "openai gpt-4o at api.example.com",
+            "requests": 3,
+            "last_error": "429 at 12:00:00 UTC: rate limited",
+        }
+    }
+    [listed] = (await client.get("/api/models")).json()
+    assert listed["provider_error"] == "429 at 12:00:00 UTC: rate limited"

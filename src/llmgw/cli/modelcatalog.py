@@ -41,10 +41,14 @@ def list_models(admin: AdminClient, as_json: bool = False) -> None:
                 f"{d.replicas.min}/{d.replicas.max}",
                 f"{m.ready}/{m.replicas}",
                 "yes" if d.on_demand else "no",
-                d.source.sha256[:12] if d.source else served_outside(d),
+                d.source.sha256[:12] if d.source else served_outside(d) + _last_error(m.provider_error),
             )
         )
     table(["MODEL", "ENGINE", "REPLICAS (min/max)", "READY", "ON DEMAND", "WEIGHTS"], out)
+
+
+def _last_error(error: str) -> str:
+    return f" (last error {error})" if error else ""
 
 
 @model_app.command("list")

@@ -68,6 +68,9 @@ async def list_models(state: State, caller: Who) -> list[ModelView]:
                 ready=sum(1 for r in mine if r.state == "ready"),
                 unplaced=state.reconciler.unplaced.get(record.name, ""),
                 problem=problem,
+                provider_error=health.last_error
+                if (health := state.provider_health().get(record.name))
+                else "",
             )
         )
     return out
