@@ -36,6 +36,8 @@ def _not_default(name: str) -> Any:
 def _changed(default: Any) -> Any:
     if isinstance(default, bool):
         return not default
+    if isinstance(default, str):
+        return default + "/etc/llmgw/changed.pem"
     return default * 2 + 1
 
 

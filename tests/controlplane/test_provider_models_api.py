@@ -97,3 +97,13 @@ async def test_status_and_the_listing_show_each_provider_and_its_last_error(
     }
     [listed] = (await client.get("/api/models")).json()
     assert listed["provider_error"] == "429 at 12:00:00 UTC: rate limited"
+
+
+async def test_the_plan_says_a_provider_model_has_nothing_to_place(client: httpx.AsyncClient) -> None:
+    assert (await client.post("/api/models", json=MODEL)).status_code == 201
+    [planned] = (await client.get("/api/plan")).json()
+    assert planned["node"] == "" and planned["wanted"] == 0
+    assert (
+        planned["problem"]
+        == "served outside the cluster (openai gpt-4o at api.example.com): nothing to place"
+    )

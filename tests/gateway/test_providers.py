@@ -322,3 +322,17 @@ async def test_the_key_never_reaches_the_logs(
         await client.chat.completions.create(model=HOSTED, messages=MESSAGES)
     assert caplog.records and "sk-never-logged" not in caplog.text
     assert "sk-never-logged" not in repr(gateway.replicas.get("provider:" + HOSTED))
+
+
+async def test_a_provider_past_its_total_timeout_is_a_504_naming_the_setting(
+    gateway: Gateway, engine: FakeEngine, client: AsyncOpenAI
+) -> None:
+    engine.hold = asyncio.Event()
+    slow = provider_model(HOSTED, f"http://127.0.0.1:{engine.port}/v1", engine.key, timeouts={"total_s": 0.3})
+    gateway.feed.catalog_replaced([slow])
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model=HOSTED, messages=MESSAGES)
+    assert caught.value.status_code == 504 and caught.value.code == "request_timeout"
+    assert "(0.3 s)" in caught.value.message and "provider.timeouts.total_s" in caught.value.message
+    await asyncio.wait_for(engine.dropped.wait(), WAIT)  # the provider's request was closed
+    engine.hold.set()
