@@ -336,3 +336,15 @@ async def test_a_provider_past_its_total_timeout_is_a_504_naming_the_setting(
     assert "(0.3 s)" in caught.value.message and "provider.timeouts.total_s" in caught.value.message
     await asyncio.wait_for(engine.dropped.wait(), WAIT)  # the provider's request was closed
     engine.hold.set()
+
+
+async def test_a_provider_refusing_its_key_is_a_502_for_the_operator_and_the_key_is_not_echoed(
+    gateway: Gateway, standin: AnthropicStandin, client: AsyncOpenAI
+) -> None:
+    async with serving_anthropic(standin) as url:
+        gateway.feed.catalog_replaced([provider_model(CLAUDE, url, "sk-wrong-key", api="anthropic")])
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model=CLAUDE, messages=MESSAGES)
+    assert caught.value.status_code == 502 and caught.value.code == "provider_auth_failed"
+    assert "sk-wrong-key" not in caught.value.response.text
+    assert "key was refused" in gateway.providers.health[CLAUDE].last_error

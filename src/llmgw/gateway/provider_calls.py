@@ -52,7 +52,7 @@ PROVIDER_FIRST_BYTE = Histogram(
 )
 PROVIDER_ERRORS = Counter(
     "llmgw_provider_errors",
-    "Provider failures by model and kind: timeout, refused (no connection or TLS), 429, 5xx.",
+    "Provider failures by model and kind: timeout, refused (no connection, TLS, or the key), 429, 5xx.",
     ["model", "kind"],
 )
 RETRY_AFTER_S = 5
@@ -129,6 +129,16 @@ class ProviderCalls:
         PROVIDER_FIRST_BYTE.labels(model).observe(time.monotonic() - started)
         PROVIDER_REQUESTS.labels(model, str(answer.status)).inc()
         health.last_status = answer.status
+        if answer.status in (401, 403):
+            detail = (await answer.read())[:300].decode("utf-8", "replace")
+            answer.release()
+            self._failed(model, health, answer.status, "refused", f"the key was refused: {detail}")
+            raise ApiError(
+                502,
+                f"The provider of model '{model}' refused the cluster's key for it (HTTP {answer.status}). "
+                "This is the operator's to fix: add the model again with the provider's right key.",
+                "provider_auth_failed",
+            )
         if answer.status == 429:
             self._failed(model, health, 429, "429", "rate limited")
         elif answer.status >= 500:

@@ -5,8 +5,10 @@ Written from Anthropic's public API reference, version ``2023-06-01`` (the
 (request and response), .../en/api/messages-streaming (the event order) and
 .../en/api/errors (the error shape and types). What it does:
 
-- ``POST /v1/messages`` with ``x-api-key`` (401 ``authentication_error`` when
-  wrong) and ``anthropic-version`` (400 when absent); ``model``, ``max_tokens``
+- ``POST /v1/messages`` with ``x-api-key`` (or ``Authorization: Bearer``, which the
+  ``anthropic`` SDK 2.16 sends with ``anthropic-version: 2026-10-21``; 401
+  ``authentication_error`` when wrong) and ``anthropic-version`` (400 when
+  absent); ``model``, ``max_tokens``
   and a non-empty ``messages`` list are required (400 ``invalid_request_error``);
 - the answer echoes the last user turn (``Echo: ...``), one output token per
   word, cut at ``max_tokens`` (``stop_reason: max_tokens``) or at the first of
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -138,7 +141,10 @@ def build_app(standin: AnthropicStandin) -> web.Application:
     async def _answer(request: web.Request, body: Any) -> web.StreamResponse:
         if standin.delay_s:
             await asyncio.sleep(standin.delay_s)  # the provider being slow is what is simulated
-        if request.headers.get("x-api-key") != standin.key:
+        given = request.headers.get("x-api-key") or request.headers.get("Authorization", "").removeprefix(
+            "Bearer "
+        )
+        if given != standin.key:
             return error(401, "authentication_error", "invalid x-api-key")
         if not request.headers.get("anthropic-version"):
             return error(400, "invalid_request_error", "anthropic-version: header is required")
@@ -191,8 +197,8 @@ def build_app(standin: AnthropicStandin) -> web.Application:
                     )
                 )
                 await stream.write(sse("ping", {}))
-                for n, word in enumerate(block["text"].split()):
-                    delta = {"type": "text_delta", "text": word if n == 0 else " " + word}
+                for piece in re.findall(r"\s*\S+\s*", block["text"]):  # one token a word, spaces kept
+                    delta = {"type": "text_delta", "text": piece}
                     await stream.write(sse("content_block_delta", {"index": index, "delta": delta}))
             else:
                 opened = {**block, "input": {}}
