@@ -32,8 +32,9 @@ import json
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,3 +240,31 @@ async def serving_anthropic(
         yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+@contextmanager
+def anthropic_in_thread(standin: AnthropicStandin, tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """:func:`serving_anthropic` in a thread with an event loop of its own, for synchronous tests (a
+    cluster's processes calling it); yields its base URL."""
+    started = threading.Event()
+    address: list[str] = []
+    stopping: list[asyncio.Event] = []
+
+    async def main() -> None:
+        async with serving_anthropic(standin, tls) as url:
+            address.append(url)
+            stopping.append(asyncio.Event())
+            started.set()
+            await stopping[0].wait()
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    if not started.wait(30):
+        raise RuntimeError("the Messages API stand-in did not start within 30 s")
+    try:
+        yield address[0]
+    finally:
+        loop.call_soon_threadsafe(stopping[0].set)
+        thread.join(30)
+        loop.close()
