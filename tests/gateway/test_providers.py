@@ -348,3 +348,27 @@ async def test_a_provider_refusing_its_key_is_a_502_for_the_operator_and_the_key
     assert caught.value.status_code == 502 and caught.value.code == "provider_auth_failed"
     assert "sk-wrong-key" not in caught.value.response.text
     assert "key was refused" in gateway.providers.health[CLAUDE].last_error
+
+
+async def test_the_catalog_places_changes_and_removes_provider_entries(gateway: Gateway) -> None:
+    first = provider_model(HOSTED, "https://api.example.com/v1", "k1", max_concurrency=2)
+    gateway.feed.catalog_replaced([first])
+    [entry] = gateway.replicas.ready(HOSTED)
+    assert (entry.base_url, entry.capacity, entry.engine) == ("https://api.example.com:443", 2, "provider")
+    lease = gateway.replicas.acquire(entry)
+    gateway.feed.catalog_replaced(
+        [provider_model(HOSTED, "https://api.example.com/v1", "k2", max_concurrency=5)]
+    )
+    [changed] = gateway.replicas.ready(HOSTED)
+    assert (changed.api_key, changed.capacity) == ("k2", 5)
+    assert gateway.replicas.in_flight(changed.replica_id) == 1  # the request on it still counted
+    lease.release()
+    gateway.feed.catalog_replaced([])
+    assert gateway.replicas.ready(HOSTED) == [] and len(gateway.replicas) == 0
+
+
+async def test_the_load_reader_leaves_provider_entries_alone(gateway: Gateway) -> None:
+    gateway.feed.catalog_replaced([provider_model(HOSTED, f"http://127.0.0.1:{closed_port()}/v1", "k")])
+    await gateway.loads.read_once()
+    assert gateway.loads.readings == {}
+    assert [load.readable for load in gateway.replicas.loads(HOSTED)] == [True]
