@@ -85,7 +85,8 @@ def _turn(message: dict[str, Any]) -> dict[str, Any]:
         return {"role": "user", "content": [{**result, "content": _text(message.get("content"))}]}
     blocks = _blocks(message.get("content"))
     for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
+        if not isinstance(call, dict) or not isinstance(function := call.get("function") or {}, dict):
+            continue
         try:
             arguments = json.loads(function.get("arguments") or "{}")
         except ValueError:
@@ -119,12 +120,13 @@ def messages_request(model: str, path: str, body: bytes, upstream: str) -> tuple
     if path != "/v1/chat/completions":
         raise _invalid(model, f"it answers chat completions only, not {path}; use /v1/chat/completions")
     chat = json.loads(body)
-    if int(chat.get("n") or 1) != 1:
+    if not isinstance(chat, dict) or not isinstance(chat.get("messages", []), list):
+        raise _invalid(model, "the body must be a JSON object with a list of messages")
+    if chat.get("n") not in (None, 1):
         raise _invalid(model, "it gives one answer per request; remove n or set it to 1")
-    system = [
-        _text(m.get("content")) for m in chat.get("messages", ()) if m.get("role") in ("system", "developer")
-    ]
-    turns = [_turn(m) for m in chat.get("messages", ()) if m.get("role") not in ("system", "developer")]
+    messages = [m for m in chat.get("messages", ()) if isinstance(m, dict)]
+    system = [_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")]
+    turns = [_turn(m) for m in messages if m.get("role") not in ("system", "developer")]
     request: dict[str, Any] = {
         "model": upstream,
         "messages": turns,
@@ -137,8 +139,8 @@ def messages_request(model: str, path: str, body: bytes, upstream: str) -> tuple
             request[name] = chat[name]
     stop = chat.get("stop")
     if stop:
-        request["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-    if chat.get("tools"):
+        request["stop_sequences"] = [stop] if isinstance(stop, str) else [str(s) for s in stop]
+    if isinstance(chat.get("tools"), list):
         request["tools"] = [
             {
                 "name": f.get("name", ""),
@@ -146,7 +148,7 @@ def messages_request(model: str, path: str, body: bytes, upstream: str) -> tuple
                 "input_schema": f.get("parameters") or {"type": "object", "properties": {}},
             }
             for t in chat["tools"]
-            if isinstance(f := t.get("function"), dict)
+            if isinstance(t, dict) and isinstance(f := t.get("function"), dict)
         ]
     if (choice := _tool_choice(chat.get("tool_choice"))) is not None:
         request["tool_choice"] = choice
