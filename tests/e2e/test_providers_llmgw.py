@@ -6,6 +6,8 @@ and no /api answer of the front one."""
 from __future__ import annotations
 
 import json
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +127,17 @@ def test_ctl_status_and_models_show_the_provider(front: Cluster, back: Cluster) 
     assert f"openai {DEFAULT_MODEL} at 127.0.0.1:{back.http_port}" in status.output
     listed = CliRunner().invoke(app, ["ctl", "models", *options], env={"COLUMNS": "200"})
     assert f"openai {DEFAULT_MODEL} at 127.0.0.1:{back.http_port}" in listed.output
+
+
+def test_the_provider_hop_costs_little_over_calling_the_back_cluster(front: Cluster, back: Cluster) -> None:
+    def timed(http: httpx.Client, model: str) -> float:
+        started = time.perf_counter()
+        assert http.post("/chat/completions", json={**CHAT, "model": model}).status_code == 200
+        return time.perf_counter() - started
+
+    with client(back) as direct, client(front) as through:
+        timed(direct, DEFAULT_MODEL), timed(through, HOSTED)  # connections opened
+        back_s = statistics.median(timed(direct, DEFAULT_MODEL) for _ in range(7))
+        front_s = statistics.median(timed(through, HOSTED) for _ in range(7))
+    print(f"\nmedian: back cluster {back_s * 1000:.1f} ms, through the front cluster {front_s * 1000:.1f} ms")
+    assert front_s < back_s + 0.5
