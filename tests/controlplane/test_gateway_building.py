@@ -39,8 +39,9 @@ def _not_default(name: str) -> Any:
 def _changed(default: Any, annotation: Any = None) -> Any:
     if isinstance(default, bool):
         return not default
-    if isinstance(default, str):  # one of a Literal's values: another of them
-        return next(value for value in get_args(annotation) if value != default)
+    if isinstance(default, str):  # one of a Literal's values: another of them; else a path
+        others = [value for value in get_args(annotation) if value != default]
+        return others[0] if others else default + "/etc/llmgw/changed.pem"
     return default * 2 + 1
 
 

@@ -109,6 +109,17 @@ class RefusedSettingsView(AnswerModel):
     """When the agent went back, as a Unix timestamp."""
 
 
+class ProviderView(AnswerModel):
+    """A model served by a provider outside the cluster, as this control plane's gateway saw it."""
+
+    served_by: str
+    """The provider's API, its name for the model and its host (``openai gpt-4o at api.openai.com``)."""
+    requests: int = 0
+    """Requests this plane sent it since it started."""
+    last_error: str = ""
+    """Its last failure (``429 at 12:03:04 UTC: rate limited``, ``timeout at ...``); empty: none."""
+
+
 class StatusView(AnswerModel):
     """The cluster's summary as the answering control plane sees it."""
 
@@ -134,6 +145,8 @@ class StatusView(AnswerModel):
     components: list[ComponentView] = []
     refused_settings: dict[str, RefusedSettingsView] = {}
     """Per node: settings its agent could not start on (fix them with ``llmgw ctl config set``)."""
+    providers: dict[str, ProviderView] = {}
+    """Per model served outside the cluster: where, and how its provider answered this plane."""
 
 
 class ServingRequest(RequestModel):
@@ -224,6 +237,8 @@ class ModelView(AnswerModel):
     ready: int
     unplaced: str = ""
     problem: str = ""
+    provider_error: str = ""
+    """A provider model's last failure as this plane's gateway saw it (empty: none)."""
 
 
 # keys

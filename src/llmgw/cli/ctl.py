@@ -92,6 +92,14 @@ def show_status(s: StatusView, now: float | None = None) -> None:
         (f"refused settings on {node}", f"{r.keys}: {r.reason} (runs on its last good settings)")
         for node, r in s.refused_settings.items()
     ]
+    rows += [
+        (
+            f"provider {model}",
+            f"{p.served_by}, {p.requests} requests, "
+            + (f"last error {p.last_error}" if p.last_error else "no error"),
+        )
+        for model, p in s.providers.items()
+    ]
     at = time.time() if now is None else now
     rows += [
         (f"component {c.name}", describe_component(c, at)) for c in s.components if c.state in WORTH_SHOWING

@@ -14,7 +14,9 @@ from llmgw.cli.presets import presets, print_added
 from llmgw.client.admin import AdminClient
 from llmgw.client.definitions import read_definition
 from llmgw.client.presets import add_preset
+from llmgw.client.providerkeys import read_key
 from llmgw.core.presets import PRESETS
+from llmgw.core.providers import served_outside
 from llmgw.errors import ValidationFailed
 
 model_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
@@ -39,10 +41,14 @@ def list_models(admin: AdminClient, as_json: bool = False) -> None:
                 f"{d.replicas.min}/{d.replicas.max}",
                 f"{m.ready}/{m.replicas}",
                 "yes" if d.on_demand else "no",
-                d.source.sha256[:12],
+                d.source.sha256[:12] if d.source else served_outside(d) + _last_error(m.provider_error),
             )
         )
     table(["MODEL", "ENGINE", "REPLICAS (min/max)", "READY", "ON DEMAND", "WEIGHTS"], out)
+
+
+def _last_error(error: str) -> str:
+    return f" (last error {error})" if error else ""
 
 
 @model_app.command("list")
@@ -76,11 +82,32 @@ def model_add(
         None, "--memory-mb", help="Memory a replica needs (default: from the weights)."
     ),
     arg: list[str] = typer.Option([], "--arg", help="Extra engine argument (repeat for more)."),
+    provider: str = typer.Option(
+        None, "--provider", help="Served outside the cluster at this API root (https://api.openai.com/v1)."
+    ),
+    provider_model: str = typer.Option(None, "--provider-model", help="The provider's name for the model."),
+    provider_api: str = typer.Option("openai", "--provider-api", help="openai or anthropic."),
+    key_file: Path = typer.Option(None, "--key-file", help="A file holding the provider's key."),
+    key_env: str = typer.Option(
+        None, "--key-env", help="An environment variable holding the provider's key."
+    ),
+    max_concurrency: int = typer.Option(
+        None, "--max-concurrency", help="Requests sent to the provider at once (default 16)."
+    ),
     url: str | None = URL,
     token: str | None = TOKEN,
 ) -> None:
-    """Add a model: a preset by name ('llmgw ctl presets'), or from flags or a definition file."""
+    """Add a model: a preset by name ('llmgw ctl presets'), from flags or a definition file, or served
+    by a provider outside the cluster (--provider URL --provider-model NAME --key-file PATH)."""
     admin = client(url, token)
+    if provider is not None:
+        section: dict[str, Any] = {"api": provider_api, "base_url": provider, "model": provider_model or name}
+        if key := read_key(key_file, key_env, "--key"):
+            section["key"] = key
+        if max_concurrency is not None:
+            section["max_concurrency"] = max_concurrency
+        print_added(admin.add_model({"name": name, "provider": section}))
+        return
     if name in PRESETS and definition is None and file is None:
         with upload_bar() as progress:
             added = add_preset(admin, PRESETS[name], weights, progress)
@@ -138,6 +165,37 @@ def _from_flags(
         "on_demand": on_demand,
         "idle_timeout_s": idle_timeout,
     }
+
+
+@model_app.command("show")
+def model_show(
+    name: str = typer.Argument(..., help="The model to show."),
+    url: str | None = URL,
+    token: str | None = TOKEN,
+    as_json: bool = AS_JSON,
+) -> None:
+    """Show a model's definition (a provider's key shows as 'set', never itself)."""
+    entry = client(url, token).model(name)
+    if as_json:
+        print_json(entry)
+        return
+    d = entry.definition
+    console.print(f"model [bold]{entry.name}[/]" + (f" (owner {d.owner})" if d.owner else ""))
+    if d.provider is not None:
+        p = d.provider
+        console.print(f"provider: {p.api.value} at {p.base_url}, model {p.model}")
+        console.print(f"key: {p.key or 'none'}")
+        t = p.timeouts
+        console.print(
+            f"timeouts: connect {t.connect_s:g} s, first byte {t.first_byte_s:g} s, total {t.total_s:g} s"
+        )
+        console.print(f"max concurrency: {p.max_concurrency}")
+    else:
+        assert d.source is not None
+        console.print(f"weights: {d.source.sha256} ({d.source.filename})")
+        console.print(f"engine: {d.profile.engine}; replicas min {d.replicas.min}, max {d.replicas.max}")
+    if d.fallbacks:
+        console.print(f"fallbacks: {', '.join(d.fallbacks)}")
 
 
 @model_app.command("scale")

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from llmgw.client.admin import AdminClient
+from llmgw.client.providerkeys import resolve_key
 from llmgw.client.uploads import UploadProgress, upload_file
 from llmgw.core.catalog import parse_model
 from llmgw.core.engines import default_engine_for
@@ -141,11 +142,14 @@ def fill_checksums(
 
 
 def read_definition(path: Path, name: str | None) -> dict[str, Any]:
-    """A YAML or JSON model definition file (``name``: the name it gets instead of its own)."""
+    """A YAML or JSON model definition file (``name``: the name it gets instead of its own), its
+    provider's key read from where the file says it is (:mod:`llmgw.client.providerkeys`)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as error:
         raise ValidationFailed([("--definition", f"cannot read {path}: {error}")], "fix the file") from None
-    if name and isinstance(data, dict):
+    if not isinstance(data, dict):
+        return {"": data}
+    if name:
         data["name"] = name
-    return data if isinstance(data, dict) else {"": data}
+    return resolve_key(data)

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Label
 
 from llmgw.console.state import ClusterData, GpuReading
 from llmgw.core.mig import device_label
+from llmgw.core.providers import served_outside
 
 Row = Sequence[object]
 
@@ -118,7 +119,7 @@ class ModelsView(TableView):
                 f"{d.replicas.min}/{d.replicas.max}",
                 f"{m.ready}/{m.replicas}",
                 "yes" if d.on_demand else "no",
-                d.source.sha256[:12],
+                d.source.sha256[:12] if d.source else served_outside(d),
                 problem,
             )
 

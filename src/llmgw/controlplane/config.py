@@ -149,6 +149,8 @@ class GatewaySettingsFile(Section):
     """How long a request waits for a replica to become ready before a 503."""
     upstream_timeout_s: float = 600.0
     """How long a request may take on its engine."""
+    provider_ca_file: str = ""
+    """A PEM file of CAs trusted for ``https://`` providers besides the system's (docs/providers.md)."""
     access_log: bool = False
     """Log one line per /v1 request (logger ``llmgw.access``): status, duration, tokens. Off costs nothing."""
     workers: int = Field(default=0, ge=0, le=64)

@@ -239,6 +239,7 @@ async def build(
     admin = build_admin(
         config, (base, data, leading, replicas, nodes), kb, check_agent_settings, process.supervisor
     )
+    admin.state.provider_health = lambda: gateway.providers.health
     agent_server, edge = build_edges(config, (base, gateway, leading, replicas, nodes), admin, closing)
     channel = build_worker_channel(listening, gateway, leading, replicas)
     http, workers = build_http(config, listening, edge, channel, worker_log_args, nodes.callers)

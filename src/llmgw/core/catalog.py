@@ -39,6 +39,7 @@ from llmgw.core.engines import (
 from llmgw.core.fallbacks import FallbackFields
 from llmgw.core.filenames import safe_filename
 from llmgw.core.mig import Spread, mig_refusal
+from llmgw.core.providers import ProviderFields
 from llmgw.core.requestbounds import RequestLimits
 from llmgw.core.tenancy import Owner, owner_text
 from llmgw.core.validation import check_args, check_env
@@ -423,12 +424,12 @@ class Replicas(Strict):
         return self
 
 
-class ModelDefinition(Strict, FallbackFields):
-    """A catalog entry (its ``fallbacks``: :mod:`llmgw.core.fallbacks`)."""
+class ModelDefinition(Strict, FallbackFields, ProviderFields):
+    """A catalog entry (its fallbacks: :mod:`llmgw.core.fallbacks`; provider: :mod:`llmgw.core.providers`)."""
 
     name: str
     """The name clients ask for in ``model``."""
-    source: Source
+    source: Source | None = Field(default=None, validate_default=True)  # required unless provider
     profiles: tuple[Profile, ...] = Field(default_factory=lambda: (Profile(),), max_length=16)
     """How to run the model, tried in order: placement takes the first profile some node fits.
     The single ``profile:`` of older definitions reads as a list of one."""
@@ -471,7 +472,7 @@ class ModelDefinition(Strict, FallbackFields):
 
     @model_validator(mode="after")
     def _format_fits_engine(self) -> ModelDefinition:
-        given = WeightsFormat(self.source.format)
+        given = WeightsFormat(self.source.format if self.source else self.profile.capabilities.weights_format)
         for index, profile in enumerate(self.profiles):
             runs = profile.capabilities.weights_format
             if given is not runs:
@@ -546,7 +547,7 @@ class ModelDefinition(Strict, FallbackFields):
         profile = profile if profile is not None else self.profile
         if profile.memory_mb is not None:
             return profile.memory_mb
-        total = self.source.size + sum(f.size for f in self.source.files)
+        total = self.source.size + sum(f.size for f in self.source.files) if self.source else 0
         total += sum(a.size for a in self.adapters)
         return int(total * 1.25 / 2**20) + profile.capabilities.runtime_mb
 
@@ -554,7 +555,7 @@ class ModelDefinition(Strict, FallbackFields):
         """Replicas the reconciler keeps: ``min``, or one while an on-demand model is in use."""
         if self.on_demand and demanded:
             return max(self.replicas.min, 1)
-        return self.replicas.min
+        return 0 if self.provider is not None else self.replicas.min
 
 
 def problems_of(error: ValidationError) -> list[tuple[str, str]]:

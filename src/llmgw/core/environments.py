@@ -87,6 +87,7 @@ def environment_entry(environment: str, group: list[ModelDefinition]) -> ModelDe
     files: dict[str, SourceFile] = {}
     for member in group:
         source = member.source
+        assert source is not None, "a ComfyUI model runs from weights in the mirror"
         for file in (
             SourceFile(sha256=source.sha256, filename=source.filename, size=source.size),
             *source.files,
@@ -98,6 +99,7 @@ def environment_entry(environment: str, group: list[ModelDefinition]) -> ModelDe
                     f"({member.name}'s differs); rename one of them"
                 )
             files.setdefault(file.filename, file)
+    assert first.source is not None, "a ComfyUI model runs from weights in the mirror"
     main = first.source.filename
     rest = tuple(f for name, f in files.items() if name != main)
     nodes: dict[str, CustomNode] = {}

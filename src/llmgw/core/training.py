@@ -188,6 +188,11 @@ def base_files(model: ModelDefinition, named: Iterable[TrainingFile]) -> tuple[T
     files = tuple(named)
     if not files:
         source = model.source
+        if source is None:
+            raise ValidationFailed(
+                [("model", f"model {model.name!r} is served by its provider; it has no weights to train")],
+                "train a model the cluster runs from weights in the mirror",
+            )
         if source.format != "safetensors":
             raise ValidationFailed(
                 [("weights", f"model {model.name!r} is kept as GGUF; training reads safetensors")],

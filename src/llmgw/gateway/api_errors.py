@@ -215,7 +215,7 @@ def request_timed_out(model: str, limit: float | None) -> ApiError:
         504,
         f"The request ran past the time limit of model '{model}' on its engine{took} and was "
         "stopped; ask for fewer tokens (max_tokens), or have an operator raise request_timeout_s "
-        "in the model's profile.",
+        "in the model's profile (provider.timeouts.total_s for a model served by a provider).",
         "request_timeout",
     )
 

@@ -67,6 +67,7 @@ from llmgw.gateway.messages_api import AnthropicError, api_key_header
 from llmgw.gateway.messages_call import translated
 from llmgw.gateway.outbound import GatewayOutbound, NoOutbound, Telling
 from llmgw.gateway.paths import COUNT_TOKENS_ROUTE, ENGINE_ROUTE, FORWARDED, MESSAGES_ROUTES
+from llmgw.gateway.provider_calls import ProviderCalls
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.response_routes import ResponseRoutes, response_route
 from llmgw.gateway.response_store import ResponseBook, ResponseStore
@@ -176,6 +177,8 @@ class Gateway:
         self.catalog = catalog if catalog is not None else GatewayCatalog()
         self.upstream: UpstreamClient = upstream if upstream is not None else Upstream(self.settings)
         """How replicas are called (HTTP unless a test passed an in-memory one)."""
+        self.providers = ProviderCalls(self.upstream)
+        """Forwarded requests: to a provider as its API takes them (its health kept), the rest as they are."""
         self.tokenizer = Tokenizer(self.upstream)
         """Prompt tokens from a replica's /tokenize, for KV-block routing."""
         self.adapters = Adapters(self.replicas, self.upstream)
@@ -205,7 +208,7 @@ class Gateway:
             self.settings,
             self.replicas,
             self.adapters,
-            self.upstream,
+            self.providers,
             self.tokenizer,
             self.finder,
             self.telling,

@@ -118,7 +118,9 @@ def catalog_entries(models: Iterable[ModelDefinition]) -> list[ModelEntry]:
 
 def request_timeout(model: ModelDefinition) -> float | None:
     """The model's time limit on its engine: the longest of its profiles', None when one has none
-    (a replica of that profile may take as long as it needs)."""
+    (a replica of that profile may take as long as it needs); a provider model's total timeout."""
+    if model.provider is not None:
+        return model.provider.timeouts.total_s
     limits = [profile.request_timeout_s for profile in model.profiles]
     if any(limit is None for limit in limits):
         return None

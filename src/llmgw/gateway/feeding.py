@@ -6,7 +6,7 @@ outside ``llmgw.gateway`` reaches into the replica table, the router's KV
 index, the adapters or the key ring:
 
 - a replica ready (with the adapter files its node holds) or gone;
-- the catalog replaced (models and their adapters);
+- the catalog replaced (models and their adapters; a provider model's entry in the replica table);
 - the API keys replaced;
 - a replica's KV-block changes (:class:`~llmgw.core.kvblocks.KvBlocksUpdate`);
 - the limits replaced, the planes' shares of them, and the counts of budgets read back from the store;
@@ -34,6 +34,7 @@ from llmgw.gateway.adapters import Adapters, adapter_entries
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
 from llmgw.gateway.keys import KeyEntry, KeyRing
 from llmgw.gateway.limiting import Limiter
+from llmgw.gateway.providers import place_providers
 from llmgw.gateway.replicas import ReplicaEndpoint, ReplicaTable
 
 FeedListener = Callable[[str, tuple[Any, ...]], None]
@@ -95,6 +96,7 @@ class GatewayFeed:
         models = list(models)
         self._catalog.replace(catalog_entries(models))
         self._adapters.replace(adapter_entries(models))
+        place_providers(self._replicas, models)
         self._told("catalog_replaced", models)
 
     def keys_replaced(self, keys: Iterable[KeyEntry]) -> None:

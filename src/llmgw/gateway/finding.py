@@ -111,6 +111,15 @@ class ReplicaFinder:
                 f"No ready replica of model '{model}' holds adapter '{adapter}' yet: its engine loads "
                 "adapters only at start, and replicas with it are being started."
             )
+        elif full := [load for load in self._replicas.loads(model) if self._replicas.full(load)]:
+            return ApiError(
+                503,
+                f"Model '{model}' has its provider's cap of {full[0].capacity} requests in flight and no "
+                f"slot freed within {self._settings.request_wait_s:g} s. Retry in {wait} s, or raise the "
+                "model's provider.max_concurrency.",
+                "model_busy",
+                retry_after=wait,
+            )
         elif self._replicas.ready(model):
             why = (
                 f"The ready replicas of model '{model}' cannot take requests now (their engines' load "

@@ -19,9 +19,8 @@ is the request's deadline on its engine: the upstream client closes the
 connection when it passes, and the client is answered 504 ``request_timeout``
 (an error event in a stream already started).
 
-With tracing on, the request is a span (continuing the client's
-``traceparent``, if it sent one) and the engine is sent that span's
-``traceparent``; off, ``gateway.tracing.enabled`` is read once and nothing else happens.
+With tracing on, the request is a span (continuing the client's ``traceparent``, if it sent one) and the
+engine is sent that span's ``traceparent``; off, ``gateway.tracing.enabled`` is read once, nothing else.
 """
 
 from __future__ import annotations
@@ -67,6 +66,7 @@ from llmgw.gateway.upstream import (
     UpstreamDropped,
     UpstreamTimeout,
     describe,
+    retry_after,
 )
 from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts, tokens_in
 from llmgw.observability import logcontext
@@ -496,7 +496,7 @@ class Forwarder:
         exchange.status = status
         exchange.finished = True
         exchange.response_started = True
-        await send_bytes(send, status, body, exchange.request_id)
+        await send_bytes(send, status, body, exchange.request_id, headers=retry_after(response))
 
     async def _relay_stream(
         self,

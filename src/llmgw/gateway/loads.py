@@ -86,7 +86,7 @@ class LoadReader:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         self._round += 1
-        endpoints = self.table.endpoints()
+        endpoints = [e for e in self.table.endpoints() if e.provider is None]  # a provider has no engine
         for gone in set(self.readings) - {e.replica_id for e in endpoints}:
             del self.readings[gone]
         due = [

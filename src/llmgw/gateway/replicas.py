@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 
 from llmgw.core.engines import DEFAULT_ENGINE
+from llmgw.core.providers import Provider
 from llmgw.core.routing import ReplicaLoad
 from llmgw.core.scaling import ModelLoad, TtftWindow
 from llmgw.gateway.routing import Router
@@ -30,25 +31,29 @@ class ReplicaEndpoint:
     """The catalog model the replica serves."""
     base_url: str
     """Scheme, host and port (no ``/v1``): requests go to ``base_url + "/v1/..."``."""
-    api_key: str
-    """The replica's own key, which its engine demands."""
+    api_key: str = field(repr=False)
+    """The replica's own key, which its engine demands (a provider's key); never in a repr or a log."""
     capacity: int = 1
     """Requests the replica serves at once (the engine's parallel slots)."""
     engine: str = DEFAULT_ENGINE
     """The engine serving it: its load is read by that engine's metric names (gateway/loads.py)."""
+    provider: Provider | None = None
+    """Set for a model served outside the cluster (``gateway/providers.py``): no engine, no metrics
+    read; ``capacity`` is its concurrency cap, over which requests wait as for a busy replica."""
 
 
 class Lease:
     """One request in flight on a replica; :meth:`release` (or leaving the ``with``) ends it."""
 
-    __slots__ = ("_freed", "_load", "endpoint")
+    __slots__ = ("_load", "_released", "endpoint")
 
     def __init__(
-        self, endpoint: ReplicaEndpoint, load: ReplicaLoad, freed: Callable[[str], None] | None = None
+        self, endpoint: ReplicaEndpoint, load: ReplicaLoad, released: Callable[[str], None] | None = None
     ) -> None:
         self.endpoint = endpoint
         self._load: ReplicaLoad | None = load
-        self._freed = freed
+        self._released = released
+        """Told the model when the lease ends (a capped replica: a waiting request may take the slot)."""
         load.in_flight += 1
 
     def release(self) -> None:
@@ -56,8 +61,8 @@ class Lease:
         load, self._load = self._load, None
         if load is not None:
             load.in_flight -= 1
-            if self._freed is not None:
-                self._freed(self.endpoint.model)
+            if self._released is not None:
+                self._released(self.endpoint.model)
 
     def __enter__(self) -> Lease:
         return self
@@ -86,6 +91,8 @@ class ReplicaTable:
         self._ttft = TtftWindow()
         self.on_slot_freed: Callable[[str], None] | None = None
         """Told a model's name when one of its slots may have freed (gateway/queueing.py)."""
+        self._capped: set[str] = set()
+        """Replicas whose capacity is a hard cap (providers): never picked while full."""
 
     # -- changes from the control plane --------------------------------------------------------
 
@@ -102,6 +109,10 @@ class ReplicaTable:
         if load not in members:
             members.append(load)
         self._endpoints[endpoint.replica_id] = endpoint
+        if endpoint.provider is not None:
+            self._capped.add(endpoint.replica_id)
+        else:
+            self._capped.discard(endpoint.replica_id)
         self._wake(endpoint.model)
 
     def _wake(self, model: str) -> None:
@@ -128,6 +139,7 @@ class ReplicaTable:
     def remove(self, replica_id: str) -> ReplicaEndpoint | None:
         """Take a replica out of routing; requests already on it finish there."""
         self._draining.pop(replica_id, None)
+        self._capped.discard(replica_id)
         endpoint = self._endpoints.pop(replica_id, None)
         load = self._loads.pop(replica_id, None)
         if endpoint is not None and load is not None:
@@ -220,10 +232,18 @@ class ReplicaTable:
             loads = [load for load in loads if load.replica_id not in exclude]
             if not loads:
                 return None
+        if self._capped:
+            loads = [load for load in loads if not self.full(load)]
+            if not loads:
+                return None
         if len(loads) == 1:
             return self._endpoints[loads[0].replica_id] if loads[0].readable else None
         chosen = self.router.choose(model, loads, prompt, tokens, salt)
         return None if chosen is None else self._endpoints[chosen.replica_id]
+
+    def full(self, load: ReplicaLoad) -> bool:
+        """Whether a capped replica (a provider) has its cap of requests in flight."""
+        return load.replica_id in self._capped and load.in_flight >= load.capacity
 
     def endpoints(self) -> list[ReplicaEndpoint]:
         """Every ready replica."""
@@ -255,7 +275,8 @@ class ReplicaTable:
         if load is None:
             # Removed meanwhile: count on a detached load so release stays balanced.
             load = ReplicaLoad(endpoint.replica_id, capacity=max(1, endpoint.capacity))
-        return Lease(endpoint, load, self.on_slot_freed)
+        released = self._wake if endpoint.replica_id in self._capped else self.on_slot_freed
+        return Lease(endpoint, load, released)
 
     async def changed(self, model: str, timeout_s: float) -> bool:
         """Wait until a replica of ``model`` becomes ready or routable again (its load read after

@@ -20,6 +20,9 @@ class GatewaySettings(BaseModel):
     non-streamed answer."""
     connect_timeout_s: float = Field(default=5.0, gt=0)
     """Longest wait to open a connection to a replica before trying another."""
+    provider_ca_file: str = ""
+    """A PEM file of CAs trusted for ``https://`` providers besides the system's (a private CA); empty:
+    the system's trust store alone."""
     retry_after_s: int = Field(default=5, ge=0)
     """Seconds a client is told (``Retry-After``) to wait when no replica can serve it now."""
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)

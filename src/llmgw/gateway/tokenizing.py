@@ -152,6 +152,7 @@ async def prompt_tokens(
     known = tokenizer.cached(model, prompt, request)
     if known is not None:
         return known
+    ready = [endpoint for endpoint in ready if endpoint.provider is None]  # a provider has no /tokenize
     if not ready:
         return None
     endpoint = ready[len(prompt) % len(ready)]

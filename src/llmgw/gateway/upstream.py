@@ -16,11 +16,18 @@ replica), :class:`UpstreamTimeout` (the replica went silent) and
 :class:`UpstreamDropped` (the connection broke mid-answer) and :class:`RequestTimedOut`
 (the request's own time limit, its ``deadline``, ran out: the connection is closed
 at that moment, so the engine stops working on it).
+
+A provider outside the cluster (an endpoint with ``provider``, ``gateway/providers.py``)
+is called the same way, over TLS when its URL is ``https://`` (the system's trust
+store, and ``gateway.provider_ca_file`` for a private CA), with its own key header
+(Anthropic's ``x-api-key``), the path under its base URL, and its own connect and
+first-byte timeouts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -28,7 +35,8 @@ from typing import Protocol
 
 import httptools
 
-from llmgw.errors import EngineError
+from llmgw.core.providers import ANTHROPIC_VERSION, ProviderApi
+from llmgw.errors import ConfigError, EngineError
 from llmgw.gateway.replicas import ReplicaEndpoint
 from llmgw.gateway.settings import GatewaySettings
 
@@ -65,6 +73,12 @@ def describe(error: BaseException) -> str:
     """A short, single-line reason for logs and hooks."""
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:300]
+
+
+def retry_after(answer: object) -> list[tuple[bytes, bytes]] | None:
+    """The ``Retry-After`` header of an upstream answer that sent one (a provider's 429), to pass on."""
+    value = getattr(answer, "retry_after", "")
+    return [(b"retry-after", value.encode("latin-1"))] if value else None
 
 
 class UpstreamAnswer(Protocol):
@@ -127,6 +141,7 @@ class UpstreamResponse:
         "_waiter",
         "content_type",
         "keep_alive",
+        "retry_after",
         "status",
     )
 
@@ -143,6 +158,8 @@ class UpstreamResponse:
         self.status = 0
         self.content_type = ""
         self.keep_alive = False
+        self.retry_after = ""
+        """The answer's ``Retry-After`` header (a provider's 429 or 503), empty when it sent none."""
 
     # -- fed by the connection ------------------------------------------------------------------
 
@@ -292,6 +309,9 @@ class _Connection(asyncio.Protocol):
         if lowered == b"content-type":
             assert self.response is not None
             self.response.content_type = value.decode("latin-1")
+        elif lowered == b"retry-after":
+            assert self.response is not None
+            self.response.retry_after = value.decode("latin-1")[:32]
         elif lowered in (b"content-length", b"transfer-encoding"):
             self._until_close = False  # the body's end is marked, not the connection's
 
@@ -348,26 +368,48 @@ class Upstream:
         self._pools: dict[tuple[str, int], list[_Connection]] = {}
         self._heads: dict[tuple[str, str, str], tuple[bytes, str, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._tls: ssl.SSLContext | None = None
+
+    def tls(self) -> ssl.SSLContext:
+        """The TLS context providers are called with: the system's trust store, and the CA file set."""
+        if self._tls is None:
+            context = ssl.create_default_context()
+            if self._settings.provider_ca_file:
+                try:
+                    context.load_verify_locations(cafile=self._settings.provider_ca_file)
+                except (OSError, ssl.SSLError) as error:
+                    raise ConfigError(
+                        f"gateway.provider_ca_file {self._settings.provider_ca_file}: {describe(error)}",
+                        "point it at a readable PEM file of the CA that signed the provider's certificate",
+                    ) from None
+            self._tls = context
+        return self._tls
 
     def _head(self, endpoint: ReplicaEndpoint, path: str) -> tuple[bytes, str, int]:
         """The request's first lines (all but x-request-id and the length) and the replica's address."""
         key = (endpoint.base_url, endpoint.api_key, path)
         known = self._heads.get(key)
         if known is None:
-            if not endpoint.base_url.startswith("http://"):
+            provider = endpoint.provider
+            if not endpoint.base_url.startswith("http://") and provider is None:
                 raise Unreachable(endpoint, "the gateway calls replicas over http:// only", connecting=True)
             if len(self._heads) > 4096:
                 self._heads.clear()
             host, port = _address(endpoint)
+            auth = f"Authorization: Bearer {endpoint.api_key}\r\n" if endpoint.api_key else ""
+            if provider is not None:
+                path = provider.path_prefix + path
+                if provider.api is ProviderApi.ANTHROPIC:
+                    auth = f"x-api-key: {endpoint.api_key}\r\n" if endpoint.api_key else ""
+                    auth += f"anthropic-version: {ANTHROPIC_VERSION}\r\n"
             head = (
                 f"POST {path} HTTP/1.1\r\nHost: {f'[{host}]' if ':' in host else host}:{port}\r\n"
-                f"Authorization: Bearer {endpoint.api_key}\r\nContent-Type: application/json\r\n"
-                "Accept-Encoding: identity\r\n"
+                f"{auth}Content-Type: application/json\r\nAccept-Encoding: identity\r\n"
             ).encode("latin-1")
             known = self._heads[key] = (head, host, port)
         return known
 
-    def _pooled(self, host: str, port: int) -> _Connection | None:
+    def _pooled(self, host: str, port: int) -> _Connection | None:  # http and https never share a port
         """An idle connection to ``host:port`` still fit for reuse, or None."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # connections belong to the loop they were made in
@@ -387,11 +429,18 @@ class Upstream:
     async def _open(self, endpoint: ReplicaEndpoint, host: str, port: int) -> _Connection:
         """A new connection to ``host:port``."""
         loop = asyncio.get_running_loop()
+        provider = endpoint.provider
+        tls = self.tls() if provider is not None and provider.secure else None
+        limit = provider.timeouts.connect_s if provider is not None else self._settings.connect_timeout_s
         try:
-            async with asyncio.timeout(self._settings.connect_timeout_s):
-                _, connection = await loop.create_connection(lambda: _Connection(loop), host, port)
+            async with asyncio.timeout(limit):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(loop), host, port, ssl=tls, server_hostname=host if tls else None
+                )
         except TimeoutError as exc:
             raise Unreachable(endpoint, "connect timed out", connecting=True) from exc
+        except ssl.SSLError as exc:  # an OSError too: named as TLS, the connection was made
+            raise Unreachable(endpoint, f"TLS failed: {describe(exc)}", connecting=True) from exc
         except OSError as exc:
             raise Unreachable(endpoint, describe(exc), connecting=True) from exc
         connection.pool = self._pools.setdefault((host, port), [])
@@ -419,7 +468,11 @@ class Upstream:
         head, host, port = self._head(endpoint, path)
         connection = self._pooled(host, port) or await self._open(endpoint, host, port)
         loop = connection.loop
-        response = connection.response = UpstreamResponse(connection, self._settings.upstream_timeout_s)
+        provider = endpoint.provider
+        silence = (
+            provider.timeouts.first_byte_s if provider is not None else self._settings.upstream_timeout_s
+        )
+        response = connection.response = UpstreamResponse(connection, silence)
         waiting = connection.headers_done = loop.create_future()
         assert connection.transport is not None
         if traceparent:
@@ -429,14 +482,12 @@ class Upstream:
         )
         if deadline is not None:
             response._deadline = loop.call_at(deadline, response._expired)
-        timer = loop.call_later(self._settings.upstream_timeout_s, _expire, waiting)
+        timer = loop.call_later(silence, _expire, waiting)
         try:
             await waiting
         except UpstreamTimeout as exc:
             response.close()
-            raise UpstreamTimeout(
-                f"replica {endpoint.replica_id} sent no answer within {self._settings.upstream_timeout_s:g} s"
-            ) from exc
+            raise UpstreamTimeout(f"{_named(endpoint)} sent no answer within {silence:g} s") from exc
         except UpstreamDropped as exc:
             response.close()
             raise Unreachable(endpoint, describe(exc), connecting=False) from exc
@@ -455,6 +506,13 @@ class Upstream:
                 connection.abort()
 
 
+def _named(endpoint: ReplicaEndpoint) -> str:
+    """How errors name the endpoint: its replica, or the provider of its model."""
+    if endpoint.provider is not None:
+        return f"the provider of model '{endpoint.model}'"
+    return f"replica {endpoint.replica_id}"
+
+
 def _address(endpoint: ReplicaEndpoint) -> tuple[str, int]:
     """Host and port of a replica's ``http://host:port`` base URL."""
     rest = endpoint.base_url.partition("://")[2] or endpoint.base_url
@@ -464,4 +522,5 @@ def _address(endpoint: ReplicaEndpoint) -> tuple[str, int]:
         port = port.lstrip(":")
     else:
         host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
-    return host, int(port) if port.isdigit() else 80
+    default = 443 if endpoint.base_url.startswith("https://") else 80
+    return host, int(port) if port.isdigit() else default

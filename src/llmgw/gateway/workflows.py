@@ -93,7 +93,9 @@ def workflow_of(model: ModelDefinition) -> Workflow | None:
     if section is None:
         return None
     inputs = {name: Slot(where.node, where.input) for name, where in section.inputs.items()}
-    checkpoint = section.checkpoint or ("" if model.source.files else model.source.filename)
+    source = model.source
+    assert source is not None, "a ComfyUI model runs from weights in the mirror"
+    checkpoint = section.checkpoint or ("" if source.files else source.filename)
     return Workflow(section.api_workflow(), inputs, section.outputs, section.licence, checkpoint)
 
 

@@ -66,6 +66,8 @@ class CheckedBundle:
 def model_files(definition: ModelDefinition) -> list[tuple[str, str]]:
     """(sha256, file name) of every mirrored file a model runs from: weights, projector, adapters."""
     source = definition.source
+    if source is None:  # served by its provider: nothing in the mirror
+        return []
     found = [(source.sha256, source.filename)]
     if source.projector is not None:
         found.append((source.projector.sha256, source.projector.filename))

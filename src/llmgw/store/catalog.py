@@ -3,7 +3,9 @@
 The store keeps a definition as the plain dict it was given; checking it is
 :mod:`llmgw.core.catalog`'s job, before it gets here. The definition's
 ``owner`` is also kept in columns of its own (``owner_kind``, ``owner_path``)
-to find what an owner owns.
+to find what an owner owns. A provider model's key (``provider.key``) is
+stored sealed when the store has the cluster's key (:mod:`llmgw.store.secretbox`)
+and opened as the definition is read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from llmgw.core.tenancy import CLUSTER, Owner, OwnerKind
 from llmgw.errors import Conflict, NotFound
+from llmgw.store.secretbox import SecretBox, open_plain
 from llmgw.store.tables import ModelRow, rowcount
 from llmgw.store.upserting import upsert
 
@@ -49,8 +52,28 @@ def owner_of(definition: dict[str, Any]) -> Owner:
 class Catalog:
     """Models by name: add, replace, read, list and remove."""
 
-    def __init__(self, store: StoreAccess) -> None:
+    def __init__(self, store: StoreAccess, secrets: SecretBox | None = None) -> None:
         self._store = store
+        self._secrets = secrets
+        """Seals the provider keys written and opens those read (None: kept as they are)."""
+
+    def _sealed(self, name: str, definition: dict[str, Any]) -> dict[str, Any]:
+        """``definition`` as stored: its provider key sealed for the model's row."""
+        section = definition.get("provider")
+        if self._secrets is None or not isinstance(section, dict) or not section.get("key"):
+            return dict(definition)
+        key = self._secrets.seal(str(section["key"]), _key_row(name))
+        return {**definition, "provider": {**section, "key": key}}
+
+    def _record(self, row: Any) -> ModelRecord:
+        record = _record(row)
+        section = record.definition.get("provider")
+        if not isinstance(section, dict) or not section.get("key"):
+            return record
+        stored, at = str(section["key"]), _key_row(record.name)
+        key = self._secrets.open(stored, at) if self._secrets is not None else open_plain(stored, at)
+        definition = {**record.definition, "provider": {**section, "key": key}}
+        return ModelRecord(record.name, definition, record.created_at, record.updated_at, record.owner)
 
     async def add(self, name: str, definition: dict[str, Any]) -> ModelRecord:
         """Add a new model; :class:`Conflict` when one of that name exists."""
@@ -58,7 +81,7 @@ class Catalog:
         owner = owner_of(definition)
         row = ModelRow(
             name=name,
-            definition=dict(definition),
+            definition=self._sealed(name, definition),
             created_at=now,
             updated_at=now,
             owner_kind=owner.kind.value,
@@ -72,7 +95,7 @@ class Catalog:
                 await session.flush()
             except IntegrityError:
                 raise _exists(name) from None
-            return _record(row)
+            return self._record(row)
 
     async def put(self, name: str, definition: dict[str, Any]) -> ModelRecord:
         """Add the model, or replace the definition of the one of that name (keeping its ``created_at``)."""
@@ -81,7 +104,7 @@ class Catalog:
             owner = owner_of(definition)
             values = {
                 "name": name,
-                "definition": dict(definition),
+                "definition": self._sealed(name, definition),
                 "created_at": now,
                 "updated_at": now,
                 "owner_kind": owner.kind.value,
@@ -89,7 +112,7 @@ class Catalog:
             }
             update = ("definition", "updated_at", "owner_kind", "owner_path")
             row = await upsert(session, ModelRow, values, key="name", update=update)
-            return _record(row)
+            return self._record(row)
 
     async def get(self, name: str) -> ModelRecord:
         """The model called ``name``; :class:`NotFound` when there is none."""
@@ -97,7 +120,7 @@ class Catalog:
             row = await session.get(ModelRow, name)
             if row is None:
                 raise _missing(name)
-            return _record(row)
+            return self._record(row)
 
     async def remove(self, name: str) -> None:
         """Remove the model and, with it, its replicas; :class:`NotFound` when there is none."""
@@ -110,7 +133,7 @@ class Catalog:
         """Every model, by name."""
         async with self._store.session() as session:  # columns, not ORM objects: read every reconcile pass
             rows = await session.execute(select(*_COLUMNS).order_by(ModelRow.name))
-            return [_record(row) for row in rows]
+            return [self._record(row) for row in rows]
 
 
 _COLUMNS = (ModelRow.name, ModelRow.definition, ModelRow.created_at, ModelRow.updated_at, ModelRow.owner_kind,
@@ -129,6 +152,11 @@ def _record(row: Any) -> ModelRecord:  # a ModelRow, or a row of _COLUMNS
         updated_at=row.updated_at,
         owner=owner,
     )
+
+
+def _key_row(name: str) -> str:
+    """What a model's sealed provider key is bound to: its table, field and name."""
+    return f"models.provider_key:{name}"
 
 
 def _exists(name: str) -> Conflict:

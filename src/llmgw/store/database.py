@@ -152,7 +152,7 @@ class Store:
         self._closed = False
         self._thread: tuple[ThreadPoolExecutor, Engine] | None = None
         """The thread :meth:`transact` runs SQLite's transactions in, and its engine (made at first use)."""
-        self.models = Catalog(self)
+        self.models = Catalog(self, secrets)
         self.replicas = Replicas(self, secrets)
         """Engine keys sealed with ``secrets`` (the cluster's store key) when given."""
         self.nodes = Nodes(self)

@@ -8,6 +8,9 @@ A model has an owner (the definition's ``owner``): adding or removing it
 needs a member over that owner; a model the caller does not see (neither
 visible from the caller's place nor readable by role) is absent from the
 listing and answers 404, as one never defined.
+
+A provider model's key is taken when the model is added and never shown
+again: every definition read back, and the audit log, say ``set`` in its place.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from llmgw.core.catalog import (
 )
 from llmgw.core.environments import is_entry
 from llmgw.core.fallbacks import Target, fallback_problems, falling_to
+from llmgw.core.providers import shown_definition, shown_key
 from llmgw.core.tenancy import Action, OwnerKind
 from llmgw.errors import Conflict, LlmgwError, NotFound, ValidationFailed
 from llmgw.mirror.blobs import BlobStore
@@ -59,11 +63,14 @@ async def list_models(state: State, caller: Who) -> list[ModelView]:
         out.append(
             ModelView(
                 name=record.name,
-                definition=definition,
+                definition=_shown(definition) if definition is not None else None,
                 replicas=len(mine),
                 ready=sum(1 for r in mine if r.state == "ready"),
                 unplaced=state.reconciler.unplaced.get(record.name, ""),
                 problem=problem,
+                provider_error=health.last_error
+                if (health := state.provider_health().get(record.name))
+                else "",
             )
         )
     return out
@@ -77,7 +84,7 @@ async def get_model(name: str, state: State, caller: Who) -> ModelEntry:
     definition, problem = _stored(record.definition)
     if definition is None:
         raise LlmgwError(problem, f"remove the model ('llmgw ctl model remove {name}') and add it again")
-    return ModelEntry(name=record.name, definition=definition)
+    return ModelEntry(name=record.name, definition=_shown(definition))
 
 
 @router.post("/models", status_code=201, response_model=ModelEntry, responses=declared(400, 404, 409))
@@ -116,10 +123,10 @@ async def add_model(model: ModelDefinition, state: State, caller: Who) -> ModelE
         )
     _fill_sizes(files, state.blobs)
     await state.store.models.add(model.name, definition)
-    await state.store.audit.record(caller.name, "model.add", model.name, definition)
+    await state.store.audit.record(caller.name, "model.add", model.name, shown_definition(definition))
     state.changes.changed("models")
     state.reconciler.wake()
-    return ModelEntry(name=model.name, definition=ModelDefinition.model_validate(definition))
+    return ModelEntry(name=model.name, definition=_shown(ModelDefinition.model_validate(definition)))
 
 
 @router.delete("/models/{name:path}", status_code=204, response_class=Response, responses=declared(400, 404))
@@ -167,7 +174,7 @@ async def scale_model(name: str, replicas: Replicas, state: State, caller: Who) 
     await state.store.audit.record(caller.name, "model.scale", name, {"before": before, "after": after})
     state.changes.changed("models")
     state.reconciler.wake()
-    return ModelEntry(name=name, definition=scaled)
+    return ModelEntry(name=name, definition=_shown(scaled))
 
 
 async def _readable(state: AdminState) -> list[ModelDefinition]:
@@ -183,6 +190,13 @@ async def _readable(state: AdminState) -> list[ModelDefinition]:
 
 def _target(model: ModelDefinition) -> Target:
     return Target(model.fallbacks, model.profile.serves.value)
+
+
+def _shown(model: ModelDefinition) -> ModelDefinition:
+    """``model`` as /api shows it: a provider's key ``set``, never itself."""
+    if model.provider is None:
+        return model
+    return model.model_copy(update={"provider": shown_key(model.provider)})
 
 
 def _stored(definition: dict[str, Any]) -> tuple[ModelDefinition | None, str]:
@@ -211,6 +225,8 @@ def _mirror_files(definition: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
     weights and other files: the entries themselves, so their sizes can be filled in.
     """
     source = definition["source"]
+    if source is None:  # served by its provider
+        return []
     files = [("source", source)]
     if source.get("projector"):
         files.append(("source.projector", source["projector"]))

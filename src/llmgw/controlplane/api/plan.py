@@ -19,6 +19,7 @@ from llmgw.controlplane.api.state import CLUSTER_ROLE, State
 from llmgw.controlplane.replicas.multinode import rank_of
 from llmgw.core.catalog import parse_model
 from llmgw.core.mig import device_label
+from llmgw.core.providers import served_outside
 from llmgw.errors import LlmgwError, NotFound
 
 router = APIRouter(prefix="/api", tags=["plan"], dependencies=CLUSTER_ROLE, responses=declared(401, 503, 403))
@@ -48,6 +49,14 @@ async def plan(state: State, model: str | None = None) -> list[PlanView]:
                 PlanView(
                     model=record.name, node="", devices=[], memory_mb=0, replicas=mine, wanted=0,
                     refused=[], problem=f"the stored definition does not read: {error}",
+                )
+            )  # fmt: skip
+            continue
+        if definition.provider is not None:
+            out.append(
+                PlanView(
+                    model=record.name, node="", devices=[], memory_mb=0, replicas=0, wanted=0, refused=[],
+                    problem=f"served outside the cluster ({served_outside(definition)}): nothing to place",
                 )
             )  # fmt: skip
             continue

@@ -14,7 +14,7 @@ the cluster, anything else a cluster admin.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -35,12 +35,17 @@ from llmgw.controlplane.training.scheduling import TrainingScheduler
 from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import BadRequest, Unauthorized
+from llmgw.gateway.provider_calls import ProviderHealth
 from llmgw.knowledge.service import Knowledge
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.pulling import Pulls
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
 from llmgw.training.pairs import CollectionPairs
+
+
+def no_providers() -> Mapping[str, ProviderHealth]:
+    return {}
 
 
 def no_components() -> Sequence[ComponentHealth]:
@@ -77,6 +82,8 @@ class AdminState:
     changes: Changes = field(default_factory=Changes)
     """What changed, for /api/events: the fleet and the reconciler tell the same publisher."""
     clock: Clock = SYSTEM_CLOCK
+    provider_health: Callable[[], Mapping[str, ProviderHealth]] = no_providers
+    """What this plane's gateway saw of each provider model (its requests, its last error)."""
     """Paces /api/events (coalescing, keepalives)."""
     pull_jobs: Pulls | None = None
     """Pulls from Hugging Face and Ollama into the mirror (None: made on first use)."""

@@ -21,12 +21,21 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llmgw import __version__
-from llmgw.adminapi.schemas import ComponentView, ControlPlaneView, Health, LeaderView, StatusView
+from llmgw.adminapi.schemas import (
+    ComponentView,
+    ControlPlaneView,
+    Health,
+    LeaderView,
+    ProviderView,
+    StatusView,
+)
 from llmgw.controlplane.admin.metricsaccess import metrics_refusal
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.nodes import refusals
 from llmgw.controlplane.api.state import AUTH, AdminState, State
 from llmgw.controlplane.lifecycle.selfrestart import INSTANCE
+from llmgw.core.catalog import ModelDefinition
+from llmgw.core.providers import served_outside
 from llmgw.core.settingtypes import SERVING_STOPPED, VIP_SETTING
 from llmgw.errors import Forbidden, Unauthorized
 from llmgw.store.leases import ControlPlaneRecord
@@ -127,7 +136,29 @@ async def status(state: State) -> StatusView:
             for c in state.components()
         ],
         refused_settings=refusals(state.fleet),
+        providers=await provider_views(state),
     )
+
+
+async def provider_views(state: AdminState) -> dict[str, ProviderView]:
+    """The catalog's provider models, with what this plane's gateway saw of each."""
+    seen = state.provider_health()
+    views = {}
+    for record in await state.store.models.list():
+        section = record.definition.get("provider")
+        if not isinstance(section, dict):
+            continue
+        try:
+            served = served_outside(ModelDefinition.model_validate(record.definition))
+        except ValueError:
+            continue  # a definition that no longer reads: 'llmgw ctl models' names its problem
+        health = seen.get(record.name)
+        views[record.name] = ProviderView(
+            served_by=served,
+            requests=health.requests if health else 0,
+            last_error=health.last_error if health else "",
+        )
+    return views
 
 
 def _planes(state: AdminState) -> list[ControlPlaneRecord]:

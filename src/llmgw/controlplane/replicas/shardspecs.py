@@ -19,13 +19,15 @@ def shard_spec(
     """The StartShard a replica's node is sent: the model's files, its profile and the replica's key
     (and, for a shard of a multi-node replica, its rank and where the shards meet)."""
     profile = profile_of(model, replica.profile)
+    source = model.source
+    assert source is not None, f"model {model.name} is served by its provider and never placed"
     return ShardSpec(
         replica_id=replica.replica_id,
         model=model.name,
         engine=profile.engine,
-        weights_sha256=model.source.sha256,
-        weights_filename=model.source.filename,
-        weights_size=model.source.size,
+        weights_sha256=source.sha256,
+        weights_filename=source.filename,
+        weights_size=source.size,
         args=tuple(profile.args),
         env=dict(profile.env),
         api_key=replica.api_key,
@@ -36,13 +38,11 @@ def shard_spec(
         pp=profile.pp,
         kv_events=profile.kv_events,
         max_loaded_adapters=profile.max_loaded_adapters,
-        weights_format=model.source.format,
-        projector_sha256=model.source.projector.sha256 if model.source.projector else "",
-        projector_filename=model.source.projector.filename if model.source.projector else "",
-        projector_size=model.source.projector.size if model.source.projector else 0,
-        files=tuple(
-            WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in model.source.files
-        ),
+        weights_format=source.format,
+        projector_sha256=source.projector.sha256 if source.projector else "",
+        projector_filename=source.projector.filename if source.projector else "",
+        projector_size=source.projector.size if source.projector else 0,
+        files=tuple(WeightsFile(sha256=f.sha256, filename=f.filename, size=f.size) for f in source.files),
         adapters=tuple(lora_adapter(a, profile.engine) for a in model.adapters),
         max_lora_rank=model.max_lora_rank(),
         serves=profile.serves.value,

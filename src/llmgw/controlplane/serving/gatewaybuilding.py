@@ -119,6 +119,7 @@ def gateway_settings(config: ServerConfig) -> GatewaySettings:
     return GatewaySettings(
         request_wait_s=g.request_wait_s,
         upstream_timeout_s=g.upstream_timeout_s,
+        provider_ca_file=g.provider_ca_file,
         access_log=g.access_log,
         job_poll_s=g.job_poll_s,
         job_timeout_s=g.job_timeout_s,

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from llmgw.controlplane.accounting.usage_writing import SUM_FIELDS
 from llmgw.core.catalog import ModelDefinition
+from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
 from llmgw.core.limitshares import PlaneShares
@@ -358,7 +359,7 @@ def _read_endpoint(data: Mapping[str, Any]) -> ReplicaEndpoint:
         _text(data["base_url"], "endpoint.base_url"),
         _text(data["api_key"], "endpoint.api_key"),
         _whole(data.get("capacity", 1), "endpoint.capacity"),
-        *([_text(data["engine"], "endpoint.engine")] if "engine" in data else []),
+        engine=_text(data["engine"], "endpoint.engine") if "engine" in data else DEFAULT_ENGINE,
     )
 
 
