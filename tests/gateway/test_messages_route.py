@@ -1,4 +1,7 @@
-"""POST /v1/messages on the gateway: Anthropic's Messages API served by a chat engine stand-in."""
+"""POST /v1/messages on the gateway: Anthropic's Messages API translated for a chat engine stand-in.
+
+The replica is an SGLang one (``CHAT_ONLY``), whose engine serves no Messages API: the request goes
+as a chat completion. Engines that serve it are sent it as it came (test_messages_native.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ ASK = {
     "messages": [{"role": "user", "content": "hi"}],
 }
 PROJECT = "project:acme/ml/chat"
+CHAT_ONLY = "sglang"
 
 
 def limited(gateway: Gateway, limits: dict[str, Limits]) -> None:
@@ -39,7 +43,7 @@ def events_of(text: str) -> list[tuple[str, dict[str, object]]]:
 async def test_a_whole_answer_is_an_anthropic_message_and_the_engine_is_asked_a_chat_completion(
     gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     answer = await http.post("/v1/messages", json=ASK, headers=ANTHROPIC)
     assert answer.status_code == 200, answer.text
     message = answer.json()
@@ -56,7 +60,7 @@ async def test_a_whole_answer_is_an_anthropic_message_and_the_engine_is_asked_a_
 async def test_a_bearer_key_is_taken_too(
     gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     answer = await http.post("/v1/messages", json=ASK, headers={"Authorization": f"Bearer {SECRET}"})
     assert answer.status_code == 200 and answer.json()["type"] == "message"
 
@@ -64,7 +68,7 @@ async def test_a_bearer_key_is_taken_too(
 async def test_a_stream_comes_as_anthropics_events_in_their_order(
     gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     answer = await http.post("/v1/messages", json={**ASK, "stream": True}, headers=ANTHROPIC)
     assert answer.status_code == 200
     events = events_of(answer.text)
@@ -86,7 +90,7 @@ async def test_a_stream_comes_as_anthropics_events_in_their_order(
 async def test_tokens_of_a_message_count_against_the_budget_like_a_chat(
     gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     limited(gateway, {"team:acme/ml": Limits(tokens_per_day=15)})
     for _ in range(2):
         ok = await http.post("/v1/messages", json=ASK, headers=ANTHROPIC)
@@ -98,7 +102,7 @@ async def test_tokens_of_a_message_count_against_the_budget_like_a_chat(
 async def test_a_request_over_the_rate_is_a_rate_limit_error_with_retry_after(
     gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     limited(gateway, {PROJECT: Limits(requests_per_minute=1)})
     assert (await http.post("/v1/messages", json=ASK, headers=ANTHROPIC)).status_code == 200
     refused = await http.post("/v1/messages", json=ASK, headers=ANTHROPIC)
@@ -111,7 +115,7 @@ async def test_a_request_over_the_rate_is_a_rate_limit_error_with_retry_after(
 async def test_errors_take_anthropics_shape(
     gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     unknown = await http.post("/v1/messages", json=ASK, headers={"x-api-key": "sk-wrong"})
     assert unknown.status_code == 401 and unknown.json()["error"]["type"] == "authentication_error"
     no_max = await http.post(
@@ -132,7 +136,7 @@ async def test_count_tokens_counts_the_translated_chat_with_the_engines_tokenize
 ) -> None:
     engine.extra["/apply-template"] = {"prompt": "<|im_start|>system\nbe brief<|im_end|>\n"}
     engine.extra["/tokenize"] = {"tokens": [1, 2, 3, 4, 5]}
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     asked = {k: v for k, v in ASK.items() if k != "max_tokens"}
     counted = await http.post("/v1/messages/count_tokens", json=asked, headers=ANTHROPIC)
     assert counted.status_code == 200, counted.text
@@ -152,7 +156,7 @@ async def test_count_tokens_without_a_ready_replica_says_so_in_anthropics_shape(
 async def test_count_tokens_holds_the_chat_bounds_before_any_engine_is_asked(
     gateway: Gateway, engine: MemoryEngine, http: httpx.AsyncClient
 ) -> None:
-    gateway.replicas.set_ready(engine.endpoint)
+    gateway.replicas.set_ready(engine.endpoint_for(MODEL, CHAT_ONLY))
     many = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}] * 5000}  # past max_messages
     refused = await http.post("/v1/messages/count_tokens", json=many, headers=ANTHROPIC)
     assert refused.status_code == 400, refused.text

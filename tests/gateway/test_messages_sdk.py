@@ -37,7 +37,7 @@ async def gateway(hooks: RecordingOutbound) -> AsyncIterator[Gateway]:
 
 
 async def test_the_sdk_gets_a_message_and_a_stream(gateway: Gateway, engine: FakeEngine) -> None:
-    gateway.feed.replica_ready(engine.endpoint)
+    gateway.feed.replica_ready(engine.endpoint_for(MODEL, "sglang"))  # no Messages API: translated
     async with serving(gateway.asgi_app()) as url:
         sdk = AsyncAnthropic(base_url=url, api_key=SECRET, max_retries=0, timeout=WAIT * 2)
         async with sdk:

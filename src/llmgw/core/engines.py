@@ -247,6 +247,9 @@ class EngineCapabilities:
     responses_api: bool = False
     """It serves OpenAI's Responses API (``/v1/responses``) itself; else the gateway translates a
     Responses request into a chat completion and the answer back."""
+    messages_api: bool = False
+    """It serves Anthropic's Messages API (``/v1/messages``) itself; else the gateway translates a
+    Messages request into a chat completion and the answer back."""
     cache_salt: bool = False
     """Its OpenAI server takes a request's ``cache_salt`` (salting its prefix cache): the gateway sends
     one for a request that searched knowledge collections (docs/knowledge.md), to no other engine."""
@@ -296,6 +299,7 @@ LLAMA_CPP = EngineCapabilities(
     env_families=("GGML_", "LLAMA_ARG_"),
     tasks=frozenset(Task),
     responses_api=True,
+    messages_api=True,
     pooling_flag=True,
     tokenize_text=True,
 )  # fmt: skip
@@ -339,6 +343,7 @@ VLLM = EngineCapabilities(
     agent_env=("PYTHONHASHSEED", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_API_KEY"),
     tasks=frozenset(Task),
     responses_api=True,
+    messages_api=True,
     cache_salt=True,
     # its CPU build serving SmolLM2-135M (270 MB of weights) here: its processes hold about 3.5 GiB
     # resident with the 1 GiB KV cache llmgw gives it (VLLM_CPU_KVCACHE_SPACE); on a card, torch's

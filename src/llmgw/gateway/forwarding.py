@@ -258,7 +258,8 @@ class Forwarder:
         """The route and body as the replica's engine needs them, and how its answer is reshaped.
 
         A Responses request goes as one to an engine serving the Responses API and as a chat
-        completion to any other; an engine that takes the adapter in the body is told which. A
+        completion to any other, a Messages request likewise (one that searched knowledge: always
+        as a chat completion); an engine that takes the adapter in the body is told which. A
         request that searched knowledge collections (``found``) carries its sources back, and its
         cache salt to an engine that takes one.
         """
@@ -266,7 +267,11 @@ class Forwarder:
         if call is not None:  # a chat completion has none: no check more on its way
             caps = find_engine(endpoint.engine)
             if isinstance(call, MessagesCall):
-                shape = call
+                native = call.native() if caps is not None and caps.messages_api and found is None else None
+                if native is not None:
+                    path, body, shape = "/v1/messages", call.raw, native
+                else:
+                    shape = call
             elif caps is not None and caps.responses_api:
                 path, body, shape = "/v1/responses", call.native_body(), NativeResponses(call)
             else:

@@ -15,6 +15,7 @@ from typing import Any
 from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.messages_api import chat_body, invalid, message_id, message_object
 from llmgw.gateway.messages_events import ChatToMessageEvents
+from llmgw.gateway.messages_native import NativeMessages
 
 
 class MessagesCall:
@@ -23,7 +24,9 @@ class MessagesCall:
     It is the forwarding path's answer shape (shaping.py): a whole chat answer is
     made into a ``message``, a stream into Messages events."""
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: dict[str, Any], raw: bytes = b"") -> None:
+        self.raw = raw
+        """The request as the client sent it: what goes to an engine serving the Messages API itself."""
         self.chat = chat_body(data)
         self.model: str = self.chat["model"]
         self.stream = bool(self.chat.get("stream"))
@@ -37,6 +40,11 @@ class MessagesCall:
             raise ApiError(502, "The engine's answer was not JSON; ask again.", "api_error") from error
         message = message_object(completion if isinstance(completion, dict) else {}, self.model, self.stops)
         return json.dumps(message, separators=(",", ":")).encode()
+
+    def native(self) -> NativeMessages | None:
+        """The shape of its answer from an engine serving the Messages API itself (None: the request
+        must go as a chat completion)."""
+        return NativeMessages(self.model) if self.raw else None
 
     def events(self) -> ChatToMessageEvents:
         return ChatToMessageEvents(message_id(), self.model, self.stops)
@@ -52,5 +60,5 @@ def translated(body: bytes, counting: bool = False) -> MessagesCall:
     if not isinstance(data, dict):
         raise invalid("body", "must be a JSON object.")
     if counting:
-        data = {**data, "max_tokens": 1, "stream": False}
-    return MessagesCall(data)
+        return MessagesCall({**data, "max_tokens": 1, "stream": False})
+    return MessagesCall(data, body)

@@ -128,6 +128,10 @@ class ChatToMessageEvents:
         return self._start() + self._close() + sse("message_delta", delta) + sse("message_stop", {})
 
     def error(self, message: str, code: str) -> bytes:
-        """Anthropic's ``error`` event, for a stream the gateway must end."""
-        status = 429 if "limit" in code else 529 if code in ("overloaded", "no_capacity") else 500
-        return sse("error", {"error": {"type": anthropic_error_type(status), "message": message}})
+        return error_event(message, code)
+
+
+def error_event(message: str, code: str) -> bytes:
+    """Anthropic's ``error`` event, for a stream the gateway must end."""
+    status = 429 if "limit" in code else 529 if code in ("overloaded", "no_capacity") else 500
+    return sse("error", {"error": {"type": anthropic_error_type(status), "message": message}})

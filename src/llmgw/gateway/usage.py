@@ -91,15 +91,17 @@ def find_usage(data: bytes) -> dict[str, Any] | None:
 
 
 def token_counts(usage: dict[str, Any] | None) -> tuple[int, int]:
-    """(prompt_tokens, completion_tokens) from an OpenAI ``usage`` object."""
+    """(prompt_tokens, completion_tokens) from an OpenAI ``usage`` object (or a Messages one: its
+    prompt is its ``input_tokens`` and the ``cache_read_input_tokens`` beside them)."""
     if not usage:
         return 0, 0
     prompt = usage.get("prompt_tokens", usage.get("input_tokens"))  # the Responses API's names
     completion = usage.get("completion_tokens", usage.get("output_tokens"))
-    return (
-        prompt if isinstance(prompt, int) else 0,
-        completion if isinstance(completion, int) else 0,
-    )
+    prompt = prompt if isinstance(prompt, int) else 0
+    read = usage.get("cache_read_input_tokens")  # Anthropic's: input_tokens are the uncached ones
+    if isinstance(read, int) and "prompt_tokens" not in usage:
+        prompt += read
+    return prompt, completion if isinstance(completion, int) else 0
 
 
 def _boundary(data: bytes) -> int:
@@ -168,8 +170,8 @@ class EventFramer:
         out, self._pending = (data, b"") if cut == len(data) else (data[:cut], data[cut:])
         if b'"usage"' in out:
             usage = find_usage(out)
-            if usage is not None:
-                self.usage = usage
+            if usage is not None:  # merged: a Messages stream has input and output in two events
+                self.usage = usage if self.usage is None else {**self.usage, **usage}
                 if self._strip:
                     out = without_usage_only_events(out)
         return out
@@ -179,8 +181,8 @@ class EventFramer:
         rest, self._pending = self._pending, b""
         if rest and b'"usage"' in rest:
             usage = find_usage(rest)
-            if usage is not None:
-                self.usage = usage
+            if usage is not None:  # merged: a Messages stream has input and output in two events
+                self.usage = usage if self.usage is None else {**self.usage, **usage}
                 if self._strip:
                     rest = without_usage_only_events(rest)
         return rest

@@ -196,6 +196,19 @@ def engine_answer(path: str, data: dict[str, Any], replica_id: str, answered: in
             "results": ranked,
             "usage": {"prompt_tokens": 6, "total_tokens": 6},
         }
+    if path.endswith(
+        "/v1/messages"
+    ):  # as llama-server b11434 answers (tests/engines/data/llamacpp-b11434-messages-*)
+        return {
+            "id": "chatcmpl-1",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": replica_id}],
+            "model": "/weights/model.gguf",
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"cache_read_input_tokens": 0, "input_tokens": 7, "output_tokens": 3},
+        }
     if path.endswith("/responses"):
         text = {"type": "output_text", "text": replica_id, "annotations": []}
         item = {
@@ -324,6 +337,8 @@ class MemoryEngine:
         if data.get("stream"):
             if received.path.endswith("/responses"):
                 await self._response_events(answer, data)
+            elif received.path.endswith("/v1/messages"):
+                await self._message_events(answer)
             else:
                 await self._stream(answer, data)
             return
@@ -366,6 +381,34 @@ class MemoryEngine:
             usage = {"prompt_tokens": 7, "completion_tokens": self.chunks, "total_tokens": 7 + self.chunks}
             answer.write(event({"choices": [], "usage": usage}))
         answer.write(b"data: [DONE]\n\n")
+        answer.end()
+
+    async def _message_events(self, answer: MemoryAnswer) -> None:
+        """A Messages stream in llama-server b11434's order and fields (its recording in
+        tests/engines/data/llamacpp-b11434-messages-stream.txt)."""
+        answer.start(200, "text/event-stream")
+
+        def event(kind: str, **fields: Any) -> bytes:
+            payload = json.dumps({"type": kind, **fields}, separators=(",", ":"))
+            return f"event: {kind}\ndata: {payload}\n\n".encode()
+
+        usage = {"cache_read_input_tokens": 0, "input_tokens": 7, "output_tokens": 0}
+        message: dict[str, Any] = {"id": "chatcmpl-1", "type": "message", "role": "assistant", "content": [],
+                   "model": "/weights/model.gguf", "stop_reason": None, "stop_sequence": None,
+                   "usage": usage}  # fmt: skip
+        answer.write(event("message_start", message=message))
+        answer.write(event("content_block_start", index=0, content_block={"type": "text", "text": ""}))
+        for i in range(self.chunks):
+            delta = {"type": "text_delta", "text": f"{self.replica_id}-{i} "}
+            answer.write(event("content_block_delta", index=0, delta=delta))
+            await asyncio.sleep(0)
+            if self.cut_after is not None and i + 1 == self.cut_after:
+                answer.drop()
+                return
+        answer.write(event("content_block_stop", index=0))
+        end = {"stop_reason": "end_turn", "stop_sequence": None}
+        answer.write(event("message_delta", delta=end, usage={"output_tokens": self.chunks}))
+        answer.write(event("message_stop"))
         answer.end()
 
     async def _response_events(self, answer: MemoryAnswer, data: dict[str, Any]) -> None:
