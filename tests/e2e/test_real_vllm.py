@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -202,6 +203,23 @@ def test_real_vllm_replicas_compute_on_the_cpu(vllm_cluster: Cluster) -> None:
 @pytest.mark.parametrize("call", sorted(conformance.CHECKS))
 def test_real_vllm_sdk_call(vllm_cluster: Cluster, call: str) -> None:
     conformance.CHECKS[call](_client(vllm_cluster), MODEL)
+
+
+def test_real_vllm_serves_anthropics_messages_itself(vllm_cluster: Cluster) -> None:
+    """vLLM answers /v1/messages itself (vllm/entrypoints/anthropic): the gateway sends the request
+    as it came and names the catalog's model in the answer, whole and streamed."""
+    sdk = anthropic.Anthropic(base_url=vllm_cluster.url, api_key=vllm_cluster.key, max_retries=0, timeout=300)
+    with sdk:
+        ask = [{"role": "user", "content": "Say hello."}]
+        message = sdk.messages.create(model=MODEL, max_tokens=8, messages=ask)  # type: ignore[arg-type]
+        with sdk.messages.stream(model=MODEL, max_tokens=8, messages=ask) as stream:  # type: ignore[arg-type]
+            kinds = [event.type for event in stream]
+            final = stream.get_final_message()
+    assert message.model == MODEL and message.id.startswith("msg_") and message.content[0].type == "text"
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 5
+    assert 0 < message.usage.output_tokens <= 8
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "content_block_delta" in kinds
+    assert final.model == MODEL and 0 < final.usage.output_tokens <= 8
 
 
 def test_real_vllm_serves_embeddings_with_a_pooling_model(vllm_cluster: Cluster) -> None:

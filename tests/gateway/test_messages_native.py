@@ -86,6 +86,13 @@ async def test_the_recorded_whole_message_keeps_all_but_its_model_and_id() -> No
 def test_a_messages_usage_counts_the_prompt_read_from_the_cache_too() -> None:
     usage = {"cache_read_input_tokens": 24, "input_tokens": 9, "output_tokens": 1}  # llama-server's
     assert token_counts(usage) == (33, 1)
+    vllm = {
+        "input_tokens": 5,
+        "cache_read_input_tokens": 16,
+        "cache_creation_input_tokens": 2,
+        "output_tokens": 4,
+    }
+    assert token_counts(vllm) == (23, 4)
     assert token_counts({"prompt_tokens": 33, "completion_tokens": 1, "cache_read_input_tokens": 24}) == (
         33,
         1,

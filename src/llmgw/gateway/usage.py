@@ -92,15 +92,18 @@ def find_usage(data: bytes) -> dict[str, Any] | None:
 
 def token_counts(usage: dict[str, Any] | None) -> tuple[int, int]:
     """(prompt_tokens, completion_tokens) from an OpenAI ``usage`` object (or a Messages one: its
-    prompt is its ``input_tokens`` and the ``cache_read_input_tokens`` beside them)."""
+    prompt is its ``input_tokens`` and the ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens`` beside them, as llama-server and vLLM count them)."""
     if not usage:
         return 0, 0
     prompt = usage.get("prompt_tokens", usage.get("input_tokens"))  # the Responses API's names
     completion = usage.get("completion_tokens", usage.get("output_tokens"))
     prompt = prompt if isinstance(prompt, int) else 0
-    read = usage.get("cache_read_input_tokens")  # Anthropic's: input_tokens are the uncached ones
-    if isinstance(read, int) and "prompt_tokens" not in usage:
-        prompt += read
+    if "prompt_tokens" not in usage:  # Anthropic's: input_tokens are those neither read nor written
+        for cached in ("cache_read_input_tokens", "cache_creation_input_tokens"):  # to its cache
+            count = usage.get(cached)
+            if isinstance(count, int):
+                prompt += count
     return prompt, completion if isinstance(completion, int) else 0
 
 
