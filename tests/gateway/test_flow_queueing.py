@@ -56,9 +56,10 @@ async def test_a_late_project_is_served_before_the_rest_of_a_flood(
     await eventually(lambda: _depth(gateway) == 3)  # one on the replica, three waiting
     chat = _ask(raw, "bob", BOB)
     await eventually(lambda: _depth(gateway) == 4)
+    assert gateway.replicas.model_load(MODEL).waiting == 4  # autoscaling sees the queue as demand
     engine.hold.set()  # type: ignore[union-attr]
     answers = await asyncio.gather(*flood, chat)
-    assert [a.status_code for a in answers] == [200] * 5
+    assert [a.status_code for a in answers] == [200] * 5 and gateway.replicas.model_load(MODEL).waiting == 0
     served = _served(engine)
     assert served.index("bob") == 2 and len(served) == 5  # FIFO would have sent it last
 

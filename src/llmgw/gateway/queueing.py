@@ -104,6 +104,7 @@ class FlowGate:
         waiting = offer.waiting
         future = self._turns[waiting] = loop.create_future()
         metrics.QUEUE_DEPTH.labels(model).set(len(queue))
+        self._replicas.count_waiting(model, 1)  # autoscaling reads it as demand (core/scaling.py)
         self.slot_freed(model)  # a slot may have freed between the check and now
         try:
             async with asyncio.timeout(wait_s):
@@ -121,6 +122,7 @@ class FlowGate:
                 self.slot_freed(model)
             raise
         finally:
+            self._replicas.count_waiting(model, -1)
             self._turns.pop(waiting, None)
             metrics.QUEUE_DEPTH.labels(model).set(len(queue))
             self._forget_if_empty(model)

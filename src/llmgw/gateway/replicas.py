@@ -123,6 +123,14 @@ class ReplicaTable:
         if self.on_slot_freed is not None:
             self.on_slot_freed(model)
 
+    def count_waiting(self, model: str, change: int) -> None:
+        """Requests of ``model`` waiting elsewhere (its flow queue) start or stop counting as waiting."""
+        left = self._waiting.get(model, 0) + change
+        if left > 0:
+            self._waiting[model] = left
+        else:
+            self._waiting.pop(model, None)
+
     def slots(self, model: str) -> int:
         """Slots of ``model``'s routable replicas: requests they serve at once."""
         return sum(load.capacity for load in self._by_model.get(model, ()) if load.readable)

@@ -1,4 +1,4 @@
-// API keys (create, revoke) and usage charts from /api/usage.
+// API keys (create, revoke) and usage charts from /api/usage: tokens, requests and spend.
 import { api, get } from "../api.js";
 import { barChart, widthOf } from "../charts.js";
 import { badge, count, h, problem, section, table, when } from "../dom.js";
@@ -23,6 +23,12 @@ export function usageSeries(lines, field, period) {
     if (i >= 0) series[models.indexOf(line.model || "all")].values[i] += field(line);
   }
   return { buckets, series };
+}
+
+/** An amount of money as finance reads it: the currency's code, two decimals (four below a cent). */
+export function money(amount, currency) {
+  const digits = amount !== 0 && Math.abs(amount) < 0.01 ? 4 : 2;
+  return `${amount.toFixed(digits)} ${currency}`;
 }
 
 function createForm(said, shown) {
@@ -75,23 +81,30 @@ export function keysPage(main) {
       const width = widthOf(usage);
       const tokens = usageSeries(answer.lines, (l) => l.prompt_tokens + l.completion_tokens, period);
       const requests = usageSeries(answer.lines, (l) => l.requests, period);
+      const currency = answer.currency || "USD";
+      const spend = usageSeries(answer.lines, (l) => l.cost || 0, period);
       const sums = new Map();
       for (const l of answer.lines) {
-        const one = sums.get(l.model) || { model: l.model, requests: 0, errors: 0, prompt: 0, completion: 0 };
+        const one = sums.get(l.model) || { model: l.model, requests: 0, errors: 0, prompt: 0, completion: 0, cost: 0 };
         one.requests += l.requests; one.errors += l.errors; one.prompt += l.prompt_tokens; one.completion += l.completion_tokens;
+        one.cost += l.cost || 0;
         sums.set(l.model, one);
       }
+      const total = [...sums.values()].reduce((sum, r) => sum + r.cost, 0);
       usage.replaceChildren(
         answer.note ? problem({ message: answer.note }) : "",
         h("div", { class: "charts" },
           barChart(tokens.buckets, tokens.series, { unit: "tokens", width, title: "Tokens (prompt + completion)" }),
-          barChart(requests.buckets, requests.series, { unit: "requests", width, title: "Requests" })),
+          barChart(requests.buckets, requests.series, { unit: "requests", width, title: "Requests" }),
+          barChart(spend.buckets, spend.series, { unit: currency, width, title: `Spend (${currency})` })),
+        h("p", { id: "usage-spend" }, `Spent in this period: ${money(total, currency)}`),
         table([
           { title: "Model", value: (r) => r.model || "–" },
           { title: "Requests", value: (r) => count(r.requests), class: "num" },
           { title: "Errors", value: (r) => count(r.errors), class: "num" },
           { title: "Prompt tokens", value: (r) => count(r.prompt), class: "num" },
           { title: "Completion tokens", value: (r) => count(r.completion), class: "num" },
+          { title: `Cost (${currency})`, value: (r) => money(r.cost, currency), class: "num" },
         ], [...sums.values()], "no requests in this period"));
     } catch (error) {
       usage.replaceChildren(problem(error));
