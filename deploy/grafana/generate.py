@@ -588,6 +588,28 @@ ROUTING = Dashboard(
                 ),
             ],
         ),
+        Row(
+            "Flow control (gateway.flow.mode: fair)",
+            [
+                Panel(
+                    "Requests waiting in the gateway",
+                    [("sum by (model) (llmgw_gateway_queue_depth)", "{{model}}")],
+                    description="Requests queued for a slot of a busy model, by priority and fair share.",
+                ),
+                Panel(
+                    "Queue wait and refusals",
+                    [
+                        (quantile(0.5, "llmgw_gateway_queue_wait_seconds"), "wait p50"),
+                        (quantile(0.99, "llmgw_gateway_queue_wait_seconds"), "wait p99"),
+                        (
+                            f"sum by (reason) (rate(llmgw_gateway_queue_refused_total[{RATE}]))",
+                            "refused {{reason}} /s",
+                        ),
+                    ],
+                    description="Waits of the requests sent on; 429s: queue_full, queue_shed, queue_timeout.",
+                ),
+            ],
+        ),
     ],
 )
 
