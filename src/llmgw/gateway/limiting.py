@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subject
 from llmgw.core.limitshares import PlaneShares
+from llmgw.core.pricing import Prices
 from llmgw.gateway.api_errors import ApiError, sse_error_event
 from llmgw.gateway.keys import KeyEntry
 
@@ -131,6 +132,8 @@ class Limiter:
         self._meters: dict[str, Meter] = {}
         self._chains: dict[str, tuple[str, ...]] = {}
         self._by_key: dict[str, tuple[Meter, ...]] = {}
+        self.prices = Prices()
+        """The models' prices (``GatewayFeed.prices_replaced``): what requests cost."""
 
     # -- changes (from the control plane) ----------------------------------------------------------
 

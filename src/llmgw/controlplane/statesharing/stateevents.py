@@ -40,6 +40,7 @@ from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
 from llmgw.core.limitshares import PlaneShares
+from llmgw.core.pricing import Prices
 from llmgw.core.tenancy import Owner, Place
 from llmgw.errors import LlmgwError
 from llmgw.gateway.keys import KeyEntry
@@ -93,6 +94,12 @@ class KeysReplaced:
 class LimitsReplaced:
     kind: ClassVar[str] = "limits_replaced"
     limits: Mapping[str, Limits]
+
+
+@dataclass(frozen=True)
+class PricesReplaced:
+    kind: ClassVar[str] = "prices_replaced"
+    prices: Prices
 
 
 @dataclass(frozen=True)
@@ -242,6 +249,7 @@ StateChange: TypeAlias = (
     | CatalogReplaced
     | KeysReplaced
     | LimitsReplaced
+    | PricesReplaced
     | LimitsShared
     | LimitsCounted
     | KvBlocks
@@ -496,6 +504,11 @@ _CODECS: dict[str, _Codec] = {
                     for s, v in _object(d["limits"], "limits").items()
                 }
             ),
+        ),
+        _Codec(
+            PricesReplaced,
+            lambda e: {"prices": e.prices.as_dict()},
+            lambda d: PricesReplaced(Prices.from_dict(_object(d["prices"], "prices"))),
         ),
         _Codec(
             LimitsShared,
