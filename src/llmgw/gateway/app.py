@@ -324,6 +324,7 @@ class Gateway:
                     duration_s,
                     exchange.prompt_tokens,
                     exchange.completion_tokens,
+                    exchange.cost,
                 )
                 if exchange.usage_due and exchange.key is not None:  # refused before any replica
                     self._request_refused(
@@ -444,7 +445,7 @@ class Gateway:
         model = facts.model
         if not self._visible(model, key):
             raise model_not_found(model)
-        exchange.model = model
+        exchange.model, exchange.price = model, self.limiter.prices.of(model)
         logcontext.MODEL.set(model)
         bounds = self._check_task(model, path)
         if facts.data is not None and (refusal := check_request(path, facts.data, bounds)):

@@ -49,7 +49,6 @@ from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
 from llmgw.gateway.finding import ReplicaFinder
-from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.knowledge import Retrieved, salted
 from llmgw.gateway.limiting import cut_short, limit_message
 from llmgw.gateway.messages_call import MessagesCall
@@ -69,7 +68,8 @@ from llmgw.gateway.upstream import (
     UpstreamTimeout,
     describe,
 )
-from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts, tokens_in
+from llmgw.gateway.usage import EventFramer, tokens_in, whole_counts
+from llmgw.gateway.usage_records import record_of
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Span, SpanKind, Tracing, context_of, failed, traceparent
 
@@ -88,24 +88,6 @@ def _client_left(exchange: Exchange, task: asyncio.Task[object], watcher: asynci
         return
     exchange.client_gone = True
     task.cancel()
-
-
-def _record(exchange: Exchange, key: KeyEntry) -> UsageRecord:
-    """The usage of an ended request, with its timings."""
-    ended = time.perf_counter()
-    first = exchange.first_token
-    return UsageRecord(
-        key_id=key.key_id,
-        model=exchange.model,
-        replica_id=exchange.replica_id,
-        prompt_tokens=exchange.prompt_tokens,
-        completion_tokens=exchange.completion_tokens,
-        status=exchange.status,
-        duration_s=ended - exchange.started,
-        place=metrics.project_of(key),
-        ttft_s=first - exchange.started if first else None,
-        generation_s=ended - (first or exchange.started),
-    )
 
 
 def _end_span(exchange: Exchange, span: Span) -> None:
@@ -196,7 +178,7 @@ class Forwarder:
                 if exchange.uncounted_prompt and facts is not None and not task.cancelling():
                     exchange.prompt_tokens = await self._prompt_count(exchange, facts)
                 exchange.usage_due = False
-                self._request_ended(_record(exchange, exchange.key))
+                self._request_ended(record_of(exchange, exchange.key))
             if exchange.span is not None:
                 _end_span(exchange, exchange.span)
 
@@ -480,7 +462,7 @@ class Forwarder:
         body = await self._read_all(exchange, response)
         status = response.status
         if status < 300:
-            exchange.prompt_tokens, exchange.completion_tokens = token_counts(find_usage(body))
+            exchange.prompt_tokens, exchange.completion_tokens, exchange.cached_tokens = whole_counts(body)
             if shape is not None:
                 body = await shape.whole(body)
         exchange.status = status
@@ -593,7 +575,7 @@ class Forwarder:
         else:
             tail = framer.flush()
         if framer.usage is not None:
-            exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
+            exchange.prompt_tokens, exchange.completion_tokens, exchange.cached_tokens = framer.counts()
             exchange.uncounted_prompt = False
         exchange.finished = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})

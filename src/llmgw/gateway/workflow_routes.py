@@ -190,6 +190,7 @@ class WorkflowRoutes:
             duration,
             metrics.project_of(key),
             generation_s=duration,
+            cost=self.limiter.prices.cost(model, 0, 0, pictures=units),
         )
         self.telling.request_ended(record)
 

@@ -455,7 +455,7 @@ def _read_sums(data: Mapping[str, Any]) -> UsageSummed:
     rows = _array(data["sums"], "sums")
     for row in rows:
         if not isinstance(row, list) or len(row) not in SUM_FIELDS:
-            raise ValueError(f"a usage sum has 12 fields (11 before refusals were counted), not {row!r}")
+            raise ValueError(f"a usage sum has 14 fields (11 or 12 from releases before), not {row!r}")
     return UsageSummed(tuple(tuple(row) for row in rows))
 
 
