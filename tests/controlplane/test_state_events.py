@@ -149,7 +149,7 @@ def test_what_this_release_writes_is_what_the_previous_one_read() -> None:
         (b'{"kind": "wanted"}', "a 'wanted' frame lacks its field 'model'"),
         (b'{"kind": "wanted", "model": 7}', "'wanted' frame has a field that is wrong: model is text, not 7"),
         (b'{"kind": "usage_sums", "sums": {"k1": 2}}', "sums is a list"),
-        (b'{"kind": "usage_sums", "sums": [[1, 2]]}', "a usage sum has 12 fields"),
+        (b'{"kind": "usage_sums", "sums": [[1, 2]]}', "a usage sum has 14 fields"),
         (b'{"kind": "usage", "record": {"key_id": "k", "tokens": 1}}', "unknown fields ['tokens']"),
         (b'{"kind": "hello", "pid": true}', "pid is a whole number, not True"),
         (

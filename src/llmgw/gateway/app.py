@@ -474,7 +474,7 @@ class Gateway:
             await self._forward(exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts)
         finally:
             if ticket is not None:
-                ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
+                ticket.end(exchange.prompt_tokens + exchange.completion_tokens, exchange.costed())
 
     async def _count_tokens(
         self,
