@@ -26,7 +26,10 @@ names ``interactive_p99_ratio`` (p99 TTFT under the flood with fair queuing
 over the unloaded p99) and ``flood_throughput_ratio`` (the flood's
 requests/s with fair queuing over FIFO's).
 
-    python bench/flow/run.py [--seconds 30] [--flood 200] [--slots 8] [--quick]
+``--engine llamacpp`` runs the same phases on the real llama-server itself
+(shorter: ``--seconds 20 --flood 32`` or so on two cores).
+
+    python bench/flow/run.py [--seconds 30] [--flood 200] [--slots 8] [--engine llamacpp] [--quick]
 """
 
 from __future__ import annotations
@@ -115,9 +118,38 @@ def measured_timings(slots: int, logs: Path) -> tuple[float, float]:
         proc.wait(20)
 
 
+def start_llama_server(slots: int, logs: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The real llama-server serving SmolLM2 as ``MODEL`` with ``slots`` parallel slots."""
+    weights, found = bundled_model(), builds.installed(CACHE)
+    if weights is None or not found:
+        raise SystemExit("no llama-server or SmolLM2 here: run 'make engine'")
+    port = free_port()
+    argv = [str(found[0].binary), "-m", str(weights), "--host", "127.0.0.1", "--port", str(port),
+            "--alias", MODEL, "--api-key", REPLICA_KEY, "--metrics",
+            "--parallel", str(slots), "--ctx-size", str(2048 * slots)]  # fmt: skip
+    with (logs / "llama-server.log").open("ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    return proc, healthy(proc, port, 120, logs / "llama-server.log")
+
+
+def healthy(proc: subprocess.Popen[bytes], port: int, timeout_s: float, log: Path) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return port
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the replica did not serve; see {log}") from None
+            time.sleep(0.1)
+
+
 def start_replica(
-    slots: int, prefill_ms: float, decode_ms: float, logs: Path
+    slots: int, prefill_ms: float, decode_ms: float, logs: Path, engine: str = "standin"
 ) -> tuple[subprocess.Popen[bytes], int]:
+    if engine == "llamacpp":
+        return start_llama_server(slots, logs)
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(HERE.parents[1] / "src"),
            "LLMGW_STANDIN_PREFILL_S": str(prefill_ms / 1000), "LLMGW_STANDIN_DECODE_S": str(decode_ms / 1000),
@@ -127,19 +159,10 @@ def start_replica(
             "--num-gpu-blocks-override", "100000", "--max-model-len", "16384"]  # fmt: skip
     with (logs / "replica.log").open("ab") as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return proc, port
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the stand-in did not serve; see {logs / 'replica.log'}") from None
-            time.sleep(0.1)
+    return proc, healthy(proc, port, 60, logs / "replica.log")
 
 
-def gateway_for(flow: FlowSettings, slots: int, port: int) -> Gateway:
+def gateway_for(flow: FlowSettings, slots: int, port: int, engine: str) -> Gateway:
     gateway = Gateway(GatewaySettings(request_wait_s=5, flow=flow))
     for key_id, secret, owner in (
         ("chat", CHAT_KEY, "project:acme/apps/chat"),
@@ -148,7 +171,12 @@ def gateway_for(flow: FlowSettings, slots: int, port: int) -> Gateway:
         gateway.keys.add(KeyEntry(key_id, key_id, hash_secret(secret), owner, Place(Owner.parse(owner))))
     gateway.catalog.replace([ModelEntry(MODEL, created=1700000000)])
     endpoint = ReplicaEndpoint(
-        "r0", MODEL, f"http://127.0.0.1:{port}", REPLICA_KEY, capacity=slots, engine="vllm"
+        "r0",
+        MODEL,
+        f"http://127.0.0.1:{port}",
+        REPLICA_KEY,
+        capacity=slots,
+        engine="llama.cpp" if engine == "llamacpp" else "vllm",
     )
     gateway.feed.replica_ready(endpoint)
     return gateway
@@ -226,7 +254,7 @@ def pct(ordered: list[float], q: float) -> float:
 async def through_gateway(
     name: str, flow: FlowSettings, port: int, args: argparse.Namespace, flood: bool
 ) -> dict[str, Any]:
-    gateway = gateway_for(flow, args.slots, port)
+    gateway = gateway_for(flow, args.slots, port, args.engine)
     config = uvicorn.Config(gateway.asgi_app(), host="127.0.0.1", port=free_port(), lifespan="off",
                             log_level="warning", http="httptools")  # fmt: skip
     server = uvicorn.Server(config)
@@ -261,6 +289,8 @@ async def main() -> int:
         "--decode-ms", type=float, help="per output token (default: llama-server's, measured)"
     )
     parser.add_argument("--rust-router-venv", type=Path, default=DEFAULT_SGLANG_ROUTER_VENV)
+    parser.add_argument("--engine", choices=("standin", "llamacpp"), default="standin",
+                        help="the stand-in on llama-server's timings, or llama-server")  # fmt: skip
     parser.add_argument(
         "--quick", action="store_true", help="short phases and a smaller flood, for a smoke run"
     )
@@ -269,7 +299,10 @@ async def main() -> int:
         args.seconds, args.flood = 8.0, 40
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-flow-") as tmp:
         logs = Path(tmp)
-        if args.prefill_ms is None or args.decode_ms is None:
+        if args.engine == "llamacpp":
+            prefill_ms = decode_ms = 0.0
+            source = "the real llama-server serves every phase (no timing model)"
+        elif args.prefill_ms is None or args.decode_ms is None:
             prefill_ms, decode_ms = measured_timings(args.slots, logs)
             build = builds.installed(CACHE)[0].binary.parent.name
             source = (
@@ -289,7 +322,7 @@ async def main() -> int:
         # each phase on a fresh replica: the same prompts find nothing cached from the phase before
         for name, flow, flood in (("unloaded", FlowSettings(), False), ("fifo", FlowSettings(), True),
                                   ("fair", fair, True)):  # fmt: skip
-            replica, port = start_replica(args.slots, prefill_ms, decode_ms, logs)
+            replica, port = start_replica(args.slots, prefill_ms, decode_ms, logs, args.engine)
             try:
                 phases[name] = await through_gateway(name, flow, port, args, flood)
             finally:
@@ -297,7 +330,7 @@ async def main() -> int:
                 replica.wait(20)
         router_bin = args.rust_router_venv / "bin" / "sglang-router"
         if router_bin.exists():
-            replica, port = start_replica(args.slots, prefill_ms, decode_ms, logs)
+            replica, port = start_replica(args.slots, prefill_ms, decode_ms, logs, args.engine)
             rport = free_port()
             command = rust_router_command(args.rust_router_venv, rport, port, REPLICA_KEY)
             with (logs / "sglang-router.log").open("wb") as log:

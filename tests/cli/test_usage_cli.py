@@ -41,10 +41,10 @@ def used(tmp_path: Path) -> None:
             await UsageLog(store).append(
                 [
                     UsageEntry(day(1, 9), "k1", "llama", 2, 0, 20, 40, 900, CHAT,
-                               streamed=2, ttft_ms=300, generation_ms=2000),
+                               streamed=2, ttft_ms=300, generation_ms=2000, cached_tokens=8, cost=0.0125),
                     UsageEntry(day(1, 14), "k2", "embed", 3, 1, 30, 0, 900, "user:ann"),
                     UsageEntry(day(1, 14), "k2", "embed", 1, 1, 0, 0, 1, "user:ann", refused=429),
-                    UsageEntry(day(2, 9), "k1", "llama", 1, 0, 10, 20, 900, CHAT),
+                    UsageEntry(day(2, 9), "k1", "llama", 1, 0, 10, 20, 900, CHAT, cost=0.005),
                 ]
             )  # fmt: skip
         finally:
@@ -81,9 +81,11 @@ def test_a_table_by_default(admin_server: AdminServer, tmp_path: Path) -> None:
     header, *rows = [line.split() for line in lines if "━" not in line and "─" not in line]
     assert header[:2] == ["START", "MODEL"]
     assert rows == [
-        ["2026-03", "embed", "4", "2", "429:1", "30", "0", "-", "-"],
-        ["2026-03", "llama", "3", "0", "-", "30", "60", "150", "20.0"],
+        ["2026-03", "embed", "4", "2", "429:1", "30", "0", "0", "0.000000", "-", "-"],
+        ["2026-03", "llama", "3", "0", "-", "30", "8", "60", "0.017500", "150", "20.0"],
+        ["TOTAL", "7", "2", "60", "8", "60", "0.017500"],
     ]
+    assert "COST (USD)" in " ".join(header)
 
 
 def test_csv_is_printed_whole_and_a_cut_answer_is_told_on_stderr(

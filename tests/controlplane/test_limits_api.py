@@ -27,6 +27,19 @@ async def test_a_negative_limit_or_an_unknown_field_is_refused(cluster: Cluster)
     assert (await cluster.admin.put("/api/limits/cluster", json={"concurrent": 1})).status_code == 400
 
 
+async def test_money_budgets_are_set_and_read_beside_the_token_budgets(cluster: Cluster) -> None:  # noqa: F811
+    body = {"tokens_per_day": 1000, "usd_per_day": 2.5, "usd_per_month": 40}
+    assert (await cluster.admin.put(f"/api/limits/{CHAT}", json=body)).status_code == 200
+    got = (await cluster.admin.get(f"/api/limits/{CHAT}")).json()
+    assert (got["tokens_per_day"], got["usd_per_day"], got["usd_per_month"]) == (1000, 2.5, 40.0)
+
+
+async def test_a_negative_money_budget_is_refused_naming_it(cluster: Cluster) -> None:  # noqa: F811
+    answer = await cluster.admin.put(f"/api/limits/{CHAT}", json={"usd_per_day": -1})
+    assert answer.status_code == 400
+    assert "usd_per_day must be 0 or more" in answer.text
+
+
 async def test_a_team_admin_limits_its_projects_but_not_its_team(cluster: Cluster) -> None:  # noqa: F811
     async with await cluster.user("tara", ("team-admin", "team:acme/ml")) as tara:
         assert (await tara.put(f"/api/limits/{CHAT}", json={"concurrent": 4})).status_code == 200

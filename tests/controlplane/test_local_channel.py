@@ -189,7 +189,7 @@ async def test_a_workers_usage_goes_back_summed_a_line_per_tick_and_waits_while_
         return [row for r in main.requests if isinstance(r, UsageSummed) for row in r.rows()]
 
     await eventually(
-        lambda: sums() == [["k1", "m", "project:1", 3, 1, 15, 6, 0.75, 0, 0.0, 0.0, 0]], timeout_s=2
+        lambda: sums() == [["k1", "m", "project:1", 3, 1, 15, 6, 0.75, 0, 0.0, 0.0, 0, 0, 0.0]], timeout_s=2
     )
     assert [r.kind for r in main.requests] == ["usage_sums"]  # one line for the three requests
     await main.stop()
@@ -197,7 +197,7 @@ async def test_a_workers_usage_goes_back_summed_a_line_per_tick_and_waits_while_
     worker.following.usage(UsageRecord("k2", "m", "r1", 1, 0, 200, 0.5))
     main.start()
     await eventually(lambda: len(sums()) == 2, timeout_s=5)
-    assert sums()[1] == ["k2", "m", "", 1, 0, 1, 0, 0.5, 0, 0.0, 0.0, 0]
+    assert sums()[1] == ["k2", "m", "", 1, 0, 1, 0, 0.5, 0, 0.0, 0.0, 0, 0, 0.0]
 
 
 async def test_models_kept_in_use_go_back_once_per_model_and_tick(pair: tuple[Main, Worker]) -> None:

@@ -181,3 +181,23 @@ async def test_the_settings_are_read_once_for_many_registrations(setup: Setup) -
     assert yaml.safe_load(await push.settings_of("gpu1"))["shards"]["stop_grace_s"] == 5
     assert push.shared_reads == 3
     await push.close()
+
+
+async def test_a_price_for_a_model_not_in_the_catalog_is_set_and_warned_of(setup: Setup) -> None:
+    answer = await setup.client.put("/api/settings/pricing.models.nosuch", json={"value": {"input": 1}})
+    assert answer.status_code == 200
+    assert "no model named 'nosuch' is in the catalog" in answer.json()["warnings"][0]
+    assert await setup.store.settings.get("pricing.models.nosuch") == {"input": 1}
+
+
+async def test_a_negative_price_is_refused_saying_which_field(setup: Setup) -> None:
+    answer = await setup.client.put("/api/settings/pricing.models.m", json={"value": {"output": -2}})
+    assert answer.status_code == 400
+    assert "output must be 0 or more, not -2" in answer.text
+    assert await setup.store.settings.get("pricing.models.m") is None
+
+
+async def test_a_currency_that_is_no_iso_code_is_refused(setup: Setup) -> None:
+    answer = await setup.client.put("/api/settings/pricing.currency", json={"value": "dollars"})
+    assert answer.status_code == 400
+    assert "three capital letters" in answer.text

@@ -25,6 +25,7 @@ from llmgw.controlplane.statesharing.stateevents import (
     LimitsShared,
     Live,
     Metrics,
+    PricesReplaced,
     ReplicaDraining,
     ReplicaFailed,
     ReplicaGone,
@@ -43,6 +44,7 @@ from llmgw.core.catalog import parse_model
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
 from llmgw.core.limitshares import divide
+from llmgw.core.pricing import Price, Prices
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import KeyEntry, ReplicaEndpoint, hash_secret
 from llmgw.gateway.usage import UsageRecord
@@ -69,6 +71,9 @@ EXAMPLES: list[Event] = [
     ),
     LimitsReplaced({"key:k1": Limits(requests_per_minute=5, models=frozenset({"m", "e"}))}),
     LimitsShared(divide(["cp1", "cp2"], {"cp2": {"key:k1": 4.0}})),
+    PricesReplaced(
+        Prices({"m": Price(input=0.5, cached_input=0.05, output=1.5), "img": Price(picture=0.02)}, "EUR")
+    ),
     LimitsCounted({"key:k1": (10, 20)}),
     KvBlocks(
         KvBlocksUpdate("m", "r1", stored=(1, 2), removed=(3,), reset=True, hash_seed="0", block_size=16)
@@ -144,7 +149,7 @@ def test_what_this_release_writes_is_what_the_previous_one_read() -> None:
         (b'{"kind": "wanted"}', "a 'wanted' frame lacks its field 'model'"),
         (b'{"kind": "wanted", "model": 7}', "'wanted' frame has a field that is wrong: model is text, not 7"),
         (b'{"kind": "usage_sums", "sums": {"k1": 2}}', "sums is a list"),
-        (b'{"kind": "usage_sums", "sums": [[1, 2]]}', "a usage sum has 12 fields"),
+        (b'{"kind": "usage_sums", "sums": [[1, 2]]}', "a usage sum has 14 fields"),
         (b'{"kind": "usage", "record": {"key_id": "k", "tokens": 1}}', "unknown fields ['tokens']"),
         (b'{"kind": "hello", "pid": true}', "pid is a whole number, not True"),
         (

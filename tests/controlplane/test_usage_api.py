@@ -27,8 +27,10 @@ async def used(cluster: Cluster) -> str:
     timed = {"streamed": 2, "ttft_ms": 250, "generation_ms": 2000}
     await UsageLog(cluster.store).append(
         [
-            UsageEntry(MORNING, chat_key, "llama", 2, 1, 20, 40, 900, CHAT, **timed),
-            UsageEntry(MORNING, "k-shop", "llama", 3, 0, 30, 30, 900, SHOP),
+            UsageEntry(
+                MORNING, chat_key, "llama", 2, 1, 20, 40, 900, CHAT, **timed, cached_tokens=5, cost=0.25
+            ),
+            UsageEntry(MORNING, "k-shop", "llama", 3, 0, 30, 30, 900, SHOP, cost=0.5),
             UsageEntry(NOON, "k-ann", "embed", 4, 0, 40, 0, 900, "user:ann"),
             UsageEntry(NOON, "k-none", "llama", 5, 0, 50, 10, 900, ""),
         ]
@@ -82,6 +84,8 @@ async def test_lines_hold_tokens_errors_ttft_and_tokens_per_second_per_model(clu
         "errors": 1,
         "prompt_tokens": 20,
         "completion_tokens": 40,
+        "cached_tokens": 5,
+        "cost": 0.25,
         "refused": {},
         "ttft_mean_ms": 125.0,
         "tokens_per_s": 20.0,
@@ -120,12 +124,14 @@ async def test_csv_has_a_header_and_the_grouped_columns_only(cluster: Cluster) -
             "errors",
             "prompt_tokens",
             "completion_tokens",
+            "cached_tokens",
+            "cost",
             "refused",
             "ttft_mean_ms",
             "tokens_per_s",
         ],
-        ["2026-03-01T00:00:00Z", "", "9", "0", "90", "10", "", "", ""],
-        ["2026-03-01T00:00:00Z", "org:acme", "5", "1", "50", "70", "", "125.0", "20.0"],  # shop: untimed
+        ["2026-03-01T00:00:00Z", "", "9", "0", "90", "10", "0", "0.0", "", "", ""],
+        ["2026-03-01T00:00:00Z", "org:acme", "5", "1", "50", "70", "5", "0.75", "", "125.0", "20.0"],
     ]
 
 
@@ -169,3 +175,29 @@ async def test_refused_requests_show_by_status_beside_the_tokens_in_json_and_csv
         csv.DictReader(io.StringIO((await cluster.admin.get("/api/usage", params={"format": "csv"})).text))
     )
     assert [row["refused"] for row in rows] == ["400:1 429:2"]
+
+
+async def test_lines_hold_their_cost_in_the_currency_and_the_answer_its_totals(cluster: Cluster) -> None:
+    await used(cluster)
+    await cluster.store.settings.set("pricing.currency", "EUR", "test")
+    body = (await cluster.admin.get("/api/usage", params={"group_by": "project"})).json()
+    assert body["currency"] == "EUR"
+    assert {line["project"]: line["cost"] for line in body["lines"]} == {
+        "": 0.0,
+        CHAT: 0.25,
+        SHOP: 0.5,
+        "user:ann": 0.0,
+    }
+    assert body["totals"] == {
+        "requests": 14,
+        "errors": 1,
+        "prompt_tokens": 140,
+        "completion_tokens": 80,
+        "cached_tokens": 5,
+        "cost": 0.75,
+    }
+
+
+async def test_the_currency_is_usd_until_one_is_set(cluster: Cluster) -> None:
+    await used(cluster)
+    assert (await cluster.admin.get("/api/usage")).json()["currency"] == "USD"

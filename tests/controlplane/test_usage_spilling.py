@@ -188,7 +188,7 @@ class Collected:
         return len(entries)
 
 
-async def test_places_and_timings_survive_the_spill_file(tmp_path: Path) -> None:
+async def test_places_timings_refusals_and_costs_survive_the_spill_file(tmp_path: Path) -> None:
     clock = FakeClock()
     spilled = UsageEntry(
         clock.utcnow(),
@@ -203,13 +203,16 @@ async def test_places_and_timings_survive_the_spill_file(tmp_path: Path) -> None
         streamed=1,
         ttft_ms=6,
         generation_ms=7,
+        cached_tokens=2,
+        cost=0.0125,
     )
+    refused = UsageEntry(clock.utcnow(), "k1", "chat", 1, 1, 0, 0, 1, "", refused=429)
     spill = UsageSpill(tmp_path)
-    spill.write([spilled])
+    spill.write([spilled, refused])
     spill.close()
     sink = Collected()
     await spill.replay(sink)
-    assert sink.entries == [spilled]
+    assert sink.entries == [spilled, refused]
 
 
 async def test_a_line_spilled_before_places_were_kept_counts_nowhere_without_timings(tmp_path: Path) -> None:

@@ -163,7 +163,7 @@ async def test_a_row_that_is_not_a_sum_is_refused_with_nothing_counted() -> None
     good = UsageSums()
     good.add(record())
     rows = good.take()
-    with pytest.raises(ValueError, match="12 fields"):
+    with pytest.raises(ValueError, match="14 fields"):
         usage.add_sums([*rows, ["key1", "chat"]])
     with pytest.raises(ValueError):
         usage.add_sums([*rows, ["key1", "chat", "", "many", 0, 0, 0, 0.0, 0, 0.0, 0.0]])

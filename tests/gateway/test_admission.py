@@ -39,8 +39,8 @@ def ended(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     end = Ticket.end
 
-    def counted(self: Ticket, total_tokens: int) -> None:
-        end(self, total_tokens)
+    def counted(self: Ticket, total_tokens: int, cost: float = 0.0) -> None:
+        end(self, total_tokens, cost)
         calls.append(self.counted)
 
     monkeypatch.setattr(Ticket, "end", counted)

@@ -13,7 +13,7 @@ import httpx
 
 from llmgw.gateway import Gateway
 from llmgw.gateway.messages_native import NativeMessages
-from llmgw.gateway.usage import EventFramer, token_counts
+from llmgw.gateway.usage import EventFramer, cached_count, token_counts
 from llmgw.testing.eventually import eventually
 from llmgw.testing.gateway_doubles import RecordingOutbound
 
@@ -85,7 +85,7 @@ async def test_the_recorded_whole_message_keeps_all_but_its_model_and_id() -> No
 
 def test_a_messages_usage_counts_the_prompt_read_from_the_cache_too() -> None:
     usage = {"cache_read_input_tokens": 24, "input_tokens": 9, "output_tokens": 1}  # llama-server's
-    assert token_counts(usage) == (33, 1)
+    assert token_counts(usage) == (33, 1) and cached_count(usage) == 24  # priced at the cached price
     vllm = {
         "input_tokens": 5,
         "cache_read_input_tokens": 16,

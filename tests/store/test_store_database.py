@@ -57,7 +57,7 @@ async def test_opening_creates_every_table(store: Store) -> None:
 async def test_opening_migrates_to_the_newest_revision(store: Store) -> None:
     async with store.engine.connect() as connection:
         version = (await connection.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
-    assert version == "0021"
+    assert version == "0022"
 
 
 async def test_the_migrations_create_exactly_the_declared_tables(store: Store) -> None:

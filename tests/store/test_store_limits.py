@@ -30,6 +30,12 @@ async def test_a_subject_that_is_no_key_nor_owner_is_refused(store: Store) -> No
         await store.limits.set("cluster", Limits(concurrent=1))
 
 
+async def test_money_spent_is_counted_beside_the_tokens_under_its_counter(store: Store) -> None:
+    await store.limits.add({"org:acme": 10, "cost:org:acme": 2_500_000_000}, NOW)
+    await store.limits.add({"cost:org:acme": 500_000_000}, NOW)
+    assert await store.limits.spent(NOW) == {"org:acme": (10, 10), "cost:org:acme": (3_000_000_000,) * 2}
+
+
 async def test_spent_tokens_add_up_across_writers_per_day_and_month(store: Store) -> None:
     await store.limits.add({"org:acme": 10, "key:k1": 3}, NOW)
     await store.limits.add({"org:acme": 5}, NOW)  # a second writer, or the next flush

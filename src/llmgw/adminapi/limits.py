@@ -17,6 +17,11 @@ class LimitsBody(RequestModel):
     """Tokens per UTC day."""
     tokens_per_month: int | None = None
     """Tokens per UTC calendar month."""
+    usd_per_day: float | None = None
+    """Money per UTC day, in the cluster's currency (``pricing.currency``; USD unless set), at the
+    models' prices (``pricing.models.<model>``); spent: 429 ``budget_exceeded`` until the day ends."""
+    usd_per_month: float | None = None
+    """Money per UTC calendar month, in the cluster's currency."""
     models: list[str] | None = None
     """The only models (or adapters) that may be asked for."""
     expires_s: float | None = None

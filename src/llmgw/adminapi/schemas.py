@@ -352,6 +352,13 @@ class SettingView(AnswerModel):
     value: JsonValue
 
 
+class SettingSet(SettingView):
+    """A setting as set, with what looks wrong about it."""
+
+    warnings: list[str] = Field(default_factory=list)
+    """What was set but looks wrong (a price for a model the catalog does not hold)."""
+
+
 class SettingChange(AnswerModel):
     key: str
     value: JsonValue

@@ -29,6 +29,8 @@ CSV_COLUMNS = (
     "errors",
     "prompt_tokens",
     "completion_tokens",
+    "cached_tokens",
+    "cost",
     "refused",
     "ttft_mean_ms",
     "tokens_per_s",
@@ -60,6 +62,12 @@ class UsageLine(AnswerModel):
     included."""
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
+    """Prompt tokens the engine found in its cache (of ``prompt_tokens``), where the engine says:
+    OpenAI's ``usage.prompt_tokens_details.cached_tokens``, llama.cpp's ``timings.cache_n``; else 0."""
+    cost: float = 0.0
+    """What the requests cost, in ``currency``: each request at its model's price when it ended
+    (``pricing.models.<model>``); 0 for a model without a price."""
     refused: dict[str, int] = Field(default_factory=dict)
     """Requests refused before any replica took them, by the HTTP status they were answered with
     (``{"429": 3, "400": 1}``: limits, bad bodies, unknown models, no replica ready …); they count in
@@ -72,6 +80,17 @@ class UsageLine(AnswerModel):
     """Completion tokens per second of generating them (null: no tokens made)."""
 
 
+class UsageTotals(AnswerModel):
+    """The lines of an answer summed."""
+
+    requests: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost: float = 0.0
+
+
 class UsageAnswer(AnswerModel):
     """Usage summed per time bucket and group, earliest bucket first."""
 
@@ -82,6 +101,10 @@ class UsageAnswer(AnswerModel):
     until: datetime | None = Field(default=None, alias="to")
     """Usage written before this (null: to now)."""
     lines: list[UsageLine]
+    currency: str = "USD"
+    """The currency of every ``cost`` (the setting ``pricing.currency``)."""
+    totals: UsageTotals = Field(default_factory=UsageTotals)
+    """The lines summed (of a truncated answer: of the lines it holds)."""
     limit: int
     truncated: bool
     """More lines matched than ``limit``: the latest were left out."""

@@ -39,8 +39,10 @@ def config_set(
         parsed = yaml.safe_load(file.read_text() if file is not None else value)
     except (OSError, yaml.YAMLError) as error:
         raise ValidationFailed([("value", f"not YAML: {error}")], "write the value as YAML") from None
-    client(url, token).set_setting(key, parsed)
+    answer = client(url, token).set_setting(key, parsed)
     console.print(f"set {key}")
+    for warning in answer.warnings:
+        console.print(f"warning: {warning}", style="yellow", highlight=False)
 
 
 @config_app.command("get")

@@ -3,6 +3,7 @@
 ::
 
     llmgw ctl limits set project:acme/ml/chat --rpm 600 --tpm 200000 --per-day 5000000
+    llmgw ctl limits set team:acme/ml --usd-per-day 20 --usd-per-month 400
     llmgw ctl limits set key:key_0a1b2c3d --concurrent 4 --model tiny-chat --expires-in 30d
     llmgw ctl limits get team:acme/ml --json
     llmgw ctl limits list --json
@@ -38,7 +39,18 @@ def _show(rows: list[LimitsView], as_json: bool) -> None:
         return "-" if value is None else str(value)
 
     table(
-        ["SUBJECT", "RPM", "TPM", "CONCURRENT", "PER DAY", "PER MONTH", "MODELS", "EXPIRES"],
+        [
+            "SUBJECT",
+            "RPM",
+            "TPM",
+            "CONCURRENT",
+            "PER DAY",
+            "PER MONTH",
+            "MONEY/DAY",
+            "MONEY/MONTH",
+            "MODELS",
+            "EXPIRES",
+        ],
         [
             (
                 v.subject,
@@ -47,6 +59,8 @@ def _show(rows: list[LimitsView], as_json: bool) -> None:
                 cell(v.concurrent),
                 cell(v.tokens_per_day),
                 cell(v.tokens_per_month),
+                cell(v.usd_per_day),
+                cell(v.usd_per_month),
                 ",".join(v.models) if v.models is not None else "-",
                 time.strftime("%Y-%m-%d %H:%M", time.gmtime(v.expires_s)) if v.expires_s else "-",
             )
@@ -63,6 +77,12 @@ def set_limits(
     concurrent: int | None = typer.Option(None, "--concurrent", help="Requests answered at once."),
     per_day: int | None = typer.Option(None, "--per-day", help="Tokens per UTC day."),
     per_month: int | None = typer.Option(None, "--per-month", help="Tokens per UTC month."),
+    usd_per_day: float | None = typer.Option(
+        None, "--usd-per-day", min=0, help="Money per UTC day, in the cluster's currency (pricing.currency)."
+    ),
+    usd_per_month: float | None = typer.Option(
+        None, "--usd-per-month", min=0, help="Money per UTC month, in the cluster's currency."
+    ),
     model: list[str] | None = typer.Option(None, "--model", help="A model allowed (repeat); none: all."),
     expires_in: str | None = typer.Option(None, "--expires-in", help="Refuse requests after 3600, 12h, 30d."),
     url: str | None = URL,
@@ -76,6 +96,8 @@ def set_limits(
         "concurrent": concurrent,
         "tokens_per_day": per_day,
         "tokens_per_month": per_month,
+        "usd_per_day": usd_per_day,
+        "usd_per_month": usd_per_month,
         "models": model or None,
         "expires_s": time.time() + seconds(expires_in) if expires_in else None,
     }

@@ -1,7 +1,7 @@
-"""``llmgw ctl usage``: requests, tokens, errors, time to first token and tokens per second, per hour,
+"""``llmgw ctl usage``: requests, tokens, cost, errors, time to first token and tokens per second, per hour,
 day or month and per key, project, team, organization or model — what the caller may read of it.
 
-A table by default; ``--json`` prints ``/api/usage``'s answer, ``--csv`` its CSV.
+A table by default, its last line the totals; ``--json`` prints ``/api/usage``'s answer, ``--csv`` its CSV.
 An answer cut at ``--limit`` says so (on stderr, so the JSON or CSV stays whole).
 """
 
@@ -79,8 +79,27 @@ def usage(
 
 def show(answer: UsageAnswer, grouped: list[str]) -> None:
     columns = ["START", *(d.upper() for d in grouped)]
-    columns += ["REQUESTS", "ERRORS", "REFUSED", "PROMPT", "COMPLETION", "TTFT MEAN (ms)", "TOKENS/S"]
-    table(columns, [_row(line, answer.by, grouped) for line in answer.lines])
+    columns += [
+        "REQUESTS",
+        "ERRORS",
+        "REFUSED",
+        "PROMPT",
+        "CACHED",
+        "COMPLETION",
+        f"COST ({answer.currency})",
+    ]
+    columns += ["TTFT MEAN (ms)", "TOKENS/S"]
+    rows = [_row(line, answer.by, grouped) for line in answer.lines]
+    if rows:
+        t = answer.totals
+        rows.append(["TOTAL", *("" for _ in grouped), t.requests, t.errors, "", t.prompt_tokens,
+                     t.cached_tokens, t.completion_tokens, cost_text(t.cost), "", ""])  # fmt: skip
+    table(columns, rows)
+
+
+def cost_text(cost: float) -> str:
+    """A cost as a person reads it: cents and below shown to the millionth."""
+    return f"{cost:.2f}" if cost >= 100 else f"{cost:.6f}"
 
 
 def _row(line: UsageLine, by: str, grouped: list[str]) -> list[object]:
@@ -98,7 +117,9 @@ def _row(line: UsageLine, by: str, grouped: list[str]) -> list[object]:
         line.errors,
         " ".join(f"{status}:{count}" for status, count in line.refused.items()) or "-",
         line.prompt_tokens,
+        line.cached_tokens,
         line.completion_tokens,
+        cost_text(line.cost),
         "-" if line.ttft_mean_ms is None else f"{line.ttft_mean_ms:.0f}",
         "-" if line.tokens_per_s is None else f"{line.tokens_per_s:.1f}",
     ]

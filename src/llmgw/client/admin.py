@@ -37,6 +37,7 @@ from llmgw.adminapi.schemas import (
     ServingView,
     SettingChange,
     Settings,
+    SettingSet,
     SettingView,
     StatusView,
 )
@@ -207,8 +208,8 @@ class AdminClient:
     def setting(self, key: str) -> SettingView:
         return self._get(SettingView, _setting_path(key))
 
-    def set_setting(self, key: str, value: JsonValue) -> SettingView:
-        return self._call(SettingView, "PUT", _setting_path(key), {"value": value})
+    def set_setting(self, key: str, value: JsonValue) -> SettingSet:
+        return self._call(SettingSet, "PUT", _setting_path(key), {"value": value})
 
     def unset_setting(self, key: str) -> None:
         self.request("DELETE", _setting_path(key))

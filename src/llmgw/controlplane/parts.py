@@ -60,6 +60,7 @@ from llmgw.controlplane.statesharing.statestream import (
 )
 from llmgw.controlplane.training.scheduling import TrainingScheduler
 from llmgw.core.knowledge import KnowledgeSearch
+from llmgw.core.pricing import Prices
 from llmgw.core.relays import RelayPeer
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
@@ -103,9 +104,9 @@ def replica_ready_to(feed: GatewayFeed) -> Callable[[ReplicaState, str], None]:
 
 
 class KeyLoading:
-    """Reads the active API keys, with their places, and the limits with their counts from the store
-    into the gateway (at start, on leading, on a change), and the users' tokens and roles into the
-    admin side's callers.
+    """Reads the active API keys, with their places, the models' prices, and the limits with their
+    counts from the store into the gateway (at start, on leading, on a change), and the users' tokens
+    and roles into the admin side's callers.
 
     A key of a user sits where the user does: the user's teams and organizations come from the
     user's role bindings, read in the same reload.
@@ -132,6 +133,7 @@ class KeyLoading:
             )
             for k in keys
         )
+        self._feed.prices_replaced(Prices.from_settings(await self._store.settings.all()))
         self._feed.limits_replaced(limits)
         await self._counts.load()
         await self._callers.load(self._store)

@@ -1,8 +1,9 @@
 """Limits on a key, project, team, organization or user, and the arithmetic that enforces them.
 
 A :class:`Limits` caps requests and tokens per minute, concurrent requests,
-tokens per day and per month (UTC), the models allowed and (for a key) an
-expiry. It is set on a *subject*: ``key:ID`` or an owner's text
+tokens per day and per month (UTC), money per day and per month (in the
+cluster's currency, :mod:`llmgw.core.pricing`), the models allowed and (for a
+key) an expiry. It is set on a *subject*: ``key:ID`` or an owner's text
 (``project:acme/ml/chat``, ``team:acme/ml``, ``org:acme``, ``user:alice``). A
 request counts against its key and every owner of its key's
 :attr:`~llmgw.core.tenancy.Place.chain`; it is admitted only when every one
@@ -19,6 +20,14 @@ of its rates and concurrency (docs/tenancy.md, Limits): with shares summing to
 one, the cluster admits at most the limit plus what is in flight when shares
 move. Day and month budgets are held whole: every process counts against the
 cluster's total, which reaches it every second.
+
+Money is counted as tokens are, in whole nanos of the currency
+(:func:`llmgw.core.pricing.nanos`), under the subject's money counter
+(:func:`cost_subject`: ``cost:project:acme/ml/chat``) beside its tokens, so
+the counts travel, add up and are stored as the tokens' do. A stream counts
+each token passing at the model's output price; the engine's usage at the
+end puts the request's exact cost in its place. A spent money budget is
+refused with 429 ``budget_exceeded``.
 """
 
 from __future__ import annotations
@@ -29,10 +38,14 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 
+from llmgw.core.pricing import DEFAULT_CURRENCY, money, nanos
 from llmgw.core.tenancy import Owner
 
 KEY_PREFIX = "key:"
+COST_PREFIX = "cost:"
 DAY_S = 86_400.0
+BUDGET_EXCEEDED = "budget_exceeded"
+"""The code of a refusal for a spent money budget."""
 
 
 def subject_text(text: str) -> str:
@@ -62,6 +75,15 @@ def key_subject(key_id: str) -> str:
     return KEY_PREFIX + key_id
 
 
+def cost_subject(subject: str) -> str:
+    """The counter of the money ``subject`` spent (in nanos), beside its tokens' counter."""
+    return COST_PREFIX + subject
+
+
+def is_cost_subject(name: str) -> bool:
+    return name.startswith(COST_PREFIX)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one key, project, team, organization or user may use; None: no limit on that."""
@@ -75,6 +97,10 @@ class Limits:
     """Prompt plus completion tokens per UTC day."""
     tokens_per_month: int | None = None
     """Prompt plus completion tokens per UTC calendar month."""
+    usd_per_day: float | None = None
+    """Money per UTC day, in the cluster's currency (``pricing.currency``, USD unless set)."""
+    usd_per_month: float | None = None
+    """Money per UTC calendar month, in the cluster's currency."""
     models: frozenset[str] | None = None
     """The models (or adapters) that may be asked for; None: every model the key sees."""
     expires_s: float | None = None
@@ -83,7 +109,11 @@ class Limits:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name not in ("models", "expires_s") and value is not None and value < 0:
+            if f.name in ("models", "expires_s") or value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a number, not {value!r}")
+            if value < 0:
                 raise ValueError(f"{f.name} must be 0 or more, not {value}")
 
     @property
@@ -179,6 +209,11 @@ class Meter:
     __slots__ = (
         "concurrent",
         "concurrent_cap",
+        "cost_day_cap",
+        "cost_day_used",
+        "cost_month_cap",
+        "cost_month_used",
+        "currency",
         "day",
         "day_cap",
         "day_end",
@@ -194,6 +229,7 @@ class Meter:
         "subject",
         "tokens",
         "unsaved",
+        "unsaved_cost",
     )
 
     def __init__(self, subject: str, limits: Limits, now: float, share: float = 1.0) -> None:
@@ -204,6 +240,12 @@ class Meter:
         self.month_used = 0
         self.unsaved = 0
         """Tokens counted since the counts were last written."""
+        self.cost_day_used = self.cost_month_used = 0
+        """Money spent this day and month, in nanos of the currency."""
+        self.unsaved_cost = 0
+        """Money (nanos) counted since the counts were last written."""
+        self.currency = DEFAULT_CURRENCY
+        """The currency money budgets are in (as refusals name it)."""
         self._start_periods(now)
         self.limits = limits
         self.requests: Bucket | None = None
@@ -230,6 +272,8 @@ class Meter:
         self.concurrent_cap = INF if limits.concurrent is None else limits.concurrent * s
         self.day_cap = INF if limits.tokens_per_day is None else limits.tokens_per_day
         self.month_cap = INF if limits.tokens_per_month is None else limits.tokens_per_month
+        self.cost_day_cap = INF if limits.usd_per_day is None else nanos(limits.usd_per_day)
+        self.cost_month_cap = INF if limits.usd_per_month is None else nanos(limits.usd_per_month)
         self.requests = _bucket(self.requests, limits.requests_per_minute, s, now, rescale)
         self.tokens = _bucket(self.tokens, limits.tokens_per_minute, s, now, rescale)
 
@@ -237,9 +281,9 @@ class Meter:
         """A new UTC day (and maybe month) began: its counts start at zero."""
         month = self.month
         self._start_periods(now)
-        self.day_used = 0
+        self.day_used = self.cost_day_used = 0
         if self.month != month:
-            self.month_used = 0
+            self.month_used = self.cost_month_used = 0
 
     def check(self, model: str, now: float) -> Refusal | None:
         """Whether one more request for ``model`` is admitted now (nothing is taken)."""
@@ -277,7 +321,7 @@ class Meter:
                 return Refusal(self.subject, "tokens_per_minute", why, bucket.wait_s(1.0))
         if now >= self.day_end:
             self._roll(now)
-        if self.day_used >= self.day_cap or self.month_used >= self.month_cap:
+        if self._spent():
             return self.budget(now)
         if self.requests is not None:
             self.requests.level -= 1.0
@@ -313,8 +357,17 @@ class Meter:
             return Refusal(s, "models", why, INF, 403, "model_not_allowed")
         return None
 
+    def _spent(self) -> bool:
+        """Whether a day's or month's budget, of tokens or money, is spent."""
+        return (
+            self.day_used >= self.day_cap
+            or self.month_used >= self.month_cap
+            or self.cost_day_used >= self.cost_day_cap
+            or self.cost_month_used >= self.cost_month_cap
+        )
+
     def budget(self, now: float) -> Refusal | None:
-        """A refusal when a day's or month's token budget is spent."""
+        """A refusal when a day's or month's budget, of tokens or money, is spent."""
         if now >= self.day_end:
             self._roll(now)
         limits = self.limits
@@ -332,15 +385,31 @@ class Meter:
                 f"{self.subject} spent its budget of {limits.tokens_per_month} tokens for the month",
                 self.month_end - now,
             )
+        if self.cost_day_used >= self.cost_day_cap:
+            return self._money_refusal("usd_per_day", self.cost_day_used, limits.usd_per_day, "day", now)
+        if self.cost_month_used >= self.cost_month_cap:
+            cap = limits.usd_per_month
+            return self._money_refusal("usd_per_month", self.cost_month_used, cap, "month", now)
         return None
+
+    def _money_refusal(self, limit: str, spent: int, cap: float | None, period: str, now: float) -> Refusal:
+        ends = self.day_end if period == "day" else self.month_end
+        resets = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ends))
+        c = self.currency
+        why = (
+            f"{self.subject} spent {money(spent):.6f} {c} this {period}, its budget is {cap:g} {c}; "
+            f"it resets at {resets}"
+        )
+        return Refusal(self.subject, limit, why, ends - now, code=BUDGET_EXCEEDED)
 
     def take_request(self) -> None:
         if self.requests is not None:
             self.requests.level -= 1.0
         self.concurrent += 1
 
-    def spend(self, tokens: int, now: float) -> bool:
-        """Count ``tokens`` used (negative: a correction of an estimate); True when a budget is spent."""
+    def spend(self, tokens: int, now: float, cost_nanos: int = 0) -> bool:
+        """Count ``tokens`` used and ``cost_nanos`` of money spent (negative: a correction of an
+        estimate); True when a budget is spent."""
         bucket = self.tokens
         if bucket is not None:
             level = bucket.level + (now - bucket.stamp) * bucket.rate
@@ -351,7 +420,11 @@ class Meter:
         self.day_used += tokens
         self.month_used += tokens
         self.unsaved += tokens
-        return self.day_used >= self.day_cap or self.month_used >= self.month_cap
+        if cost_nanos:
+            self.cost_day_used += cost_nanos
+            self.cost_month_used += cost_nanos
+            self.unsaved_cost += cost_nanos
+        return self._spent()
 
 
 def _bucket(

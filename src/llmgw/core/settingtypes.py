@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core.agentsettings import DEFAULT_KEY, NODE_PREFIX, is_agent_key
+from llmgw.core.pricing import CURRENCY_SETTING, PRICE_PREFIX, currency_problem, price_problem, priced_model
 
 SERVING_STOPPED = "serving.stopped"
 """``llmgw stop`` is in force while true (``/api/serving`` sets it)."""
@@ -86,9 +87,12 @@ TYPES: dict[str, SettingType] = {
     EMBEDDING_MODEL_SETTING: SettingType(
         'a JSON string (an embedding model\'s name, "minilm")', lambda value: isinstance(value, str)
     ),
+    CURRENCY_SETTING: SettingType(
+        'a JSON string of three capital letters (ISO 4217: "USD")', lambda value: not currency_problem(value)
+    ),
 }
 
-KEYS: tuple[str, ...] = (*sorted(TYPES), DEFAULT_KEY, f"{NODE_PREFIX}<node id>")
+KEYS: tuple[str, ...] = (*sorted(TYPES), DEFAULT_KEY, f"{NODE_PREFIX}<node id>", f"{PRICE_PREFIX}<model>")
 """Every key a setting may have, as a refusal lists them."""
 
 
@@ -97,7 +101,7 @@ def key_problem(key: str) -> str:
 
     Agents' keys (under ``agents.``) are checked with their values (:mod:`llmgw.core.agentsettings`).
     """
-    if key in TYPES or is_agent_key(key):
+    if key in TYPES or is_agent_key(key) or priced_model(key) is not None:
         return ""
     close = difflib.get_close_matches(key, KEYS, n=3, cutoff=0.6)
     guess = f"did you mean {' or '.join(close)}? " if close else ""
@@ -121,6 +125,8 @@ def json_kind(value: Any) -> str:
 
 def value_problem(key: str, value: Any) -> str:
     """Why ``value`` is not of ``key``'s type (empty: it is, or ``key`` takes any JSON)."""
+    if priced_model(key) is not None:
+        return price_problem(key, value)
     kind = TYPES.get(key)
     if kind is None or kind.accepts(value):
         return ""

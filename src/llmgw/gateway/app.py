@@ -329,6 +329,7 @@ class Gateway:
                     duration_s,
                     exchange.prompt_tokens,
                     exchange.completion_tokens,
+                    exchange.cost,
                 )
                 if exchange.usage_due and exchange.key is not None:  # refused before any replica
                     self._request_refused(
@@ -449,7 +450,7 @@ class Gateway:
         model = facts.model
         if not self._visible(model, key):
             raise model_not_found(model)
-        exchange.model = model
+        exchange.model, exchange.price = model, self.limiter.prices.of(model)
         logcontext.MODEL.set(model)
         bounds = self._check_task(model, path)
         if facts.data is not None and (refusal := check_request(path, facts.data, bounds)):
@@ -478,7 +479,7 @@ class Gateway:
             await self._forward(exchange, receive, send, engine_path, body, facts.stream, strip_usage, facts)
         finally:
             if ticket is not None:
-                ticket.end(exchange.prompt_tokens + exchange.completion_tokens)
+                ticket.end(exchange.prompt_tokens + exchange.completion_tokens, exchange.costed())
 
     async def _count_tokens(
         self,

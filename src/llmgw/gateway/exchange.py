@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Send
 
+from llmgw.core.pricing import Price
 from llmgw.gateway.api_errors import send_bytes
 from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.limiting import Ticket
@@ -29,14 +30,17 @@ class Exchange:
     """One ``/v1`` request's state while the gateway answers it."""
 
     __slots__ = (
+        "cached_tokens",
         "client_gone",
         "completion_tokens",
+        "cost",
         "departures",
         "finished",
         "first_token",
         "headers",
         "key",
         "model",
+        "price",
         "prompt_tokens",
         "relayed",
         "replica_id",
@@ -66,6 +70,12 @@ class Exchange:
         self.replica_id = ""
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.cached_tokens = 0
+        """Prompt tokens the engine found in its cache (where it says)."""
+        self.price: Price | None = None
+        """The model's price when the request was admitted (None: it has none)."""
+        self.cost = 0.0
+        """What the request cost (:meth:`costed`, once its tokens are known)."""
         self.response_started = False
         self.finished = False
         """Set before the answer's last bytes are sent: from then on a disconnect changes nothing."""
@@ -90,6 +100,13 @@ class Exchange:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
+
+    def costed(self) -> float:
+        """What the request cost at its model's price, from its tokens as counted now (kept in ``cost``)."""
+        price = self.price
+        if price is not None:
+            self.cost = price.cost(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
+        return self.cost
 
 
 async def send_json(send: Send, exchange: Exchange, status: int, value: Any) -> None:

@@ -144,7 +144,7 @@ def _afresh(exchange: Exchange, target: str) -> None:
     exchange.model = target
     exchange.replica_id = ""
     exchange.status = CLIENT_CLOSED
-    exchange.prompt_tokens = exchange.completion_tokens = 0
+    exchange.prompt_tokens = exchange.completion_tokens = exchange.cached_tokens = 0
     exchange.response_started = exchange.finished = exchange.uncounted_prompt = False
     exchange.first_token = 0.0
     exchange.usage_due = True
@@ -221,6 +221,7 @@ class FallingBack:
                 reason = "breaker_open"
                 continue
             _afresh(exchange, target)
+            exchange.price = self._limiter.prices.of(target)  # the model that answers is the one paid
             client = ClientSend(send, exchange, target, more)
             try:
                 ttft = entry.fallback_ttft_s if more else None

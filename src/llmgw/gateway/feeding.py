@@ -10,6 +10,7 @@ index, the adapters or the key ring:
 - the API keys replaced;
 - a replica's KV-block changes (:class:`~llmgw.core.kvblocks.KvBlocksUpdate`);
 - the limits replaced, the planes' shares of them, and the counts of budgets read back from the store;
+- the models' prices replaced (what requests cost, counted against money budgets and in usage);
 - a replica draining (no new requests; the ones on it finish);
 - serving stopped or started (``llmgw stop`` / ``llmgw start``).
 
@@ -29,6 +30,7 @@ from llmgw.core.catalog import ModelDefinition
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
 from llmgw.core.limitshares import PlaneShares
+from llmgw.core.pricing import Prices
 from llmgw.core.scaling import ModelLoad
 from llmgw.gateway.adapters import Adapters, adapter_entries
 from llmgw.gateway.catalog_view import GatewayCatalog, catalog_entries
@@ -115,6 +117,11 @@ class GatewayFeed:
         """Each serving plane's share of every rate and concurrency limit, as the leader divided them."""
         self._limiter.shared(shares)
         self._told("limits_shared", shares)
+
+    def prices_replaced(self, prices: Prices) -> None:
+        """The models' prices and the currency as they are now: requests ending from now on cost them."""
+        self._limiter.prices = prices
+        self._told("prices_replaced", prices)
 
     def limits_counted(self, used: Mapping[str, tuple[int, int]]) -> None:
         """Tokens spent this UTC day and month per subject, as the store holds them (on leading)."""

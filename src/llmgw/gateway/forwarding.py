@@ -47,7 +47,6 @@ from llmgw.gateway.bodies import RequestFacts, choosing_lora
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import CLIENT_CLOSED, Exchange
 from llmgw.gateway.finding import ReplicaFinder
-from llmgw.gateway.keys import KeyEntry
 from llmgw.gateway.knowledge import Retrieved, salted
 from llmgw.gateway.limiting import cut_short, limit_message
 from llmgw.gateway.messages_call import MessagesCall
@@ -68,29 +67,12 @@ from llmgw.gateway.upstream import (
     describe,
     retry_after,
 )
-from llmgw.gateway.usage import EventFramer, UsageRecord, find_usage, token_counts, tokens_in
+from llmgw.gateway.usage import EventFramer, tokens_in, whole_counts
+from llmgw.gateway.usage_records import record_of
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Span, SpanKind, Tracing, context_of, failed, traceparent
 
 log = logging.getLogger(__name__)
-
-
-def _record(exchange: Exchange, key: KeyEntry) -> UsageRecord:
-    """The usage of an ended request, with its timings."""
-    ended = time.perf_counter()
-    first = exchange.first_token
-    return UsageRecord(
-        key_id=key.key_id,
-        model=exchange.model,
-        replica_id=exchange.replica_id,
-        prompt_tokens=exchange.prompt_tokens,
-        completion_tokens=exchange.completion_tokens,
-        status=exchange.status,
-        duration_s=ended - exchange.started,
-        place=metrics.project_of(key),
-        ttft_s=first - exchange.started if first else None,
-        generation_s=ended - (first or exchange.started),
-    )
 
 
 def _end_span(exchange: Exchange, span: Span) -> None:
@@ -180,7 +162,7 @@ class Forwarder:
                 if exchange.uncounted_prompt and facts is not None and not task.cancelling():
                     exchange.prompt_tokens = await self._prompt_count(exchange, facts)
                 exchange.usage_due = False
-                self._request_ended(_record(exchange, exchange.key))
+                self._request_ended(record_of(exchange, exchange.key))
             if exchange.span is not None:
                 _end_span(exchange, exchange.span)
 
@@ -472,7 +454,7 @@ class Forwarder:
         body = await self._read_all(exchange, response)
         status = response.status
         if status < 300:
-            exchange.prompt_tokens, exchange.completion_tokens = token_counts(find_usage(body))
+            exchange.prompt_tokens, exchange.completion_tokens, exchange.cached_tokens = whole_counts(body)
             if shape is not None:
                 body = await shape.whole(body)
         exchange.status = status
@@ -585,7 +567,7 @@ class Forwarder:
         else:
             tail = framer.flush()
         if framer.usage is not None:
-            exchange.prompt_tokens, exchange.completion_tokens = token_counts(framer.usage)
+            exchange.prompt_tokens, exchange.completion_tokens, exchange.cached_tokens = framer.counts()
             exchange.uncounted_prompt = False
         exchange.finished = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -7,16 +7,18 @@ of meters its requests count against (the key, then its place's chain),
 built when limits or keys change, never per request. A key with nothing
 limited on its chain costs one dict lookup.
 
-A request admitted holds a :class:`Ticket`: it counts tokens as they pass
-(:meth:`Ticket.spend`; streams count one token per content event,
-``usage.tokens_in``, corrected by the engine's usage at the end) and gives its concurrent slot back once
+A request admitted holds a :class:`Ticket`: it counts tokens, and their cost
+at its model's price, as they pass (:meth:`Ticket.spend`; streams count one
+token per content event, ``usage.tokens_in``, at the output price, corrected
+by the engine's usage and the request's cost at the end) and gives its concurrent slot back once
 (:meth:`Ticket.end`), whatever ended the request. The route that admits a
 request owns its ticket: it takes it and ends it in one ``try``/``finally``
 (``app.py`` for forwarded requests, ``workflow_routes.py`` for pictures and,
 when the job ends, jobs); the forwarding only spends from it.
 
-The counts of day and month budgets go to the store through the control
-plane (:meth:`Limiter.unsaved`, :meth:`Limiter.counted`).
+The counts of day and month budgets, tokens and money (in nanos, under
+``cost:SUBJECT``), go to the store through the control plane
+(:meth:`Limiter.unsaved`, :meth:`Limiter.counted`).
 
 Each meter holds ``share`` (this process's part of its plane: a gateway
 worker's ``1 / workers``) times its plane's share of that subject, which the
@@ -30,8 +32,9 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from llmgw.core.limits import Limits, Meter, Refusal, admit, headroom, key_subject
+from llmgw.core.limits import COST_PREFIX, Limits, Meter, Refusal, admit, cost_subject, headroom, key_subject
 from llmgw.core.limitshares import PlaneShares
+from llmgw.core.pricing import Price, Prices, nanos
 from llmgw.gateway.api_errors import ApiError, sse_error_event
 from llmgw.gateway.keys import KeyEntry
 
@@ -43,37 +46,52 @@ HINT = (
 class Ticket:
     """One admitted request's hold on its meters."""
 
-    __slots__ = ("_clock", "counted", "meters", "released")
+    __slots__ = ("_clock", "_output_nanos", "cost_counted", "counted", "meters", "price", "released")
 
-    def __init__(self, meters: tuple[Meter, ...], clock: Callable[[], float]) -> None:
+    def __init__(
+        self, meters: tuple[Meter, ...], clock: Callable[[], float], price: Price | None = None
+    ) -> None:
         self.meters = meters
         self._clock = clock
+        self.price = price
+        """The model's price when the request was admitted (None: it has none)."""
+        self._output_nanos = 0.0 if price is None else price.output * 1_000
+        """Nanos a completion token costs (its price per million is per 10⁶ tokens, 10⁹ nanos)."""
         self.counted = 0
         """Tokens counted so far for this request."""
+        self.cost_counted = 0
+        """Money (nanos) counted so far for this request."""
         self.released = False
 
-    def spend(self, tokens: int) -> Refusal | None:
-        """Count ``tokens`` that passed; the refusal of a budget this ran out, if any."""
-        if tokens == 0:
+    def spend(self, tokens: int, cost_nanos: int | None = None) -> Refusal | None:
+        """Count ``tokens`` that passed and what they cost (None: completion tokens at the output
+        price); the refusal of a budget this ran out, if any."""
+        if cost_nanos is None:
+            cost_nanos = round(tokens * self._output_nanos)
+        if tokens == 0 and cost_nanos == 0:
             return None
         now = self._clock()
         self.counted += tokens
+        self.cost_counted += cost_nanos
         spent = None
         for meter in self.meters:
-            if meter.spend(tokens, now) and spent is None:
+            if meter.spend(tokens, now, cost_nanos) and spent is None:
                 spent = meter
         return None if spent is None else spent.budget(now)
 
-    def settle(self, total_tokens: int) -> None:
-        """The engine's own count for the whole request replaces what was counted as it passed."""
-        if total_tokens > 0 and total_tokens != self.counted:
-            self.spend(total_tokens - self.counted)
+    def settle(self, total_tokens: int, cost: float = 0.0) -> None:
+        """The engine's own count for the whole request, and its cost, replace what was counted as it
+        passed (``total_tokens`` 0: unknown, what was counted stands)."""
+        if total_tokens > 0:
+            tokens, cost_nanos = total_tokens - self.counted, nanos(cost) - self.cost_counted
+            if tokens or cost_nanos:
+                self.spend(tokens, cost_nanos)
 
-    def end(self, total_tokens: int) -> None:
-        """The request ended having used ``total_tokens`` (0: unknown, what was counted stands):
-        :meth:`settle`, then :meth:`release`. Called once by whoever admitted the request."""
-        if total_tokens > 0 and total_tokens != self.counted:
-            self.spend(total_tokens - self.counted)
+    def end(self, total_tokens: int, cost: float = 0.0) -> None:
+        """The request ended having used ``total_tokens`` costing ``cost`` (0 tokens: unknown, what
+        was counted stands): :meth:`settle`, then :meth:`release`. Called once by whoever admitted
+        the request."""
+        self.settle(total_tokens, cost)
         self.release()
 
     def release(self) -> None:
@@ -131,6 +149,7 @@ class Limiter:
         self._meters: dict[str, Meter] = {}
         self._chains: dict[str, tuple[str, ...]] = {}
         self._by_key: dict[str, tuple[Meter, ...]] = {}
+        self._prices = Prices()
 
     # -- changes (from the control plane) ----------------------------------------------------------
 
@@ -144,12 +163,24 @@ class Limiter:
             meter = self._meters.get(subject)
             if meter is None:
                 meter = Meter(subject, value, now, self._share_of(subject))
+                meter.currency = self._prices.currency
             else:
                 meter.set_limits(value, now)
             meters[subject] = meter
         self._limits = dict(limits)
         self._meters = meters
         self._rebuild()
+
+    @property
+    def prices(self) -> Prices:
+        """The models' prices (``GatewayFeed.prices_replaced``): what requests cost."""
+        return self._prices
+
+    @prices.setter
+    def prices(self, prices: Prices) -> None:
+        self._prices = prices
+        for meter in self._meters.values():
+            meter.currency = prices.currency
 
     def _share_of(self, subject: str) -> float:
         return self.share * self._plane_subjects.get(subject, self._plane_share)
@@ -180,20 +211,52 @@ class Limiter:
         self._by_key = by_key
 
     def counted(self, used: Mapping[str, tuple[int, int]]) -> None:
-        """Tokens spent this day and month per subject as the store holds them; what this process
-        counted and has not handed out yet (:meth:`unsaved`) is added."""
+        """Tokens and money spent this day and month per subject as the store holds them; what this
+        process counted and has not handed out yet (:meth:`unsaved`) is added."""
         for subject, meter in self._meters.items():
             day, month = used.get(subject, (0, 0))
             meter.day_used, meter.month_used = day + meter.unsaved, month + meter.unsaved
+            day, month = used.get(cost_subject(subject), (0, 0))
+            meter.cost_day_used, meter.cost_month_used = day + meter.unsaved_cost, month + meter.unsaved_cost
 
     def unsaved(self) -> dict[str, int]:
-        """Tokens counted per subject since the last call (what the control plane writes next)."""
+        """Tokens counted per subject since the last call, and money (nanos) under ``cost:SUBJECT``:
+        what the control plane writes next."""
         out: dict[str, int] = {}
         for subject, meter in self._meters.items():
             if meter.unsaved:
                 out[subject] = meter.unsaved
                 meter.unsaved = 0
+            if meter.unsaved_cost:
+                out[cost_subject(subject)] = meter.unsaved_cost
+                meter.unsaved_cost = 0
         return out
+
+    def totals(self) -> dict[str, tuple[int, int]]:
+        """Each limited subject's day and month counts as held here, money under ``cost:SUBJECT``."""
+        out: dict[str, tuple[int, int]] = {}
+        for subject, meter in self._meters.items():
+            out[subject] = (meter.day_used, meter.month_used)
+            if meter.cost_day_used or meter.cost_month_used:
+                out[cost_subject(subject)] = (meter.cost_day_used, meter.cost_month_used)
+        return out
+
+    def add_counted(self, used: Mapping[str, int]) -> None:
+        """What another process (a worker) counted, tokens and money: into the meters as if counted
+        here (written, then sent on)."""
+        for name, amount in used.items():
+            is_cost = name.startswith(COST_PREFIX)
+            meter = self._meters.get(name[len(COST_PREFIX) :] if is_cost else name)
+            if meter is None or amount <= 0:
+                continue
+            if is_cost:
+                meter.unsaved_cost += amount
+                meter.cost_day_used += amount
+                meter.cost_month_used += amount
+            else:
+                meter.unsaved += amount
+                meter.day_used += amount
+                meter.month_used += amount
 
     def limits(self) -> dict[str, Limits]:
         return dict(self._limits)
@@ -212,7 +275,7 @@ class Limiter:
         refusal = admit(meters, model, now)
         if refusal is not None:
             raise refused(refusal, meters, now)
-        return Ticket(meters, self.clock)
+        return Ticket(meters, self.clock, self._prices.of(model))
 
     def may_use(self, key: KeyEntry, model: str) -> bool:
         """Whether ``key``'s limits let it use ``model`` (the models they allow, none expired),

@@ -53,6 +53,12 @@ COMPLETION_TOKENS = Counter(
     "Tokens engines generated for answered /v1 requests, by model and project.",
     ["model", "project"],
 )
+COST = Counter(
+    "llmgw_gateway_cost",
+    "What answered /v1 requests cost at their models' prices (pricing.models.*), in the cluster's "
+    "currency (pricing.currency), by model and project.",
+    ["model", "project"],
+)
 IN_FLIGHT = Gauge("llmgw_gateway_requests_in_flight", "/v1 requests being answered now.")
 UPSTREAM_FAILURES = Counter(
     "llmgw_gateway_upstream_failures",
@@ -109,22 +115,29 @@ IN_FLIGHT.set_function(lambda: InFlight.value)
 class RequestChildren:
     """The labelled children one ``(model, project, code)`` counts into, bound once."""
 
-    __slots__ = ("completion", "duration", "prompt", "requests")
+    __slots__ = ("completion", "cost", "duration", "prompt", "requests")
 
     def __init__(self, model: str, project: str, code: int) -> None:
         self.requests = REQUESTS.labels(model, project, str(code))
         self.duration = DURATION.labels(model, project)
         self.prompt = PROMPT_TOKENS.labels(model, project)
         self.completion = COMPLETION_TOKENS.labels(model, project)
+        self.cost = COST.labels(model, project)
 
 
 _children: dict[tuple[str, str, int], RequestChildren] = {}
 
 
 def observe(
-    model: str, project: str, code: int, duration_s: float, prompt_tokens: int = 0, completion_tokens: int = 0
+    model: str,
+    project: str,
+    code: int,
+    duration_s: float,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    cost: float = 0.0,
 ) -> None:
-    """Count one answered request, its duration and its tokens."""
+    """Count one answered request, its duration, its tokens and its cost."""
     children = _children.get((model, project, code))
     if children is None:
         children = _children[(model, project, code)] = RequestChildren(model, project, code)
@@ -134,6 +147,8 @@ def observe(
         children.prompt.inc(prompt_tokens)
     if completion_tokens:
         children.completion.inc(completion_tokens)
+    if cost > 0:
+        children.cost.inc(cost)
 
 
 _stream_children: dict[str, tuple[Histogram, Histogram]] = {}

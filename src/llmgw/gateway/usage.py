@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_TIMINGS = re.compile(rb'"timings"\s*:\s*\{')
 _DECODER = json.JSONDecoder()
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 
@@ -50,6 +51,10 @@ class UsageRecord:
     generation_s: float = 0.0
     """Time spent generating the completion: a stream's time after its first event; an answer sent
     whole, its whole duration (the prompt's processing included)."""
+    cached_tokens: int = 0
+    """Prompt tokens the engine found in its cache, where it says (0 where it does not)."""
+    cost: float = 0.0
+    """What the request cost at its model's price when it ended (0: the model has no price)."""
 
     @property
     def refused(self) -> int:
@@ -77,8 +82,17 @@ def tokens_in(events: bytes) -> int:
 
 def find_usage(data: bytes) -> dict[str, Any] | None:
     """The last ``usage`` object in a JSON answer or in a run of SSE events, or None."""
+    return _find_object(data, _USAGE)
+
+
+def find_timings(data: bytes) -> dict[str, Any] | None:
+    """The last ``timings`` object (llama.cpp's, beside its usage) in an answer or events, or None."""
+    return _find_object(data, _TIMINGS) if b'"timings"' in data else None
+
+
+def _find_object(data: bytes, name: re.Pattern[bytes]) -> dict[str, Any] | None:
     match = None
-    for match in _USAGE.finditer(data):  # noqa: B007 - the last match is wanted
+    for match in name.finditer(data):  # noqa: B007 - the last match is wanted
         pass
     if match is None:
         return None
@@ -105,6 +119,27 @@ def token_counts(usage: dict[str, Any] | None) -> tuple[int, int]:
             if isinstance(count, int):
                 prompt += count
     return prompt, completion if isinstance(completion, int) else 0
+
+
+def cached_count(usage: dict[str, Any] | None, timings: dict[str, Any] | None = None) -> int:
+    """Prompt tokens the engine found in its cache: OpenAI's ``usage.prompt_tokens_details.cached_tokens``
+    (the Responses API's ``input_tokens_details``), else Anthropic's ``cache_read_input_tokens`` (a
+    Messages answer), else llama.cpp's ``timings.cache_n``; else 0."""
+    for details in ("prompt_tokens_details", "input_tokens_details"):
+        part = (usage or {}).get(details)
+        if isinstance(part, dict) and isinstance(cached := part.get("cached_tokens"), int):
+            return max(0, cached)
+    read = (usage or {}).get("cache_read_input_tokens")
+    if isinstance(read, int) and not isinstance(read, bool):
+        return max(0, read)
+    cached = (timings or {}).get("cache_n")
+    return max(0, cached) if isinstance(cached, int) and not isinstance(cached, bool) else 0
+
+
+def whole_counts(body: bytes) -> tuple[int, int, int]:
+    """(prompt, completion, cached) tokens of an answer sent whole."""
+    usage = find_usage(body)
+    return (*token_counts(usage), cached_count(usage, find_timings(body)))
 
 
 def _boundary(data: bytes) -> int:
@@ -153,12 +188,18 @@ class EventFramer:
     With ``strip_usage_only`` the usage-only event is read, then left out.
     """
 
-    __slots__ = ("_pending", "_strip", "usage")
+    __slots__ = ("_pending", "_strip", "timings", "usage")
 
     def __init__(self, *, strip_usage_only: bool = False) -> None:
         self._pending = b""
         self._strip = strip_usage_only
         self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
+        """llama.cpp's ``timings`` of the event that carried the usage (its ``cache_n``)."""
+
+    def counts(self) -> tuple[int, int, int]:
+        """(prompt, completion, cached) tokens of the usage seen."""
+        return (*token_counts(self.usage), cached_count(self.usage, self.timings))
 
     def feed(self, chunk: bytes) -> bytes:
         """The complete events ``chunk`` finishes (possibly ``b""``); the rest waits for more bytes."""
@@ -175,6 +216,7 @@ class EventFramer:
             usage = find_usage(out)
             if usage is not None:  # merged: a Messages stream has input and output in two events
                 self.usage = usage if self.usage is None else {**self.usage, **usage}
+                self.timings = find_timings(out) or self.timings
                 if self._strip:
                     out = without_usage_only_events(out)
         return out
@@ -186,6 +228,7 @@ class EventFramer:
             usage = find_usage(rest)
             if usage is not None:  # merged: a Messages stream has input and output in two events
                 self.usage = usage if self.usage is None else {**self.usage, **usage}
+                self.timings = find_timings(rest) or self.timings
                 if self._strip:
                     rest = without_usage_only_events(rest)
         return rest

@@ -66,7 +66,7 @@ def _owner(key: KeyEntry) -> str:
 def _end(ticket: Ticket | None, units: int) -> None:
     """The request (or its job) ended having made ``units``: its ticket ends (once)."""
     if ticket is not None:
-        ticket.end(units)
+        ticket.end(units, 0.0 if ticket.price is None else ticket.price.cost(0, 0, pictures=units))
 
 
 def _status_of(job: Job) -> int:
@@ -190,6 +190,7 @@ class WorkflowRoutes:
             duration,
             metrics.project_of(key),
             generation_s=duration,
+            cost=self.limiter.prices.cost(model, 0, 0, pictures=units),
         )
         self.telling.request_ended(record)
 

@@ -287,6 +287,10 @@ class UsageRow(Base):
     """Time spent generating the completion tokens, summed (tokens per second = tokens / this)."""
     refused: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     """The status the row's requests were refused with before any replica took them (0: one did)."""
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    """Prompt tokens the engine found in its cache (counted in ``prompt_tokens`` too)."""
+    cost: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    """What the requests cost at the prices in force when they ended, in the cluster's currency."""
 
 
 class LimitRow(Base):

@@ -15,6 +15,10 @@ through :meth:`UsageLog.append_missing`: an entry's ``at``, key, model and
 refusal name it (the writer never stamps two entries of a key, model and
 refusal with one ``at``), so an entry already stored is never stored twice.
 
+Each row keeps what its requests cost (``cost``, in the cluster's currency,
+:mod:`llmgw.core.pricing`), worked out by the gateway at the prices in force
+when each request ended: a price changed later leaves it as it was.
+
 Each row keeps the key's place as it was when the requests were made (its
 project, or its user), with the place's team and organization, so usage
 counts where it was spent after a key moves or goes. Reading it summed over
@@ -63,6 +67,10 @@ class UsageEntry:
     refused: int = 0
     """The status these requests were refused with before any replica took them (400, 404, 429,
     503 …); 0: requests a replica took."""
+    cached_tokens: int = 0
+    """Prompt tokens the engine found in its cache (of ``prompt_tokens``)."""
+    cost: float = 0.0
+    """What the requests cost, at the prices in force when each ended (the cluster's currency)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +148,8 @@ def _rows(entries: Sequence[UsageEntry]) -> list[dict[str, object]]:
             "ttft_ms": e.ttft_ms,
             "generation_ms": e.generation_ms,
             "refused": e.refused,
+            "cached_tokens": e.cached_tokens,
+            "cost": e.cost,
         }
         for e in entries
     ]

@@ -140,6 +140,10 @@ class UsageGroup:
     have tokens and no time)."""
     refused: dict[int, int] = field(default_factory=dict)
     """Requests refused before any replica took them, by the status they were refused with."""
+    cached_tokens: int = 0
+    """Prompt tokens the engines found in their caches (of ``prompt_tokens``)."""
+    cost: float = 0.0
+    """What the requests cost, each at the price in force when it ended (the cluster's currency)."""
 
     @property
     def ttft_mean_ms(self) -> float | None:
@@ -168,6 +172,8 @@ SUMS = (
     UsageRow.ttft_ms,
     UsageRow.generation_ms,
     case((UsageRow.generation_ms > 0, UsageRow.completion_tokens), else_=0),
+    UsageRow.cached_tokens,
+    UsageRow.cost,
 )
 
 
@@ -233,8 +239,9 @@ def _values(group: UsageGroup, dimensions: list[Dimension]) -> list[str | None]:
 
 def _group(row: Sequence[Any], dimensions: list[Dimension]) -> UsageGroup:
     values: dict[Dimension, str] = dict(zip(dimensions, row[1 : 1 + len(dimensions)], strict=True))
-    requests, failed, prompt, completion, streamed, ttft, generation, timed = (
-        int(v or 0) for v in row[1 + len(dimensions) :]
+    *counts, cost = row[1 + len(dimensions) :]
+    requests, failed, prompt, completion, streamed, ttft, generation, timed, cached = (
+        int(v or 0) for v in counts
     )
     return UsageGroup(
         start=_time(row[0]),
@@ -251,4 +258,6 @@ def _group(row: Sequence[Any], dimensions: list[Dimension]) -> UsageGroup:
         ttft_ms=ttft,
         generation_ms=generation,
         timed_tokens=timed,
+        cached_tokens=cached,
+        cost=float(cost or 0.0),
     )

@@ -25,6 +25,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
+from llmgw.core.limits import is_cost_subject
 from llmgw.core.limitshares import PlaneShares, divide
 from llmgw.gateway.feeding import GatewayFeed
 
@@ -82,7 +83,7 @@ class LimitSharing:
             return  # a standby of an older release names no plane: its use is not weighed
         by = self._use.setdefault(plane, {})
         for subject, count in tokens.items():
-            if count > 0:
+            if count > 0 and not is_cost_subject(subject):  # money is not divided: a budget's count
                 by[subject] = by.get(subject, 0.0) + count
 
     def divide(self) -> PlaneShares | None:

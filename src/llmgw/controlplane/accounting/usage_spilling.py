@@ -115,6 +115,9 @@ def _line(entry: UsageEntry) -> str:
         "streamed": entry.streamed,
         "ttft_ms": entry.ttft_ms,
         "generation_ms": entry.generation_ms,
+        "refused": entry.refused,
+        "cached_tokens": entry.cached_tokens,
+        "cost": entry.cost,
     }
     return json.dumps(record, separators=(",", ":")) + "\n"
 
@@ -138,6 +141,9 @@ def _read(path: Path) -> Iterator[UsageEntry]:
                     streamed=int(record.get("streamed", 0)),
                     ttft_ms=int(record.get("ttft_ms", 0)),
                     generation_ms=int(record.get("generation_ms", 0)),
+                    refused=int(record.get("refused", 0)),
+                    cached_tokens=int(record.get("cached_tokens", 0)),
+                    cost=float(record.get("cost", 0.0)),
                 )
             except (ValueError, KeyError, TypeError) as error:
                 log.warning("usage: %s line %d is not an entry, left out: %s", path, number, error)

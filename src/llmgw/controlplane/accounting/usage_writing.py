@@ -50,7 +50,9 @@ class UsageSink(Protocol):
 
 class _Sum:
     __slots__ = (
+        "cached",
         "completion",
+        "cost",
         "duration_s",
         "failed",
         "generation_s",
@@ -61,8 +63,8 @@ class _Sum:
     )
 
     def __init__(self) -> None:
-        self.requests = self.failed = self.prompt = self.completion = self.streamed = 0
-        self.duration_s = self.ttft_s = self.generation_s = 0.0
+        self.requests = self.failed = self.prompt = self.completion = self.streamed = self.cached = 0
+        self.duration_s = self.ttft_s = self.generation_s = self.cost = 0.0
 
     def merge(self, other: _Sum) -> None:
         self.requests += other.requests
@@ -73,6 +75,8 @@ class _Sum:
         self.streamed += other.streamed
         self.ttft_s += other.ttft_s
         self.generation_s += other.generation_s
+        self.cached += other.cached
+        self.cost += other.cost
 
 
 _Key = tuple[str, str, str, int]
@@ -81,10 +85,11 @@ refusal (the status its requests were refused with before any replica took them;
 
 SumRow = list[Any]
 """A sum as a worker sends it: key, model, place, requests, failed, prompt and completion tokens,
-duration (s), streamed requests, time to first token (s), generation time (s), and the refusal's
-status (0: none; a row of 11 fields, from a worker of the release before, has none)."""
+duration (s), streamed requests, time to first token (s), generation time (s), the refusal's
+status (0: none), cached prompt tokens and the cost (rows of 11 or 12 fields, from workers of
+releases before, have no refusal, or no cached tokens and cost)."""
 
-SUM_FIELDS = (11, 12)
+SUM_FIELDS = (11, 12, 14)
 """The lengths a sum row may have."""
 
 
@@ -98,6 +103,8 @@ def _add_record(sums: dict[_Key, _Sum], record: UsageRecord) -> None:
         total.failed += 1
     total.prompt += record.prompt_tokens
     total.completion += record.completion_tokens
+    total.cached += record.cached_tokens
+    total.cost += record.cost
     total.duration_s += record.duration_s
     if record.ttft_s is not None:
         total.streamed += 1
@@ -109,13 +116,13 @@ def _add_record(sums: dict[_Key, _Sum], record: UsageRecord) -> None:
 def _row(key: _Key, s: _Sum) -> SumRow:
     key_id, model, place, refused = key
     return [key_id, model, place, s.requests, s.failed, s.prompt, s.completion, s.duration_s,
-            s.streamed, s.ttft_s, s.generation_s, refused]  # fmt: skip
+            s.streamed, s.ttft_s, s.generation_s, refused, s.cached, s.cost]  # fmt: skip
 
 
 def _parsed(row: SumRow) -> tuple[_Key, _Sum]:
     """A row back as a key and its sum; ValueError or TypeError when it is not one."""
     if not isinstance(row, list) or len(row) not in SUM_FIELDS:
-        raise ValueError(f"a usage sum has 12 fields (11 before refusals were counted), not {row!r}")
+        raise ValueError(f"a usage sum has 14 fields (11 or 12 from releases before), not {row!r}")
     key_id, model, place = (str(v) for v in row[:3])
     refused = int(row[11]) if len(row) > 11 else 0
     total = _Sum()
@@ -123,6 +130,8 @@ def _parsed(row: SumRow) -> tuple[_Key, _Sum]:
     total.duration_s = float(row[7])
     total.streamed = int(row[8])
     total.ttft_s, total.generation_s = float(row[9]), float(row[10])
+    if len(row) > 12:
+        total.cached, total.cost = int(row[12]), float(row[13])
     return (key_id, model, place, refused), total
 
 
@@ -227,6 +236,8 @@ class UsageWriter:
                 ttft_ms=round(s.ttft_s * 1000),
                 generation_ms=round(s.generation_s * 1000),
                 refused=refused,
+                cached_tokens=s.cached,
+                cost=s.cost,
             )
             for (key_id, model, place, refused), s in sums.items()
         ]

@@ -1,5 +1,6 @@
-"""``/api/usage``: requests, tokens, errors, time to first token and tokens per second, summed in the
-database per hour, day or month and per key, project, team, organization or model; JSON or CSV.
+"""``/api/usage``: requests, tokens, cost, errors, time to first token and tokens per second, summed
+in the database per hour, day or month and per key, project, team, organization or model; JSON or
+CSV. ``cost`` is in ``currency`` (the setting ``pricing.currency``); ``totals`` sums the lines.
 
 Every caller sees the usage of what they may read (docs/tenancy.md): a role
 at the cluster (viewer and above), everything; a role at an organization or
@@ -28,10 +29,12 @@ from llmgw.adminapi.usage import (
     DimensionName,
     UsageAnswer,
     UsageLine,
+    UsageTotals,
 )
 from llmgw.controlplane.admin.callers import Caller
 from llmgw.controlplane.api.errors import declared
 from llmgw.controlplane.api.state import AUTH, State, Who
+from llmgw.core.pricing import CURRENCY_SETTING, DEFAULT_CURRENCY
 from llmgw.core.tenancy import CLUSTER, Action, Owner, OwnerKind
 from llmgw.errors import ValidationFailed
 from llmgw.store.usagereports import Bucket, Dimension, UsageGroup, UsageQuery, UsageReports, UsageScope
@@ -109,13 +112,16 @@ async def usage(
     names: dict[str, str] = {}
     if "key" in dimensions:
         names = {k.id: k.name for k in await state.store.keys.list(include_revoked=True)}
+    lines = [_line(g, names) for g in report.groups]
     answer = UsageAnswer.model_validate(
         {
             "by": by,
             "group_by": dimensions,
             "from": since,
             "to": until,
-            "lines": [_line(g, names) for g in report.groups],
+            "lines": lines,
+            "currency": await state.store.settings.get(CURRENCY_SETTING, DEFAULT_CURRENCY),
+            "totals": _totals(lines),
             "limit": limit,
             "truncated": report.truncated,
             "note": (
@@ -143,9 +149,22 @@ def _line(group: UsageGroup, names: dict[str, str]) -> UsageLine:
         errors=group.failed,
         prompt_tokens=group.prompt_tokens,
         completion_tokens=group.completion_tokens,
+        cached_tokens=group.cached_tokens,
+        cost=round(group.cost, 9),
         refused={str(status): count for status, count in sorted(group.refused.items())},
         ttft_mean_ms=None if group.ttft_mean_ms is None else round(group.ttft_mean_ms, 1),
         tokens_per_s=None if group.tokens_per_s is None else round(group.tokens_per_s, 2),
+    )
+
+
+def _totals(lines: list[UsageLine]) -> UsageTotals:
+    return UsageTotals(
+        requests=sum(line.requests for line in lines),
+        errors=sum(line.errors for line in lines),
+        prompt_tokens=sum(line.prompt_tokens for line in lines),
+        completion_tokens=sum(line.completion_tokens for line in lines),
+        cached_tokens=sum(line.cached_tokens for line in lines),
+        cost=round(sum(line.cost for line in lines), 9),
     )
 
 

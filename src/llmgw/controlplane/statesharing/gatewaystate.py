@@ -35,6 +35,7 @@ from llmgw.controlplane.statesharing.stateevents import (
     LimitsReplaced,
     LimitsShared,
     Live,
+    PricesReplaced,
     ReplicaDraining,
     ReplicaGone,
     ReplicaReady,
@@ -80,6 +81,8 @@ def change_event(change: str, args: tuple[Any, ...]) -> StateChange:
         return KeysReplaced(tuple(args[0]))
     if change == "limits_replaced":
         return LimitsReplaced(dict(args[0]))
+    if change == "prices_replaced":
+        return PricesReplaced(args[0])
     if change == "limits_shared":
         return LimitsShared(args[0])
     if change == "limits_counted":
@@ -106,6 +109,8 @@ def apply(event: StateChange, feed: GatewayFeed) -> None:
             feed.keys_replaced(keys)
         case LimitsReplaced(limits):
             feed.limits_replaced(limits)
+        case PricesReplaced(prices):
+            feed.prices_replaced(prices)
         case LimitsShared(shares):
             feed.limits_shared(shares)
         case LimitsCounted(used):

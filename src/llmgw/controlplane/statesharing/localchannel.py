@@ -100,23 +100,13 @@ OnRequest = Callable[[Request], None]
 
 
 def limit_totals(limiter: Limiter) -> dict[str, tuple[int, int]]:
-    """Each limited subject's day and month counts as ``limiter`` holds them."""
-    totals: dict[str, tuple[int, int]] = {}
-    for subject in limiter.limits():
-        meter = limiter.meter(subject)
-        if meter is not None:
-            totals[subject] = (meter.day_used, meter.month_used)
-    return totals
+    """Each limited subject's day and month counts (tokens, and money) as ``limiter`` holds them."""
+    return limiter.totals()
 
 
 def add_counted(limiter: Limiter, used: dict[str, int]) -> None:
-    """Tokens a worker counted: into this limiter's meters as if counted here (written, then sent on)."""
-    for subject, tokens in used.items():
-        meter = limiter.meter(subject)
-        if meter is not None and tokens > 0:
-            meter.unsaved += tokens
-            meter.day_used += tokens
-            meter.month_used += tokens
+    """What a worker counted: into this limiter's meters as if counted here (written, then sent on)."""
+    limiter.add_counted(used)
 
 
 class WorkerLoads:

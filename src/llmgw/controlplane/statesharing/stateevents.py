@@ -41,6 +41,7 @@ from llmgw.core.engines import DEFAULT_ENGINE
 from llmgw.core.kvblocks import KvBlocksUpdate
 from llmgw.core.limits import Limits
 from llmgw.core.limitshares import PlaneShares
+from llmgw.core.pricing import Prices
 from llmgw.core.tenancy import Owner, Place
 from llmgw.errors import LlmgwError
 from llmgw.gateway.keys import KeyEntry
@@ -94,6 +95,12 @@ class KeysReplaced:
 class LimitsReplaced:
     kind: ClassVar[str] = "limits_replaced"
     limits: Mapping[str, Limits]
+
+
+@dataclass(frozen=True)
+class PricesReplaced:
+    kind: ClassVar[str] = "prices_replaced"
+    prices: Prices
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,7 @@ StateChange: TypeAlias = (
     | CatalogReplaced
     | KeysReplaced
     | LimitsReplaced
+    | PricesReplaced
     | LimitsShared
     | LimitsCounted
     | KvBlocks
@@ -448,7 +456,7 @@ def _read_sums(data: Mapping[str, Any]) -> UsageSummed:
     rows = _array(data["sums"], "sums")
     for row in rows:
         if not isinstance(row, list) or len(row) not in SUM_FIELDS:
-            raise ValueError(f"a usage sum has 12 fields (11 before refusals were counted), not {row!r}")
+            raise ValueError(f"a usage sum has 14 fields (11 or 12 from releases before), not {row!r}")
     return UsageSummed(tuple(tuple(row) for row in rows))
 
 
@@ -497,6 +505,11 @@ _CODECS: dict[str, _Codec] = {
                     for s, v in _object(d["limits"], "limits").items()
                 }
             ),
+        ),
+        _Codec(
+            PricesReplaced,
+            lambda e: {"prices": e.prices.as_dict()},
+            lambda d: PricesReplaced(Prices.from_dict(_object(d["prices"], "prices"))),
         ),
         _Codec(
             LimitsShared,
