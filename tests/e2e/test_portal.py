@@ -70,6 +70,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         running.start_agent("gpu1")
         running.wait_ready(MODEL, 60)
         running.create_key("portal-traffic")
+        running.admin.set_setting(f"pricing.models.{MODEL}", {"input": 1000.0, "output": 2000.0})
         client = openai.OpenAI(base_url=f"{running.url}/v1", api_key=running.key, max_retries=0, timeout=30)
         for _ in range(3):
             client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
@@ -162,6 +163,21 @@ def test_a_key_created_on_the_keys_page_is_in_the_api(browser: Browser, cluster:
     assert "made-in-the-portal" in keys
     assert keys["made-in-the-portal"]["prefix"] in secret  # the secret shown once is that key's
     page.wait_for_selector("td:has-text('made-in-the-portal')")
+    assert console.errors == []
+    page.close()
+
+
+def test_the_keys_page_shows_what_the_priced_requests_cost(browser: Browser, cluster: Cluster) -> None:
+    page, console = signed_in(browser, cluster, 1280)
+    page.goto(f"{cluster.url}/#/keys")
+    spent = page.locator("#usage-spend")
+    spent.wait_for(timeout=30_000)
+    said = spent.inner_text()
+    amount = float(said.split(":")[1].split()[0])
+    usage = cluster.admin.get("/api/usage")  # read after the page: the batch's requests may still add
+    total = sum(line["cost"] for line in usage["lines"])
+    assert said.endswith(" USD") and 0 < amount <= round(total, 4) + 0.005, (said, total)
+    assert "Cost (USD)" in page.locator("table").last.inner_text()
     assert console.errors == []
     page.close()
 
