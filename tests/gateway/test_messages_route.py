@@ -75,7 +75,7 @@ async def test_a_stream_comes_as_anthropics_events_in_their_order(
     kinds = [kind for kind, _ in events]
     deltas = engine.chunks
     assert kinds == (
-        ["message_start", "content_block_start"]
+        ["message_start", "ping", "content_block_start"]
         + ["content_block_delta"] * deltas
         + ["content_block_stop", "message_delta", "message_stop"]
     )

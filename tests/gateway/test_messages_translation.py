@@ -201,6 +201,7 @@ async def test_a_streamed_tool_call_becomes_a_tool_use_block_with_input_json_del
     events = _events(raw)
     assert [e["type"] for e in events] == [
         "message_start",
+        "ping",
         "content_block_start",
         "content_block_delta",
         "content_block_stop",
@@ -211,11 +212,11 @@ async def test_a_streamed_tool_call_becomes_a_tool_use_block_with_input_json_del
         "message_delta",
         "message_stop",
     ]
-    assert events[4]["content_block"] == {"type": "tool_use", "id": "c1", "name": "weather", "input": {}}
-    partial = "".join(e["delta"]["partial_json"] for e in events[5:7])  # type: ignore[index]
-    assert json.loads(partial) == {"city": "Rome"} and events[5]["index"] == 1
-    assert events[8]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
-    assert events[8]["usage"] == {"output_tokens": 9, "input_tokens": 4}
+    assert events[5]["content_block"] == {"type": "tool_use", "id": "c1", "name": "weather", "input": {}}
+    partial = "".join(e["delta"]["partial_json"] for e in events[6:8])  # type: ignore[index]
+    assert json.loads(partial) == {"city": "Rome"} and events[6]["index"] == 1
+    assert events[9]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    assert events[9]["usage"] == {"output_tokens": 9, "input_tokens": 4}
 
 
 def test_a_stream_the_gateway_ends_ends_with_an_anthropic_error_event() -> None:

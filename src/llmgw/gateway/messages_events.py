@@ -1,6 +1,6 @@
 """A chat completion's stream, as Anthropic's Messages stream events.
 
-The events come in Anthropic's order: ``message_start``; for each content
+The events come in Anthropic's order: ``message_start`` and a ``ping``; for each content
 block (text, then each tool call) ``content_block_start``, its
 ``content_block_delta`` events (``text_delta``, or ``input_json_delta`` for a
 tool call's arguments) and ``content_block_stop``; then ``message_delta``
@@ -55,7 +55,7 @@ class ChatToMessageEvents:
             "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0},
         }
-        return sse("message_start", {"message": message})
+        return sse("message_start", {"message": message}) + sse("ping", {})  # as Anthropic's streams go
 
     def _close(self) -> bytes:
         if self._block < 0 or not self._open_kind:
