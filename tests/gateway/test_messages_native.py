@@ -13,7 +13,7 @@ import httpx
 
 from llmgw.gateway import Gateway
 from llmgw.gateway.messages_native import NativeMessages
-from llmgw.gateway.usage import EventFramer, cached_count, token_counts
+from llmgw.gateway.usage import EventFramer, cached_count, names_prompt, token_counts
 from llmgw.testing.eventually import eventually
 from llmgw.testing.gateway_doubles import RecordingOutbound
 
@@ -97,3 +97,20 @@ def test_a_messages_usage_counts_the_prompt_read_from_the_cache_too() -> None:
         33,
         1,
     )
+
+
+async def test_a_recorded_stream_that_lost_its_message_start_gets_one_and_its_prompt_is_counted_apart() -> (
+    None
+):
+    """llama-server b11434 drops message_start when its first token is a piece of a character."""
+    recorded = (RECORDED / "llamacpp-b11434-messages-stream-emoji.txt").read_bytes()
+    assert b"message_start" not in recorded
+    shaper = NativeMessages(MODEL).events()
+    framer = EventFramer()
+    out = await shaper.feed(framer.feed(recorded)) + await shaper.feed(framer.flush())
+    first, rest = out.split(b"\n\n", 1)
+    start = json.loads(first.split(b"data: ", 1)[1])
+    assert first.startswith(b"event: message_start\n") and start["message"]["model"] == MODEL
+    assert rest == recorded  # every event the engine sent, as it sent it
+    assert not names_prompt(framer.usage)  # the forwarding then counts the prompt by the tokenizer
+    assert names_prompt({"input_tokens": 3}) and names_prompt({"prompt_tokens": 3})

@@ -67,7 +67,7 @@ from llmgw.gateway.upstream import (
     describe,
     retry_after,
 )
-from llmgw.gateway.usage import EventFramer, tokens_in, whole_counts
+from llmgw.gateway.usage import EventFramer, names_prompt, tokens_in, whole_counts
 from llmgw.gateway.usage_records import record_of
 from llmgw.observability import logcontext
 from llmgw.observability.tracing import Span, SpanKind, Tracing, context_of, failed, traceparent
@@ -568,7 +568,7 @@ class Forwarder:
             tail = framer.flush()
         if framer.usage is not None:
             exchange.prompt_tokens, exchange.completion_tokens, exchange.cached_tokens = framer.counts()
-            exchange.uncounted_prompt = False
+            exchange.uncounted_prompt = not names_prompt(framer.usage)  # then its tokenizer counts it
         exchange.finished = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return not failure

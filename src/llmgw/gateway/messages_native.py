@@ -59,14 +59,26 @@ class NativeMessageEvents:
         self._started = False
 
     async def feed(self, events: bytes) -> bytes:
-        if self._started or _START not in events:
+        if self._started or not events:
             return events
+        if _START not in events:  # llama-server b11434 drops it when the first token is a piece of
+            self._started = True  # a character (its recording: llamacpp-b11434-messages-stream-emoji)
+            return self._made_start() + events
         out = []
         for event in events.split(b"\n\n"):
             if not self._started and _START in event:
                 event = self._renamed(event)
             out.append(event)
         return b"\n\n".join(out)
+
+    def _made_start(self) -> bytes:
+        """The ``message_start`` an engine left out; its prompt's tokens are counted by the gateway."""
+        message = self._shape._named(
+            {"type": "message", "role": "assistant", "content": [], "stop_reason": None,
+             "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+        )  # fmt: skip
+        payload = json.dumps({"type": "message_start", "message": message}, separators=(",", ":"))
+        return f"event: message_start\ndata: {payload}\n\n".encode()
 
     def _renamed(self, event: bytes) -> bytes:
         lines = event.split(b"\n")

@@ -104,6 +104,12 @@ def _find_object(data: bytes, name: re.Pattern[bytes]) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def names_prompt(usage: dict[str, Any] | None) -> bool:
+    """Whether an engine's usage counts the prompt (a Messages stream that lost its ``message_start``
+    names only its output)."""
+    return usage is not None and ("prompt_tokens" in usage or "input_tokens" in usage)
+
+
 def token_counts(usage: dict[str, Any] | None) -> tuple[int, int]:
     """(prompt_tokens, completion_tokens) from an OpenAI ``usage`` object (or a Messages one: its
     prompt is its ``input_tokens`` and the ``cache_read_input_tokens`` and
