@@ -48,6 +48,10 @@ EVENT_METRICS = {
     "llmgw_agent_engine_restarts_total",
     "llmgw_agent_kv_event_gaps_replayed_total",
     "llmgw_agent_kv_event_resets_total",
+    # the gateway's flow queue: series once a busy model queues (gateway.flow.mode: fair)
+    "llmgw_gateway_queue_depth",
+    "llmgw_gateway_queue_wait_seconds",
+    "llmgw_gateway_queue_refused_total",
 }
 
 
