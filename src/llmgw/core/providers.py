@@ -24,11 +24,13 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from llmgw.core.engines import COMFYUI
+
 KEY_SET = "set"
 """What a definition shows in place of a provider key that is set."""
 ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` header sent to an Anthropic provider (the Messages API's current one)."""
-PLACED_ONLY = ("source", "profiles", "replicas", "adapters", "comfyui", "on_demand")
+PLACED_ONLY = ("source", "profiles", "replicas", "adapters", COMFYUI.name, "on_demand")
 """Fields of a model the cluster places, which a provider model does not take."""
 _UPSTREAM_NAME = re.compile(r"[^\s\"\\]{1,256}")
 
