@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
 
 from llmgw.core.flowqueue import LOWEST_PRIORITY, FlowQueue, FlowSettings, Waiting
 from llmgw.gateway import metrics
@@ -42,15 +41,9 @@ _SHED = "the queue was full and a request of a higher priority took this sheddab
 class FlowGate:
     """Every model's queue of requests waiting for a slot, and the turns given as slots free."""
 
-    def __init__(
-        self,
-        settings: FlowSettings,
-        replicas: ReplicaTable,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
+    def __init__(self, settings: FlowSettings, replicas: ReplicaTable) -> None:
         self.settings = settings
         self._replicas = replicas
-        self._clock = clock
         self._queues: dict[str, FlowQueue] = {}
         self._turns: dict[Waiting, asyncio.Future[None]] = {}
         self._promised: dict[str, int] = {}
@@ -83,7 +76,7 @@ class FlowGate:
         """Wait until a slot of ``model`` is this request's; ApiError 429 when the queue is full or
         the wait ran out."""
         loop = asyncio.get_running_loop()
-        now = self._clock() if self._clock is not None else loop.time()
+        now = loop.time()  # the clock asyncio.timeout bounds the wait by
         wait_s = self.settings.queue_timeout_s
         if deadline_ms is not None:
             wait_s = min(wait_s, deadline_ms / 1000)
@@ -127,7 +120,7 @@ class FlowGate:
             metrics.QUEUE_DEPTH.labels(model).set(len(queue))
             self._forget_if_empty(model)
         self._taken(model)
-        waited = (self._clock() if self._clock is not None else loop.time()) - now
+        waited = loop.time() - now
         self.waited_s[model] = waited
         metrics.QUEUE_WAIT.labels(model).observe(waited)
 
