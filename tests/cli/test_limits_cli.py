@@ -29,3 +29,13 @@ def test_limits_are_set_read_listed_and_removed(admin_server: AdminServer) -> No
 
 def test_an_owner_of_the_wrong_shape_is_refused(admin_server: AdminServer) -> None:
     run(admin_server, "ctl", "limits", "set", "team:acme", "--rpm", "1", code=1)
+
+
+def test_a_priority_is_set_shown_and_checked(admin_server: AdminServer) -> None:
+    run(admin_server, "ctl", "org", "create", "acme")
+    run(admin_server, "ctl", "team", "create", "acme/ml")
+    run(admin_server, "ctl", "limits", "set", "team:acme/ml", "--priority", "8")
+    got = json.loads(run(admin_server, "ctl", "limits", "get", "team:acme/ml", "--json"))
+    assert got[0]["priority"] == 8 and got[0]["requests_per_minute"] is None
+    assert "PRIORITY" in run(admin_server, "ctl", "limits", "list")
+    run(admin_server, "ctl", "limits", "set", "team:acme/ml", "--priority", "12", code=2)

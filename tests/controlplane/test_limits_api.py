@@ -57,3 +57,12 @@ async def test_a_member_limits_a_key_of_its_project_and_sees_only_its_limits(clu
         subject = f"key:{key.json()['id']}"
         assert (await mia.put(f"/api/limits/{subject}", json={"expires_s": 5.0})).status_code == 200
         assert [v["subject"] for v in (await mia.get("/api/limits")).json()] == [subject]
+
+
+async def test_a_priority_out_of_range_is_refused_saying_its_range(cluster: Cluster) -> None:  # noqa: F811
+    answer = await cluster.admin.put(f"/api/limits/{CHAT}", json={"priority": 12})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert "priority must be a whole number from 0" in error["message"] and "0 to 9" in error["hint"]
+    assert (await cluster.admin.put(f"/api/limits/{CHAT}", json={"priority": 8})).status_code == 200
+    assert (await cluster.admin.get(f"/api/limits/{CHAT}")).json()["priority"] == 8

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw.core.limits import DAY_S, Limits, Meter, admit, month_of, next_month_s, subject_text
+from llmgw.core.limits import DAY_S, Limits, Meter, admit, month_of, next_month_s, priority_of, subject_text
 
 T0 = float(calendar.timegm((2026, 11, 30, 12, 0, 0, 0, 0, 0)))
 
@@ -126,3 +126,25 @@ def test_subjects_are_keys_or_owners_below_the_cluster() -> None:
         subject_text("")
     with pytest.raises(ValueError, match="key id"):
         subject_text("key:")
+
+
+def test_a_priority_is_a_whole_number_from_0_to_9_and_needs_no_meter() -> None:
+    for bad in (-1, 10, 2.5, True):
+        with pytest.raises(ValueError, match="priority must be a whole number from 0"):
+            Limits(priority=bad)  # type: ignore[arg-type]
+    only = Limits(priority=7)
+    assert not only.empty and not only.metered and Limits(priority=7, concurrent=2).metered
+    assert Limits.from_dict(only.as_dict()) == only
+
+
+@given(
+    st.one_of(st.none(), st.integers(0, 9)),
+    st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=3),
+)
+def test_a_keys_priority_may_lower_its_owners_never_raise_it(
+    own: int | None, owners: list[int | None]
+) -> None:
+    got = priority_of(Limits(priority=own), [Limits(priority=p) for p in owners])
+    cap = min((p for p in owners if p is not None), default=5)
+    assert got <= cap and got == (cap if own is None else min(own, cap))
+    assert priority_of(None, []) == 5

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, hash_secret
 from llmgw.testing.asgi_client import asgi_client
@@ -130,3 +131,23 @@ async def test_sheddable_requests_leave_the_reserve_to_the_others(
     engine.hold.set()  # type: ignore[union-attr]
     answers = await asyncio.gather(*batch, chat)
     assert [a.status_code for a in answers] == [200] * 5 and len(engine.requests) == 5
+
+
+async def test_a_projects_priority_puts_its_requests_ahead_and_its_keys_may_only_lower_it(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    gateway.feed.keys_replaced([gateway.keys.get("key-1"), gateway.keys.get("key-2")])  # type: ignore[list-item]
+    gateway.feed.limits_replaced({"user:bob": Limits(priority=8), "key:key-1": Limits(priority=9)})
+    first = _ask(raw, "alice-first")
+    await eventually(lambda: engine.requests)
+    alice = _ask(raw, "alice")  # her key asks 9, but her user sets none: 5 at most
+    await eventually(lambda: _depth(gateway) == 1)
+    bob_lowered = _ask(raw, "bob-lowered", BOB, **{"x-llmgw-priority": "2"})
+    await eventually(lambda: _depth(gateway) == 2)
+    bob = _ask(raw, "bob", BOB, **{"x-llmgw-priority": "9"})  # capped at his user's 8
+    await eventually(lambda: _depth(gateway) == 3)
+    engine.hold.set()  # type: ignore[union-attr]
+    await asyncio.gather(first, alice, bob_lowered, bob)
+    assert _served(engine) == ["alice-first", "bob", "alice", "bob-lowered"]
+    assert gateway.limiter.priority(gateway.keys.get("key-1")) == 5
+    assert gateway.limiter.priority(gateway.keys.get("key-2")) == 8

@@ -26,6 +26,9 @@ class LimitsBody(RequestModel):
     """The only models (or adapters) that may be asked for."""
     expires_s: float | None = None
     """Unix time after which requests are refused."""
+    priority: int | None = None
+    """Where its requests wait in a busy model's queue (``gateway.flow.mode: fair``), 0 (lowest,
+    sheddable) to 9; a key's may lower its owners', never raise it; none set anywhere: 5."""
 
 
 class LimitsView(LimitsBody, AnswerModel):

@@ -5,6 +5,7 @@
     llmgw ctl limits set project:acme/ml/chat --rpm 600 --tpm 200000 --per-day 5000000
     llmgw ctl limits set team:acme/ml --usd-per-day 20 --usd-per-month 400
     llmgw ctl limits set key:key_0a1b2c3d --concurrent 4 --model tiny-chat --expires-in 30d
+    llmgw ctl limits set project:acme/ml/eval --priority 2
     llmgw ctl limits get team:acme/ml --json
     llmgw ctl limits list --json
     llmgw ctl limits remove org:acme
@@ -50,6 +51,7 @@ def _show(rows: list[LimitsView], as_json: bool) -> None:
             "MONEY/MONTH",
             "MODELS",
             "EXPIRES",
+            "PRIORITY",
         ],
         [
             (
@@ -63,6 +65,7 @@ def _show(rows: list[LimitsView], as_json: bool) -> None:
                 cell(v.usd_per_month),
                 ",".join(v.models) if v.models is not None else "-",
                 time.strftime("%Y-%m-%d %H:%M", time.gmtime(v.expires_s)) if v.expires_s else "-",
+                cell(v.priority),
             )
             for v in rows
         ],
@@ -85,6 +88,13 @@ def set_limits(
     ),
     model: list[str] | None = typer.Option(None, "--model", help="A model allowed (repeat); none: all."),
     expires_in: str | None = typer.Option(None, "--expires-in", help="Refuse requests after 3600, 12h, 30d."),
+    priority: int | None = typer.Option(
+        None,
+        "--priority",
+        min=0,
+        max=9,
+        help="Queue priority in a busy model's queue, 0 (sheddable) to 9; a key's only lowers its owners'.",
+    ),
     url: str | None = URL,
     token: str | None = TOKEN,
     as_json: bool = AS_JSON,
@@ -100,6 +110,7 @@ def set_limits(
         "usd_per_month": usd_per_month,
         "models": model or None,
         "expires_s": time.time() + seconds(expires_in) if expires_in else None,
+        "priority": priority,
     }
     view = client(url, token).set_limits(subject, {k: v for k, v in body.items() if v is not None})
     if as_json:

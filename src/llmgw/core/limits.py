@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 
+from llmgw.core.flowqueue import DEFAULT_PRIORITY, HIGHEST_PRIORITY, LOWEST_PRIORITY
 from llmgw.core.pricing import DEFAULT_CURRENCY, money, nanos
 from llmgw.core.tenancy import Owner
 
@@ -105,20 +106,37 @@ class Limits:
     """The models (or adapters) that may be asked for; None: every model the key sees."""
     expires_s: float | None = None
     """Unix time after which requests are refused (meant for keys)."""
+    priority: int | None = None
+    """Where its requests wait in a busy model's queue, 0 (lowest, sheddable) to 9 (``gateway.flow``,
+    :func:`priority_of`): not a limit on use, but set and inherited as the limits are."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("models", "expires_s") or value is None:
+            if f.name in ("models", "expires_s", "priority") or value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a number, not {value!r}")
             if value < 0:
                 raise ValueError(f"{f.name} must be 0 or more, not {value}")
+        if self.priority is not None and (
+            isinstance(self.priority, bool)
+            or not isinstance(self.priority, int)
+            or not LOWEST_PRIORITY <= self.priority <= HIGHEST_PRIORITY
+        ):
+            raise ValueError(
+                f"priority must be a whole number from {LOWEST_PRIORITY} (lowest, sheddable) to "
+                f"{HIGHEST_PRIORITY}, not {self.priority!r}"
+            )
 
     @property
     def empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
+
+    @property
+    def metered(self) -> bool:
+        """Whether a :class:`Meter` has anything to enforce (a priority alone needs none)."""
+        return any(getattr(self, f.name) is not None for f in fields(self) if f.name != "priority")
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -157,6 +175,20 @@ def next_month_s(month: int) -> float:
     """Unix time the month after ``month`` (:func:`month_of`) starts."""
     year, index = divmod(month + 1, 12)
     return float(calendar.timegm((year, index + 1, 1, 0, 0, 0, 0, 0, 0)))
+
+
+def priority_of(key: Limits | None, owners: Iterable[Limits]) -> int:
+    """The queue priority of a key's requests: its own ``priority`` may lower its owners', never
+    raise it.
+
+    ``owners`` are the limits of the key's place's chain (project, team, organization, or user):
+    the lowest priority any of them sets caps the key's, :data:`~llmgw.core.flowqueue.DEFAULT_PRIORITY`
+    when none sets one. So whoever may set a subject's limits (the manager of the owner above it)
+    decides how far up its requests may go, and a project member can only send theirs lower.
+    """
+    cap = min((o.priority for o in owners if o.priority is not None), default=DEFAULT_PRIORITY)
+    own = None if key is None else key.priority
+    return cap if own is None else min(own, cap)
 
 
 class Bucket:

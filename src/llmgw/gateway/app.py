@@ -202,7 +202,7 @@ class Gateway:
         """The one way out: what requests tell the control plane, each call shielded."""
         self.access = Access(self.keys, self.catalog, self.adapters)
         """Keys, the models each sees and the task each route asks."""
-        self.finder = ReplicaFinder(self.settings, self.replicas, self.catalog, self.telling)
+        self.finder = ReplicaFinder(self.settings, self.replicas, self.catalog, self.telling, self.limiter)
         """The bounded wait of a request that found no replica (chat, adapters and jobs alike)."""
         self.forwarder = Forwarder(
             self.settings,

@@ -21,8 +21,9 @@ A waiting request counts as waiting for its model (autoscaling reads it).
 
 A replica found, the request may still have to wait its turn for a slot
 (``gateway.flow.mode: fair``, :mod:`llmgw.gateway.queueing`): :meth:`ReplicaFinder.take_turn`
-reads its priority (``x-llmgw-priority``, 0 to 9, never above its key's) and
-deadline (``x-llmgw-deadline-ms``) and queues it under its flow (its key's
+reads its priority (``x-llmgw-priority``, 0 to 9, never above its key's: the
+``priority`` of its key's limits and their owners', :meth:`~llmgw.gateway.limiting.Limiter.priority`,
+5 when none sets one) and deadline (``x-llmgw-deadline-ms``) and queues it under its flow (its key's
 project, or the key).
 """
 
@@ -32,10 +33,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from llmgw.core.flowqueue import DEFAULT_PRIORITY, HIGHEST_PRIORITY, LOWEST_PRIORITY
+from llmgw.core.flowqueue import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from llmgw.gateway.api_errors import ApiError
 from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import Exchange
+from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.outbound import Telling
 from llmgw.gateway.queueing import FlowGate
 from llmgw.gateway.replicas import ReplicaTable
@@ -47,15 +49,21 @@ T = TypeVar("T")
 class ReplicaFinder:
     """The bounded wait of a request whose own pick found no replica."""
 
-    __slots__ = ("_catalog", "_replicas", "_settings", "_telling", "flow")
+    __slots__ = ("_catalog", "_limiter", "_replicas", "_settings", "_telling", "flow")
 
     def __init__(
-        self, settings: GatewaySettings, replicas: ReplicaTable, catalog: GatewayCatalog, telling: Telling
+        self,
+        settings: GatewaySettings,
+        replicas: ReplicaTable,
+        catalog: GatewayCatalog,
+        telling: Telling,
+        limiter: Limiter | None = None,
     ) -> None:
         self._settings = settings
         self._replicas = replicas
         self._catalog = catalog
         self._telling = telling
+        self._limiter = limiter if limiter is not None else Limiter()
         self.flow = FlowGate(settings.flow, replicas) if settings.flow.mode == "fair" else None
         """Where requests wait their turn for a slot of a busy model (None: they go at once)."""
 
@@ -88,15 +96,16 @@ class ReplicaFinder:
         with :attr:`flow` set); whether it waited."""
         gate = self.flow
         assert gate is not None
-        priority, deadline_ms = DEFAULT_PRIORITY, None
+        key = exchange.key
+        priority = most = self._limiter.priority(key)
+        deadline_ms = None
         for name, value in exchange.headers:
             if name == b"x-llmgw-priority":
-                priority = min(_header_int(name, value, HIGHEST_PRIORITY), DEFAULT_PRIORITY)
+                priority = min(_header_int(name, value, HIGHEST_PRIORITY), most)
             elif name == b"x-llmgw-deadline-ms":
                 deadline_ms = _header_int(name, value, 86_400_000)
         if not gate.busy(exchange.model, sheddable=priority <= LOWEST_PRIORITY):
             return False
-        key = exchange.key
         by_key = gate.settings.fair_by == "key"
         flow = "" if key is None else key.key_id if by_key else key.project
         await gate.turn(exchange.model, flow, priority, deadline_ms)

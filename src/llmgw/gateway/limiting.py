@@ -32,7 +32,18 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from llmgw.core.limits import COST_PREFIX, Limits, Meter, Refusal, admit, cost_subject, headroom, key_subject
+from llmgw.core.flowqueue import DEFAULT_PRIORITY
+from llmgw.core.limits import (
+    COST_PREFIX,
+    Limits,
+    Meter,
+    Refusal,
+    admit,
+    cost_subject,
+    headroom,
+    key_subject,
+    priority_of,
+)
 from llmgw.core.limitshares import PlaneShares
 from llmgw.core.pricing import Price, Prices, nanos
 from llmgw.gateway.api_errors import ApiError, sse_error_event
@@ -149,6 +160,7 @@ class Limiter:
         self._meters: dict[str, Meter] = {}
         self._chains: dict[str, tuple[str, ...]] = {}
         self._by_key: dict[str, tuple[Meter, ...]] = {}
+        self._priorities: dict[str, int] = {}
         self._prices = Prices()
 
     # -- changes (from the control plane) ----------------------------------------------------------
@@ -158,7 +170,7 @@ class Limiter:
         now = self.clock()
         meters: dict[str, Meter] = {}
         for subject, value in limits.items():
-            if value.empty:
+            if not value.metered:
                 continue
             meter = self._meters.get(subject)
             if meter is None:
@@ -202,13 +214,18 @@ class Limiter:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        meters = self._meters
+        meters, limits = self._meters, self._limits
         by_key: dict[str, tuple[Meter, ...]] = {}
+        priorities: dict[str, int] = {}
         for key_id, chain in self._chains.items():
             held = tuple(meters[s] for s in chain if s in meters)
             if held:
                 by_key[key_id] = held
+            if any(limits[s].priority is not None for s in chain if s in limits):
+                owners = (limits[s] for s in chain[1:] if s in limits)
+                priorities[key_id] = priority_of(limits.get(chain[0]), owners)
         self._by_key = by_key
+        self._priorities = priorities
 
     def counted(self, used: Mapping[str, tuple[int, int]]) -> None:
         """Tokens and money spent this day and month per subject as the store holds them; what this
@@ -265,6 +282,12 @@ class Limiter:
         return self._meters.get(subject)
 
     # -- the request path ------------------------------------------------------------------------
+
+    def priority(self, key: KeyEntry | None) -> int:
+        """The highest queue priority ``key``'s requests may have (:func:`~llmgw.core.limits.priority_of`)."""
+        if key is None:
+            return DEFAULT_PRIORITY
+        return self._priorities.get(key.key_id, DEFAULT_PRIORITY)
 
     def admit(self, key: KeyEntry, model: str) -> Ticket | None:
         """A ticket for one request of ``key`` for ``model`` (None: nothing limits the key), or ApiError."""

@@ -41,7 +41,9 @@ def _limits(body: LimitsBody) -> Limits:
     try:
         return Limits.from_dict(data)
     except ValueError as error:
-        raise ValidationFailed([("body", str(error))], "give every limit as 0 or more") from None
+        raise ValidationFailed(
+            [("body", str(error))], "give every limit as 0 or more, and a priority from 0 to 9"
+        ) from None
 
 
 async def _owner_of(state: AdminState, subject: str) -> Owner:
