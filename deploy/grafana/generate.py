@@ -597,6 +597,11 @@ ROUTING = Dashboard(
                     description="Requests queued for a slot of a busy model, by priority and fair share.",
                 ),
                 Panel(
+                    "Waiting by project",
+                    [("sum by (model, flow) (llmgw_gateway_queue_depth)", "{{model}} {{flow}}")],
+                    description="Who waits: each flow (the key's project or user, or the key) per model.",
+                ),
+                Panel(
                     "Queue wait and refusals",
                     [
                         (quantile(0.5, "llmgw_gateway_queue_wait_seconds"), "wait p50"),

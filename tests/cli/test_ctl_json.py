@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from llmgw.adminapi.schemas import ComponentView, KeyView, ReplicaView, StatusView
+from llmgw.adminapi.schemas import ComponentView, KeyView, QueueView, ReplicaView, StatusView
 from llmgw.cli.ctl import describe_component
 from llmgw.cli.main import app
 from llmgw.client.admin import AdminClient
@@ -103,3 +103,14 @@ def test_a_component_says_how_long_ago_it_failed() -> None:
     assert describe_component(failed, now=FAILED_AT).startswith(
         "RESTARTING after 2 restarts: E (at 2023-11-14"
     )
+
+
+def test_a_queue_is_told_by_its_largest_flows_and_its_latest_wait() -> None:
+    flows = {f"project:acme/ml/p{n}": n for n in range(1, 7)} | {"": 2}
+    busy = QueueView(waiting=sum(flows.values()), by_flow=flows, last_wait_s=1.234)
+    assert busy.summary() == (
+        "23 waiting (project:acme/ml/p6 6, project:acme/ml/p5 5, project:acme/ml/p4 4, "
+        "project:acme/ml/p3 3, 3 more), the latest sent on waited 1.23 s"
+    )
+    assert QueueView(waiting=1, by_flow={"": 1}).summary() == "1 waiting (no key 1)"
+    assert QueueView(last_wait_s=0.5).summary() == "none waiting, the latest sent on waited 0.50 s"

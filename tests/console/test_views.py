@@ -67,6 +67,23 @@ async def test_the_floating_address_off_the_leader_needs_attention() -> None:
         )
 
 
+async def test_a_busy_models_queue_shows_who_waits() -> None:
+    app = console_app(FixedSource())
+    queue = {
+        "waiting": 3,
+        "by_flow": {"project:acme/ml/eval": 2, "project:acme/ml/chat": 1},
+        "last_wait_s": 0.25,
+    }
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(app, pilot)
+        app.take(Event("status", STATUS | {"queues": {"chat": queue}}))
+        shown = text_of(overview_table(app.data, NOW))
+    assert (
+        "queue chat 3 waiting (project:acme/ml/eval 2, project:acme/ml/chat 1), "
+        "the latest sent on waited 0.25 s" in shown.splitlines()
+    )
+
+
 async def test_nodes_replicas_and_models_show_their_rows() -> None:
     app = console_app(FixedSource())
     async with app.run_test(size=SIZE) as pilot:

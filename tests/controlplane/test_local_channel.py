@@ -15,12 +15,18 @@ from typing import Any
 import pytest
 
 from llmgw.controlplane.statesharing.gatewaystate import GatewayState
-from llmgw.controlplane.statesharing.localchannel import SOCKET_NAME, WorkerChannelServer, WorkerFollowing
-from llmgw.controlplane.statesharing.stateevents import Request, UsageSummed, Used, Wanted
+from llmgw.controlplane.statesharing.localchannel import (
+    SOCKET_NAME,
+    WorkerChannelServer,
+    WorkerFollowing,
+    WorkerLoads,
+)
+from llmgw.controlplane.statesharing.stateevents import InFlight, Request, UsageSummed, Used, Wanted
 from llmgw.core.backoff import Backoff
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
 from llmgw.gateway import Gateway, KeyEntry, ReplicaEndpoint, hash_secret
+from llmgw.gateway.queueing import QueueState
 from llmgw.gateway.usage import UsageRecord
 from llmgw.testing.eventually import eventually
 
@@ -62,12 +68,16 @@ class Worker:
         self.gateway = Gateway()
         self.gateway.limiter.share = 0.5
         self.answered = 0
+        self.queued: dict[str, QueueState] = {}
+        self.told_elsewhere: list[dict[str, int]] = []
         self.following = WorkerFollowing(
             GatewayState(self.gateway.feed),
             self.gateway.limiter,
             path,
             models=self.gateway.replicas.models,
             metrics=lambda: [["llmgw_gateway_requests_total", {}, float(self.answered)]],
+            queued=lambda: self.queued,
+            elsewhere=lambda flows: self.told_elsewhere.append(dict(flows)),
         )
         self.task = asyncio.ensure_future(self.following.run(Backoff(base=0.01, cap=0.05)))
 
@@ -166,6 +176,27 @@ async def test_the_control_plane_sees_the_requests_a_worker_has_in_flight(pair: 
             lambda: loads.replica_in_flight("r1") == 1 and loads.in_flight("m") == 1, timeout_s=2
         )
     await eventually(lambda: loads.replica_in_flight("r1") == 0 and loads.in_flight("m") == 0, timeout_s=2)
+
+
+async def test_the_control_plane_sees_who_waits_in_a_workers_flow_queue(pair: tuple[Main, Worker]) -> None:
+    main, worker = pair
+    worker.queued = {"m": QueueState(3, {"project:acme/ml/chat": 3})}
+    await eventually(lambda: main.server.loads.queues() == worker.queued, timeout_s=2)
+    await eventually(
+        lambda: worker.told_elsewhere == [{}], timeout_s=2
+    )  # a queue of its own: told of others'
+    worker.queued = {"m": QueueState(0, {}, 1.5)}  # drained: the latest wait stays
+    await eventually(lambda: main.server.loads.queues() == worker.queued, timeout_s=2)
+
+
+def test_a_worker_with_a_queue_hears_of_the_flows_waiting_in_the_others() -> None:
+    loads = WorkerLoads()
+    loads.report(1, InFlight({}, {}, {"m": {"project:a": 2}, "n": {"": 1}}))
+    loads.report(2, InFlight({}, {}, {"m": {"project:a": 1, "project:b": 5}}))
+    loads.report(3, InFlight({"m": 1}, {}))  # no queue (or the release before queues): told nothing
+    assert loads.flows_elsewhere(1) == {"m": 2}
+    assert loads.flows_elsewhere(2) == {"m": 1, "n": 1}
+    assert loads.flows_elsewhere(3) is None and loads.flows_elsewhere(4) is None
 
 
 async def test_a_scrape_gets_each_workers_samples_as_of_now(pair: tuple[Main, Worker]) -> None:

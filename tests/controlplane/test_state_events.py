@@ -26,6 +26,7 @@ from llmgw.controlplane.statesharing.stateevents import (
     Live,
     Metrics,
     PricesReplaced,
+    QueuedElsewhere,
     ReplicaDraining,
     ReplicaFailed,
     ReplicaGone,
@@ -69,7 +70,12 @@ EXAMPLES: list[Event] = [
             KeyEntry("k2", "k2", hash_secret("sk-2")),
         )
     ),
-    LimitsReplaced({"key:k1": Limits(requests_per_minute=5, models=frozenset({"m", "e"}))}),
+    LimitsReplaced(
+        {
+            "key:k1": Limits(requests_per_minute=5, models=frozenset({"m", "e"})),
+            "project:acme/ml/chat": Limits(priority=8),
+        }
+    ),
     LimitsShared(divide(["cp1", "cp2"], {"cp2": {"key:k1": 4.0}})),
     PricesReplaced(
         Prices({"m": Price(input=0.5, cached_input=0.05, output=1.5), "img": Price(picture=0.02)}, "EUR")
@@ -83,6 +89,7 @@ EXAMPLES: list[Event] = [
     Live(),
     Serves(False),
     SendMetrics(),
+    QueuedElsewhere({"m": 2}),
     Wanted("m"),
     Used("m"),
     ReplicaFailed("r1", "connection refused"),
@@ -90,7 +97,7 @@ EXAMPLES: list[Event] = [
     UsageSummed((("k1", "m", "", 2, 0, 6, 8, 1.0, 0, 0.0, 1.0),)),
     Counted({"key:k1": 12}, "cp2"),
     Hello(4242),
-    InFlight({"m": 2}, {"r1": 2}),
+    InFlight({"m": 2}, {"r1": 2}, {"m": {"project:acme/ml/chat": 3, "": 1}}, {"m": 0.25}),
     Metrics((["llmgw_gateway_requests_total", {"model": "m"}, 7.0],)),
 ]
 
@@ -117,6 +124,8 @@ def test_frames_of_the_release_before_versions_are_read() -> None:
     key = {"key_id": "k", "name": "k", "secret_hash": "h", "owner": None, "at": "", "memberships": []}
     keys = decode(json.dumps({"kind": "keys_replaced", "keys": [key]}).encode())  # no collections yet
     assert isinstance(keys, KeysReplaced) and keys.keys[0].collections == ()
+    old = b'{"kind":"in_flight","models":{"m":1},"replicas":{"r1":1}}'  # no flow queues yet
+    assert decode(old) == InFlight({"m": 1}, {"r1": 1}, {}, {})
 
 
 def test_what_this_release_writes_is_what_the_previous_one_read() -> None:

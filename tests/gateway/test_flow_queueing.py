@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from llmgw.core.limits import Limits
 from llmgw.core.tenancy import Owner, Place
@@ -151,3 +152,27 @@ async def test_a_projects_priority_puts_its_requests_ahead_and_its_keys_may_only
     assert _served(engine) == ["alice-first", "bob", "alice", "bob-lowered"]
     assert gateway.limiter.priority(gateway.keys.get("key-1")) == 5
     assert gateway.limiter.priority(gateway.keys.get("key-2")) == 8
+
+
+def _depth_of(flow: str) -> float | None:
+    return REGISTRY.get_sample_value("llmgw_gateway_queue_depth", {"model": MODEL, "flow": flow})
+
+
+async def test_who_waits_is_told_per_flow_and_the_latest_wait_once_sent_on(
+    gateway: Gateway, engine: MemoryEngine, raw: httpx.AsyncClient
+) -> None:
+    waits = {"model": MODEL, "flow": "user:bob"}
+    before = REGISTRY.get_sample_value("llmgw_gateway_queue_wait_seconds_count", waits) or 0
+    first = _ask(raw, "alice-first")
+    await eventually(lambda: engine.requests)
+    waiting = [_ask(raw, "alice-1"), _ask(raw, "alice-2"), _ask(raw, "bob", BOB)]
+    await eventually(lambda: _depth(gateway) == 3)
+    state = gateway.finder.queues()[MODEL]
+    assert (state.waiting, state.by_flow, state.last_wait_s) == (3, {"user:alice": 2, "user:bob": 1}, None)
+    assert (_depth_of("user:alice"), _depth_of("user:bob")) == (2, 1)
+    engine.hold.set()  # type: ignore[union-attr]
+    await asyncio.gather(first, *waiting)
+    after = gateway.finder.queues()[MODEL]
+    assert after.waiting == 0 and after.by_flow == {} and after.last_wait_s is not None
+    assert _depth_of("user:alice") is None and _depth_of("user:bob") is None  # series of flows gone
+    assert REGISTRY.get_sample_value("llmgw_gateway_queue_wait_seconds_count", waits) == before + 1

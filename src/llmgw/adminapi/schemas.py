@@ -120,6 +120,31 @@ class ProviderView(AnswerModel):
     """Its last failure (``429 at 12:03:04 UTC: rate limited``, ``timeout at ...``); empty: none."""
 
 
+class QueueView(AnswerModel):
+    """A busy model's queue in the gateway (``gateway.flow.mode: fair``) on the answering plane."""
+
+    waiting: int = 0
+    """Requests waiting now for a slot, in the plane's gateway and its workers."""
+    by_flow: dict[str, int] = {}
+    """Of those, per flow: the key's project or user (``gateway.flow.fair_by: key``: the key)."""
+    last_wait_s: float | None = None
+    """How long the latest request sent on had waited (None: none sent on yet)."""
+
+    def summary(self) -> str:
+        """In words, as ``ctl status`` and the console show it: who waits (the largest flows first)
+        and how long the latest waited."""
+        if self.waiting:
+            flows = sorted(self.by_flow.items(), key=lambda f: (-f[1], f[0]))
+            shown = ", ".join(f"{flow or 'no key'} {count}" for flow, count in flows[:4])
+            more = f", {len(flows) - 4} more" if len(flows) > 4 else ""
+            text = f"{self.waiting} waiting ({shown}{more})"
+        else:
+            text = "none waiting"
+        if self.last_wait_s is not None:
+            text += f", the latest sent on waited {self.last_wait_s:.2f} s"
+        return text
+
+
 class StatusView(AnswerModel):
     """The cluster's summary as the answering control plane sees it."""
 
@@ -147,6 +172,8 @@ class StatusView(AnswerModel):
     """Per node: settings its agent could not start on (fix them with ``llmgw ctl config set``)."""
     providers: dict[str, ProviderView] = {}
     """Per model served outside the cluster: where, and how its provider answered this plane."""
+    queues: dict[str, QueueView] = {}
+    """Per model that has queued on this plane (``gateway.flow.mode: fair``): who waits, the latest wait."""
 
 
 class ServingRequest(RequestModel):

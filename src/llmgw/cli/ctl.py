@@ -100,6 +100,7 @@ def show_status(s: StatusView, now: float | None = None) -> None:
         )
         for model, p in s.providers.items()
     ]
+    rows += [(f"queue {model}", q.summary()) for model, q in s.queues.items()]
     at = time.time() if now is None else now
     rows += [
         (f"component {c.name}", describe_component(c, at)) for c in s.components if c.state in WORTH_SHOWING

@@ -73,6 +73,8 @@ def overview_table(data: ClusterData, now: float) -> Table:
     grid.add_row("models", str(s.models))
     grid.add_row("replicas", f"{s.replicas_ready} ready of {s.replicas}")
     grid.add_row("answered by", f"{s.name}, llmgw {s.version}")
+    for model, queue in s.queues.items():
+        grid.add_row(f"queue {model}", Text(queue.summary(), style="yellow" if queue.waiting else ""))
     grid.add_row("", "")
     needs = attention(data, now)
     grid.add_row(Text("needs attention", style="bold"), "nothing" if not needs else "")

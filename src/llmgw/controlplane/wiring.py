@@ -120,6 +120,7 @@ from llmgw.controlplane.statesharing.statestream import (
 )
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.gateway.app import Gateway
+from llmgw.gateway.queueing import summed
 from llmgw.knowledge.service import Knowledge, knowledge_for, own_url
 from llmgw.protocol.grpc_transport import AgentServer
 from llmgw.runtime.processes import Process
@@ -240,6 +241,7 @@ async def build(
         config, (base, data, leading, replicas, nodes), kb, check_agent_settings, process.supervisor
     )
     admin.state.provider_health = lambda: gateway.providers.health
+    admin.state.queues = lambda: summed(gateway.finder.queues(), replicas.worker_loads.queues())
     agent_server, edge = build_edges(config, (base, gateway, leading, replicas, nodes), admin, closing)
     channel = build_worker_channel(listening, gateway, leading, replicas)
     http, workers = build_http(config, listening, edge, channel, worker_log_args, nodes.callers)

@@ -30,7 +30,7 @@ project, or the key).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from llmgw.core.flowqueue import HIGHEST_PRIORITY, LOWEST_PRIORITY
@@ -39,7 +39,7 @@ from llmgw.gateway.catalog_view import GatewayCatalog
 from llmgw.gateway.exchange import Exchange
 from llmgw.gateway.limiting import Limiter
 from llmgw.gateway.outbound import Telling
-from llmgw.gateway.queueing import FlowGate
+from llmgw.gateway.queueing import FlowGate, QueueState
 from llmgw.gateway.replicas import ReplicaTable
 from llmgw.gateway.settings import GatewaySettings
 
@@ -90,6 +90,15 @@ class ReplicaFinder:
                 asked = True
             await replicas.changed(model, remaining)
         return found
+
+    def elsewhere(self, flows: Mapping[str, int]) -> None:
+        """How many flows wait per model in other processes' queues (:meth:`FlowGate.elsewhere`)."""
+        if self.flow is not None:
+            self.flow.elsewhere(flows)
+
+    def queues(self) -> dict[str, QueueState]:
+        """Each model's flow queue now (empty without ``gateway.flow.mode: fair``)."""
+        return {} if self.flow is None else self.flow.states()
 
     async def take_turn(self, exchange: Exchange) -> bool:
         """Wait for a slot of ``exchange.model`` in its queue when its slots are taken (call only

@@ -80,13 +80,14 @@ BREAKER_STATE = Gauge(
 
 QUEUE_DEPTH = Gauge(
     "llmgw_gateway_queue_depth",
-    "Requests waiting in the gateway for a slot of a busy model (gateway.flow.mode: fair).",
-    ["model"],
+    "Requests waiting in the gateway for a slot of a busy model (gateway.flow.mode: fair), by model and "
+    "flow (the key's project or user, or the key: gateway.flow.fair_by).",
+    ["model", "flow"],
 )
 QUEUE_WAIT = Histogram(
     "llmgw_gateway_queue_wait_seconds",
-    "How long requests sent on from the gateway's queue waited there for a slot, by model.",
-    ["model"],
+    "How long requests sent on from the gateway's queue waited there for a slot, by model and flow.",
+    ["model", "flow"],
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 QUEUE_REFUSED = Counter(

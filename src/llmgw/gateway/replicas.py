@@ -135,6 +135,10 @@ class ReplicaTable:
         """Slots of ``model``'s routable replicas: requests they serve at once."""
         return sum(load.capacity for load in self._by_model.get(model, ()) if load.readable)
 
+    def held_slots(self, model: str) -> int:
+        """Slots of ``model``'s routable replicas this gateway's own requests hold."""
+        return sum(load.in_flight for load in self._by_model.get(model, ()) if load.readable)
+
     def free_slots(self, model: str) -> int:
         """Slots of ``model``'s routable replicas no request holds (this gateway's, or others' its
         engines report)."""

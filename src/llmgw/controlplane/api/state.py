@@ -36,12 +36,17 @@ from llmgw.core.health import ComponentHealth
 from llmgw.core.tenancy import CLUSTER, Action
 from llmgw.errors import BadRequest, Unauthorized
 from llmgw.gateway.provider_calls import ProviderHealth
+from llmgw.gateway.queueing import QueueState
 from llmgw.knowledge.service import Knowledge
 from llmgw.mirror.blobs import BlobStore
 from llmgw.mirror.pulling import Pulls
 from llmgw.runtime.clock import SYSTEM_CLOCK, Clock
 from llmgw.store.database import Store
 from llmgw.training.pairs import CollectionPairs
+
+
+def no_queues() -> Mapping[str, QueueState]:
+    return {}
 
 
 def no_providers() -> Mapping[str, ProviderHealth]:
@@ -84,6 +89,8 @@ class AdminState:
     clock: Clock = SYSTEM_CLOCK
     provider_health: Callable[[], Mapping[str, ProviderHealth]] = no_providers
     """What this plane's gateway saw of each provider model (its requests, its last error)."""
+    queues: Callable[[], Mapping[str, QueueState]] = no_queues
+    """The flow queues of this plane's gateway and its workers, by model (``gateway.flow``)."""
     """Paces /api/events (coalescing, keepalives)."""
     pull_jobs: Pulls | None = None
     """Pulls from Hugging Face and Ollama into the mirror (None: made on first use)."""

@@ -27,6 +27,7 @@ from llmgw.adminapi.schemas import (
     Health,
     LeaderView,
     ProviderView,
+    QueueView,
     StatusView,
 )
 from llmgw.controlplane.admin.metricsaccess import metrics_refusal
@@ -137,6 +138,10 @@ async def status(state: State) -> StatusView:
         ],
         refused_settings=refusals(state.fleet),
         providers=await provider_views(state),
+        queues={
+            model: QueueView(waiting=q.waiting, by_flow=q.by_flow, last_wait_s=q.last_wait_s)
+            for model, q in state.queues().items()
+        },
     )
 
 

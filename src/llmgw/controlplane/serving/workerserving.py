@@ -286,6 +286,8 @@ async def build_worker(config: ServerConfig, port: int, index: int, process: Pro
         config.data_path / SOCKET_NAME,
         models=gateway.replicas.models,
         metrics=gateway_samples,
+        queued=gateway.finder.queues,
+        elsewhere=gateway.finder.elsewhere,
     )
     decides = RuntimeAdapters(gateway.adapters, gateway.settings.max_body_bytes)
     app = worker_app(gateway.asgi_app(), pass_on, lambda: following.serves, decides)

@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from llmgw.controlplane.statesharing.stateevents import (
     InFlight,
     LimitsCounted,
     Metrics,
+    QueuedElsewhere,
     Request,
     SendMetrics,
     ServerEvent,
@@ -65,6 +66,7 @@ from llmgw.controlplane.statesharing.stateprotocol import (
 )
 from llmgw.core.backoff import Backoff
 from llmgw.gateway.limiting import Limiter
+from llmgw.gateway.queueing import QueueState
 from llmgw.gateway.usage import UsageRecord
 from llmgw.protocol.channels import StateChannel
 from llmgw.protocol.unix_transport import (
@@ -129,6 +131,39 @@ class WorkerLoads:
     def replica_in_flight(self, replica_id: str) -> int:
         return sum(r.replicas.get(replica_id, 0) for r in self._reports.values())
 
+    def flows_elsewhere(self, worker: int) -> dict[str, int] | None:
+        """Flows waiting per model in the other workers' queues, for a worker that reports a queue
+        of its own (None for one that reports none: it has no use for them, and a worker of the
+        release before flow queues would not read them)."""
+        own = self._reports.get(worker)
+        if own is None or not own.queued:
+            return None
+        out: dict[str, int] = {}
+        for other, report in self._reports.items():
+            if other == worker:
+                continue
+            for model, flows in report.queued.items():
+                out[model] = out.get(model, 0) + len(flows)
+        return out
+
+    def queues(self) -> dict[str, QueueState]:
+        """The workers' flow queues per model: who waits, summed per flow, and the longest of their
+        latest waits."""
+        waiting: dict[str, dict[str, int]] = {}
+        waited: dict[str, float] = {}
+        for report in self._reports.values():
+            for model, flows in report.queued.items():
+                into = waiting.setdefault(model, {})
+                for flow, count in flows.items():
+                    into[flow] = into.get(flow, 0) + count
+            for model, seconds in report.waited_s.items():
+                waited[model] = max(seconds, waited.get(model, 0.0))
+        return {
+            model: QueueState(sum(by.values()), by, waited.get(model))
+            for model in sorted(set(waiting) | set(waited))
+            for by in (waiting.get(model, {}),)
+        }
+
 
 class WorkerChannelServer:
     """The control plane's side: a full copy and the changes to each worker; their requests to
@@ -153,6 +188,7 @@ class WorkerChannelServer:
         self.pids: dict[int, int] = {}
         """Each connected worker's pid (it says it first: ``Hello``)."""
         self._told_serves: dict[int, bool] = {}
+        self._told_elsewhere: dict[int, dict[str, int]] = {}
         self._next_count: dict[int, float] = {}
 
     @property
@@ -196,6 +232,7 @@ class WorkerChannelServer:
         self.metrics.pop(worker, None)
         self.pids.pop(worker, None)
         self._told_serves.pop(worker, None)
+        self._told_elsewhere.pop(worker, None)
         self._next_count.pop(worker, None)
         if (asked := self._asked.pop(worker, None)) is not None:
             asked.set()
@@ -222,6 +259,10 @@ class WorkerChannelServer:
         if (serves := self._serves()) != self._told_serves.get(worker):
             self._told_serves[worker] = serves
             events.append(Serves(serves))
+        elsewhere = self.loads.flows_elsewhere(worker)
+        if elsewhere is not None and elsewhere != self._told_elsewhere.get(worker):
+            self._told_elsewhere[worker] = elsewhere
+            events.append(QueuedElsewhere(elsewhere))
         now = asyncio.get_running_loop().time()
         if now >= self._next_count.get(worker, now):
             self._next_count[worker] = now + COUNT_S
@@ -250,8 +291,14 @@ class WorkerFollowing:
         path: Path,
         models: Callable[[], Iterable[str]] = tuple,
         metrics: Callable[[], list[Any]] | None = None,
+        queued: Callable[[], Mapping[str, QueueState]] = dict,
+        elsewhere: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
+        self._elsewhere = elsewhere
+        """Told how many flows wait per model in the other workers' queues (``FlowGate.elsewhere``)."""
         self._metrics = metrics
+        self._queued = queued
+        """This worker's flow queues, by model (``ReplicaFinder.queues``)."""
         """This worker's gateway metric samples, sent every :data:`COUNT_S` (workermetrics.py)."""
         self._models = models
         """The models this worker routes to (its replica table's)."""
@@ -308,7 +355,10 @@ class WorkerFollowing:
         feed = self._state.feed
         replicas = {r: n for r in self._state.replica_ids if (n := feed.replica_in_flight(r))}
         models = {m: n for m in self._models() if (n := feed.in_flight(m))}
-        return InFlight(models, replicas)
+        queues = self._queued()
+        queued = {m: dict(q.by_flow) for m, q in queues.items() if q.by_flow}
+        waited = {m: q.last_wait_s for m, q in queues.items() if q.last_wait_s is not None}
+        return InFlight(models, replicas, queued, waited)
 
     # the follower's part (stateprotocol.FollowerPart)
 
@@ -319,6 +369,9 @@ class WorkerFollowing:
             case SendMetrics():
                 if self._metrics is not None:
                     self._follower.request(Metrics(tuple(self._metrics())))
+            case QueuedElsewhere(flows):
+                if self._elsewhere is not None:
+                    self._elsewhere(flows)
             case _:
                 log.warning("the control plane sent %s, which a worker does not take", event.kind)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
 from pydantic import ValidationError
@@ -155,6 +155,15 @@ class Serves:
 
 
 @dataclass(frozen=True)
+class QueuedElsewhere:
+    """To a worker with a flow queue: how many flows wait for each model in its plane's other
+    workers' queues (``gateway/queueing.py``: it keeps its share of the slots while they wait)."""
+
+    kind: ClassVar[str] = "queued_elsewhere"
+    flows: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class SendMetrics:
     """Asks a worker for its gateway metric samples now (a scrape of ``/metrics`` is waiting)."""
 
@@ -233,6 +242,10 @@ class InFlight:
     kind: ClassVar[str] = "in_flight"
     models: Mapping[str, int]
     replicas: Mapping[str, int]
+    queued: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Requests waiting in its flow queues (``gateway.flow.mode: fair``), per model and flow."""
+    waited_s: Mapping[str, float] = field(default_factory=dict)
+    """How long the latest request it sent on from each model's queue had waited."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +270,7 @@ StateChange: TypeAlias = (
     | StoppedSet
 )
 """A change of a gateway's state: one call of its :class:`~llmgw.gateway.feeding.GatewayFeed`."""
-ServerEvent: TypeAlias = StateChange | Copy | Live | Serves | SendMetrics
+ServerEvent: TypeAlias = StateChange | Copy | Live | Serves | SendMetrics | QueuedElsewhere
 Request: TypeAlias = (
     Wanted | Used | ReplicaFailed | Usage | UsageSummed | Counted | Hello | InFlight | Metrics
 )
@@ -342,6 +355,12 @@ def _array(value: object, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise TypeError(f"{what} is a list, not {value!r}")
     return value
+
+
+def _seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise ValueError(f"{what} must be seconds, 0 or more, not {value!r}")
+    return float(value)
 
 
 def _counts(value: object, what: str) -> dict[str, int]:
@@ -531,6 +550,11 @@ _CODECS: dict[str, _Codec] = {
         _Codec(Live, lambda e: {}, lambda d: Live()),
         _Codec(Serves, lambda e: {"serves": e.serves}, lambda d: Serves(bool(d["serves"]))),
         _Codec(SendMetrics, lambda e: {}, lambda d: SendMetrics()),
+        _Codec(
+            QueuedElsewhere,
+            lambda e: {"flows": dict(e.flows)},
+            lambda d: QueuedElsewhere(_counts(d["flows"], "flows")),
+        ),
         _Codec(Wanted, lambda e: {"model": e.model}, lambda d: Wanted(_text(d["model"], "model"))),
         _Codec(Used, lambda e: {"model": e.model}, lambda d: Used(_text(d["model"], "model"))),
         _Codec(
@@ -544,8 +568,24 @@ _CODECS: dict[str, _Codec] = {
         _Codec(Hello, lambda e: {"pid": e.pid}, lambda d: Hello(_whole(d["pid"], "pid"))),
         _Codec(
             InFlight,
-            lambda e: {"models": dict(e.models), "replicas": dict(e.replicas)},
-            lambda d: InFlight(_counts(d["models"], "models"), _counts(d["replicas"], "replicas")),
+            lambda e: {
+                "models": dict(e.models),
+                "replicas": dict(e.replicas),
+                "queued": {m: dict(flows) for m, flows in e.queued.items()},
+                "waited_s": dict(e.waited_s),
+            },
+            lambda d: InFlight(
+                _counts(d["models"], "models"),
+                _counts(d["replicas"], "replicas"),
+                {
+                    str(m): _counts(flows, f"queued[{m!r}]")
+                    for m, flows in _object(d.get("queued", {}), "queued").items()
+                },
+                {
+                    str(m): _seconds(w, f"waited_s[{m!r}]")
+                    for m, w in _object(d.get("waited_s", {}), "waited_s").items()
+                },
+            ),
         ),
         _Codec(
             Metrics,

@@ -28,6 +28,13 @@ export function byClass(nodes, readings) {
   return [...classes.values()].sort((a, b) => a.name.localeCompare(b.name));
 }
 
+/** A queue's flows, the largest first: "project:acme/ml/eval 200, project:acme/ml/chat 12". */
+export function queueFlows(byFlow) {
+  const flows = Object.entries(byFlow || {}).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+  const shown = flows.slice(0, 4).map(([flow, n]) => `${flow || "no key"} ${n}`).join(", ");
+  return flows.length > 4 ? `${shown}, ${flows.length - 4} more` : shown || "–";
+}
+
 export function lastReadings(history) {
   const out = new Map();
   for (const card of history || []) if (card.points.length) out.set(`${card.node}/${card.device}`, card.points.at(-1));
@@ -39,7 +46,8 @@ export function clusterPage(main) {
   const warnings = h("div");
   const classes = h("div");
   const components = h("div");
-  main.append(h("h1", {}, "Cluster"), top, warnings, section("GPUs by class", classes), section("Components", components));
+  const queues = h("div", { id: "queues" });
+  main.append(h("h1", {}, "Cluster"), top, warnings, section("GPUs by class", classes), section("Requests waiting in the gateway", queues), section("Components", components));
   let readings = new Map();
   let views = {};
 
@@ -69,6 +77,12 @@ export function clusterPage(main) {
       if (status.reconcile_error) said.push(problem({ message: status.reconcile_error, hint: "see the control plane's log" }));
       for (const [model, why] of Object.entries(status.unplaced || {})) said.push(problem({ message: `${model} is not placed: ${why}`, hint: "add a node with room for it, or lower its replicas" }));
       warnings.replaceChildren(...said);
+      queues.replaceChildren(table([
+        { title: "Model", value: ([model]) => model },
+        { title: "Waiting", value: ([, q]) => badge(String(q.waiting), q.waiting ? "warn" : "ok"), class: "num" },
+        { title: "Largest flows", value: ([, q]) => queueFlows(q.by_flow) },
+        { title: "Latest wait", value: ([, q]) => (q.last_wait_s === null ? "–" : `${q.last_wait_s.toFixed(2)} s`), class: "num" },
+      ], Object.entries(status.queues || {}), "no model has queued: every request found a free slot (or gateway.flow.mode is fifo)"));
       components.replaceChildren(table([
         { title: "Component", value: (c) => c.name },
         { title: "State", value: (c) => badge(c.state, c.state === "running" ? "ok" : "warn") },
