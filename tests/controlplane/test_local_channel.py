@@ -197,6 +197,7 @@ def test_a_worker_with_a_queue_hears_of_the_flows_waiting_in_the_others() -> Non
     assert loads.flows_elsewhere(1) == {"m": 2}
     assert loads.flows_elsewhere(2) == {"m": 1, "n": 1}
     assert loads.flows_elsewhere(3) is None and loads.flows_elsewhere(4) is None
+    assert (loads.waiting("m"), loads.waiting("n"), loads.waiting("o")) == (8, 1, 0)
 
 
 async def test_a_scrape_gets_each_workers_samples_as_of_now(pair: tuple[Main, Worker]) -> None:

@@ -1,7 +1,7 @@
-"""Flow control across a plane's two gateway workers (``gateway.flow.mode: fair``, ``gateway.workers: 2``):
-each worker queues the requests it received for a busy model, the plane's ``/api/status``, ``ctl
-status`` and ``/metrics`` add the workers' queues up per flow, and a key with one request is served
-ahead of a flood that was queued before it.
+"""Flow control across a plane's two gateway workers (``gateway.flow.mode: fair``, ``workers: 2``):
+each worker queues the requests it received for a busy model; the plane's ``/api/status``, ``ctl
+status``, ``/metrics`` and autoscaling add the workers' queues up per flow; and a key with one
+request is served ahead of a flood that was queued before it.
 
 The engine is the llama-server stand-in with two slots, its streams spaced so that each request holds a
 slot about 1.3 s: the flood's twelve requests take six rounds of the two slots.
@@ -120,6 +120,13 @@ def test_the_workers_queues_add_up_and_a_lone_key_goes_ahead_of_a_flood(cluster:
     assert flood_id in seen["by_flow"] and set(seen["by_flow"]) <= {flood_id, chat_id}
     assert seen["waiting"] == sum(seen["by_flow"].values())
     wait_for(lambda: depth_by_flow(cluster).get(flood_id, 0) >= 1, 10, "the workers' depth per flow")
+    wait_for(
+        lambda: (
+            "request(s) waiting" in cluster.admin.request("GET", f"/api/plan?model={MODEL}")[0]["scaling"]
+        ),
+        10,
+        "autoscaling reads the requests waiting in the workers' queues",
+    )
 
     options = ["--url", cluster.url, "--token", cluster.token]
     shown = CliRunner().invoke(ctl.app, ["status", *options], env={"COLUMNS": "200"})

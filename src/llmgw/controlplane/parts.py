@@ -6,6 +6,7 @@ groups in order into :class:`~llmgw.controlplane.wiring.ControlPlaneParts` and r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -62,6 +63,7 @@ from llmgw.controlplane.training.scheduling import TrainingScheduler
 from llmgw.core.knowledge import KnowledgeSearch
 from llmgw.core.pricing import Prices
 from llmgw.core.relays import RelayPeer
+from llmgw.core.scaling import ModelLoad
 from llmgw.core.settingtypes import VIP_SETTING
 from llmgw.core.tenancy import Binding, Owner, OwnerKind, Place, user_place
 from llmgw.errors import ConfigError, LlmgwError
@@ -369,6 +371,12 @@ class Replicas:
     reconciler: Reconciler
 
 
+def with_waiting(load: ModelLoad, elsewhere: int) -> ModelLoad:
+    """``load`` with the requests waiting in the workers' flow queues added: autoscaling reads them
+    as it reads this process's own."""
+    return dataclasses.replace(load, waiting=load.waiting + elsewhere) if elsewhere else load
+
+
 def build_replicas(config: ServerConfig, base: Foundation, gateway: Gateway) -> Replicas:
     feed, reconcile = gateway.feed, config.reconcile
     loads = WorkerLoads()
@@ -384,7 +392,7 @@ def build_replicas(config: ServerConfig, base: Foundation, gateway: Gateway) -> 
         backoff_max_s=reconcile.restart_backoff_max_s,
         on_catalog=feed.catalog_replaced,
         in_flight=lambda model: feed.in_flight(model) + loads.in_flight(model),
-        load=feed.model_load,
+        load=lambda model: with_waiting(feed.model_load(model), loads.waiting(model)),
         drain=feed.replica_draining,
         replica_in_flight=lambda r: feed.replica_in_flight(r) + loads.replica_in_flight(r),
         demand=base.demand,

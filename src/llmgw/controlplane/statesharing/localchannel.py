@@ -131,6 +131,10 @@ class WorkerLoads:
     def replica_in_flight(self, replica_id: str) -> int:
         return sum(r.replicas.get(replica_id, 0) for r in self._reports.values())
 
+    def waiting(self, model: str) -> int:
+        """Requests of ``model`` waiting in the workers' flow queues: demand autoscaling reads."""
+        return sum(sum(r.queued.get(model, {}).values()) for r in self._reports.values())
+
     def flows_elsewhere(self, worker: int) -> dict[str, int] | None:
         """Flows waiting per model in the other workers' queues, for a worker that reports a queue
         of its own (None for one that reports none: it has no use for them, and a worker of the
