@@ -75,6 +75,9 @@ FLOW_S = 600
 HTTP_TIMEOUT_S = 10.0
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
 WRITING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+ENDPOINTS = ("authorization_endpoint", "token_endpoint", "jwks_uri")
+"""What this relying party reads from the provider's discovery document."""
+ISSUER_HINT = "check oidc.provider.issuer: it must be the provider's issuer address"
 
 CSRF_REFUSED = "a writing call signed in by the session cookie needs the X-CSRF-Token header"
 CSRF_HINT = "send the llmgw_csrf cookie's value as X-CSRF-Token, or call with 'Authorization: Bearer <token>'"
@@ -106,14 +109,15 @@ class RelyingParty:
                 body: dict[str, Any] = answer.json()
                 return body
         except (httpx.HTTPError, ValueError) as error:
-            raise SignInError(
-                502, f"the provider did not answer {url}: {error}", "check oidc.provider.issuer"
-            ) from None
+            raise SignInError(502, f"the provider did not answer {url}: {error}", ISSUER_HINT) from None
 
     async def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
             found = await self._get(self.provider.issuer + "/.well-known/openid-configuration")
-            if found.get("issuer", "").rstrip("/") != self.provider.issuer:
+            missing = [k for k in ENDPOINTS if not isinstance(found.get(k), str)]
+            if missing:
+                raise SignInError(502, f"the provider's discovery names no {', '.join(missing)}", ISSUER_HINT)
+            if str(found.get("issuer", "")).rstrip("/") != self.provider.issuer:
                 raise SignInError(
                     502, f"the provider calls itself {found.get('issuer')!r}", "set issuer to it"
                 )
@@ -164,7 +168,10 @@ class RelyingParty:
             ) from None
         if answer.status_code != 200:
             raise SignInError(401, f"the provider refused the code: {answer.text[:300]}", "sign in again")
-        token = answer.json().get("id_token")
+        try:
+            token = answer.json().get("id_token")
+        except (ValueError, AttributeError):
+            token = None
         if not isinstance(token, str):
             raise SignInError(502, "the provider's answer holds no id_token", "add 'openid' to the scopes")
         return token
