@@ -188,6 +188,17 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || \
 		(apt-get install -y chromium || (apt-get update && apt-get install -y chromium))
 
+# panva's oidc-provider (npm, OpenID Certified, pinned), the real OpenID Connect provider the portal's
+# sign-in test starts (tests/e2e/oidc_provider.mjs), under ~/.cache/llmgw; node is Debian's.
+OIDC_PROVIDER_VERSION := 9.6.0
+OIDC_PROVIDER_DIR := $(HOME)/.cache/llmgw/oidc-provider-$(OIDC_PROVIDER_VERSION)
+.PHONY: oidc-provider
+oidc-provider:
+	@command -v npm >/dev/null 2>&1 || (apt-get install -y nodejs npm || (apt-get update && apt-get install -y nodejs npm))
+	@test -f $(OIDC_PROVIDER_DIR)/node_modules/oidc-provider/lib/index.js || \
+		(mkdir -p $(OIDC_PROVIDER_DIR) && cd $(OIDC_PROVIDER_DIR) && \
+		 npm install --no-audit --no-fund --silent oidc-provider@$(OIDC_PROVIDER_VERSION))
+
 # nft (the firewall's tests, in network namespaces) and systemd-analyze (the units' verify test).
 .PHONY: opstools systemd
 opstools:
@@ -216,7 +227,7 @@ patroni:
 # (the units) and nginx (the gateway bench's static engine); Chromium, sshd, nft and ip, Patroni and etcd
 # serve only end-to-end tests.
 unit: postgres prometheus systemd wrk
-test e2e: postgres prometheus chromium opstools sshd patroni wrk
+test e2e: postgres prometheus chromium opstools sshd patroni wrk oidc-provider
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py

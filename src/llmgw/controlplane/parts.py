@@ -22,6 +22,7 @@ from llmgw.controlplane.admin.admission import Admission
 from llmgw.controlplane.admin.app import AdminApi
 from llmgw.controlplane.admin.callers import Callers
 from llmgw.controlplane.admin.metricsaccess import metrics_refusal
+from llmgw.controlplane.admin.signin import SessionCookies
 from llmgw.controlplane.config import ServerConfig, save_server_config
 from llmgw.controlplane.lifecycle.leadership import Identity, Leadership
 from llmgw.controlplane.lifecycle.selfrestart import inherited_socket, inherited_workers
@@ -531,7 +532,9 @@ def build_edges(
         state=leading.serving.serve,
     )
     closing.push_async_callback(agent_server.stop)
-    edge = Admission(front, nodes.callers, config.http.api_body_max_bytes, config.http.metrics_address)
+    edge = SessionCookies(
+        Admission(front, nodes.callers, config.http.api_body_max_bytes, config.http.metrics_address)
+    )
     return agent_server, gateway_first(served, edge, lambda: leadership.serving)
 
 

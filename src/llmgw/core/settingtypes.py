@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core.agentsettings import DEFAULT_KEY, NODE_PREFIX, is_agent_key
+from llmgw.core.oidc import OIDC_SETTING, provider_problem
 from llmgw.core.pricing import CURRENCY_SETTING, PRICE_PREFIX, currency_problem, price_problem, priced_model
 
 SERVING_STOPPED = "serving.stopped"
@@ -90,6 +91,10 @@ TYPES: dict[str, SettingType] = {
     CURRENCY_SETTING: SettingType(
         'a JSON string of three capital letters (ISO 4217: "USD")', lambda value: not currency_problem(value)
     ),
+    OIDC_SETTING: SettingType(
+        'a JSON object naming an OpenID Connect provider ({"issuer", "client_id", ...}: docs/sign-in.md)',
+        lambda value: not provider_problem(value),
+    ),
 }
 
 KEYS: tuple[str, ...] = (*sorted(TYPES), DEFAULT_KEY, f"{NODE_PREFIX}<node id>", f"{PRICE_PREFIX}<model>")
@@ -127,6 +132,8 @@ def value_problem(key: str, value: Any) -> str:
     """Why ``value`` is not of ``key``'s type (empty: it is, or ``key`` takes any JSON)."""
     if priced_model(key) is not None:
         return price_problem(key, value)
+    if key == OIDC_SETTING:
+        return provider_problem(value)
     kind = TYPES.get(key)
     if kind is None or kind.accepts(value):
         return ""

@@ -4,7 +4,9 @@
 answers ``GET``/``HEAD`` of ``/`` and of every file under ``static/`` (read
 once, at start, from the installed package: no CDN, no build step) and hands
 every other path to the app behind. The files want no token; the pages ask
-for one and send it to ``/api`` as ``Authorization: Bearer`` themselves.
+for one and send it to ``/api`` as ``Authorization: Bearer`` themselves, or
+sign in with the organisation's provider and call with the session cookie
+(:mod:`llmgw.controlplane.admin.signin`).
 Only the files shipped are served (the set is fixed at start, so no path can
 reach outside it), each with an ``ETag`` (``304`` when unchanged) and a
 content security policy that lets the page load and call nothing but this

@@ -17,6 +17,7 @@ from starlette.routing import Match
 from llmgw import __version__
 from llmgw.controlplane.admin.callers import Callers
 from llmgw.controlplane.admin.changes import Changes
+from llmgw.controlplane.admin.signin import router as signin_router
 from llmgw.controlplane.api import (
     agents,
     audit,
@@ -183,6 +184,7 @@ class AdminApi:
         add_error_handlers(app)
         describe_400_not_422(app)
         app.include_router(status.probes)
+        app.include_router(signin_router)
         for router in ROUTERS:
             app.include_router(router)
 

@@ -1,12 +1,30 @@
-// /api with the token the user signed in with (kept in sessionStorage, sent as a bearer token).
+// /api with the token the user signed in with (kept in sessionStorage, sent as a bearer token), or,
+// signed in with the organisation's provider, with the session cookie (HttpOnly: the browser sends it)
+// and the session's CSRF token (the llmgw_csrf cookie) as X-CSRF-Token.
 const TOKEN = "llmgw.token";
+
+function cookie(name) {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(`${name}=`));
+  return found ? decodeURIComponent(found.slice(name.length + 1)) : "";
+}
 
 export const session = {
   token: () => sessionStorage.getItem(TOKEN) || "",
+  csrf: () => cookie("llmgw_csrf"),
   keep: (token) => sessionStorage.setItem(TOKEN, token),
   forget: () => sessionStorage.removeItem(TOKEN),
   onExpired: () => {},
 };
+
+/** End the provider session of this browser, if any (the cookies go; its token is revoked). */
+export async function signOutOfProvider() {
+  if (!session.csrf()) return;
+  try {
+    await fetch("/auth/logout", { method: "POST", headers: { "X-CSRF-Token": session.csrf() } });
+  } catch {
+    // the cookies stay until they expire; the next sign-in replaces them
+  }
+}
 
 /** What /api answered when it refused: its message and hint, as every /api error carries. */
 export class ApiError extends Error {
@@ -19,7 +37,8 @@ export class ApiError extends Error {
 }
 
 export function authorization() {
-  return { Authorization: `Bearer ${session.token()}` };
+  if (session.token()) return { Authorization: `Bearer ${session.token()}` };
+  return session.csrf() ? { "X-CSRF-Token": session.csrf() } : {};
 }
 
 export async function api(method, path, body) {

@@ -1,5 +1,5 @@
 // The portal's frame: signing in, the navigation, and which page the address (#/...) shows.
-import { ApiError, get, session } from "./api.js";
+import { ApiError, get, session, signOutOfProvider } from "./api.js";
 import { h, problem } from "./dom.js";
 import * as live from "./live.js";
 import { batchesPage } from "./pages/batches.js";
@@ -55,6 +55,22 @@ function signIn(reason) {
   said);
   root.replaceChildren(h("main", { class: "center" }, form));
   input.focus();
+  offerProvider(form);
+}
+
+async function offerProvider(form) {
+  let provider = null;
+  try {
+    const answer = await fetch("/auth/provider", { headers: { Accept: "application/json" } });
+    provider = answer.ok ? await answer.json() : null;
+  } catch {
+    provider = null;
+  }
+  if (!provider || !provider.configured) return;
+  form.prepend(h("a", { class: "button primary", id: "signin-provider", href: "/auth/login" }, `Sign in with ${provider.name}`),
+    h("p", { class: "hint" }, "Or, as the break-glass way in, with a token:"));
+  form.querySelector("h1")?.remove();
+  form.prepend(h("h1", {}, "llmgw"));
 }
 
 function frame() {
@@ -66,7 +82,7 @@ function frame() {
     h("a", { class: "brand", href: "#/cluster" }, "llmgw"),
     state,
     h("span", { class: "who" }, me ? me.name : ""),
-    h("button", { type: "button", class: "link", onclick: () => { session.forget(); me = null; signIn(null); } }, "Sign out"));
+    h("button", { type: "button", class: "link", onclick: async () => { session.forget(); await signOutOfProvider(); me = null; signIn(null); } }, "Sign out"));
   const main = h("main", { id: "page" });
   root.replaceChildren(header, h("div", { class: "body" }, nav, main));
   return { main, nav, state };
@@ -104,7 +120,7 @@ session.onExpired = (error) => {
 };
 
 async function boot() {
-  if (!session.token()) return signIn(null);
+  if (!session.token() && !session.csrf()) return signIn(null);
   try {
     me = await get("/api/me");
     start();
