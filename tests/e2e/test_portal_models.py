@@ -1,0 +1,181 @@
+"""The portal's models page and playground as a person uses them, in Debian's headless Chromium (driven
+by Playwright with ``executable_path``) against a real control plane whose node serves on the
+llama-server stand-in: a model added through the form (an invalid field first, its error shown
+beside it), seen ready, scaled, a replica's log followed, a streamed chat in the playground with the
+request shown as curl and Python, the playground's key revoked on leaving, the model removed. Every
+page is drawn at 1280 and 390 pixels wide (screenshots under the test's tmp dir, printed with
+``pytest -s``) without a console error.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.llama_server_standin import STREAM_CHUNKS, write_launcher
+from llmgw.testing.nvidia_smi_standin import H100_80G, RTX_4090, install_fake_nvidia_smi
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "standin-added"
+WIDTHS = (1280, 390)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A control plane with a GPU node (two stand-in cards) and a weights file in its mirror; no model."""
+    home = tmp_path_factory.mktemp("portal-models")
+    with Cluster(home / "cluster", home / "cache") as running:
+        running.start_server()
+        running.upload(filename="added.gguf", data=b"GGUF stand-in for the models page\n")
+        bin_dir = home / "bin"
+        smi = install_fake_nvidia_smi(bin_dir, [H100_80G, RTX_4090])
+        launcher = write_launcher(bin_dir / "llama-server")
+        running.add_node("gpu1", nvidia_smi=str(smi), engines={"llamacpp": {"binary": str(launcher)}})
+        running.start_agent("gpu1")
+        wait_for(lambda: any(n["connected"] for n in running.admin.get("/api/nodes")), 60, "gpu1 connects")
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(cluster: Cluster) -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+class Console:
+    """The page's console errors and uncaught exceptions."""
+
+    def __init__(self, page: Page) -> None:
+        self.errors: list[str] = []
+        page.on("console", self.heard)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def heard(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(f"{message.text} ({message.location.get('url', '')})")
+
+
+def signed_in(browser: Browser, cluster: Cluster, width: int) -> tuple[Page, Console]:
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    console = Console(page)
+    page.goto(f"{cluster.url}/")
+    page.fill("#token", cluster.token)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#page h1")
+    return page, console
+
+
+def model_row(page: Page) -> Any:
+    return page.locator("section:has(h2:text-is('Models')) tr", has=page.locator(f"td:text-is('{MODEL}')"))
+
+
+def playground_keys(cluster: Cluster) -> list[dict[str, Any]]:
+    return [k for k in cluster.admin.get("/api/keys") if k["name"].startswith("playground ")]
+
+
+def test_a_model_is_added_scaled_tried_and_removed_in_the_portal(
+    browser: Browser, cluster: Cluster, tmp_path: Path
+) -> None:
+    page, console = signed_in(browser, cluster, 1280)
+    page.goto(f"{cluster.url}/#/models")
+    blob = page.locator("#add-blob option", has_text="added.gguf")
+    blob.wait_for(state="attached")
+    page.select_option("#add-blob", blob.get_attribute("value"))
+    page.fill("#add-name", MODEL)
+    page.fill("#add-ctx", "0")
+    page.click("#add-model button[type=submit]")
+
+    # the control plane's validation error, beside the field it names
+    error = page.locator(".field[data-field='profile.ctx_size'] .field-error")
+    error.wait_for()
+    assert "greater than 0" in error.inner_text()
+    assert page.locator(".field[data-field='name'] .field-error").is_hidden()
+    assert MODEL not in {m["name"] for m in cluster.admin.get("/api/models")}
+
+    page.fill("#add-ctx", "2048")
+    page.click("#add-model button[type=submit]")
+    page.wait_for_selector(f"#add-model [role=status]:has-text('Model {MODEL} added')")
+    assert error.is_hidden()
+    model_row(page).locator(".badge.ok:text-is('1 / 1')").wait_for(timeout=60_000)
+    added = next(m for m in cluster.admin.get("/api/models") if m["name"] == MODEL)
+    assert added["definition"]["profiles"][0]["ctx_size"] == 2048
+
+    # scale to two replicas
+    model_row(page).locator("form.scale input").fill("2")
+    model_row(page).locator("form.scale button[type=submit]").click()
+    model_row(page).locator(".badge.ok:text-is('2 / 2')").wait_for(timeout=60_000)
+    replicas = cluster.admin.get(f"/api/models/{MODEL}")["definition"]["replicas"]
+    assert (replicas["min"], replicas["max"]) == (2, 2)
+
+    # a replica's log, followed
+    page.locator(f"section:has(h2:text-is('Replicas')) tr:has(td:text-is('{MODEL}')) .show-log").first.click()
+    page.wait_for_selector(".log-panel h2:has-text('followed')")
+    page.wait_for_function(
+        "document.getElementById('replica-log').textContent.trim().length > 0", timeout=20_000
+    )
+    page.screenshot(path=str(tmp_path / "models-1280.png"), full_page=True)
+
+    # the playground: a streamed chat with a key minted for the page
+    page.goto(f"{cluster.url}/#/playground")
+    page.locator(f"#pg-model option[value='{MODEL}']").wait_for(state="attached")
+    page.select_option("#pg-model", MODEL)
+    page.fill("#pg-system", "Be brief.")
+    page.fill("#pg-prompt", "hello there")
+    page.fill("#pg-max-tokens", "64")
+    shown = page.locator("#pg-curl").inner_text()
+    assert f"{cluster.url}/v1/chat/completions" in shown and '"model": "standin-added"' in shown
+    assert '"max_tokens": 64' in shown and "$LLMGW_API_KEY" in shown
+    as_python = page.locator("#pg-python").inner_text()
+    assert "client.chat.completions.create(" in as_python and "stream=True" in as_python
+    page.click("#pg-send")
+    answer = page.locator(".turn.assistant[data-done=true] .text")
+    answer.wait_for(timeout=30_000)
+    assert answer.inner_text().startswith("tok0 tok1") and answer.inner_text().endswith(
+        f"tok{STREAM_CHUNKS - 1}"
+    )
+    minted = playground_keys(cluster)
+    assert len(minted) == 1 and minted[0]["revoked_at"] is None and minted[0]["place"] == ""
+    secret_shown = page.evaluate("document.body.innerText.includes('sk-')")
+    stored = page.evaluate("JSON.stringify({...sessionStorage, ...localStorage})")
+    assert not secret_shown and "sk-" not in stored
+    page.screenshot(path=str(tmp_path / "playground-1280.png"), full_page=True)
+
+    page.goto(f"{cluster.url}/#/models")  # leaving the playground revokes its key
+    wait_for(
+        lambda: all(k["revoked_at"] for k in playground_keys(cluster)), 10, "the playground's key is revoked"
+    )
+
+    narrow, narrow_console = signed_in(browser, cluster, 390)
+    for name in ("models", "playground"):
+        narrow.goto(f"{cluster.url}/#/{name}")
+        narrow.wait_for_selector(
+            "#add-model" if name == "models" else f"#pg-model option[value='{MODEL}']", state="attached"
+        )
+        narrow.screenshot(path=str(tmp_path / f"{name}-390.png"), full_page=True)
+    narrow.close()
+    print("\n".join(f"screenshot: {shot}" for shot in sorted(tmp_path.glob("*.png"))))
+
+    # remove it, confirming
+    page.once("dialog", lambda dialog: dialog.accept())
+    model_row(page).locator("button.remove").click()
+    model_row(page).wait_for(state="detached", timeout=20_000)
+    assert MODEL not in {m["name"] for m in cluster.admin.get("/api/models")}
+    # the one failed load is the invalid definition's answer, which the browser logs itself
+    refused = (
+        "Failed to load resource: the server responded with a status of 400 (Bad Request)"
+        f" ({cluster.url}/api/models)"
+    )
+    assert console.errors == [refused] and narrow_console.errors == []
+    page.close()
