@@ -179,3 +179,47 @@ def test_a_model_is_added_scaled_tried_and_removed_in_the_portal(
     )
     assert console.errors == [refused] and narrow_console.errors == []
     page.close()
+
+
+def test_a_member_sees_and_changes_only_what_their_role_covers(browser: Browser, cluster: Cluster) -> None:
+    admin = cluster.admin
+    admin.create_unit("orgs", {"name": "acme"})
+    for team, project in (("ml", "chat"), ("web", "shop")):
+        admin.create_unit("teams", {"org": "acme", "name": team})
+        admin.create_unit("projects", {"org": "acme", "team": team, "name": project})
+    sha = cluster.upload(filename="tiny.gguf", data=b"GGUF roles")["sha256"]
+    for name, owner in (
+        ("open", ""),
+        ("chat-only", "project:acme/ml/chat"),
+        ("shop-only", "project:acme/web/shop"),
+    ):
+        admin.add_model({"name": name, "source": {"sha256": sha}, "owner": owner, "replicas": {"min": 0}})
+    admin.create_user("mia")
+    admin.bind_role("mia", "member", "team:acme/ml")
+    token = admin.create_token("mia", "e2e", 3600).token
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    console = Console(page)
+    page.goto(f"{cluster.url}/#/models")  # signed in there: the cluster page is a cluster viewer's
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_selector("td:text-is('chat-only')")
+    rows = page.locator("section:has(h2:text-is('Models')) tbody tr")
+    names = {rows.nth(n).locator("td").first.inner_text() for n in range(rows.count())}
+    assert names == {"open", "chat-only"}  # the other team's project's model does not exist for mia
+    assert page.locator("button.remove[data-model='chat-only']").is_visible()
+    assert page.locator("button.remove[data-model='open']").count() == 0  # the cluster's: no role there
+    assert "viewer's role at the cluster" in page.locator("section:has(h2:text-is('Replicas'))").inner_text()
+    owners = page.locator("#add-owner option").all_inner_texts()
+    assert "user:mia" in owners and "project:acme/ml/chat" in owners and "project:acme/web/shop" not in owners
+    assert "the cluster (every key)" not in owners
+
+    page.goto(f"{cluster.url}/#/playground")
+    page.locator("#pg-place option[value='project:acme/ml/chat']").wait_for(state="attached")
+    places = page.locator("#pg-place option").evaluate_all("options => options.map(o => o.value)")
+    assert sorted(places) == ["project:acme/ml/chat", "user:mia"]
+    page.select_option("#pg-place", "project:acme/ml/chat")
+    offered = page.locator("#pg-model option").evaluate_all("options => options.map(o => o.value)")
+    assert sorted(offered) == ["chat-only", "open"]
+    assert console.errors == []
+    page.close()
