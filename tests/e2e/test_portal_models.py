@@ -2,7 +2,8 @@
 by Playwright with ``executable_path``) against a real control plane whose node serves on the
 llama-server stand-in: a model added through the form (an invalid field first, its error shown
 beside it), seen ready, scaled, a replica's log followed, a streamed chat in the playground with the
-request shown as curl and Python, the playground's key revoked on leaving, the model removed. Every
+request shown as curl and Python, then the conversation
+going on through the Responses API, the playground's key revoked on leaving, the model removed. Every
 page is drawn at 1280 and 390 pixels wide (screenshots under the test's tmp dir, printed with
 ``pytest -s``) without a console error.
 """
@@ -150,6 +151,17 @@ def test_a_model_is_added_scaled_tried_and_removed_in_the_portal(
     secret_shown = page.evaluate("document.body.innerText.includes('sk-')")
     stored = page.evaluate("JSON.stringify({...sessionStorage, ...localStorage})")
     assert not secret_shown and "sk-" not in stored
+
+    # the same conversation goes on through the Responses API, streamed
+    page.select_option("#pg-api", "responses")
+    page.fill("#pg-prompt", "and again")
+    assert f"{cluster.url}/v1/responses" in page.locator("#pg-curl").inner_text()
+    assert "client.responses.create(" in page.locator("#pg-python").inner_text()
+    page.click("#pg-send")
+    page.locator(".turn.assistant[data-done=true]").nth(1).wait_for(timeout=30_000)
+    second = page.locator(".turn.assistant .text").nth(1).inner_text()
+    assert second == "Hello! How can I help you today?"
+    assert len(playground_keys(cluster)) == 1  # one key for the visit
     page.screenshot(path=str(tmp_path / "playground-1280.png"), full_page=True)
 
     page.goto(f"{cluster.url}/#/models")  # leaving the playground revokes its key

@@ -34,6 +34,7 @@ export function curl(base, path, body) {
 const CALLS = {
   "/chat/completions": "client.chat.completions.create",
   "/embeddings": "client.embeddings.create",
+  "/responses": "client.responses.create",
 };
 
 /** The same request with the openai SDK. */
@@ -50,6 +51,8 @@ export function python(base, path, body) {
     ")",
   ];
   if (path === "/embeddings") lines.push("print(len(answer.data[0].embedding), answer.data[0].embedding[:8])");
+  else if (path === "/responses" && body.stream) lines.push("for event in answer:", '    if event.type == "response.output_text.delta":', '        print(event.delta, end="", flush=True)', "print()");
+  else if (path === "/responses") lines.push("print(answer.output_text)");
   else if (body.stream) lines.push("for chunk in answer:", "    if chunk.choices:", '        print(chunk.choices[0].delta.content or "", end="", flush=True)', "print()");
   else lines.push("print(answer.choices[0].message)");
   return lines.join("\n");

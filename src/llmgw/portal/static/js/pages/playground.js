@@ -1,4 +1,5 @@
-// The playground: try any model the caller may use, through /v1 as a client would.
+// The playground: try any model the caller may use, through /v1 as a client would: chat (Chat
+// completions or Responses, streamed or whole, with tools and JSON output) or embeddings.
 //
 // /v1 takes a gateway key, not the portal's token, and a key sees what its place sees. So the page
 // has the caller pick a place they may create keys at (their own user:NAME, a project they are a
@@ -51,6 +52,7 @@ export function playgroundPage(main, params, { me }) {
   const temperature = h("input", { id: "pg-temperature", type: "number", step: "0.1", min: 0, max: 2, placeholder: "engine default" });
   const maxTokens = h("input", { id: "pg-max-tokens", type: "number", min: 1, placeholder: "engine default" });
   const json = h("input", { id: "pg-json", type: "checkbox" });
+  const via = h("select", { id: "pg-api" }, h("option", { value: "chat" }, "Chat completions"), h("option", { value: "responses" }, "Responses"));
   const stream = h("input", { id: "pg-stream", type: "checkbox", checked: true });
   const tools = h("textarea", { id: "pg-tools", rows: 3, placeholder: '[{"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]' });
   const transcript = h("div", { class: "transcript", id: "pg-transcript", "aria-live": "polite" });
@@ -59,7 +61,7 @@ export function playgroundPage(main, params, { me }) {
   const send = h("button", { type: "submit", class: "primary", id: "pg-send" }, "Send");
   const stopButton = h("button", { type: "button", id: "pg-stop", hidden: true, onclick: () => aborter && aborter.abort() }, "Stop");
   const clear = h("button", { type: "button", onclick: () => { history = []; transcript.replaceChildren(); show(); } }, "New conversation");
-  const chatOnly = h("div", { class: "chat-only fields" },
+  const chatOnly = h("div", { class: "chat-only fields" }, labelled("API", via),
     labelled("Temperature", temperature), labelled("Max tokens", maxTokens),
     labelled("JSON output", json, "response_format: json_object"), labelled("Stream", stream));
   const toolsBox = h("div", { class: "field chat-only" }, h("label", { for: "pg-tools" }, "Tools (JSON list, optional)"), tools,
@@ -94,6 +96,20 @@ export function playgroundPage(main, params, { me }) {
   /** The request the form says: its /v1 path and body. */
   function request() {
     if (mode() === "embeddings") return { path: "/embeddings", body: { model: model.value, input: prompt.value } };
+    const t = parsedTools();
+    if (via.value === "responses") {
+      const body = { model: model.value };
+      if (system.value.trim()) body.instructions = system.value;
+      body.input = [...history, { role: "user", content: prompt.value }]
+        .map((m) => ({ type: "message", role: m.role, content: m.content || "" }));
+      if (temperature.value !== "") body.temperature = Number(temperature.value);
+      if (maxTokens.value !== "") body.max_output_tokens = Number(maxTokens.value);
+      if (json.checked) body.text = { format: { type: "json_object" } };
+      // the Responses API names a function tool's fields at its top level
+      if (t) body.tools = t.map((tool) => (tool && tool.function ? { type: "function", ...tool.function } : tool));
+      if (stream.checked) body.stream = true;
+      return { path: "/responses", body };
+    }
     const messages = [];
     if (system.value.trim()) messages.push({ role: "system", content: system.value });
     messages.push(...history, { role: "user", content: prompt.value });
@@ -101,10 +117,24 @@ export function playgroundPage(main, params, { me }) {
     if (temperature.value !== "") body.temperature = Number(temperature.value);
     if (maxTokens.value !== "") body.max_tokens = Number(maxTokens.value);
     if (json.checked) body.response_format = { type: "json_object" };
-    const t = parsedTools();
     if (t) body.tools = t;
     if (stream.checked) body.stream = true;
     return { path: "/chat/completions", body };
+  }
+
+  /** What a Responses answer or event adds to the text and tool calls: `take` as a chat delta would. */
+  function fromResponses(item, take) {
+    if (item.type === "response.output_text.delta") take({ content: item.delta });
+    else if (item.type === "response.output_item.done" && item.item.type === "function_call") {
+      take({ tool_calls: [{ id: item.item.call_id, function: { name: item.item.name, arguments: item.item.arguments } }] });
+    } else if (item.type === "response.failed") {
+      throw new Error((item.response && item.response.error && item.response.error.message) || "the response failed");
+    } else if (item.object === "response") {
+      for (const out of item.output || []) {
+        if (out.type === "message") for (const part of out.content || []) if (part.type === "output_text") take({ content: part.text });
+        if (out.type === "function_call") fromResponses({ type: "response.output_item.done", item: out }, take);
+      }
+    }
   }
 
   function show() {
@@ -154,7 +184,10 @@ export function playgroundPage(main, params, { me }) {
         }
         out.textContent = text + calls.map((c) => `\n→ ${c.function.name}(${c.function.arguments})`).join("");
       };
-      if (body.stream) {
+      if (path === "/responses") {
+        if (body.stream) await v1Stream(key, path, body, (event) => fromResponses(event, take), aborter.signal);
+        else fromResponses(await v1(key, path, body, aborter.signal), take);
+      } else if (body.stream) {
         await v1Stream(key, path, body, (chunk) => { if (chunk.choices && chunk.choices[0]) take(chunk.choices[0].delta || {}); }, aborter.signal);
       } else {
         const answer = await v1(key, path, body, aborter.signal);
@@ -162,7 +195,9 @@ export function playgroundPage(main, params, { me }) {
       }
       out.classList.remove("streaming");
       out.parentElement.dataset.done = "true";
-      history.push({ role: "user", content: prompt.value }, { role: "assistant", content: text, ...(calls.length ? { tool_calls: calls } : {}) });
+      const reply = { role: "assistant", content: text };
+      if (calls.length && path === "/chat/completions") reply.tool_calls = calls;
+      history.push({ role: "user", content: prompt.value }, reply);
       prompt.value = "";
     } catch (error) {
       if (error.name === "AbortError") said.replaceChildren(h("p", { class: "hint" }, "stopped"));
