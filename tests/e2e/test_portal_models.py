@@ -2,10 +2,10 @@
 by Playwright with ``executable_path``) against a real control plane whose node serves on the
 llama-server stand-in: a model added through the form (an invalid field first, its error shown
 beside it), seen ready, scaled, a replica's log followed, a streamed chat in the playground with the
-request shown as curl and Python, then the conversation
-going on through the Responses API, the playground's key revoked on leaving, the model removed. Every
-page is drawn at 1280 and 390 pixels wide (screenshots under the test's tmp dir, printed with
-``pytest -s``) without a console error.
+request shown as curl and Python, the conversation going on through the Responses API, the
+playground's key revoked on leaving, the model removed. Every page is drawn at 1280 and 390 pixels
+wide (screenshots under the test's tmp dir, printed with ``pytest -s``) with no console error but
+the invalid definition's 400. A member of one team sees, changes and tries only what that covers.
 """
 
 from __future__ import annotations
@@ -233,5 +233,29 @@ def test_a_member_sees_and_changes_only_what_their_role_covers(browser: Browser,
     page.select_option("#pg-place", "project:acme/ml/chat")
     offered = page.locator("#pg-model option").evaluate_all("options => options.map(o => o.value)")
     assert sorted(offered) == ["chat-only", "open"]
+    assert console.errors == []
+    page.close()
+
+
+def test_a_preset_is_added_with_the_mirrored_file_of_its_name(browser: Browser, cluster: Cluster) -> None:
+    blob = cluster.upload(filename="SmolLM2-135M-Instruct.Q4_1.gguf", data=b"GGUF stand-in for the preset\n")
+    page, console = signed_in(browser, cluster, 1280)
+    page.goto(f"{cluster.url}/#/models")
+    page.locator("#add-preset option[value='smollm2-135m-instruct']").wait_for(state="attached")
+    page.locator("#add-blob option", has_text="SmolLM2").wait_for(state="attached")
+    page.select_option("#add-from", "preset")
+    assert page.locator("#add-blob").is_hidden() and page.locator("#add-preset").is_visible()
+    page.select_option("#add-preset", "smollm2-135m-instruct")
+    assert page.input_value("#add-name") == "smollm2-135m-instruct"
+    assert page.input_value("#add-memory") == "512"
+    page.fill("#add-min", "0")
+    page.click("#add-model button[type=submit]")
+    page.wait_for_selector("#add-model [role=status]:has-text('Model smollm2-135m-instruct added')")
+
+    added = cluster.admin.get("/api/models/smollm2-135m-instruct")["definition"]
+    assert added["source"]["sha256"] == blob["sha256"]
+    assert added["source"]["filename"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert (added["profiles"][0]["memory_mb"], added["replicas"]["min"]) == (512, 0)
+    cluster.admin.request("DELETE", "/api/models/smollm2-135m-instruct")
     assert console.errors == []
     page.close()
