@@ -173,7 +173,10 @@ def test_a_model_is_added_scaled_tried_and_removed_in_the_portal(
     for name in ("models", "playground"):
         narrow.goto(f"{cluster.url}/#/{name}")
         narrow.wait_for_selector(
-            "#add-model" if name == "models" else f"#pg-model option[value='{MODEL}']", state="attached"
+            "#add-blob option:has-text('added.gguf')"
+            if name == "models"
+            else f"#pg-model option[value='{MODEL}']",
+            state="attached",
         )
         narrow.screenshot(path=str(tmp_path / f"{name}-390.png"), full_page=True)
     narrow.close()
