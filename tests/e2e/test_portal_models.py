@@ -19,6 +19,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.hf_hub_standin import FakeHfHub, small_repo
 from llmgw.testing.llama_server_standin import STREAM_CHUNKS, write_launcher
 from llmgw.testing.nvidia_smi_standin import H100_80G, RTX_4090, install_fake_nvidia_smi
 
@@ -260,5 +261,39 @@ def test_a_preset_is_added_with_the_mirrored_file_of_its_name(browser: Browser, 
     assert added["source"]["filename"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert (added["profiles"][0]["memory_mb"], added["replicas"]["min"]) == (512, 0)
     cluster.admin.request("DELETE", "/api/models/smollm2-135m-instruct")
+    assert console.errors == []
+    page.close()
+
+
+def test_a_model_is_pulled_from_hugging_face_and_added_in_the_form(
+    browser: Browser, cluster: Cluster
+) -> None:
+    with FakeHfHub({"org/tiny": small_repo("tiny")}) as hub:
+        cluster.admin.set_setting("mirror.hf_endpoint", hub.url)
+        page, console = signed_in(browser, cluster, 1280)
+        page.goto(f"{cluster.url}/#/models")
+        page.select_option("#add-from", "hf")
+        page.fill("#add-hf", "hf:org/tiny")
+        page.click("#add-pull-start")
+        page.wait_for_selector(
+            "#add-pull:has-text('pulled hf:org/tiny'), #add-model .problem", timeout=30_000
+        )
+        assert page.locator("#add-model .problem").count() == 0, page.locator(
+            "#add-model .problem"
+        ).inner_text()
+    assert page.input_value("#add-name") == "tiny"
+    page.fill("#add-engine", "vllm")
+    page.fill("#add-min", "0")
+    page.click("#add-model button[type=submit]")
+    page.wait_for_selector("#add-model [role=status]:has-text('Model tiny added')")
+
+    pulled = next(p for p in cluster.admin.get("/api/mirror/pulls") if p["source"].startswith("hf:org/tiny"))
+    source = cluster.admin.get("/api/models/tiny")["definition"]["source"]
+    assert source["format"] == "safetensors"
+    assert (source["sha256"], source["filename"]) == (
+        pulled["catalog_source"]["sha256"],
+        pulled["catalog_source"]["filename"],
+    )
+    cluster.admin.request("DELETE", "/api/models/tiny")
     assert console.errors == []
     page.close()

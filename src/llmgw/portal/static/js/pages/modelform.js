@@ -39,7 +39,7 @@ export function addModelForm(me, added) {
     h("option", { value: "hf" }, "Hugging Face"),
     h("option", { value: "preset" }, "a preset"));
   const blob = h("select", { id: "add-blob" }, h("option", { value: "" }, "loading the mirror…"));
-  const hfRepo = h("input", { id: "add-hf", placeholder: "hf:ORG/REPO[@REVISION]" });
+  const hfRepo = h("input", { id: "add-hf", placeholder: "hf:ORG/REPO[@REVISION] or ollama:NAME[:TAG]" });
   const pulled = h("div", { class: "hint", id: "add-pull", role: "status" });
   const preset = h("select", { id: "add-preset", onchange: () => usePreset() }, h("option", { value: "" }, "loading presets…"));
   const presetNeeds = h("span", { class: "hint" });
@@ -61,7 +61,7 @@ export function addModelForm(me, added) {
 
   const sourceMirror = h("div", { class: "source-mirror" }, field("source", "Weights", blob, "uploaded with 'llmgw mirror import FILE'"));
   const sourceHf = h("div", { class: "source-hf", hidden: true },
-    field("source", "Repository", hfRepo, "pulled into the mirror, each file checked against Hugging Face's checksum"),
+    field("source", "Repository", hfRepo, "safetensors from Hugging Face, GGUF from Ollama's registry: pulled into the mirror, each file checked against the registry's checksum"),
     h("button", { type: "button", id: "add-pull-start", onclick: () => pull() }, "Pull into the mirror"), pulled);
   const sourcePreset = h("div", { class: "source-preset", hidden: true }, field("source", "Preset", preset), presetNeeds);
 
@@ -153,7 +153,7 @@ export function addModelForm(me, added) {
       if (job.state === "failed") throw { message: `the pull of ${job.source} failed: ${job.error}`, hint: job.hint };
       pulledSource = job.catalog_source;
       pulled.textContent = `pulled ${job.source} at ${job.revision}: ${pulledSource.filename}`;
-      if (!name.value) name.value = job.source.replace(/^hf:/, "").split("/").pop().split("@")[0].toLowerCase();
+      if (!name.value) name.value = job.source.replace(/^(hf|ollama):/, "").split("/").pop().split("@")[0].toLowerCase();
     } catch (error) {
       pulled.textContent = "";
       said.replaceChildren(problem(error));
