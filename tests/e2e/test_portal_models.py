@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
@@ -22,6 +23,7 @@ from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.hf_hub_standin import FakeHfHub, small_repo
 from llmgw.testing.llama_server_standin import STREAM_CHUNKS, write_launcher
 from llmgw.testing.nvidia_smi_standin import H100_80G, RTX_4090, install_fake_nvidia_smi
+from llmgw.testing.standin_programs import write_standins
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +33,8 @@ WIDTHS = (1280, 390)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A control plane with a GPU node (two stand-in cards) and a weights file in its mirror; no model."""
+    """A control plane with a GPU node (two stand-in cards; llama.cpp and vLLM as stand-ins) and a weights
+    file in its mirror; no model."""
     home = tmp_path_factory.mktemp("portal-models")
     with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
@@ -39,7 +42,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         bin_dir = home / "bin"
         smi = install_fake_nvidia_smi(bin_dir, [H100_80G, RTX_4090])
         launcher = write_launcher(bin_dir / "llama-server")
-        running.add_node("gpu1", nvidia_smi=str(smi), engines={"llamacpp": {"binary": str(launcher)}})
+        standins = write_standins(home / "standins").engine_settings().model_dump(exclude_defaults=True)
+        engines = {**standins, "llamacpp": {"binary": str(launcher)}}
+        running.add_node("gpu1", nvidia_smi=str(smi), engines=engines)
         running.start_agent("gpu1")
         wait_for(lambda: any(n["connected"] for n in running.admin.get("/api/nodes")), 60, "gpu1 connects")
         yield running
@@ -297,3 +302,34 @@ def test_a_model_is_pulled_from_hugging_face_and_added_in_the_form(
     cluster.admin.request("DELETE", "/api/models/tiny")
     assert console.errors == []
     page.close()
+
+
+def test_an_embedding_model_is_tried_in_the_playground(browser: Browser, cluster: Cluster) -> None:
+    config = cluster.upload(filename="config.json", data=b'{"architectures": ["LlamaForCausalLM"]}')
+    source = {"sha256": config["sha256"], "filename": "config.json", "format": "safetensors"}
+    profile = {"engine": "vllm", "ctx_size": 4096, "parallel": 2, "serves": "embeddings"}
+    cluster.admin.add_model({"name": "embedder", "source": source, "profile": profile})
+    cluster.wait_ready("embedder", 120)
+    page, console = signed_in(browser, cluster, 1280)
+    page.goto(f"{cluster.url}/#/playground")
+    page.locator("#pg-model option[value='embedder']").wait_for(state="attached")
+    page.select_option("#pg-model", "embedder")
+    assert page.locator("#pg-system").is_hidden() and page.locator("#pg-tools").is_hidden()
+    page.fill("#pg-prompt", "a sentence to embed")
+    assert f"{cluster.url}/v1/embeddings" in page.locator("#pg-curl").inner_text()
+    assert "client.embeddings.create(" in page.locator("#pg-python").inner_text()
+    page.click("#pg-send")
+    said = page.locator(".turn.embedding .text")
+    said.wait_for(timeout=30_000)
+    expected = client_embedding(cluster, "embedder", "a sentence to embed")
+    assert said.inner_text().startswith(f"{len(expected)} dimensions: [{expected[0]:.4f}")
+    cluster.admin.request("DELETE", "/api/models/embedder")
+    assert console.errors == []
+    page.close()
+
+
+def client_embedding(cluster: Cluster, model: str, text: str) -> list[float]:
+    """What the openai SDK gets for ``text``, with a key of the cluster's own."""
+    key = cluster.create_key("embedding-check")
+    client = openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=key, max_retries=0, timeout=30)
+    return list(client.embeddings.create(model=model, input=text).data[0].embedding)
