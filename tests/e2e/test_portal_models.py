@@ -5,7 +5,9 @@ beside it), seen ready, scaled, a replica's log followed, a streamed chat in the
 request shown as curl and Python, the conversation going on through the Responses API, the
 playground's key revoked on leaving, the model removed. Every page is drawn at 1280 and 390 pixels
 wide (screenshots under the test's tmp dir, printed with ``pytest -s``) with no console error but
-the invalid definition's 400. A member of one team sees, changes and tries only what that covers.
+the invalid definition's 400. A member of one team sees, changes and tries only what that covers;
+a preset and a Hugging Face pull are added through the form; an embedding model (the vLLM stand-in)
+and a picture model (the ComfyUI stand-in) are tried in the playground.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ WIDTHS = (1280, 390)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A control plane with a GPU node (two stand-in cards; llama.cpp and vLLM as stand-ins) and a weights
-    file in its mirror; no model."""
+    """A control plane with a GPU node (two stand-in cards; llama.cpp, vLLM and ComfyUI as stand-ins)
+    and a weights file in its mirror; no model."""
     home = tmp_path_factory.mktemp("portal-models")
     with Cluster(home / "cluster", home / "cache") as running:
         running.start_server()
@@ -42,8 +44,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         bin_dir = home / "bin"
         smi = install_fake_nvidia_smi(bin_dir, [H100_80G, RTX_4090])
         launcher = write_launcher(bin_dir / "llama-server")
-        standins = write_standins(home / "standins").engine_settings().model_dump(exclude_defaults=True)
-        engines = {**standins, "llamacpp": {"binary": str(launcher)}}
+        programs = write_standins(home / "standins")
+        engines = {
+            **programs.engine_settings().model_dump(exclude_defaults=True),
+            "llamacpp": {"binary": str(launcher)},
+            "comfyui": {"python": str(programs.python), "main": str(programs.comfyui_main)},
+        }
         running.add_node("gpu1", nvidia_smi=str(smi), engines=engines)
         running.start_agent("gpu1")
         wait_for(lambda: any(n["connected"] for n in running.admin.get("/api/nodes")), 60, "gpu1 connects")
@@ -333,3 +339,50 @@ def client_embedding(cluster: Cluster, model: str, text: str) -> list[float]:
     key = cluster.create_key("embedding-check")
     client = openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=key, max_retries=0, timeout=30)
     return list(client.embeddings.create(model=model, input=text).data[0].embedding)
+
+
+PICTURE_WORKFLOW = {
+    "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "pictures.safetensors"}},
+    "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["1", 1]}},
+    "3": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "4": {
+        "class_type": "KSampler",
+        "inputs": {"seed": 0, "steps": 4, "model": ["1", 0], "positive": ["2", 0], "latent_image": ["3", 0]},
+    },
+    "6": {"class_type": "SaveImage", "inputs": {"filename_prefix": "e2e", "images": ["4", 0]}},
+}
+PICTURE_INPUTS = {
+    "prompt": {"node": "2", "input": "text"},
+    "width": {"node": "3", "input": "width"},
+    "height": {"node": "3", "input": "height"},
+}
+
+
+def test_a_picture_is_made_in_the_playground_by_a_comfyui_model(browser: Browser, cluster: Cluster) -> None:
+    blob = cluster.upload(filename="pictures.safetensors", data=b"pictures" * 8)
+    cluster.admin.add_model(
+        {
+            "name": "pictures",
+            "source": {"sha256": blob["sha256"], "filename": "pictures.safetensors", "format": "safetensors"},
+            "profile": {"engine": "comfyui", "parallel": 1},
+            "comfyui": {"workflow": PICTURE_WORKFLOW, "inputs": PICTURE_INPUTS, "outputs": "image"},
+        }
+    )
+    cluster.wait_ready("pictures", 120)
+    page, console = signed_in(browser, cluster, 1280)
+    page.goto(f"{cluster.url}/#/playground")
+    page.locator("#pg-model option[value='pictures']").wait_for(state="attached")
+    page.select_option("#pg-model", "pictures")
+    assert page.locator("#pg-size").is_visible() and page.locator("#pg-system").is_hidden()
+    page.fill("#pg-prompt", "a red fox")
+    page.fill("#pg-size", "128x96")
+    assert f"{cluster.url}/v1/images/generations" in page.locator("#pg-curl").inner_text()
+    assert "client.images.generate(" in page.locator("#pg-python").inner_text()
+    page.click("#pg-send")
+    picture = page.locator(".turn.picture[data-done=true] img.picture")
+    picture.wait_for(timeout=60_000)
+    page.wait_for_function("document.querySelector('img.picture').complete")
+    assert picture.evaluate("img => [img.naturalWidth, img.naturalHeight]") == [128, 96]
+    cluster.admin.request("DELETE", "/api/models/pictures")
+    assert console.errors == []
+    page.close()

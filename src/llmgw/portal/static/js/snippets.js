@@ -35,12 +35,14 @@ const CALLS = {
   "/chat/completions": "client.chat.completions.create",
   "/embeddings": "client.embeddings.create",
   "/responses": "client.responses.create",
+  "/images/generations": "client.images.generate",
 };
 
 /** The same request with the openai SDK. */
 export function python(base, path, body) {
   const args = Object.entries(body).map(([k, v]) => `    ${k}=${pyLiteral(v, 4)},`);
   const lines = [
+    ...(path === "/images/generations" ? ["import base64"] : []),
     "import os",
     "",
     "from openai import OpenAI",
@@ -50,7 +52,8 @@ export function python(base, path, body) {
     ...args,
     ")",
   ];
-  if (path === "/embeddings") lines.push("print(len(answer.data[0].embedding), answer.data[0].embedding[:8])");
+  if (path === "/images/generations") lines.push('with open("picture.png", "wb") as out:', "    out.write(base64.b64decode(answer.data[0].b64_json))");
+  else if (path === "/embeddings") lines.push("print(len(answer.data[0].embedding), answer.data[0].embedding[:8])");
   else if (path === "/responses" && body.stream) lines.push("for event in answer:", '    if event.type == "response.output_text.delta":', '        print(event.delta, end="", flush=True)', "print()");
   else if (path === "/responses") lines.push("print(answer.output_text)");
   else if (body.stream) lines.push("for chunk in answer:", "    if chunk.choices:", '        print(chunk.choices[0].delta.content or "", end="", flush=True)', "print()");

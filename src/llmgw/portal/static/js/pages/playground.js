@@ -1,5 +1,6 @@
 // The playground: try any model the caller may use, through /v1 as a client would: chat (Chat
-// completions or Responses, streamed or whole, with tools and JSON output) or embeddings.
+// completions or Responses, streamed or whole, with tools and JSON output), embeddings, or a
+// picture from a ComfyUI workflow.
 //
 // /v1 takes a gateway key, not the portal's token, and a key sees what its place sees. So the page
 // has the caller pick a place they may create keys at (their own user:NAME, a project they are a
@@ -15,9 +16,15 @@ import { follow } from "../live.js";
 import { RANK, roleOver, visibleFrom, writablePlaces } from "../roles.js";
 import { curl, python } from "../snippets.js";
 
-const TRIED = new Set(["chat", "embeddings"]);
+const TRIED = new Set(["chat", "embeddings", "images"]);
 
-const servesOf = (m) => ((m.definition && (m.definition.profiles || [m.definition.profile])[0]) || {}).serves || "chat";
+/** What a model serves: its first profile's `serves`; a ComfyUI workflow making pictures serves images. */
+export function servesOf(m) {
+  const d = m.definition || {};
+  const serves = ((d.profiles || [d.profile])[0] || {}).serves || "chat";
+  if (d.comfyui && serves === "chat") return (d.comfyui.outputs || "image") === "image" ? "images" : "jobs";
+  return serves;
+}
 
 /** A key minted for the playground at one place, revoked when done with. */
 function keyKeeper(me) {
@@ -54,6 +61,7 @@ export function playgroundPage(main, params, { me }) {
   const json = h("input", { id: "pg-json", type: "checkbox" });
   const via = h("select", { id: "pg-api" }, h("option", { value: "chat" }, "Chat completions"), h("option", { value: "responses" }, "Responses"));
   const stream = h("input", { id: "pg-stream", type: "checkbox", checked: true });
+  const size = h("input", { id: "pg-size", placeholder: "WIDTHxHEIGHT (the workflow's own)" });
   const tools = h("textarea", { id: "pg-tools", rows: 3, placeholder: '[{"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]' });
   const transcript = h("div", { class: "transcript", id: "pg-transcript", "aria-live": "polite" });
   const curlText = h("pre", { class: "code", id: "pg-curl" });
@@ -67,6 +75,7 @@ export function playgroundPage(main, params, { me }) {
   const toolsBox = h("div", { class: "field chat-only" }, h("label", { for: "pg-tools" }, "Tools (JSON list, optional)"), tools,
     h("span", { class: "field-error", id: "pg-tools-error", role: "alert", hidden: true }));
   const systemBox = h("div", { class: "field chat-only" }, h("label", { for: "pg-system" }, "System prompt"), system);
+  const sizeBox = h("div", { class: "fields images-only" }, labelled("Size", size));
   let history = [];
   let models = [];
   let aborter = null;
@@ -96,6 +105,11 @@ export function playgroundPage(main, params, { me }) {
   /** The request the form says: its /v1 path and body. */
   function request() {
     if (mode() === "embeddings") return { path: "/embeddings", body: { model: model.value, input: prompt.value } };
+    if (mode() === "images") {
+      const body = { model: model.value, prompt: prompt.value, n: 1, response_format: "b64_json" };
+      if (size.value.trim()) body.size = size.value.trim();
+      return { path: "/images/generations", body };
+    }
     const t = parsedTools();
     if (via.value === "responses") {
       const body = { model: model.value };
@@ -138,9 +152,10 @@ export function playgroundPage(main, params, { me }) {
   }
 
   function show() {
-    const embedding = mode() === "embeddings";
-    for (const el of main.querySelectorAll(".chat-only")) el.hidden = embedding;
-    prompt.placeholder = embedding ? "Text to embed" : "Say something";
+    const now = mode();
+    for (const el of main.querySelectorAll(".chat-only")) el.hidden = now !== "chat";
+    for (const el of main.querySelectorAll(".images-only")) el.hidden = now !== "images";
+    prompt.placeholder = { embeddings: "Text to embed", images: "What the picture shows" }[now] || "Say something";
     const { path, body } = request();
     curlText.textContent = curl(location.origin, path, body);
     pythonText.textContent = python(location.origin, path, body);
@@ -167,6 +182,13 @@ export function playgroundPage(main, params, { me }) {
         const answer = await v1(key, path, body, aborter.signal);
         const vector = answer.data[0].embedding;
         bubble("embedding", `${vector.length} dimensions: [${vector.slice(0, 8).map((x) => x.toFixed(4)).join(", ")}, …]`);
+        return;
+      }
+      if (path === "/images/generations") {
+        const answer = await v1(key, path, body, aborter.signal);
+        const picture = bubble("picture", "");
+        picture.append(h("img", { src: `data:image/png;base64,${answer.data[0].b64_json}`, alt: body.prompt, class: "picture" }));
+        picture.parentElement.dataset.done = "true";
         return;
       }
       bubble("user", prompt.value);
@@ -215,7 +237,7 @@ export function playgroundPage(main, params, { me }) {
   h("div", { class: "fields" },
     labelled("Use as", place, "a key is made here for this page and revoked when you leave it"),
     labelled("Model", model)),
-  systemBox, chatOnly, toolsBox,
+  systemBox, chatOnly, toolsBox, sizeBox,
   h("div", { class: "field" }, h("label", { for: "pg-prompt" }, "Message"), prompt),
   h("div", { class: "inline-form" }, send, stopButton, clear));
 
