@@ -8,6 +8,7 @@ import { gpuMapPage } from "./pages/gpumap.js";
 import { keysPage } from "./pages/keys.js";
 import { modelsPage } from "./pages/models.js";
 import { nodePage, nodesPage } from "./pages/nodes.js";
+import { playgroundPage } from "./pages/playground.js";
 import { settingsPage } from "./pages/settings.js";
 
 const PAGES = [
@@ -15,6 +16,7 @@ const PAGES = [
   { path: "nodes", title: "Nodes", render: nodesPage },
   { path: "gpus", title: "GPU map", render: gpuMapPage },
   { path: "models", title: "Models", render: modelsPage },
+  { path: "playground", title: "Playground", render: playgroundPage },
   { path: "keys", title: "Keys & usage", render: keysPage },
   { path: "batches", title: "Batches", render: batchesPage },
   { path: "settings", title: "Settings", render: settingsPage },
