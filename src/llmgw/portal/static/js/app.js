@@ -9,6 +9,7 @@ import { keysPage } from "./pages/keys.js";
 import { modelsPage } from "./pages/models.js";
 import { nodePage, nodesPage } from "./pages/nodes.js";
 import { settingsPage } from "./pages/settings.js";
+import { tenancyPage } from "./pages/tenancy.js";
 
 const PAGES = [
   { path: "cluster", title: "Cluster", render: clusterPage },
@@ -16,6 +17,7 @@ const PAGES = [
   { path: "gpus", title: "GPU map", render: gpuMapPage },
   { path: "models", title: "Models", render: modelsPage },
   { path: "keys", title: "Keys & usage", render: keysPage },
+  { path: "tenancy", title: "Tenancy", render: tenancyPage },
   { path: "batches", title: "Batches", render: batchesPage },
   { path: "settings", title: "Settings", render: settingsPage },
 ];
