@@ -107,3 +107,10 @@ def test_the_admin_builds_the_tree_and_a_member_sees_only_their_team(
         print(f"screenshot: {shot}")
         assert console.errors == []
         page.close()
+
+    page, console = signed_in(browser, cluster, cluster.token, 1280)
+    page.click("button[data-revoke='ana team:acme/ml']")
+    page.wait_for_selector("button[data-revoke='ana team:acme/ml']", state="detached")
+    assert cluster.admin.users()[0].roles == []
+    assert console.errors == []
+    page.close()

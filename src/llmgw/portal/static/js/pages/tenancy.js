@@ -57,6 +57,14 @@ export function tenancyPage(main, _params, { me }) {
         users.replaceChildren(table([
           { title: "User", value: (u) => u.name },
           { title: "Roles", value: (u) => u.roles.map((r) => `${r.role} ${r.scope || "cluster"}`).join(", ") || "–" },
+          { title: "", value: (u) => u.roles.map((r) => h("button", { type: "button", class: "link danger", "data-revoke": `${u.name} ${r.scope}`, onclick: async () => {
+            try {
+              await api("DELETE", `/api/users/${encodeURIComponent(u.name)}/roles?scope=${encodeURIComponent(r.scope)}`);
+              await load();
+            } catch (error) {
+              said.replaceChildren(problem(error));
+            }
+          } }, `Revoke ${r.role} ${r.scope || "cluster"}`)) },
         ], people, "no users"));
       } else {
         users.replaceChildren(table([{ title: "Role", value: (r) => r.role }, { title: "Scope", value: (r) => r.scope || "cluster" }], me?.roles || [], "no roles"));
