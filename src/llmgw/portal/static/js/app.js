@@ -10,6 +10,7 @@ import { modelsPage } from "./pages/models.js";
 import { nodePage, nodesPage } from "./pages/nodes.js";
 import { playgroundPage } from "./pages/playground.js";
 import { settingsPage } from "./pages/settings.js";
+import { tenancyPage } from "./pages/tenancy.js";
 
 const PAGES = [
   { path: "cluster", title: "Cluster", render: clusterPage },
@@ -18,6 +19,7 @@ const PAGES = [
   { path: "models", title: "Models", render: modelsPage },
   { path: "playground", title: "Playground", render: playgroundPage },
   { path: "keys", title: "Keys & usage", render: keysPage },
+  { path: "tenancy", title: "Tenancy", render: tenancyPage },
   { path: "batches", title: "Batches", render: batchesPage },
   { path: "settings", title: "Settings", render: settingsPage },
 ];
