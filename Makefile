@@ -23,6 +23,7 @@ help:
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone, sglang-router and LiteLLM's proxy"
 	@echo "make bench-responses  what keeping Responses API responses in the store (SQLite) adds to a request"
 	@echo "make bench-flow     an interactive tenant beside a flood on one busy model: FIFO, fair queuing, sglang-router"
+	@echo "make bench-flow-decision  what fair queuing costs a request when nothing queues (fair against fifo)"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas (BENCH_ARGS=\"--engine vllm\": two real ones)"
 	@echo "make training       install the LoRA training environment (cached; make test needs it)"
 	@echo "make vllm           install vLLM's CPU build into the cache, as a node without a card does (make test needs it)"
@@ -145,6 +146,11 @@ bench-routing: install
 
 bench-flow: install engine $(SGLANG_ROUTER_VENV)/.installed-$(SGLANG_ROUTER_VERSION)
 	$(BIN)/python bench/flow/run.py --rust-router-venv $(SGLANG_ROUTER_VENV) $(BENCH_ARGS)
+
+# What flow control (gateway.flow.mode: fair) costs a request when nothing queues, against fifo.
+.PHONY: bench-flow-decision
+bench-flow-decision: install
+	$(BIN)/python bench/flow/decision.py $(BENCH_ARGS)
 
 .PHONY: bench-responses
 bench-responses: install
