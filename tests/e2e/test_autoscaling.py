@@ -8,7 +8,6 @@ first replica than its slots.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from llmgw.controlplane.config import save_server_config
 from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.llama_server_standin import write_launcher
 from llmgw.testing.traffic import Traffic
 
 pytestmark = pytest.mark.e2e
@@ -23,17 +23,6 @@ pytestmark = pytest.mark.e2e
 MODEL = "standin-chat"
 CHUNK_INTERVAL_MS = 15
 """Between the stand-in's streamed events: a stream takes about 64 x 15 ms, one second."""
-
-
-def slow_standin(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"#!{sys.executable}\nimport os, runpy\n"
-        f"os.environ['LLMGW_STANDIN_CHUNK_INTERVAL_MS'] = '{CHUNK_INTERVAL_MS}'\n"
-        "runpy.run_module('llmgw.testing.llama_server_standin', run_name='__main__', alter_sys=True)\n"
-    )
-    path.chmod(0o755)
-    return path
 
 
 @pytest.fixture
@@ -60,7 +49,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             },
         )  # fmt: skip
         running.create_key("tests")
-        launcher = slow_standin(tmp_path / "bin" / "llama-server")
+        launcher = write_launcher(tmp_path / "bin" / "llama-server", chunk_interval_ms=CHUNK_INTERVAL_MS)
         running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
         running.start_agent("node1")
         running.wait_ready(MODEL, 60)

@@ -10,18 +10,13 @@ slot about 1.3 s: the flood's twelve requests take six rounds of the two slots.
 from __future__ import annotations
 
 import json
-import shutil
-import stat
-import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import sync_playwright
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
@@ -29,6 +24,9 @@ from llmgw.cli import ctl
 from llmgw.controlplane.config import save_server_config
 from llmgw.core.flowqueue import FlowSettings
 from llmgw.testing.cluster import Cluster, wait_for
+from llmgw.testing.llama_server_standin import write_launcher
+
+from .chromium import Console, debian_chromium
 
 pytestmark = pytest.mark.e2e
 
@@ -36,18 +34,6 @@ MODEL = "standin-busy"
 FLOOD = 12
 CHUNK_MS = 20
 """Between the stand-in's 64 streamed events: 1.3 s a request."""
-
-
-def slow_launcher(path: Path) -> Path:
-    """An executable running the llama-server stand-in with its streamed events :data:`CHUNK_MS` apart."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"#!{sys.executable}\nimport os, runpy\n"
-        f"os.environ['LLMGW_STANDIN_CHUNK_INTERVAL_MS'] = '{CHUNK_MS}'\n"
-        "runpy.run_module('llmgw.testing.llama_server_standin', run_name='__main__', alter_sys=True)\n"
-    )
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +48,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         weights = running.home / "busy.standin.gguf"
         weights.write_bytes(b"GGUF stand-in\n")
         running.add_model(MODEL, weights, {"engine": "llama.cpp", "parallel": 2})
-        launcher = slow_launcher(home / "bin" / "llama-server")
+        launcher = write_launcher(home / "bin" / "llama-server", chunk_interval_ms=CHUNK_MS)
         running.add_node("node1", engines={"llamacpp": {"binary": str(launcher)}})
         running.start_agent("node1")
         running.wait_ready(MODEL, 60)
@@ -146,22 +132,14 @@ def test_the_workers_queues_add_up_and_a_lone_key_goes_ahead_of_a_flood(cluster:
 
 def portal_queue_row(cluster: Cluster) -> list[str]:
     """The cells of the model's row in the portal's cluster page's queue table, in Chromium."""
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(f"{cluster.url}/")
-            page.fill("#token", cluster.token)
-            page.press("#token", "Enter")
-            row = page.wait_for_selector(f"#queues tr:has(td:text-is('{MODEL}'))", timeout=30_000)
-            assert row is not None and not errors, errors
-            cells = [c.inner_text() for c in row.query_selector_all("td")]
-        finally:
-            browser.close()
+    with debian_chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        console = Console(page)
+        page.goto(f"{cluster.url}/")
+        page.fill("#token", cluster.token)
+        page.press("#token", "Enter")
+        row = page.wait_for_selector(f"#queues tr:has(td:text-is('{MODEL}'))", timeout=30_000)
+        assert row is not None and not console.errors, console.errors
+        cells = [c.inner_text() for c in row.query_selector_all("td")]
     assert cells[3].endswith(" s"), cells  # the latest wait, kept once the queue drained
     return cells

@@ -10,7 +10,6 @@ The screenshots are saved under the test's tmp dir; their paths are printed (``p
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,11 +17,13 @@ from typing import Any
 
 import openai
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.llama_server_standin import write_launcher
 from llmgw.testing.nvidia_smi_standin import A100_80G_MIG, H100_80G, RTX_4090, install_fake_nvidia_smi
+
+from .chromium import Console, debian_chromium
 
 pytestmark = pytest.mark.e2e
 
@@ -100,27 +101,8 @@ def readings(cluster: Cluster) -> int:
 def browser(cluster: Cluster) -> Iterator[Browser]:
     """Chromium, started after the cluster: Playwright's sync API holds an event loop in this thread,
     and the cluster's setup runs one of its own."""
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    with debian_chromium() as launched:
         yield launched
-        launched.close()
-
-
-class Console:
-    """What the page said on its console, errors apart; a page error (an uncaught exception) is one."""
-
-    def __init__(self, page: Page) -> None:
-        self.errors: list[str] = []
-        page.on("console", self.heard)
-        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
-
-    def heard(self, message: ConsoleMessage) -> None:
-        if message.type != "error":
-            return
-        self.errors.append(f"{message.text} ({message.location.get('url', '')})")
 
 
 def signed_in(browser: Browser, cluster: Cluster, width: int) -> tuple[Page, Console]:

@@ -12,20 +12,21 @@ and a picture model (the ComfyUI stand-in) are tried in the playground.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.hf_hub_standin import FakeHfHub, small_repo
 from llmgw.testing.llama_server_standin import STREAM_CHUNKS, write_launcher
 from llmgw.testing.nvidia_smi_standin import H100_80G, RTX_4090, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
+
+from .chromium import Console, debian_chromium
 
 pytestmark = pytest.mark.e2e
 
@@ -58,26 +59,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def browser(cluster: Cluster) -> Iterator[Browser]:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    with debian_chromium() as launched:
         yield launched
-        launched.close()
-
-
-class Console:
-    """The page's console errors and uncaught exceptions."""
-
-    def __init__(self, page: Page) -> None:
-        self.errors: list[str] = []
-        page.on("console", self.heard)
-        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
-
-    def heard(self, message: ConsoleMessage) -> None:
-        if message.type == "error":
-            self.errors.append(f"{message.text} ({message.location.get('url', '')})")
 
 
 def signed_in(browser: Browser, cluster: Cluster, width: int) -> tuple[Page, Console]:

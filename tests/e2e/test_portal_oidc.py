@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from llmgw.testing.cluster import Cluster, free_port, wait_for
+
+from .chromium import debian_chromium
 
 pytestmark = pytest.mark.e2e
 
@@ -90,13 +92,8 @@ def provider(home: Path, cluster: Cluster) -> Iterator[tuple[str, Path]]:
 
 @pytest.fixture(scope="module")
 def browser(provider: tuple[str, Path]) -> Iterator[Browser]:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    with debian_chromium() as launched:
         yield launched
-        launched.close()
 
 
 def sign_in(browser: Browser, cluster: Cluster) -> Page:

@@ -6,16 +6,15 @@ Drawn at 1280 and 390 pixels wide without a console error; screenshots under the
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from llmgw.testing.cluster import Cluster
 
-from .test_portal import Console
+from .chromium import Console, debian_chromium
 
 pytestmark = pytest.mark.e2e
 
@@ -30,13 +29,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def browser(cluster: Cluster) -> Iterator[Browser]:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    with debian_chromium() as launched:
         yield launched
-        launched.close()
 
 
 def signed_in(browser: Browser, cluster: Cluster, token: str, width: int) -> tuple[Page, Console]:

@@ -424,13 +424,19 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
 
 
-def write_launcher(path: Path, python: str = sys.executable) -> Path:
-    """An executable at ``path`` that runs this stand-in with the arguments it is given."""
+def write_launcher(path: Path, python: str = sys.executable, chunk_interval_ms: int = 0) -> Path:
+    """An executable at ``path`` that runs this stand-in with the arguments it is given
+    (``chunk_interval_ms``: its ``LLMGW_STANDIN_CHUNK_INTERVAL_MS``, streams that take their time)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # A Python script run through its #! line: /proc shows it as ``python PATH args`` and the
     # agent recognises the engine it started after restarting.
+    spacing = (
+        f"os.environ['LLMGW_STANDIN_CHUNK_INTERVAL_MS'] = '{chunk_interval_ms}'\n"
+        if chunk_interval_ms
+        else ""
+    )
     path.write_text(
-        f"#!{python}\nimport runpy\n"
+        f"#!{python}\nimport os, runpy\n{spacing}"
         "runpy.run_module('llmgw.testing.llama_server_standin', run_name='__main__', alter_sys=True)\n"
     )
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

@@ -1,0 +1,39 @@
+"""Debian's Chromium for the portal's tests, driven by Playwright's Python API (``executable_path``:
+never a browser of Playwright's own), and what a page says on its console."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+
+@contextmanager
+def debian_chromium() -> Iterator[Browser]:
+    """Headless Chromium, closed on the way out. Start it after any cluster: Playwright's sync API
+    holds an event loop in this thread, and a cluster's setup runs one of its own."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed: run 'make chromium' (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Console:
+    """What the page said on its console, errors apart; a page error (an uncaught exception) is one."""
+
+    def __init__(self, page: Page) -> None:
+        self.errors: list[str] = []
+        page.on("console", self.heard)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def heard(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(f"{message.text} ({message.location.get('url', '')})")
