@@ -37,3 +37,15 @@ class Console:
     def heard(self, message: ConsoleMessage) -> None:
         if message.type == "error":
             self.errors.append(f"{message.text} ({message.location.get('url', '')})")
+
+
+def signed_in(browser: Browser, url: str, token: str, width: int, at: str = "") -> tuple[Page, Console]:
+    """A new page of ``browser`` signed in to the portal at ``url`` with ``token`` (the break-glass
+    form), ``width`` pixels wide, opened at ``at`` (``#/tenancy``; empty: the first page)."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    console = Console(page)
+    page.goto(f"{url}/{at}")  # signed in, the address's page is the first drawn
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#page h1")
+    return page, console

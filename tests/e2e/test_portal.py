@@ -23,6 +23,7 @@ from llmgw.testing.cluster import Cluster, wait_for
 from llmgw.testing.llama_server_standin import write_launcher
 from llmgw.testing.nvidia_smi_standin import A100_80G_MIG, H100_80G, RTX_4090, install_fake_nvidia_smi
 
+from . import chromium
 from .chromium import Console, debian_chromium
 
 pytestmark = pytest.mark.e2e
@@ -106,13 +107,7 @@ def browser(cluster: Cluster) -> Iterator[Browser]:
 
 
 def signed_in(browser: Browser, cluster: Cluster, width: int) -> tuple[Page, Console]:
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    console = Console(page)
-    page.goto(f"{cluster.url}/")
-    page.fill("#token", cluster.token)
-    page.click("button[type=submit]")
-    page.wait_for_selector("#page h1")
-    return page, console
+    return chromium.signed_in(browser, cluster.url, cluster.token, width)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

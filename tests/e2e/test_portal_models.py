@@ -26,6 +26,7 @@ from llmgw.testing.llama_server_standin import STREAM_CHUNKS, write_launcher
 from llmgw.testing.nvidia_smi_standin import H100_80G, RTX_4090, install_fake_nvidia_smi
 from llmgw.testing.standin_programs import write_standins
 
+from . import chromium
 from .chromium import Console, debian_chromium
 
 pytestmark = pytest.mark.e2e
@@ -64,13 +65,7 @@ def browser(cluster: Cluster) -> Iterator[Browser]:
 
 
 def signed_in(browser: Browser, cluster: Cluster, width: int) -> tuple[Page, Console]:
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    console = Console(page)
-    page.goto(f"{cluster.url}/")
-    page.fill("#token", cluster.token)
-    page.click("button[type=submit]")
-    page.wait_for_selector("#page h1")
-    return page, console
+    return chromium.signed_in(browser, cluster.url, cluster.token, width)
 
 
 def model_row(page: Page) -> Any:

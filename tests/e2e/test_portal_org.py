@@ -14,6 +14,7 @@ from playwright.sync_api import Browser, Page
 
 from llmgw.testing.cluster import Cluster
 
+from . import chromium
 from .chromium import Console, debian_chromium
 
 pytestmark = pytest.mark.e2e
@@ -34,12 +35,7 @@ def browser(cluster: Cluster) -> Iterator[Browser]:
 
 
 def signed_in(browser: Browser, cluster: Cluster, token: str, width: int) -> tuple[Page, Console]:
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    console = Console(page)
-    page.goto(f"{cluster.url}/#/tenancy")  # signed in, the address's page is the first drawn
-    page.fill("#token", token)
-    page.click("button[type=submit]")
-    page.wait_for_selector("#page h1")
+    page, console = chromium.signed_in(browser, cluster.url, token, width, "#/tenancy")
     page.wait_for_selector("#tenancy-tree ul, #tenancy-tree p")
     return page, console
 
