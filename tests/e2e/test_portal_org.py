@@ -97,6 +97,11 @@ def test_the_admin_builds_the_tree_and_a_member_sees_only_their_team(
         print(f"screenshot: {shot}")
         assert console.errors == []
         page.close()
+    first, console = chromium.signed_in(browser, cluster.url, token, 1280)  # the cluster page, first
+    first.wait_for_selector("#queues")
+    first.wait_for_timeout(500)  # a window for a refusal to show: the first polls go out at once
+    assert console.errors == [], console.errors  # a member is not asked the cards' readings
+    first.close()
 
     page, console = signed_in(browser, cluster, cluster.token, 1280)
     page.click("button[data-revoke='ana team:acme/ml']")

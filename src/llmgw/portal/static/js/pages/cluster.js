@@ -2,6 +2,7 @@
 import { api, get } from "../api.js";
 import { badge, h, mib, pct, problem, section, table } from "../dom.js";
 import { every, follow, refresh } from "../live.js";
+import { isAdminToken, readsCluster } from "../roles.js";
 
 function tile(label, value, detail) {
   return h("div", { class: "tile" }, h("span", { class: "label" }, label), h("strong", {}, value), detail ? h("span", { class: "detail" }, detail) : null);
@@ -41,7 +42,9 @@ export function lastReadings(history) {
   return out;
 }
 
-export function clusterPage(main) {
+export function clusterPage(main, _params = [], context = {}) {
+  const me = context.me;
+  const seesCards = !me || isAdminToken(me) || readsCluster(me);
   const top = h("div", { class: "tiles" });
   const warnings = h("div");
   const classes = h("div");
@@ -105,7 +108,8 @@ export function clusterPage(main) {
   };
 
   const off = follow(["status", "nodes"], (latest, errors) => { views = latest; draw(errors); });
-  const stopPolling = every(10000, async () => {
+  // The cards' readings want a viewer at the cluster: a member is not asked them (nor refused).
+  const stopPolling = !seesCards ? () => {} : every(10000, async () => {
     try {
       readings = lastReadings(await get("/api/gpu-history?points=1"));
       draw();
