@@ -83,6 +83,18 @@ def test_the_admin_builds_the_tree_and_a_member_sees_only_their_team(
     submit(page, "create-team", {"org": "nowhere", "name": "x"}, "#create-team [role=alert]")
     assert "nowhere" in page.inner_text("#create-team [role=alert]")
     assert all("404" in e and "/api/teams" in e for e in console.errors), console.errors
+
+    chat = "project:acme/ml/chat"
+    submit(page, "set-limits", {"subject": chat, "priority": "12"}, "#set-limits [role=alert]")
+    assert "priority must be a whole number from 0" in page.inner_text("#set-limits [role=alert]")
+    assert cluster.admin.limits() == []  # refused: nothing set
+    values = {"subject": chat, "requests_per_minute": "600", "priority": "8"}
+    submit(page, "set-limits", values, f"#tenancy-limits td:text-is('{chat}')")
+    [limits] = cluster.admin.limits()
+    assert (limits.subject, limits.requests_per_minute, limits.priority) == (chat, 600, 8)
+    assert limits.concurrent is None
+    row = page.locator(f"#tenancy-limits tr:has(td:text-is('{chat}')) td").all_inner_texts()
+    assert row[1] == "600" and row[-1] == "8"
     page.screenshot(path=str(tmp_path / "tenancy-admin-1280.png"), full_page=True)
     page.close()
 

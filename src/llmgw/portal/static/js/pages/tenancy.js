@@ -36,7 +36,8 @@ export function tenancyPage(main, _params, { me }) {
   const users = h("div", { id: "tenancy-users" });
   const said = h("div");
   const forms = h("div");
-  main.append(h("h1", {}, "Organisations, teams and projects"), said, section("Tree", tree), forms, section("Users and roles", users));
+  const limits = h("div", { id: "tenancy-limits" });
+  main.append(h("h1", {}, "Organisations, teams and projects"), said, section("Tree", tree), forms, section("Users and roles", users), section("Limits", limits));
 
   const admin = (me?.roles || []).some((r) => RANK[r.role] >= RANK["team-admin"]);
 
@@ -69,6 +70,8 @@ export function tenancyPage(main, _params, { me }) {
       } else {
         users.replaceChildren(table([{ title: "Role", value: (r) => r.role }, { title: "Scope", value: (r) => r.scope || "cluster" }], me?.roles || [], "no roles"));
       }
+      const set = await get("/api/limits");
+      limits.replaceChildren(table(LIMIT_COLUMNS, set, "no limits set on what you can see"));
     } catch (error) {
       said.replaceChildren(problem(error));
     }
@@ -91,6 +94,39 @@ export function tenancyPage(main, _params, { me }) {
       [{ name: "user", label: "User" }, { name: "role", label: "Role", placeholder: "member, team-admin, org-admin…" }, { name: "scope", label: "Scope", placeholder: "team:ORG/TEAM or org:ORG", required: false }],
       "Grant", then((v) => api("PUT", `/api/users/${encodeURIComponent(v.user)}/roles`, { role: v.role, scope: v.scope })))));
   }
+  if (admin) {
+    forms.append(section("Set limits", form("set-limits",
+      [{ name: "subject", label: "Subject", placeholder: "project:ORG/TEAM/PROJECT, team:ORG/TEAM, key:ID" },
+        ...LIMIT_FIELDS.map((f) => ({ name: f.name, label: f.label, required: false, placeholder: f.hint }))],
+      "Set (replaces the subject's limits)", then((v) => api("PUT", `/api/limits/${encodeURIComponent(v.subject)}`, limitsBody(v))))));
+  }
   load();
   return () => {};
+}
+
+/** The limits a subject may have that the form sets (a field left empty: no limit on that). */
+const LIMIT_FIELDS = [
+  { name: "requests_per_minute", label: "Requests / min", hint: "none" },
+  { name: "tokens_per_minute", label: "Tokens / min", hint: "none" },
+  { name: "concurrent", label: "At once", hint: "none" },
+  { name: "tokens_per_day", label: "Tokens / day", hint: "none" },
+  { name: "usd_per_day", label: "Money / day", hint: "none" },
+  { name: "usd_per_month", label: "Money / month", hint: "none" },
+  { name: "priority", label: "Queue priority", hint: "0 (sheddable) to 9; 5 when none" },
+];
+
+const LIMIT_COLUMNS = [
+  { title: "Subject", value: (l) => l.subject },
+  ...LIMIT_FIELDS.map((f) => ({ title: f.label, value: (l) => (l[f.name] === null || l[f.name] === undefined ? "–" : String(l[f.name])), class: "num" })),
+];
+
+/** The form's values as /api/limits takes them: numbers, the empty ones left out. */
+export function limitsBody(values) {
+  const body = {};
+  for (const f of LIMIT_FIELDS) {
+    if (values[f.name] === "") continue;
+    const n = Number(values[f.name]);
+    body[f.name] = Number.isFinite(n) ? n : values[f.name]; // not a number: the control plane names it
+  }
+  return body;
 }
