@@ -87,11 +87,11 @@ class AdminState:
     changes: Changes = field(default_factory=Changes)
     """What changed, for /api/events: the fleet and the reconciler tell the same publisher."""
     clock: Clock = SYSTEM_CLOCK
+    """Paces /api/events (coalescing, keepalives)."""
     provider_health: Callable[[], Mapping[str, ProviderHealth]] = no_providers
     """What this plane's gateway saw of each provider model (its requests, its last error)."""
     queues: Callable[[], Mapping[str, QueueState]] = no_queues
     """The flow queues of this plane's gateway and its workers, by model (``gateway.flow``)."""
-    """Paces /api/events (coalescing, keepalives)."""
     pull_jobs: Pulls | None = None
     """Pulls from Hugging Face and Ollama into the mirror (None: made on first use)."""
     upgrades: AgentUpgrades | None = None
