@@ -17,13 +17,15 @@ Several processes (a plane's gateway workers, other planes) queue apart,
 each the requests it received. The process whose request ended learns of the
 free slot first; left alone it would hand every slot it frees to its own
 queue, and a flood arriving through one process would starve another's
-requests until it drained. So each process is told how many flows wait for
-the model elsewhere (:meth:`FlowGate.elsewhere`, from its plane every tick);
-while others wait it keeps at most its share of the model's slots — the
-slots times its flows waiting over all the flows waiting, at least one — and
-leaves a slot past its share free for the others, who see it when the
-engine reports less load (within a second). Priorities order each process's
-own queue; across processes only the flows' shares hold.
+requests until it drained. So each of a plane's workers is told how many
+flows wait for the model in the plane's other workers (:meth:`FlowGate.elsewhere`,
+from its plane every tick); while they wait it keeps at most its share of the
+model's slots — the slots times its flows waiting over all the flows waiting,
+at least one — and leaves a slot past its share free for the others, who see
+it when the engine reports less load (within a second). Priorities order each
+process's own queue; across workers only the flows' shares hold. Planes are
+not told of each other's queues: between them the engines' reports alone
+divide the slots.
 
 A request waits at most ``queue_timeout_s`` (and its ``x-llmgw-deadline-ms``),
 then 429 ``queue_timeout``; a full queue refuses with 429 ``queue_full``
@@ -40,6 +42,7 @@ is the request path's only cost then).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -132,10 +135,8 @@ class FlowGate:
             if count := held.get(flow, 0):
                 metrics.QUEUE_DEPTH.labels(model, flow).set(count)
             else:
-                try:
+                with contextlib.suppress(KeyError):  # it had no series yet
                     metrics.QUEUE_DEPTH.remove(model, flow)
-                except KeyError:
-                    pass
 
     async def turn(self, model: str, flow: str, priority: int, deadline_ms: int | None = None) -> None:
         """Wait until a slot of ``model`` is this request's; ApiError 429 when the queue is full or
