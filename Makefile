@@ -205,6 +205,17 @@ oidc-provider:
 		(mkdir -p $(OIDC_PROVIDER_DIR) && cd $(OIDC_PROVIDER_DIR) && \
 		 npm install --no-audit --no-fund --silent oidc-provider@$(OIDC_PROVIDER_VERSION))
 
+# axe-core (npm, pinned), the accessibility rules the portal's browser test runs in each page
+# (tests/e2e/chromium.py's axe_violations injects its axe.min.js), under ~/.cache/llmgw.
+AXE_CORE_VERSION := 4.11.0
+AXE_CORE_DIR := $(HOME)/.cache/llmgw/axe-core-$(AXE_CORE_VERSION)
+.PHONY: axe-core
+axe-core:
+	@command -v npm >/dev/null 2>&1 || (apt-get install -y nodejs npm || (apt-get update && apt-get install -y nodejs npm))
+	@test -f $(AXE_CORE_DIR)/node_modules/axe-core/axe.min.js || \
+		(mkdir -p $(AXE_CORE_DIR) && cd $(AXE_CORE_DIR) && \
+		 npm install --no-audit --no-fund --silent axe-core@$(AXE_CORE_VERSION))
+
 # nft (the firewall's tests, in network namespaces) and systemd-analyze (the units' verify test).
 .PHONY: opstools systemd
 opstools:
@@ -233,7 +244,7 @@ patroni:
 # (the units) and nginx (the gateway bench's static engine); Chromium, sshd, nft and ip, Patroni and etcd
 # serve only end-to-end tests.
 unit: postgres prometheus systemd wrk
-test e2e: postgres prometheus chromium opstools sshd patroni wrk oidc-provider
+test e2e: postgres prometheus chromium opstools sshd patroni wrk oidc-provider axe-core
 
 bench-failover: engine postgres
 	$(BIN)/python bench/failover/run.py

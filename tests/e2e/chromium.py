@@ -6,9 +6,14 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+AXE_CORE_VERSION = "4.11.0"
+AXE = Path.home() / f".cache/llmgw/axe-core-{AXE_CORE_VERSION}/node_modules/axe-core/axe.min.js"
 
 
 @contextmanager
@@ -49,3 +54,25 @@ def signed_in(browser: Browser, url: str, token: str, width: int, at: str = "") 
     page.click("button[type=submit]")
     page.wait_for_selector("#page h1")
     return page, console
+
+
+def axe_violations(page: Page) -> list[dict[str, Any]]:
+    """What axe-core (``make axe-core``, pinned) finds wrong on ``page`` as it is drawn now, against the
+    WCAG 2.1 A and AA rules and axe's best practices: each violation's ``id``, ``impact`` (minor,
+    moderate, serious, critical), ``help`` and the ``nodes`` (``target``, ``html``) that break it."""
+    if not AXE.is_file():
+        pytest.fail(f"axe-core {AXE_CORE_VERSION} is not installed: run 'make axe-core'")
+    if not page.evaluate("typeof window.axe === 'object'"):
+        # evaluated, not added as a <script>: the portal's Content-Security-Policy refuses inline ones
+        page.evaluate(AXE.read_text() + "\n;typeof window.axe")
+    found: list[dict[str, Any]] = page.evaluate(
+        """async () => {
+            const tags = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"];
+            const result = await axe.run(document, {runOnly: {type: "tag", values: tags}});
+            return result.violations.map((v) => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map((n) => ({target: n.target.join(" "), html: n.html.slice(0, 160)})),
+            }));
+        }"""
+    )
+    return found

@@ -25,9 +25,10 @@ export function s(tag, attrs, ...children) {
   return fill(document.createElementNS(SVG_NS, tag), attrs, children);
 }
 
-/** A table: columns [{title, value(row) -> text|Node, class}], one line per row; `empty` when none. */
+/** A table: columns [{title, value(row) -> text|Node, class}], one line per row; `empty` when none.
+ * A column without a title (its buttons) is named "Actions" for screen readers only. */
 export function table(columns, rows, empty = "none") {
-  const head = h("tr", {}, columns.map((c) => h("th", { class: c.class, scope: "col" }, c.title)));
+  const head = h("tr", {}, columns.map((c) => h("th", { class: c.class, scope: "col" }, c.title || h("span", { class: "sr-only" }, "Actions"))));
   const body = rows.length
     ? rows.map((row) => h("tr", {}, columns.map((c) => h("td", { class: c.class, "data-title": c.title }, c.value(row)))))
     : [h("tr", {}, h("td", { class: "empty", colspan: columns.length }, empty))];

@@ -30,7 +30,7 @@ function scaleForm(model, said) {
 }
 
 function logPanel() {
-  const text = h("pre", { class: "log", id: "replica-log", "aria-live": "polite" });
+  const text = h("pre", { class: "log", id: "replica-log", "aria-live": "polite", tabindex: "0" });  // a keyboard scrolls it
   const title = h("h2", {}, "Replica log");
   const said = h("div");
   let aborter = null;

@@ -64,8 +64,9 @@ export function playgroundPage(main, params, { me }) {
   const size = h("input", { id: "pg-size", placeholder: "WIDTHxHEIGHT (the workflow's own)" });
   const tools = h("textarea", { id: "pg-tools", rows: 3, placeholder: '[{"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]' });
   const transcript = h("div", { class: "transcript", id: "pg-transcript", "aria-live": "polite" });
-  const curlText = h("pre", { class: "code", id: "pg-curl" });
-  const pythonText = h("pre", { class: "code", id: "pg-python" });
+  // focusable (tabindex 0), so a keyboard can scroll what is wider than the screen
+  const curlText = h("pre", { class: "code", id: "pg-curl", tabindex: "0", "aria-label": "the request as curl" });
+  const pythonText = h("pre", { class: "code", id: "pg-python", tabindex: "0", "aria-label": "the request in Python" });
   const send = h("button", { type: "submit", class: "primary", id: "pg-send" }, "Send");
   const stopButton = h("button", { type: "button", id: "pg-stop", hidden: true, onclick: () => aborter && aborter.abort() }, "Stop");
   const clear = h("button", { type: "button", onclick: () => { history = []; transcript.replaceChildren(); show(); } }, "New conversation");
