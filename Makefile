@@ -23,6 +23,7 @@ help:
 	@echo "make bench-gateway  measure the /v1 data path against the engine alone, sglang-router and LiteLLM's proxy"
 	@echo "make bench-responses  what keeping Responses API responses in the store (SQLite) adds to a request"
 	@echo "make bench-flow     an interactive tenant beside a flood on one busy model: FIFO, fair queuing, sglang-router"
+	@echo "make bench-http-protocol  what the HTTP server's protocol costs a request without sockets (llmgw's against uvicorn's)"
 	@echo "make bench-flow-decision  what fair queuing costs a request when nothing queues (fair against fifo)"
 	@echo "make bench-routing  compare routing policies on a shared-prefix load over eight stand-in vLLM replicas (BENCH_ARGS=\"--engine vllm\": two real ones)"
 	@echo "make training       install the LoRA training environment (cached; make test needs it)"
@@ -148,6 +149,10 @@ bench-flow: install engine $(SGLANG_ROUTER_VENV)/.installed-$(SGLANG_ROUTER_VERS
 	$(BIN)/python bench/flow/run.py --rust-router-venv $(SGLANG_ROUTER_VENV) $(BENCH_ARGS)
 
 # What flow control (gateway.flow.mode: fair) costs a request when nothing queues, against fifo.
+.PHONY: bench-http-protocol
+bench-http-protocol: install
+	$(BIN)/python bench/gateway/protocol.py $(BENCH_ARGS)
+
 .PHONY: bench-flow-decision
 bench-flow-decision: install
 	$(BIN)/python bench/flow/decision.py $(BENCH_ARGS)
