@@ -131,7 +131,9 @@ def protocols() -> dict[str, type[asyncio.Protocol]]:
 
 async def cpu_per_request(protocol_class: type[Any], requests: int) -> float:
     """Microseconds of CPU a request, on one kept-alive connection."""
-    config = uvicorn.Config(answer, lifespan="off", log_level="warning", access_log=False, proxy_headers=False)
+    config = uvicorn.Config(
+        answer, lifespan="off", log_level="warning", access_log=False, proxy_headers=False
+    )
     config.load()
     state = ServerState()
     done = asyncio.Event()

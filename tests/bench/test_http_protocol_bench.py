@@ -1,4 +1,4 @@
-"""The HTTP protocol bench: each protocol answers every request it is fed, and the figures are CPU per request."""
+"""The HTTP protocol bench: each protocol answers every request it is fed, the figures CPU per request."""
 
 from __future__ import annotations
 
