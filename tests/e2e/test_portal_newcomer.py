@@ -12,9 +12,6 @@ project. The whole flow is timed (monotonic) and printed: ``newcomer flow: N s``
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +21,10 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from llmgw.cli.up import SMOLLM2_FILE
-from llmgw.testing.cluster import Cluster, free_port, wait_for
+from llmgw.testing.cluster import Cluster, wait_for
 
 from .chromium import Console, debian_chromium
-from .test_portal_oidc import MODULE, SCRIPT
+from .oidc import running_provider, sign_in_at_provider
 
 pytestmark = pytest.mark.e2e
 
@@ -67,48 +64,14 @@ def cluster(home: Path, engine_cache: Path, model_file: Path) -> Iterator[Cluste
 
 @pytest.fixture(scope="module")
 def provider(home: Path, cluster: Cluster) -> Iterator[str]:
-    """The provider, its groups mapped: platform to the cluster's admin, web-members to acme/web."""
-    if not MODULE.is_file() or shutil.which("node") is None:
-        pytest.fail("oidc-provider is not installed: run 'make oidc-provider'")
-    users = home / "users.json"
-    users.write_text(json.dumps({NEWCOMER: ["platform"], OTHER: ["web-members"]}))
-    port = free_port()
-    env = {
-        "OIDC_PROVIDER_MODULE": str(MODULE),
-        "PORT": str(port),
-        "CLIENT_ID": CLIENT_ID,
-        "CLIENT_SECRET": SECRET,
-        "REDIRECT_URI": f"{cluster.url}/auth/callback",
-        "USERS_FILE": str(users),
-        "PATH": "/usr/bin:/bin",
+    """The provider's issuer, its groups mapped: platform to the cluster's admin, web-members to acme/web."""
+    groups = {
+        "platform": [{"role": "cluster-admin", "scope": ""}],
+        "web-members": [{"role": "member", "scope": "team:acme/web"}],
     }
-    log_path = home / "provider.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(["node", str(SCRIPT)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: "listening" in log_path.read_text(), 30, "the provider listens")
-        secret_file = home / "client.secret"
-        secret_file.write_text(SECRET + "\n")
-        groups = {
-            "platform": [{"role": "cluster-admin", "scope": ""}],
-            "web-members": [{"role": "member", "scope": "team:acme/web"}],
-        }
-        issuer = f"http://127.0.0.1:{port}"
-        cluster.admin.set_setting(
-            "oidc.provider",
-            {
-                "name": "Acme ID",
-                "issuer": issuer,
-                "client_id": CLIENT_ID,
-                "client_secret_file": str(secret_file),
-                "groups": groups,
-            },
-        )
+    users = {NEWCOMER: ["platform"], OTHER: ["web-members"]}
+    with running_provider(home, cluster, users, groups, (CLIENT_ID, SECRET)) as (issuer, _):
         yield issuer
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -121,14 +84,7 @@ def sign_in(browser: Browser, cluster: Cluster, user: str) -> tuple[Page, Consol
     """A fresh browser (no cookies), 1280 px wide, signed in as ``user`` at the provider."""
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     console = Console(page)
-    page.goto(f"{cluster.url}/")
-    page.click("text=Sign in with Acme ID")
-    page.fill("input[name=login]", user)
-    page.fill("input[name=password]", "any")
-    page.click("button[type=submit]")
-    page.click("button:has-text('Continue')")  # the provider's consent page
-    page.wait_for_url(f"{cluster.url}/**")
-    page.wait_for_selector("#page h1")
+    sign_in_at_provider(page, cluster, user)
     return page, console
 
 

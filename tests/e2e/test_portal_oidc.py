@@ -11,8 +11,6 @@ session at once.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +18,13 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page
 
-from llmgw.testing.cluster import Cluster, free_port, wait_for
+from llmgw.testing.cluster import Cluster
 
 from .chromium import debian_chromium
+from .oidc import running_provider, sign_in_at_provider
 
 pytestmark = pytest.mark.e2e
 
-MODULE = Path.home() / ".cache/llmgw/oidc-provider-9.6.0/node_modules/oidc-provider/lib/index.js"
-SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
 CLIENT_ID, SECRET = "llmgw-portal", "a-client-secret-for-the-test-only"
 USER = "ada"
 
@@ -49,45 +46,12 @@ def cluster(home: Path) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def provider(home: Path, cluster: Cluster) -> Iterator[tuple[str, Path]]:
     """The provider's issuer, and the file of its users' groups (rewritten to change them)."""
-    if not MODULE.is_file() or shutil.which("node") is None:
-        pytest.fail("oidc-provider is not installed: run 'make oidc-provider'")
-    users = home / "users.json"
-    users.write_text(json.dumps({USER: ["ml-members"]}))
-    port = free_port()
-    env = {
-        "OIDC_PROVIDER_MODULE": str(MODULE),
-        "PORT": str(port),
-        "CLIENT_ID": CLIENT_ID,
-        "CLIENT_SECRET": SECRET,
-        "REDIRECT_URI": f"{cluster.url}/auth/callback",
-        "USERS_FILE": str(users),
-        "PATH": "/usr/bin:/bin",
+    groups = {
+        "ml-members": [{"role": "member", "scope": "team:acme/ml"}],
+        "ml-admins": [{"role": "team-admin", "scope": "team:acme/ml"}],
     }
-    log = (home / "provider.log").open("wb")
-    process = subprocess.Popen(["node", str(SCRIPT)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    issuer = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: "listening" in (home / "provider.log").read_text(), 30, "the provider listens")
-        secret_file = home / "client.secret"
-        secret_file.write_text(SECRET + "\n")
-        cluster.admin.set_setting(
-            "oidc.provider",
-            {
-                "name": "Acme ID",
-                "issuer": issuer,
-                "client_id": CLIENT_ID,
-                "client_secret_file": str(secret_file),
-                "groups": {
-                    "ml-members": [{"role": "member", "scope": "team:acme/ml"}],
-                    "ml-admins": [{"role": "team-admin", "scope": "team:acme/ml"}],
-                },
-            },
-        )
-        yield issuer, users
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
+    with running_provider(home, cluster, {USER: ["ml-members"]}, groups, (CLIENT_ID, SECRET)) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +63,7 @@ def browser(provider: tuple[str, Path]) -> Iterator[Browser]:
 def sign_in(browser: Browser, cluster: Cluster) -> Page:
     """A fresh browser (no cookies) signed in at the provider from the portal's sign-in page."""
     page = browser.new_context().new_page()
-    page.goto(f"{cluster.url}/")
-    page.click("text=Sign in with Acme ID")
-    page.fill("input[name=login]", USER)
-    page.fill("input[name=password]", "any")
-    page.click("button[type=submit]")
-    page.click("button:has-text('Continue')")  # the provider's consent page
-    page.wait_for_url(f"{cluster.url}/**")
-    page.wait_for_selector("#page h1")
+    sign_in_at_provider(page, cluster, USER)
     return page
 
 
